@@ -1,0 +1,138 @@
+// Use-list maintenance and ownership for Values, Ops and Functions.
+#include "ir/IR.h"
+
+#include <algorithm>
+
+namespace kiln {
+
+void Value::removeUser(Op* op) {
+  auto it = std::find(users_.begin(), users_.end(), op);
+  assert(it != users_.end() && "use list out of sync");
+  users_.erase(it);
+}
+
+void Value::replaceAllUsesWith(Value* other) {
+  if (other == this) return;
+  // Each setOperand call removes one entry from users_.
+  while (!users_.empty()) {
+    Op* user = users_.back();
+    for (size_t i = 0; i < user->numOperands(); ++i)
+      if (user->operand(i) == this) user->setOperand(i, other);
+  }
+}
+
+std::unique_ptr<Op> Op::create(OpKind kind, std::vector<Value*> operands,
+                               std::vector<TensorType> resultTypes, AttrMap attrs, Location loc) {
+  std::unique_ptr<Op> op(new Op(kind, std::move(attrs), std::move(loc)));
+  op->setOperands(std::move(operands));
+  for (size_t i = 0; i < resultTypes.size(); ++i)
+    op->results_.push_back(std::unique_ptr<Value>(
+        new Value(std::move(resultTypes[i]), {}, op.get(), static_cast<int>(i))));
+  return op;
+}
+
+Op::~Op() {
+  for (Value* v : operands_)
+    if (v) v->removeUser(this);
+  for (auto& r : results_) assert(!r->hasUses() && "destroying an op whose results are still used");
+}
+
+void Op::setOperand(size_t i, Value* v) {
+  if (operands_[i]) operands_[i]->removeUser(this);
+  operands_[i] = v;
+  if (v) v->users_.push_back(this);
+}
+
+void Op::setOperands(std::vector<Value*> operands) {
+  for (Value* v : operands_)
+    if (v) v->removeUser(this);
+  operands_ = std::move(operands);
+  for (Value* v : operands_)
+    if (v) v->users_.push_back(this);
+}
+
+std::vector<Value*> Op::results() const {
+  std::vector<Value*> out;
+  for (auto& r : results_) out.push_back(r.get());
+  return out;
+}
+
+bool Op::hasUses() const {
+  for (auto& r : results_)
+    if (r->hasUses()) return true;
+  return false;
+}
+
+const Attribute* Op::attr(std::string_view name) const {
+  auto it = attrs_.find(std::string(name));
+  if (it != attrs_.end()) return &it->second;
+  if (const AttrSpec* spec = info().findAttr(name); spec && !spec->required) return &spec->defaultValue;
+  return nullptr;
+}
+
+Error Op::emitError(const std::string& message) const {
+  return Error("'" + std::string(name()) + "' " + message, loc_);
+}
+
+Function::~Function() {
+  // Destroy users before the values they use.
+  while (!ops_.empty()) {
+    for (auto& r : ops_.back()->results_) r->users_.clear();
+    ops_.back()->operands_.clear();
+    ops_.pop_back();
+  }
+}
+
+std::vector<Value*> Function::arguments() const {
+  std::vector<Value*> out;
+  for (auto& a : args_) out.push_back(a.get());
+  return out;
+}
+
+Value* Function::addArgument(TensorType type, std::string name) {
+  args_.push_back(std::unique_ptr<Value>(
+      new Value(std::move(type), std::move(name), nullptr, static_cast<int>(args_.size()))));
+  return args_.back().get();
+}
+
+void Function::eraseArgument(size_t i) {
+  assert(!args_[i]->hasUses() && "erasing a used argument");
+  args_.erase(args_.begin() + static_cast<ptrdiff_t>(i));
+  for (size_t j = i; j < args_.size(); ++j) args_[j]->index_ = static_cast<int>(j);
+}
+
+Op* Function::returnOp() const {
+  if (ops_.empty() || ops_.back()->kind() != OpKind::Return) return nullptr;
+  return ops_.back().get();
+}
+
+Op* Function::insert(Op* before, std::unique_ptr<Op> op) {
+  auto pos = before ? before->self_ : ops_.end();
+  Op* raw = op.get();
+  raw->parent_ = this;
+  raw->self_ = ops_.insert(pos, std::move(op));
+  return raw;
+}
+
+void Function::erase(Op* op) {
+  assert(op->parent_ == this);
+  ops_.erase(op->self_);
+}
+
+void Function::moveBefore(Op* op, Op* before) {
+  auto pos = before ? before->self_ : ops_.end();
+  ops_.splice(pos, ops_, op->self_);
+}
+
+Function* Module::lookup(std::string_view name) const {
+  for (auto& f : functions_)
+    if (f->name() == name) return f.get();
+  return nullptr;
+}
+
+Function* Module::addFunction(std::string name) {
+  functions_.push_back(std::make_unique<Function>(std::move(name)));
+  return functions_.back().get();
+}
+
+}  // namespace kiln

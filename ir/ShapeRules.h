@@ -1,0 +1,44 @@
+// Shape and dtype rules: for each op kind, the result types implied by the
+// operand types and attributes. The verifier checks declared result types
+// against them, `infer-shapes` refines declared types with them, the Builder
+// fills in result types with them, and the interpreter uses them (on static
+// shapes) to size its outputs.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "ir/IR.h"
+
+namespace kiln {
+
+/// What a shape rule sees: the op kind, its operand types, its attributes
+/// (defaults applied through `attr`), and the declared result types, which
+/// ops such as reshape, broadcast, cast, iota and random take their result
+/// types from. `declared` may be empty when nothing is declared yet.
+struct ShapeQuery {
+  OpKind kind;
+  std::span<const TensorType> operands;
+  const AttrMap* attrs;
+  std::span<const TensorType> declared;
+  Location loc;
+
+  /// The attribute if set, else the op table's default, else null.
+  const Attribute* attr(std::string_view name) const;
+};
+
+/// The result types of an op, or an error naming the operand, attribute or
+/// dim that is wrong and what was expected. Arity and attribute kinds are
+/// assumed checked (the verifier does that first).
+Expected<std::vector<TensorType>> inferResultTypes(const ShapeQuery& query);
+
+/// Convenience: the rule applied to an op in the IR.
+Expected<std::vector<TensorType>> inferResultTypes(const Op& op);
+
+/// NumPy broadcasting of two shapes, or an error naming both.
+Expected<Shape> broadcastShapes(const Shape& a, const Shape& b);
+
+/// Normalizes a possibly negative axis against `rank`; nullopt when out of range.
+std::optional<int64_t> normalizeAxis(int64_t axis, int64_t rank);
+
+}  // namespace kiln

@@ -1,0 +1,16 @@
+// The verifier: structural and type checks every pass must preserve.
+#pragma once
+
+#include "ir/IR.h"
+
+namespace kiln {
+
+/// Checks `m` and reports every problem through `report` (when given).
+/// Checks: unique function and value names; every operand defined before
+/// use in the same function; arity and attributes (names, kinds, required)
+/// against the op table; declared result types compatible with the shape
+/// rule; `return` last and matching the signature. Returns the first error.
+Status verify(const Module& m, const DiagnosticHandler& report = {});
+Status verify(const Function& f, const DiagnosticHandler& report = {});
+
+}  // namespace kiln

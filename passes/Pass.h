@@ -1,0 +1,31 @@
+// The pass interface. A pass is a named unit that transforms a Module and
+// says whether it changed anything; errors are values naming the op.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "ir/Evaluator.h"
+#include "ir/IR.h"
+
+namespace kiln {
+
+/// What passes may use besides the module: injected, never global.
+struct PassContext {
+  /// Evaluates ops on constants; null disables constant folding.
+  const OpEvaluator* evaluator = nullptr;
+};
+
+class Pass {
+ public:
+  virtual ~Pass() = default;
+  /// The flag that names the pass in pipelines.
+  virtual std::string_view name() const = 0;
+  /// Did it change the module? Or an error.
+  virtual Expected<bool> run(Module& m, const PassContext& ctx) = 0;
+};
+
+#define KILN_PASS(Create, Flag, Summary) std::unique_ptr<Pass> Create();
+#include "passes/Passes.def"
+
+}  // namespace kiln

@@ -1,0 +1,14 @@
+# lit configuration for Kiln's regression tests.
+import os
+import lit.formats
+
+config.name = "Kiln"
+config.test_format = lit.formats.ShTest(execute_external=True)
+config.suffixes = [".kir", ".test"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(os.path.dirname(config.kiln_tools_dir), "test", "lit-out")
+config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py.in"]
+
+# Kiln's tools first, then LLVM's FileCheck and not.
+config.environment["PATH"] = os.pathsep.join(
+    [config.kiln_tools_dir, os.path.dirname(config.filecheck), config.environment.get("PATH", "")])
