@@ -1,0 +1,235 @@
+// kiln-opt: parse Kiln text IR, verify it, run a pass pipeline, print it.
+// The tool behind the lit tests of every pass:
+//
+//   kiln-opt in.kir --passes=infer-shapes,cse --print-after-all
+//   kiln-opt in.kir -O2
+//   kiln-opt in.kir --split-input-file --verify-diagnostics
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ir/Parser.h"
+#include "ir/Printer.h"
+#include "ir/Verifier.h"
+#include "passes/PassManager.h"
+#include "runtime/Interpreter.h"
+#include "tools/DiagnosticVerifier.h"
+
+namespace {
+
+using namespace kiln;
+
+constexpr const char* kUsage = R"(usage: kiln-opt [options] [FILE.kir | -]
+
+Parses Kiln text IR, verifies it, runs a pass pipeline and prints the result.
+
+options:
+  --passes=A,B,C         run these passes in order (see --list-passes)
+  -O0 .. -O3             run a standard pipeline (after --passes, if both)
+  -o FILE                write the output to FILE instead of stdout
+  --split-input-file     process each '// -----' separated chunk on its own
+  --verify-diagnostics   check errors against '// expected-error@+N {{...}}'
+  --verify-each          run the verifier after every pass
+  --print-after-all      print the IR after every pass (to stderr)
+  --print-after=NAME     print the IR after each run of pass NAME (to stderr)
+  --time-passes          print per-pass wall times (to stderr)
+  --list-passes          list the registered passes and exit
+  -h, --help             show this help
+)";
+
+struct Options {
+  std::string input = "-";
+  std::string output;
+  std::string pipeline;
+  int optLevel = -1;
+  bool splitInputFile = false;
+  bool verifyDiagnostics = false;
+  PassManagerOptions pm;
+};
+
+/// Parses the command line; returns false after printing an error.
+bool parseArgs(int argc, char** argv, Options& o, bool& exitEarly) {
+  bool sawInput = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char* flag) -> std::optional<std::string> {
+      std::string f = flag;
+      if (a.rfind(f + "=", 0) == 0) return a.substr(f.size() + 1);
+      if (a == f && i + 1 < argc) return std::string(argv[++i]);
+      return std::nullopt;
+    };
+    if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      exitEarly = true;
+      return true;
+    } else if (a == "--list-passes") {
+      for (const PassInfo& p : registeredPasses()) std::cout << p.name << "  " << p.summary << "\n";
+      exitEarly = true;
+      return true;
+    } else if (a.rfind("--passes", 0) == 0) {
+      auto v = value("--passes");
+      if (!v) { std::cerr << "kiln-opt: error: --passes needs a value, e.g. --passes=cse,dce\n"; return false; }
+      o.pipeline += (o.pipeline.empty() ? "" : ",") + *v;
+    } else if (a.size() == 3 && a[0] == '-' && a[1] == 'O' && a[2] >= '0' && a[2] <= '3') {
+      o.optLevel = a[2] - '0';
+    } else if (a == "-o") {
+      if (i + 1 >= argc) { std::cerr << "kiln-opt: error: -o needs a file name\n"; return false; }
+      o.output = argv[++i];
+    } else if (a == "--split-input-file") {
+      o.splitInputFile = true;
+    } else if (a == "--verify-diagnostics") {
+      o.verifyDiagnostics = true;
+    } else if (a == "--verify-each") {
+      o.pm.verifyEach = true;
+    } else if (a == "--print-after-all") {
+      o.pm.printAfterAll = true;
+    } else if (a.rfind("--print-after", 0) == 0) {
+      auto v = value("--print-after");
+      if (!v || !lookupPass(*v)) {
+        std::cerr << "kiln-opt: error: --print-after needs the name of a pass (see --list-passes)\n";
+        return false;
+      }
+      o.pm.printAfter.insert(*v);
+    } else if (a == "--time-passes") {
+      o.pm.timePasses = true;
+    } else if (a != "-" && a.size() > 1 && a[0] == '-') {
+      std::cerr << "kiln-opt: error: unknown option '" << a << "' (see --help)\n";
+      return false;
+    } else {
+      if (sawInput) { std::cerr << "kiln-opt: error: more than one input file\n"; return false; }
+      o.input = a;
+      sawInput = true;
+    }
+  }
+  return true;
+}
+
+/// A piece of the input and the line it starts on.
+struct Chunk {
+  std::string text;
+  int firstLine;
+};
+
+std::vector<Chunk> splitInput(const std::string& text, bool split) {
+  if (!split) return {{text, 1}};
+  std::vector<Chunk> chunks{{"", 1}};
+  std::istringstream in(text);
+  std::string line;
+  int lineNo = 0;
+  while (std::getline(in, line)) {
+    ++lineNo;
+    std::string_view l = line;
+    while (!l.empty() && (l.front() == ' ' || l.front() == '\t')) l.remove_prefix(1);
+    if (l.rfind("// -----", 0) == 0) {
+      chunks.push_back({"", lineNo + 1});
+      continue;
+    }
+    chunks.back().text += line + "\n";
+  }
+  return chunks;
+}
+
+/// Parses, verifies and transforms one chunk. Every diagnostic goes to
+/// `report`; returns the printed module, or nullopt on failure.
+std::optional<std::string> processChunk(const Chunk& chunk, const std::string& filename, const Options& o,
+                                        const DiagnosticHandler& report) {
+  auto module = parseModule(chunk.text, filename, chunk.firstLine);
+  if (!module) {
+    report(module.error());
+    return std::nullopt;
+  }
+  if (!verify(**module, report)) return std::nullopt;
+
+  static const InterpreterEvaluator evaluator;
+  PassContext ctx;
+  ctx.evaluator = &evaluator;
+  PassManager pm(o.pm, ctx);
+  if (Status s = pm.addPipeline(o.pipeline); !s) {
+    report(s.error());
+    return std::nullopt;
+  }
+  if (o.optLevel >= 0) {
+    if (Status s = pm.addOptLevel(o.optLevel); !s) {
+      report(s.error());
+      return std::nullopt;
+    }
+  }
+  if (Status s = pm.run(**module, std::cerr); !s) {
+    report(s.error());
+    return std::nullopt;
+  }
+  if (Status s = verify(**module, report); !s) return std::nullopt;
+  return print(**module);
+}
+
+int run(const Options& o) {
+  std::string text;
+  std::string filename = o.input == "-" ? "<stdin>" : o.input;
+  if (o.input == "-") {
+    std::ostringstream ss;
+    ss << std::cin.rdbuf();
+    text = ss.str();
+  } else {
+    std::ifstream in(o.input, std::ios::binary);
+    if (!in) {
+      std::cerr << "kiln-opt: error: cannot open '" << o.input << "': " << std::strerror(errno) << "\n";
+      return 1;
+    }
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+
+  bool failed = false;
+  std::string out;
+  std::vector<Chunk> chunks = splitInput(text, o.splitInputFile);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    std::optional<std::string> printed;
+    if (o.verifyDiagnostics) {
+      DiagnosticVerifier verifier(chunks[i].text, filename, chunks[i].firstLine);
+      printed = processChunk(chunks[i], filename, o, [&](const Error& e) { verifier.handle(e); });
+      for (const std::string& problem : verifier.check()) {
+        std::cerr << problem << "\n";
+        failed = true;
+      }
+    } else {
+      printed = processChunk(chunks[i], filename, o, [](const Error& e) { std::cerr << e.str() << "\n"; });
+      if (!printed) failed = true;
+    }
+    if (i) out += "// -----\n";
+    if (printed) out += *printed;
+  }
+
+  if (o.output.empty()) {
+    std::cout << out;
+  } else if (!failed || o.verifyDiagnostics) {
+    // Write to a temporary file and rename, so a failure never leaves a
+    // half-written output behind.
+    std::string tmp = o.output + ".tmp";
+    std::ofstream f(tmp, std::ios::binary);
+    if (!(f << out) || !(f.close(), f)) {
+      std::cerr << "kiln-opt: error: cannot write '" << o.output << "': " << std::strerror(errno) << "\n";
+      std::remove(tmp.c_str());
+      return 1;
+    }
+    if (std::rename(tmp.c_str(), o.output.c_str()) != 0) {
+      std::cerr << "kiln-opt: error: cannot write '" << o.output << "': " << std::strerror(errno) << "\n";
+      std::remove(tmp.c_str());
+      return 1;
+    }
+  }
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  bool exitEarly = false;
+  if (!parseArgs(argc, argv, o, exitEarly)) return 2;
+  if (exitEarly) return 0;
+  return run(o);
+}
