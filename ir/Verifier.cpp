@@ -1,0 +1,212 @@
+// The verifier: the structural and type invariants of Kiln IR that the
+// parser establishes and every pass must preserve. It walks each function
+// once, reporting every problem it finds (each attached to the op or
+// function it concerns) and returning the first, so a user sees all the
+// problems of a file in one run. The checks are listed in ir/Verifier.h; the
+// per-op type checks delegate to the shape rules, which the verifier runs
+// only once the op's arity and attributes are known to be well formed.
+#include "ir/Verifier.h"
+
+#include <set>
+#include <string>
+#include <unordered_set>
+
+#include "ir/ShapeRules.h"
+
+namespace kiln {
+
+namespace {
+
+/// True when `declared` may describe the same tensors as `inferred`.
+bool typesCompatible(const TensorType& declared, const TensorType& inferred) {
+  if (declared.dtype != inferred.dtype || declared.rank() != inferred.rank()) return false;
+  for (size_t d = 0; d < declared.shape.size(); ++d)
+    if (!dimsCompatible(declared.shape[d], inferred.shape[d])) return false;
+  return true;
+}
+
+/// `%name` when the value has a name, else a description by position.
+std::string describeValue(const Value* v, const std::string& fallback) {
+  return v->name().empty() ? fallback : "%" + v->name();
+}
+
+std::string pluralOperands(int n) { return std::to_string(n) + (n == 1 ? " operand" : " operands"); }
+
+/// Verifies one function, collecting every error.
+class FunctionVerifier {
+ public:
+  FunctionVerifier(const Function& f, const DiagnosticHandler& report) : f_(f), report_(report) {}
+
+  Status run() {
+    collectValues();
+    checkValueNames();
+    for (Value* arg : f_.arguments()) defined_.insert(arg);
+    for (const auto& op : f_.ops()) {
+      checkOperands(*op);
+      if (checkArity(*op) && checkAttributes(*op)) checkTypes(*op);
+      for (Value* r : op->results()) defined_.insert(r);
+    }
+    checkReturn();
+    if (first_) return *first_;
+    return Status::success();
+  }
+
+ private:
+  void emit(Error e) {
+    if (report_) report_(e);
+    if (!first_) first_ = std::move(e);
+  }
+  Error functionError(const std::string& message) const {
+    return Error("function @" + f_.name() + " " + message, f_.loc());
+  }
+
+  void collectValues() {
+    for (Value* arg : f_.arguments()) inFunction_.insert(arg);
+    for (const auto& op : f_.ops())
+      for (Value* r : op->results()) inFunction_.insert(r);
+  }
+
+  void checkValueNames() {
+    std::set<std::string> names;
+    for (Value* arg : f_.arguments())
+      if (!arg->name().empty() && !names.insert(arg->name()).second)
+        emit(functionError("has two arguments named %" + arg->name()));
+    for (const auto& op : f_.ops())
+      for (Value* r : op->results())
+        if (!r->name().empty() && !names.insert(r->name()).second)
+          emit(op->emitError("result %" + r->name() + " redefines a value name already used in @" + f_.name()));
+  }
+
+  void checkOperands(const Op& op) {
+    for (size_t i = 0; i < op.numOperands(); ++i) {
+      const Value* v = op.operand(i);
+      std::string what = "operand " + std::to_string(i);
+      if (!v) {
+        emit(op.emitError(what + " is null"));
+      } else if (!defined_.count(v)) {
+        if (inFunction_.count(v))
+          emit(op.emitError("use of value " + describeValue(v, what) + " before its definition"));
+        else
+          emit(op.emitError(what + " (" + describeValue(v, "unnamed") + ") is defined in another function"));
+      }
+    }
+  }
+
+  bool checkArity(const Op& op) {
+    const OpInfo& info = op.info();
+    int count = static_cast<int>(op.numOperands());
+    bool ok = true;
+    if (count < info.minOperands || (info.maxOperands >= 0 && count > info.maxOperands)) {
+      std::string expected = info.maxOperands < 0 ? "at least " + std::to_string(info.minOperands)
+                             : info.minOperands == info.maxOperands
+                                 ? std::to_string(info.minOperands)
+                                 : std::to_string(info.minOperands) + " to " + std::to_string(info.maxOperands);
+      emit(op.emitError("has " + pluralOperands(count) + ", expected " + expected));
+      ok = false;
+    }
+    if (info.numResults >= 0 && static_cast<int>(op.numResults()) != info.numResults) {
+      emit(op.emitError("has " + std::to_string(op.numResults()) + " results, expected " +
+                        std::to_string(info.numResults)));
+      ok = false;
+    }
+    return ok;
+  }
+
+  bool checkAttributes(const Op& op) {
+    const OpInfo& info = op.info();
+    bool ok = true;
+    for (const auto& [name, value] : op.attrs()) {
+      const AttrSpec* spec = info.findAttr(name);
+      if (!spec) {
+        std::string valid;
+        for (const AttrSpec& s : info.attrs) valid += (valid.empty() ? "'" : ", '") + std::string(s.name) + "'";
+        emit(op.emitError("has unknown attribute '" + name + "'" +
+                          (valid.empty() ? " (it takes no attributes)" : "; valid attributes: " + valid)));
+        ok = false;
+      } else if (value.kind() != spec->kind) {
+        emit(op.emitError("attribute '" + name + "' must be " + std::string(attrKindName(spec->kind)) + ", got " +
+                          std::string(attrKindName(value.kind()))));
+        ok = false;
+      }
+    }
+    for (const AttrSpec& spec : info.attrs)
+      if (spec.required && !op.attrs().count(std::string(spec.name))) {
+        emit(op.emitError("requires attribute '" + std::string(spec.name) + "'"));
+        ok = false;
+      }
+    return ok;
+  }
+
+  void checkTypes(const Op& op) {
+    for (Value* v : op.operands())
+      if (!v) return;  // already reported
+    auto inferred = inferResultTypes(op);
+    if (!inferred) {
+      emit(inferred.takeError());
+      return;
+    }
+    if (inferred->size() != op.numResults()) {
+      emit(op.emitError("has " + std::to_string(op.numResults()) + " results, but its shape rule gives " +
+                        std::to_string(inferred->size())));
+      return;
+    }
+    for (size_t i = 0; i < inferred->size(); ++i) {
+      const TensorType& declared = op.result(i)->type();
+      if (!typesCompatible(declared, (*inferred)[i]))
+        emit(op.emitError("result " + std::to_string(i) + " type " + declared.str() + " does not match inferred " +
+                          (*inferred)[i].str()));
+    }
+  }
+
+  void checkReturn() {
+    const Op* last = f_.ops().empty() ? nullptr : f_.ops().back().get();
+    for (const auto& op : f_.ops())
+      if (op->kind() == OpKind::Return && op.get() != last)
+        emit(op->emitError("must be the last op of function @" + f_.name()));
+    if (!last || last->kind() != OpKind::Return) {
+      emit(functionError("does not end with 'return'"));
+      return;
+    }
+    const auto& expected = f_.resultTypes();
+    if (last->numOperands() != expected.size()) {
+      emit(last->emitError("returns " + std::to_string(last->numOperands()) + " values, but @" + f_.name() +
+                           " declares " + std::to_string(expected.size()) + " results"));
+      return;
+    }
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const Value* v = last->operand(i);
+      if (v && !typesCompatible(v->type(), expected[i]))
+        emit(last->emitError("operand " + std::to_string(i) + " type " + v->type().str() +
+                             " does not match the function's result type " + expected[i].str()));
+    }
+  }
+
+  const Function& f_;
+  const DiagnosticHandler& report_;
+  std::unordered_set<const Value*> inFunction_;
+  std::unordered_set<const Value*> defined_;
+  std::optional<Error> first_;
+};
+
+}  // namespace
+
+Status verify(const Function& f, const DiagnosticHandler& report) { return FunctionVerifier(f, report).run(); }
+
+Status verify(const Module& m, const DiagnosticHandler& report) {
+  std::optional<Error> first;
+  auto emit = [&](Error e) {
+    if (report) report(e);
+    if (!first) first = std::move(e);
+  };
+  std::set<std::string> names;
+  for (const auto& f : m.functions()) {
+    if (!names.insert(f->name()).second)
+      emit(Error("function @" + f->name() + " is already defined in this module", f->loc()));
+    // Each function reports its own errors; only its first is needed here.
+    if (Status s = verify(*f, report); !s && !first) first = s.takeError();
+  }
+  if (first) return *first;
+  return Status::success();
+}
+
+}  // namespace kiln
