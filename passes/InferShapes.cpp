@@ -1,0 +1,97 @@
+// The `infer-shapes` pass: makes declared result types as precise as the
+// shape rules allow, so that later passes (fusion, memory planning, codegen)
+// see static dims wherever the inputs determine them.
+#include <optional>
+#include <string>
+
+#include "ir/ShapeRules.h"
+#include "passes/Pass.h"
+
+namespace kiln {
+
+namespace {
+
+/// `declared` refined dim by dim with `inferred`, or nullopt when they
+/// disagree on the dtype, the rank or a static dim.
+std::optional<TensorType> refineType(const TensorType& declared, const TensorType& inferred) {
+  if (declared.dtype != inferred.dtype || declared.rank() != inferred.rank()) return std::nullopt;
+  TensorType refined = declared;
+  for (size_t d = 0; d < refined.shape.size(); ++d) {
+    if (!dimsCompatible(declared.shape[d], inferred.shape[d])) return std::nullopt;
+    refined.shape[d] = refineDim(declared.shape[d], inferred.shape[d]);
+  }
+  return refined;
+}
+
+/// Refines every declared result type of every op, in program order, with
+/// the types its shape rule infers from the (already refined) operand types,
+/// then the function's result types from the values it returns. A dim
+/// becomes more precise and never less: static beats symbolic, symbolic
+/// beats unknown, and a declared symbol is kept over another symbol. Types
+/// that contradict the rule (another dtype or rank, two different static
+/// sizes) are an error naming the op. Function arguments are left alone:
+/// they are the function's contract with its callers.
+///
+///   %y = add(%x, %b) : f32[?,?]      with %x: f32[N,3], %b: f32[3]
+///   becomes
+///   %y = add(%x, %b) : f32[N,3]
+class InferShapesPass : public Pass {
+ public:
+  std::string_view name() const override { return "infer-shapes"; }
+
+  Expected<bool> run(Module& m, const PassContext&) override {
+    bool changed = false;
+    for (const auto& f : m.functions()) {
+      auto fnChanged = runOnFunction(*f);
+      if (!fnChanged) return fnChanged.takeError();
+      changed |= *fnChanged;
+    }
+    return changed;
+  }
+
+ private:
+  static Expected<bool> runOnFunction(Function& f) {
+    bool changed = false;
+    for (const auto& op : f.ops()) {
+      if (op->kind() == OpKind::Return) continue;
+      auto inferred = inferResultTypes(*op);
+      if (!inferred) return inferred.takeError();
+      if (inferred->size() != op->numResults())
+        return op->emitError("has " + std::to_string(op->numResults()) + " results, but its shape rule gives " +
+                             std::to_string(inferred->size()));
+      for (size_t i = 0; i < op->numResults(); ++i) {
+        Value* result = op->result(i);
+        auto refined = refineType(result->type(), (*inferred)[i]);
+        if (!refined)
+          return op->emitError("result " + std::to_string(i) + " is declared " + result->type().str() +
+                               " but inferred " + (*inferred)[i].str());
+        if (*refined != result->type()) {
+          result->setType(std::move(*refined));
+          changed = true;
+        }
+      }
+    }
+    if (Op* ret = f.returnOp(); ret && ret->numOperands() == f.resultTypes().size()) {
+      std::vector<TensorType> types = f.resultTypes();
+      for (size_t i = 0; i < types.size(); ++i) {
+        if (!ret->operand(i)) continue;
+        auto refined = refineType(types[i], ret->operand(i)->type());
+        if (!refined)
+          return ret->emitError("operand " + std::to_string(i) + " has type " + ret->operand(i)->type().str() +
+                                ", but @" + f.name() + " declares result type " + types[i].str());
+        types[i] = std::move(*refined);
+      }
+      if (types != f.resultTypes()) {
+        f.setResultTypes(std::move(types));
+        changed = true;
+      }
+    }
+    return changed;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> createInferShapesPass() { return std::make_unique<InferShapesPass>(); }
+
+}  // namespace kiln
