@@ -1,0 +1,317 @@
+// Contraction and window kernels: matmul (NumPy semantics, batch dims
+// broadcast), N-d convolution and transposed convolution with strides,
+// padding, dilation and groups, and N-d max / average pooling. The loops are
+// the textbook definitions: each output element sums (or maxes) over its
+// window, skipping positions that fall in the padding. Floats accumulate in
+// double, integers in wrapping int64.
+#include <cmath>
+#include <limits>
+
+#include "runtime/Kernels.h"
+
+namespace kiln {
+namespace {
+
+/// The row-major multi-index of element `flat` of `shape`.
+void unravel(int64_t flat, const std::vector<int64_t>& shape, std::vector<int64_t>& index) {
+  index.resize(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    index[d] = shape[d] ? flat % shape[d] : 0;
+    flat = shape[d] ? flat / shape[d] : 0;
+  }
+}
+
+std::string str(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+/// The per-dim window parameters of conv, conv_transpose and pooling, with
+/// the defaults of empty lists applied and their lengths checked.
+struct Window {
+  std::vector<int64_t> kernel;     // window extent per spatial dim
+  std::vector<int64_t> strides;    // all 1 when unset
+  std::vector<int64_t> padBegin;   // all 0 when unset
+  std::vector<int64_t> padEnd;
+  std::vector<int64_t> dilations;  // all 1 when unset
+};
+
+Expected<Window> readWindow(const Op& op, std::vector<int64_t> kernel) {
+  const size_t k = kernel.size();
+  Window w;
+  w.kernel = std::move(kernel);
+  w.strides = intsOr(op, "strides");
+  w.dilations = intsOr(op, "dilations");  // avg_pool has none: all 1
+  std::vector<int64_t> pads = intsOr(op, "pads");
+  if (w.strides.empty()) w.strides.assign(k, 1);
+  if (w.dilations.empty()) w.dilations.assign(k, 1);
+  if (pads.empty()) pads.assign(2 * k, 0);
+  if (w.strides.size() != k || w.dilations.size() != k || pads.size() != 2 * k)
+    return op.emitError("strides " + str(w.strides) + ", dilations " + str(w.dilations) + " and pads " + str(pads) +
+                        " do not match " + std::to_string(k) + " spatial dims");
+  for (size_t d = 0; d < k; ++d)
+    if (w.strides[d] <= 0 || w.dilations[d] <= 0)
+      return op.emitError("strides and dilations must be positive");
+  w.padBegin.assign(pads.begin(), pads.begin() + static_cast<std::ptrdiff_t>(k));
+  w.padEnd.assign(pads.begin() + static_cast<std::ptrdiff_t>(k), pads.end());
+  return w;
+}
+
+/// The spatial dims (all but the first two) of a shape.
+std::vector<int64_t> spatial(const std::vector<int64_t>& shape) {
+  return shape.size() < 2 ? std::vector<int64_t>{} : std::vector<int64_t>(shape.begin() + 2, shape.end());
+}
+
+/// Flat index into `dims` of `base * stride - pad + offset * dilation` per
+/// dim, or -1 when that position lies outside `dims` (in the padding).
+int64_t windowPosition(const std::vector<int64_t>& base, const std::vector<int64_t>& offset, const Window& w,
+                       const std::vector<int64_t>& dims) {
+  int64_t flat = 0;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    const int64_t pos = base[d] * w.strides[d] - w.padBegin[d] + offset[d] * w.dilations[d];
+    if (pos < 0 || pos >= dims[d]) return -1;
+    flat = flat * dims[d] + pos;
+  }
+  return flat;
+}
+
+Status checkSameDType(const KernelCall& c) {
+  for (size_t k = 1; k < c.numOperands(); ++k)
+    if (c.in(k).dtype() != c.in(0).dtype())
+      return c.op.emitError("operand " + std::to_string(k) + " has dtype " +
+                            std::string(dtypeName(c.in(k).dtype())) + ", expected " +
+                            std::string(dtypeName(c.in(0).dtype())));
+  return {};
+}
+
+}  // namespace
+
+namespace kernels {
+
+Status MatMul(const KernelCall& c) {
+  KILN_TRY(checkSameDType(c));
+  const Tensor& a = c.in(0);
+  const Tensor& b = c.in(1);
+  if (a.rank() == 0 || b.rank() == 0) return c.op.emitError("operands must have rank 1 or more");
+  // Rank-1 operands become a row (a) or a column (b); the result drops that
+  // dim again, which leaves its flat order unchanged.
+  std::vector<int64_t> aShape = a.shape(), bShape = b.shape();
+  if (aShape.size() == 1) aShape.insert(aShape.begin(), 1);
+  if (bShape.size() == 1) bShape.push_back(1);
+  const int64_t m = aShape[aShape.size() - 2], k = aShape.back();
+  const int64_t n = bShape.back();
+  if (bShape[bShape.size() - 2] != k)
+    return c.op.emitError("contracting dims differ: " + a.type().str() + " and " + b.type().str());
+  const std::vector<int64_t> aBatch(aShape.begin(), aShape.end() - 2), bBatch(bShape.begin(), bShape.end() - 2);
+  std::vector<int64_t> batch(std::max(aBatch.size(), bBatch.size()));
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const size_t fromBack = batch.size() - i;
+    const int64_t da = fromBack <= aBatch.size() ? aBatch[aBatch.size() - fromBack] : 1;
+    const int64_t db = fromBack <= bBatch.size() ? bBatch[bBatch.size() - fromBack] : 1;
+    if (da != db && da != 1 && db != 1)
+      return c.op.emitError("batch dims of " + a.type().str() + " and " + b.type().str() + " do not broadcast");
+    batch[i] = da == 1 ? db : da;
+  }
+  if (product(batch) * m * n != c.out().numElements())
+    return c.op.emitError("result " + c.out().type().str() + " does not match the product's shape");
+  std::vector<int64_t> aStrides = broadcastStrides(aBatch, batch), bStrides = broadcastStrides(bBatch, batch);
+  for (int64_t& s : aStrides) s *= m * k;
+  for (int64_t& s : bStrides) s *= k * n;
+
+  withComputeType(a.dtype(), [&]<typename Acc>() {
+    const std::vector<Acc> av = readAs<Acc>(a), bv = readAs<Acc>(b);
+    std::vector<Acc> result(static_cast<size_t>(c.out().numElements()));
+    walk(batch, {aStrides, bStrides}, {0, 0}, [&](int64_t bi, const std::vector<int64_t>& off) {
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          Acc acc = 0;
+          for (int64_t p = 0; p < k; ++p) acc = addAcc(acc, mulAcc(av[off[0] + i * k + p], bv[off[1] + p * n + j]));
+          result[(bi * m + i) * n + j] = acc;
+        }
+    });
+    writeAll(c.out(), result);
+  });
+  return {};
+}
+
+Status Conv(const KernelCall& c) {
+  const Tensor& x = c.in(0);
+  const Tensor& w = c.in(1);
+  Tensor& out = c.out();
+  if (x.rank() < 3 || w.rank() != x.rank() || out.rank() != x.rank())
+    return c.op.emitError("expects x[N,C,D...] and w[M,C/groups,K...] of one rank, got " + x.type().str() +
+                          " and " + w.type().str());
+  KILN_TRY(checkSameDType(c));
+  const int64_t batchSize = x.shape()[0], channels = x.shape()[1], outChannels = w.shape()[0];
+  const int64_t groups = c.op.getInt("groups");
+  if (groups <= 0 || channels % groups || outChannels % groups || w.shape()[1] * groups != channels ||
+      out.shape()[1] != outChannels)
+    return c.op.emitError("channels of x " + x.type().str() + " and w " + w.type().str() + " do not fit " +
+                          std::to_string(groups) + " groups");
+  if (c.numOperands() == 3 && (c.in(2).rank() != 1 || c.in(2).shape()[0] != outChannels))
+    return c.op.emitError("bias " + c.in(2).type().str() + " must be [" + std::to_string(outChannels) + "]");
+  auto window = readWindow(c.op, spatial(w.shape()));
+  if (!window) return window.takeError();
+  const std::vector<int64_t> inDims = spatial(x.shape()), outDims = spatial(out.shape());
+  const int64_t inSize = product(inDims), outSize = product(outDims), kernelSize = product(window->kernel);
+  const int64_t groupIn = channels / groups, groupOut = outChannels / groups;
+
+  withComputeType(x.dtype(), [&]<typename Acc>() {
+    const std::vector<Acc> xv = readAs<Acc>(x), wv = readAs<Acc>(w);
+    std::vector<int64_t> outIndex, kernelIndex;
+    for (int64_t nb = 0; nb < batchSize; ++nb)
+      for (int64_t mo = 0; mo < outChannels; ++mo) {
+        const int64_t group = mo / groupOut;
+        for (int64_t o = 0; o < outSize; ++o) {
+          unravel(o, outDims, outIndex);
+          Acc acc = 0;
+          for (int64_t ci = 0; ci < groupIn; ++ci) {
+            const int64_t channel = group * groupIn + ci;
+            for (int64_t kp = 0; kp < kernelSize; ++kp) {
+              unravel(kp, window->kernel, kernelIndex);
+              const int64_t pos = windowPosition(outIndex, kernelIndex, *window, inDims);
+              if (pos < 0) continue;
+              acc = addAcc(acc, mulAcc(xv[(nb * channels + channel) * inSize + pos],
+                                       wv[(mo * groupIn + ci) * kernelSize + kp]));
+            }
+          }
+          if (c.numOperands() == 3) acc = addAcc(acc, getElement<Acc>(c.in(2), mo));
+          setElement<Acc>(out, (nb * outChannels + mo) * outSize + o, acc);
+        }
+      }
+  });
+  return {};
+}
+
+Status ConvTranspose(const KernelCall& c) {
+  const Tensor& x = c.in(0);
+  const Tensor& w = c.in(1);
+  Tensor& out = c.out();
+  if (x.rank() < 3 || w.rank() != x.rank() || out.rank() != x.rank())
+    return c.op.emitError("expects x[N,C,D...] and w[C,M/groups,K...] of one rank, got " + x.type().str() +
+                          " and " + w.type().str());
+  KILN_TRY(checkSameDType(c));
+  const int64_t batchSize = x.shape()[0], channels = x.shape()[1];
+  const int64_t groups = c.op.getInt("groups");
+  const int64_t groupOut = w.shape()[1], outChannels = groupOut * groups;
+  if (groups <= 0 || channels % groups || w.shape()[0] != channels || out.shape()[1] != outChannels)
+    return c.op.emitError("channels of x " + x.type().str() + " and w " + w.type().str() + " do not fit " +
+                          std::to_string(groups) + " groups");
+  if (c.numOperands() == 3 && (c.in(2).rank() != 1 || c.in(2).shape()[0] != outChannels))
+    return c.op.emitError("bias " + c.in(2).type().str() + " must be [" + std::to_string(outChannels) + "]");
+  auto window = readWindow(c.op, spatial(w.shape()));
+  if (!window) return window.takeError();
+  const std::vector<int64_t> inDims = spatial(x.shape()), outDims = spatial(out.shape());
+  const int64_t inSize = product(inDims), outSize = product(outDims), kernelSize = product(window->kernel);
+  const int64_t groupIn = channels / groups;
+
+  withComputeType(x.dtype(), [&]<typename Acc>() {
+    const std::vector<Acc> xv = readAs<Acc>(x), wv = readAs<Acc>(w);
+    std::vector<Acc> result(static_cast<size_t>(out.numElements()), Acc(0));
+    std::vector<int64_t> inIndex, kernelIndex;
+    // The transpose of conv: every input element scatters into the output
+    // window it would have been gathered from.
+    for (int64_t nb = 0; nb < batchSize; ++nb)
+      for (int64_t ci = 0; ci < channels; ++ci) {
+        const int64_t group = ci / groupIn;
+        for (int64_t i = 0; i < inSize; ++i) {
+          unravel(i, inDims, inIndex);
+          const Acc xe = xv[(nb * channels + ci) * inSize + i];
+          for (int64_t mo = 0; mo < groupOut; ++mo)
+            for (int64_t kp = 0; kp < kernelSize; ++kp) {
+              unravel(kp, window->kernel, kernelIndex);
+              const int64_t pos = windowPosition(inIndex, kernelIndex, *window, outDims);
+              if (pos < 0) continue;
+              Acc& dst = result[(nb * outChannels + group * groupOut + mo) * outSize + pos];
+              dst = addAcc(dst, mulAcc(xe, wv[(ci * groupOut + mo) * kernelSize + kp]));
+            }
+        }
+      }
+    if (c.numOperands() == 3)
+      for (int64_t i = 0; i < out.numElements(); ++i)
+        result[i] = addAcc(result[i], getElement<Acc>(c.in(2), (i / outSize) % outChannels));
+    writeAll(out, result);
+  });
+  return {};
+}
+
+Status MaxPool(const KernelCall& c) {
+  const Tensor& x = c.in(0);
+  Tensor& out = c.out();
+  if (x.rank() < 3 || out.rank() != x.rank()) return c.op.emitError("expects x[N,C,D...], got " + x.type().str());
+  auto window = readWindow(c.op, c.op.getInts("kernel"));
+  if (!window) return window.takeError();
+  const std::vector<int64_t> inDims = spatial(x.shape()), outDims = spatial(out.shape());
+  if (window->kernel.size() != inDims.size())
+    return c.op.emitError("kernel " + str(window->kernel) + " does not match " + x.type().str());
+  const int64_t planes = x.shape()[0] * x.shape()[1];
+  const int64_t inSize = product(inDims), outSize = product(outDims), kernelSize = product(window->kernel);
+  withComputeType(x.dtype(), [&]<typename Acc>() {
+    constexpr bool kFloat = std::is_same_v<Acc, double>;
+    std::vector<int64_t> outIndex, kernelIndex;
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t o = 0; o < outSize; ++o) {
+        unravel(o, outDims, outIndex);
+        // Padding never wins: only real elements are candidates.
+        bool found = false;
+        Acc best = kFloat ? Acc(-std::numeric_limits<double>::infinity()) : Acc(0);
+        for (int64_t kp = 0; kp < kernelSize; ++kp) {
+          unravel(kp, window->kernel, kernelIndex);
+          const int64_t pos = windowPosition(outIndex, kernelIndex, *window, inDims);
+          if (pos < 0) continue;
+          const Acc v = getElement<Acc>(x, p * inSize + pos);
+          if (v != v || best != best) {
+            best = v != v ? v : best;  // NaN propagates
+          } else if (!found || v > best) {
+            best = v;
+          }
+          found = true;
+        }
+        setElement<Acc>(out, p * outSize + o, best);
+      }
+  });
+  return {};
+}
+
+Status AvgPool(const KernelCall& c) {
+  const Tensor& x = c.in(0);
+  Tensor& out = c.out();
+  if (x.rank() < 3 || out.rank() != x.rank()) return c.op.emitError("expects x[N,C,D...], got " + x.type().str());
+  auto window = readWindow(c.op, c.op.getInts("kernel"));
+  if (!window) return window.takeError();
+  const std::vector<int64_t> inDims = spatial(x.shape()), outDims = spatial(out.shape());
+  if (window->kernel.size() != inDims.size())
+    return c.op.emitError("kernel " + str(window->kernel) + " does not match " + x.type().str());
+  const bool countPad = c.op.getBool("count_include_pad");
+  const int64_t planes = x.shape()[0] * x.shape()[1];
+  const int64_t inSize = product(inDims), outSize = product(outDims), kernelSize = product(window->kernel);
+  std::vector<int64_t> outIndex, kernelIndex;
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t o = 0; o < outSize; ++o) {
+      unravel(o, outDims, outIndex);
+      double sum = 0;
+      int64_t real = 0, padded = 0;
+      for (int64_t kp = 0; kp < kernelSize; ++kp) {
+        unravel(kp, window->kernel, kernelIndex);
+        // With count_include_pad the divisor counts window positions inside
+        // the padded input; positions past the end padding (ceil_mode's
+        // partial last window) never count.
+        bool insidePadded = true;
+        for (size_t d = 0; d < inDims.size(); ++d) {
+          const int64_t pos = outIndex[d] * window->strides[d] - window->padBegin[d] + kernelIndex[d];
+          insidePadded = insidePadded && pos >= -window->padBegin[d] && pos < inDims[d] + window->padEnd[d];
+        }
+        padded += insidePadded;
+        const int64_t pos = windowPosition(outIndex, kernelIndex, *window, inDims);
+        if (pos < 0) continue;
+        sum += x.getDouble(p * inSize + pos);
+        ++real;
+      }
+      out.setDouble(p * outSize + o, sum / static_cast<double>(countPad ? padded : real));
+    }
+  return {};
+}
+
+}  // namespace kernels
+}  // namespace kiln

@@ -1,0 +1,250 @@
+// Elementwise kernels: unary math, broadcasting binary arithmetic, logical
+// and comparison ops, select and cast. Each op is one line naming its float
+// and integer semantics; the loops live in a few shared templates. Floats
+// compute in double, integers in int64 with two's-complement wrap-around, so
+// results are rounded (or wrapped) only once, when stored.
+#include <cmath>
+#include <limits>
+
+#include "runtime/Kernels.h"
+
+namespace kiln {
+namespace {
+
+/// An integer result, or the run-time error that prevents it.
+struct IntResult {
+  int64_t value = 0;
+  const char* error = nullptr;
+};
+
+/// A unary op on float and integer dtypes (not bool).
+template <typename FloatFn, typename IntFn>
+Status numericUnary(const KernelCall& c, FloatFn f, IntFn g) {
+  const Tensor& x = c.in(0);
+  if (x.dtype() == DType::Bool) return dtypeError(c.op, x.dtype(), "a numeric dtype");
+  for (int64_t i = 0; i < x.numElements(); ++i) {
+    if (isFloat(x.dtype()))
+      c.out().setDouble(i, f(x.getDouble(i)));
+    else
+      c.out().setInt(i, g(x.getInt(i)));
+  }
+  return {};
+}
+
+/// Walks the broadcast of operands 0 and 1 over the result's shape, calling
+/// `f(resultIndex, offsetOfA, offsetOfB)`; stops at the first error.
+template <typename F>
+Status walkBinary(const KernelCall& c, F f) {
+  const std::vector<int64_t>& shape = c.out().shape();
+  Status status;
+  walk(shape, {broadcastStrides(c.in(0).shape(), shape), broadcastStrides(c.in(1).shape(), shape)}, {0, 0},
+       [&](int64_t i, const std::vector<int64_t>& off) {
+         if (status) status = f(i, off[0], off[1]);
+       });
+  return status;
+}
+
+/// A broadcasting arithmetic op; `g` may fail (division by zero).
+template <typename FloatFn, typename IntFn>
+Status numericBinary(const KernelCall& c, FloatFn f, IntFn g) {
+  const Tensor& a = c.in(0);
+  const Tensor& b = c.in(1);
+  if (a.dtype() != b.dtype())
+    return c.op.emitError("operands have different dtypes " + std::string(dtypeName(a.dtype())) + " and " +
+                          std::string(dtypeName(b.dtype())));
+  if (a.dtype() == DType::Bool) return dtypeError(c.op, a.dtype(), "a numeric dtype");
+  Tensor& out = c.out();
+  if (isFloat(a.dtype()))
+    return walkBinary(c, [&](int64_t i, int64_t ia, int64_t ib) -> Status {
+      out.setDouble(i, f(a.getDouble(ia), b.getDouble(ib)));
+      return {};
+    });
+  return walkBinary(c, [&](int64_t i, int64_t ia, int64_t ib) -> Status {
+    IntResult r = g(a.getInt(ia), b.getInt(ib));
+    if (r.error) return c.op.emitError(r.error);
+    out.setInt(i, r.value);
+    return {};
+  });
+}
+
+/// A broadcasting comparison with a bool result; any dtype.
+template <typename Cmp>
+Status compare(const KernelCall& c, Cmp cmp) {
+  const Tensor& a = c.in(0);
+  const Tensor& b = c.in(1);
+  Tensor& out = c.out();
+  const bool floats = isFloat(a.dtype());
+  return walkBinary(c, [&](int64_t i, int64_t ia, int64_t ib) -> Status {
+    out.setInt(i, floats ? cmp(a.getDouble(ia), b.getDouble(ib)) : cmp(a.getInt(ia), b.getInt(ib)));
+    return {};
+  });
+}
+
+/// A broadcasting op on bool tensors.
+template <typename F>
+Status logical(const KernelCall& c, F f) {
+  for (size_t k = 0; k < 2; ++k)
+    if (c.in(k).dtype() != DType::Bool) return dtypeError(c.op, c.in(k).dtype(), "bool operands");
+  return walkBinary(c, [&](int64_t i, int64_t ia, int64_t ib) -> Status {
+    c.out().setInt(i, f(c.in(0).getInt(ia) != 0, c.in(1).getInt(ib) != 0));
+    return {};
+  });
+}
+
+IntResult intDiv(int64_t x, int64_t y) {
+  if (y == 0) return {0, "integer division by zero"};
+  if (y == -1) return {wrapSub(0, x)};  // INT64_MIN / -1 wraps instead of trapping
+  return {x / y};
+}
+
+IntResult intRem(int64_t x, int64_t y) {
+  if (y == 0) return {0, "integer remainder by zero"};
+  if (y == -1) return {0};
+  return {x % y};
+}
+
+IntResult intMod(int64_t x, int64_t y) {
+  IntResult r = intRem(x, y);
+  if (!r.error && r.value != 0 && (r.value < 0) != (y < 0)) r.value += y;
+  return r;
+}
+
+IntResult intPow(int64_t base, int64_t exponent) {
+  if (exponent < 0) return {0, "integer pow with a negative exponent"};
+  int64_t result = 1;
+  for (; exponent > 0; exponent >>= 1) {
+    if (exponent & 1) result = wrapMul(result, base);
+    base = wrapMul(base, base);
+  }
+  return {result};
+}
+
+double floatMod(double x, double y) {
+  double r = std::fmod(x, y);
+  if (r != 0 && (r < 0) != (y < 0)) r += y;
+  return r;
+}
+
+double nanMax(double x, double y) {
+  if (std::isnan(x) || std::isnan(y)) return std::numeric_limits<double>::quiet_NaN();
+  return x > y ? x : y;
+}
+
+double nanMin(double x, double y) {
+  if (std::isnan(x) || std::isnan(y)) return std::numeric_limits<double>::quiet_NaN();
+  return x < y ? x : y;
+}
+
+double sign(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x; }  // keeps NaN and signed zero
+
+}  // namespace
+
+namespace kernels {
+
+// clang-format off
+Status Neg(const KernelCall& c) { return numericUnary(c, [](double x) { return -x; }, [](int64_t x) { return wrapSub(0, x); }); }
+Status Abs(const KernelCall& c) { return numericUnary(c, [](double x) { return std::fabs(x); }, [](int64_t x) { return x < 0 ? wrapSub(0, x) : x; }); }
+Status Sign(const KernelCall& c) { return numericUnary(c, sign, [](int64_t x) -> int64_t { return (x > 0) - (x < 0); }); }
+Status Relu(const KernelCall& c) { return numericUnary(c, [](double x) { return std::isnan(x) || x > 0 ? x : 0.0; }, [](int64_t x) { return x > 0 ? x : 0; }); }
+Status Exp(const KernelCall& c) { return mapFloats(c, [](double x) { return std::exp(x); }); }
+Status Log(const KernelCall& c) { return mapFloats(c, [](double x) { return std::log(x); }); }
+Status Sqrt(const KernelCall& c) { return mapFloats(c, [](double x) { return std::sqrt(x); }); }
+Status Rsqrt(const KernelCall& c) { return mapFloats(c, [](double x) { return 1.0 / std::sqrt(x); }); }
+Status Reciprocal(const KernelCall& c) { return mapFloats(c, [](double x) { return 1.0 / x; }); }
+Status Tanh(const KernelCall& c) { return mapFloats(c, [](double x) { return std::tanh(x); }); }
+Status Sigmoid(const KernelCall& c) { return mapFloats(c, [](double x) { return 1.0 / (1.0 + std::exp(-x)); }); }
+Status Erf(const KernelCall& c) { return mapFloats(c, [](double x) { return std::erf(x); }); }
+Status Sin(const KernelCall& c) { return mapFloats(c, [](double x) { return std::sin(x); }); }
+Status Cos(const KernelCall& c) { return mapFloats(c, [](double x) { return std::cos(x); }); }
+Status Tan(const KernelCall& c) { return mapFloats(c, [](double x) { return std::tan(x); }); }
+Status Asin(const KernelCall& c) { return mapFloats(c, [](double x) { return std::asin(x); }); }
+Status Acos(const KernelCall& c) { return mapFloats(c, [](double x) { return std::acos(x); }); }
+Status Atan(const KernelCall& c) { return mapFloats(c, [](double x) { return std::atan(x); }); }
+Status Sinh(const KernelCall& c) { return mapFloats(c, [](double x) { return std::sinh(x); }); }
+Status Cosh(const KernelCall& c) { return mapFloats(c, [](double x) { return std::cosh(x); }); }
+Status Asinh(const KernelCall& c) { return mapFloats(c, [](double x) { return std::asinh(x); }); }
+Status Acosh(const KernelCall& c) { return mapFloats(c, [](double x) { return std::acosh(x); }); }
+Status Atanh(const KernelCall& c) { return mapFloats(c, [](double x) { return std::atanh(x); }); }
+Status Floor(const KernelCall& c) { return mapFloats(c, [](double x) { return std::floor(x); }); }
+Status Ceil(const KernelCall& c) { return mapFloats(c, [](double x) { return std::ceil(x); }); }
+// nearbyint rounds in the current mode, which is round-half-to-even by default.
+Status Round(const KernelCall& c) { return mapFloats(c, [](double x) { return std::nearbyint(x); }); }
+
+Status Add(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return x + y; }, [](int64_t x, int64_t y) { return IntResult{wrapAdd(x, y)}; }); }
+Status Sub(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return x - y; }, [](int64_t x, int64_t y) { return IntResult{wrapSub(x, y)}; }); }
+Status Mul(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return x * y; }, [](int64_t x, int64_t y) { return IntResult{wrapMul(x, y)}; }); }
+Status Div(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return x / y; }, intDiv); }
+Status Pow(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return std::pow(x, y); }, intPow); }
+Status Max(const KernelCall& c) { return numericBinary(c, nanMax, [](int64_t x, int64_t y) { return IntResult{x > y ? x : y}; }); }
+Status Min(const KernelCall& c) { return numericBinary(c, nanMin, [](int64_t x, int64_t y) { return IntResult{x < y ? x : y}; }); }
+Status Mod(const KernelCall& c) { return numericBinary(c, floatMod, intMod); }
+Status Rem(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return std::fmod(x, y); }, intRem); }
+
+Status And(const KernelCall& c) { return logical(c, [](bool x, bool y) { return x && y; }); }
+Status Or(const KernelCall& c) { return logical(c, [](bool x, bool y) { return x || y; }); }
+Status Xor(const KernelCall& c) { return logical(c, [](bool x, bool y) { return x != y; }); }
+
+Status Eq(const KernelCall& c) { return compare(c, [](auto x, auto y) { return x == y; }); }
+Status Ne(const KernelCall& c) { return compare(c, [](auto x, auto y) { return x != y; }); }
+Status Lt(const KernelCall& c) { return compare(c, [](auto x, auto y) { return x < y; }); }
+Status Le(const KernelCall& c) { return compare(c, [](auto x, auto y) { return x <= y; }); }
+Status Gt(const KernelCall& c) { return compare(c, [](auto x, auto y) { return x > y; }); }
+Status Ge(const KernelCall& c) { return compare(c, [](auto x, auto y) { return x >= y; }); }
+// clang-format on
+
+Status Not(const KernelCall& c) {
+  const Tensor& x = c.in(0);
+  if (x.dtype() != DType::Bool) return dtypeError(c.op, x.dtype(), "a bool operand");
+  for (int64_t i = 0; i < x.numElements(); ++i) c.out().setInt(i, x.getInt(i) == 0);
+  return {};
+}
+
+Status IsNan(const KernelCall& c) {
+  const Tensor& x = c.in(0);
+  if (!isFloat(x.dtype())) return dtypeError(c.op, x.dtype(), "a float dtype");
+  for (int64_t i = 0; i < x.numElements(); ++i) c.out().setInt(i, std::isnan(x.getDouble(i)));
+  return {};
+}
+
+Status IsInf(const KernelCall& c) {
+  const Tensor& x = c.in(0);
+  if (!isFloat(x.dtype())) return dtypeError(c.op, x.dtype(), "a float dtype");
+  for (int64_t i = 0; i < x.numElements(); ++i) c.out().setInt(i, std::isinf(x.getDouble(i)));
+  return {};
+}
+
+Status Select(const KernelCall& c) {
+  const Tensor& cond = c.in(0);
+  if (cond.dtype() != DType::Bool) return dtypeError(c.op, cond.dtype(), "a bool condition");
+  Tensor& out = c.out();
+  for (size_t k = 1; k < 3; ++k)
+    if (c.in(k).dtype() != out.dtype())
+      return dtypeError(c.op, c.in(k).dtype(), std::string(dtypeName(out.dtype())) + " values");
+  const std::vector<int64_t>& shape = out.shape();
+  walk(shape,
+       {broadcastStrides(cond.shape(), shape), broadcastStrides(c.in(1).shape(), shape),
+        broadcastStrides(c.in(2).shape(), shape)},
+       {0, 0, 0}, [&](int64_t i, const std::vector<int64_t>& off) {
+         if (cond.getInt(off[0]))
+           copyElement(c.in(1), off[1], out, i);
+         else
+           copyElement(c.in(2), off[2], out, i);
+       });
+  return {};
+}
+
+Status Cast(const KernelCall& c) {
+  // Tensor's setters implement the cast rules: float to integer truncates
+  // toward zero, integers wrap, anything to bool is `x != 0`.
+  const Tensor& x = c.in(0);
+  for (int64_t i = 0; i < x.numElements(); ++i) {
+    if (isFloat(x.dtype()))
+      c.out().setDouble(i, x.getDouble(i));
+    else
+      c.out().setInt(i, x.getInt(i));
+  }
+  return {};
+}
+
+}  // namespace kernels
+}  // namespace kiln

@@ -1,0 +1,51 @@
+// Index arithmetic and attribute helpers shared by the interpreter's kernels.
+#include "runtime/Kernels.h"
+
+#include "ir/ShapeRules.h"
+
+namespace kiln {
+
+int64_t product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
+  int64_t n = 1;
+  for (size_t i = begin; i < end && i < dims.size(); ++i) n *= dims[i];
+  return n;
+}
+
+std::vector<int64_t> rowMajorStrides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> strides(shape.size());
+  int64_t stride = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    strides[d] = stride;
+    stride *= shape[d];
+  }
+  return strides;
+}
+
+std::vector<int64_t> broadcastStrides(const std::vector<int64_t>& in, const std::vector<int64_t>& out) {
+  std::vector<int64_t> inStrides = rowMajorStrides(in);
+  std::vector<int64_t> strides(out.size(), 0);
+  // Align from the back; a missing or size-1 operand dim repeats its element.
+  const int64_t lead = static_cast<int64_t>(out.size()) - static_cast<int64_t>(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    const int64_t d = lead + static_cast<int64_t>(i);
+    if (d >= 0) strides[d] = in[i] == 1 ? 0 : inStrides[i];
+  }
+  return strides;
+}
+
+Expected<int64_t> checkedAxis(const Op& op, int64_t axis, int64_t rank) {
+  if (auto a = normalizeAxis(axis, rank)) return *a;
+  return op.emitError("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+}
+
+std::vector<int64_t> intsOr(const Op& op, std::string_view name) {
+  const Attribute* a = op.attr(name);
+  if (!a || a->kind() != AttrKind::Ints) return {};
+  return a->getInts();
+}
+
+Error dtypeError(const Op& op, DType got, std::string_view expected) {
+  return op.emitError("expects " + std::string(expected) + ", got " + std::string(dtypeName(got)));
+}
+
+}  // namespace kiln
