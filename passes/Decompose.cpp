@@ -368,7 +368,7 @@ Lowered lowerGru(Emitter& e, const Op& op) {
     Value* rbh = e.sliceAxis(rb, 0, 2 * hidden, 3 * hidden);
     return [=, &e](Value* xp, const std::vector<Value*>& state) {
       Value* h = state[0];
-      Value* zr = e.add(xp, e.add(e.matmul(h, rTzr), rbzr));  // only columns [0, 2H) of xp are used
+      Value* zr = e.add(e.sliceAxis(xp, 1, 0, 2 * hidden), e.add(e.matmul(h, rTzr), rbzr));
       Value* z = e.unary(OpKind::Sigmoid, gate(e, zr, 0, hidden));
       Value* r = e.unary(OpKind::Sigmoid, gate(e, zr, 1, hidden));
       Value* recurrent = linearBeforeReset ? e.mul(r, e.add(e.matmul(h, rTh), rbh))
