@@ -1098,7 +1098,7 @@ Expected<std::vector<TensorType>> inferResultTypes(const ShapeQuery& q) {
                            : info.minOperands == info.maxOperands ? std::to_string(info.minOperands)
                                                                    : std::to_string(info.minOperands) + " to " +
                                                                          std::to_string(info.maxOperands);
-    return fail(q, "has " + std::to_string(count) + " operands, expected " + expected);
+    return fail(q, "has " + std::to_string(count) + (count == 1 ? " operand" : " operands") + ", expected " + expected);
   }
   return kRules[static_cast<size_t>(q.kind)](q);
 }

@@ -30,7 +30,8 @@ std::string describeValue(const Value* v, const std::string& fallback) {
   return v->name().empty() ? fallback : "%" + v->name();
 }
 
-std::string pluralOperands(int n) { return std::to_string(n) + (n == 1 ? " operand" : " operands"); }
+/// `1 operand`, `2 operands`.
+std::string count(size_t n, const std::string& noun) { return std::to_string(n) + " " + noun + (n == 1 ? "" : "s"); }
 
 /// Verifies one function, collecting every error.
 class FunctionVerifier {
@@ -94,18 +95,18 @@ class FunctionVerifier {
 
   bool checkArity(const Op& op) {
     const OpInfo& info = op.info();
-    int count = static_cast<int>(op.numOperands());
+    int operands = static_cast<int>(op.numOperands());
     bool ok = true;
-    if (count < info.minOperands || (info.maxOperands >= 0 && count > info.maxOperands)) {
+    if (operands < info.minOperands || (info.maxOperands >= 0 && operands > info.maxOperands)) {
       std::string expected = info.maxOperands < 0 ? "at least " + std::to_string(info.minOperands)
                              : info.minOperands == info.maxOperands
                                  ? std::to_string(info.minOperands)
                                  : std::to_string(info.minOperands) + " to " + std::to_string(info.maxOperands);
-      emit(op.emitError("has " + pluralOperands(count) + ", expected " + expected));
+      emit(op.emitError("has " + count(op.numOperands(), "operand") + ", expected " + expected));
       ok = false;
     }
     if (info.numResults >= 0 && static_cast<int>(op.numResults()) != info.numResults) {
-      emit(op.emitError("has " + std::to_string(op.numResults()) + " results, expected " +
+      emit(op.emitError("has " + count(op.numResults(), "result") + ", expected " +
                         std::to_string(info.numResults)));
       ok = false;
     }
@@ -146,7 +147,7 @@ class FunctionVerifier {
       return;
     }
     if (inferred->size() != op.numResults()) {
-      emit(op.emitError("has " + std::to_string(op.numResults()) + " results, but its shape rule gives " +
+      emit(op.emitError("has " + count(op.numResults(), "result") + ", but its shape rule gives " +
                         std::to_string(inferred->size())));
       return;
     }
@@ -169,8 +170,8 @@ class FunctionVerifier {
     }
     const auto& expected = f_.resultTypes();
     if (last->numOperands() != expected.size()) {
-      emit(last->emitError("returns " + std::to_string(last->numOperands()) + " values, but @" + f_.name() +
-                           " declares " + std::to_string(expected.size()) + " results"));
+      emit(last->emitError("returns " + count(last->numOperands(), "value") + ", but @" + f_.name() +
+                           " declares " + count(expected.size(), "result")));
       return;
     }
     for (size_t i = 0; i < expected.size(); ++i) {

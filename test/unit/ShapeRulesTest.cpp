@@ -336,7 +336,7 @@ TEST(ShapeRulesTest, MatmulFollowsNumpy) {
             "error: 'matmul' batch dims: shapes [2] and [3] do not broadcast: dim -1 is 2 vs 3");
   EXPECT_EQ(infer(OpKind::MatMul, {"f32[]", "f32[3]"}),
             "error: 'matmul' operand 0 has type f32[], expected rank at least 1 (matmul needs at least a vector)");
-  EXPECT_EQ(infer(OpKind::MatMul, {"f32[3]"}), "error: 'matmul' has 1 operands, expected 2");
+  EXPECT_EQ(infer(OpKind::MatMul, {"f32[3]"}), "error: 'matmul' has 1 operand, expected 2");
 }
 
 // --- Convolution and pooling -----------------------------------------------------------
