@@ -32,7 +32,9 @@ constexpr int64_t kToEnd = std::numeric_limits<int64_t>::max();
 /// sticky: the first failure is kept and every later call (and every call
 /// given a null operand) returns null, so lowerings read as formulas and are
 /// checked once at the end. It also remembers every op it created, so that a
-/// failed lowering can be undone.
+/// failed lowering can be undone. Lowerings never pass two op-emitting calls
+/// as arguments of one call: C++ leaves their order unspecified, and the
+/// printed IR must not depend on the compiler.
 class Emitter {
  public:
   Emitter(Op& composite) : b_(*composite.parent()), composite_(composite) {
@@ -197,7 +199,8 @@ Lowered lowerBatchNorm(Emitter& e, const Op& op) {
     return e.reshape(v, shape);
   };
   Value* gain = e.mul(op.operand(1), e.unary(OpKind::Rsqrt, e.add(op.operand(4), op.getFloat("epsilon"))));
-  Value* y = e.mul(e.sub(x, perChannel(op.operand(3))), perChannel(gain));
+  Value* centered = e.sub(x, perChannel(op.operand(3)));
+  Value* y = e.mul(centered, perChannel(gain));
   return std::vector{e.add(y, perChannel(op.operand(2)))};
 }
 
@@ -214,7 +217,8 @@ Lowered lowerGelu(Emitter& e, const Op& op) {
   } else {
     return op.emitError("has approximate = \"" + approximate + "\"; expected \"none\" or \"tanh\"");
   }
-  return std::vector{e.mul(e.mul(x, 0.5), e.add(inner, 1.0))};
+  Value* half = e.mul(x, 0.5);
+  return std::vector{e.mul(half, e.add(inner, 1.0))};
 }
 
 /// silu = x * sigmoid(x).
@@ -241,9 +245,9 @@ Lowered lowerElu(Emitter& e, const Op& op) {
 /// softplus = max(x, 0) + log(1 + exp(-|x|)), which never overflows.
 Lowered lowerSoftplus(Emitter& e, const Op& op) {
   Value* x = op.operand(0);
+  Value* positive = e.binary(OpKind::Max, x, e.scalarLike(x, 0.0));
   Value* tail = e.unary(OpKind::Exp, e.unary(OpKind::Neg, e.unary(OpKind::Abs, x)));
-  return std::vector{e.add(e.binary(OpKind::Max, x, e.scalarLike(x, 0.0)),
-                           e.unary(OpKind::Log, e.add(tail, 1.0)))};
+  return std::vector{e.add(positive, e.unary(OpKind::Log, e.add(tail, 1.0)))};
 }
 
 // --- Recurrent ops -------------------------------------------------------------
@@ -349,8 +353,10 @@ Lowered lowerLstm(Emitter& e, const Op& op) {
       Value* g = e.add(xp, e.matmul(state[0], rT));
       auto sigmoidGate = [&](int64_t k) { return e.unary(OpKind::Sigmoid, gate(e, g, k, hidden)); };
       Value* candidate = e.unary(OpKind::Tanh, gate(e, g, 3, hidden));
-      Value* c = e.add(e.mul(sigmoidGate(2), state[1]), e.mul(sigmoidGate(0), candidate));
-      Value* h = e.mul(sigmoidGate(1), e.unary(OpKind::Tanh, c));
+      Value* kept = e.mul(sigmoidGate(2), state[1]);
+      Value* c = e.add(kept, e.mul(sigmoidGate(0), candidate));
+      Value* output = sigmoidGate(1);
+      Value* h = e.mul(output, e.unary(OpKind::Tanh, c));
       return std::vector{h, c};
     };
   });
@@ -368,13 +374,15 @@ Lowered lowerGru(Emitter& e, const Op& op) {
     Value* rbh = e.sliceAxis(rb, 0, 2 * hidden, 3 * hidden);
     return [=, &e](Value* xp, const std::vector<Value*>& state) {
       Value* h = state[0];
-      Value* zr = e.add(e.sliceAxis(xp, 1, 0, 2 * hidden), e.add(e.matmul(h, rTzr), rbzr));
+      Value* xzr = e.sliceAxis(xp, 1, 0, 2 * hidden);
+      Value* zr = e.add(xzr, e.add(e.matmul(h, rTzr), rbzr));
       Value* z = e.unary(OpKind::Sigmoid, gate(e, zr, 0, hidden));
       Value* r = e.unary(OpKind::Sigmoid, gate(e, zr, 1, hidden));
       Value* recurrent = linearBeforeReset ? e.mul(r, e.add(e.matmul(h, rTh), rbh))
                                            : e.add(e.matmul(e.mul(r, h), rTh), rbh);
       Value* candidate = e.unary(OpKind::Tanh, e.add(gate(e, xp, 2, hidden), recurrent));
-      return std::vector{e.add(e.mul(e.sub(1.0, z), candidate), e.mul(z, h))};
+      Value* update = e.mul(e.sub(1.0, z), candidate);
+      return std::vector{e.add(update, e.mul(z, h))};
     };
   });
 }
@@ -415,7 +423,8 @@ Lowered lowerAttention(Emitter& e, const Op& op) {
       return op.emitError("cannot be decomposed: a causal mask needs static or named query and key lengths, but q has type " +
                           q->type().str() + " and k has type " + k->type().str());
     TensorType positions{DType::I64, {queries, keys}};
-    Value* keep = e.binary(OpKind::Le, e.iota(positions, 1), e.iota(positions, 0));
+    Value* query = e.iota(positions, 0);
+    Value* keep = e.binary(OpKind::Le, e.iota(positions, 1), query);
     scores = e.select(keep, scores, minusInf);
   }
   return std::vector{e.matmul(softmaxOf(e, scores, -1), op.operand(2))};
@@ -450,13 +459,14 @@ Lowered classLoss(Emitter& e, const Op& op, Value* logp, double smoothing) {
   labelsWithClassAxis.insert(labelsWithClassAxis.begin() + 1, Dim::fixed(1));
   Shape classShape(logpShape.size(), Dim::fixed(1));
   classShape[1] = logpShape[1];
-  Value* oneHot = e.binary(OpKind::Eq, e.reshape(labels, labelsWithClassAxis),
-                           e.iota(TensorType{labelType.dtype, classShape}, 1));
+  Value* label = e.reshape(labels, labelsWithClassAxis);
+  Value* oneHot = e.binary(OpKind::Eq, label, e.iota(TensorType{labelType.dtype, classShape}, 1));
   Value* zero = e.scalarLike(logp, 0.0);
   Value* loss = e.unary(OpKind::Neg, e.reduce(OpKind::ReduceSum, e.select(oneHot, logp, zero), {1}, false));
   if (smoothing != 0.0) {
     Value* uniform = e.unary(OpKind::Neg, e.reduce(OpKind::ReduceMean, logp, {1}, false));
-    loss = e.add(e.mul(loss, 1.0 - smoothing), e.mul(uniform, smoothing));
+    Value* picked = e.mul(loss, 1.0 - smoothing);
+    loss = e.add(picked, e.mul(uniform, smoothing));
   }
   Value* counted = e.binary(OpKind::Ne, labels, e.scalar(labelType.dtype, static_cast<double>(op.getInt("ignore_index"))));
   loss = e.select(counted, loss, zero);
