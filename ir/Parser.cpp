@@ -402,7 +402,7 @@ class Parser {
     Token funcTok = tok_;
     KILN_TRY(consume());  // func
     if (tok_.kind != Tok::FuncName) return error("expected a function name like @main after 'func'" + describeFound());
-    if (module.lookup(tok_.text)) return error("redefinition of function @" + tok_.text);
+    if (!functionNames_.insert(tok_.text).second) return error("redefinition of function @" + tok_.text);
     auto f = std::make_unique<Function>(tok_.text);
     f->setLoc(sourceLoc(funcTok));
     values_.clear();
@@ -773,6 +773,8 @@ class Parser {
   std::string file_;
   Lexer lexer_;
   Token tok_;
+  /// Names of the functions parsed so far.
+  std::unordered_set<std::string> functionNames_;
   /// Values visible in the function being parsed, by name.
   std::unordered_map<std::string, Value*> values_;
 };
