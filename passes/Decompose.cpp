@@ -37,7 +37,7 @@ constexpr int64_t kToEnd = std::numeric_limits<int64_t>::max();
 /// printed IR must not depend on the compiler.
 class Emitter {
  public:
-  Emitter(Op& composite) : b_(*composite.parent()), composite_(composite) {
+  explicit Emitter(Op& composite) : b_(*composite.parent()), composite_(composite) {
     b_.setInsertionPoint(&composite);
     b_.setLocation(composite.loc());
   }
@@ -447,7 +447,10 @@ Expected<Value*> reduceLoss(Emitter& e, const Op& op, Value* loss, Value* count)
 /// The loss of log-probabilities logp[N, C, d...] against labels[N, d...]:
 /// (1 - eps) * -logp[label] + eps * mean_c(-logp), 0 where label == ignore_index,
 /// then reduced; the label is picked by comparing labels with iota over C.
+/// (A label outside [0, C) matches no class and contributes 0, where the
+/// interpreter reports it: there is no run-time error primitive.)
 Lowered classLoss(Emitter& e, const Op& op, Value* logp, double smoothing) {
+  if (!logp) return std::vector<Value*>{nullptr};  // the emitter holds the error
   Value* labels = op.operand(1);
   const TensorType& labelType = labels->type();
   const Shape& logpShape = logp->type().shape;
@@ -542,6 +545,9 @@ Status adoptType(const Op& op, size_t i, Value* replacement, const std::vector<O
   return Status::success();
 }
 
+/// Expands every composite op of every function, in program order; stops at
+/// the first op that cannot be expanded (the error names it), leaving that
+/// op untouched.
 class DecomposePass : public Pass {
  public:
   std::string_view name() const override { return "decompose"; }
