@@ -110,8 +110,8 @@ int64_t rankOf(const ShapeQuery& q, size_t i) { return q.operands[i].rank(); }
 Status expectDType(const ShapeQuery& q, size_t i, DTypes set) {
   DType t = operand(q, i).dtype;
   if (accepts(set, t)) return Status::success();
-  return fail(q, operandName(i) + " has dtype " + std::string(dtypeName(t)) + ", expected " +
-                     std::string(describe(set)));
+  return fail(q,
+              operandName(i) + " has dtype " + std::string(dtypeName(t)) + ", expected " + std::string(describe(set)));
 }
 
 /// Operand `i` must have operand `ref`'s dtype.
@@ -126,8 +126,8 @@ Status expectSameDType(const ShapeQuery& q, size_t ref, size_t i) {
 Status expectRank(const ShapeQuery& q, size_t i, int64_t rank, std::string_view what = {}) {
   if (rankOf(q, i) == rank) return Status::success();
   std::string detail = what.empty() ? "" : " (" + std::string(what) + ")";
-  return fail(q, operandName(i) + " has type " + operand(q, i).str() + ", expected rank " +
-                     std::to_string(rank) + detail);
+  return fail(q,
+              operandName(i) + " has type " + operand(q, i).str() + ", expected rank " + std::to_string(rank) + detail);
 }
 
 Status expectMinRank(const ShapeQuery& q, size_t i, int64_t rank, std::string_view what) {
@@ -140,8 +140,8 @@ Status expectMinRank(const ShapeQuery& q, size_t i, int64_t rank, std::string_vi
 Status expectDim(const ShapeQuery& q, size_t i, size_t d, const Dim& want, const std::string& why) {
   const Dim& got = shapeOf(q, i)[d];
   if (dimsCompatible(got, want)) return Status::success();
-  return fail(q, operandName(i) + " has dim " + std::to_string(d) + " = " + got.str() + ", expected " +
-                     want.str() + " (" + why + ")");
+  return fail(q, operandName(i) + " has dim " + std::to_string(d) + " = " + got.str() + ", expected " + want.str() +
+                     " (" + why + ")");
 }
 
 /// Operands `a` and `b` must have the same rank and compatible dims; returns
@@ -159,8 +159,7 @@ Expected<Shape> expectSameShape(const ShapeQuery& q, size_t a, size_t b) {
 /// The declared type of result 0, for ops whose result type is not a
 /// function of their operands.
 Expected<TensorType> declaredType(const ShapeQuery& q) {
-  if (q.declared.empty())
-    return fail(q, "takes its result type from the declaration, but no result type was declared");
+  if (q.declared.empty()) return fail(q, "takes its result type from the declaration, but no result type was declared");
   return q.declared[0];
 }
 
@@ -170,8 +169,8 @@ Expected<const Attribute*> lookupAttr(const ShapeQuery& q, std::string_view name
   const Attribute* a = q.attr(name);
   if (!a) return fail(q, "requires attribute '" + std::string(name) + "'");
   if (a->kind() != kind)
-    return fail(q, "attribute '" + std::string(name) + "' must be " + std::string(attrKindName(kind)) +
-                       ", got " + std::string(attrKindName(a->kind())));
+    return fail(q, "attribute '" + std::string(name) + "' must be " + std::string(attrKindName(kind)) + ", got " +
+                       std::string(attrKindName(a->kind())));
   return a;
 }
 
@@ -221,15 +220,15 @@ Expected<int64_t> axisAttr(const ShapeQuery& q, std::string_view name, int64_t r
   if (rank == 0)
     return fail(q, "attribute '" + std::string(name) + "' = " + std::to_string(*axis) +
                        " is out of range: the operand is a scalar and has no axes");
-  return fail(q, "attribute '" + std::string(name) + "' = " + std::to_string(*axis) +
-                     " is out of range for rank " + std::to_string(rank) + " (expected " +
-                     std::to_string(-rank) + " to " + std::to_string(rank - 1) + ")");
+  return fail(q, "attribute '" + std::string(name) + "' = " + std::to_string(*axis) + " is out of range for rank " +
+                     std::to_string(rank) + " (expected " + std::to_string(-rank) + " to " + std::to_string(rank - 1) +
+                     ")");
 }
 
 /// A per-spatial-dim list: empty means `count` copies of `fill`; otherwise
 /// exactly `count` entries, each at least `min`.
-Expected<std::vector<int64_t>> spatialAttr(const ShapeQuery& q, std::string_view name, size_t count,
-                                           int64_t fill, int64_t min) {
+Expected<std::vector<int64_t>> spatialAttr(const ShapeQuery& q, std::string_view name, size_t count, int64_t fill,
+                                           int64_t min) {
   auto values = intsAttr(q, name);
   if (!values) return values.takeError();
   if (values->empty()) return std::vector<int64_t>(count, fill);
@@ -292,8 +291,8 @@ Result inferCast(const ShapeQuery& q) {
   if (!declared) return declared.takeError();
   const Shape& in = shapeOf(q, 0);
   if (declared->rank() != rankOf(q, 0))
-    return fail(q, "declared result type " + declared->str() + " must have the operand's rank " +
-                       std::to_string(rankOf(q, 0)));
+    return fail(
+        q, "declared result type " + declared->str() + " must have the operand's rank " + std::to_string(rankOf(q, 0)));
   Shape shape = in;
   for (size_t d = 0; d < in.size(); ++d) shape[d] = refineDim(in[d], declared->shape[d]);
   return Types{{declared->dtype, std::move(shape)}};
@@ -337,16 +336,15 @@ Result inferIota(const ShapeQuery& q) {
 Result inferRandom(const ShapeQuery& q) {
   auto declared = declaredType(q);
   if (!declared) return declared.takeError();
-  if (!isFloat(declared->dtype))
-    return fail(q, "declared result type " + declared->str() + " must have a float dtype");
+  if (!isFloat(declared->dtype)) return fail(q, "declared result type " + declared->str() + " must have a float dtype");
   if (q.kind == OpKind::RandomUniform) {
     auto low = floatAttr(q, "low");
     if (!low) return low.takeError();
     auto high = floatAttr(q, "high");
     if (!high) return high.takeError();
     if (!(*low <= *high))
-      return fail(q, "attribute 'low' = " + std::to_string(*low) + " must not exceed 'high' = " +
-                         std::to_string(*high));
+      return fail(q,
+                  "attribute 'low' = " + std::to_string(*low) + " must not exceed 'high' = " + std::to_string(*high));
   } else {
     auto stddev = floatAttr(q, "std");
     if (!stddev) return stddev.takeError();
@@ -366,8 +364,7 @@ Result inferBroadcast(const ShapeQuery& q) {
     return fail(q, "declared result type " + declared->str() + " must have the operand's dtype " +
                        std::string(dtypeName(in.dtype)));
   if (auto mismatch = broadcastToMismatch(in.shape, declared->shape))
-    return fail(q, "operand 0 of type " + in.str() + " does not broadcast to " + declared->str() + ": " +
-                       *mismatch);
+    return fail(q, "operand 0 of type " + in.str() + " does not broadcast to " + declared->str() + ": " + *mismatch);
   // A static non-1 operand dim fixes the result dim it maps to.
   TensorType result = *declared;
   size_t offset = result.shape.size() - in.shape.size();
@@ -399,9 +396,8 @@ Result inferReshape(const ShapeQuery& q) {
   // count, and a single non-static dim is the quotient.
   if (*known == 0) return Types{result};
   if (*count % *known != 0)
-    return fail(q, "result " + result.str() + " cannot hold the " + std::to_string(*count) +
-                       " elements of operand 0 " + in.str() + ": its static dims multiply to " +
-                       std::to_string(*known));
+    return fail(q, "result " + result.str() + " cannot hold the " + std::to_string(*count) + " elements of operand 0 " +
+                       in.str() + ": its static dims multiply to " + std::to_string(*known));
   auto open = std::count_if(result.shape.begin(), result.shape.end(), [](const Dim& d) { return !d.isStatic(); });
   if (open == 1)
     for (Dim& d : result.shape)
@@ -606,8 +602,7 @@ Result inferReduce(const ShapeQuery& q) {
     if (!axis)
       return fail(q, "attribute 'axes' entry " + std::to_string(i) + " = " + std::to_string((*axes)[i]) +
                          " is out of range for rank " + std::to_string(rank));
-    if (reduced[*axis])
-      return fail(q, "attribute 'axes' names axis " + std::to_string(*axis) + " more than once");
+    if (reduced[*axis]) return fail(q, "attribute 'axes' names axis " + std::to_string(*axis) + " more than once");
     reduced[*axis] = true;
   }
   Shape shape;
@@ -667,17 +662,17 @@ struct Window {
   bool ceilMode = false;
 };
 
-Expected<Dim> windowOutput(const ShapeQuery& q, size_t spatial, const Dim& in, const Dim& kernel,
-                           const Window& w) {
+Expected<Dim> windowOutput(const ShapeQuery& q, size_t spatial, const Dim& in, const Dim& kernel, const Window& w) {
   if (!in.isStatic() || !kernel.isStatic()) return Dim::unknown();
+  if (kernel.size < 1) return fail(q, "spatial dim " + std::to_string(spatial) + ": the kernel is empty");
   Wide padded = Wide(in.size) + w.padBegin + w.padEnd;
   Wide extent = Wide(w.dilation) * (kernel.size - 1) + 1;
-  if (kernel.size < 1 || padded < extent)
+  if (padded < extent) {
+    std::string kernelSpan = extent > kInt64Max ? "over 2^63" : std::to_string(static_cast<int64_t>(extent));
     return fail(q, "spatial dim " + std::to_string(spatial) + ": the padded input (" + in.str() + " + " +
                        std::to_string(w.padBegin) + " + " + std::to_string(w.padEnd) +
-                       ") is smaller than the dilated kernel (" + std::to_string(static_cast<int64_t>(
-                           std::min<Wide>(extent, kInt64Max))) +
-                       "), so the output would be empty");
+                       ") is smaller than the dilated kernel (" + kernelSpan + "), so the output would be empty");
+  }
   Wide span = padded - extent;
   Wide out = (w.ceilMode ? (span + w.stride - 1) / w.stride : span / w.stride) + 1;
   // With ceil_mode, a last window that would start in the end padding is dropped.
@@ -732,8 +727,8 @@ Result inferConv(const ShapeQuery& q) {
   if (x[1].isStatic() && x[1].size % *groups != 0)
     return fail(q, "operand 0 has " + x[1].str() + " channels, not divisible by groups = " + std::to_string(*groups));
   if (w[0].isStatic() && w[0].size % *groups != 0)
-    return fail(q, "operand 1 has " + w[0].str() + " output channels, not divisible by groups = " +
-                       std::to_string(*groups));
+    return fail(
+        q, "operand 1 has " + w[0].str() + " output channels, not divisible by groups = " + std::to_string(*groups));
   Dim perGroup = x[1].isStatic() ? Dim::fixed(x[1].size / *groups) : Dim::unknown();
   if (*groups == 1) perGroup = x[1];
   KILN_TRY(expectDim(q, 1, 1, perGroup, "operand 0's channels / groups"));
@@ -789,8 +784,8 @@ Result inferConvTranspose(const ShapeQuery& q) {
       shape.push_back(Dim::unknown());
       continue;
     }
-    Wide out = Wide(win.stride) * (in.size - 1) + extra + Wide(win.dilation) * (k.size - 1) + 1 - win.padBegin -
-               win.padEnd;
+    Wide out =
+        Wide(win.stride) * (in.size - 1) + extra + Wide(win.dilation) * (k.size - 1) + 1 - win.padBegin - win.padEnd;
     if (in.size < 1 || k.size < 1 || out < 1)
       return fail(q, "spatial dim " + std::to_string(i) + ": input " + in.str() + " and kernel " + k.str() +
                          " give an empty output after removing pads " + std::to_string(win.padBegin) + " and " +
@@ -851,8 +846,8 @@ Result inferLayerNorm(const ShapeQuery& q) {
   for (size_t i = 1; i < q.operands.size(); ++i) {
     KILN_TRY(expectSameDType(q, 0, i));
     if (auto mismatch = broadcastToMismatch(shapeOf(q, i), normalized))
-      return fail(q, operandName(i) + " of type " + operand(q, i).str() + " does not broadcast to the normalized dims " +
-                         shapeStr(normalized) + ": " + *mismatch);
+      return fail(q, operandName(i) + " of type " + operand(q, i).str() +
+                         " does not broadcast to the normalized dims " + shapeStr(normalized) + ": " + *mismatch);
   }
   return Types{operand(q, 0)};
 }
@@ -1001,6 +996,7 @@ Result inferReturn(const ShapeQuery&) { return Types{}; }
 // ends up with it at compile time, so it is never called.
 Result noRule(const ShapeQuery& q) { return fail(q, "has no shape rule"); }
 
+// clang-format off
 // The rule shared by a class, where its ops have one.
 template <OpClass C>
 constexpr Rule kClassRule = &noRule;
@@ -1053,6 +1049,7 @@ template <> constexpr Rule kOwnRule<OpKind::Attention> = &inferAttention;
 template <> constexpr Rule kOwnRule<OpKind::CrossEntropy> = &inferClassLoss;
 template <> constexpr Rule kOwnRule<OpKind::NllLoss> = &inferClassLoss;
 template <> constexpr Rule kOwnRule<OpKind::MseLoss> = &inferMseLoss;
+// clang-format on
 
 template <OpKind K, OpClass C>
 constexpr Rule ruleFor() {
@@ -1094,10 +1091,10 @@ Expected<std::vector<TensorType>> inferResultTypes(const ShapeQuery& q) {
   const OpInfo& info = opInfo(q.kind);
   int count = static_cast<int>(q.operands.size());
   if (count < info.minOperands || (info.maxOperands >= 0 && count > info.maxOperands)) {
-    std::string expected = info.maxOperands < 0            ? "at least " + std::to_string(info.minOperands)
-                           : info.minOperands == info.maxOperands ? std::to_string(info.minOperands)
-                                                                   : std::to_string(info.minOperands) + " to " +
-                                                                         std::to_string(info.maxOperands);
+    std::string expected = info.maxOperands < 0 ? "at least " + std::to_string(info.minOperands)
+                           : info.minOperands == info.maxOperands
+                               ? std::to_string(info.minOperands)
+                               : std::to_string(info.minOperands) + " to " + std::to_string(info.maxOperands);
     return fail(q, "has " + std::to_string(count) + (count == 1 ? " operand" : " operands") + ", expected " + expected);
   }
   return kRules[static_cast<size_t>(q.kind)](q);

@@ -106,8 +106,7 @@ class FunctionVerifier {
       ok = false;
     }
     if (info.numResults >= 0 && static_cast<int>(op.numResults()) != info.numResults) {
-      emit(op.emitError("has " + count(op.numResults(), "result") + ", expected " +
-                        std::to_string(info.numResults)));
+      emit(op.emitError("has " + count(op.numResults(), "result") + ", expected " + std::to_string(info.numResults)));
       ok = false;
     }
     return ok;
@@ -170,8 +169,8 @@ class FunctionVerifier {
     }
     const auto& expected = f_.resultTypes();
     if (last->numOperands() != expected.size()) {
-      emit(last->emitError("returns " + count(last->numOperands(), "value") + ", but @" + f_.name() +
-                           " declares " + count(expected.size(), "result")));
+      emit(last->emitError("returns " + count(last->numOperands(), "value") + ", but @" + f_.name() + " declares " +
+                           count(expected.size(), "result")));
       return;
     }
     for (size_t i = 0; i < expected.size(); ++i) {

@@ -119,7 +119,8 @@ TEST(ShapeRulesTest, UnaryOpsCheckTheirDTypes) {
   EXPECT_EQ(infer(OpKind::Exp, {"f16[2,N]"}), "f16[2,N]");
   EXPECT_EQ(infer(OpKind::Exp, {"i32[2]"}), "error: 'exp' operand 0 has dtype i32, expected a float dtype");
   EXPECT_EQ(infer(OpKind::Neg, {"i64[]"}), "i64[]");
-  EXPECT_EQ(infer(OpKind::Relu, {"bool[2]"}), "error: 'relu' operand 0 has dtype bool, expected a numeric dtype (not bool)");
+  EXPECT_EQ(infer(OpKind::Relu, {"bool[2]"}),
+            "error: 'relu' operand 0 has dtype bool, expected a numeric dtype (not bool)");
   EXPECT_EQ(infer(OpKind::Not, {"bool[3]"}), "bool[3]");
   EXPECT_EQ(infer(OpKind::Not, {"f32[3]"}), "error: 'not' operand 0 has dtype f32, expected bool");
   EXPECT_EQ(infer(OpKind::IsNan, {"f64[?,4]"}), "bool[?,4]");
@@ -213,8 +214,7 @@ TEST(ShapeRulesTest, TransposePermutesDims) {
             "error: 'transpose' attribute 'perm' is not a permutation of 0..1: entry 1 = 0 is repeated");
   EXPECT_EQ(infer(OpKind::Transpose, {"f32[2,3]"}, {{"perm", Attribute(Ints{0})}}),
             "error: 'transpose' attribute 'perm' has 1 entries, expected 2 (the operand's rank)");
-  EXPECT_EQ(infer(OpKind::Transpose, {"f32[2,3]"}),
-            "error: 'transpose' requires attribute 'perm'");
+  EXPECT_EQ(infer(OpKind::Transpose, {"f32[2,3]"}), "error: 'transpose' requires attribute 'perm'");
 }
 
 std::string slice(std::string_view type, Ints starts, Ints ends, Ints steps) {
@@ -225,10 +225,10 @@ std::string slice(std::string_view type, Ints starts, Ints ends, Ints steps) {
 TEST(ShapeRulesTest, SliceFollowsPythonSemantics) {
   EXPECT_EQ(slice("f32[10]", {2}, {8}, {2}), "f32[3]");
   EXPECT_EQ(slice("f32[10]", {-3}, {kMax}, {1}), "f32[3]");
-  EXPECT_EQ(slice("f32[10]", {0}, {100}, {1}), "f32[10]");  // end clamps to the dim
-  EXPECT_EQ(slice("f32[10]", {5}, {2}, {1}), "f32[0]");     // empty, never negative
-  EXPECT_EQ(slice("f32[10]", {8}, {2}, {-3}), "f32[2]");    // 8, 5
-  EXPECT_EQ(slice("f32[10]", {-1}, {kMin}, {-1}), "f32[10]");  // the whole dim reversed
+  EXPECT_EQ(slice("f32[10]", {0}, {100}, {1}), "f32[10]");      // end clamps to the dim
+  EXPECT_EQ(slice("f32[10]", {5}, {2}, {1}), "f32[0]");         // empty, never negative
+  EXPECT_EQ(slice("f32[10]", {8}, {2}, {-3}), "f32[2]");        // 8, 5
+  EXPECT_EQ(slice("f32[10]", {-1}, {kMin}, {-1}), "f32[10]");   // the whole dim reversed
   EXPECT_EQ(slice("f32[10]", {kMax}, {kMin}, {-4}), "f32[3]");  // 9, 5, 1
   EXPECT_EQ(slice("f32[10]", {0}, {10}, {kMax}), "f32[1]");
   EXPECT_EQ(slice("f32[10]", {9}, {-11}, {kMin}), "f32[1]");
@@ -287,8 +287,7 @@ TEST(ShapeRulesTest, GatherReplacesTheAxisByTheIndicesShape) {
   EXPECT_EQ(infer(OpKind::GatherElements, {"f32[5,4]", "i64[2,4]"}), "f32[2,4]");
   EXPECT_EQ(infer(OpKind::GatherElements, {"f32[5,4]", "i64[2,6]"}),
             "error: 'gather_elements' operand 1 has dim 1 = 6, expected at most 4 (operand 0's dim 1)");
-  EXPECT_EQ(infer(OpKind::ScatterElements, {"f32[5,4]", "i64[2,4]", "f32[2,4]"},
-                  {{"reduction", Attribute("add")}}),
+  EXPECT_EQ(infer(OpKind::ScatterElements, {"f32[5,4]", "i64[2,4]", "f32[2,4]"}, {{"reduction", Attribute("add")}}),
             "f32[5,4]");
   EXPECT_EQ(infer(OpKind::ScatterElements, {"f32[5,4]", "i64[2,4]", "f32[2,3]"}),
             "error: 'scatter_elements' operand 2 has dim 1 = 3, expected 4 (operand 1's dim 1)");

@@ -129,10 +129,10 @@ TEST(VerifierTest, ChecksAttributesAgainstTheOpTable) {
   b.create(OpKind::Softmax, {x}, {f32({d(2)})}, {{"axis", Attribute(0.5)}});
   b.create(OpKind::ReduceSum, {x}, {f32({})});
   b.ret({x});
-  EXPECT_EQ(diagnostics(m), (Messages{"'softmax' has unknown attribute 'axes'; valid attributes: 'axis'",
-                                      "'relu' has unknown attribute 'alpha' (it takes no attributes)",
-                                      "'softmax' attribute 'axis' must be int, got float",
-                                      "'reduce_sum' requires attribute 'axes'"}));
+  EXPECT_EQ(diagnostics(m),
+            (Messages{"'softmax' has unknown attribute 'axes'; valid attributes: 'axis'",
+                      "'relu' has unknown attribute 'alpha' (it takes no attributes)",
+                      "'softmax' attribute 'axis' must be int, got float", "'reduce_sum' requires attribute 'axes'"}));
 }
 
 TEST(VerifierTest, ChecksTheReturn) {
