@@ -290,10 +290,11 @@ Lowered unrollRecurrence(Emitter& e, const Op& op, int64_t numGates, int64_t num
   Dim batch = xType.shape[1];
   Dim h = Dim::fixed(hidden);
 
-  // A [dirs, d...] operand's slice for direction `dir`, without the dirs axis.
+  // A [dirs, d...] operand's part for direction `dir`, without the dirs axis.
   auto ofDirection = [&](Value* v, int64_t dir) {
-    Shape rest(v->type().shape.begin() + 1, v->type().shape.end());
-    return e.reshape(e.sliceAxis(v, 0, dir, dir + 1), rest);
+    const Shape& shape = v->type().shape;
+    Value* part = shape[0] == Dim::fixed(1) ? v : e.sliceAxis(v, 0, dir, dir + 1);
+    return e.reshape(part, Shape(shape.begin() + 1, shape.end()));
   };
 
   std::vector<Value*> ys;
