@@ -46,12 +46,12 @@ std::optional<Dim> broadcastDim(const Dim& a, const Dim& b) {
   if (b.isStatic() && b.size == 1) return a;
   if (a.isStatic() && b.isStatic()) return std::nullopt;
   // A static non-1 dim fixes the result whatever the other dim is at run time
-  // (it is either 1 or equal); so does a symbol against an unknown dim.
+  // (it is either 1 or equal). Between two non-static dims that differ (two
+  // symbols, or a symbol and `?`) either may be 1, so the result is unknown:
+  // claiming the symbol would be wrong when it is 1 and the other is not.
   if (a.isStatic()) return a;
   if (b.isStatic()) return b;
-  if (a.isUnknown()) return b;
-  if (b.isUnknown()) return a;
-  return Dim::unknown();  // two different symbols: either may be 1
+  return Dim::unknown();
 }
 
 /// Where `from` fails to broadcast to exactly `to`, or nullopt when it does.

@@ -86,9 +86,11 @@ TEST(ShapeRulesTest, BroadcastsSymbolicAndUnknownDims) {
   EXPECT_EQ(broadcast("N", "M"), "[?]");  // either may be 1
   EXPECT_EQ(broadcast("?", "1"), "[?]");
   EXPECT_EQ(broadcast("?", "5"), "[5]");
-  EXPECT_EQ(broadcast("?", "N"), "[N]");
+  EXPECT_EQ(broadcast("?", "N"), "[?]");  // N may be 1 while ? is not
+  EXPECT_EQ(broadcast("N", "?"), "[?]");
   EXPECT_EQ(broadcast("?", "?"), "[?]");
-  EXPECT_EQ(broadcast("N,1", "?,4"), "[N,4]");
+  EXPECT_EQ(broadcast("N,1", "?,4"), "[?,4]");
+  EXPECT_EQ(broadcast("N,1", "N,4"), "[N,4]");
 }
 
 TEST(ShapeRulesTest, NormalizesAxes) {
