@@ -29,7 +29,8 @@ std::optional<TensorType> refineType(const TensorType& declared, const TensorTyp
 /// becomes more precise and never less: static beats symbolic, symbolic
 /// beats unknown, and a declared symbol is kept over another symbol. Types
 /// that contradict the rule (another dtype or rank, two different static
-/// sizes) are an error naming the op. Function arguments are left alone:
+/// sizes) are an error naming the op; the pass stops there, keeping the
+/// refinements made before it. Function arguments are left alone:
 /// they are the function's contract with its callers.
 ///
 ///   %y = add(%x, %b) : f32[?,?]      with %x: f32[N,3], %b: f32[3]
