@@ -5,6 +5,7 @@
 // output and printing again reproduces it exactly.
 #include "ir/Printer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -207,7 +208,8 @@ void printLoc(std::ostream& os, const Location& loc) {
   os << " loc(";
   if (loc.kind == Location::Kind::FileLineCol) {
     printString(os, loc.file);
-    os << ':' << loc.line << ':' << loc.col;
+    // The parser reads only non-negative positions.
+    os << ':' << std::max(loc.line, 0) << ':' << std::max(loc.col, 0);
   } else {
     if (!loc.file.empty()) {
       printString(os, loc.file);
