@@ -3,8 +3,8 @@
 // print, verify without crashing (bad IR is reported, not asserted), and
 // print back to the same text after a second parse.
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <string_view>
 
 #include "ir/Parser.h"

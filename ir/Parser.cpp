@@ -23,14 +23,26 @@ constexpr int64_t kMaxElements = int64_t{1} << 40;
 
 enum class Tok {
   Eof,
-  Ident,       // func, return, loc, dense, true, inf, f32, add, N, ...
-  FuncName,    // @name or @"name" (text excludes `@`)
-  ValueName,   // %name (text excludes `%`)
-  Int,         // -12
-  Float,       // 1.5, -2e-3, -inf, -nan
-  String,      // "..." (text is the decoded contents)
-  LParen, RParen, LBrace, RBrace, LSquare, RSquare, Less, Greater,
-  Comma, Colon, Equal, Arrow, Question,
+  Ident,      // func, return, loc, dense, true, inf, f32, add, N, ...
+  FuncName,   // @name or @"name" (text excludes `@`)
+  ValueName,  // %name (text excludes `%`)
+  Int,        // -12
+  Float,      // 1.5, -2e-3, -inf, -nan
+  String,     // "..." (text is the decoded contents)
+  // Punctuation: ( ) { } [ ] < > , : = -> ?
+  LParen,
+  RParen,
+  LBrace,
+  RBrace,
+  LSquare,
+  RSquare,
+  Less,
+  Greater,
+  Comma,
+  Colon,
+  Equal,
+  Arrow,
+  Question,
 };
 
 struct Token {
@@ -125,9 +137,7 @@ class Lexer {
   Error errorAt(int line, int col, const std::string& message) const { return Error(message, location(line, col)); }
 
  private:
-  char peekChar(size_t ahead) const {
-    return pos_ + ahead < text_.size() ? text_[pos_ + ahead] : '\0';
-  }
+  char peekChar(size_t ahead) const { return pos_ + ahead < text_.size() ? text_[pos_ + ahead] : '\0'; }
 
   void advance(size_t n) {
     for (size_t i = 0; i < n && pos_ < text_.size(); ++i, ++pos_) {
@@ -274,9 +284,7 @@ class Parser {
   Status consume() { return lexer_.next(tok_); }
   bool isKeyword(std::string_view word) const { return tok_.kind == Tok::Ident && tok_.text == word; }
   Error error(const std::string& message) const { return errorAt(tok_, message); }
-  Error errorAt(const Token& at, const std::string& message) const {
-    return lexer_.errorAt(at.line, at.col, message);
-  }
+  Error errorAt(const Token& at, const std::string& message) const { return lexer_.errorAt(at.line, at.col, message); }
   Location sourceLoc(const Token& at) const { return lexer_.location(at.line, at.col); }
 
   /// Consumes a token of `kind`, or fails with "expected <what>".
@@ -302,8 +310,7 @@ class Parser {
     const char* begin = t.text.data();
     const char* end = begin + t.text.size();
     auto [ptr, ec] = std::from_chars(begin, end, out);
-    if (ec != std::errc() || ptr != end)
-      return errorAt(t, "integer literal " + t.text + " does not fit in 64 bits");
+    if (ec != std::errc() || ptr != end) return errorAt(t, "integer literal " + t.text + " does not fit in 64 bits");
     return Status::success();
   }
 
@@ -331,7 +338,8 @@ class Parser {
     if (tok_.kind != Tok::Ident) return error("expected a tensor type such as f32[2,?]" + describeFound());
     auto dtype = parseDType(tok_.text);
     if (!dtype)
-      return error("unknown element type '" + tok_.text + "' (expected f64, f32, f16, bf16, i64, i32, i16, i8, u8 or bool)");
+      return error("unknown element type '" + tok_.text +
+                   "' (expected f64, f32, f16, bf16, i64, i32, i16, i8, u8 or bool)");
     out.dtype = *dtype;
     out.shape.clear();
     KILN_TRY(consume());
@@ -535,7 +543,8 @@ class Parser {
     Location loc = sourceLoc(first);
     if (isKeyword("loc")) KILN_TRY(parseLoc(loc));
 
-    Op* op = f.insert(nullptr, Op::create(*kind, std::move(operands), std::move(types), std::move(attrs), std::move(loc)));
+    Op* op =
+        f.insert(nullptr, Op::create(*kind, std::move(operands), std::move(types), std::move(attrs), std::move(loc)));
     for (size_t i = 0; i < resultNames.size(); ++i) {
       op->result(i)->setName(resultNames[i].text);
       KILN_TRY(define(resultNames[i], op->result(i)));
@@ -569,7 +578,8 @@ class Parser {
     KILN_TRY(consume());  // '{'
     if (tok_.kind == Tok::RBrace) return consume();
     while (true) {
-      if (tok_.kind != Tok::Ident) return error("expected an attribute name in the attributes of " + opName + describeFound());
+      if (tok_.kind != Tok::Ident)
+        return error("expected an attribute name in the attributes of " + opName + describeFound());
       Token nameTok = tok_;
       const AttrSpec* spec = info.findAttr(tok_.text);
       if (!spec) return error("unknown attribute '" + tok_.text + "' for " + opName + " (" + expectedAttrs(info) + ")");
@@ -632,11 +642,8 @@ class Parser {
         out.value = Attribute(v);
         return consume();
       }
-      case Tok::String:
-        out.value = Attribute(tok_.text);
-        return consume();
-      case Tok::LSquare:
-        return parseNumberList(out);
+      case Tok::String: out.value = Attribute(tok_.text); return consume();
+      case Tok::LSquare: return parseNumberList(out);
       case Tok::Ident:
         if (isKeyword("true") || isKeyword("false")) {
           out.value = Attribute(tok_.text == "true");
@@ -650,8 +657,7 @@ class Parser {
         }
         if (isKeyword("dense")) return parseDense(out);
         break;
-      default:
-        break;
+      default: break;
     }
     return error("expected an attribute value (a number, true/false, a string, a list or dense<...>)" +
                  describeFound());
@@ -754,8 +760,8 @@ class Parser {
     KILN_TRY(parseInt(e, v));
     auto [lo, hi] = integerRange(dt);
     if (v < lo || v > hi)
-      return errorAt(e, "element " + e.text + " is out of the range of " + dtName + " (" + std::to_string(lo) +
-                            " to " + std::to_string(hi) + ")");
+      return errorAt(e, "element " + e.text + " is out of the range of " + dtName + " (" + std::to_string(lo) + " to " +
+                            std::to_string(hi) + ")");
     t.setInt(i, v);
     return Status::success();
   }

@@ -18,8 +18,8 @@ namespace kiln {
 namespace {
 
 bool isValueNameChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-         c == '.' || c == '$' || c == '-';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+         c == '$' || c == '-';
 }
 
 bool isIdentStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
@@ -58,7 +58,8 @@ std::string layoutDecimal(bool negative, std::string digits, int exponent) {
   }
   if (exponent < 0) return s + "0." + std::string(static_cast<size_t>(-exponent - 1), '0') + digits;
   if (exponent + 1 >= n) return s + digits + std::string(static_cast<size_t>(exponent + 1 - n), '0') + ".0";
-  return s + digits.substr(0, static_cast<size_t>(exponent + 1)) + "." + digits.substr(static_cast<size_t>(exponent + 1));
+  return s + digits.substr(0, static_cast<size_t>(exponent + 1)) + "." +
+         digits.substr(static_cast<size_t>(exponent + 1));
 }
 
 /// `d` with the fewest significant digits (from `minDigits`) that
@@ -89,15 +90,15 @@ std::string shortestFloat(double d, int minDigits, int maxDigits, ReadsBack read
 int firstDigits(bool subnormal, int normalMinimum) { return subnormal ? 1 : normalMinimum; }
 
 std::string formatDouble(double d) {
-  return shortestFloat(d, firstDigits(std::fpclassify(d) == FP_SUBNORMAL, 15), 17, [d](double back) { return back == d && std::signbit(back) == std::signbit(d); });
+  return shortestFloat(d, firstDigits(std::fpclassify(d) == FP_SUBNORMAL, 15), 17,
+                       [d](double back) { return back == d && std::signbit(back) == std::signbit(d); });
 }
 
 /// An element of a dense tensor, in the precision of its dtype.
 std::string formatElement(const DenseTensor& t, int64_t i) {
   DType dt = t.type.dtype;
   switch (dt) {
-    case DType::F64:
-      return formatDouble(t.getDouble(i));
+    case DType::F64: return formatDouble(t.getDouble(i));
     case DType::F32: {
       float f = static_cast<float>(t.getDouble(i));
       return shortestFloat(f, firstDigits(std::fpclassify(f) == FP_SUBNORMAL, 6), 9, [f](double back) {
@@ -107,17 +108,16 @@ std::string formatElement(const DenseTensor& t, int64_t i) {
     }
     case DType::F16: {
       uint16_t h = floatToHalf(static_cast<float>(t.getDouble(i)));
-      return shortestFloat(halfToFloat(h), 1, 9, [h](double back) { return floatToHalf(static_cast<float>(back)) == h; });
+      return shortestFloat(halfToFloat(h), 1, 9,
+                           [h](double back) { return floatToHalf(static_cast<float>(back)) == h; });
     }
     case DType::BF16: {
       uint16_t b = floatToBFloat16(static_cast<float>(t.getDouble(i)));
       return shortestFloat(bfloat16ToFloat(b), 1, 9,
                            [b](double back) { return floatToBFloat16(static_cast<float>(back)) == b; });
     }
-    case DType::Bool:
-      return t.getInt(i) ? "true" : "false";
-    default:
-      return std::to_string(t.getInt(i));
+    case DType::Bool: return t.getInt(i) ? "true" : "false";
+    default: return std::to_string(t.getInt(i));
   }
 }
 

@@ -114,8 +114,16 @@ TEST(ParserTest, RoundTripsEveryDType) {
   std::string results;
   std::string values;
   int i = 0;
-  const char* elements[] = {"1.5, -2.0", "0.25, 3.0", "0.5, -1.0", "0.5, 2.0", "-9223372036854775808, 9223372036854775807",
-                            "-2147483648, 2147483647", "-32768, 32767", "-128, 127", "0, 255", "true, false"};
+  const char* elements[] = {"1.5, -2.0",
+                            "0.25, 3.0",
+                            "0.5, -1.0",
+                            "0.5, 2.0",
+                            "-9223372036854775808, 9223372036854775807",
+                            "-2147483648, 2147483647",
+                            "-32768, 32767",
+                            "-128, 127",
+                            "0, 255",
+                            "true, false"};
   for (DType dt : kAllDTypes) {
     std::string type = std::string(dtypeName(dt)) + "[2]";
     std::string name = "%c" + std::to_string(i);
@@ -147,11 +155,12 @@ TEST(ParserTest, RoundTripsSymbolicDimsScalarsAndEmptyResults) {
 }
 
 TEST(ParserTest, RoundTripsMultiResultOps) {
-  expectRoundTrip(wrap("(%x: f32[5,2,3], %w: f32[1,16,3], %r: f32[1,16,4], %b: f32[1,32], %h: f32[2,1,4], "
-                       "%c: f32[1,2,4]) -> (f32[5,1,2,4], f32[1,2,4], f32[1,2,4])",
-                       "  %y, %yh, %yc = lstm(%x, %w, %r, %b, %h, %c) {hidden_size = 4} : f32[5,1,2,4], f32[1,2,4], "
-                       "f32[1,2,4]\n"
-                       "  return %y, %yh, %yc\n"));
+  expectRoundTrip(
+      wrap("(%x: f32[5,2,3], %w: f32[1,16,3], %r: f32[1,16,4], %b: f32[1,32], %h: f32[2,1,4], "
+           "%c: f32[1,2,4]) -> (f32[5,1,2,4], f32[1,2,4], f32[1,2,4])",
+           "  %y, %yh, %yc = lstm(%x, %w, %r, %b, %h, %c) {hidden_size = 4} : f32[5,1,2,4], f32[1,2,4], "
+           "f32[1,2,4]\n"
+           "  return %y, %yh, %yc\n"));
 }
 
 TEST(ParserTest, RoundTripsEveryLocationKind) {
@@ -203,9 +212,19 @@ double padValueRoundTrip(double v, std::string* printed = nullptr) {
 }
 
 TEST(ParserTest, FloatEdgeValuesRoundTripExactly) {
-  const double values[] = {0.0,  -0.0, 0.1, 1e-45, 1e-5, 5e-324, 2.2250738585072014e-308,
-                           1.7976931348623157e308, 1.0 / 3.0, 123456789.0, -1e100,
-                           std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()};
+  const double values[] = {0.0,
+                           -0.0,
+                           0.1,
+                           1e-45,
+                           1e-5,
+                           5e-324,
+                           2.2250738585072014e-308,
+                           1.7976931348623157e308,
+                           1.0 / 3.0,
+                           123456789.0,
+                           -1e100,
+                           std::numeric_limits<double>::infinity(),
+                           -std::numeric_limits<double>::infinity()};
   for (double v : values) EXPECT_EQ(bitsOf(padValueRoundTrip(v)), bitsOf(v)) << v;
   EXPECT_TRUE(std::isnan(padValueRoundTrip(std::nan(""))));
 
@@ -254,8 +273,14 @@ DenseTensor denseRoundTrip(const DenseTensor& t, std::string* printed = nullptr)
 }
 
 TEST(ParserTest, F32ElementsRoundTripInTheirOwnPrecision) {
-  const float values[] = {0.1f, -0.0f, 1e-45f, 3.4028235e38f, 16777216.0f, 1.0f / 3.0f,
-                          std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  const float values[] = {0.1f,
+                          -0.0f,
+                          1e-45f,
+                          3.4028235e38f,
+                          16777216.0f,
+                          1.0f / 3.0f,
+                          std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN()};
   DenseTensor t = DenseTensor::zeros({DType::F32, staticShape({std::size(values)})});
   for (size_t i = 0; i < std::size(values); ++i) t.setDouble(static_cast<int64_t>(i), values[i]);
   std::string printed;
@@ -363,9 +388,9 @@ TEST(ParserTest, ReportsUnknownOp) {
 TEST(ParserTest, ReportsUndefinedAndForwardReferencedValues) {
   EXPECT_EQ(parseError(wrap("(%x: f32[2]) -> f32[2]", "  %y = neg(%z) : f32[2]\n  return %y\n")),
             "test.kir:2:12: error: use of undefined value %z");
-  EXPECT_EQ(parseError(wrap("(%x: f32[2]) -> f32[2]",
-                            "  %y = neg(%w) : f32[2]\n  %w = neg(%x) : f32[2]\n  return %y\n")),
-            "test.kir:2:12: error: use of undefined value %w");
+  EXPECT_EQ(
+      parseError(wrap("(%x: f32[2]) -> f32[2]", "  %y = neg(%w) : f32[2]\n  %w = neg(%x) : f32[2]\n  return %y\n")),
+      "test.kir:2:12: error: use of undefined value %w");
   // Values do not leak from one function into the next.
   EXPECT_EQ(parseError("func @a(%x: f32[]) -> f32[] {\n  return %x\n}\nfunc @b() -> f32[] {\n  return %x\n}\n"),
             "test.kir:5:10: error: use of undefined value %x");
@@ -406,17 +431,20 @@ TEST(ParserTest, ReportsMissingPunctuationAndTypeCountMismatch) {
             "test.kir:2:3: error: op 'gru' declares 2 results but has 1 type");
   EXPECT_EQ(parseError("func @f(%x f32[2]) -> () {\n  return\n}\n"),
             "test.kir:1:12: error: expected ':' after argument %x, found 'f32'");
-  EXPECT_EQ(parseError("func @f() -> () {\n  return\n"), "test.kir:3:1: error: expected '}' at the end of @f, found end of input");
+  EXPECT_EQ(parseError("func @f() -> () {\n  return\n"),
+            "test.kir:3:1: error: expected '}' at the end of @f, found end of input");
   EXPECT_EQ(parseError("module {}"), "test.kir:1:1: error: expected 'func' at the start of a function definition");
 }
 
 TEST(ParserTest, ReportsBadTypesAndSizes) {
-  EXPECT_EQ(parseError("func @f(%x: f33[2]) -> () {\n  return\n}\n"),
-            "test.kir:1:13: error: unknown element type 'f33' (expected f64, f32, f16, bf16, i64, i32, i16, i8, u8 or bool)");
+  EXPECT_EQ(
+      parseError("func @f(%x: f33[2]) -> () {\n  return\n}\n"),
+      "test.kir:1:13: error: unknown element type 'f33' (expected f64, f32, f16, bf16, i64, i32, i16, i8, u8 or bool)");
   EXPECT_EQ(parseError("func @f(%x: f32[-2]) -> () {\n  return\n}\n"),
             "test.kir:1:17: error: dimension -2 is out of range (expected 0 to 2^40, '?' or a symbol)");
-  EXPECT_EQ(parseError("func @f(%x: f32[99999999999999999999]) -> () {\n  return\n}\n"),
-            "test.kir:1:17: error: dimension 99999999999999999999 is out of range (expected 0 to 2^40, '?' or a symbol)");
+  EXPECT_EQ(
+      parseError("func @f(%x: f32[99999999999999999999]) -> () {\n  return\n}\n"),
+      "test.kir:1:17: error: dimension 99999999999999999999 is out of range (expected 0 to 2^40, '?' or a symbol)");
   EXPECT_EQ(parseError("func @f(%x: f32[1048576,1048576,2]) -> () {\n  return\n}\n"),
             "test.kir:1:33: error: type f32 has more than 2^40 elements");
   // A huge type with no data costs nothing before the count is checked.
