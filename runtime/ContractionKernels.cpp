@@ -35,6 +35,7 @@ struct Window {
   std::vector<int64_t> padBegin;   // all 0 when unset
   std::vector<int64_t> padEnd;
   std::vector<int64_t> dilations;  // all 1 when unset
+  std::vector<std::vector<int64_t>> taps;  // every offset within the kernel, row-major
 };
 
 Expected<Window> readWindow(const Op& op, std::vector<int64_t> kernel) {
@@ -55,6 +56,8 @@ Expected<Window> readWindow(const Op& op, std::vector<int64_t> kernel) {
       return op.emitError("strides and dilations must be positive");
   w.padBegin.assign(pads.begin(), pads.begin() + static_cast<std::ptrdiff_t>(k));
   w.padEnd.assign(pads.begin() + static_cast<std::ptrdiff_t>(k), pads.end());
+  w.taps.resize(static_cast<size_t>(product(w.kernel)));
+  for (size_t t = 0; t < w.taps.size(); ++t) unravel(static_cast<int64_t>(t), w.kernel, w.taps[t]);
   return w;
 }
 
@@ -159,7 +162,7 @@ Status Conv(const KernelCall& c) {
 
   withComputeType(x.dtype(), [&]<typename Acc>() {
     const std::vector<Acc> xv = readAs<Acc>(x), wv = readAs<Acc>(w);
-    std::vector<int64_t> outIndex, kernelIndex;
+    std::vector<int64_t> outIndex;
     for (int64_t nb = 0; nb < batchSize; ++nb)
       for (int64_t mo = 0; mo < outChannels; ++mo) {
         const int64_t group = mo / groupOut;
@@ -169,7 +172,7 @@ Status Conv(const KernelCall& c) {
           for (int64_t ci = 0; ci < groupIn; ++ci) {
             const int64_t channel = group * groupIn + ci;
             for (int64_t kp = 0; kp < kernelSize; ++kp) {
-              unravel(kp, window->kernel, kernelIndex);
+              const std::vector<int64_t>& kernelIndex = window->taps[kp];
               const int64_t pos = windowPosition(outIndex, kernelIndex, *window, inDims);
               if (pos < 0) continue;
               acc = addAcc(acc, mulAcc(xv[(nb * channels + channel) * inSize + pos],
@@ -209,7 +212,7 @@ Status ConvTranspose(const KernelCall& c) {
   withComputeType(x.dtype(), [&]<typename Acc>() {
     const std::vector<Acc> xv = readAs<Acc>(x), wv = readAs<Acc>(w);
     std::vector<Acc> result(static_cast<size_t>(out.numElements()), Acc(0));
-    std::vector<int64_t> inIndex, kernelIndex;
+    std::vector<int64_t> inIndex;
     // The transpose of conv: every input element scatters into the output
     // window it would have been gathered from.
     for (int64_t nb = 0; nb < batchSize; ++nb)
@@ -220,7 +223,7 @@ Status ConvTranspose(const KernelCall& c) {
           const Acc xe = xv[(nb * channels + ci) * inSize + i];
           for (int64_t mo = 0; mo < groupOut; ++mo)
             for (int64_t kp = 0; kp < kernelSize; ++kp) {
-              unravel(kp, window->kernel, kernelIndex);
+              const std::vector<int64_t>& kernelIndex = window->taps[kp];
               const int64_t pos = windowPosition(inIndex, kernelIndex, *window, outDims);
               if (pos < 0) continue;
               Acc& dst = result[(nb * outChannels + group * groupOut + mo) * outSize + pos];
@@ -249,7 +252,7 @@ Status MaxPool(const KernelCall& c) {
   const int64_t inSize = product(inDims), outSize = product(outDims), kernelSize = product(window->kernel);
   withComputeType(x.dtype(), [&]<typename Acc>() {
     constexpr bool kFloat = std::is_same_v<Acc, double>;
-    std::vector<int64_t> outIndex, kernelIndex;
+    std::vector<int64_t> outIndex;
     for (int64_t p = 0; p < planes; ++p)
       for (int64_t o = 0; o < outSize; ++o) {
         unravel(o, outDims, outIndex);
@@ -257,7 +260,7 @@ Status MaxPool(const KernelCall& c) {
         bool found = false;
         Acc best = kFloat ? Acc(-std::numeric_limits<double>::infinity()) : Acc(0);
         for (int64_t kp = 0; kp < kernelSize; ++kp) {
-          unravel(kp, window->kernel, kernelIndex);
+          const std::vector<int64_t>& kernelIndex = window->taps[kp];
           const int64_t pos = windowPosition(outIndex, kernelIndex, *window, inDims);
           if (pos < 0) continue;
           const Acc v = getElement<Acc>(x, p * inSize + pos);
@@ -286,14 +289,14 @@ Status AvgPool(const KernelCall& c) {
   const bool countPad = c.op.getBool("count_include_pad");
   const int64_t planes = x.shape()[0] * x.shape()[1];
   const int64_t inSize = product(inDims), outSize = product(outDims), kernelSize = product(window->kernel);
-  std::vector<int64_t> outIndex, kernelIndex;
+  std::vector<int64_t> outIndex;
   for (int64_t p = 0; p < planes; ++p)
     for (int64_t o = 0; o < outSize; ++o) {
       unravel(o, outDims, outIndex);
       double sum = 0;
       int64_t real = 0, padded = 0;
       for (int64_t kp = 0; kp < kernelSize; ++kp) {
-        unravel(kp, window->kernel, kernelIndex);
+        const std::vector<int64_t>& kernelIndex = window->taps[kp];
         // With count_include_pad the divisor counts window positions inside
         // the padded input; positions past the end padding (ceil_mode's
         // partial last window) never count.
