@@ -12,29 +12,14 @@
 namespace kiln {
 namespace {
 
-/// The row-major multi-index of element `flat` of `shape`.
-void unravel(int64_t flat, const std::vector<int64_t>& shape, std::vector<int64_t>& index) {
-  index.resize(shape.size());
-  for (size_t d = shape.size(); d-- > 0;) {
-    index[d] = shape[d] ? flat % shape[d] : 0;
-    flat = shape[d] ? flat / shape[d] : 0;
-  }
-}
-
-std::string str(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
 /// The per-dim window parameters of conv, conv_transpose and pooling, with
 /// the defaults of empty lists applied and their lengths checked.
 struct Window {
-  std::vector<int64_t> kernel;     // window extent per spatial dim
-  std::vector<int64_t> strides;    // all 1 when unset
-  std::vector<int64_t> padBegin;   // all 0 when unset
+  std::vector<int64_t> kernel;    // window extent per spatial dim
+  std::vector<int64_t> strides;   // all 1 when unset
+  std::vector<int64_t> padBegin;  // all 0 when unset
   std::vector<int64_t> padEnd;
-  std::vector<int64_t> dilations;  // all 1 when unset
+  std::vector<int64_t> dilations;          // all 1 when unset
   std::vector<std::vector<int64_t>> taps;  // every offset within the kernel, row-major
 };
 
@@ -49,11 +34,10 @@ Expected<Window> readWindow(const Op& op, std::vector<int64_t> kernel) {
   if (w.dilations.empty()) w.dilations.assign(k, 1);
   if (pads.empty()) pads.assign(2 * k, 0);
   if (w.strides.size() != k || w.dilations.size() != k || pads.size() != 2 * k)
-    return op.emitError("strides " + str(w.strides) + ", dilations " + str(w.dilations) + " and pads " + str(pads) +
-                        " do not match " + std::to_string(k) + " spatial dims");
+    return op.emitError("strides " + listStr(w.strides) + ", dilations " + listStr(w.dilations) + " and pads " +
+                        listStr(pads) + " do not match " + std::to_string(k) + " spatial dims");
   for (size_t d = 0; d < k; ++d)
-    if (w.strides[d] <= 0 || w.dilations[d] <= 0)
-      return op.emitError("strides and dilations must be positive");
+    if (w.strides[d] <= 0 || w.dilations[d] <= 0) return op.emitError("strides and dilations must be positive");
   w.padBegin.assign(pads.begin(), pads.begin() + static_cast<std::ptrdiff_t>(k));
   w.padEnd.assign(pads.begin() + static_cast<std::ptrdiff_t>(k), pads.end());
   w.taps.resize(static_cast<size_t>(product(w.kernel)));
@@ -82,9 +66,8 @@ int64_t windowPosition(const std::vector<int64_t>& base, const std::vector<int64
 Status checkSameDType(const KernelCall& c) {
   for (size_t k = 1; k < c.numOperands(); ++k)
     if (c.in(k).dtype() != c.in(0).dtype())
-      return c.op.emitError("operand " + std::to_string(k) + " has dtype " +
-                            std::string(dtypeName(c.in(k).dtype())) + ", expected " +
-                            std::string(dtypeName(c.in(0).dtype())));
+      return c.op.emitError("operand " + std::to_string(k) + " has dtype " + std::string(dtypeName(c.in(k).dtype())) +
+                            ", expected " + std::string(dtypeName(c.in(0).dtype())));
   return {};
 }
 
@@ -143,8 +126,8 @@ Status Conv(const KernelCall& c) {
   const Tensor& w = c.in(1);
   Tensor& out = c.out();
   if (x.rank() < 3 || w.rank() != x.rank() || out.rank() != x.rank())
-    return c.op.emitError("expects x[N,C,D...] and w[M,C/groups,K...] of one rank, got " + x.type().str() +
-                          " and " + w.type().str());
+    return c.op.emitError("expects x[N,C,D...] and w[M,C/groups,K...] of one rank, got " + x.type().str() + " and " +
+                          w.type().str());
   KILN_TRY(checkSameDType(c));
   const int64_t batchSize = x.shape()[0], channels = x.shape()[1], outChannels = w.shape()[0];
   const int64_t groups = c.op.getInt("groups");
@@ -175,8 +158,8 @@ Status Conv(const KernelCall& c) {
               const std::vector<int64_t>& kernelIndex = window->taps[kp];
               const int64_t pos = windowPosition(outIndex, kernelIndex, *window, inDims);
               if (pos < 0) continue;
-              acc = addAcc(acc, mulAcc(xv[(nb * channels + channel) * inSize + pos],
-                                       wv[(mo * groupIn + ci) * kernelSize + kp]));
+              acc = addAcc(
+                  acc, mulAcc(xv[(nb * channels + channel) * inSize + pos], wv[(mo * groupIn + ci) * kernelSize + kp]));
             }
           }
           if (c.numOperands() == 3) acc = addAcc(acc, getElement<Acc>(c.in(2), mo));
@@ -192,8 +175,8 @@ Status ConvTranspose(const KernelCall& c) {
   const Tensor& w = c.in(1);
   Tensor& out = c.out();
   if (x.rank() < 3 || w.rank() != x.rank() || out.rank() != x.rank())
-    return c.op.emitError("expects x[N,C,D...] and w[C,M/groups,K...] of one rank, got " + x.type().str() +
-                          " and " + w.type().str());
+    return c.op.emitError("expects x[N,C,D...] and w[C,M/groups,K...] of one rank, got " + x.type().str() + " and " +
+                          w.type().str());
   KILN_TRY(checkSameDType(c));
   const int64_t batchSize = x.shape()[0], channels = x.shape()[1];
   const int64_t groups = c.op.getInt("groups");
@@ -247,7 +230,7 @@ Status MaxPool(const KernelCall& c) {
   if (!window) return window.takeError();
   const std::vector<int64_t> inDims = spatial(x.shape()), outDims = spatial(out.shape());
   if (window->kernel.size() != inDims.size())
-    return c.op.emitError("kernel " + str(window->kernel) + " does not match " + x.type().str());
+    return c.op.emitError("kernel " + listStr(window->kernel) + " does not match " + x.type().str());
   const int64_t planes = x.shape()[0] * x.shape()[1];
   const int64_t inSize = product(inDims), outSize = product(outDims), kernelSize = product(window->kernel);
   withComputeType(x.dtype(), [&]<typename Acc>() {
@@ -285,7 +268,7 @@ Status AvgPool(const KernelCall& c) {
   if (!window) return window.takeError();
   const std::vector<int64_t> inDims = spatial(x.shape()), outDims = spatial(out.shape());
   if (window->kernel.size() != inDims.size())
-    return c.op.emitError("kernel " + str(window->kernel) + " does not match " + x.type().str());
+    return c.op.emitError("kernel " + listStr(window->kernel) + " does not match " + x.type().str());
   const bool countPad = c.op.getBool("count_include_pad");
   const int64_t planes = x.shape()[0] * x.shape()[1];
   const int64_t inSize = product(inDims), outSize = product(outDims), kernelSize = product(window->kernel);

@@ -81,9 +81,9 @@ Expected<TensorType> resolveDeclaredType(const Op& op, size_t r, std::span<const
       unknownDim = static_cast<int64_t>(d);
       continue;
     }
-    return op.emitError("cannot determine dim " + std::to_string(d) + " of the declared result type " +
-                        op.result(r)->type().str() + (dim.isSymbolic() ? ": symbol " + dim.symbol + " is not bound"
-                                                                      : ": it is not a function of the operands"));
+    return op.emitError(
+        "cannot determine dim " + std::to_string(d) + " of the declared result type " + op.result(r)->type().str() +
+        (dim.isSymbolic() ? ": symbol " + dim.symbol + " is not bound" : ": it is not a function of the operands"));
   }
   if (op.kind() == OpKind::Reshape && !operands.empty()) {
     const int64_t count = operands[0]->numElements();
@@ -116,13 +116,11 @@ Status checkAllocatable(const Op& op, const TensorType& type) {
 }
 
 /// Runs `op` on `operands`; `symbols` resolves symbolic declared dims.
-Expected<std::vector<Tensor>> runOp(const Op& op, std::span<const Tensor* const> operands,
-                                    const SymbolSizes& symbols) {
+Expected<std::vector<Tensor>> runOp(const Op& op, std::span<const Tensor* const> operands, const SymbolSizes& symbols) {
   const OpInfo& info = op.info();
   const int count = static_cast<int>(operands.size());
   if (count < info.minOperands || (info.maxOperands >= 0 && count > info.maxOperands))
-    return op.emitError("got " + std::to_string(count) + " operands, expected " +
-                        std::to_string(info.minOperands) +
+    return op.emitError("got " + std::to_string(count) + " operands, expected " + std::to_string(info.minOperands) +
                         (info.maxOperands == info.minOperands ? ""
                          : info.maxOperands < 0               ? " or more"
                                                               : " to " + std::to_string(info.maxOperands)));
@@ -164,8 +162,7 @@ std::string describeArgument(const Function& f, size_t i) {
 
 /// Binds the symbolic dims of `type` to the sizes in `dims`; returns the
 /// first symbol whose size differs from an earlier binding.
-std::optional<std::string> bindSymbols(const TensorType& type, const std::vector<int64_t>& dims,
-                                       SymbolSizes& symbols) {
+std::optional<std::string> bindSymbols(const TensorType& type, const std::vector<int64_t>& dims, SymbolSizes& symbols) {
   for (size_t d = 0; d < type.shape.size() && d < dims.size(); ++d) {
     const Dim& dim = type.shape[d];
     if (!dim.isSymbolic()) continue;
@@ -197,8 +194,8 @@ Status bindArguments(const Function& f, const std::vector<Tensor>& inputs, Symbo
       if (inserted) {
         boundBy[dim.symbol] = i;
       } else if (it->second != input.shape()[d]) {
-        return Error(describeArgument(f, i) + ": expected " + expected.str() + ", got " + input.type().str() +
-                         " (" + dim.symbol + " is " + std::to_string(it->second) + " in " +
+        return Error(describeArgument(f, i) + ": expected " + expected.str() + ", got " + input.type().str() + " (" +
+                         dim.symbol + " is " + std::to_string(it->second) + " in " +
                          describeArgument(f, boundBy[dim.symbol]) + ")",
                      f.loc());
       }
@@ -255,8 +252,8 @@ Expected<std::vector<Tensor>> interpret(const Function& f, std::vector<Tensor> i
       std::vector<Tensor> results;
       for (size_t i = 0; i < operands.size(); ++i) {
         if (i < resultTypes.size() && !fitsType(resultTypes[i], operands[i]->type()))
-          return op.emitError("result " + std::to_string(i) + " is " + operands[i]->type().str() +
-                              ", but @" + f.name() + " returns " + resultTypes[i].str());
+          return op.emitError("result " + std::to_string(i) + " is " + operands[i]->type().str() + ", but @" +
+                              f.name() + " returns " + resultTypes[i].str());
         results.push_back(*operands[i]);
       }
       return results;
@@ -278,12 +275,11 @@ Expected<std::vector<Tensor>> interpret(const Function& f, std::vector<Tensor> i
   return Error("function @" + f.name() + " has no return", f.loc());
 }
 
-Expected<std::vector<DenseTensor>> InterpreterEvaluator::evaluate(
-    const Op& op, std::span<const DenseTensor* const> operands) const {
+Expected<std::vector<DenseTensor>> InterpreterEvaluator::evaluate(const Op& op,
+                                                                  std::span<const DenseTensor* const> operands) const {
   std::vector<Tensor> tensors;
   for (const DenseTensor* t : operands) {
-    if (!t->type.isStatic() ||
-        t->bytes.size() != static_cast<size_t>(t->numElements()) * dtypeSize(t->type.dtype))
+    if (!t->type.isStatic() || t->bytes.size() != static_cast<size_t>(t->numElements()) * dtypeSize(t->type.dtype))
       return op.emitError("constant operand of type " + t->type.str() + " does not hold its elements");
     tensors.push_back(Tensor::fromDense(*t));
   }

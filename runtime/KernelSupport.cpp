@@ -1,7 +1,6 @@
 // Index arithmetic and attribute helpers shared by the interpreter's kernels.
-#include "runtime/Kernels.h"
-
 #include "ir/ShapeRules.h"
+#include "runtime/Kernels.h"
 
 namespace kiln {
 
@@ -31,6 +30,20 @@ std::vector<int64_t> broadcastStrides(const std::vector<int64_t>& in, const std:
     if (d >= 0) strides[d] = in[i] == 1 ? 0 : inStrides[i];
   }
   return strides;
+}
+
+void unravel(int64_t flat, const std::vector<int64_t>& shape, std::vector<int64_t>& index) {
+  index.resize(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    index[d] = shape[d] ? flat % shape[d] : 0;
+    flat = shape[d] ? flat / shape[d] : 0;
+  }
+}
+
+std::string listStr(const std::vector<int64_t>& values) {
+  std::string s = "[";
+  for (size_t i = 0; i < values.size(); ++i) s += (i ? "," : "") + std::to_string(values[i]);
+  return s + "]";
 }
 
 Expected<int64_t> checkedAxis(const Op& op, int64_t axis, int64_t rank) {

@@ -155,6 +155,12 @@ void walk(const std::vector<int64_t>& shape, const std::vector<std::vector<int64
   }
 }
 
+/// Sets `index` to the row-major multi-index of element `flat` of `shape`.
+void unravel(int64_t flat, const std::vector<int64_t>& shape, std::vector<int64_t>& index);
+
+/// `[1,2,3]`: an int list for error messages.
+std::string listStr(const std::vector<int64_t>& values);
+
 /// Axis `axis` of a rank-`rank` tensor made non-negative, or an error on `op`.
 Expected<int64_t> checkedAxis(const Op& op, int64_t axis, int64_t rank);
 

@@ -14,22 +14,6 @@
 namespace kiln {
 namespace {
 
-/// The row-major multi-index of element `flat` of `shape`.
-std::vector<int64_t> unravel(int64_t flat, const std::vector<int64_t>& shape) {
-  std::vector<int64_t> index(shape.size());
-  for (size_t d = shape.size(); d-- > 0;) {
-    index[d] = shape[d] ? flat % shape[d] : 0;
-    flat = shape[d] ? flat / shape[d] : 0;
-  }
-  return index;
-}
-
-std::string str(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
 /// Reads an index operand's element as int64, adding `dim` to a negative
 /// index, or reports an index outside `[-dim, dim)`.
 Expected<int64_t> readIndex(const Op& op, const Tensor& indices, int64_t i, int64_t dim, int64_t axis) {
@@ -93,11 +77,11 @@ Status Transpose(const KernelCall& c) {
   const Tensor& x = c.in(0);
   const std::vector<int64_t>& perm = c.op.getInts("perm");
   if (static_cast<int64_t>(perm.size()) != x.rank())
-    return c.op.emitError("perm " + str(perm) + " does not have one entry per dim of " + x.type().str());
+    return c.op.emitError("perm " + listStr(perm) + " does not have one entry per dim of " + x.type().str());
   const std::vector<int64_t> inStrides = x.strides();
   std::vector<int64_t> strides;
   for (int64_t p : perm) {
-    if (p < 0 || p >= x.rank()) return c.op.emitError("perm " + str(perm) + " is not a permutation");
+    if (p < 0 || p >= x.rank()) return c.op.emitError("perm " + listStr(perm) + " is not a permutation");
     strides.push_back(inStrides[p]);
   }
   walk(c.out().shape(), {strides}, {0},
@@ -165,14 +149,15 @@ Status Pad(const KernelCall& c) {
   const double value = c.op.getFloat("value");
   const size_t rank = x.shape().size();
   if (pads.size() != 2 * rank)
-    return c.op.emitError("pads " + str(pads) + " need 2 entries per dim of " + x.type().str());
+    return c.op.emitError("pads " + listStr(pads) + " need 2 entries per dim of " + x.type().str());
   if (mode != "constant" && mode != "reflect" && mode != "edge")
     return c.op.emitError("unknown mode '" + mode + "' (expected constant, reflect or edge)");
   if (mode != "constant" && x.numElements() == 0 && out.numElements() > 0)
     return c.op.emitError("mode '" + mode + "' cannot pad an empty tensor");
   const std::vector<int64_t> inStrides = x.strides();
+  std::vector<int64_t> index;
   for (int64_t i = 0; i < out.numElements(); ++i) {
-    const std::vector<int64_t> index = unravel(i, out.shape());
+    unravel(i, out.shape(), index);
     int64_t src = 0;
     bool inside = true;
     for (size_t d = 0; d < rank; ++d) {
@@ -220,7 +205,8 @@ Status Gather(const KernelCall& c) {
     auto idx = readIndex(c.op, indices, p, dim, *axis);
     if (!idx) return idx.takeError();
     for (int64_t o = 0; o < outer; ++o)
-      for (int64_t i = 0; i < inner; ++i) copyElement(data, (o * dim + *idx) * inner + i, c.out(), (o * count + p) * inner + i);
+      for (int64_t i = 0; i < inner; ++i)
+        copyElement(data, (o * dim + *idx) * inner + i, c.out(), (o * count + p) * inner + i);
   }
   return {};
 }
@@ -234,8 +220,9 @@ Status GatherElements(const KernelCall& c) {
   if (indices.rank() != data.rank())
     return c.op.emitError("indices " + indices.type().str() + " must have the rank of data " + data.type().str());
   const std::vector<int64_t> dataStrides = data.strides();
+  std::vector<int64_t> index;
   for (int64_t i = 0; i < indices.numElements(); ++i) {
-    const std::vector<int64_t> index = unravel(i, indices.shape());
+    unravel(i, indices.shape(), index);
     int64_t src = 0;
     for (int64_t d = 0; d < data.rank(); ++d) {
       int64_t coord = index[d];
@@ -244,8 +231,8 @@ Status GatherElements(const KernelCall& c) {
         if (!idx) return idx.takeError();
         coord = *idx;
       } else if (coord >= data.shape()[d]) {
-        return c.op.emitError("indices " + indices.type().str() + " exceed data " + data.type().str() +
-                              " in dim " + std::to_string(d));
+        return c.op.emitError("indices " + indices.type().str() + " exceed data " + data.type().str() + " in dim " +
+                              std::to_string(d));
       }
       src += coord * dataStrides[d];
     }
@@ -270,8 +257,9 @@ Status ScatterElements(const KernelCall& c) {
                           " must have one shape and the rank of data " + data.type().str());
   std::memcpy(out.raw(), data.raw(), out.numBytes());
   const std::vector<int64_t> dataStrides = data.strides();
+  std::vector<int64_t> index;
   for (int64_t i = 0; i < indices.numElements(); ++i) {
-    const std::vector<int64_t> index = unravel(i, indices.shape());
+    unravel(i, indices.shape(), index);
     int64_t dst = 0;
     for (int64_t d = 0; d < data.rank(); ++d) {
       int64_t coord = index[d];
@@ -280,8 +268,8 @@ Status ScatterElements(const KernelCall& c) {
         if (!idx) return idx.takeError();
         coord = *idx;
       } else if (coord >= data.shape()[d]) {
-        return c.op.emitError("indices " + indices.type().str() + " exceed data " + data.type().str() +
-                              " in dim " + std::to_string(d));
+        return c.op.emitError("indices " + indices.type().str() + " exceed data " + data.type().str() + " in dim " +
+                              std::to_string(d));
       }
       dst += coord * dataStrides[d];
     }

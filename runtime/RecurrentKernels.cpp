@@ -34,9 +34,9 @@ class RecurrentLayer {
     l.batch_ = x.shape()[1];
     l.input_ = x.shape()[2];
     const int64_t rows = gates * l.hidden_;
-    const std::vector<std::vector<int64_t>> expected = {
-        {l.seq_, l.batch_, l.input_}, {l.dirs_, rows, l.input_}, {l.dirs_, rows, l.hidden_},
-        {l.dirs_, 2 * rows},          {l.dirs_, l.batch_, l.hidden_}, {l.dirs_, l.batch_, l.hidden_}};
+    const std::vector<std::vector<int64_t>> expected = {{l.seq_, l.batch_, l.input_},   {l.dirs_, rows, l.input_},
+                                                        {l.dirs_, rows, l.hidden_},     {l.dirs_, 2 * rows},
+                                                        {l.dirs_, l.batch_, l.hidden_}, {l.dirs_, l.batch_, l.hidden_}};
     static constexpr const char* kNames[] = {"X", "W", "R", "B", "h0", "c0"};
     for (size_t k = 0; k < c.numOperands() && k < expected.size(); ++k)
       if (c.in(k).shape() != expected[k])
@@ -76,8 +76,9 @@ class RecurrentLayer {
     for (int64_t d = 0; d < dirs_; ++d) {
       const bool backward = reverse_ || d == 1;
       std::vector<double> h(h0_.begin() + d * state, h0_.begin() + (d + 1) * state);
-      std::vector<double> cell = c0_.empty() ? std::vector<double>(static_cast<size_t>(state), 0.0)
-                                             : std::vector<double>(c0_.begin() + d * state, c0_.begin() + (d + 1) * state);
+      std::vector<double> cell = c0_.empty()
+                                     ? std::vector<double>(static_cast<size_t>(state), 0.0)
+                                     : std::vector<double>(c0_.begin() + d * state, c0_.begin() + (d + 1) * state);
       for (int64_t s = 0; s < seq_; ++s) {
         const int64_t t = backward ? seq_ - 1 - s : s;
         step(d, t, h, cell);

@@ -102,8 +102,7 @@ Status reduce(const KernelCall& c, Reduction r) {
       acc[off[0]] = combine(r, acc[off[0]], getElement<Acc>(x, i));
     });
     if (r == Reduction::Mean) {
-      if (!kFloat && count == 0 && out.numElements() > 0)
-        return c.op.emitError("integer mean over zero elements");
+      if (!kFloat && count == 0 && out.numElements() > 0) return c.op.emitError("integer mean over zero elements");
       for (Acc& a : acc) a = kFloat ? a / static_cast<Acc>(count) : (count ? a / static_cast<Acc>(count) : 0);
     }
     writeAll(out, acc);

@@ -34,8 +34,8 @@ TEST(TensorTest, ConstructionIsZeroFilledWithRowMajorStrides) {
 
 TEST(TensorTest, ElementConversions) {
   Tensor u8(DType::U8, {3});
-  u8.setInt(0, 300);   // wraps
-  u8.setInt(1, -1);    // wraps
+  u8.setInt(0, 300);     // wraps
+  u8.setInt(1, -1);      // wraps
   u8.setDouble(2, 7.9);  // truncates
   EXPECT_EQ(int64s(u8), (std::vector<int64_t>{44, 255, 7}));
 
@@ -146,8 +146,7 @@ TEST(InterpreterElementwiseTest, FloatPowMaxMinAndNaNPropagation) {
   expectTensor(run(OpKind::Pow, {f32({3}, {2, 4, -8}), f32({3}, {3, 0.5, 1.0 / 3})}), {3}, {8, 2, kNaN});
   expectTensor(run(OpKind::Max, {f32({4}, {1, kNaN, 3, -0.5}), f32({4}, {kNaN, 1, 2, -1})}), {4},
                {kNaN, kNaN, 3, -0.5});
-  expectTensor(run(OpKind::Min, {f32({4}, {1, kNaN, 3, -0.5}), f32({4}, {kNaN, 1, 2, -1})}), {4},
-               {kNaN, kNaN, 2, -1});
+  expectTensor(run(OpKind::Min, {f32({4}, {1, kNaN, 3, -0.5}), f32({4}, {kNaN, 1, 2, -1})}), {4}, {kNaN, kNaN, 2, -1});
   expectTensor(run(OpKind::Add, {f32({2}, {kNaN, kInf}), f32({2}, {1, -kInf})}), {2}, {kNaN, kNaN});
   expectTensor(run(OpKind::Div, {f32({3}, {1, -1, 0}), f32({3}, {0, 0, 0})}), {3}, {kInf, -kInf, kNaN});
 }
@@ -167,9 +166,9 @@ TEST(InterpreterElementwiseTest, IntegerDivisionTruncatesTowardZero) {
   expectInts(run(OpKind::Div, {ints(DType::I32, {4}, {7, -7, 7, -7}), ints(DType::I32, {4}, {2, 2, -2, -2})}), {4},
              {3, -3, -3, 3});
   // INT_MIN / -1 wraps to INT_MIN instead of trapping.
-  expectInts(run(OpKind::Div, {ints(DType::I32, {1}, {std::numeric_limits<int32_t>::min()}),
-                               ints(DType::I32, {1}, {-1})}),
-             {1}, {std::numeric_limits<int32_t>::min()});
+  expectInts(
+      run(OpKind::Div, {ints(DType::I32, {1}, {std::numeric_limits<int32_t>::min()}), ints(DType::I32, {1}, {-1})}),
+      {1}, {std::numeric_limits<int32_t>::min()});
   expectInts(run(OpKind::Div, {ints(DType::U8, {1}, {250}), ints(DType::U8, {1}, {7})}), {1}, {35});
 }
 

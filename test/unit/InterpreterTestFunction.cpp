@@ -59,8 +59,7 @@ TEST(InterpreterFunctionTest, InputsAreCheckedAgainstTheSignature) {
   Tensor b = f32({3}, {0, 0, 0});
   auto count = interpret(*f, {w, b});
   ASSERT_FALSE(count);
-  EXPECT_NE(count.error().message().find("takes 3 arguments, got 2 inputs"), std::string::npos)
-      << count.error().str();
+  EXPECT_NE(count.error().message().find("takes 3 arguments, got 2 inputs"), std::string::npos) << count.error().str();
 
   auto dims = interpret(*f, {f32({2, 3}, std::vector<double>(6, 0)), w, b});
   ASSERT_FALSE(dims);
@@ -171,8 +170,8 @@ TEST(InterpreterFunctionTest, InterpretOpBindsSymbolsFromItsOperands) {
   Function f("op");
   Value* x = f.addArgument(TensorType{DType::F32, {Dim::symbolic("N"), Dim::fixed(4)}}, "x");
   Builder b(f);
-  Op* reshape = b.create(OpKind::Reshape, {x},
-                         {TensorType{DType::F32, {Dim::symbolic("N"), Dim::fixed(2), Dim::fixed(2)}}});
+  Op* reshape =
+      b.create(OpKind::Reshape, {x}, {TensorType{DType::F32, {Dim::symbolic("N"), Dim::fixed(2), Dim::fixed(2)}}});
   Tensor input = f32({2, 4}, {0, 1, 2, 3, 4, 5, 6, 7});
   const Tensor* operands[] = {&input};
   auto out = interpretOp(*reshape, operands);
@@ -254,8 +253,7 @@ TEST(InterpreterFunctionTest, EveryOpOfTheRoundTripModuleRuns) {
   }
   // The module is the one place that exercises every op together; an op
   // added to Ops.def must be added there too.
-  for (const OpInfo& info : allOps())
-    EXPECT_TRUE(seen.count(info.kind)) << info.mnemonic << " is not in " << path;
+  for (const OpInfo& info : allOps()) EXPECT_TRUE(seen.count(info.kind)) << info.mnemonic << " is not in " << path;
 }
 
 }  // namespace

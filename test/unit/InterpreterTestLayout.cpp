@@ -132,21 +132,20 @@ TEST(InterpreterLayoutTest, GatherIndexOutOfRangeIsAnError) {
   std::string error = runError(OpKind::Gather, {data, ints(DType::I64, {2}, {0, 3})}, {{"axis", 0}});
   EXPECT_NE(error.find("'gather'"), std::string::npos) << error;
   EXPECT_NE(error.find("index 3 is out of range"), std::string::npos) << error;
-  EXPECT_NE(runError(OpKind::Gather, {data, ints(DType::I64, {1}, {-4})}, {{"axis", 0}}).find("-4"),
-            std::string::npos);
+  EXPECT_NE(runError(OpKind::Gather, {data, ints(DType::I64, {1}, {-4})}, {{"axis", 0}}).find("-4"), std::string::npos);
 }
 
 TEST(InterpreterLayoutTest, GatherElements) {
   // The ONNX examples.
-  expectTensor(run(OpKind::GatherElements, {f32({2, 2}, {1, 2, 3, 4}), ints(DType::I64, {2, 2}, {0, 0, 1, 0})},
-                   {{"axis", 1}}),
-               {2, 2}, {1, 1, 4, 3});
-  expectTensor(run(OpKind::GatherElements,
-                   {f32({3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9}), ints(DType::I32, {2, 3}, {1, 2, 0, 2, 0, 0})},
-                   {{"axis", 0}}),
-               {2, 3}, {4, 8, 3, 7, 2, 3});
-  expectTensor(run(OpKind::GatherElements, {f32({3}, {1, 2, 3}), ints(DType::I64, {2}, {-1, 0})}, {{"axis", 0}}),
-               {2}, {3, 1});
+  expectTensor(
+      run(OpKind::GatherElements, {f32({2, 2}, {1, 2, 3, 4}), ints(DType::I64, {2, 2}, {0, 0, 1, 0})}, {{"axis", 1}}),
+      {2, 2}, {1, 1, 4, 3});
+  expectTensor(
+      run(OpKind::GatherElements,
+          {f32({3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9}), ints(DType::I32, {2, 3}, {1, 2, 0, 2, 0, 0})}, {{"axis", 0}}),
+      {2, 3}, {4, 8, 3, 7, 2, 3});
+  expectTensor(run(OpKind::GatherElements, {f32({3}, {1, 2, 3}), ints(DType::I64, {2}, {-1, 0})}, {{"axis", 0}}), {2},
+               {3, 1});
   EXPECT_NE(runError(OpKind::GatherElements, {f32({3}, {1, 2, 3}), ints(DType::I64, {1}, {3})}, {{"axis", 0}})
                 .find("out of range"),
             std::string::npos);
@@ -168,12 +167,10 @@ TEST(InterpreterLayoutTest, ScatterElements) {
                  {ints(DType::I32, {3}, {2, 2, 2}), ints(DType::I64, {3}, {0, 0, 2}), ints(DType::I32, {3}, {3, 4, 5})},
                  {{"axis", 0}, {"reduction", "mul"}}),
              {3}, {24, 2, 10});
-  expectTensor(run(OpKind::ScatterElements,
-                   {f32({2}, {5, 5}), ints(DType::I64, {2}, {0, 1}), f32({2}, {7, 1})},
+  expectTensor(run(OpKind::ScatterElements, {f32({2}, {5, 5}), ints(DType::I64, {2}, {0, 1}), f32({2}, {7, 1})},
                    {{"axis", 0}, {"reduction", "max"}}),
                {2}, {7, 5});
-  expectTensor(run(OpKind::ScatterElements,
-                   {f32({2}, {5, 5}), ints(DType::I64, {2}, {0, 1}), f32({2}, {7, 1})},
+  expectTensor(run(OpKind::ScatterElements, {f32({2}, {5, 5}), ints(DType::I64, {2}, {0, 1}), f32({2}, {7, 1})},
                    {{"axis", 0}, {"reduction", "min"}}),
                {2}, {5, 1});
 }

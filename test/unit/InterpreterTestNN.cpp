@@ -48,15 +48,16 @@ TEST(InterpreterMatMulTest, BatchDimsBroadcast) {
   Tensor b = f32({3, 2, 1}, {1, 0, 0, 1, 1, 1});
   expectTensor(run(OpKind::MatMul, {a, b}), {2, 3, 1, 1}, {1, 2, 3, 3, 4, 7});
   // An unbatched right operand is shared by every batch.
-  expectTensor(run(OpKind::MatMul, {f32({2, 1, 2}, {1, 2, 3, 4}), f32({2, 2}, {0, 1, 1, 0})}), {2, 1, 2},
-               {2, 1, 4, 3});
+  expectTensor(run(OpKind::MatMul, {f32({2, 1, 2}, {1, 2, 3, 4}), f32({2, 2}, {0, 1, 1, 0})}), {2, 1, 2}, {2, 1, 4, 3});
 }
 
 // --- conv ----------------------------------------------------------------------------------
 
 AttrMap convAttrs(std::vector<int64_t> strides, std::vector<int64_t> pads, std::vector<int64_t> dilations,
                   int64_t groups = 1) {
-  return {{"strides", std::move(strides)}, {"pads", std::move(pads)}, {"dilations", std::move(dilations)},
+  return {{"strides", std::move(strides)},
+          {"pads", std::move(pads)},
+          {"dilations", std::move(dilations)},
           {"groups", groups}};
 }
 
@@ -90,11 +91,10 @@ TEST(InterpreterConvTest, ConvTranspose) {
   // Stride 2: x0 = 1 lands on outputs 0..2, x1 = 2 on 2..4.
   Tensor x = f32({1, 1, 2}, {1, 2});
   Tensor w = f32({1, 1, 3}, {1, 1, 1});
-  expectTensor(run(OpKind::ConvTranspose, {x, w}, {{"strides", std::vector<int64_t>{2}}}), {1, 1, 5},
-               {1, 1, 3, 2, 2});
-  expectTensor(run(OpKind::ConvTranspose, {x, w},
-                   {{"strides", std::vector<int64_t>{2}}, {"pads", std::vector<int64_t>{1, 1}}}),
-               {1, 1, 3}, {1, 3, 2});
+  expectTensor(run(OpKind::ConvTranspose, {x, w}, {{"strides", std::vector<int64_t>{2}}}), {1, 1, 5}, {1, 1, 3, 2, 2});
+  expectTensor(
+      run(OpKind::ConvTranspose, {x, w}, {{"strides", std::vector<int64_t>{2}}, {"pads", std::vector<int64_t>{1, 1}}}),
+      {1, 1, 3}, {1, 3, 2});
   expectTensor(run(OpKind::ConvTranspose, {x, w},
                    {{"strides", std::vector<int64_t>{2}}, {"output_padding", std::vector<int64_t>{1}}}),
                {1, 1, 6}, {1, 1, 3, 2, 2, 0});
@@ -115,8 +115,8 @@ TEST(InterpreterConvTest, ConvTranspose) {
 
 AttrMap poolAttrs(std::vector<int64_t> kernel, std::vector<int64_t> strides, std::vector<int64_t> pads,
                   bool ceil = false) {
-  return {{"kernel", std::move(kernel)}, {"strides", std::move(strides)}, {"pads", std::move(pads)},
-          {"ceil_mode", ceil}};
+  return {
+      {"kernel", std::move(kernel)}, {"strides", std::move(strides)}, {"pads", std::move(pads)}, {"ceil_mode", ceil}};
 }
 
 TEST(InterpreterPoolTest, MaxPool) {
@@ -124,8 +124,7 @@ TEST(InterpreterPoolTest, MaxPool) {
   expectTensor(run(OpKind::MaxPool, {x}, poolAttrs({2}, {2}, {})), {1, 1, 2}, {3, 4});
   expectTensor(run(OpKind::MaxPool, {x}, poolAttrs({2}, {2}, {1, 1})), {1, 1, 3}, {1, 3, 4});
   // Padding never wins, even over negative values.
-  expectTensor(run(OpKind::MaxPool, {f32({1, 1, 2}, {-1, -2})}, poolAttrs({2}, {1}, {1, 1})), {1, 1, 3},
-               {-1, -1, -2});
+  expectTensor(run(OpKind::MaxPool, {f32({1, 1, 2}, {-1, -2})}, poolAttrs({2}, {1}, {1, 1})), {1, 1, 3}, {-1, -1, -2});
   // ceil_mode keeps the partial last window.
   Tensor five = f32({1, 1, 5}, {1, 2, 3, 4, 5});
   expectTensor(run(OpKind::MaxPool, {five}, poolAttrs({2}, {2}, {})), {1, 1, 2}, {2, 4});
@@ -210,7 +209,8 @@ TEST(InterpreterCompositeTest, SoftmaxAndLogSoftmax) {
   const double z = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
   expectTensor(run(OpKind::Softmax, {f32({3}, {1, 2, 3})}), {3},
                {std::exp(1.0) / z, std::exp(2.0) / z, std::exp(3.0) / z});
-  expectTensor(run(OpKind::LogSoftmax, {f32({3}, {1, 2, 3})}), {3}, {1 - std::log(z), 2 - std::log(z), 3 - std::log(z)});
+  expectTensor(run(OpKind::LogSoftmax, {f32({3}, {1, 2, 3})}), {3},
+               {1 - std::log(z), 2 - std::log(z), 3 - std::log(z)});
   // Stable for large inputs, along axis 0 of a matrix.
   expectTensor(run(OpKind::Softmax, {f32({2, 2}, {1000, 0, 1000, 0})}, {{"axis", int64_t{0}}}), {2, 2},
                {0.5, 0.5, 0.5, 0.5});
@@ -223,17 +223,15 @@ TEST(InterpreterCompositeTest, LayerNorm) {
   const double s = std::sqrt(1 + 1e-5);
   Tensor x = f32({2, 2}, {1, 3, 2, 2});
   expectTensor(run(OpKind::LayerNorm, {x}), {2, 2}, {-1 / s, 1 / s, 0, 0});
-  expectTensor(run(OpKind::LayerNorm, {x, f32({2}, {2, 3}), f32({2}, {1, 1})}), {2, 2},
-               {1 - 2 / s, 1 + 3 / s, 1, 1});
+  expectTensor(run(OpKind::LayerNorm, {x, f32({2}, {2, 3}), f32({2}, {1, 1})}), {2, 2}, {1 - 2 / s, 1 + 3 / s, 1, 1});
   // Normalising over both dims (axis 0), without epsilon.
-  expectTensor(run(OpKind::LayerNorm, {f32({2, 2}, {0, 0, 2, 2})}, {{"axis", int64_t{0}}, {"epsilon", 0.0}}),
-               {2, 2}, {-1, -1, 1, 1});
+  expectTensor(run(OpKind::LayerNorm, {f32({2, 2}, {0, 0, 2, 2})}, {{"axis", int64_t{0}}, {"epsilon", 0.0}}), {2, 2},
+               {-1, -1, 1, 1});
 }
 
 TEST(InterpreterCompositeTest, BatchNorm) {
   Tensor x = f32({1, 2, 2}, {1, 2, 3, 4});
-  expectTensor(run(OpKind::BatchNorm,
-                   {x, f32({2}, {1, 2}), f32({2}, {0, 1}), f32({2}, {1, 3}), f32({2}, {4, 1})},
+  expectTensor(run(OpKind::BatchNorm, {x, f32({2}, {1, 2}), f32({2}, {0, 1}), f32({2}, {1, 3}), f32({2}, {4, 1})},
                    {{"epsilon", 0.0}}),
                {1, 2, 2}, {0, 0.5, 1, 3});
 }
@@ -242,8 +240,7 @@ TEST(InterpreterCompositeTest, Activations) {
   expectTensor(run(OpKind::Gelu, {f32({3}, {1, -1, 0})}), {3}, {0.8413447460685429, -0.15865525393145707, 0});
   expectTensor(run(OpKind::Gelu, {f32({2}, {1, -1})}, {{"approximate", "tanh"}}), {2},
                {0.8411919906082768, -0.15880800939172324});
-  EXPECT_NE(runError(OpKind::Gelu, {f32({1}, {1})}, {{"approximate", "erf"}}).find("approximate"),
-            std::string::npos);
+  EXPECT_NE(runError(OpKind::Gelu, {f32({1}, {1})}, {{"approximate", "erf"}}).find("approximate"), std::string::npos);
   expectTensor(run(OpKind::Silu, {f32({2}, {1, 0})}), {2}, {0.7310585786300049, 0});
   expectTensor(run(OpKind::LeakyRelu, {f32({2}, {-2, 3})}, {{"alpha", 0.1}}), {2}, {-0.2, 3});
   expectTensor(run(OpKind::LeakyRelu, {f32({1}, {-2})}), {1}, {-0.02});
@@ -258,8 +255,7 @@ TEST(InterpreterCompositeTest, AttentionWithMasks) {
   Tensor v = f32({2, 2}, {1, 2, 3, 4});
   // Row 0 scores [1, 0], row 1 [0, 1] (scale 1).
   const double p = std::exp(1.0) / (std::exp(1.0) + 1);
-  const std::vector<double> full = {p * 1 + (1 - p) * 3, p * 2 + (1 - p) * 4, (1 - p) * 1 + p * 3,
-                                    (1 - p) * 2 + p * 4};
+  const std::vector<double> full = {p * 1 + (1 - p) * 3, p * 2 + (1 - p) * 4, (1 - p) * 1 + p * 3, (1 - p) * 2 + p * 4};
   expectTensor(run(OpKind::Attention, {q, k, v}, {{"scale", 1.0}}), {2, 2}, full);
   const std::vector<double> causal = {1, 2, full[2], full[3]};
   expectTensor(run(OpKind::Attention, {q, k, v}, {{"scale", 1.0}, {"causal", true}}), {2, 2}, causal);
@@ -297,8 +293,8 @@ TEST(InterpreterCompositeTest, CrossEntropyReductionsIgnoreIndexAndSmoothing) {
                {l0, l1});
   // The ignored element is left out of the mean's denominator.
   expectTensor(run(OpKind::CrossEntropy, {logits, ints(DType::I64, {2}, {2, -100})}), {}, {l0});
-  expectTensor(run(OpKind::CrossEntropy, {logits, ints(DType::I64, {2}, {2, 1})}, {{"ignore_index", int64_t{1}}}),
-               {}, {l0});
+  expectTensor(run(OpKind::CrossEntropy, {logits, ints(DType::I64, {2}, {2, 1})}, {{"ignore_index", int64_t{1}}}), {},
+               {l0});
   expectTensor(run(OpKind::CrossEntropy, {logits, ints(DType::I64, {2}, {-100, -100})}), {}, {kNaN});
   const double s0 = crossEntropy({1, 2, 3}, 2, 0.1), s1 = crossEntropy({1, 1, 1}, 0, 0.1);
   expectTensor(run(OpKind::CrossEntropy, {logits, ints(DType::I64, {2}, {2, 0})}, {{"label_smoothing", 0.1}}), {},
@@ -306,13 +302,12 @@ TEST(InterpreterCompositeTest, CrossEntropyReductionsIgnoreIndexAndSmoothing) {
   // Spatial dims: logits[N=1, C=2, d=2], labels[1, 2].
   Tensor spatial = f32({1, 2, 2}, {0, 1, 1, 0});
   const double a = std::log(std::exp(0.0) + std::exp(1.0));
-  expectTensor(run(OpKind::CrossEntropy, {spatial, ints(DType::I64, {1, 2}, {1, 1})}, {{"reduction", "none"}}),
-               {1, 2}, {a - 1, a});
+  expectTensor(run(OpKind::CrossEntropy, {spatial, ints(DType::I64, {1, 2}, {1, 1})}, {{"reduction", "none"}}), {1, 2},
+               {a - 1, a});
 }
 
 TEST(InterpreterCompositeTest, BadLabelIsAnError) {
-  std::string error =
-      runError(OpKind::CrossEntropy, {f32({2, 3}, {1, 2, 3, 1, 1, 1}), ints(DType::I64, {2}, {0, 3})});
+  std::string error = runError(OpKind::CrossEntropy, {f32({2, 3}, {1, 2, 3, 1, 1, 1}), ints(DType::I64, {2}, {0, 3})});
   EXPECT_NE(error.find("'cross_entropy'"), std::string::npos) << error;
   EXPECT_NE(error.find("label 3"), std::string::npos) << error;
   EXPECT_NE(runError(OpKind::NllLoss, {f32({1, 2}, {0, 0}), ints(DType::I64, {1}, {-1})}).find("label -1"),
@@ -382,11 +377,10 @@ TEST(InterpreterRecurrentTest, LstmMatchesAStepLoop) {
   const std::vector<double> X = values(seq * batch * in, 1.0, 0.1), W = values(4 * hid * in, 0.5, 0.2),
                             R = values(4 * hid * hid, 0.5, 0.3), B = values(8 * hid, 0.3, 0.4),
                             H0 = values(batch * hid, 0.4, 0.5), C0 = values(batch * hid, 0.6, 0.6);
-  auto results =
-      runOpFunction(OpKind::Lstm,
-                    {f32({seq, batch, in}, X), f32({1, 4 * hid, in}, W), f32({1, 4 * hid, hid}, R),
-                     f32({1, 8 * hid}, B), f32({1, batch, hid}, H0), f32({1, batch, hid}, C0)},
-                    {{"hidden_size", int64_t{hid}}});
+  auto results = runOpFunction(OpKind::Lstm,
+                               {f32({seq, batch, in}, X), f32({1, 4 * hid, in}, W), f32({1, 4 * hid, hid}, R),
+                                f32({1, 8 * hid}, B), f32({1, batch, hid}, H0), f32({1, batch, hid}, C0)},
+                               {{"hidden_size", int64_t{hid}}});
   ASSERT_TRUE(results) << results.error().str();
   // Reference: per batch row, gates i, o, f, c from W/R rows [g*hid, (g+1)*hid).
   for (int b = 0; b < batch; ++b) {
@@ -460,10 +454,10 @@ TEST(InterpreterRecurrentTest, GruMatchesAStepLoopInBothResetModes) {
 }
 
 TEST(InterpreterRecurrentTest, EmptySequenceReturnsTheInitialState) {
-  auto results = runOpFunction(OpKind::Rnn,
-                               {f32({0, 1, 1}, {}), f32({1, 1, 1}, {1}), f32({1, 1, 1}, {1}), f32({1, 2}, {0, 0}),
-                                f32({1, 1, 1}, {0.5})},
-                               {{"hidden_size", int64_t{1}}});
+  auto results = runOpFunction(
+      OpKind::Rnn,
+      {f32({0, 1, 1}, {}), f32({1, 1, 1}, {1}), f32({1, 1, 1}, {1}), f32({1, 2}, {0, 0}), f32({1, 1, 1}, {0.5})},
+      {{"hidden_size", int64_t{1}}});
   ASSERT_TRUE(results) << results.error().str();
   expectTensor((*results)[0], {0, 1, 1, 1}, {});
   expectTensor((*results)[1], {1, 1, 1}, {0.5});

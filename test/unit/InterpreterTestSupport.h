@@ -67,8 +67,7 @@ inline Expected<std::vector<Tensor>> runOpFunction(OpKind kind, std::vector<Tens
 
 /// Result 0 of runOpFunction; fails the test (and returns an empty tensor)
 /// on an error.
-inline Tensor run(OpKind kind, std::vector<Tensor> inputs, AttrMap attrs = {},
-                  std::vector<TensorType> declared = {}) {
+inline Tensor run(OpKind kind, std::vector<Tensor> inputs, AttrMap attrs = {}, std::vector<TensorType> declared = {}) {
   auto results = runOpFunction(kind, std::move(inputs), std::move(attrs), std::move(declared));
   if (!results) {
     ADD_FAILURE() << opName(kind) << " failed: " << results.error().str();
