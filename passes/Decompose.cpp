@@ -46,8 +46,7 @@ class Emitter {
   Status status() const { return error_ ? Status(*error_) : Status::success(); }
 
   /// An op of `kind` whose result type comes from its shape rule.
-  Value* emit(OpKind kind, std::vector<Value*> operands, AttrMap attrs = {},
-              std::vector<TensorType> declared = {}) {
+  Value* emit(OpKind kind, std::vector<Value*> operands, AttrMap attrs = {}, std::vector<TensorType> declared = {}) {
     if (error_) return nullptr;
     for (Value* v : operands)
       if (!v) return nullptr;
@@ -269,8 +268,8 @@ Value* gate(Emitter& e, Value* projection, int64_t gate, int64_t hidden) {
 /// sequence length. Per direction: the input projection of all steps is one
 /// matmul; each step slices its rows, applies the cell, and its h becomes
 /// row t of Y; directions are concatenated along Y's dirs axis.
-Lowered unrollRecurrence(Emitter& e, const Op& op, int64_t numGates, int64_t numStates,
-                         bool separateRecurrentBias, const StepFactory& makeStep) {
+Lowered unrollRecurrence(Emitter& e, const Op& op, int64_t numGates, int64_t numStates, bool separateRecurrentBias,
+                         const StepFactory& makeStep) {
   Value* x = op.operand(0);
   Value* w = op.operand(1);
   Value* r = op.operand(2);
@@ -284,7 +283,8 @@ Lowered unrollRecurrence(Emitter& e, const Op& op, int64_t numGates, int64_t num
   if (seq == 0) return op.emitError("cannot be decomposed: the sequence length of X (" + xType.str() + ") is 0");
   const std::string& direction = op.getString("direction");
   if (direction != "forward" && direction != "reverse" && direction != "bidirectional")
-    return op.emitError("has direction = \"" + direction + "\"; expected \"forward\", \"reverse\" or \"bidirectional\"");
+    return op.emitError("has direction = \"" + direction +
+                        "\"; expected \"forward\", \"reverse\" or \"bidirectional\"");
   int64_t hidden = op.getInt("hidden_size");
   int64_t gates = numGates * hidden;
   Dim batch = xType.shape[1];
@@ -331,16 +331,21 @@ Lowered unrollRecurrence(Emitter& e, const Op& op, int64_t numGates, int64_t num
   return results;
 }
 
+/// The primitive of an RNN `activation`, if it names one.
+std::optional<OpKind> rnnActivation(std::string_view name) {
+  if (name == "tanh") return OpKind::Tanh;
+  if (name == "relu") return OpKind::Relu;
+  if (name == "sigmoid") return OpKind::Sigmoid;
+  return std::nullopt;
+}
+
 /// rnn: h = act(x W^T + h R^T + Wb + Rb), act = tanh, relu or sigmoid.
 Lowered lowerRnn(Emitter& e, const Op& op) {
   const std::string& activation = op.getString("activation");
-  OpKind act;
-  if (activation == "tanh") act = OpKind::Tanh;
-  else if (activation == "relu") act = OpKind::Relu;
-  else if (activation == "sigmoid") act = OpKind::Sigmoid;
-  else return op.emitError("has activation = \"" + activation + "\"; expected \"tanh\", \"relu\" or \"sigmoid\"");
+  std::optional<OpKind> act = rnnActivation(activation);
+  if (!act) return op.emitError("has activation = \"" + activation + "\"; expected \"tanh\", \"relu\" or \"sigmoid\"");
   return unrollRecurrence(e, op, 1, 1, false, [&](Value* rT, Value*) -> Step {
-    return [&e, act, rT](Value* xp, const std::vector<Value*>& state) {
+    return [&e, act = *act, rT](Value* xp, const std::vector<Value*>& state) {
       return std::vector{e.unary(act, e.add(xp, e.matmul(state[0], rT)))};
     };
   });
@@ -379,8 +384,8 @@ Lowered lowerGru(Emitter& e, const Op& op) {
       Value* zr = e.add(xzr, e.add(e.matmul(h, rTzr), rbzr));
       Value* z = e.unary(OpKind::Sigmoid, gate(e, zr, 0, hidden));
       Value* r = e.unary(OpKind::Sigmoid, gate(e, zr, 1, hidden));
-      Value* recurrent = linearBeforeReset ? e.mul(r, e.add(e.matmul(h, rTh), rbh))
-                                           : e.add(e.matmul(e.mul(r, h), rTh), rbh);
+      Value* recurrent =
+          linearBeforeReset ? e.mul(r, e.add(e.matmul(h, rTh), rbh)) : e.add(e.matmul(e.mul(r, h), rTh), rbh);
       Value* candidate = e.unary(OpKind::Tanh, e.add(gate(e, xp, 2, hidden), recurrent));
       Value* update = e.mul(e.sub(1.0, z), candidate);
       return std::vector{e.add(update, e.mul(z, h))};
@@ -407,8 +412,9 @@ Lowered lowerAttention(Emitter& e, const Op& op) {
   if (scale == 0.0) {
     const Dim& depth = qShape.back();
     if (!depth.isStatic())
-      return op.emitError("cannot be decomposed: scale = 0 means 1/sqrt(D), which needs a static head size D, but q has type " +
-                          q->type().str());
+      return op.emitError(
+          "cannot be decomposed: scale = 0 means 1/sqrt(D), which needs a static head size D, but q has type " +
+          q->type().str());
     scale = 1.0 / std::sqrt(static_cast<double>(depth.size));
   }
   Value* scores = e.mul(e.matmul(q, e.transpose(k, perm)), scale);
@@ -421,8 +427,9 @@ Lowered lowerAttention(Emitter& e, const Op& op) {
     Dim queries = qShape[qShape.size() - 2];
     Dim keys = k->type().shape[static_cast<size_t>(rank - 2)];
     if (queries.isUnknown() || keys.isUnknown())
-      return op.emitError("cannot be decomposed: a causal mask needs static or named query and key lengths, but q has type " +
-                          q->type().str() + " and k has type " + k->type().str());
+      return op.emitError(
+          "cannot be decomposed: a causal mask needs static or named query and key lengths, but q has type " +
+          q->type().str() + " and k has type " + k->type().str());
     TensorType positions{DType::I64, {queries, keys}};
     Value* query = e.iota(positions, 0);
     Value* keep = e.binary(OpKind::Le, e.iota(positions, 1), query);
@@ -472,7 +479,8 @@ Lowered classLoss(Emitter& e, const Op& op, Value* logp, double smoothing) {
     Value* picked = e.mul(loss, 1.0 - smoothing);
     loss = e.add(picked, e.mul(uniform, smoothing));
   }
-  Value* counted = e.binary(OpKind::Ne, labels, e.scalar(labelType.dtype, static_cast<double>(op.getInt("ignore_index"))));
+  Value* counted =
+      e.binary(OpKind::Ne, labels, e.scalar(labelType.dtype, static_cast<double>(op.getInt("ignore_index"))));
   loss = e.select(counted, loss, zero);
   Value* count = e.reduce(OpKind::ReduceSum, e.cast(counted, logp->type().dtype), {}, false);
   auto reduced = reduceLoss(e, op, loss, count);
@@ -502,25 +510,41 @@ Lowered lowerMseLoss(Emitter& e, const Op& op) {
 
 template <OpKind K>
 constexpr Lowering kLoweringOf = nullptr;
-template <> constexpr Lowering kLoweringOf<OpKind::Softmax> = &lowerSoftmax;
-template <> constexpr Lowering kLoweringOf<OpKind::LogSoftmax> = &lowerLogSoftmax;
-template <> constexpr Lowering kLoweringOf<OpKind::LayerNorm> = &lowerLayerNorm;
-template <> constexpr Lowering kLoweringOf<OpKind::BatchNorm> = &lowerBatchNorm;
-template <> constexpr Lowering kLoweringOf<OpKind::Gelu> = &lowerGelu;
-template <> constexpr Lowering kLoweringOf<OpKind::Silu> = &lowerSilu;
-template <> constexpr Lowering kLoweringOf<OpKind::LeakyRelu> = &lowerLeakyRelu;
-template <> constexpr Lowering kLoweringOf<OpKind::Elu> = &lowerElu;
-template <> constexpr Lowering kLoweringOf<OpKind::Softplus> = &lowerSoftplus;
-template <> constexpr Lowering kLoweringOf<OpKind::Rnn> = &lowerRnn;
-template <> constexpr Lowering kLoweringOf<OpKind::Lstm> = &lowerLstm;
-template <> constexpr Lowering kLoweringOf<OpKind::Gru> = &lowerGru;
-template <> constexpr Lowering kLoweringOf<OpKind::Attention> = &lowerAttention;
-template <> constexpr Lowering kLoweringOf<OpKind::CrossEntropy> = &lowerCrossEntropy;
-template <> constexpr Lowering kLoweringOf<OpKind::NllLoss> = &lowerNllLoss;
-template <> constexpr Lowering kLoweringOf<OpKind::MseLoss> = &lowerMseLoss;
+template <>
+constexpr Lowering kLoweringOf<OpKind::Softmax> = &lowerSoftmax;
+template <>
+constexpr Lowering kLoweringOf<OpKind::LogSoftmax> = &lowerLogSoftmax;
+template <>
+constexpr Lowering kLoweringOf<OpKind::LayerNorm> = &lowerLayerNorm;
+template <>
+constexpr Lowering kLoweringOf<OpKind::BatchNorm> = &lowerBatchNorm;
+template <>
+constexpr Lowering kLoweringOf<OpKind::Gelu> = &lowerGelu;
+template <>
+constexpr Lowering kLoweringOf<OpKind::Silu> = &lowerSilu;
+template <>
+constexpr Lowering kLoweringOf<OpKind::LeakyRelu> = &lowerLeakyRelu;
+template <>
+constexpr Lowering kLoweringOf<OpKind::Elu> = &lowerElu;
+template <>
+constexpr Lowering kLoweringOf<OpKind::Softplus> = &lowerSoftplus;
+template <>
+constexpr Lowering kLoweringOf<OpKind::Rnn> = &lowerRnn;
+template <>
+constexpr Lowering kLoweringOf<OpKind::Lstm> = &lowerLstm;
+template <>
+constexpr Lowering kLoweringOf<OpKind::Gru> = &lowerGru;
+template <>
+constexpr Lowering kLoweringOf<OpKind::Attention> = &lowerAttention;
+template <>
+constexpr Lowering kLoweringOf<OpKind::CrossEntropy> = &lowerCrossEntropy;
+template <>
+constexpr Lowering kLoweringOf<OpKind::NllLoss> = &lowerNllLoss;
+template <>
+constexpr Lowering kLoweringOf<OpKind::MseLoss> = &lowerMseLoss;
 
 // Every composite has a lowering and nothing else does.
-#define KILN_OP(Enum, Mnemonic, Class, ...)                                                        \
+#define KILN_OP(Enum, Mnemonic, Class, ...)                                                       \
   static_assert((OpClass::Class == OpClass::Composite) == (kLoweringOf<OpKind::Enum> != nullptr), \
                 "a composite op needs a lowering in passes/Decompose.cpp (and a primitive none): " Mnemonic);
 #include "ir/Ops.def"
@@ -541,7 +565,8 @@ Status adoptType(const Op& op, size_t i, Value* replacement, const std::vector<O
   bool compatible = got.dtype == want.dtype && got.rank() == want.rank();
   for (size_t d = 0; compatible && d < got.shape.size(); ++d) compatible = dimsCompatible(got.shape[d], want.shape[d]);
   if (!compatible)
-    return op.emitError("result " + std::to_string(i) + " is declared " + want.str() + " but decomposes to " + got.str());
+    return op.emitError("result " + std::to_string(i) + " is declared " + want.str() + " but decomposes to " +
+                        got.str());
   if (std::find(created.begin(), created.end(), replacement->definingOp()) != created.end()) replacement->setType(want);
   return Status::success();
 }
@@ -576,7 +601,8 @@ Status decomposeOp(Op& op) {
   Emitter e(op);
   Lowered replacements = lower(e, op);
   Status status = replacements ? e.status() : Status(replacements.takeError());
-  for (size_t i = 0; status.ok() && i < op.numResults(); ++i) status = adoptType(op, i, (*replacements)[i], e.created());
+  for (size_t i = 0; status.ok() && i < op.numResults(); ++i)
+    status = adoptType(op, i, (*replacements)[i], e.created());
   Function& f = *op.parent();
   if (!status.ok()) {
     // Users come after their operands, so erasing newest first leaves no dangling use.

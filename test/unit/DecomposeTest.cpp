@@ -109,8 +109,7 @@ bool hasComposite(const Module& m) {
 
 /// `ir` with every `T` dtype placeholder (written `T[`) replaced by `dtype`.
 std::string withDType(std::string ir, std::string_view dtype) {
-  for (size_t pos = 0; (pos = ir.find("T[", pos)) != std::string::npos; pos += dtype.size())
-    ir.replace(pos, 1, dtype);
+  for (size_t pos = 0; (pos = ir.find("T[", pos)) != std::string::npos; pos += dtype.size()) ir.replace(pos, 1, dtype);
   return ir;
 }
 
@@ -147,8 +146,8 @@ void expectEquivalent(const std::string& ir, const InputSpec& spec, Tolerance to
       finite += std::isfinite(b);
       bool same = (std::isnan(a) && std::isnan(b)) || a == b || std::abs(a - b) <= tol.atol + tol.rtol * std::abs(b);
       if (!same) ++mismatches;
-      EXPECT_TRUE(same) << "result " << r << " element " << i << ": decomposed " << a << ", reference " << b
-                        << "\n" << ir;
+      EXPECT_TRUE(same) << "result " << r << " element " << i << ": decomposed " << a << ", reference " << b << "\n"
+                        << ir;
     }
     EXPECT_GT(finite, 0) << "result " << r << " has no finite element to compare\n" << ir;
   }
@@ -169,9 +168,7 @@ TEST_P(DecomposeEquivalence, F64) {
   expectEquivalent(withDType(GetParam().ir, "f64"), GetParam().spec, {1e-10, 1e-12});
 }
 
-TEST_P(DecomposeEquivalence, F32) {
-  expectEquivalent(withDType(GetParam().ir, "f32"), GetParam().spec, {1e-5, 1e-6});
-}
+TEST_P(DecomposeEquivalence, F32) { expectEquivalent(withDType(GetParam().ir, "f32"), GetParam().spec, {1e-5, 1e-6}); }
 
 /// A function of one op: `%r = <op>` over `args`, returning its result(s).
 std::string fn(const std::string& args, const std::string& results, const std::string& body) {
@@ -183,25 +180,25 @@ const Case kCases[] = {
     {"softmax_last", fn("%x: T[2,3,5]", "T[2,3,5]", "%y = softmax(%x) : T[2,3,5]\n  return %y")},
     {"softmax_axis0", fn("%x: T[4,3]", "T[4,3]", "%y = softmax(%x) {axis = 0} : T[4,3]\n  return %y")},
     {"softmax_wide", fn("%wide: T[3,7]", "T[3,7]", "%y = softmax(%wide) {axis = 1} : T[3,7]\n  return %y")},
-    {"softmax_symbolic_batch", fn("%x: T[N,5]", "T[N,5]", "%y = softmax(%x) : T[N,5]\n  return %y"),
-     bind("N", 3)},
+    {"softmax_symbolic_batch", fn("%x: T[N,5]", "T[N,5]", "%y = softmax(%x) : T[N,5]\n  return %y"), bind("N", 3)},
     {"log_softmax_last", fn("%wide: T[3,6]", "T[3,6]", "%y = log_softmax(%wide) : T[3,6]\n  return %y")},
     {"log_softmax_middle", fn("%x: T[2,4,3]", "T[2,4,3]", "%y = log_softmax(%x) {axis = -2} : T[2,4,3]\n  return %y")},
     // --- layer_norm / batch_norm
-    {"layer_norm_scale_bias", fn("%x: T[2,3,4], %s: T[4], %b: T[4]", "T[2,3,4]",
-                                 "%y = layer_norm(%x, %s, %b) : T[2,3,4]\n  return %y")},
-    {"layer_norm_two_axes_scale_only", fn("%x: T[2,3,4], %s: T[3,4]", "T[2,3,4]",
-                                          "%y = layer_norm(%x, %s) {axis = 1, epsilon = 0.001} : T[2,3,4]\n  return %y")},
+    {"layer_norm_scale_bias",
+     fn("%x: T[2,3,4], %s: T[4], %b: T[4]", "T[2,3,4]", "%y = layer_norm(%x, %s, %b) : T[2,3,4]\n  return %y")},
+    {"layer_norm_two_axes_scale_only",
+     fn("%x: T[2,3,4], %s: T[3,4]", "T[2,3,4]",
+        "%y = layer_norm(%x, %s) {axis = 1, epsilon = 0.001} : T[2,3,4]\n  return %y")},
     {"layer_norm_plain", fn("%x: T[5,6]", "T[5,6]", "%y = layer_norm(%x) : T[5,6]\n  return %y")},
-    {"layer_norm_symbolic_batch", fn("%x: T[B,6], %s: T[6], %b: T[6]", "T[B,6]",
-                                     "%y = layer_norm(%x, %s, %b) : T[B,6]\n  return %y"),
-     bind("B", 2)},
+    {"layer_norm_symbolic_batch",
+     fn("%x: T[B,6], %s: T[6], %b: T[6]", "T[B,6]", "%y = layer_norm(%x, %s, %b) : T[B,6]\n  return %y"), bind("B", 2)},
     {"batch_norm_4d", fn("%x: T[2,3,4,4], %s: T[3], %b: T[3], %m: T[3], %var: T[3]", "T[2,3,4,4]",
                          "%y = batch_norm(%x, %s, %b, %m, %var) : T[2,3,4,4]\n  return %y")},
     {"batch_norm_2d", fn("%x: T[5,3], %s: T[3], %b: T[3], %m: T[3], %var: T[3]", "T[5,3]",
                          "%y = batch_norm(%x, %s, %b, %m, %var) {epsilon = 0.01} : T[5,3]\n  return %y")},
-    {"batch_norm_symbolic_batch", fn("%x: T[N,2,5], %s: T[2], %b: T[2], %m: T[2], %var: T[2]", "T[N,2,5]",
-                                     "%y = batch_norm(%x, %s, %b, %m, %var) : T[N,2,5]\n  return %y"),
+    {"batch_norm_symbolic_batch",
+     fn("%x: T[N,2,5], %s: T[2], %b: T[2], %m: T[2], %var: T[2]", "T[N,2,5]",
+        "%y = batch_norm(%x, %s, %b, %m, %var) : T[N,2,5]\n  return %y"),
      bind("N", 3)},
     // --- activations
     {"gelu_erf", fn("%x: T[3,8]", "T[3,8]", "%y = gelu(%x) : T[3,8]\n  return %y")},
@@ -215,14 +212,14 @@ const Case kCases[] = {
     // --- recurrent: X[seq,batch,in], W[dirs,G*H,in], R[dirs,G*H,H], B[dirs,2*G*H], h0[dirs,batch,H]
     {"rnn_tanh", fn("%x: T[3,2,4], %w: T[1,5,4], %r: T[1,5,5], %b: T[1,10], %h: T[1,2,5]", "(T[3,1,2,5], T[1,2,5])",
                     "%y, %yh = rnn(%x, %w, %r, %b, %h) {hidden_size = 5} : T[3,1,2,5], T[1,2,5]\n  return %y, %yh")},
-    {"rnn_relu_reverse", fn("%x: T[4,3,2], %w: T[1,3,2], %r: T[1,3,3], %b: T[1,6], %h: T[1,3,3]",
-                            "(T[4,1,3,3], T[1,3,3])",
-                            "%y, %yh = rnn(%x, %w, %r, %b, %h) {activation = \"relu\", direction = \"reverse\", "
-                            "hidden_size = 3} : T[4,1,3,3], T[1,3,3]\n  return %y, %yh")},
-    {"rnn_sigmoid_bidirectional", fn("%x: T[2,1,3], %w: T[2,4,3], %r: T[2,4,4], %b: T[2,8], %h: T[2,1,4]",
-                                     "(T[2,2,1,4], T[2,1,4])",
-                                     "%y, %yh = rnn(%x, %w, %r, %b, %h) {activation = \"sigmoid\", direction = "
-                                     "\"bidirectional\", hidden_size = 4} : T[2,2,1,4], T[2,1,4]\n  return %y, %yh")},
+    {"rnn_relu_reverse",
+     fn("%x: T[4,3,2], %w: T[1,3,2], %r: T[1,3,3], %b: T[1,6], %h: T[1,3,3]", "(T[4,1,3,3], T[1,3,3])",
+        "%y, %yh = rnn(%x, %w, %r, %b, %h) {activation = \"relu\", direction = \"reverse\", "
+        "hidden_size = 3} : T[4,1,3,3], T[1,3,3]\n  return %y, %yh")},
+    {"rnn_sigmoid_bidirectional",
+     fn("%x: T[2,1,3], %w: T[2,4,3], %r: T[2,4,4], %b: T[2,8], %h: T[2,1,4]", "(T[2,2,1,4], T[2,1,4])",
+        "%y, %yh = rnn(%x, %w, %r, %b, %h) {activation = \"sigmoid\", direction = "
+        "\"bidirectional\", hidden_size = 4} : T[2,2,1,4], T[2,1,4]\n  return %y, %yh")},
     {"lstm_forward", fn("%x: T[3,2,4], %w: T[1,20,4], %r: T[1,20,5], %b: T[1,40], %h: T[1,2,5], %c: T[1,2,5]",
                         "(T[3,1,2,5], T[1,2,5], T[1,2,5])",
                         "%y, %yh, %yc = lstm(%x, %w, %r, %b, %h, %c) {hidden_size = 5} : T[3,1,2,5], T[1,2,5], "
@@ -235,29 +232,30 @@ const Case kCases[] = {
                               "(T[3,2,2,3], T[2,2,3], T[2,2,3])",
                               "%y, %yh, %yc = lstm(%x, %w, %r, %b, %h, %c) {direction = \"bidirectional\", "
                               "hidden_size = 3} : T[3,2,2,3], T[2,2,3], T[2,2,3]\n  return %y, %yh, %yc")},
-    {"lstm_symbolic_batch", fn("%x: T[2,B,3], %w: T[1,8,3], %r: T[1,8,2], %b: T[1,16], %h: T[1,B,2], %c: T[1,B,2]",
-                               "(T[2,1,B,2], T[1,B,2], T[1,B,2])",
-                               "%y, %yh, %yc = lstm(%x, %w, %r, %b, %h, %c) {hidden_size = 2} : T[2,1,B,2], T[1,B,2], "
-                               "T[1,B,2]\n  return %y, %yh, %yc"),
+    {"lstm_symbolic_batch",
+     fn("%x: T[2,B,3], %w: T[1,8,3], %r: T[1,8,2], %b: T[1,16], %h: T[1,B,2], %c: T[1,B,2]",
+        "(T[2,1,B,2], T[1,B,2], T[1,B,2])",
+        "%y, %yh, %yc = lstm(%x, %w, %r, %b, %h, %c) {hidden_size = 2} : T[2,1,B,2], T[1,B,2], "
+        "T[1,B,2]\n  return %y, %yh, %yc"),
      bind("B", 3)},
-    {"gru_forward", fn("%x: T[3,2,4], %w: T[1,15,4], %r: T[1,15,5], %b: T[1,30], %h: T[1,2,5]",
-                       "(T[3,1,2,5], T[1,2,5])",
-                       "%y, %yh = gru(%x, %w, %r, %b, %h) {hidden_size = 5} : T[3,1,2,5], T[1,2,5]\n  return %y, %yh")},
-    {"gru_linear_before_reset", fn("%x: T[3,2,4], %w: T[1,15,4], %r: T[1,15,5], %b: T[1,30], %h: T[1,2,5]",
-                                   "(T[3,1,2,5], T[1,2,5])",
-                                   "%y, %yh = gru(%x, %w, %r, %b, %h) {hidden_size = 5, linear_before_reset = true} : "
-                                   "T[3,1,2,5], T[1,2,5]\n  return %y, %yh")},
-    {"gru_bidirectional", fn("%x: T[2,3,2], %w: T[2,9,2], %r: T[2,9,3], %b: T[2,18], %h: T[2,3,3]",
-                             "(T[2,2,3,3], T[2,3,3])",
-                             "%y, %yh = gru(%x, %w, %r, %b, %h) {direction = \"bidirectional\", hidden_size = 3} : "
-                             "T[2,2,3,3], T[2,3,3]\n  return %y, %yh")},
-    {"gru_reverse_linear_before_reset", fn("%x: T[4,1,2], %w: T[1,6,2], %r: T[1,6,2], %b: T[1,12], %h: T[1,1,2]",
-                                           "(T[4,1,1,2], T[1,1,2])",
-                                           "%y, %yh = gru(%x, %w, %r, %b, %h) {direction = \"reverse\", hidden_size = 2, "
-                                           "linear_before_reset = true} : T[4,1,1,2], T[1,1,2]\n  return %y, %yh")},
+    {"gru_forward",
+     fn("%x: T[3,2,4], %w: T[1,15,4], %r: T[1,15,5], %b: T[1,30], %h: T[1,2,5]", "(T[3,1,2,5], T[1,2,5])",
+        "%y, %yh = gru(%x, %w, %r, %b, %h) {hidden_size = 5} : T[3,1,2,5], T[1,2,5]\n  return %y, %yh")},
+    {"gru_linear_before_reset",
+     fn("%x: T[3,2,4], %w: T[1,15,4], %r: T[1,15,5], %b: T[1,30], %h: T[1,2,5]", "(T[3,1,2,5], T[1,2,5])",
+        "%y, %yh = gru(%x, %w, %r, %b, %h) {hidden_size = 5, linear_before_reset = true} : "
+        "T[3,1,2,5], T[1,2,5]\n  return %y, %yh")},
+    {"gru_bidirectional",
+     fn("%x: T[2,3,2], %w: T[2,9,2], %r: T[2,9,3], %b: T[2,18], %h: T[2,3,3]", "(T[2,2,3,3], T[2,3,3])",
+        "%y, %yh = gru(%x, %w, %r, %b, %h) {direction = \"bidirectional\", hidden_size = 3} : "
+        "T[2,2,3,3], T[2,3,3]\n  return %y, %yh")},
+    {"gru_reverse_linear_before_reset",
+     fn("%x: T[4,1,2], %w: T[1,6,2], %r: T[1,6,2], %b: T[1,12], %h: T[1,1,2]", "(T[4,1,1,2], T[1,1,2])",
+        "%y, %yh = gru(%x, %w, %r, %b, %h) {direction = \"reverse\", hidden_size = 2, "
+        "linear_before_reset = true} : T[4,1,1,2], T[1,1,2]\n  return %y, %yh")},
     // --- attention: q[..., Lq, D], k[..., Lk, D], v[..., Lk, Dv]
-    {"attention_default_scale", fn("%q: T[2,4,8], %k: T[2,6,8], %v: T[2,6,3]", "T[2,4,3]",
-                                   "%o = attention(%q, %k, %v) : T[2,4,3]\n  return %o")},
+    {"attention_default_scale",
+     fn("%q: T[2,4,8], %k: T[2,6,8], %v: T[2,6,3]", "T[2,4,3]", "%o = attention(%q, %k, %v) : T[2,4,3]\n  return %o")},
     {"attention_explicit_scale_4d", fn("%q: T[2,2,3,4], %k: T[2,2,5,4], %v: T[2,2,5,4]", "T[2,2,3,4]",
                                        "%o = attention(%q, %k, %v) {scale = 0.3} : T[2,2,3,4]\n  return %o")},
     {"attention_causal", fn("%q: T[2,5,4], %k: T[2,5,4], %v: T[2,5,4]", "T[2,5,4]",
@@ -268,40 +266,45 @@ const Case kCases[] = {
                                "%o = attention(%q, %k, %v, %m) : T[2,4,8]\n  return %o")},
     {"attention_float_mask_broadcast", fn("%q: T[2,2,4,8], %k: T[2,2,6,8], %v: T[2,2,6,8], %m: T[2,1,4,6]",
                                           "T[2,2,4,8]", "%o = attention(%q, %k, %v, %m) : T[2,2,4,8]\n  return %o")},
-    {"attention_causal_and_mask", fn("%q: T[4,4], %k: T[4,4], %v: T[4,3], %m: T[4,4]", "T[4,3]",
-                                     "%o = attention(%q, %k, %v, %m) {causal = true, scale = 1.5} : T[4,3]\n  return %o")},
-    {"attention_symbolic_batch", fn("%q: T[N,4,8], %k: T[N,6,8], %v: T[N,6,8]", "T[N,4,8]",
-                                    "%o = attention(%q, %k, %v) : T[N,4,8]\n  return %o"),
+    {"attention_causal_and_mask",
+     fn("%q: T[4,4], %k: T[4,4], %v: T[4,3], %m: T[4,4]", "T[4,3]",
+        "%o = attention(%q, %k, %v, %m) {causal = true, scale = 1.5} : T[4,3]\n  return %o")},
+    {"attention_symbolic_batch",
+     fn("%q: T[N,4,8], %k: T[N,6,8], %v: T[N,6,8]", "T[N,4,8]", "%o = attention(%q, %k, %v) : T[N,4,8]\n  return %o"),
      bind("N", 2)},
     // --- losses
     {"cross_entropy_mean", fn("%x: T[6,5], %l: i64[6]", "T[]", "%y = cross_entropy(%x, %l) : T[]\n  return %y"),
      labels(5)},
-    {"cross_entropy_sum", fn("%x: T[6,5], %l: i64[6]", "T[]",
-                             "%y = cross_entropy(%x, %l) {reduction = \"sum\"} : T[]\n  return %y"),
+    {"cross_entropy_sum",
+     fn("%x: T[6,5], %l: i64[6]", "T[]", "%y = cross_entropy(%x, %l) {reduction = \"sum\"} : T[]\n  return %y"),
      labels(5)},
-    {"cross_entropy_none", fn("%x: T[6,5], %l: i64[6]", "T[6]",
-                              "%y = cross_entropy(%x, %l) {reduction = \"none\"} : T[6]\n  return %y"),
+    {"cross_entropy_none",
+     fn("%x: T[6,5], %l: i64[6]", "T[6]", "%y = cross_entropy(%x, %l) {reduction = \"none\"} : T[6]\n  return %y"),
      labels(5)},
-    {"cross_entropy_label_smoothing", fn("%x: T[6,5], %l: i64[6]", "T[]",
-                                         "%y = cross_entropy(%x, %l) {label_smoothing = 0.1} : T[]\n  return %y"),
+    {"cross_entropy_label_smoothing",
+     fn("%x: T[6,5], %l: i64[6]", "T[]", "%y = cross_entropy(%x, %l) {label_smoothing = 0.1} : T[]\n  return %y"),
      labels(5)},
-    {"cross_entropy_spatial_i32_ignore", fn("%x: T[2,3,4], %l: i32[2,4]", "T[2,4]",
-                                            "%y = cross_entropy(%x, %l) {ignore_index = 1, label_smoothing = 0.2, "
-                                            "reduction = \"none\"} : T[2,4]\n  return %y"),
+    {"cross_entropy_spatial_i32_ignore",
+     fn("%x: T[2,3,4], %l: i32[2,4]", "T[2,4]",
+        "%y = cross_entropy(%x, %l) {ignore_index = 1, label_smoothing = 0.2, "
+        "reduction = \"none\"} : T[2,4]\n  return %y"),
      labels(3, 1)},
-    {"cross_entropy_spatial_mean", fn("%x: T[2,3,2,2], %l: i64[2,2,2]", "T[]",
-                                      "%y = cross_entropy(%x, %l) {label_smoothing = 0.05} : T[]\n  return %y"),
+    {"cross_entropy_spatial_mean",
+     fn("%x: T[2,3,2,2], %l: i64[2,2,2]", "T[]",
+        "%y = cross_entropy(%x, %l) {label_smoothing = 0.05} : T[]\n  return %y"),
      labels(3)},
-    {"cross_entropy_symbolic_batch", fn("%x: T[N,4], %l: i64[N]", "T[]", "%y = cross_entropy(%x, %l) : T[]\n  return %y"),
-     bind("N", 5, labels(4))},
+    {"cross_entropy_symbolic_batch",
+     fn("%x: T[N,4], %l: i64[N]", "T[]", "%y = cross_entropy(%x, %l) : T[]\n  return %y"), bind("N", 5, labels(4))},
     {"nll_loss_mean", fn("%x: T[6,5], %l: i64[6]", "T[]", "%y = nll_loss(%x, %l) : T[]\n  return %y"), labels(5)},
-    {"nll_loss_sum", fn("%x: T[6,5], %l: i64[6]", "T[]", "%y = nll_loss(%x, %l) {reduction = \"sum\"} : T[]\n  return %y"),
-     labels(5)},
-    {"nll_loss_none_spatial", fn("%x: T[2,3,4], %l: i32[2,4]", "T[2,4]",
-                                 "%y = nll_loss(%x, %l) {ignore_index = 0, reduction = \"none\"} : T[2,4]\n  return %y"),
+    {"nll_loss_sum",
+     fn("%x: T[6,5], %l: i64[6]", "T[]", "%y = nll_loss(%x, %l) {reduction = \"sum\"} : T[]\n  return %y"), labels(5)},
+    {"nll_loss_none_spatial",
+     fn("%x: T[2,3,4], %l: i32[2,4]", "T[2,4]",
+        "%y = nll_loss(%x, %l) {ignore_index = 0, reduction = \"none\"} : T[2,4]\n  return %y"),
      labels(3, 0)},
     {"mse_loss_mean", fn("%a: T[3,4], %b: T[3,4]", "T[]", "%y = mse_loss(%a, %b) : T[]\n  return %y")},
-    {"mse_loss_sum", fn("%a: T[3,4], %b: T[3,4]", "T[]", "%y = mse_loss(%a, %b) {reduction = \"sum\"} : T[]\n  return %y")},
+    {"mse_loss_sum",
+     fn("%a: T[3,4], %b: T[3,4]", "T[]", "%y = mse_loss(%a, %b) {reduction = \"sum\"} : T[]\n  return %y")},
     {"mse_loss_none", fn("%a: T[2,3,2], %b: T[2,3,2]", "T[2,3,2]",
                          "%y = mse_loss(%a, %b) {reduction = \"none\"} : T[2,3,2]\n  return %y")},
 };
@@ -411,7 +414,8 @@ void expectDecomposeError(const std::string& ir, const std::string& message) {
 
 TEST(DecomposeTest, RecurrenceWithUnknownSequenceLengthIsAnError) {
   expectDecomposeError(
-      "func @f(%x: f32[?,2,3], %w: f32[1,8,3], %r: f32[1,8,2], %b: f32[1,16], %h: f32[1,2,2], %c: f32[1,2,2]) -> f32[1,2,2] {\n"
+      "func @f(%x: f32[?,2,3], %w: f32[1,8,3], %r: f32[1,8,2], %b: f32[1,16], %h: f32[1,2,2], %c: f32[1,2,2]) -> "
+      "f32[1,2,2] {\n"
       "  %y, %yh, %yc = lstm(%x, %w, %r, %b, %h, %c) {hidden_size = 2} : f32[?,1,2,2], f32[1,2,2], f32[1,2,2]\n"
       "  return %yh\n"
       "}\n",
