@@ -423,6 +423,7 @@ Expected<bool> sweep(Function& f, const OpEvaluator* evaluator) {
     // Step past the op first: it and the producers it leaves dead (all
     // before it) may be erased below.
     Op* op = (it++)->get();
+    if (op->numResults() > 0 && !op->hasUses()) continue;  // already dead: dce's to erase
     b.setInsertionPoint(op);
     b.setLocation(op->loc());
     auto replacements = simplify(*op, b, evaluator);
@@ -481,7 +482,8 @@ Expected<bool> canonicalizeFunction(Function& f, const OpEvaluator* evaluator) {
 ///
 /// An op whose results were replaced is erased, and so are the producers
 /// this leaves unused, transitively (a folded constant's operands, the 1 of
-/// x*1). Ops that were already dead are left to `dce`.
+/// x*1). Ops that were already dead are neither rewritten nor erased: that
+/// is `dce`'s job, and keeps each pass's effect easy to predict.
 ///
 ///   %c = constant() {value = dense<f32[2]>[1.0, 2.0]} : f32[2]
 ///   %d = add(%c, %c) : f32[2]
