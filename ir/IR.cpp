@@ -34,7 +34,9 @@ std::unique_ptr<Op> Op::create(OpKind kind, std::vector<Value*> operands,
 Op::~Op() {
   for (Value* v : operands_)
     if (v) v->removeUser(this);
+#ifndef NDEBUG
   for (auto& r : results_) assert(!r->hasUses() && "destroying an op whose results are still used");
+#endif
 }
 
 void Op::setOperand(size_t i, Value* v) {
