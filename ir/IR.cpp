@@ -94,12 +94,14 @@ std::vector<Value*> Function::arguments() const {
 Value* Function::addArgument(TensorType type, std::string name) {
   args_.push_back(std::unique_ptr<Value>(
       new Value(std::move(type), std::move(name), nullptr, static_cast<int>(args_.size()))));
+  argDefaults_.emplace_back();
   return args_.back().get();
 }
 
 void Function::eraseArgument(size_t i) {
   assert(!args_[i]->hasUses() && "erasing a used argument");
   args_.erase(args_.begin() + static_cast<ptrdiff_t>(i));
+  argDefaults_.erase(argDefaults_.begin() + static_cast<ptrdiff_t>(i));
   for (size_t j = i; j < args_.size(); ++j) args_[j]->index_ = static_cast<int>(j);
 }
 

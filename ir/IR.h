@@ -132,11 +132,24 @@ class Function {
   Value* argument(size_t i) const { return args_[i].get(); }
   std::vector<Value*> arguments() const;
   Value* addArgument(TensorType type, std::string name = {});
-  /// Removes an unused argument.
+  /// Removes an unused argument (and its default).
   void eraseArgument(size_t i);
 
+  /// The value an argument takes when the caller does not bind it (an ONNX
+  /// graph input that also has an initializer), or null when it is required.
+  const DenseTensor* argumentDefault(size_t i) const { return argDefaults_[i].get(); }
+  void setArgumentDefault(size_t i, std::shared_ptr<const DenseTensor> value) { argDefaults_[i] = std::move(value); }
+
   const std::vector<TensorType>& resultTypes() const { return resultTypes_; }
-  void setResultTypes(std::vector<TensorType> types) { resultTypes_ = std::move(types); }
+  /// Sets the result types; result names are kept where they still apply.
+  void setResultTypes(std::vector<TensorType> types) {
+    resultTypes_ = std::move(types);
+    resultNames_.resize(resultTypes_.size());
+  }
+  /// The name callers know result `i` by (a model's graph output name), or
+  /// empty when the result is unnamed.
+  const std::string& resultName(size_t i) const { return resultNames_[i]; }
+  void setResultName(size_t i, std::string name) { resultNames_[i] = std::move(name); }
 
   const OpList& ops() const { return ops_; }
   bool empty() const { return ops_.empty(); }
@@ -153,7 +166,9 @@ class Function {
   std::string name_;
   Location loc_;
   std::vector<std::unique_ptr<Value>> args_;
+  std::vector<std::shared_ptr<const DenseTensor>> argDefaults_;
   std::vector<TensorType> resultTypes_;
+  std::vector<std::string> resultNames_;
   OpList ops_;
 };
 

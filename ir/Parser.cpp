@@ -424,24 +424,56 @@ class Parser {
         KILN_TRY(expect(Tok::Colon, "':' after argument %" + nameTok.text));
         TensorType type;
         KILN_TRY(parseType(type));
-        KILN_TRY(define(nameTok, f->addArgument(std::move(type), nameTok.text)));
+        Value* arg = f->addArgument(std::move(type), nameTok.text);
+        KILN_TRY(define(nameTok, arg));
+        if (tok_.kind == Tok::Equal) {
+          KILN_TRY(consume());
+          Token valueTok = tok_;
+          if (!isKeyword("dense")) return error("expected dense<...> as the default of argument %" + nameTok.text + describeFound());
+          AttrLiteral literal;
+          KILN_TRY(parseDense(literal));
+          const DenseTensor& d = literal.value.getTensor();
+          if (!typesCompatible(d.type, arg->type()))
+            return errorAt(valueTok, "default of argument %" + nameTok.text + " has type " + d.type.str() +
+                                         ", which does not match " + arg->type().str());
+          f->setArgumentDefault(arg->index(), std::make_shared<const DenseTensor>(d));
+        }
         if (tok_.kind == Tok::RParen) break;
         KILN_TRY(expect(Tok::Comma, "',' or ')' after an argument"));
       }
     }
     KILN_TRY(consume());  // ')'
     std::vector<TensorType> results;
+    std::vector<std::string> resultNames;
     if (tok_.kind == Tok::Arrow) {
       KILN_TRY(consume());
       if (tok_.kind == Tok::LParen) {
         KILN_TRY(consume());
-        KILN_TRY(parseTypeList(results, Tok::RParen, "')' after the result types"));
+        if (tok_.kind != Tok::RParen) {
+          while (true) {
+            std::string name;
+            if (tok_.kind == Tok::String) {
+              name = tok_.text;
+              if (name.empty()) return error("a result name must not be empty");
+              KILN_TRY(consume());
+              KILN_TRY(expect(Tok::Colon, "':' after the result name \"" + name + "\""));
+            }
+            resultNames.push_back(std::move(name));
+            results.emplace_back();
+            KILN_TRY(parseType(results.back()));
+            if (tok_.kind == Tok::RParen) break;
+            KILN_TRY(expect(Tok::Comma, "',' or ')' after the result types"));
+          }
+        }
+        KILN_TRY(consume());  // ')'
       } else {
+        resultNames.emplace_back();
         results.emplace_back();
         KILN_TRY(parseType(results.back()));
       }
     }
     f->setResultTypes(std::move(results));
+    for (size_t i = 0; i < resultNames.size(); ++i) f->setResultName(i, std::move(resultNames[i]));
     if (isKeyword("loc")) {
       Location loc;
       KILN_TRY(parseLoc(loc));

@@ -156,13 +156,6 @@ void printType(std::ostream& os, const TensorType& t) {
   os << ']';
 }
 
-void printTypeList(std::ostream& os, const std::vector<TensorType>& types) {
-  for (size_t i = 0; i < types.size(); ++i) {
-    if (i) os << ", ";
-    printType(os, types[i]);
-  }
-}
-
 void printDense(std::ostream& os, const DenseTensor& t) {
   os << "dense<";
   printType(os, t.type);
@@ -344,13 +337,26 @@ void print(const Function& f, std::ostream& os) {
     printValue(os, namer, f.argument(i));
     os << ": ";
     printType(os, f.argument(i)->type());
+    if (const DenseTensor* d = f.argumentDefault(i)) {
+      os << " = ";
+      printDense(os, *d);
+    }
   }
   os << ") -> ";
-  if (f.resultTypes().size() == 1) {
+  bool named = false;
+  for (size_t i = 0; i < f.resultTypes().size(); ++i) named |= !f.resultName(i).empty();
+  if (f.resultTypes().size() == 1 && !named) {
     printType(os, f.resultTypes()[0]);
   } else {
     os << '(';
-    printTypeList(os, f.resultTypes());
+    for (size_t i = 0; i < f.resultTypes().size(); ++i) {
+      if (i) os << ", ";
+      if (!f.resultName(i).empty()) {
+        printString(os, f.resultName(i));
+        os << ": ";
+      }
+      printType(os, f.resultTypes()[i]);
+    }
     os << ')';
   }
   printLoc(os, f.loc());

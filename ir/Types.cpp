@@ -76,6 +76,13 @@ bool dimsCompatible(const Dim& a, const Dim& b) {
   return true;
 }
 
+bool typesCompatible(const TensorType& a, const TensorType& b) {
+  if (a.dtype != b.dtype || a.rank() != b.rank()) return false;
+  for (size_t i = 0; i < a.shape.size(); ++i)
+    if (!dimsCompatible(a.shape[i], b.shape[i])) return false;
+  return true;
+}
+
 Dim refineDim(const Dim& a, const Dim& b) {
   if (a.isStatic()) return a;
   if (b.isStatic()) return b;

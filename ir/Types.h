@@ -70,6 +70,10 @@ struct TensorType {
   std::string str() const;
 };
 
+/// True when a tensor of type `a` may be a value of type `b`: same dtype and
+/// rank, and every pair of dims compatible.
+bool typesCompatible(const TensorType& a, const TensorType& b);
+
 /// IEEE half and bfloat16 conversions (round to nearest even).
 uint16_t floatToHalf(float f);
 float halfToFloat(uint16_t h);

@@ -17,14 +17,6 @@ namespace kiln {
 
 namespace {
 
-/// True when `declared` may describe the same tensors as `inferred`.
-bool typesCompatible(const TensorType& declared, const TensorType& inferred) {
-  if (declared.dtype != inferred.dtype || declared.rank() != inferred.rank()) return false;
-  for (size_t d = 0; d < declared.shape.size(); ++d)
-    if (!dimsCompatible(declared.shape[d], inferred.shape[d])) return false;
-  return true;
-}
-
 /// `%name` when the value has a name, else a description by position.
 std::string describeValue(const Value* v, const std::string& fallback) {
   return v->name().empty() ? fallback : "%" + v->name();
@@ -41,6 +33,7 @@ class FunctionVerifier {
   Status run() {
     collectValues();
     checkValueNames();
+    checkSignature();
     for (Value* arg : f_.arguments()) defined_.insert(arg);
     for (const auto& op : f_.ops()) {
       checkOperands(*op);
@@ -65,6 +58,23 @@ class FunctionVerifier {
     for (Value* arg : f_.arguments()) inFunction_.insert(arg);
     for (const auto& op : f_.ops())
       for (Value* r : op->results()) inFunction_.insert(r);
+  }
+
+  /// Argument defaults fit their arguments; result names are unique.
+  void checkSignature() {
+    for (size_t i = 0; i < f_.numArguments(); ++i) {
+      const DenseTensor* d = f_.argumentDefault(i);
+      const Value* arg = f_.argument(i);
+      if (!d) continue;
+      if (!d->type.isStatic() || !typesCompatible(d->type, arg->type()) ||
+          d->bytes.size() != static_cast<size_t>(d->numElements()) * dtypeSize(d->type.dtype))
+        emit(functionError("argument " + describeValue(arg, "#" + std::to_string(i)) + " has a default of type " +
+                           d->type.str() + " that does not fit its type " + arg->type().str()));
+    }
+    std::set<std::string> names;
+    for (size_t i = 0; i < f_.resultTypes().size(); ++i)
+      if (!f_.resultName(i).empty() && !names.insert(f_.resultName(i)).second)
+        emit(functionError("has two results named \"" + f_.resultName(i) + "\""));
   }
 
   void checkValueNames() {
