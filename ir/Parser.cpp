@@ -233,9 +233,10 @@ class Lexer {
 
   Status lexSigilName(Token& tok, Tok kind, const char* what) {
     int line = line_, col = col_;
-    if (kind == Tok::FuncName && peekChar(1) == '"') {
+    if (peekChar(1) == '"') {
       advance(1);
       KILN_TRY(lexString(tok));
+      if (tok.text.empty()) return errorAt(line, col, std::string("expected a non-empty ") + what);
     } else {
       size_t end = pos_ + 1;
       while (end < text_.size() && isNameChar(text_[end])) ++end;

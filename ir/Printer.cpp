@@ -241,12 +241,7 @@ class ValueNamer {
   }
 
  private:
-  static std::string hint(const Value* v) {
-    std::string s = v->name();
-    for (char& c : s)
-      if (!isValueNameChar(c)) c = '_';
-    return s;
-  }
+  static const std::string& hint(const Value* v) { return v->name(); }
 
   void nameAll(const std::vector<const Value*>& values) {
     for (const Value* v : values)
@@ -279,7 +274,12 @@ void printValue(std::ostream& os, ValueNamer& namer, const Value* v) {
     os << "%<null>";  // only reachable from broken IR built in memory
     return;
   }
-  os << '%' << namer.name(v);
+  const std::string& name = namer.name(v);
+  os << '%';
+  if (std::all_of(name.begin(), name.end(), isValueNameChar))
+    os << name;
+  else
+    printString(os, name);
 }
 
 void printOpLine(std::ostream& os, const Op& op, ValueNamer& namer) {

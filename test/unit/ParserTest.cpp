@@ -339,7 +339,7 @@ TEST(ParserTest, PrinterNamesValuesUniquely) {
   Op* a = f->insert(nullptr, Op::create(OpKind::Neg, {x}, {t}));
   a->result()->setName("x");  // taken by the argument: numbered
   Op* b = f->insert(nullptr, Op::create(OpKind::Neg, {a->result()}, {t}));
-  b->result()->setName("input:0/weird name");  // invalid characters become '_'
+  b->result()->setName("input:0/weird name");  // printed quoted, kept exactly
   Op* c = f->insert(nullptr, Op::create(OpKind::Neg, {b->result()}, {t}));
   c->result()->setName("0");  // a numeric hint is kept, and numbering skips it
   Op* d = f->insert(nullptr, Op::create(OpKind::Add, {c->result(), unnamed}, {t}));
@@ -349,8 +349,8 @@ TEST(ParserTest, PrinterNamesValuesUniquely) {
   EXPECT_EQ(text,
             "func @names(%x: f32[2], %1: f32[2]) -> f32[2] {\n"
             "  %2 = neg(%x) : f32[2]\n"
-            "  %input_0_weird_name = neg(%2) : f32[2]\n"
-            "  %0 = neg(%input_0_weird_name) : f32[2]\n"
+            "  %\"input:0/weird name\" = neg(%2) : f32[2]\n"
+            "  %0 = neg(%\"input:0/weird name\") : f32[2]\n"
             "  %3 = add(%0, %1) : f32[2]\n"
             "  return %3\n"
             "}\n");
