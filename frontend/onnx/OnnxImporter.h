@@ -1,0 +1,42 @@
+// ONNX import: an ONNX ModelProto (onnx.proto, compiled by protoc) to Kiln
+// IR, with the semantics of the opset the model declares. No ONNX library is
+// involved. docs/onnx.md lists the supported ops and opsets.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "frontend/Model.h"
+#include "ir/IR.h"
+
+namespace kiln {
+
+/// Reads and imports the `.onnx` file at `path`. External data is resolved
+/// relative to its folder and may not leave it.
+Expected<std::unique_ptr<Module>> importOnnx(const std::string& path, const LoadOptions& options = {});
+
+/// Imports a serialized ModelProto. `filename` is used in diagnostics;
+/// `baseDir` is where external data lives ("" refuses external data).
+Expected<std::unique_ptr<Module>> importOnnxBytes(std::string_view bytes, std::string_view filename,
+                                                  const std::string& baseDir, const LoadOptions& options = {});
+
+/// One ONNX op type the importer cannot convert, with every node using it.
+struct UnsupportedOnnxOp {
+  std::string domain;  // "" for the default domain
+  std::string opType;
+  int64_t opset = 0;   // the model's opset for the domain
+  std::vector<std::string> nodes;  // node names (or "#index" when unnamed)
+};
+
+/// The ops of the model at `path` that the importer does not support (empty
+/// when all are); an error only when the file itself cannot be read.
+Expected<std::vector<UnsupportedOnnxOp>> findUnsupportedOnnxOps(const std::string& path);
+
+/// Reads a serialized TensorProto (the `input_0.pb` files of the ONNX
+/// backend tests). Strings and other types Kiln has no dtype for are errors.
+Expected<DenseTensor> readOnnxTensor(const std::string& path);
+Expected<DenseTensor> parseOnnxTensor(std::string_view bytes, std::string_view what);
+
+}  // namespace kiln

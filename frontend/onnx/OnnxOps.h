@@ -1,0 +1,97 @@
+// The contract between the ONNX importer's core (OnnxImporter.cpp: reading
+// the model, opsets, initializers, graph inputs and outputs, topological
+// order, import-time constant folding) and the per-op converters (one table
+// per file: MathOps.cpp, TensorOps.cpp, NNOps.cpp). A converter turns one
+// NodeProto into Kiln IR through its NodeContext, following the semantics of
+// the node's opset (ctx.opset()), and never silently drops an attribute or
+// input it does not handle: it returns ctx.error(...) naming it instead.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/Builder.h"
+#include "ir/IR.h"
+
+namespace onnx {
+class NodeProto;
+class AttributeProto;
+}  // namespace onnx
+
+namespace kiln::onnx_import {
+
+class NodeContext {
+ public:
+  virtual ~NodeContext() = default;
+
+  virtual const onnx::NodeProto& node() const = 0;
+  /// The model's opset version for the node's domain.
+  virtual int64_t opset() const = 0;
+
+  /// Inputs as written; optional inputs may be absent (out of range or
+  /// named ""), which hasInput() tells.
+  virtual size_t numInputs() const = 0;
+  virtual bool hasInput(size_t i) const = 0;
+  /// The value of input `i`; an error naming the node when it is absent.
+  virtual Expected<Value*> input(size_t i) = 0;
+  /// The value of input `i` when it is known at import time (an initializer
+  /// that is not also a graph input, a Constant node, or a folded
+  /// computation), else null. Converters use it for inputs that Kiln takes
+  /// as attributes (Reshape's shape, Slice's starts, Pad's pads, ...).
+  virtual const DenseTensor* constantInput(size_t i) = 0;
+
+  /// Outputs as written; an output named "" is not requested.
+  virtual size_t numOutputs() const = 0;
+  virtual bool hasOutput(size_t i) const = 0;
+  /// Binds output `i` to `v` (renaming `v` to the ONNX output name).
+  virtual void setOutput(size_t i, Value* v) = 0;
+
+  /// The attribute `name`, or null when the node does not have it.
+  virtual const onnx::AttributeProto* attribute(std::string_view name) const = 0;
+  /// Typed attribute access: the default when absent, an error when present
+  /// with another type.
+  virtual Expected<int64_t> intAttr(std::string_view name, int64_t dflt) const = 0;
+  virtual Expected<double> floatAttr(std::string_view name, double dflt) const = 0;
+  virtual Expected<std::string> stringAttr(std::string_view name, std::string dflt) const = 0;
+  virtual Expected<std::vector<int64_t>> intsAttr(std::string_view name, std::vector<int64_t> dflt) const = 0;
+  virtual Expected<std::vector<double>> floatsAttr(std::string_view name, std::vector<double> dflt) const = 0;
+  virtual Expected<DenseTensor> tensorAttr(std::string_view name) const = 0;
+
+  /// Creates an op at the end of the graph with the node's location; result
+  /// types come from the shape rules (`declared` for ops that take them from
+  /// the declaration). When every operand is a constant and the result is
+  /// small, the op is evaluated at once and a constant returned instead.
+  virtual Expected<Value*> emit(OpKind kind, std::vector<Value*> operands, AttrMap attrs = {},
+                                std::vector<TensorType> declared = {}) = 0;
+  /// Multi-result form of emit().
+  virtual Expected<std::vector<Value*>> emitMulti(OpKind kind, std::vector<Value*> operands, AttrMap attrs = {},
+                                                  std::vector<TensorType> declared = {}) = 0;
+  virtual Value* constant(DenseTensor value) = 0;
+  virtual Value* scalar(DType dtype, double value) = 0;
+
+  /// An error located at the node: "node 'NAME' (OpType, opset N): message".
+  virtual Error error(const std::string& message) const = 0;
+};
+
+using ConvertFn = Status (*)(NodeContext& ctx);
+
+/// One ONNX op type and the opset versions its converter implements.
+struct OpConverter {
+  std::string_view domain;  // "" for ai.onnx
+  std::string_view opType;
+  int64_t minOpset;  // first opset version handled
+  int64_t maxOpset;  // last opset version handled (the newest known when open-ended)
+  ConvertFn convert;
+};
+
+/// The converter tables, one per file.
+std::span<const OpConverter> mathConverters();    // MathOps.cpp: elementwise, comparison, logic, cast, reductions, matmul/gemm
+std::span<const OpConverter> tensorConverters();  // TensorOps.cpp: shape, layout, indexing, constants, control-free utilities
+std::span<const OpConverter> nnConverters();      // NNOps.cpp: conv, pooling, normalization, activations, dropout, rnn/lstm/gru, resize, losses
+
+/// The converter for `opType` in `domain` at `opset`, or null.
+const OpConverter* findConverter(std::string_view domain, std::string_view opType, int64_t opset);
+
+}  // namespace kiln::onnx_import
