@@ -12,3 +12,8 @@ config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py.in"]
 # Kiln's tools first, then LLVM's FileCheck and not.
 config.environment["PATH"] = os.pathsep.join(
     [config.kiln_tools_dir, os.path.dirname(config.filecheck), config.environment.get("PATH", "")])
+
+# %python runs helper scripts; %kiln_src is the source tree.
+import sys
+config.substitutions.append(("%python", sys.executable))
+config.substitutions.append(("%kiln_src", config.kiln_source_dir))
