@@ -3,10 +3,12 @@
 // the file before any allocation.
 #include "runtime/Npy.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 namespace kiln {
@@ -108,8 +110,11 @@ Expected<Tensor> parseNpy(std::string_view bytes, const std::string& what) {
       if (!h.eat('(')) return bad(what, "malformed .npy header: 'shape' must be a tuple");
       std::vector<int64_t> dims;
       while (!h.eat(')')) {
+        // Digits, optionally followed by the 'L' of a Python 2 long; at most
+        // 15 digits, so the value fits int64 before the size checks below.
         auto w = h.word();
-        if (!w || w->size() > 15 || w->find_first_not_of("0123456789L") != std::string::npos)
+        if (w && w->back() == 'L') w->pop_back();
+        if (!w || w->empty() || w->size() > 15 || w->find_first_not_of("0123456789") != std::string::npos)
           return bad(what, "malformed .npy header: bad dimension in 'shape'");
         dims.push_back(std::stoll(*w));
         h.eat(',');
