@@ -3,6 +3,7 @@
 // involved. docs/onnx.md lists the supported ops and opsets.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -21,6 +22,17 @@ Expected<std::unique_ptr<Module>> importOnnx(const std::string& path, const Load
 /// `baseDir` is where external data lives ("" refuses external data).
 Expected<std::unique_ptr<Module>> importOnnxBytes(std::string_view bytes, std::string_view filename,
                                                   const std::string& baseDir, const LoadOptions& options = {});
+
+/// Variants that fix some graph inputs at import time (by name): each becomes
+/// a constant instead of an argument, so shape computations on it fold. Kiln
+/// takes shapes as attributes and declared types, so a model whose shapes
+/// are graph inputs (Reshape's shape, Expand's shape, Tile's repeats) can only
+/// be compiled for given values of them; the conformance runner uses this.
+Expected<std::unique_ptr<Module>> importOnnx(const std::string& path, const LoadOptions& options,
+                                             const std::map<std::string, DenseTensor>& frozenInputs);
+Expected<std::unique_ptr<Module>> importOnnxBytes(std::string_view bytes, std::string_view filename,
+                                                  const std::string& baseDir, const LoadOptions& options,
+                                                  const std::map<std::string, DenseTensor>& frozenInputs);
 
 /// One ONNX op type the importer cannot convert, with every node using it.
 struct UnsupportedOnnxOp {

@@ -75,6 +75,10 @@ class NodeContext {
   virtual Error error(const std::string& message) const = 0;
 };
 
+/// The newest ai.onnx opset whose semantics the converters know; tables use
+/// it as the maxOpset of open-ended entries.
+inline constexpr int64_t kNewestOnnxOpset = 18;
+
 using ConvertFn = Status (*)(NodeContext& ctx);
 
 /// One ONNX op type and the opset versions its converter implements.

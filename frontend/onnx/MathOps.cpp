@@ -1,0 +1,779 @@
+// Converters for ONNX's math ops: elementwise unary and binary (NumPy
+// broadcasting, and the `broadcast`/`axis` attributes of opsets before 7),
+// comparisons and logic, Where, Cast/CastLike, Clip, the variadic
+// Max/Min/Sum/Mean, every Reduce* (axes as attribute or input by opset),
+// ArgMax/ArgMin, MatMul, Gemm, Einsum (two-operand contractions), CumSum and
+// the small activations that compose from primitives (HardSigmoid, Selu,
+// PRelu, ...). Kiln has no implicit type promotion, so where ONNX allows mixed
+// types (Pow's exponent) a cast is inserted.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "frontend/onnx/ConverterSupport.h"
+#include "onnx.pb.h"
+
+namespace kiln::onnx_import {
+namespace {
+
+constexpr int64_t kNewest = kNewestOnnxOpset;
+
+/// Input `i`, or the error.
+#define KILN_INPUT(var, i)      \
+  auto var##_ = ctx.input(i);   \
+  if (!var##_) return var##_.takeError(); \
+  Value* var = *var##_
+
+/// `b` aligned for the legacy (opset < 7) broadcast of binary ops: with
+/// `broadcast = 1`, B's dims match A's starting at `axis` (default: suffix).
+Expected<Value*> legacyBroadcast(NodeContext& ctx, Value* a, Value* b) {
+  if (ctx.opset() >= 7) return b;
+  auto broadcast = ctx.intAttr("broadcast", 0);
+  if (!broadcast) return broadcast.takeError();
+  if (*broadcast == 0) {
+    if (a->type().rank() != b->type().rank())
+      return ctx.error("operands have ranks " + std::to_string(a->type().rank()) + " and " +
+                       std::to_string(b->type().rank()) + " without broadcast = 1");
+    return b;
+  }
+  const int64_t ra = a->type().rank(), rb = b->type().rank();
+  auto axis = ctx.intAttr("axis", ra - rb);
+  if (!axis) return axis.takeError();
+  int64_t start = *axis < 0 ? *axis + ra : *axis;
+  if (start < 0 || start + rb > ra)
+    return ctx.error("broadcast axis " + std::to_string(*axis) + " does not fit B's rank " + std::to_string(rb) +
+                     " into A's rank " + std::to_string(ra));
+  Shape shape = b->type().shape;
+  shape.insert(shape.end(), static_cast<size_t>(ra - start - rb), Dim::fixed(1));
+  return reshapeTo(ctx, b, std::move(shape));
+}
+
+template <OpKind Kind>
+Status convertBinary(NodeContext& ctx) {
+  KILN_INPUT(a, 0);
+  KILN_INPUT(b, 1);
+  auto bb = legacyBroadcast(ctx, a, b);
+  if (!bb) return bb.takeError();
+  if (a->type().dtype != (*bb)->type().dtype)
+    return ctx.error("operands have different types " + a->type().str() + " and " + (*bb)->type().str());
+  return setOutput0(ctx, ctx.emit(Kind, {a, *bb}));
+}
+
+template <OpKind Kind>
+Status convertUnary(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  return setOutput0(ctx, ctx.emit(Kind, {x}));
+}
+
+Status convertPow(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  KILN_INPUT(y, 1);
+  auto yb = legacyBroadcast(ctx, x, y);
+  if (!yb) return yb.takeError();
+  // Pow (opset 12+) allows an exponent of another type; Kiln does not.
+  auto yc = castTo(ctx, *yb, x->type().dtype);
+  if (!yc) return yc.takeError();
+  return setOutput0(ctx, ctx.emit(OpKind::Pow, {x, *yc}));
+}
+
+Status convertMod(NodeContext& ctx) {
+  KILN_INPUT(a, 0);
+  KILN_INPUT(b, 1);
+  auto fmod = ctx.intAttr("fmod", 0);
+  if (!fmod) return fmod.takeError();
+  if (*fmod == 0 && isFloat(a->type().dtype))
+    return ctx.error("fmod = 0 on floats is not allowed by ONNX (expected fmod = 1 for " + a->type().str() + ")");
+  return setOutput0(ctx, ctx.emit(*fmod ? OpKind::Rem : OpKind::Mod, {a, b}));
+}
+
+Status convertIsInf(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  auto pos = ctx.intAttr("detect_positive", 1);
+  auto neg = ctx.intAttr("detect_negative", 1);
+  if (!pos) return pos.takeError();
+  if (!neg) return neg.takeError();
+  auto inf = ctx.emit(OpKind::IsInf, {x});
+  if (!inf) return inf.takeError();
+  if (*pos && *neg) return setOutput0(ctx, inf);
+  if (!*pos && !*neg) return setOutput0(ctx, ctx.emit(OpKind::And, {*inf, ctx.scalar(DType::Bool, 0)}));
+  auto sign = ctx.emit(*pos ? OpKind::Gt : OpKind::Lt, {x, ctx.scalar(x->type().dtype, 0)});
+  if (!sign) return sign.takeError();
+  return setOutput0(ctx, ctx.emit(OpKind::And, {*inf, *sign}));
+}
+
+Status convertWhere(NodeContext& ctx) {
+  KILN_INPUT(c, 0);
+  KILN_INPUT(x, 1);
+  KILN_INPUT(y, 2);
+  return setOutput0(ctx, ctx.emit(OpKind::Select, {c, x, y}));
+}
+
+/// The dtype named by Cast's `to` (an enum value, or a string before opset 6).
+Expected<DType> castTarget(NodeContext& ctx) {
+  const onnx::AttributeProto* to = ctx.attribute("to");
+  if (!to) return ctx.error("attribute 'to' is required");
+  int32_t type = 0;
+  if (to->type() == onnx::AttributeProto::STRING || (to->type() == onnx::AttributeProto::UNDEFINED && to->has_s())) {
+    onnx::TensorProto::DataType parsed;
+    if (!onnx::TensorProto::DataType_Parse(to->s(), &parsed))
+      return ctx.error("attribute 'to' names an unknown type '" + to->s() + "'");
+    type = parsed;
+  } else {
+    auto v = ctx.intAttr("to", 0);
+    if (!v) return v.takeError();
+    type = static_cast<int32_t>(*v);
+  }
+  switch (type) {
+    case onnx::TensorProto::FLOAT: return DType::F32;
+    case onnx::TensorProto::DOUBLE: return DType::F64;
+    case onnx::TensorProto::FLOAT16: return DType::F16;
+    case onnx::TensorProto::BFLOAT16: return DType::BF16;
+    case onnx::TensorProto::INT64: return DType::I64;
+    case onnx::TensorProto::INT32: return DType::I32;
+    case onnx::TensorProto::INT16: return DType::I16;
+    case onnx::TensorProto::INT8: return DType::I8;
+    case onnx::TensorProto::UINT8: return DType::U8;
+    case onnx::TensorProto::BOOL: return DType::Bool;
+    default: break;
+  }
+  const std::string name = onnx::TensorProto::DataType_IsValid(type)
+                               ? onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(type))
+                               : std::to_string(type);
+  return ctx.error("cast to " + name + " is not supported (Kiln has no such dtype)");
+}
+
+Status convertCast(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  auto to = castTarget(ctx);
+  if (!to) return to.takeError();
+  return setOutput0(ctx, castTo(ctx, x, *to));
+}
+
+Status convertCastLike(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  KILN_INPUT(like, 1);
+  return setOutput0(ctx, castTo(ctx, x, like->type().dtype));
+}
+
+Status convertClip(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  const DType dtype = x->type().dtype;
+  Value* lo = nullptr;
+  Value* hi = nullptr;
+  if (ctx.opset() < 11) {
+    auto min = ctx.floatAttr("min", -std::numeric_limits<double>::infinity());
+    auto max = ctx.floatAttr("max", std::numeric_limits<double>::infinity());
+    if (!min) return min.takeError();
+    if (!max) return max.takeError();
+    if (ctx.attribute("min")) lo = ctx.scalar(dtype, *min);
+    if (ctx.attribute("max")) hi = ctx.scalar(dtype, *max);
+  } else {
+    for (size_t i : {1, 2}) {
+      if (!ctx.hasInput(i)) continue;
+      auto v = ctx.input(i);
+      if (!v) return v.takeError();
+      if ((*v)->type().dtype != dtype)
+        return ctx.error("input " + std::to_string(i) + " is " + (*v)->type().str() + ", expected " +
+                         std::string(dtypeName(dtype)) + " like the input");
+      (i == 1 ? lo : hi) = *v;
+    }
+  }
+  Value* y = x;
+  if (lo) {
+    auto v = ctx.emit(OpKind::Max, {y, lo});
+    if (!v) return v.takeError();
+    y = *v;
+  }
+  if (hi) {
+    auto v = ctx.emit(OpKind::Min, {y, hi});
+    if (!v) return v.takeError();
+    y = *v;
+  }
+  ctx.setOutput(0, y);
+  return {};
+}
+
+/// Max, Min, Sum and Mean of any number of broadcasting inputs.
+template <OpKind Kind, bool Mean>
+Status convertVariadic(NodeContext& ctx) {
+  if (ctx.numInputs() == 0) return ctx.error("needs at least one input");
+  Value* acc = nullptr;
+  for (size_t i = 0; i < ctx.numInputs(); ++i) {
+    KILN_INPUT(v, i);
+    if (!acc) {
+      acc = v;
+      continue;
+    }
+    auto next = ctx.emit(Kind, {acc, v});
+    if (!next) return next.takeError();
+    acc = *next;
+  }
+  if (Mean && ctx.numInputs() > 1)
+    return setOutput0(ctx, ctx.emit(OpKind::Div, {acc, ctx.scalar(acc->type().dtype, double(ctx.numInputs()))}));
+  ctx.setOutput(0, acc);
+  return {};
+}
+
+// --- Reductions -----------------------------------------------------------------
+
+enum class Reduction { Sum, Mean, Max, Min, Prod, L1, L2, LogSum, LogSumExp, SumSquare };
+
+/// The opset from which a reduction takes `axes` as an input.
+int64_t axesInputSince(Reduction r) { return r == Reduction::Sum ? 13 : 18; }
+
+template <Reduction R>
+Status convertReduce(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  const int64_t rank = x->type().rank();
+  auto keepdims = ctx.intAttr("keepdims", 1);
+  if (!keepdims) return keepdims.takeError();
+  std::vector<int64_t> axes;
+  if (ctx.opset() >= axesInputSince(R)) {
+    auto input = optionalConstantInts(ctx, 1, "axes");
+    if (!input) return input.takeError();
+    if (*input) axes = **input;
+    if (ctx.attribute("axes")) return ctx.error("attribute 'axes' is not allowed since opset " + std::to_string(axesInputSince(R)) + " (axes are input 1)");
+  } else {
+    auto attr = ctx.intsAttr("axes", {});
+    if (!attr) return attr.takeError();
+    axes = *attr;
+  }
+  auto noop = ctx.intAttr("noop_with_empty_axes", 0);
+  if (!noop) return noop.takeError();
+  if (axes.empty() && *noop) {
+    ctx.setOutput(0, x);
+    return {};
+  }
+  auto norm = normalizeAxes(ctx, axes, rank);
+  if (!norm) return norm.takeError();
+  if (norm->empty())
+    for (int64_t d = 0; d < rank; ++d) norm->push_back(d);
+  AttrMap attrs{{"axes", Attribute(*norm)}, {"keepdims", Attribute(*keepdims != 0)}};
+  const DType dtype = x->type().dtype;
+  auto reduce = [&](OpKind kind, Value* v) { return ctx.emit(kind, {v}, attrs); };
+  switch (R) {
+    case Reduction::Sum: return setOutput0(ctx, reduce(OpKind::ReduceSum, x));
+    case Reduction::Mean: return setOutput0(ctx, reduce(OpKind::ReduceMean, x));
+    case Reduction::Max: return setOutput0(ctx, reduce(OpKind::ReduceMax, x));
+    case Reduction::Min: return setOutput0(ctx, reduce(OpKind::ReduceMin, x));
+    case Reduction::Prod: return setOutput0(ctx, reduce(OpKind::ReduceProd, x));
+    case Reduction::L1: {
+      auto a = ctx.emit(OpKind::Abs, {x});
+      if (!a) return a.takeError();
+      return setOutput0(ctx, reduce(OpKind::ReduceSum, *a));
+    }
+    case Reduction::SumSquare:
+    case Reduction::L2: {
+      auto sq = ctx.emit(OpKind::Mul, {x, x});
+      if (!sq) return sq.takeError();
+      auto sum = reduce(OpKind::ReduceSum, *sq);
+      if (R == Reduction::SumSquare || !sum) return setOutput0(ctx, sum);
+      if (isFloat(dtype)) return setOutput0(ctx, ctx.emit(OpKind::Sqrt, {*sum}));
+      // Integer L2: the square root in double, truncated back (as NumPy's
+      // astype in the ONNX reference).
+      auto f = castTo(ctx, *sum, DType::F64);
+      if (!f) return f.takeError();
+      auto s = ctx.emit(OpKind::Sqrt, {*f});
+      if (!s) return s.takeError();
+      return setOutput0(ctx, castTo(ctx, *s, dtype));
+    }
+    case Reduction::LogSum: {
+      auto sum = reduce(OpKind::ReduceSum, x);
+      if (!sum) return sum.takeError();
+      return setOutput0(ctx, ctx.emit(OpKind::Log, {*sum}));
+    }
+    case Reduction::LogSumExp: {
+      // log(sum(exp(x - m))) + m with m the maximum, so large inputs do not
+      // overflow; an all -inf (or empty) slice gives m = -inf, which is
+      // replaced by 0 to keep NaN out.
+      AttrMap keep{{"axes", Attribute(*norm)}, {"keepdims", Attribute(true)}};
+      auto m = ctx.emit(OpKind::ReduceMax, {x}, keep);
+      if (!m) return m.takeError();
+      auto isInf = ctx.emit(OpKind::IsInf, {*m});
+      if (!isInf) return isInf.takeError();
+      auto safe = ctx.emit(OpKind::Select, {*isInf, ctx.scalar(dtype, 0), *m});
+      if (!safe) return safe.takeError();
+      auto shifted = ctx.emit(OpKind::Sub, {x, *safe});
+      if (!shifted) return shifted.takeError();
+      auto e = ctx.emit(OpKind::Exp, {*shifted});
+      if (!e) return e.takeError();
+      auto sum = reduce(OpKind::ReduceSum, *e);
+      if (!sum) return sum.takeError();
+      auto l = ctx.emit(OpKind::Log, {*sum});
+      if (!l) return l.takeError();
+      Value* offset = *safe;
+      if (!*keepdims) {
+        auto sq = squeezeAxes(ctx, *safe, *norm);
+        if (!sq) return sq.takeError();
+        offset = *sq;
+      }
+      return setOutput0(ctx, ctx.emit(OpKind::Add, {*l, offset}));
+    }
+  }
+  return ctx.error("unknown reduction");
+}
+
+template <OpKind Kind>
+Status convertArgReduce(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  auto axis = ctx.intAttr("axis", 0);
+  auto keepdims = ctx.intAttr("keepdims", 1);
+  auto last = ctx.intAttr("select_last_index", 0);
+  if (!axis) return axis.takeError();
+  if (!keepdims) return keepdims.takeError();
+  if (!last) return last.takeError();
+  auto a = normalizeAxis(ctx, *axis, x->type().rank());
+  if (!a) return a.takeError();
+  return setOutput0(ctx, ctx.emit(Kind, {x},
+                                  {{"axis", Attribute(*a)},
+                                   {"keepdims", Attribute(*keepdims != 0)},
+                                   {"select_last_index", Attribute(*last != 0)}}));
+}
+
+// --- Contractions -------------------------------------------------------------
+
+Status convertMatMul(NodeContext& ctx) {
+  KILN_INPUT(a, 0);
+  KILN_INPUT(b, 1);
+  return setOutput0(ctx, ctx.emit(OpKind::MatMul, {a, b}));
+}
+
+Expected<Value*> transpose2d(NodeContext& ctx, Value* v) {
+  if (v->type().rank() != 2) return ctx.error("Gemm operands must be 2-d, got " + v->type().str());
+  return ctx.emit(OpKind::Transpose, {v}, {{"perm", Attribute(std::vector<int64_t>{1, 0})}});
+}
+
+Status convertGemm(NodeContext& ctx) {
+  KILN_INPUT(a, 0);
+  KILN_INPUT(b, 1);
+  auto alpha = ctx.floatAttr("alpha", 1.0);
+  auto beta = ctx.floatAttr("beta", 1.0);
+  auto transA = ctx.intAttr("transA", 0);
+  auto transB = ctx.intAttr("transB", 0);
+  if (!alpha) return alpha.takeError();
+  if (!beta) return beta.takeError();
+  if (!transA) return transA.takeError();
+  if (!transB) return transB.takeError();
+  if (a->type().rank() != 2 || b->type().rank() != 2)
+    return ctx.error("Gemm operands must be 2-d, got " + a->type().str() + " and " + b->type().str());
+  if (*transA) {
+    auto t = transpose2d(ctx, a);
+    if (!t) return t.takeError();
+    a = *t;
+  }
+  if (*transB) {
+    auto t = transpose2d(ctx, b);
+    if (!t) return t.takeError();
+    b = *t;
+  }
+  const DType dtype = a->type().dtype;
+  auto y = ctx.emit(OpKind::MatMul, {a, b});
+  if (!y) return y.takeError();
+  Value* out = *y;
+  if (*alpha != 1.0) {
+    auto v = ctx.emit(OpKind::Mul, {out, ctx.scalar(dtype, *alpha)});
+    if (!v) return v.takeError();
+    out = *v;
+  }
+  if (ctx.hasInput(2) && *beta != 0.0) {
+    KILN_INPUT(c, 2);
+    if (*beta != 1.0) {
+      auto v = ctx.emit(OpKind::Mul, {c, ctx.scalar(dtype, *beta)});
+      if (!v) return v.takeError();
+      c = *v;
+    }
+    auto v = ctx.emit(OpKind::Add, {out, c});
+    if (!v) return v.takeError();
+    out = *v;
+  }
+  ctx.setOutput(0, out);
+  return {};
+}
+
+/// Einsum as transposes, reshapes, reductions and one batched matmul.
+class EinsumLowering {
+ public:
+  explicit EinsumLowering(NodeContext& ctx) : ctx_(ctx) {}
+
+  Status run() {
+    auto eq = ctx_.stringAttr("equation", "");
+    if (!eq) return eq.takeError();
+    std::string equation;
+    for (char c : *eq)
+      if (c != ' ') equation += c;
+    if (equation.find("...") != std::string::npos) return ctx_.error("ellipsis in equation '" + *eq + "' is not supported");
+    std::string lhs = equation, rhs;
+    const bool explicitOutput = equation.find("->") != std::string::npos;
+    if (explicitOutput) {
+      lhs = equation.substr(0, equation.find("->"));
+      rhs = equation.substr(equation.find("->") + 2);
+    }
+    std::vector<std::string> terms;
+    size_t start = 0;
+    while (true) {
+      size_t comma = lhs.find(',', start);
+      terms.push_back(lhs.substr(start, comma - start));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    if (terms.size() != ctx_.numInputs() || terms.size() > 2)
+      return ctx_.error("equation '" + *eq + "' has " + std::to_string(terms.size()) + " operands for " +
+                        std::to_string(ctx_.numInputs()) + " inputs (Kiln supports one or two)");
+    std::map<char, int> counts;
+    for (const std::string& t : terms)
+      for (char c : t) {
+        if (!std::isalpha(static_cast<unsigned char>(c)))
+          return ctx_.error("equation '" + *eq + "' has an invalid label '" + std::string(1, c) + "'");
+        if (std::count(t.begin(), t.end(), c) > 1)
+          return ctx_.error("equation '" + *eq + "' repeats label '" + std::string(1, c) +
+                            "' within an operand (diagonals are not supported)");
+        ++counts[c];
+      }
+    if (!explicitOutput)
+      for (auto [c, n] : counts)
+        if (n == 1) rhs += c;
+    for (char c : rhs)
+      if (!counts.count(c)) return ctx_.error("output label '" + std::string(1, c) + "' appears in no operand");
+
+    std::vector<Value*> operands;
+    for (size_t i = 0; i < terms.size(); ++i) {
+      auto v = ctx_.input(i);
+      if (!v) return v.takeError();
+      if ((*v)->type().rank() != static_cast<int64_t>(terms[i].size()))
+        return ctx_.error("operand " + std::to_string(i) + " " + (*v)->type().str() + " does not have the " +
+                          std::to_string(terms[i].size()) + " dims of '" + terms[i] + "'");
+      if (!(*v)->type().isStatic()) return ctx_.error("Einsum needs static shapes, got " + (*v)->type().str());
+      operands.push_back(*v);
+    }
+    // Sum out labels that only one operand has and the output lacks.
+    for (size_t i = 0; i < terms.size(); ++i) {
+      std::vector<int64_t> axes;
+      std::string kept;
+      for (size_t d = 0; d < terms[i].size(); ++d) {
+        char c = terms[i][d];
+        bool inOther = terms.size() == 2 && terms[1 - i].find(c) != std::string::npos;
+        if (!inOther && rhs.find(c) == std::string::npos)
+          axes.push_back(static_cast<int64_t>(d));
+        else
+          kept += c;
+      }
+      if (axes.empty()) continue;
+      auto r = ctx_.emit(OpKind::ReduceSum, {operands[i]}, {{"axes", Attribute(axes)}});
+      if (!r) return r.takeError();
+      operands[i] = *r;
+      terms[i] = kept;
+    }
+    if (terms.size() == 1) return finish(operands[0], terms[0], rhs);
+
+    // batch: in both and the output; contracted: in both, not the output;
+    // left/right: in one operand only.
+    std::string batch, contracted, left, right;
+    for (char c : terms[0]) {
+      bool inB = terms[1].find(c) != std::string::npos;
+      bool inOut = rhs.find(c) != std::string::npos;
+      (inB ? (inOut ? batch : contracted) : left) += c;
+    }
+    for (char c : terms[1])
+      if (terms[0].find(c) == std::string::npos) right += c;
+    auto a = arrange(operands[0], terms[0], batch + left + contracted, {batch, left, contracted});
+    if (!a) return a.takeError();
+    auto b = arrange(operands[1], terms[1], batch + contracted + right, {batch, contracted, right});
+    if (!b) return b.takeError();
+    auto mm = ctx_.emit(OpKind::MatMul, {*a, *b});
+    if (!mm) return mm.takeError();
+    Shape shape;
+    for (char c : batch + left + right) shape.push_back(Dim::fixed(sizes_[c]));
+    auto r = reshapeTo(ctx_, *mm, shape);
+    if (!r) return r.takeError();
+    return finish(*r, batch + left + right, rhs);
+  }
+
+ private:
+  /// `v` (labels `have`) transposed to `want` and reshaped to one dim per group.
+  Expected<Value*> arrange(Value* v, const std::string& have, const std::string& want,
+                           std::initializer_list<std::string> groups) {
+    for (size_t d = 0; d < have.size(); ++d) {
+      const int64_t size = v->type().shape[d].size;
+      auto [it, inserted] = sizes_.emplace(have[d], size);
+      if (!inserted && it->second != size)
+        return ctx_.error("label '" + std::string(1, have[d]) + "' has sizes " + std::to_string(it->second) +
+                          " and " + std::to_string(size));
+    }
+    auto t = transposeTo(v, have, want);
+    if (!t) return t.takeError();
+    Shape shape;
+    for (const std::string& g : groups) {
+      int64_t n = 1;
+      for (char c : g) n *= sizes_[c];
+      shape.push_back(Dim::fixed(n));
+    }
+    return reshapeTo(ctx_, *t, shape);
+  }
+
+  Expected<Value*> transposeTo(Value* v, const std::string& have, const std::string& want) {
+    if (have == want) return v;
+    std::vector<int64_t> perm;
+    for (char c : want) perm.push_back(static_cast<int64_t>(have.find(c)));
+    return ctx_.emit(OpKind::Transpose, {v}, {{"perm", Attribute(perm)}});
+  }
+
+  Status finish(Value* v, const std::string& have, const std::string& want) {
+    return setOutput0(ctx_, transposeTo(v, have, want));
+  }
+
+  NodeContext& ctx_;
+  std::map<char, int64_t> sizes_;
+};
+
+Status convertEinsum(NodeContext& ctx) { return EinsumLowering(ctx).run(); }
+
+/// CumSum as a matmul with a triangular matrix of ones along the axis.
+Status convertCumSum(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  auto axisValues = constantInts(ctx, 1, "axis");
+  if (!axisValues) return axisValues.takeError();
+  if (axisValues->size() != 1) return ctx.error("axis must hold one value");
+  auto exclusive = ctx.intAttr("exclusive", 0);
+  auto reverse = ctx.intAttr("reverse", 0);
+  if (!exclusive) return exclusive.takeError();
+  if (!reverse) return reverse.takeError();
+  const int64_t rank = x->type().rank();
+  auto axis = normalizeAxis(ctx, (*axisValues)[0], rank);
+  if (!axis) return axis.takeError();
+  const Dim& dim = x->type().shape[*axis];
+  if (!dim.isStatic()) return ctx.error("CumSum needs a static size along the axis, got " + x->type().str());
+  const int64_t n = dim.size;
+  const DType dtype = x->type().dtype;
+  // out[j] = sum_i x[i] * m[i][j]: m[i][j] = 1 when i <= j (i < j when
+  // exclusive), mirrored when reversed.
+  DenseTensor m = DenseTensor::zeros(TensorType{dtype, staticShape({n, n})});
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      bool on = *reverse ? (*exclusive ? i > j : i >= j) : (*exclusive ? i < j : i <= j);
+      if (on) m.setDouble(i * n + j, 1.0);
+    }
+  std::vector<int64_t> perm;
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != *axis) perm.push_back(d);
+  perm.push_back(*axis);
+  std::vector<int64_t> inverse(static_cast<size_t>(rank));
+  for (int64_t d = 0; d < rank; ++d) inverse[static_cast<size_t>(perm[static_cast<size_t>(d)])] = d;
+  Value* v = x;
+  if (*axis != rank - 1) {
+    auto t = ctx.emit(OpKind::Transpose, {v}, {{"perm", Attribute(perm)}});
+    if (!t) return t.takeError();
+    v = *t;
+  }
+  auto mm = ctx.emit(OpKind::MatMul, {v, ctx.constant(std::move(m))});
+  if (!mm) return mm.takeError();
+  if (*axis == rank - 1) return setOutput0(ctx, mm);
+  return setOutput0(ctx, ctx.emit(OpKind::Transpose, {*mm}, {{"perm", Attribute(inverse)}}));
+}
+
+// --- Activations composed from primitives ---------------------------------------
+
+/// Small helper that chains emits and keeps the first error.
+class Chain {
+ public:
+  explicit Chain(NodeContext& ctx) : ctx_(ctx) {}
+  Value* op(OpKind kind, std::vector<Value*> operands) {
+    for (Value* v : operands)
+      if (!v) return nullptr;
+    if (error_) return nullptr;
+    auto v = ctx_.emit(kind, std::move(operands));
+    if (!v) {
+      error_ = v.takeError();
+      return nullptr;
+    }
+    return *v;
+  }
+  Value* scalar(DType dtype, double value) { return ctx_.scalar(dtype, value); }
+  Status finish(Value* out) {
+    if (error_) return *error_;
+    ctx_.setOutput(0, out);
+    return {};
+  }
+
+ private:
+  NodeContext& ctx_;
+  std::optional<Error> error_;
+};
+
+Status convertHardSigmoid(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  auto alpha = ctx.floatAttr("alpha", 0.2);
+  auto beta = ctx.floatAttr("beta", 0.5);
+  if (!alpha) return alpha.takeError();
+  if (!beta) return beta.takeError();
+  const DType t = x->type().dtype;
+  Chain c(ctx);
+  Value* lin = c.op(OpKind::Add, {c.op(OpKind::Mul, {x, c.scalar(t, *alpha)}), c.scalar(t, *beta)});
+  return c.finish(c.op(OpKind::Max, {c.op(OpKind::Min, {lin, c.scalar(t, 1)}), c.scalar(t, 0)}));
+}
+
+Status convertHardSwish(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  const DType t = x->type().dtype;
+  Chain c(ctx);
+  Value* lin = c.op(OpKind::Add, {c.op(OpKind::Mul, {x, c.scalar(t, 1.0 / 6.0)}), c.scalar(t, 0.5)});
+  Value* hs = c.op(OpKind::Max, {c.op(OpKind::Min, {lin, c.scalar(t, 1)}), c.scalar(t, 0)});
+  return c.finish(c.op(OpKind::Mul, {x, hs}));
+}
+
+Status convertSelu(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  auto alpha = ctx.floatAttr("alpha", 1.67326319217681884765625);
+  auto gamma = ctx.floatAttr("gamma", 1.05070102214813232421875);
+  if (!alpha) return alpha.takeError();
+  if (!gamma) return gamma.takeError();
+  const DType t = x->type().dtype;
+  Chain c(ctx);
+  Value* neg = c.op(OpKind::Mul, {c.op(OpKind::Sub, {c.op(OpKind::Exp, {x}), c.scalar(t, 1)}), c.scalar(t, *alpha)});
+  Value* sel = c.op(OpKind::Select, {c.op(OpKind::Gt, {x, c.scalar(t, 0)}), x, neg});
+  return c.finish(c.op(OpKind::Mul, {sel, c.scalar(t, *gamma)}));
+}
+
+Status convertCelu(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  auto alpha = ctx.floatAttr("alpha", 1.0);
+  if (!alpha) return alpha.takeError();
+  if (*alpha == 0) return ctx.error("alpha must not be 0");
+  const DType t = x->type().dtype;
+  Chain c(ctx);
+  Value* e = c.op(OpKind::Sub, {c.op(OpKind::Exp, {c.op(OpKind::Div, {x, c.scalar(t, *alpha)})}), c.scalar(t, 1)});
+  Value* neg = c.op(OpKind::Min, {c.op(OpKind::Mul, {e, c.scalar(t, *alpha)}), c.scalar(t, 0)});
+  return c.finish(c.op(OpKind::Add, {c.op(OpKind::Max, {x, c.scalar(t, 0)}), neg}));
+}
+
+Status convertThresholdedRelu(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  auto alpha = ctx.floatAttr("alpha", 1.0);
+  if (!alpha) return alpha.takeError();
+  const DType t = x->type().dtype;
+  Chain c(ctx);
+  return c.finish(c.op(OpKind::Select, {c.op(OpKind::Gt, {x, c.scalar(t, *alpha)}), x, c.scalar(t, 0)}));
+}
+
+Status convertPRelu(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  KILN_INPUT(slope, 1);
+  // Before opset 7 a slope of shape [C] applies along dim 1 of [N, C, ...].
+  if (ctx.opset() < 7 && slope->type().rank() == 1 && x->type().rank() > 2) {
+    Shape shape = slope->type().shape;
+    shape.insert(shape.end(), static_cast<size_t>(x->type().rank() - 2), Dim::fixed(1));
+    auto r = reshapeTo(ctx, slope, shape);
+    if (!r) return r.takeError();
+    slope = *r;
+  }
+  const DType t = x->type().dtype;
+  Chain c(ctx);
+  Value* neg = c.op(OpKind::Mul, {x, slope});
+  return c.finish(c.op(OpKind::Select, {c.op(OpKind::Lt, {x, c.scalar(t, 0)}), neg, x}));
+}
+
+Status convertSoftsign(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  const DType t = x->type().dtype;
+  Chain c(ctx);
+  return c.finish(c.op(OpKind::Div, {x, c.op(OpKind::Add, {c.op(OpKind::Abs, {x}), c.scalar(t, 1)})}));
+}
+
+Status convertShrink(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  auto lambd = ctx.floatAttr("lambd", 0.5);
+  auto bias = ctx.floatAttr("bias", 0.0);
+  if (!lambd) return lambd.takeError();
+  if (!bias) return bias.takeError();
+  const DType t = x->type().dtype;
+  Chain c(ctx);
+  Value* low = c.op(OpKind::Lt, {x, c.scalar(t, -*lambd)});
+  Value* high = c.op(OpKind::Gt, {x, c.scalar(t, *lambd)});
+  Value* up = c.op(OpKind::Add, {x, c.scalar(t, *bias)});
+  Value* down = c.op(OpKind::Sub, {x, c.scalar(t, *bias)});
+  return c.finish(c.op(OpKind::Select, {low, up, c.op(OpKind::Select, {high, down, c.scalar(t, 0)})}));
+}
+
+constexpr OpConverter kConverters[] = {
+    {"", "Add", 1, kNewest, &convertBinary<OpKind::Add>},
+    {"", "Sub", 1, kNewest, &convertBinary<OpKind::Sub>},
+    {"", "Mul", 1, kNewest, &convertBinary<OpKind::Mul>},
+    {"", "Div", 1, kNewest, &convertBinary<OpKind::Div>},
+    {"", "Pow", 1, kNewest, &convertPow},
+    {"", "Mod", 10, kNewest, &convertMod},
+    {"", "And", 1, kNewest, &convertBinary<OpKind::And>},
+    {"", "Or", 1, kNewest, &convertBinary<OpKind::Or>},
+    {"", "Xor", 1, kNewest, &convertBinary<OpKind::Xor>},
+    {"", "Equal", 1, kNewest, &convertBinary<OpKind::Eq>},
+    {"", "Less", 1, kNewest, &convertBinary<OpKind::Lt>},
+    {"", "Greater", 1, kNewest, &convertBinary<OpKind::Gt>},
+    {"", "LessOrEqual", 12, kNewest, &convertBinary<OpKind::Le>},
+    {"", "GreaterOrEqual", 12, kNewest, &convertBinary<OpKind::Ge>},
+    {"", "Neg", 1, kNewest, &convertUnary<OpKind::Neg>},
+    {"", "Abs", 1, kNewest, &convertUnary<OpKind::Abs>},
+    {"", "Sign", 9, kNewest, &convertUnary<OpKind::Sign>},
+    {"", "Exp", 1, kNewest, &convertUnary<OpKind::Exp>},
+    {"", "Log", 1, kNewest, &convertUnary<OpKind::Log>},
+    {"", "Sqrt", 1, kNewest, &convertUnary<OpKind::Sqrt>},
+    {"", "Reciprocal", 1, kNewest, &convertUnary<OpKind::Reciprocal>},
+    {"", "Tanh", 1, kNewest, &convertUnary<OpKind::Tanh>},
+    {"", "Sigmoid", 1, kNewest, &convertUnary<OpKind::Sigmoid>},
+    {"", "Relu", 1, kNewest, &convertUnary<OpKind::Relu>},
+    {"", "Erf", 9, kNewest, &convertUnary<OpKind::Erf>},
+    {"", "Sin", 7, kNewest, &convertUnary<OpKind::Sin>},
+    {"", "Cos", 7, kNewest, &convertUnary<OpKind::Cos>},
+    {"", "Tan", 7, kNewest, &convertUnary<OpKind::Tan>},
+    {"", "Asin", 7, kNewest, &convertUnary<OpKind::Asin>},
+    {"", "Acos", 7, kNewest, &convertUnary<OpKind::Acos>},
+    {"", "Atan", 7, kNewest, &convertUnary<OpKind::Atan>},
+    {"", "Sinh", 9, kNewest, &convertUnary<OpKind::Sinh>},
+    {"", "Cosh", 9, kNewest, &convertUnary<OpKind::Cosh>},
+    {"", "Asinh", 9, kNewest, &convertUnary<OpKind::Asinh>},
+    {"", "Acosh", 9, kNewest, &convertUnary<OpKind::Acosh>},
+    {"", "Atanh", 9, kNewest, &convertUnary<OpKind::Atanh>},
+    {"", "Floor", 1, kNewest, &convertUnary<OpKind::Floor>},
+    {"", "Ceil", 1, kNewest, &convertUnary<OpKind::Ceil>},
+    {"", "Round", 11, kNewest, &convertUnary<OpKind::Round>},
+    {"", "Not", 1, kNewest, &convertUnary<OpKind::Not>},
+    {"", "IsNaN", 9, kNewest, &convertUnary<OpKind::IsNan>},
+    {"", "IsInf", 10, kNewest, &convertIsInf},
+    {"", "Where", 9, kNewest, &convertWhere},
+    {"", "Cast", 1, kNewest, &convertCast},
+    {"", "CastLike", 15, kNewest, &convertCastLike},
+    {"", "Clip", 1, kNewest, &convertClip},
+    {"", "Max", 1, kNewest, &convertVariadic<OpKind::Max, false>},
+    {"", "Min", 1, kNewest, &convertVariadic<OpKind::Min, false>},
+    {"", "Sum", 1, kNewest, &convertVariadic<OpKind::Add, false>},
+    {"", "Mean", 1, kNewest, &convertVariadic<OpKind::Add, true>},
+    {"", "ReduceSum", 1, kNewest, &convertReduce<Reduction::Sum>},
+    {"", "ReduceMean", 1, kNewest, &convertReduce<Reduction::Mean>},
+    {"", "ReduceMax", 1, kNewest, &convertReduce<Reduction::Max>},
+    {"", "ReduceMin", 1, kNewest, &convertReduce<Reduction::Min>},
+    {"", "ReduceProd", 1, kNewest, &convertReduce<Reduction::Prod>},
+    {"", "ReduceL1", 1, kNewest, &convertReduce<Reduction::L1>},
+    {"", "ReduceL2", 1, kNewest, &convertReduce<Reduction::L2>},
+    {"", "ReduceLogSum", 1, kNewest, &convertReduce<Reduction::LogSum>},
+    {"", "ReduceLogSumExp", 1, kNewest, &convertReduce<Reduction::LogSumExp>},
+    {"", "ReduceSumSquare", 1, kNewest, &convertReduce<Reduction::SumSquare>},
+    {"", "ArgMax", 1, kNewest, &convertArgReduce<OpKind::ArgMax>},
+    {"", "ArgMin", 1, kNewest, &convertArgReduce<OpKind::ArgMin>},
+    {"", "MatMul", 1, kNewest, &convertMatMul},
+    {"", "Gemm", 1, kNewest, &convertGemm},
+    {"", "Einsum", 12, kNewest, &convertEinsum},
+    {"", "CumSum", 11, kNewest, &convertCumSum},
+    {"", "HardSigmoid", 1, kNewest, &convertHardSigmoid},
+    {"", "HardSwish", 14, kNewest, &convertHardSwish},
+    {"", "Selu", 1, kNewest, &convertSelu},
+    {"", "Celu", 12, kNewest, &convertCelu},
+    {"", "ThresholdedRelu", 10, kNewest, &convertThresholdedRelu},
+    {"", "PRelu", 1, kNewest, &convertPRelu},
+    {"", "Softsign", 1, kNewest, &convertSoftsign},
+    {"", "Shrink", 9, kNewest, &convertShrink},
+};
+
+}  // namespace
+
+std::span<const OpConverter> mathConverters() { return kConverters; }
+
+}  // namespace kiln::onnx_import

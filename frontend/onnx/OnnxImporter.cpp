@@ -1,0 +1,883 @@
+// The ONNX importer's core: reads a ModelProto with bounded sizes, resolves
+// opset imports, turns initializers (raw, typed or external data) into
+// constants or argument defaults, graph inputs into arguments and graph
+// outputs into named results, sorts nodes topologically, refuses models with
+// unsupported ops (all of them listed in one error), and runs each node's
+// converter (MathOps.cpp, TensorOps.cpp, NNOps.cpp) through a NodeContext that
+// folds ops on constants at import time with the injected evaluator. Every
+// count, index, rank and size read from the file is checked before use.
+#include "frontend/onnx/OnnxImporter.h"
+
+#include <algorithm>
+#include <bit>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <queue>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "frontend/onnx/OnnxOps.h"
+#include "onnx.pb.h"
+
+namespace kiln {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "tensor bytes are copied as little-endian");
+
+namespace fs = std::filesystem;
+using onnx_import::NodeContext;
+
+/// Protobuf cannot parse a message of 2 GiB or more; larger models keep
+/// their weights in external data files.
+constexpr int64_t kMaxModelBytes = INT_MAX;
+/// The largest external data blob one tensor may read.
+constexpr int64_t kMaxExternalBytes = int64_t{4} << 30;
+/// Bounds on dims and element counts of tensors read from a file (as the
+/// text IR's).
+constexpr int64_t kMaxDim = int64_t{1} << 40;
+constexpr int64_t kMaxElements = int64_t{1} << 40;
+/// Ops on constants whose results are larger are left in the graph.
+constexpr int64_t kMaxFoldedElements = int64_t{1} << 20;
+
+std::string inQuotes(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+/// The Kiln dtype of an ONNX TensorProto.DataType, or nullopt.
+std::optional<DType> dtypeFromOnnx(int32_t type) {
+  switch (type) {
+    case onnx::TensorProto::FLOAT: return DType::F32;
+    case onnx::TensorProto::DOUBLE: return DType::F64;
+    case onnx::TensorProto::FLOAT16: return DType::F16;
+    case onnx::TensorProto::BFLOAT16: return DType::BF16;
+    case onnx::TensorProto::INT64: return DType::I64;
+    case onnx::TensorProto::INT32: return DType::I32;
+    case onnx::TensorProto::INT16: return DType::I16;
+    case onnx::TensorProto::INT8: return DType::I8;
+    case onnx::TensorProto::UINT8: return DType::U8;
+    case onnx::TensorProto::BOOL: return DType::Bool;
+    default: return std::nullopt;
+  }
+}
+
+std::string onnxTypeName(int32_t type) {
+  if (onnx::TensorProto::DataType_IsValid(type))
+    return onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(type));
+  return "data type " + std::to_string(type);
+}
+
+Expected<DType> requireDType(int32_t type, const std::string& what) {
+  if (auto dtype = dtypeFromOnnx(type)) return *dtype;
+  return Error(what + " has element type " + onnxTypeName(type) +
+               ", which Kiln does not support (expected FLOAT, DOUBLE, FLOAT16, BFLOAT16, INT64, INT32, INT16, INT8, "
+               "UINT8 or BOOL)");
+}
+
+/// Reads at most `maxBytes` of a regular file.
+Expected<std::string> readWholeFile(const std::string& path, int64_t maxBytes, const std::string& what) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return Error("cannot read " + what + " '" + path + "': not a regular file");
+  const auto size = fs::file_size(path, ec);
+  if (ec) return Error("cannot read " + what + " '" + path + "': " + ec.message());
+  if (size > static_cast<uintmax_t>(maxBytes))
+    return Error(what + " '" + path + "' has " + std::to_string(size) + " bytes; the limit is " +
+                 std::to_string(maxBytes));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error("cannot open " + what + " '" + path + "'");
+  std::string bytes(static_cast<size_t>(size), '\0');
+  in.read(bytes.data(), static_cast<std::streamsize>(size));
+  if (in.gcount() != static_cast<std::streamsize>(size)) return Error("cannot read " + what + " '" + path + "'");
+  return bytes;
+}
+
+/// The static shape of a TensorProto, checked against the bounds.
+Expected<Shape> tensorShape(const onnx::TensorProto& t, const std::string& what) {
+  Shape shape;
+  int64_t count = 1;
+  for (int i = 0; i < t.dims_size(); ++i) {
+    const int64_t d = t.dims(i);
+    if (d < 0 || d > kMaxDim)
+      return Error(what + ": dim " + std::to_string(i) + " is " + std::to_string(d) + " (expected 0 to 2^40)");
+    if (d != 0 && count > kMaxElements / d) return Error(what + ": more than 2^40 elements");
+    count *= d;
+    shape.push_back(Dim::fixed(d));
+  }
+  return shape;
+}
+
+/// True when `path` is inside `folder` (both canonical).
+bool isInside(const fs::path& path, const fs::path& folder) {
+  auto [f, p] = std::mismatch(folder.begin(), folder.end(), path.begin(), path.end());
+  return f == folder.end() && p != path.end();
+}
+
+/// Reads the external data of `t` from a file under `baseDir`.
+Expected<std::string> readExternalData(const onnx::TensorProto& t, size_t expectedBytes, const std::string& baseDir,
+                                       const std::string& what) {
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (const auto& entry : t.external_data()) {
+    auto parseInt = [&](const std::string& s) -> Expected<int64_t> {
+      if (s.empty() || s.size() > 18 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return Error(what + ": external data " + entry.key() + " '" + s + "' is not a non-negative integer");
+      return std::stoll(s);
+    };
+    if (entry.key() == "location") {
+      location = entry.value();
+    } else if (entry.key() == "offset") {
+      auto v = parseInt(entry.value());
+      if (!v) return v.takeError();
+      offset = *v;
+    } else if (entry.key() == "length") {
+      auto v = parseInt(entry.value());
+      if (!v) return v.takeError();
+      length = *v;
+    }
+  }
+  if (location.empty()) return Error(what + ": external data has no location");
+  if (baseDir.empty()) return Error(what + ": external data '" + location + "' cannot be read: the model has no folder");
+  const fs::path relative(location);
+  if (relative.is_absolute() || relative.has_root_name() || relative.has_root_directory())
+    return Error(what + ": external data location '" + location + "' is absolute (expected a path inside the model's folder)");
+  for (const auto& part : relative)
+    if (part == "..")
+      return Error(what + ": external data location '" + location + "' contains '..' (expected a path inside the model's folder)");
+  std::error_code ec;
+  const fs::path folder = fs::weakly_canonical(fs::path(baseDir), ec);
+  if (ec) return Error(what + ": cannot resolve the model's folder '" + baseDir + "': " + ec.message());
+  const fs::path file = fs::weakly_canonical(folder / relative, ec);
+  if (ec) return Error(what + ": cannot resolve external data '" + location + "': " + ec.message());
+  // weakly_canonical resolves symlinks, so a link pointing out of the folder
+  // is caught here.
+  if (!isInside(file, folder))
+    return Error(what + ": external data '" + location + "' resolves to '" + file.string() +
+                 "', outside the model's folder");
+  if (!fs::is_regular_file(file, ec)) return Error(what + ": external data '" + location + "' is not a regular file");
+  const auto fileSize = static_cast<int64_t>(fs::file_size(file, ec));
+  if (ec) return Error(what + ": cannot read external data '" + location + "': " + ec.message());
+  if (length >= 0 && static_cast<size_t>(length) != expectedBytes)
+    return Error(what + ": external data length is " + std::to_string(length) + " bytes, but the tensor needs " +
+                 std::to_string(expectedBytes));
+  if (static_cast<int64_t>(expectedBytes) > kMaxExternalBytes)
+    return Error(what + ": external data of " + std::to_string(expectedBytes) + " bytes exceeds the 4 GiB limit");
+  if (offset > fileSize || fileSize - offset < static_cast<int64_t>(expectedBytes))
+    return Error(what + ": external data '" + location + "' has " + std::to_string(fileSize) + " bytes, too few for " +
+                 std::to_string(expectedBytes) + " bytes at offset " + std::to_string(offset));
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return Error(what + ": cannot open external data '" + location + "'");
+  in.seekg(offset);
+  std::string bytes(expectedBytes, '\0');
+  in.read(bytes.data(), static_cast<std::streamsize>(expectedBytes));
+  if (in.gcount() != static_cast<std::streamsize>(expectedBytes))
+    return Error(what + ": cannot read external data '" + location + "'");
+  return bytes;
+}
+
+/// Copies typed field values into `out`, converting each with `store`.
+template <typename Field, typename Store>
+Status copyTyped(const Field& field, int64_t count, DenseTensor& out, const std::string& what,
+                 const std::string& fieldName, Store store) {
+  if (field.size() != count)
+    return Error(what + ": " + fieldName + " has " + std::to_string(field.size()) + " values, but the shape " +
+                 shapeStr(out.type.shape) + " needs " + std::to_string(count));
+  for (int64_t i = 0; i < count; ++i) store(i, field.Get(static_cast<int>(i)));
+  return {};
+}
+
+/// A TensorProto as a DenseTensor.
+Expected<DenseTensor> tensorFromProto(const onnx::TensorProto& t, const std::string& what, const std::string& baseDir) {
+  if (t.data_type() == onnx::TensorProto::STRING) return Error(what + " holds strings, which Kiln does not support");
+  auto dtype = requireDType(t.data_type(), what);
+  if (!dtype) return dtype.takeError();
+  auto shape = tensorShape(t, what);
+  if (!shape) return shape.takeError();
+  const int64_t count = numElements(*shape);
+  const size_t elementSize = dtypeSize(*dtype);
+  if (count > kMaxExternalBytes / static_cast<int64_t>(elementSize))
+    return Error(what + ": " + std::to_string(count) + " elements exceed the 4 GiB limit of one tensor");
+  const size_t bytes = static_cast<size_t>(count) * elementSize;
+  TensorType type{*dtype, std::move(*shape)};
+
+  if (t.has_data_location() && t.data_location() == onnx::TensorProto::EXTERNAL) {
+    auto data = readExternalData(t, bytes, baseDir, what);
+    if (!data) return data.takeError();
+    DenseTensor out{std::move(type), std::vector<uint8_t>(data->begin(), data->end())};
+    return out;
+  }
+  if (t.has_raw_data()) {
+    if (t.raw_data().size() != bytes)
+      return Error(what + ": raw_data has " + std::to_string(t.raw_data().size()) + " bytes, but " + type.str() +
+                   " needs " + std::to_string(bytes));
+    DenseTensor out{std::move(type), std::vector<uint8_t>(t.raw_data().begin(), t.raw_data().end())};
+    return out;
+  }
+  DenseTensor out = DenseTensor::zeros(std::move(type));
+  if (count == 0) return out;
+  auto storeBits16 = [&](int64_t i, int32_t v) {
+    const auto bits = static_cast<uint16_t>(v);
+    std::memcpy(out.bytes.data() + i * 2, &bits, 2);
+  };
+  switch (*dtype) {
+    case DType::F32:
+      KILN_TRY(copyTyped(t.float_data(), count, out, what, "float_data", [&](int64_t i, float v) {
+        std::memcpy(out.bytes.data() + i * 4, &v, 4);
+      }));
+      break;
+    case DType::F64:
+      KILN_TRY(copyTyped(t.double_data(), count, out, what, "double_data", [&](int64_t i, double v) {
+        std::memcpy(out.bytes.data() + i * 8, &v, 8);
+      }));
+      break;
+    case DType::F16:
+    case DType::BF16:
+      // 16-bit floats are stored as their bit patterns in int32_data.
+      KILN_TRY(copyTyped(t.int32_data(), count, out, what, "int32_data", storeBits16));
+      break;
+    case DType::I64:
+      KILN_TRY(copyTyped(t.int64_data(), count, out, what, "int64_data",
+                         [&](int64_t i, int64_t v) { out.setInt(i, v); }));
+      break;
+    default:
+      KILN_TRY(copyTyped(t.int32_data(), count, out, what, "int32_data",
+                         [&](int64_t i, int32_t v) { out.setInt(i, v); }));
+      break;
+  }
+  return out;
+}
+
+/// A graph input or output type as a Kiln tensor type.
+Expected<TensorType> typeFromValueInfo(const onnx::ValueInfoProto& info, const std::string& what) {
+  if (!info.has_type()) return Error(what + " has no type");
+  const onnx::TypeProto& type = info.type();
+  switch (type.value_case()) {
+    case onnx::TypeProto::kTensorType: break;
+    case onnx::TypeProto::kSequenceType: return Error(what + " is a sequence; Kiln supports tensors only");
+    case onnx::TypeProto::kMapType: return Error(what + " is a map; Kiln supports tensors only");
+    case onnx::TypeProto::kOptionalType: return Error(what + " is an optional; Kiln supports tensors only");
+    case onnx::TypeProto::kSparseTensorType: return Error(what + " is a sparse tensor; Kiln supports dense tensors only");
+    default: return Error(what + " has no type");
+  }
+  const auto& tensor = type.tensor_type();
+  if (tensor.elem_type() == onnx::TensorProto::STRING) return Error(what + " holds strings, which Kiln does not support");
+  auto dtype = requireDType(tensor.elem_type(), what);
+  if (!dtype) return dtype.takeError();
+  if (!tensor.has_shape()) return Error(what + " has no shape (Kiln needs every tensor's rank)");
+  TensorType result{*dtype, {}};
+  for (int i = 0; i < tensor.shape().dim_size(); ++i) {
+    const auto& dim = tensor.shape().dim(i);
+    if (dim.has_dim_value()) {
+      if (dim.dim_value() < 0 || dim.dim_value() > kMaxDim)
+        return Error(what + ": dim " + std::to_string(i) + " is " + std::to_string(dim.dim_value()) +
+                     " (expected 0 to 2^40)");
+      result.shape.push_back(Dim::fixed(dim.dim_value()));
+    } else if (dim.has_dim_param() && !dim.dim_param().empty()) {
+      result.shape.push_back(Dim::symbolic(dim.dim_param()));
+    } else {
+      result.shape.push_back(Dim::unknown());
+    }
+  }
+  return result;
+}
+
+std::string normalizeDomain(std::string_view domain) {
+  return domain == "ai.onnx" ? std::string() : std::string(domain);
+}
+
+std::string nodeLabel(const onnx::NodeProto& node, size_t index) {
+  return node.name().empty() ? "#" + std::to_string(index) : node.name();
+}
+
+/// The opset version a model declares per domain ("" for ai.onnx).
+using OpsetMap = std::map<std::string, int64_t, std::less<>>;
+
+Expected<OpsetMap> readOpsets(const onnx::ModelProto& model) {
+  OpsetMap opsets;
+  for (const auto& entry : model.opset_import()) {
+    if (entry.version() < 1)
+      return Error("opset import of domain '" + entry.domain() + "' has version " + std::to_string(entry.version()) +
+                   " (expected 1 or more)");
+    int64_t& v = opsets[normalizeDomain(entry.domain())];
+    v = std::max(v, entry.version());
+  }
+  // Models of IR version 1 and 2 predate opset_import and mean opset 1.
+  if (model.opset_import_size() == 0) opsets[""] = 1;
+  return opsets;
+}
+
+/// The unsupported ops of a graph, in order of first use.
+std::vector<UnsupportedOnnxOp> collectUnsupported(const onnx::GraphProto& graph, const OpsetMap& opsets) {
+  std::vector<UnsupportedOnnxOp> result;
+  std::map<std::pair<std::string, std::string>, size_t> index;
+  for (int i = 0; i < graph.node_size(); ++i) {
+    const onnx::NodeProto& node = graph.node(i);
+    const std::string domain = normalizeDomain(node.domain());
+    auto it = opsets.find(domain);
+    const int64_t opset = it == opsets.end() ? 0 : it->second;
+    if (opset > 0 && onnx_import::findConverter(domain, node.op_type(), opset)) continue;
+    auto [pos, inserted] = index.emplace(std::make_pair(domain, node.op_type()), result.size());
+    if (inserted) result.push_back({domain, node.op_type(), opset, {}});
+    result[pos->second].nodes.push_back(nodeLabel(node, static_cast<size_t>(i)));
+  }
+  return result;
+}
+
+std::string describeUnsupported(const std::vector<UnsupportedOnnxOp>& ops) {
+  size_t nodes = 0;
+  for (const auto& op : ops) nodes += op.nodes.size();
+  std::string message = std::to_string(ops.size()) + " unsupported ONNX op" + (ops.size() == 1 ? "" : "s") + " (" +
+                        std::to_string(nodes) + " node" + (nodes == 1 ? "" : "s") + "):";
+  for (const auto& op : ops) {
+    message += "\n  " + (op.domain.empty() ? std::string() : op.domain + ".") + op.opType;
+    message += op.opset > 0 ? " (opset " + std::to_string(op.opset) + ")"
+                            : " (domain '" + op.domain + "' is not imported by the model)";
+    message += ": " + std::to_string(op.nodes.size()) + " node" + (op.nodes.size() == 1 ? "" : "s") + ": ";
+    for (size_t i = 0; i < op.nodes.size() && i < 10; ++i) message += (i ? ", " : "") + op.nodes[i];
+    if (op.nodes.size() > 10) message += ", ...";
+  }
+  return message;
+}
+
+Expected<onnx::ModelProto> parseModel(std::string_view bytes, std::string_view filename) {
+  if (static_cast<int64_t>(bytes.size()) > kMaxModelBytes)
+    return Error(std::string(filename) + ": " + std::to_string(bytes.size()) +
+                 " bytes is more than a protobuf message can hold (2 GiB); keep weights in external data");
+  onnx::ModelProto model;
+  if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    return Error(std::string(filename) + ": not a valid ONNX model (the protobuf is truncated or malformed)");
+  if (!model.has_graph()) return Error(std::string(filename) + ": the ONNX model has no graph");
+  return model;
+}
+
+class Importer;
+
+/// The NodeContext of one node being converted.
+class NodeContextImpl final : public NodeContext {
+ public:
+  NodeContextImpl(Importer& importer, const onnx::NodeProto& node, size_t index, int64_t opset)
+      : importer_(importer), node_(node), index_(index), opset_(opset) {}
+
+  const onnx::NodeProto& node() const override { return node_; }
+  int64_t opset() const override { return opset_; }
+  size_t numInputs() const override { return static_cast<size_t>(node_.input_size()); }
+  bool hasInput(size_t i) const override {
+    return i < numInputs() && !node_.input(static_cast<int>(i)).empty();
+  }
+  Expected<Value*> input(size_t i) override;
+  const DenseTensor* constantInput(size_t i) override;
+  size_t numOutputs() const override { return static_cast<size_t>(node_.output_size()); }
+  bool hasOutput(size_t i) const override {
+    return i < numOutputs() && !node_.output(static_cast<int>(i)).empty();
+  }
+  void setOutput(size_t i, Value* v) override;
+
+  const onnx::AttributeProto* attribute(std::string_view name) const override {
+    for (const auto& a : node_.attribute())
+      if (a.name() == name) return &a;
+    return nullptr;
+  }
+  Expected<int64_t> intAttr(std::string_view name, int64_t dflt) const override {
+    const auto* a = attribute(name);
+    if (!a) return dflt;
+    KILN_TRY(expectKind(*a, onnx::AttributeProto::INT, a->has_i()));
+    return a->i();
+  }
+  Expected<double> floatAttr(std::string_view name, double dflt) const override {
+    const auto* a = attribute(name);
+    if (!a) return dflt;
+    KILN_TRY(expectKind(*a, onnx::AttributeProto::FLOAT, a->has_f()));
+    return static_cast<double>(a->f());
+  }
+  Expected<std::string> stringAttr(std::string_view name, std::string dflt) const override {
+    const auto* a = attribute(name);
+    if (!a) return dflt;
+    KILN_TRY(expectKind(*a, onnx::AttributeProto::STRING, a->has_s()));
+    return a->s();
+  }
+  Expected<std::vector<int64_t>> intsAttr(std::string_view name, std::vector<int64_t> dflt) const override {
+    const auto* a = attribute(name);
+    if (!a) return dflt;
+    KILN_TRY(expectKind(*a, onnx::AttributeProto::INTS, a->ints_size() > 0));
+    return std::vector<int64_t>(a->ints().begin(), a->ints().end());
+  }
+  Expected<std::vector<double>> floatsAttr(std::string_view name, std::vector<double> dflt) const override {
+    const auto* a = attribute(name);
+    if (!a) return dflt;
+    KILN_TRY(expectKind(*a, onnx::AttributeProto::FLOATS, a->floats_size() > 0));
+    return std::vector<double>(a->floats().begin(), a->floats().end());
+  }
+  Expected<DenseTensor> tensorAttr(std::string_view name) const override;
+
+  Expected<Value*> emit(OpKind kind, std::vector<Value*> operands, AttrMap attrs,
+                        std::vector<TensorType> declared) override {
+    auto results = emitMulti(kind, std::move(operands), std::move(attrs), std::move(declared));
+    if (!results) return results.takeError();
+    if (results->size() != 1)
+      return error("internal: emit() of '" + std::string(opName(kind)) + "' with " +
+                   std::to_string(results->size()) + " results");
+    return (*results)[0];
+  }
+  Expected<std::vector<Value*>> emitMulti(OpKind kind, std::vector<Value*> operands, AttrMap attrs,
+                                          std::vector<TensorType> declared) override;
+  Value* constant(DenseTensor value) override;
+  Value* scalar(DType dtype, double value) override;
+
+  Error error(const std::string& message) const override {
+    return Error("node '" + nodeLabel(node_, index_) + "' (" + opTypeLabel() + ", opset " + std::to_string(opset_) +
+                 "): " + message);
+  }
+
+ private:
+  std::string opTypeLabel() const {
+    const std::string domain = normalizeDomain(node_.domain());
+    return (domain.empty() ? "" : domain + ".") + node_.op_type();
+  }
+  Status expectKind(const onnx::AttributeProto& a, onnx::AttributeProto::AttributeType want, bool hasField) const {
+    // IR version 1 attributes may lack the type discriminator.
+    if (a.type() == want || (a.type() == onnx::AttributeProto::UNDEFINED && hasField)) return {};
+    auto name = [](int t) {
+      return onnx::AttributeProto::AttributeType_IsValid(t)
+                 ? onnx::AttributeProto::AttributeType_Name(static_cast<onnx::AttributeProto::AttributeType>(t))
+                 : "type " + std::to_string(t);
+    };
+    return error("attribute '" + a.name() + "' is " + name(a.type()) + ", expected " + name(want));
+  }
+
+  Importer& importer_;
+  const onnx::NodeProto& node_;
+  size_t index_;
+  int64_t opset_;
+};
+
+/// Imports one ModelProto into a Module.
+class Importer {
+ public:
+  Importer(const onnx::ModelProto& model, std::string filename, std::string baseDir, const LoadOptions& options,
+           const std::map<std::string, DenseTensor>& frozenInputs)
+      : model_(model),
+        filename_(std::move(filename)),
+        baseDir_(std::move(baseDir)),
+        options_(options),
+        frozen_(frozenInputs) {}
+
+  Expected<std::unique_ptr<Module>> run();
+
+ private:
+  friend class NodeContextImpl;
+
+  Status importInitializers();
+  Status importInputs();
+  Expected<std::vector<size_t>> topologicalOrder();
+  Status convertNode(const onnx::NodeProto& node, size_t index);
+  Status importOutputs();
+  void removeUnusedConstants();
+
+  /// Names `v` after the ONNX tensor `name` and binds the name to it.
+  void bind(const std::string& name, Value* v) {
+    if (!onnxNamed_.count(v)) {
+      v->setName(name);
+      onnxNamed_.insert(v);
+    }
+    values_[name] = v;
+  }
+  Value* addConstant(DenseTensor t, Location loc) {
+    builder_->setLocation(std::move(loc));
+    return builder_->constant(std::move(t));
+  }
+
+  const onnx::ModelProto& model_;
+  std::string filename_;
+  std::string baseDir_;
+  const LoadOptions& options_;
+  const std::map<std::string, DenseTensor>& frozen_;
+  OpsetMap opsets_;
+  std::unique_ptr<Module> module_;
+  Function* f_ = nullptr;
+  std::optional<Builder> builder_;
+  std::unordered_map<std::string, Value*> values_;
+  std::unordered_set<const Value*> onnxNamed_;
+  std::map<std::string, std::shared_ptr<DenseTensor>> initializers_;
+  std::set<std::string> graphInputs_;
+};
+
+Expected<Value*> NodeContextImpl::input(size_t i) {
+  if (!hasInput(i)) return error("input " + std::to_string(i) + " is required but absent");
+  const std::string& name = node_.input(static_cast<int>(i));
+  auto it = importer_.values_.find(name);
+  if (it == importer_.values_.end())
+    return error("input " + std::to_string(i) + " " + inQuotes(name) + " is not defined by any node, initializer or graph input");
+  return it->second;
+}
+
+const DenseTensor* NodeContextImpl::constantInput(size_t i) {
+  if (!hasInput(i)) return nullptr;
+  auto it = importer_.values_.find(node_.input(static_cast<int>(i)));
+  if (it == importer_.values_.end()) return nullptr;
+  const Op* def = it->second->definingOp();
+  if (!def || def->kind() != OpKind::Constant) return nullptr;
+  return &def->getTensor("value");
+}
+
+void NodeContextImpl::setOutput(size_t i, Value* v) {
+  if (!hasOutput(i) || !v) return;
+  importer_.bind(node_.output(static_cast<int>(i)), v);
+}
+
+Expected<DenseTensor> NodeContextImpl::tensorAttr(std::string_view name) const {
+  const auto* a = attribute(name);
+  if (!a) return error("attribute '" + std::string(name) + "' is required but absent");
+  KILN_TRY(expectKind(*a, onnx::AttributeProto::TENSOR, a->has_t()));
+  auto t = tensorFromProto(a->t(), "attribute '" + std::string(name) + "'", importer_.baseDir_);
+  if (!t) return error(t.error().message());
+  return t;
+}
+
+Value* NodeContextImpl::constant(DenseTensor value) {
+  return importer_.addConstant(std::move(value), Location::named(nodeLabel(node_, index_), importer_.filename_));
+}
+
+Value* NodeContextImpl::scalar(DType dtype, double value) {
+  DenseTensor t = DenseTensor::zeros(TensorType{dtype, {}});
+  t.setDouble(0, value);
+  return constant(std::move(t));
+}
+
+Expected<std::vector<Value*>> NodeContextImpl::emitMulti(OpKind kind, std::vector<Value*> operands, AttrMap attrs,
+                                                         std::vector<TensorType> declared) {
+  // Shape rules assume the arity and attribute kinds are right (the
+  // verifier checks them for parsed IR); a converter's mistake must become
+  // an error here, not an out-of-range access there.
+  const OpInfo& info = opInfo(kind);
+  const int count = static_cast<int>(operands.size());
+  if (count < info.minOperands || (info.maxOperands >= 0 && count > info.maxOperands))
+    return error("internal: '" + std::string(info.mnemonic) + "' built with " + std::to_string(count) + " operands");
+  for (Value* v : operands)
+    if (!v) return error("internal: '" + std::string(info.mnemonic) + "' built with a null operand");
+  for (const auto& [name, value] : attrs) {
+    const AttrSpec* spec = info.findAttr(name);
+    if (!spec || spec->kind != value.kind())
+      return error("internal: bad attribute '" + name + "' for '" + std::string(info.mnemonic) + "'");
+  }
+  for (const AttrSpec& spec : info.attrs)
+    if (spec.required && !attrs.count(std::string(spec.name)))
+      return error("internal: '" + std::string(info.mnemonic) + "' needs attribute '" + std::string(spec.name) + "'");
+
+  Builder& b = *importer_.builder_;
+  b.setLocation(Location::named(nodeLabel(node_, index_), importer_.filename_));
+  auto built = b.build(kind, operands, std::move(attrs), std::move(declared));
+  if (!built) return error(built.error().message());
+  Op* op = *built;
+
+  // Import-time constant folding: shape computations (Shape -> Gather ->
+  // Concat -> Reshape) must become constants because Kiln takes shapes as
+  // attributes and declared types.
+  const OpEvaluator* evaluator = importer_.options_.evaluator;
+  bool foldable = evaluator && !info.hasSideEffects() && kind != OpKind::Constant;
+  std::vector<const DenseTensor*> constants;
+  for (Value* v : operands) {
+    if (!foldable) break;
+    const Op* def = v->definingOp();
+    if (!def || def->kind() != OpKind::Constant) {
+      foldable = false;
+      break;
+    }
+    constants.push_back(&def->getTensor("value"));
+  }
+  for (size_t r = 0; foldable && r < op->numResults(); ++r) {
+    const TensorType& t = op->result(r)->type();
+    if (t.isStatic() && numElements(t.shape) > kMaxFoldedElements) foldable = false;
+  }
+  if (!foldable) return op->results();
+
+  auto folded = evaluator->evaluate(*op, constants);
+  if (!folded) return error("evaluating on constants: " + folded.error().message());
+  if (folded->size() != op->numResults()) return error("internal: the evaluator gave the wrong number of results");
+  for (const DenseTensor& t : *folded)
+    if (t.numElements() > kMaxFoldedElements) return op->results();
+  std::vector<Value*> results;
+  for (DenseTensor& t : *folded) results.push_back(b.constant(std::move(t)));
+  importer_.f_->erase(op);
+  return results;
+}
+
+Status Importer::importInitializers() {
+  const onnx::GraphProto& graph = model_.graph();
+  for (int i = 0; i < graph.initializer_size(); ++i) {
+    const onnx::TensorProto& t = graph.initializer(i);
+    const std::string what = "initializer " + std::to_string(i) + " " + inQuotes(t.name());
+    if (t.name().empty()) return Error("initializer " + std::to_string(i) + " has no name");
+    auto dense = tensorFromProto(t, what, baseDir_);
+    if (!dense) return dense.takeError();
+    if (!initializers_.emplace(t.name(), std::make_shared<DenseTensor>(std::move(*dense))).second)
+      return Error("initializer " + inQuotes(t.name()) + " is defined twice");
+  }
+  if (graph.sparse_initializer_size() > 0)
+    return Error("sparse initializers are not supported (" + inQuotes(graph.sparse_initializer(0).values().name()) + ")");
+  return {};
+}
+
+Status Importer::importInputs() {
+  const onnx::GraphProto& graph = model_.graph();
+  for (int i = 0; i < graph.input_size(); ++i) {
+    const onnx::ValueInfoProto& input = graph.input(i);
+    const std::string what = "graph input " + std::to_string(i) + " " + inQuotes(input.name());
+    if (input.name().empty()) return Error("graph input " + std::to_string(i) + " has no name");
+    if (!graphInputs_.insert(input.name()).second) return Error(what + " is declared twice");
+    auto init = initializers_.find(input.name());
+    auto frozen = frozen_.find(input.name());
+    if (frozen != frozen_.end()) {
+      // Fixed at import time by the caller: a constant, not an argument.
+      bind(input.name(), addConstant(frozen->second, Location::named(input.name(), filename_)));
+      continue;
+    }
+    auto type = typeFromValueInfo(input, what);
+    if (!type) {
+      // An initializer gives the type of an input that does not declare one.
+      if (init == initializers_.end()) return type.takeError();
+      type = init->second->type;
+    }
+    Value* arg = f_->addArgument(*type, input.name());
+    onnxNamed_.insert(arg);
+    values_[input.name()] = arg;
+    if (init != initializers_.end()) {
+      if (!typesCompatible(init->second->type, *type))
+        return Error(what + " is declared " + type->str() + ", but its initializer is " + init->second->type.str());
+      f_->setArgumentDefault(f_->numArguments() - 1, init->second);
+    }
+  }
+  // Initializers that are not inputs are the model's weights: constants.
+  for (auto& [name, tensor] : initializers_) {
+    if (graphInputs_.count(name)) continue;
+    bind(name, addConstant(std::move(*tensor), Location::named(name, filename_)));
+    tensor.reset();
+  }
+  return {};
+}
+
+Expected<std::vector<size_t>> Importer::topologicalOrder() {
+  const onnx::GraphProto& graph = model_.graph();
+  const size_t n = static_cast<size_t>(graph.node_size());
+  std::unordered_map<std::string, size_t> producer;
+  for (size_t i = 0; i < n; ++i) {
+    const onnx::NodeProto& node = graph.node(static_cast<int>(i));
+    for (const std::string& out : node.output()) {
+      if (out.empty()) continue;
+      if (graphInputs_.count(out) || values_.count(out))
+        return Error("node " + inQuotes(nodeLabel(node, i)) + " (" + node.op_type() + ") writes " + inQuotes(out) +
+                     ", which is already a graph input or initializer");
+      auto [it, inserted] = producer.emplace(out, i);
+      if (!inserted)
+        return Error("tensor " + inQuotes(out) + " is written by node " +
+                     inQuotes(nodeLabel(graph.node(static_cast<int>(it->second)), it->second)) + " and by node " +
+                     inQuotes(nodeLabel(node, i)));
+    }
+  }
+  std::vector<std::vector<size_t>> users(n);
+  std::vector<std::vector<size_t>> deps(n);
+  std::vector<size_t> pending(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const onnx::NodeProto& node = graph.node(static_cast<int>(i));
+    for (const std::string& in : node.input()) {
+      if (in.empty() || values_.count(in)) continue;
+      auto it = producer.find(in);
+      if (it == producer.end())
+        return Error("node " + inQuotes(nodeLabel(node, i)) + " (" + node.op_type() + ") reads " + inQuotes(in) +
+                     ", which no node, initializer or graph input defines");
+      users[it->second].push_back(i);
+      deps[i].push_back(it->second);
+      ++pending[i];
+    }
+  }
+  // Kahn's algorithm, always taking the earliest ready node, so a sorted
+  // graph keeps its order.
+  std::priority_queue<size_t, std::vector<size_t>, std::greater<>> ready;
+  for (size_t i = 0; i < n; ++i)
+    if (pending[i] == 0) ready.push(i);
+  std::vector<size_t> order;
+  std::vector<bool> done(n, false);
+  while (!ready.empty()) {
+    const size_t i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    done[i] = true;
+    for (size_t u : users[i])
+      if (--pending[u] == 0) ready.push(u);
+  }
+  if (order.size() == n) return order;
+  // Walk unfinished dependencies from an unfinished node until one repeats:
+  // that node is on a cycle.
+  size_t at = 0;
+  while (done[at]) ++at;
+  std::vector<bool> seen(n, false);
+  while (!seen[at]) {
+    seen[at] = true;
+    for (size_t d : deps[at])
+      if (!done[d]) {
+        at = d;
+        break;
+      }
+  }
+  const onnx::NodeProto& node = graph.node(static_cast<int>(at));
+  return Error("the graph has a cycle through node " + inQuotes(nodeLabel(node, at)) + " (" + node.op_type() + ")");
+}
+
+Status Importer::convertNode(const onnx::NodeProto& node, size_t index) {
+  const std::string domain = normalizeDomain(node.domain());
+  const int64_t opset = opsets_.at(domain);  // checked by collectUnsupported
+  const onnx_import::OpConverter* converter = onnx_import::findConverter(domain, node.op_type(), opset);
+  NodeContextImpl ctx(*this, node, index, opset);
+  if (!converter) return ctx.error("no converter");  // unreachable after the unsupported-op check
+  for (const auto& a : node.attribute())
+    if (!a.ref_attr_name().empty()) return ctx.error("attribute '" + a.name() + "' refers to a function attribute");
+  KILN_TRY(converter->convert(ctx));
+  for (size_t i = 0; i < ctx.numOutputs(); ++i)
+    if (ctx.hasOutput(i) && !values_.count(node.output(static_cast<int>(i))))
+      return ctx.error("output " + std::to_string(i) + " " + inQuotes(node.output(static_cast<int>(i))) +
+                       " is not supported by the converter");
+  return {};
+}
+
+Status Importer::importOutputs() {
+  const onnx::GraphProto& graph = model_.graph();
+  std::vector<Value*> results;
+  std::set<std::string> seen;
+  for (int i = 0; i < graph.output_size(); ++i) {
+    const onnx::ValueInfoProto& output = graph.output(i);
+    const std::string what = "graph output " + std::to_string(i) + " " + inQuotes(output.name());
+    if (output.has_type() && output.type().value_case() != onnx::TypeProto::kTensorType &&
+        output.type().value_case() != onnx::TypeProto::VALUE_NOT_SET) {
+      auto type = typeFromValueInfo(output, what);  // names the kind
+      if (!type) return type.takeError();
+    }
+    if (!seen.insert(output.name()).second) return Error(what + " is declared twice");
+    auto it = values_.find(output.name());
+    if (it == values_.end()) return Error(what + " is not produced by any node, initializer or graph input");
+    if (output.has_type() && output.type().has_tensor_type() && output.type().tensor_type().elem_type() != 0) {
+      auto dtype = dtypeFromOnnx(output.type().tensor_type().elem_type());
+      if (dtype && *dtype != it->second->type().dtype)
+        return Error(what + " is declared " + std::string(dtypeName(*dtype)) + ", but the graph computes " +
+                     it->second->type().str());
+    }
+    results.push_back(it->second);
+  }
+  builder_->setLocation(Location::named("return", filename_));
+  builder_->ret(results);
+  for (int i = 0; i < graph.output_size(); ++i) f_->setResultName(static_cast<size_t>(i), graph.output(i).name());
+  return {};
+}
+
+void Importer::removeUnusedConstants() {
+  // Folding leaves the constants it consumed behind, and models often carry
+  // initializers no node reads.
+  std::vector<Op*> dead;
+  for (const auto& op : f_->ops())
+    if (op->kind() == OpKind::Constant && !op->hasUses()) dead.push_back(op.get());
+  for (Op* op : dead) f_->erase(op);
+}
+
+Expected<std::unique_ptr<Module>> Importer::run() {
+  auto opsets = readOpsets(model_);
+  if (!opsets) return opsets.takeError();
+  opsets_ = std::move(*opsets);
+  const onnx::GraphProto& graph = model_.graph();
+
+  auto unsupported = collectUnsupported(graph, opsets_);
+  if (!unsupported.empty()) return Error(describeUnsupported(unsupported));
+
+  module_ = std::make_unique<Module>();
+  f_ = module_->addFunction(graph.name().empty() ? "main" : graph.name());
+  f_->setLoc(Location::named(graph.name(), filename_));
+  builder_.emplace(*f_);
+
+  KILN_TRY(importInitializers());
+  KILN_TRY(importInputs());
+  auto order = topologicalOrder();
+  if (!order) return order.takeError();
+  for (size_t i : *order) KILN_TRY(convertNode(graph.node(static_cast<int>(i)), i));
+  KILN_TRY(importOutputs());
+  removeUnusedConstants();
+  return std::move(module_);
+}
+
+Expected<std::unique_ptr<Module>> importModel(const onnx::ModelProto& model, std::string_view filename,
+                                              const std::string& baseDir, const LoadOptions& options,
+                                              const std::map<std::string, DenseTensor>& frozenInputs) {
+  Importer importer(model, std::string(filename), baseDir, options, frozenInputs);
+  auto module = importer.run();
+  // Errors without a location (structure, tensors, node errors) get the
+  // file name so that every message says where it comes from.
+  if (!module && module.error().location().isUnknown())
+    return Error(std::string(filename) + ": " + module.error().message());
+  return module;
+}
+
+std::string folderOf(const std::string& path) {
+  fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Module>> importOnnxBytes(std::string_view bytes, std::string_view filename,
+                                                  const std::string& baseDir, const LoadOptions& options) {
+  return importOnnxBytes(bytes, filename, baseDir, options, {});
+}
+
+Expected<std::unique_ptr<Module>> importOnnxBytes(std::string_view bytes, std::string_view filename,
+                                                  const std::string& baseDir, const LoadOptions& options,
+                                                  const std::map<std::string, DenseTensor>& frozenInputs) {
+  auto model = parseModel(bytes, filename);
+  if (!model) return model.takeError();
+  return importModel(*model, filename, baseDir, options, frozenInputs);
+}
+
+Expected<std::unique_ptr<Module>> importOnnx(const std::string& path, const LoadOptions& options) {
+  return importOnnx(path, options, {});
+}
+
+Expected<std::unique_ptr<Module>> importOnnx(const std::string& path, const LoadOptions& options,
+                                             const std::map<std::string, DenseTensor>& frozenInputs) {
+  auto bytes = readWholeFile(path, kMaxModelBytes, "ONNX model");
+  if (!bytes) return bytes.takeError();
+  return importOnnxBytes(*bytes, path, folderOf(path), options, frozenInputs);
+}
+
+Expected<std::vector<UnsupportedOnnxOp>> findUnsupportedOnnxOps(const std::string& path) {
+  auto bytes = readWholeFile(path, kMaxModelBytes, "ONNX model");
+  if (!bytes) return bytes.takeError();
+  auto model = parseModel(*bytes, path);
+  if (!model) return model.takeError();
+  auto opsets = readOpsets(*model);
+  if (!opsets) return Error(path + ": " + opsets.error().message());
+  return collectUnsupported(model->graph(), *opsets);
+}
+
+Expected<DenseTensor> parseOnnxTensor(std::string_view bytes, std::string_view what) {
+  if (static_cast<int64_t>(bytes.size()) > kMaxModelBytes)
+    return Error(std::string(what) + ": too large for a protobuf message (2 GiB)");
+  onnx::TensorProto t;
+  if (!t.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    return Error(std::string(what) + ": not a valid ONNX TensorProto (truncated or malformed)");
+  // A tensor file has no folder for external data of its own.
+  return tensorFromProto(t, std::string(what), "");
+}
+
+Expected<DenseTensor> readOnnxTensor(const std::string& path) {
+  auto bytes = readWholeFile(path, kMaxModelBytes, "ONNX tensor");
+  if (!bytes) return bytes.takeError();
+  return parseOnnxTensor(*bytes, path);
+}
+
+namespace onnx_import {
+
+const OpConverter* findConverter(std::string_view domain, std::string_view opType, int64_t opset) {
+  const std::string normalized = normalizeDomain(domain);
+  for (auto table : {mathConverters(), tensorConverters(), nnConverters()})
+    for (const OpConverter& c : table)
+      if (c.domain == normalized && c.opType == opType && c.minOpset <= opset && opset <= c.maxOpset) return &c;
+  return nullptr;
+}
+
+}  // namespace onnx_import
+}  // namespace kiln
