@@ -121,6 +121,13 @@ Dim productDim(const Shape& shape, size_t begin, size_t end) {
   return Dim::fixed(n);
 }
 
+Status rejectMovedAttribute(NodeContext& ctx, std::string_view name, int64_t since) {
+  if (ctx.opset() >= since && ctx.attribute(name))
+    return ctx.error("attribute '" + std::string(name) + "' is not allowed since opset " + std::to_string(since) +
+                     ", where it is an input");
+  return {};
+}
+
 Status setOutput0(NodeContext& ctx, Expected<Value*> v) {
   if (!v) return v.takeError();
   ctx.setOutput(0, *v);

@@ -42,6 +42,11 @@ Expected<Value*> unsqueezeAxes(NodeContext& ctx, Value* v, const std::vector<int
 /// Product of dims as a Dim: static when all are, else unknown.
 Dim productDim(const Shape& shape, size_t begin, size_t end);
 
+/// An error when the node has attribute `name`, which became an input in
+/// opset `since` (ONNX moved axes, split sizes, pads and slice bounds from
+/// attributes to inputs; silently ignoring the attribute would be wrong).
+Status rejectMovedAttribute(NodeContext& ctx, std::string_view name, int64_t since);
+
 /// Binds output 0 of the node to the value (or propagates the error).
 Status setOutput0(NodeContext& ctx, Expected<Value*> v);
 

@@ -170,6 +170,7 @@ Status convertClip(NodeContext& ctx) {
     if (ctx.attribute("min")) lo = ctx.scalar(dtype, *min);
     if (ctx.attribute("max")) hi = ctx.scalar(dtype, *max);
   } else {
+    for (const char* name : {"min", "max"}) KILN_TRY(rejectMovedAttribute(ctx, name, 11));
     for (size_t i : {1, 2}) {
       if (!ctx.hasInput(i)) continue;
       auto v = ctx.input(i);
@@ -234,7 +235,7 @@ Status convertReduce(NodeContext& ctx) {
     auto input = optionalConstantInts(ctx, 1, "axes");
     if (!input) return input.takeError();
     if (*input) axes = **input;
-    if (ctx.attribute("axes")) return ctx.error("attribute 'axes' is not allowed since opset " + std::to_string(axesInputSince(R)) + " (axes are input 1)");
+    KILN_TRY(rejectMovedAttribute(ctx, "axes", axesInputSince(R)));
   } else {
     auto attr = ctx.intsAttr("axes", {});
     if (!attr) return attr.takeError();
@@ -590,9 +591,10 @@ class Chain {
     return *v;
   }
   Value* scalar(DType dtype, double value) { return ctx_.scalar(dtype, value); }
+  /// The first error, else binds output 0 to `out` (unless null).
   Status finish(Value* out) {
     if (error_) return *error_;
-    ctx_.setOutput(0, out);
+    if (out) ctx_.setOutput(0, out);
     return {};
   }
 
@@ -695,6 +697,293 @@ Status convertShrink(NodeContext& ctx) {
   return c.finish(c.op(OpKind::Select, {low, up, c.op(OpKind::Select, {high, down, c.scalar(t, 0)})}));
 }
 
+// --- Quantization ----------------------------------------------------------------
+
+/// `scale` (a scalar or a 1-D tensor along `axis` of `x`) shaped to broadcast against `x`.
+Expected<Value*> perAxis(NodeContext& ctx, Value* scale, const TensorType& x) {
+  if (scale->type().rank() == 0 || x.rank() == 0) return scale;
+  if (scale->type().rank() != 1) return ctx.error("scale and zero point must be scalars or 1-D, got " + scale->type().str());
+  if (scale->type().shape[0].isStatic() && scale->type().shape[0].size == 1 && ctx.opset() < 13) return scale;
+  auto axisAttr = ctx.intAttr("axis", 1);
+  if (!axisAttr) return axisAttr.takeError();
+  auto axis = normalizeAxis(ctx, *axisAttr, x.rank());
+  if (!axis) return axis.takeError();
+  Shape shape(static_cast<size_t>(x.rank()), Dim::fixed(1));
+  shape[static_cast<size_t>(*axis)] = scale->type().shape[0];
+  return reshapeTo(ctx, scale, std::move(shape));
+}
+
+/// round(x / scale) + zero point, saturated to `dtype` (u8 or i8).
+Expected<Value*> quantize(NodeContext& ctx, Value* x, Value* scale, Value* zeroPoint, DType dtype) {
+  const DType f = x->type().dtype;
+  Chain c(ctx);
+  Value* q = c.op(OpKind::Round, {c.op(OpKind::Div, {x, scale})});
+  if (zeroPoint) {
+    auto zp = castTo(ctx, zeroPoint, f);
+    if (!zp) return zp.takeError();
+    q = c.op(OpKind::Add, {q, *zp});
+  }
+  const double lo = dtype == DType::U8 ? 0 : -128, hi = dtype == DType::U8 ? 255 : 127;
+  q = c.op(OpKind::Min, {c.op(OpKind::Max, {q, c.scalar(f, lo)}), c.scalar(f, hi)});
+  KILN_TRY(c.finish(nullptr));
+  return castTo(ctx, q, dtype);
+}
+
+Status convertQuantizeLinear(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  KILN_INPUT(scale, 1);
+  Value* zp = nullptr;
+  DType dtype = DType::U8;
+  if (ctx.hasInput(2)) {
+    KILN_INPUT(z, 2);
+    dtype = z->type().dtype;
+    auto r = perAxis(ctx, z, x->type());
+    if (!r) return r.takeError();
+    zp = *r;
+  }
+  if (dtype != DType::U8 && dtype != DType::I8)
+    return ctx.error("zero point must be uint8 or int8, got " + std::string(dtypeName(dtype)));
+  auto s = perAxis(ctx, scale, x->type());
+  if (!s) return s.takeError();
+  auto sc = castTo(ctx, *s, x->type().dtype);
+  if (!sc) return sc.takeError();
+  return setOutput0(ctx, quantize(ctx, x, *sc, zp, dtype));
+}
+
+/// (x - zero point) * scale in `f`.
+Expected<Value*> dequantize(NodeContext& ctx, Value* x, Value* scale, Value* zeroPoint) {
+  const DType f = scale->type().dtype;
+  auto xf = castTo(ctx, x, f);
+  if (!xf) return xf.takeError();
+  Value* v = *xf;
+  if (zeroPoint) {
+    auto zf = castTo(ctx, zeroPoint, f);
+    if (!zf) return zf.takeError();
+    auto d = ctx.emit(OpKind::Sub, {v, *zf});
+    if (!d) return d.takeError();
+    v = *d;
+  }
+  return ctx.emit(OpKind::Mul, {v, scale});
+}
+
+Status convertDequantizeLinear(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  KILN_INPUT(scale, 1);
+  auto s = perAxis(ctx, scale, x->type());
+  if (!s) return s.takeError();
+  Value* zp = nullptr;
+  if (ctx.hasInput(2)) {
+    KILN_INPUT(z, 2);
+    auto r = perAxis(ctx, z, x->type());
+    if (!r) return r.takeError();
+    zp = *r;
+  }
+  return setOutput0(ctx, dequantize(ctx, x, *s, zp));
+}
+
+Status convertDynamicQuantizeLinear(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  const DType f = x->type().dtype;
+  if (f != DType::F32) return ctx.error("expects a float input, got " + x->type().str());
+  std::vector<int64_t> all;
+  for (int64_t d = 0; d < x->type().rank(); ++d) all.push_back(d);
+  AttrMap attrs{{"axes", Attribute(all)}};
+  auto mn = ctx.emit(OpKind::ReduceMin, {x}, attrs);
+  if (!mn) return mn.takeError();
+  auto mx = ctx.emit(OpKind::ReduceMax, {x}, attrs);
+  if (!mx) return mx.takeError();
+  Chain c(ctx);
+  // The range always includes 0 so that 0 quantizes exactly.
+  Value* lo = c.op(OpKind::Min, {*mn, c.scalar(f, 0)});
+  Value* hi = c.op(OpKind::Max, {*mx, c.scalar(f, 0)});
+  Value* scale = c.op(OpKind::Div, {c.op(OpKind::Sub, {hi, lo}), c.scalar(f, 255)});
+  Value* zpf = c.op(OpKind::Sub, {c.scalar(f, 0), c.op(OpKind::Div, {lo, scale})});
+  Value* zpr = c.op(OpKind::Min, {c.op(OpKind::Max, {c.op(OpKind::Round, {zpf}), c.scalar(f, 0)}), c.scalar(f, 255)});
+  KILN_TRY(c.finish(nullptr));
+  auto zp = castTo(ctx, zpr, DType::U8);
+  if (!zp) return zp.takeError();
+  auto y = quantize(ctx, x, scale, *zp, DType::U8);
+  if (!y) return y.takeError();
+  ctx.setOutput(0, *y);
+  ctx.setOutput(1, scale);
+  ctx.setOutput(2, *zp);
+  return {};
+}
+
+/// (A - a_zero_point) @ (B - b_zero_point) in int32.
+Status convertMatMulInteger(NodeContext& ctx) {
+  KILN_INPUT(a, 0);
+  KILN_INPUT(b, 1);
+  std::vector<Value*> v{a, b};
+  for (size_t i = 0; i < 2; ++i) {
+    auto c = castTo(ctx, v[i], DType::I32);
+    if (!c) return c.takeError();
+    v[i] = *c;
+    if (!ctx.hasInput(2 + i)) continue;
+    KILN_INPUT(zp, 2 + i);
+    auto z = castTo(ctx, zp, DType::I32);
+    if (!z) return z.takeError();
+    Value* zv = *z;
+    // A 1-D zero point of A is per row: [M] -> [M, 1].
+    if (i == 0 && zv->type().rank() == 1) {
+      auto r = reshapeTo(ctx, zv, {zv->type().shape[0], Dim::fixed(1)});
+      if (!r) return r.takeError();
+      zv = *r;
+    }
+    auto d = ctx.emit(OpKind::Sub, {v[i], zv});
+    if (!d) return d.takeError();
+    v[i] = *d;
+  }
+  return setOutput0(ctx, ctx.emit(OpKind::MatMul, {v[0], v[1]}));
+}
+
+Status convertQLinearMatMul(NodeContext& ctx) {
+  std::vector<Value*> in;
+  for (size_t i = 0; i < 8; ++i) {
+    KILN_INPUT(v, i);
+    in.push_back(v);
+  }
+  auto a = dequantize(ctx, in[0], in[1], in[2]);
+  if (!a) return a.takeError();
+  auto b = dequantize(ctx, in[3], in[4], in[5]);
+  if (!b) return b.takeError();
+  auto mm = ctx.emit(OpKind::MatMul, {*a, *b});
+  if (!mm) return mm.takeError();
+  const DType dtype = in[7]->type().dtype;
+  if (dtype != DType::U8 && dtype != DType::I8) return ctx.error("y_zero_point must be uint8 or int8");
+  return setOutput0(ctx, quantize(ctx, *mm, in[6], in[7], dtype));
+}
+
+// --- Training ops (ai.onnx.preview.training) ----------------------------------------
+
+/// The shared inputs of Adagrad, Momentum and Adam: R, T, then `groups`
+/// lists of n tensors each (X..., G..., and the optimizer state).
+struct OptimizerInputs {
+  Value* rate;
+  Value* step;  // T as the float type of the rate
+  std::vector<std::vector<Value*>> groups;
+};
+
+Expected<OptimizerInputs> optimizerInputs(NodeContext& ctx, size_t groups) {
+  if (ctx.numInputs() < 2 || (ctx.numInputs() - 2) % groups != 0 || ctx.numInputs() == 2)
+    return ctx.error("expects R, T and " + std::to_string(groups) + " lists of equal length, got " +
+                     std::to_string(ctx.numInputs()) + " inputs");
+  const size_t n = (ctx.numInputs() - 2) / groups;
+  if (ctx.numOutputs() > n * groups)
+    return ctx.error("has " + std::to_string(ctx.numOutputs()) + " outputs, expected at most " + std::to_string(n * groups));
+  OptimizerInputs in;
+  KILN_INPUT(r, 0);
+  KILN_INPUT(t, 1);
+  in.rate = r;
+  auto tf = castTo(ctx, t, r->type().dtype);
+  if (!tf) return tf.takeError();
+  in.step = *tf;
+  for (size_t g = 0; g < groups; ++g) {
+    in.groups.emplace_back();
+    for (size_t i = 0; i < n; ++i) {
+      KILN_INPUT(v, 2 + g * n + i);
+      if (v->type().dtype != r->type().dtype) return ctx.error("tensor " + v->name() + " must have R's dtype");
+      in.groups.back().push_back(v);
+    }
+  }
+  return in;
+}
+
+Status convertAdagrad(NodeContext& ctx) {
+  auto in = optimizerInputs(ctx, 3);
+  if (!in) return in.takeError();
+  auto decay = ctx.floatAttr("decay_factor", 0.0);
+  auto eps = ctx.floatAttr("epsilon", 1e-6);
+  auto norm = ctx.floatAttr("norm_coefficient", 0.0);
+  if (!decay) return decay.takeError();
+  if (!eps) return eps.takeError();
+  if (!norm) return norm.takeError();
+  const DType f = in->rate->type().dtype;
+  const size_t n = in->groups[0].size();
+  Chain c(ctx);
+  // r = R / (1 + T * decay_factor)
+  Value* r = c.op(OpKind::Div, {in->rate, c.op(OpKind::Add, {c.scalar(f, 1), c.op(OpKind::Mul, {in->step, c.scalar(f, *decay)})})});
+  for (size_t i = 0; i < n; ++i) {
+    Value* x = in->groups[0][i];
+    Value* g = c.op(OpKind::Add, {c.op(OpKind::Mul, {x, c.scalar(f, *norm)}), in->groups[1][i]});
+    Value* h = c.op(OpKind::Add, {in->groups[2][i], c.op(OpKind::Mul, {g, g})});
+    Value* adaptive = c.op(OpKind::Add, {c.op(OpKind::Sqrt, {h}), c.scalar(f, *eps)});
+    Value* xNew = c.op(OpKind::Sub, {x, c.op(OpKind::Div, {c.op(OpKind::Mul, {r, g}), adaptive})});
+    KILN_TRY(c.finish(nullptr));
+    ctx.setOutput(i, xNew);
+    ctx.setOutput(n + i, h);
+  }
+  return {};
+}
+
+Status convertMomentum(NodeContext& ctx) {
+  auto in = optimizerInputs(ctx, 3);
+  if (!in) return in.takeError();
+  auto alpha = ctx.floatAttr("alpha", 0.0);
+  auto beta = ctx.floatAttr("beta", 0.0);
+  auto norm = ctx.floatAttr("norm_coefficient", 0.0);
+  auto mode = ctx.stringAttr("mode", "standard");
+  if (!alpha) return alpha.takeError();
+  if (!beta) return beta.takeError();
+  if (!norm) return norm.takeError();
+  if (!mode) return mode.takeError();
+  if (*mode != "standard" && *mode != "nesterov") return ctx.error("mode '" + *mode + "' is not standard or nesterov");
+  const DType f = in->rate->type().dtype;
+  const size_t n = in->groups[0].size();
+  Chain c(ctx);
+  // The first step (T = 0) takes the gradient unscaled.
+  Value* betaAdj = c.op(OpKind::Select, {c.op(OpKind::Gt, {in->step, c.scalar(f, 0)}), c.scalar(f, *beta), c.scalar(f, 1)});
+  for (size_t i = 0; i < n; ++i) {
+    Value* x = in->groups[0][i];
+    Value* g = c.op(OpKind::Add, {c.op(OpKind::Mul, {x, c.scalar(f, *norm)}), in->groups[1][i]});
+    Value* v = c.op(OpKind::Add, {c.op(OpKind::Mul, {in->groups[2][i], c.scalar(f, *alpha)}), c.op(OpKind::Mul, {g, betaAdj})});
+    Value* step = *mode == "standard" ? v : c.op(OpKind::Add, {g, c.op(OpKind::Mul, {v, c.scalar(f, *alpha)})});
+    Value* xNew = c.op(OpKind::Sub, {x, c.op(OpKind::Mul, {in->rate, step})});
+    KILN_TRY(c.finish(nullptr));
+    ctx.setOutput(i, xNew);
+    ctx.setOutput(n + i, v);
+  }
+  return {};
+}
+
+Status convertAdam(NodeContext& ctx) {
+  auto in = optimizerInputs(ctx, 4);
+  if (!in) return in.takeError();
+  auto alpha = ctx.floatAttr("alpha", 0.9);
+  auto beta = ctx.floatAttr("beta", 0.999);
+  auto eps = ctx.floatAttr("epsilon", 1e-6);
+  auto norm = ctx.floatAttr("norm_coefficient", 0.0);
+  auto post = ctx.floatAttr("norm_coefficient_post", 0.0);
+  for (auto* a : {&alpha, &beta, &eps, &norm, &post})
+    if (!*a) return a->takeError();
+  const DType f = in->rate->type().dtype;
+  const size_t n = in->groups[0].size();
+  Chain c(ctx);
+  // R * sqrt(1 - beta^T) / (1 - alpha^T) after the first step, R before it.
+  Value* t = in->step;
+  Value* corrected = c.op(
+      OpKind::Div,
+      {c.op(OpKind::Mul, {in->rate, c.op(OpKind::Sqrt, {c.op(OpKind::Sub, {c.scalar(f, 1), c.op(OpKind::Pow, {c.scalar(f, *beta), t})})})}),
+       c.op(OpKind::Sub, {c.scalar(f, 1), c.op(OpKind::Pow, {c.scalar(f, *alpha), t})})});
+  Value* rate = c.op(OpKind::Select, {c.op(OpKind::Gt, {t, c.scalar(f, 0)}), corrected, in->rate});
+  for (size_t i = 0; i < n; ++i) {
+    Value* x = in->groups[0][i];
+    Value* g = c.op(OpKind::Add, {c.op(OpKind::Mul, {x, c.scalar(f, *norm)}), in->groups[1][i]});
+    Value* v = c.op(OpKind::Add, {c.op(OpKind::Mul, {in->groups[2][i], c.scalar(f, *alpha)}),
+                                  c.op(OpKind::Mul, {g, c.scalar(f, 1 - *alpha)})});
+    Value* h = c.op(OpKind::Add, {c.op(OpKind::Mul, {in->groups[3][i], c.scalar(f, *beta)}),
+                                  c.op(OpKind::Mul, {c.op(OpKind::Mul, {g, g}), c.scalar(f, 1 - *beta)})});
+    Value* denom = c.op(OpKind::Add, {c.op(OpKind::Sqrt, {h}), c.scalar(f, *eps)});
+    Value* xNew = c.op(OpKind::Sub, {x, c.op(OpKind::Div, {c.op(OpKind::Mul, {rate, v}), denom})});
+    if (*post != 0) xNew = c.op(OpKind::Mul, {xNew, c.scalar(f, 1 - *post)});
+    KILN_TRY(c.finish(nullptr));
+    ctx.setOutput(i, xNew);
+    ctx.setOutput(n + i, v);
+    ctx.setOutput(2 * n + i, h);
+  }
+  return {};
+}
+
 constexpr OpConverter kConverters[] = {
     {"", "Add", 1, kNewest, &convertBinary<OpKind::Add>},
     {"", "Sub", 1, kNewest, &convertBinary<OpKind::Sub>},
@@ -770,6 +1059,14 @@ constexpr OpConverter kConverters[] = {
     {"", "PRelu", 1, kNewest, &convertPRelu},
     {"", "Softsign", 1, kNewest, &convertSoftsign},
     {"", "Shrink", 9, kNewest, &convertShrink},
+    {"", "QuantizeLinear", 10, kNewest, &convertQuantizeLinear},
+    {"", "DequantizeLinear", 10, kNewest, &convertDequantizeLinear},
+    {"", "DynamicQuantizeLinear", 11, kNewest, &convertDynamicQuantizeLinear},
+    {"", "MatMulInteger", 10, kNewest, &convertMatMulInteger},
+    {"", "QLinearMatMul", 10, kNewest, &convertQLinearMatMul},
+    {"ai.onnx.preview.training", "Adagrad", 1, 1, &convertAdagrad},
+    {"ai.onnx.preview.training", "Momentum", 1, 1, &convertMomentum},
+    {"ai.onnx.preview.training", "Adam", 1, 1, &convertAdam},
 };
 
 }  // namespace

@@ -129,6 +129,7 @@ Status convertReshape(NodeContext& ctx) {
     KILN_ASSIGN(attr, ctx.intsAttr("shape", {}));
     dims = attr;
   } else {
+    KILN_TRY(rejectMovedAttribute(ctx, "shape", 5));
     KILN_ASSIGN(input, constantInts(ctx, 1, "shape"));
     dims = input;
   }
@@ -177,6 +178,7 @@ Status convertFlatten(NodeContext& ctx) {
 }
 
 Expected<std::vector<int64_t>> axesOf(NodeContext& ctx, int64_t inputSince, bool required) {
+  KILN_TRY(rejectMovedAttribute(ctx, "axes", inputSince));
   if (ctx.opset() >= inputSince) {
     KILN_ASSIGN(axes, optionalConstantInts(ctx, 1, "axes"));
     if (!axes && required) return ctx.error("axes (input 1) is required");
@@ -249,6 +251,7 @@ Status convertSplit(NodeContext& ctx) {
   KILN_ASSIGN(axis, normalizeAxis(ctx, axisAttr, x->type().rank()));
   const Dim& dim = x->type().shape[static_cast<size_t>(axis)];
   std::vector<int64_t> sizes;
+  KILN_TRY(rejectMovedAttribute(ctx, "split", 13));
   if (ctx.opset() >= 13) {
     KILN_ASSIGN(input, optionalConstantInts(ctx, 1, "split"));
     if (input) sizes = *input;
@@ -310,6 +313,7 @@ Status convertSlice(NodeContext& ctx) {
     KILN_ASSIGN(a, ctx.intsAttr("axes", {}));
     starts = s, ends = e, axes = a;
   } else {
+    for (const char* name : {"starts", "ends", "axes"}) KILN_TRY(rejectMovedAttribute(ctx, name, 10));
     KILN_ASSIGN(s, constantInts(ctx, 1, "starts"));
     KILN_ASSIGN(e, constantInts(ctx, 2, "ends"));
     KILN_ASSIGN(a, optionalConstantInts(ctx, 3, "axes"));
@@ -509,6 +513,7 @@ Status convertPad(NodeContext& ctx) {
     KILN_ASSIGN(v, ctx.floatAttr("value", 0.0));
     pads = p, value = v;
   } else {
+    for (const char* name : {"pads", "value"}) KILN_TRY(rejectMovedAttribute(ctx, name, 11));
     KILN_ASSIGN(p, constantInts(ctx, 1, "pads"));
     pads = p;
     if (ctx.hasInput(2)) {
@@ -619,6 +624,177 @@ Status convertEyeLike(NodeContext& ctx) {
   return {};
 }
 
+/// Hann, Hamming and Blackman windows: sum_k a_k cos(2 pi k n / N') with
+/// N' = size (periodic) or size - 1 (symmetric).
+template <int Kind>
+Status convertWindow(NodeContext& ctx) {
+  const DenseTensor* sizeT = ctx.constantInput(0);
+  if (!sizeT || sizeT->numElements() != 1) return ctx.error("size (input 0) must be a scalar known at import time");
+  const int64_t size = sizeT->getInt(0);
+  if (size < 0 || size > (int64_t{1} << 24)) return ctx.error("size " + std::to_string(size) + " is out of range");
+  KILN_ASSIGN(periodic, ctx.intAttr("periodic", 1));
+  KILN_ASSIGN(outType, ctx.intAttr("output_datatype", onnx::TensorProto::FLOAT));
+  DType dtype;
+  switch (outType) {
+    case onnx::TensorProto::FLOAT: dtype = DType::F32; break;
+    case onnx::TensorProto::DOUBLE: dtype = DType::F64; break;
+    case onnx::TensorProto::FLOAT16: dtype = DType::F16; break;
+    default: return ctx.error("output_datatype " + std::to_string(outType) + " is not supported");
+  }
+  const double pi = 3.14159265358979323846;
+  const double n1 = periodic ? static_cast<double>(size) : static_cast<double>(size - 1);
+  const double a0 = Kind == 0 ? 0.5 : Kind == 1 ? 25.0 / 46.0 : 0.42;
+  const double a1 = Kind == 0 ? 0.5 : Kind == 1 ? 1 - 25.0 / 46.0 : 0.5;
+  const double a2 = Kind == 2 ? 0.08 : 0.0;
+  DenseTensor out = DenseTensor::zeros(TensorType{dtype, staticShape({size})});
+  for (int64_t i = 0; i < size; ++i) {
+    const double x = 2 * pi * static_cast<double>(i) / n1;
+    out.setDouble(i, a0 - a1 * std::cos(x) + a2 * std::cos(2 * x));
+  }
+  ctx.setOutput(0, ctx.constant(std::move(out)));
+  return {};
+}
+
+/// The row-major linear index of index tuples `indices[..., :k]` into the
+/// dims `dims` (negative entries count from the back), as an i64 tensor of
+/// shape indices.shape[:-1].
+Expected<Value*> linearIndex(NodeContext& ctx, Value* indices, const std::vector<int64_t>& dims) {
+  const int64_t k = static_cast<int64_t>(dims.size());
+  KILN_ASSIGN(idx, castTo(ctx, indices, DType::I64));
+  std::vector<int64_t> strides(dims.size(), 1);
+  for (int64_t j = k - 2; j >= 0; --j) strides[static_cast<size_t>(j)] = strides[static_cast<size_t>(j + 1)] * dims[static_cast<size_t>(j + 1)];
+  KILN_ASSIGN(negative, ctx.emit(OpKind::Lt, {idx, ctx.scalar(DType::I64, 0)}));
+  KILN_ASSIGN(wrapped, ctx.emit(OpKind::Add, {idx, ctx.constant(int64Vector(dims))}));
+  KILN_ASSIGN(norm, ctx.emit(OpKind::Select, {negative, wrapped, idx}));
+  KILN_ASSIGN(scaled, ctx.emit(OpKind::Mul, {norm, ctx.constant(int64Vector(strides))}));
+  const int64_t last = idx->type().rank() - 1;
+  return ctx.emit(OpKind::ReduceSum, {scaled}, {{"axes", Attribute(std::vector<int64_t>{last})}});
+}
+
+/// GatherND as one gather on the data with its leading (batch and indexed)
+/// dims flattened, at linear indices.
+Status convertGatherND(NodeContext& ctx) {
+  KILN_INPUT(data, 0);
+  KILN_INPUT(indices, 1);
+  KILN_ASSIGN(batch, ctx.intAttr("batch_dims", 0));
+  if (!data->type().isStatic() || !indices->type().isStatic())
+    return ctx.error("GatherND needs static shapes, got " + data->type().str() + " and " + indices->type().str());
+  const auto d = staticDims(data->type().shape);
+  const auto q = staticDims(indices->type().shape);
+  const int64_t r = static_cast<int64_t>(d.size()), qr = static_cast<int64_t>(q.size());
+  if (qr < 1 || batch < 0 || batch >= std::min(r, qr)) return ctx.error("batch_dims " + std::to_string(batch) + " is out of range");
+  const int64_t k = q.back();
+  if (k < 1 || batch + k > r) return ctx.error("index tuples of length " + std::to_string(k) + " do not fit " + data->type().str());
+  for (int64_t i = 0; i < batch; ++i)
+    if (d[static_cast<size_t>(i)] != q[static_cast<size_t>(i)]) return ctx.error("batch dims of data and indices differ");
+  std::vector<int64_t> indexed(d.begin() + batch, d.begin() + batch + k);
+  KILN_ASSIGN(lin, linearIndex(ctx, indices, indexed));
+  int64_t inner = 1, batches = 1;
+  for (int64_t v : indexed) inner *= v;
+  for (int64_t i = 0; i < batch; ++i) batches *= d[static_cast<size_t>(i)];
+  Value* flatIndex = lin;
+  if (batch > 0) {
+    // Each index tuple also selects its batch: add batch * inner.
+    Shape offShape(static_cast<size_t>(qr - 1), Dim::fixed(1));
+    for (int64_t i = 0; i < batch; ++i) offShape[static_cast<size_t>(i)] = Dim::fixed(q[static_cast<size_t>(i)]);
+    DenseTensor offsets = DenseTensor::zeros(TensorType{DType::I64, offShape});
+    for (int64_t b = 0; b < batches; ++b) offsets.setInt(b, b * inner);
+    KILN_ASSIGN(withBatch, ctx.emit(OpKind::Add, {lin, ctx.constant(std::move(offsets))}));
+    flatIndex = withBatch;
+  }
+  Shape flat{Dim::fixed(batches * inner)};
+  for (int64_t i = batch + k; i < r; ++i) flat.push_back(Dim::fixed(d[static_cast<size_t>(i)]));
+  KILN_ASSIGN(flatData, reshapeTo(ctx, data, flat));
+  return setOutput0(ctx, ctx.emit(OpKind::Gather, {flatData, flatIndex}, {{"axis", Attribute(int64_t{0})}}));
+}
+
+/// ScatterND as scatter_elements along the flattened indexed dims of a 2-d
+/// view [indexed, rest] of the data.
+Status convertScatterND(NodeContext& ctx) {
+  KILN_INPUT(data, 0);
+  KILN_INPUT(indices, 1);
+  KILN_INPUT(updates, 2);
+  KILN_ASSIGN(reduction, ctx.stringAttr("reduction", "none"));
+  if (reduction != "none" && reduction != "add" && reduction != "mul" && reduction != "max" && reduction != "min")
+    return ctx.error("reduction '" + reduction + "' is not one of none, add, mul, max, min");
+  if (!data->type().isStatic() || !indices->type().isStatic())
+    return ctx.error("ScatterND needs static shapes, got " + data->type().str() + " and " + indices->type().str());
+  const auto d = staticDims(data->type().shape);
+  const auto q = staticDims(indices->type().shape);
+  if (q.empty()) return ctx.error("indices must have at least one dim");
+  const int64_t k = q.back();
+  if (k < 1 || k > static_cast<int64_t>(d.size())) return ctx.error("index tuples of length " + std::to_string(k) + " do not fit " + data->type().str());
+  std::vector<int64_t> indexed(d.begin(), d.begin() + k);
+  KILN_ASSIGN(lin, linearIndex(ctx, indices, indexed));
+  int64_t rows = 1, rest = 1, n = 1;
+  for (int64_t v : indexed) rows *= v;
+  for (size_t i = static_cast<size_t>(k); i < d.size(); ++i) rest *= d[i];
+  for (size_t i = 0; i + 1 < q.size(); ++i) n *= q[i];
+  KILN_ASSIGN(data2d, reshapeTo(ctx, data, staticShape({rows, rest})));
+  KILN_ASSIGN(lin2d, reshapeTo(ctx, lin, staticShape({n, 1})));
+  KILN_ASSIGN(linFull, broadcastTo(ctx, lin2d, staticShape({n, rest})));
+  KILN_ASSIGN(upd2d, reshapeTo(ctx, updates, staticShape({n, rest})));
+  KILN_ASSIGN(scattered, ctx.emit(OpKind::ScatterElements, {data2d, linFull, upd2d},
+                                  {{"axis", Attribute(int64_t{0})}, {"reduction", Attribute(reduction)}}));
+  return setOutput0(ctx, reshapeTo(ctx, scattered, data->type().shape));
+}
+
+/// Compress with a condition known at import time: a gather of the kept positions.
+Status convertCompress(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  const DenseTensor* cond = ctx.constantInput(1);
+  if (!cond) return ctx.error("condition (input 1) must be known at import time; Kiln compiles static shapes");
+  Value* data = x;
+  int64_t axis = 0;
+  if (ctx.attribute("axis")) {
+    KILN_ASSIGN(a, ctx.intAttr("axis", 0));
+    KILN_ASSIGN(norm, normalizeAxis(ctx, a, x->type().rank()));
+    axis = norm;
+  } else {
+    KILN_ASSIGN(flat, reshapeTo(ctx, x, {productDim(x->type().shape, 0, x->type().shape.size())}));
+    data = flat;
+  }
+  const Dim& dim = data->type().shape[static_cast<size_t>(axis)];
+  std::vector<int64_t> kept;
+  for (int64_t i = 0; i < cond->numElements(); ++i) {
+    if (cond->getDouble(i) == 0) continue;
+    if (dim.isStatic() && i >= dim.size) return ctx.error("condition is longer than the compressed axis");
+    kept.push_back(i);
+  }
+  return setOutput0(ctx, ctx.emit(OpKind::Gather, {data, ctx.constant(int64Vector(kept))}, {{"axis", Attribute(axis)}}));
+}
+
+/// ReverseSequence with lengths known at import time: a gather_elements
+/// along the time axis with each batch entry's first `len` steps reversed.
+Status convertReverseSequence(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  KILN_ASSIGN(lens, constantInts(ctx, 1, "sequence_lens"));
+  KILN_ASSIGN(batchAttr, ctx.intAttr("batch_axis", 1));
+  KILN_ASSIGN(timeAttr, ctx.intAttr("time_axis", 0));
+  if (!x->type().isStatic()) return ctx.error("ReverseSequence needs a static shape, got " + x->type().str());
+  const int64_t rank = x->type().rank();
+  KILN_ASSIGN(batchAxis, normalizeAxis(ctx, batchAttr, rank, "batch_axis"));
+  KILN_ASSIGN(timeAxis, normalizeAxis(ctx, timeAttr, rank, "time_axis"));
+  if (batchAxis == timeAxis || rank < 2) return ctx.error("batch_axis and time_axis must differ");
+  const auto dims = staticDims(x->type().shape);
+  const int64_t batches = dims[static_cast<size_t>(batchAxis)], steps = dims[static_cast<size_t>(timeAxis)];
+  if (static_cast<int64_t>(lens.size()) != batches) return ctx.error("sequence_lens must have one entry per batch");
+  DenseTensor index = DenseTensor::zeros(TensorType{DType::I64, x->type().shape});
+  const std::vector<int64_t> zero(dims.size(), 0);
+  std::vector<int64_t> pos(dims.size(), 0);
+  for (int64_t i = 0; i < index.numElements(); ++i) {
+    const int64_t b = pos[static_cast<size_t>(batchAxis)], t = pos[static_cast<size_t>(timeAxis)];
+    const int64_t len = std::clamp<int64_t>(lens[static_cast<size_t>(b)], 0, steps);
+    index.setInt(i, t < len ? len - 1 - t : t);
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      if (++pos[static_cast<size_t>(d)] < dims[static_cast<size_t>(d)]) break;
+      pos[static_cast<size_t>(d)] = 0;
+    }
+  }
+  return setOutput0(ctx, ctx.emit(OpKind::GatherElements, {x, ctx.constant(std::move(index))},
+                                  {{"axis", Attribute(timeAxis)}}));
+}
+
 constexpr OpConverter kConverters[] = {
     {"", "Constant", 1, kNewest, &convertConstant},
     {"", "ConstantOfShape", 9, kNewest, &convertConstantOfShape},
@@ -646,6 +822,13 @@ constexpr OpConverter kConverters[] = {
     {"", "SpaceToDepth", 1, kNewest, &convertDepthSpace<false>},
     {"", "Trilu", 14, kNewest, &convertTrilu},
     {"", "EyeLike", 9, kNewest, &convertEyeLike},
+    {"", "HannWindow", 17, kNewest, &convertWindow<0>},
+    {"", "HammingWindow", 17, kNewest, &convertWindow<1>},
+    {"", "BlackmanWindow", 17, kNewest, &convertWindow<2>},
+    {"", "GatherND", 11, kNewest, &convertGatherND},
+    {"", "ScatterND", 11, kNewest, &convertScatterND},
+    {"", "Compress", 9, kNewest, &convertCompress},
+    {"", "ReverseSequence", 10, kNewest, &convertReverseSequence},
 };
 
 }  // namespace

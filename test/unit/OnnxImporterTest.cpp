@@ -1,0 +1,562 @@
+// Unit tests of the ONNX importer on ModelProtos built in C++: the IR
+// conventions (arguments, defaults, result names, value names, locations),
+// opset-dependent semantics, attribute defaults, import-time folding, and
+// hostile input (truncated bytes, bad tensors, bad indices, cycles,
+// unsupported ops, external data that tries to leave the model's folder).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "frontend/onnx/OnnxImporter.h"
+#include "onnx.pb.h"
+#include "runtime/Interpreter.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+onnx::ModelProto makeModel(int64_t opset) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  auto* o = m.add_opset_import();
+  o->set_domain("");
+  o->set_version(opset);
+  m.mutable_graph()->set_name("g");
+  return m;
+}
+
+/// Adds a tensor ValueInfo; a dim of -1 is unknown, a dim given in
+/// `params` (by position) is symbolic.
+void addValueInfo(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list, const std::string& name,
+                  int elemType, std::vector<int64_t> dims, std::map<size_t, std::string> params = {}) {
+  auto* v = list->Add();
+  v->set_name(name);
+  auto* t = v->mutable_type()->mutable_tensor_type();
+  t->set_elem_type(elemType);
+  auto* shape = t->mutable_shape();
+  for (size_t i = 0; i < dims.size(); ++i) {
+    auto* d = shape->add_dim();
+    if (params.count(i))
+      d->set_dim_param(params[i]);
+    else if (dims[i] >= 0)
+      d->set_dim_value(dims[i]);
+  }
+}
+
+void addInput(onnx::ModelProto& m, const std::string& name, std::vector<int64_t> dims,
+              int elemType = onnx::TensorProto::FLOAT, std::map<size_t, std::string> params = {}) {
+  addValueInfo(m.mutable_graph()->mutable_input(), name, elemType, std::move(dims), std::move(params));
+}
+
+void addOutput(onnx::ModelProto& m, const std::string& name, int elemType = onnx::TensorProto::FLOAT) {
+  addValueInfo(m.mutable_graph()->mutable_output(), name, elemType, {});
+  m.mutable_graph()->mutable_output()->rbegin()->mutable_type()->mutable_tensor_type()->clear_shape();
+}
+
+onnx::NodeProto* addNode(onnx::ModelProto& m, const std::string& op, std::vector<std::string> inputs,
+                         std::vector<std::string> outputs, const std::string& name = "") {
+  auto* n = m.mutable_graph()->add_node();
+  n->set_op_type(op);
+  n->set_name(name);
+  for (auto& i : inputs) n->add_input(i);
+  for (auto& o : outputs) n->add_output(o);
+  return n;
+}
+
+void setInt(onnx::NodeProto* n, const std::string& name, int64_t v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(v);
+}
+
+void setInts(onnx::NodeProto* n, const std::string& name, std::vector<int64_t> v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t x : v) a->add_ints(x);
+}
+
+void setFloat(onnx::NodeProto* n, const std::string& name, float v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::FLOAT);
+  a->set_f(v);
+}
+
+onnx::TensorProto floatTensor(const std::string& name, std::vector<int64_t> dims, std::vector<float> values,
+                              bool raw = false) {
+  onnx::TensorProto t;
+  t.set_name(name);
+  t.set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) t.add_dims(d);
+  if (raw)
+    t.set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
+  else
+    for (float v : values) t.add_float_data(v);
+  return t;
+}
+
+onnx::TensorProto int64Tensor(const std::string& name, std::vector<int64_t> dims, std::vector<int64_t> values) {
+  onnx::TensorProto t;
+  t.set_name(name);
+  t.set_data_type(onnx::TensorProto::INT64);
+  for (int64_t d : dims) t.add_dims(d);
+  for (int64_t v : values) t.add_int64_data(v);
+  return t;
+}
+
+const InterpreterEvaluator kEvaluator;
+
+Expected<std::unique_ptr<Module>> importModel(const onnx::ModelProto& m, const std::string& baseDir = "",
+                                              bool fold = true) {
+  std::string bytes;
+  EXPECT_TRUE(m.SerializeToString(&bytes));
+  LoadOptions options;
+  options.evaluator = fold ? &kEvaluator : nullptr;
+  return importOnnxBytes(bytes, "test.onnx", baseDir, options);
+}
+
+Tensor f32(std::vector<int64_t> dims, std::vector<double> values) {
+  Tensor t(DType::F32, std::move(dims));
+  for (size_t i = 0; i < values.size(); ++i) t.setDouble(static_cast<int64_t>(i), values[i]);
+  return t;
+}
+
+std::vector<double> values(const Tensor& t) {
+  std::vector<double> v;
+  for (int64_t i = 0; i < t.numElements(); ++i) v.push_back(t.getDouble(i));
+  return v;
+}
+
+/// Runs the imported function on `inputs` and returns its results.
+std::vector<Tensor> run(const Module& module, std::vector<Tensor> inputs) {
+  auto results = interpret(*module.functions().front(), std::move(inputs));
+  EXPECT_TRUE(results.ok()) << (results.ok() ? "" : results.error().str());
+  return results.ok() ? std::move(*results) : std::vector<Tensor>{};
+}
+
+std::string errorOf(const Expected<std::unique_ptr<Module>>& r) {
+  EXPECT_FALSE(r.ok());
+  return r.ok() ? "" : r.error().str();
+}
+
+size_t countOps(const Function& f, OpKind kind) {
+  size_t n = 0;
+  for (const auto& op : f.ops()) n += op->kind() == kind;
+  return n;
+}
+
+TEST(OnnxImporter, ConventionsArgumentsDefaultsResultsNamesLocations) {
+  auto m = makeModel(13);
+  addInput(m, "onnx::x", {-1, 3}, onnx::TensorProto::FLOAT, {{0, "batch"}});
+  addInput(m, "bias", {3});
+  *m.mutable_graph()->add_initializer() = floatTensor("bias", {3}, {1, 2, 3});
+  *m.mutable_graph()->add_initializer() = floatTensor("w", {3}, {10, 20, 30}, /*raw=*/true);
+  addNode(m, "Mul", {"onnx::x", "w"}, {"scaled"}, "Mul_0");
+  addNode(m, "Add", {"scaled", "bias"}, {"y"}, "Add_1");
+  addOutput(m, "y");
+  auto module = importModel(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  const Function& f = *(*module)->functions().front();
+  EXPECT_EQ(f.name(), "g");
+  ASSERT_EQ(f.numArguments(), 2u);
+  EXPECT_EQ(f.argument(0)->name(), "onnx::x");
+  EXPECT_EQ(f.argument(0)->type().str(), "f32[batch,3]");
+  EXPECT_EQ(f.argumentDefault(0), nullptr);
+  ASSERT_NE(f.argumentDefault(1), nullptr);
+  EXPECT_EQ(f.argumentDefault(1)->type.str(), "f32[3]");
+  EXPECT_EQ(f.resultName(0), "y");
+  EXPECT_EQ(countOps(f, OpKind::Constant), 1u);  // w
+  for (const auto& op : f.ops()) {
+    if (op->kind() == OpKind::Mul) {
+      EXPECT_EQ(op->loc().name, "Mul_0");
+      EXPECT_EQ(op->loc().file, "test.onnx");
+      EXPECT_EQ(op->result()->name(), "scaled");
+    }
+  }
+  auto out = run(**module, {f32({2, 3}, {1, 1, 1, 2, 2, 2}), f32({3}, {1, 2, 3})});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(values(out[0]), (std::vector<double>{11, 22, 33, 21, 42, 63}));
+}
+
+TEST(OnnxImporter, MissingDimIsUnknown) {
+  auto m = makeModel(13);
+  addInput(m, "x", {-1, 2});
+  addNode(m, "Relu", {"x"}, {"y"});
+  addOutput(m, "y");
+  auto module = importModel(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  EXPECT_EQ((*module)->functions().front()->argument(0)->type().str(), "f32[?,2]");
+}
+
+TEST(OnnxImporter, NodesOutOfOrderAreSorted) {
+  auto m = makeModel(13);
+  addInput(m, "x", {2});
+  addNode(m, "Neg", {"a"}, {"y"}, "second");
+  addNode(m, "Abs", {"x"}, {"a"}, "first");
+  addOutput(m, "y");
+  auto module = importModel(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  auto out = run(**module, {f32({2}, {-1, 2})});
+  EXPECT_EQ(values(out[0]), (std::vector<double>{-1, -2}));
+}
+
+TEST(OnnxImporter, CycleIsAnErrorNamingANodeOnIt) {
+  auto m = makeModel(13);
+  addInput(m, "x", {2});
+  addNode(m, "Add", {"x", "c"}, {"a"}, "n_a");
+  addNode(m, "Neg", {"a"}, {"b"}, "n_b");
+  addNode(m, "Abs", {"b"}, {"c"}, "n_c");
+  addOutput(m, "c");
+  std::string error = errorOf(importModel(m));
+  EXPECT_NE(error.find("cycle through node 'n_"), std::string::npos) << error;
+}
+
+TEST(OnnxImporter, UndefinedTensorIsAnError) {
+  auto m = makeModel(13);
+  addInput(m, "x", {2});
+  addNode(m, "Add", {"x", "nowhere"}, {"y"}, "add");
+  addOutput(m, "y");
+  std::string error = errorOf(importModel(m));
+  EXPECT_NE(error.find("'nowhere'"), std::string::npos) << error;
+}
+
+TEST(OnnxImporter, AllUnsupportedOpsAreListedAtOnce) {
+  auto m = makeModel(13);
+  addInput(m, "x", {2});
+  addNode(m, "FancyOp", {"x"}, {"a"}, "f1");
+  addNode(m, "Relu", {"a"}, {"b"}, "r");
+  addNode(m, "FancyOp", {"b"}, {"c"}, "f2");
+  auto* custom = addNode(m, "Thing", {"c"}, {"y"}, "t1");
+  custom->set_domain("com.example");
+  addOutput(m, "y");
+  std::string error = errorOf(importModel(m));
+  EXPECT_NE(error.find("2 unsupported ONNX ops (3 nodes)"), std::string::npos) << error;
+  EXPECT_NE(error.find("FancyOp (opset 13): 2 nodes: f1, f2"), std::string::npos) << error;
+  EXPECT_NE(error.find("com.example.Thing (domain 'com.example' is not imported by the model): 1 node: t1"),
+            std::string::npos)
+      << error;
+}
+
+TEST(OnnxImporter, FindUnsupportedOnnxOpsReadsAFile) {
+  auto m = makeModel(13);
+  addInput(m, "x", {2});
+  addNode(m, "FancyOp", {"x"}, {"y"});
+  addOutput(m, "y");
+  const fs::path dir = fs::temp_directory_path() / "kiln-onnx-unsupported";
+  fs::create_directories(dir);
+  std::ofstream(dir / "m.onnx", std::ios::binary) << m.SerializeAsString();
+  auto ops = findUnsupportedOnnxOps((dir / "m.onnx").string());
+  ASSERT_TRUE(ops.ok()) << ops.error().str();
+  ASSERT_EQ(ops->size(), 1u);
+  EXPECT_EQ((*ops)[0].opType, "FancyOp");
+  EXPECT_EQ((*ops)[0].opset, 13);
+  EXPECT_EQ((*ops)[0].nodes, std::vector<std::string>{"#0"});
+  fs::remove_all(dir);
+}
+
+TEST(OnnxImporter, TruncatedAndGarbageBytesAreErrors) {
+  auto m = makeModel(13);
+  addInput(m, "x", {2});
+  addNode(m, "Relu", {"x"}, {"y"});
+  addOutput(m, "y");
+  *m.mutable_graph()->add_initializer() = floatTensor("unused", {64}, std::vector<float>(64, 1.0f), true);
+  const std::string bytes = m.SerializeAsString();
+  for (size_t cut : {size_t{1}, bytes.size() / 3, bytes.size() / 2, bytes.size() - 1}) {
+    auto r = importOnnxBytes(std::string_view(bytes).substr(0, cut), "cut.onnx", "");
+    EXPECT_FALSE(r.ok()) << "cut at " << cut;
+  }
+  EXPECT_FALSE(importOnnxBytes("\xff\xff\xff\xff garbage", "bad.onnx", "").ok());
+  EXPECT_FALSE(importOnnx("/nonexistent/model.onnx").ok());
+}
+
+TEST(OnnxImporter, BadTensorsAreErrors) {
+  auto m = makeModel(13);
+  addInput(m, "x", {2});
+  addNode(m, "Add", {"x", "w"}, {"y"});
+  addOutput(m, "y");
+  auto withInit = [&](onnx::TensorProto t) {
+    auto copy = m;
+    *copy.mutable_graph()->add_initializer() = std::move(t);
+    return errorOf(importModel(copy));
+  };
+  auto shortRaw = floatTensor("w", {2}, {1}, true);
+  EXPECT_NE(withInit(shortRaw).find("raw_data has 4 bytes"), std::string::npos);
+  auto shortTyped = floatTensor("w", {2}, {1});
+  EXPECT_NE(withInit(shortTyped).find("float_data has 1 values"), std::string::npos);
+  auto negative = floatTensor("w", {-2}, {});
+  EXPECT_NE(withInit(negative).find("dim 0 is -2"), std::string::npos);
+  auto huge = floatTensor("w", {int64_t{1} << 30, int64_t{1} << 30}, {});
+  EXPECT_NE(withInit(huge).find("2^40"), std::string::npos);
+  onnx::TensorProto strings;
+  strings.set_name("w");
+  strings.set_data_type(onnx::TensorProto::STRING);
+  EXPECT_NE(withInit(strings).find("strings"), std::string::npos);
+}
+
+TEST(OnnxImporter, BadAttributesAndIndicesAreErrorsNamingTheNode) {
+  {
+    auto m = makeModel(13);
+    addInput(m, "x", {2, 3});
+    setInt(addNode(m, "Concat", {"x", "x"}, {"y"}, "cat"), "axis", 5);
+    addOutput(m, "y");
+    std::string error = errorOf(importModel(m));
+    EXPECT_NE(error.find("node 'cat' (Concat, opset 13)"), std::string::npos) << error;
+    EXPECT_NE(error.find("axis 5 is out of range"), std::string::npos) << error;
+  }
+  {
+    auto m = makeModel(13);
+    addInput(m, "x", {2, 3});
+    setFloat(addNode(m, "Transpose", {"x"}, {"y"}, "tr"), "perm", 1.0f);
+    addOutput(m, "y");
+    std::string error = errorOf(importModel(m));
+    EXPECT_NE(error.find("attribute 'perm' is FLOAT, expected INTS"), std::string::npos) << error;
+  }
+  {
+    // A constant gather index out of range fails while folding, naming the node.
+    auto m = makeModel(13);
+    *m.mutable_graph()->add_initializer() = floatTensor("data", {3}, {1, 2, 3});
+    *m.mutable_graph()->add_initializer() = int64Tensor("idx", {1}, {7});
+    addNode(m, "Gather", {"data", "idx"}, {"y"}, "g");
+    addOutput(m, "y");
+    std::string error = errorOf(importModel(m));
+    EXPECT_NE(error.find("node 'g' (Gather, opset 13)"), std::string::npos) << error;
+  }
+  {
+    auto m = makeModel(13);
+    addInput(m, "x", {2, 3});
+    setInts(addNode(m, "Split", {"x"}, {"a", "b"}, "sp"), "split", {1, 1});
+    addOutput(m, "a");
+    // Opset 13 takes the sizes as an input; the old attribute is not silently ignored.
+    std::string error = errorOf(importModel(m));
+    EXPECT_NE(error.find("attribute 'split' is not allowed since opset 13"), std::string::npos) << error;
+  }
+}
+
+TEST(OnnxImporter, ReduceSumAxesAttributeBeforeOpset13InputAfter) {
+  for (int64_t opset : {11, 13}) {
+    auto m = makeModel(opset);
+    addInput(m, "x", {2, 3});
+    auto* n = addNode(m, "ReduceSum", {"x"}, {"y"});
+    if (opset < 13) {
+      setInts(n, "axes", {1});
+    } else {
+      n->add_input("axes");
+      *m.mutable_graph()->add_initializer() = int64Tensor("axes", {1}, {1});
+    }
+    setInt(n, "keepdims", 0);
+    addOutput(m, "y");
+    auto module = importModel(m);
+    ASSERT_TRUE(module.ok()) << module.error().str();
+    auto out = run(**module, {f32({2, 3}, {1, 2, 3, 4, 5, 6})});
+    EXPECT_EQ(values(out[0]), (std::vector<double>{6, 15})) << "opset " << opset;
+  }
+}
+
+TEST(OnnxImporter, ClipAttributesBeforeOpset11InputsAfter) {
+  for (int64_t opset : {6, 11}) {
+    auto m = makeModel(opset);
+    addInput(m, "x", {4});
+    auto* n = addNode(m, "Clip", {"x"}, {"y"});
+    if (opset < 11) {
+      setFloat(n, "min", -1);
+      setFloat(n, "max", 2);
+    } else {
+      n->add_input("lo");
+      n->add_input("hi");
+      *m.mutable_graph()->add_initializer() = floatTensor("lo", {}, {-1});
+      *m.mutable_graph()->add_initializer() = floatTensor("hi", {}, {2});
+    }
+    addOutput(m, "y");
+    auto module = importModel(m);
+    ASSERT_TRUE(module.ok()) << module.error().str();
+    auto out = run(**module, {f32({4}, {-5, 0, 1.5, 9})});
+    EXPECT_EQ(values(out[0]), (std::vector<double>{-1, 0, 1.5, 2})) << "opset " << opset;
+  }
+}
+
+TEST(OnnxImporter, AttributeDefaults) {
+  // Gemm: alpha = beta = 1, no transposes; ArgMax: axis 0, keepdims 1.
+  auto m = makeModel(13);
+  addInput(m, "a", {2, 2});
+  addInput(m, "b", {2, 2});
+  *m.mutable_graph()->add_initializer() = floatTensor("c", {2}, {100, 200});
+  addNode(m, "Gemm", {"a", "b", "c"}, {"y"});
+  addNode(m, "ArgMax", {"a"}, {"i"});
+  addOutput(m, "y");
+  addOutput(m, "i", onnx::TensorProto::INT64);
+  auto module = importModel(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  auto out = run(**module, {f32({2, 2}, {1, 2, 3, 4}), f32({2, 2}, {1, 0, 0, 1})});
+  EXPECT_EQ(values(out[0]), (std::vector<double>{101, 202, 103, 204}));
+  EXPECT_EQ(out[1].shape(), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(values(out[1]), (std::vector<double>{1, 1}));
+}
+
+TEST(OnnxImporter, ShapeComputationsFoldToConstants) {
+  // Shape -> Gather -> Unsqueeze -> Concat -> Reshape, as torch.onnx exports a flatten.
+  auto m = makeModel(13);
+  addInput(m, "x", {2, 3, 4});
+  *m.mutable_graph()->add_initializer() = int64Tensor("zero", {}, {0});
+  *m.mutable_graph()->add_initializer() = int64Tensor("minus1", {1}, {-1});
+  *m.mutable_graph()->add_initializer() = int64Tensor("axes0", {1}, {0});
+  addNode(m, "Shape", {"x"}, {"shape"});
+  addNode(m, "Gather", {"shape", "zero"}, {"batch"});
+  addNode(m, "Unsqueeze", {"batch", "axes0"}, {"batch1"});
+  auto* cat = addNode(m, "Concat", {"batch1", "minus1"}, {"newshape"});
+  setInt(cat, "axis", 0);
+  addNode(m, "Reshape", {"x", "newshape"}, {"y"});
+  addOutput(m, "y");
+  auto module = importModel(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  const Function& f = *(*module)->functions().front();
+  EXPECT_EQ(countOps(f, OpKind::Reshape), 1u);
+  EXPECT_EQ(countOps(f, OpKind::Gather), 0u);
+  EXPECT_EQ(countOps(f, OpKind::Concat), 0u);
+  EXPECT_EQ(countOps(f, OpKind::Constant), 0u);  // consumed constants are removed
+  EXPECT_EQ(f.resultTypes()[0].str(), "f32[2,12]");
+
+  // Without an evaluator nothing folds, and the Reshape says what it needs.
+  std::string error = errorOf(importModel(m, "", /*fold=*/false));
+  EXPECT_NE(error.find("must be known at import time"), std::string::npos) << error;
+}
+
+TEST(OnnxImporter, ReshapeOpsetDifferencesZeroAndMinusOne) {
+  {
+    auto m = makeModel(4);  // shape as an attribute
+    addInput(m, "x", {2, 3});
+    setInts(addNode(m, "Reshape", {"x"}, {"y"}), "shape", {0, -1, 1});
+    addOutput(m, "y");
+    auto module = importModel(m);
+    ASSERT_TRUE(module.ok()) << module.error().str();
+    EXPECT_EQ((*module)->functions().front()->resultTypes()[0].str(), "f32[2,3,1]");
+  }
+  {
+    auto m = makeModel(14);  // allowzero: 0 is a real zero
+    addInput(m, "x", {0, 3});
+    *m.mutable_graph()->add_initializer() = int64Tensor("s", {2}, {3, 0});
+    setInt(addNode(m, "Reshape", {"x", "s"}, {"y"}), "allowzero", 1);
+    addOutput(m, "y");
+    auto module = importModel(m);
+    ASSERT_TRUE(module.ok()) << module.error().str();
+    EXPECT_EQ((*module)->functions().front()->resultTypes()[0].str(), "f32[3,0]");
+  }
+}
+
+TEST(OnnxImporter, SliceAttributesBeforeOpset10InputsAfter) {
+  for (int64_t opset : {9, 13}) {
+    auto m = makeModel(opset);
+    addInput(m, "x", {5});
+    auto* n = addNode(m, "Slice", {"x"}, {"y"});
+    if (opset < 10) {
+      setInts(n, "starts", {-4});
+      setInts(n, "ends", {1000});
+    } else {
+      for (auto name : {"starts", "ends", "axes", "steps"}) n->add_input(name);
+      *m.mutable_graph()->add_initializer() = int64Tensor("starts", {1}, {-4});
+      *m.mutable_graph()->add_initializer() = int64Tensor("ends", {1}, {1000});
+      *m.mutable_graph()->add_initializer() = int64Tensor("axes", {1}, {0});
+      *m.mutable_graph()->add_initializer() = int64Tensor("steps", {1}, {2});
+    }
+    addOutput(m, "y");
+    auto module = importModel(m);
+    ASSERT_TRUE(module.ok()) << module.error().str();
+    auto out = run(**module, {f32({5}, {0, 1, 2, 3, 4})});
+    const std::vector<double> want = opset < 10 ? std::vector<double>{1, 2, 3, 4} : std::vector<double>{1, 3};
+    EXPECT_EQ(values(out[0]), want);
+  }
+}
+
+TEST(OnnxImporter, FrozenInputsBecomeConstants) {
+  auto m = makeModel(13);
+  addInput(m, "x", {2, 3});
+  addInput(m, "shape", {2}, onnx::TensorProto::INT64);
+  addNode(m, "Reshape", {"x", "shape"}, {"y"});
+  addOutput(m, "y");
+  EXPECT_FALSE(importModel(m).ok());
+  DenseTensor shape = DenseTensor::zeros(TensorType{DType::I64, staticShape({2})});
+  shape.setInt(0, 3);
+  shape.setInt(1, 2);
+  LoadOptions options;
+  options.evaluator = &kEvaluator;
+  auto module = importOnnxBytes(m.SerializeAsString(), "t.onnx", "", options, {{"shape", shape}});
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  const Function& f = *(*module)->functions().front();
+  EXPECT_EQ(f.numArguments(), 1u);
+  EXPECT_EQ(f.resultTypes()[0].str(), "f32[3,2]");
+}
+
+/// A model whose weight `w` lives in external data at `location`.
+onnx::ModelProto externalModel(const std::string& location) {
+  auto m = makeModel(13);
+  addInput(m, "x", {2});
+  onnx::TensorProto w;
+  w.set_name("w");
+  w.set_data_type(onnx::TensorProto::FLOAT);
+  w.add_dims(2);
+  w.set_data_location(onnx::TensorProto::EXTERNAL);
+  auto* loc = w.add_external_data();
+  loc->set_key("location");
+  loc->set_value(location);
+  auto* off = w.add_external_data();
+  off->set_key("offset");
+  off->set_value("4");
+  *m.mutable_graph()->add_initializer() = w;
+  addNode(m, "Add", {"x", "w"}, {"y"});
+  addOutput(m, "y");
+  return m;
+}
+
+TEST(OnnxImporter, ExternalDataInsideTheFolderIsReadOutsideRefused) {
+  const fs::path root = fs::temp_directory_path() / "kiln-onnx-external";
+  fs::remove_all(root);
+  fs::create_directories(root / "model" / "weights");
+  const float data[3] = {0, 5, 7};  // offset 4 skips the first
+  std::ofstream(root / "model" / "weights" / "w.bin", std::ios::binary)
+      .write(reinterpret_cast<const char*>(data), sizeof data);
+  std::ofstream(root / "secret.bin", std::ios::binary).write(reinterpret_cast<const char*>(data), sizeof data);
+  fs::create_symlink(root / "secret.bin", root / "model" / "link.bin");
+  const std::string dir = (root / "model").string();
+
+  auto ok = importModel(externalModel("weights/w.bin"), dir);
+  ASSERT_TRUE(ok.ok()) << ok.error().str();
+  auto out = run(**ok, {f32({2}, {1, 1})});
+  EXPECT_EQ(values(out[0]), (std::vector<double>{6, 8}));
+
+  EXPECT_NE(errorOf(importModel(externalModel("../secret.bin"), dir)).find("contains '..'"), std::string::npos);
+  EXPECT_NE(errorOf(importModel(externalModel((root / "secret.bin").string()), dir)).find("is absolute"),
+            std::string::npos);
+  EXPECT_NE(errorOf(importModel(externalModel("link.bin"), dir)).find("outside the model's folder"),
+            std::string::npos);
+  EXPECT_NE(errorOf(importModel(externalModel("weights/missing.bin"), dir)).find("not a regular file"),
+            std::string::npos);
+  // Without a folder (bytes from memory) external data is refused.
+  EXPECT_NE(errorOf(importModel(externalModel("weights/w.bin"), "")).find("no folder"), std::string::npos);
+  fs::remove_all(root);
+}
+
+TEST(OnnxImporter, ParseOnnxTensorTypedFieldsAndErrors) {
+  onnx::TensorProto half;
+  half.set_data_type(onnx::TensorProto::FLOAT16);
+  half.add_dims(2);
+  half.add_int32_data(0x3C00);  // 1.0
+  half.add_int32_data(0xC000);  // -2.0
+  auto t = parseOnnxTensor(half.SerializeAsString(), "half");
+  ASSERT_TRUE(t.ok()) << t.error().str();
+  EXPECT_EQ(t->type.str(), "f16[2]");
+  EXPECT_EQ(t->getDouble(0), 1.0);
+  EXPECT_EQ(t->getDouble(1), -2.0);
+
+  onnx::TensorProto u32;
+  u32.set_data_type(onnx::TensorProto::UINT32);
+  auto bad = parseOnnxTensor(u32.SerializeAsString(), "u32");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message().find("UINT32"), std::string::npos);
+  EXPECT_FALSE(parseOnnxTensor("\x0a\xff", "truncated").ok());
+}
+
+}  // namespace
+}  // namespace kiln
