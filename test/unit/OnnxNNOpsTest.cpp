@@ -1,0 +1,385 @@
+// Unit tests of the NN converters (frontend/onnx/NNOps.cpp, NNRecurrent.cpp,
+// NNResize.cpp) on ModelProtos built in C++, for what the ONNX backend test
+// data does not cover: recurrent nodes that must be unrolled (clip,
+// activations with parameters, sequence_lens, layout 1) against formulas
+// computed here, the composite path and its zero states for an unknown
+// batch, pre-13 softmax coercion, ConvTranspose output shapes beyond
+// output_padding, dynamic batch dims, and errors that name what is wrong.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "frontend/onnx/OnnxImporter.h"
+#include "onnx.pb.h"
+#include "runtime/Interpreter.h"
+
+namespace kiln {
+namespace {
+
+onnx::ModelProto makeModel(int64_t opset) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  auto* o = m.add_opset_import();
+  o->set_domain("");
+  o->set_version(opset);
+  m.mutable_graph()->set_name("g");
+  return m;
+}
+
+/// A graph input; a dim of -1 is unknown, a dim of -2 the symbol "N".
+void addInput(onnx::ModelProto& m, const std::string& name, std::vector<int64_t> dims,
+              int elemType = onnx::TensorProto::FLOAT) {
+  auto* v = m.mutable_graph()->add_input();
+  v->set_name(name);
+  auto* t = v->mutable_type()->mutable_tensor_type();
+  t->set_elem_type(elemType);
+  auto* shape = t->mutable_shape();
+  for (int64_t d : dims) {
+    auto* dim = shape->add_dim();
+    if (d >= 0) dim->set_dim_value(d);
+    if (d == -2) dim->set_dim_param("N");
+  }
+}
+
+void addOutput(onnx::ModelProto& m, const std::string& name) {
+  auto* v = m.mutable_graph()->add_output();
+  v->set_name(name);
+  v->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+}
+
+onnx::NodeProto* addNode(onnx::ModelProto& m, const std::string& op, std::vector<std::string> inputs,
+                         std::vector<std::string> outputs) {
+  auto* n = m.mutable_graph()->add_node();
+  n->set_op_type(op);
+  n->set_name(op + "_0");
+  for (auto& i : inputs) n->add_input(i);
+  for (auto& o : outputs) n->add_output(o);
+  return n;
+}
+
+void setInt(onnx::NodeProto* n, const std::string& name, int64_t v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(v);
+}
+
+void setInts(onnx::NodeProto* n, const std::string& name, std::vector<int64_t> v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t x : v) a->add_ints(x);
+}
+
+void setFloat(onnx::NodeProto* n, const std::string& name, float v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::FLOAT);
+  a->set_f(v);
+}
+
+void setFloats(onnx::NodeProto* n, const std::string& name, std::vector<float> v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::FLOATS);
+  for (float x : v) a->add_floats(x);
+}
+
+void setStrings(onnx::NodeProto* n, const std::string& name, std::vector<std::string> v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::STRINGS);
+  for (auto& x : v) a->add_strings(x);
+}
+
+void addInitializer(onnx::ModelProto& m, const std::string& name, std::vector<int64_t> dims,
+                    std::vector<float> values) {
+  auto* t = m.mutable_graph()->add_initializer();
+  t->set_name(name);
+  t->set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) t->add_dims(d);
+  for (float v : values) t->add_float_data(v);
+}
+
+void addIntInitializer(onnx::ModelProto& m, const std::string& name, std::vector<int64_t> dims,
+                       std::vector<int64_t> values, int type = onnx::TensorProto::INT64) {
+  auto* t = m.mutable_graph()->add_initializer();
+  t->set_name(name);
+  t->set_data_type(type);
+  for (int64_t d : dims) t->add_dims(d);
+  for (int64_t v : values) {
+    if (type == onnx::TensorProto::INT32 || type == onnx::TensorProto::BOOL)
+      t->add_int32_data(static_cast<int32_t>(v));
+    else
+      t->add_int64_data(v);
+  }
+}
+
+const InterpreterEvaluator kEvaluator;
+
+Expected<std::unique_ptr<Module>> importModel(const onnx::ModelProto& m) {
+  std::string bytes;
+  EXPECT_TRUE(m.SerializeToString(&bytes));
+  LoadOptions options;
+  options.evaluator = &kEvaluator;
+  return importOnnxBytes(bytes, "nn.onnx", "", options);
+}
+
+Tensor f32(std::vector<int64_t> dims, std::vector<double> values) {
+  Tensor t(DType::F32, std::move(dims));
+  for (size_t i = 0; i < values.size(); ++i) t.setDouble(static_cast<int64_t>(i), values[i]);
+  return t;
+}
+
+std::vector<double> values(const Tensor& t) {
+  std::vector<double> v;
+  for (int64_t i = 0; i < t.numElements(); ++i) v.push_back(t.getDouble(i));
+  return v;
+}
+
+std::vector<Tensor> run(const Module& module, std::vector<Tensor> inputs) {
+  auto results = interpret(*module.functions().front(), std::move(inputs));
+  EXPECT_TRUE(results.ok()) << (results.ok() ? "" : results.error().str());
+  return results.ok() ? std::move(*results) : std::vector<Tensor>{};
+}
+
+std::string errorOf(const Expected<std::unique_ptr<Module>>& r) {
+  EXPECT_FALSE(r.ok());
+  return r.ok() ? "" : r.error().str();
+}
+
+size_t countOps(const Function& f, OpKind kind) {
+  size_t n = 0;
+  for (const auto& op : f.ops()) n += op->kind() == kind;
+  return n;
+}
+
+void expectNear(const std::vector<double>& got, const std::vector<double>& want, double tol = 1e-5) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
+}
+
+double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+
+/// A one-unit RNN over X[seq, batch, 1] with W = w, R = r and no bias.
+onnx::ModelProto scalarRnn(const std::string& op, int64_t seq, int64_t batch, float w, float r) {
+  onnx::ModelProto m = makeModel(14);
+  int64_t gates = op == "LSTM" ? 4 : op == "GRU" ? 3 : 1;
+  addInput(m, "X", {seq, batch, 1});
+  addInitializer(m, "W", {1, gates, 1}, std::vector<float>(static_cast<size_t>(gates), w));
+  addInitializer(m, "R", {1, gates, 1}, std::vector<float>(static_cast<size_t>(gates), r));
+  addOutput(m, "Y");
+  addOutput(m, "Y_h");
+  return m;
+}
+
+TEST(OnnxNNOps, RnnWithClipAndAffineActivationIsUnrolled) {
+  onnx::ModelProto m = scalarRnn("RNN", 2, 1, 2.0f, 0.5f);
+  auto* n = addNode(m, "RNN", {"X", "W", "R"}, {"Y", "Y_h"});
+  setInt(n, "hidden_size", 1);
+  setFloat(n, "clip", 1.5f);
+  setStrings(n, "activations", {"Affine"});
+  setFloats(n, "activation_alpha", {3.0f});
+  setFloats(n, "activation_beta", {0.25f});
+  auto module = importModel(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  EXPECT_EQ(countOps(*(*module)->functions().front(), OpKind::Rnn), 0u);
+  auto results = run(**module, {f32({2, 1, 1}, {1.0, -0.1})});
+  ASSERT_EQ(results.size(), 2u);
+  auto affine = [](double v) { return 3.0 * std::clamp(v, -1.5, 1.5) + 0.25; };
+  double h1 = affine(2.0 * 1.0);
+  double h2 = affine(2.0 * -0.1 + 0.5 * h1);
+  expectNear(values(results[0]), {h1, h2});
+  expectNear(values(results[1]), {h2});
+}
+
+TEST(OnnxNNOps, DefaultLstmIsTheCompositeWithZeroStatesForAnUnknownBatch) {
+  onnx::ModelProto m = scalarRnn("LSTM", 1, -1, 1.0f, 0.0f);
+  auto* n = addNode(m, "LSTM", {"X", "W", "R"}, {"Y", "Y_h"});
+  setInt(n, "hidden_size", 1);
+  auto module = importModel(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  EXPECT_EQ(countOps(*(*module)->functions().front(), OpKind::Lstm), 1u);
+  auto results = run(**module, {f32({1, 2, 1}, {0.5, -2.0})});
+  ASSERT_EQ(results.size(), 2u);
+  // c = sig(x) tanh(x) (zero initial c); h = sig(x) tanh(c).
+  auto h = [](double x) { return sigmoid(x) * std::tanh(sigmoid(x) * std::tanh(x)); };
+  expectNear(values(results[1]), {h(0.5), h(-2.0)});
+}
+
+TEST(OnnxNNOps, GruSequenceLensFreezeTheStateAndZeroY) {
+  onnx::ModelProto m = scalarRnn("GRU", 2, 2, 1.0f, 0.5f);
+  addIntInitializer(m, "lens", {2}, {1, 2}, onnx::TensorProto::INT32);
+  auto* n = addNode(m, "GRU", {"X", "W", "R", "", "lens"}, {"Y", "Y_h"});
+  setInt(n, "hidden_size", 1);
+  auto module = importModel(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  auto results = run(**module, {f32({2, 2, 1}, {0.3, 0.3, 0.7, 0.7})});
+  ASSERT_EQ(results.size(), 2u);
+  auto step = [](double x, double h) {
+    double z = sigmoid(x + 0.5 * h), r = sigmoid(x + 0.5 * h);
+    double candidate = std::tanh(x + 0.5 * (r * h));
+    return (1 - z) * candidate + z * h;
+  };
+  double first = step(0.3, 0);
+  double second = step(0.7, first);
+  // Y[seq, dirs, batch, 1]: batch 0 stops after one step.
+  expectNear(values(results[0]), {first, first, 0.0, second});
+  expectNear(values(results[1]), {first, second});
+}
+
+TEST(OnnxNNOps, BatchFirstLayoutTransposesAroundTheOp) {
+  onnx::ModelProto m = scalarRnn("RNN", 3, 2, 1.0f, 1.0f);
+  // X is [batch, seq, input] in layout 1.
+  m.mutable_graph()
+      ->mutable_input(0)
+      ->mutable_type()
+      ->mutable_tensor_type()
+      ->mutable_shape()
+      ->mutable_dim(0)
+      ->set_dim_value(2);
+  m.mutable_graph()
+      ->mutable_input(0)
+      ->mutable_type()
+      ->mutable_tensor_type()
+      ->mutable_shape()
+      ->mutable_dim(1)
+      ->set_dim_value(3);
+  auto* n = addNode(m, "RNN", {"X", "W", "R"}, {"Y", "Y_h"});
+  setInt(n, "hidden_size", 1);
+  setInt(n, "layout", 1);
+  auto module = importModel(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  auto results = run(**module, {f32({2, 3, 1}, {0.1, 0.2, 0.3, -0.1, -0.2, -0.3})});
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].shape(), (std::vector<int64_t>{2, 3, 1, 1}));
+  EXPECT_EQ(results[1].shape(), (std::vector<int64_t>{2, 1, 1}));
+  double a1 = std::tanh(0.1), a2 = std::tanh(0.2 + a1), a3 = std::tanh(0.3 + a2);
+  double b1 = std::tanh(-0.1), b2 = std::tanh(-0.2 + b1), b3 = std::tanh(-0.3 + b2);
+  expectNear(values(results[0]), {a1, a2, a3, b1, b2, b3});
+  expectNear(values(results[1]), {a3, b3});
+}
+
+TEST(OnnxNNOps, UnknownActivationAndAttributeAreErrorsNamingThem) {
+  onnx::ModelProto m = scalarRnn("RNN", 1, 1, 1.0f, 1.0f);
+  auto* n = addNode(m, "RNN", {"X", "W", "R"}, {"Y", "Y_h"});
+  setInt(n, "hidden_size", 1);
+  setStrings(n, "activations", {"Swishy"});
+  EXPECT_NE(errorOf(importModel(m)).find("activation 'Swishy' is not supported"), std::string::npos);
+
+  onnx::ModelProto c = makeModel(13);
+  addInput(c, "x", {1, 1, 4, 4});
+  addInitializer(c, "w", {1, 1, 3, 3}, std::vector<float>(9, 1.0f));
+  addOutput(c, "y");
+  setInt(addNode(c, "Conv", {"x", "w"}, {"y"}), "winograd", 1);
+  std::string error = errorOf(importModel(c));
+  EXPECT_NE(error.find("Conv_0"), std::string::npos) << error;
+  EXPECT_NE(error.find("attribute 'winograd' is not supported"), std::string::npos) << error;
+}
+
+TEST(OnnxNNOps, SoftmaxBeforeOpset13CoercesTo2D) {
+  for (int64_t opset : {11, 13}) {
+    onnx::ModelProto m = makeModel(opset);
+    addInput(m, "x", {2, 2, 2});
+    addOutput(m, "y");
+    setInt(addNode(m, "Softmax", {"x"}, {"y"}), "axis", 1);
+    auto module = importModel(m);
+    ASSERT_TRUE(module.ok()) << module.error().str();
+    auto y = values(run(**module, {f32({2, 2, 2}, {0, 1, 2, 3, 0, 0, 0, 0})})[0]);
+    if (opset == 11) {
+      // Each image's 4 elements form one row.
+      double total = std::exp(0) + std::exp(1) + std::exp(2) + std::exp(3);
+      expectNear(y, {1 / total, std::exp(1) / total, std::exp(2) / total, std::exp(3) / total, 0.25, 0.25, 0.25, 0.25});
+    } else {
+      // Along dim 1 only: pairs (0, 2) and (1, 3).
+      double a = 1 / (1 + std::exp(2));
+      expectNear(y, {a, a, 1 - a, 1 - a, 0.5, 0.5, 0.5, 0.5});
+    }
+  }
+}
+
+TEST(OnnxNNOps, ConvTransposeOutputShapeBeyondOutputPaddingGetsTheBias) {
+  onnx::ModelProto m = makeModel(11);
+  addInput(m, "x", {1, 1, 2});
+  addInitializer(m, "w", {1, 1, 1}, {2.0f});
+  addInitializer(m, "b", {1}, {0.5f});
+  addOutput(m, "y");
+  // Full output is 2*(2-1) + 1 = 3; 6 asks for 3 more at the end.
+  auto* n = addNode(m, "ConvTranspose", {"x", "w", "b"}, {"y"});
+  setInts(n, "strides", {2});
+  setInts(n, "output_shape", {6});
+  auto module = importModel(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  expectNear(values(run(**module, {f32({1, 1, 2}, {1, 3})})[0]), {2.5, 0.5, 6.5, 0.5, 0.5, 0.5});
+}
+
+TEST(OnnxNNOps, SymbolicBatchConvPoolAndResize) {
+  onnx::ModelProto m = makeModel(13);
+  addInput(m, "x", {-2, 1, 2, 2});
+  addInitializer(m, "w", {1, 1, 1, 1}, {1.0f});
+  addInitializer(m, "scales", {4}, {1, 1, 2, 2});
+  addOutput(m, "y");
+  addNode(m, "Conv", {"x", "w"}, {"c"});
+  setInts(addNode(m, "MaxPool", {"c"}, {"p"}), "kernel_shape", {1, 1});
+  addNode(m, "Resize", {"p", "", "scales"}, {"y"});
+  auto module = importModel(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  auto y = run(**module, {f32({2, 1, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8})});
+  ASSERT_EQ(y.size(), 1u);
+  EXPECT_EQ(y[0].shape(), (std::vector<int64_t>{2, 1, 4, 4}));
+  auto v = values(y[0]);
+  EXPECT_EQ(v[0], 1);
+  EXPECT_EQ(v[3], 2);
+  EXPECT_EQ(v[15], 4);
+  EXPECT_EQ(v[16], 5);
+}
+
+TEST(OnnxNNOps, DropoutIsTheIdentityUnlessRandomTrainingIsAsked) {
+  onnx::ModelProto m = makeModel(13);
+  addInput(m, "x", {-1, 3});
+  addIntInitializer(m, "training", {}, {0}, onnx::TensorProto::BOOL);
+  addOutput(m, "y");
+  auto* mask = m.mutable_graph()->add_output();
+  mask->set_name("mask");
+  mask->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::BOOL);
+  addNode(m, "Dropout", {"x", "", "training"}, {"y", "mask"});
+  auto module = importModel(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  auto results = run(**module, {f32({2, 3}, {1, 2, 3, 4, 5, 6})});
+  ASSERT_EQ(results.size(), 2u);
+  expectNear(values(results[0]), {1, 2, 3, 4, 5, 6});
+  expectNear(values(results[1]), {1, 1, 1, 1, 1, 1});
+
+  m.mutable_graph()->mutable_initializer(0)->set_int32_data(0, 1);
+  std::string error = errorOf(importModel(m));
+  EXPECT_NE(error.find("random dropout"), std::string::npos) << error;
+}
+
+TEST(OnnxNNOps, WeightedNllMeanDividesByTheCountedWeights) {
+  onnx::ModelProto m = makeModel(13);
+  addInput(m, "logp", {3, 2});
+  addIntInitializer(m, "target", {3}, {0, 1, 1});
+  addInitializer(m, "weight", {2}, {2.0f, 0.5f});
+  addOutput(m, "loss");
+  auto* n = addNode(m, "NegativeLogLikelihoodLoss", {"logp", "target", "weight"}, {"loss"});
+  setInt(n, "ignore_index", 0);
+  auto module = importModel(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  auto loss = values(run(**module, {f32({3, 2}, {-1, -2, -3, -4, -5, -6})})[0]);
+  // Target 0 is ignored; the others weigh 0.5 each.
+  expectNear(loss, {(0.5 * 4 + 0.5 * 6) / 1.0});
+}
+
+TEST(OnnxNNOps, MaxPoolIndicesNeedAStaticShape) {
+  onnx::ModelProto m = makeModel(12);
+  addInput(m, "x", {-1, 1, 4, 4});
+  addOutput(m, "y");
+  addOutput(m, "i");
+  setInts(addNode(m, "MaxPool", {"x"}, {"y", "i"}), "kernel_shape", {2, 2});
+  std::string error = errorOf(importModel(m));
+  EXPECT_NE(error.find("Indices output of MaxPool needs a static input shape"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace kiln
