@@ -591,6 +591,11 @@ class Chain {
     return *v;
   }
   Value* scalar(DType dtype, double value) { return ctx_.scalar(dtype, value); }
+  /// Records `error` (when it is the first) and returns null.
+  Value* fail(Error error) {
+    if (!error_) error_ = std::move(error);
+    return nullptr;
+  }
   /// The first error, else binds output 0 to `out` (unless null).
   Status finish(Value* out) {
     if (error_) return *error_;
@@ -602,6 +607,14 @@ class Chain {
   NodeContext& ctx_;
   std::optional<Error> error_;
 };
+
+/// `v` cast to `dtype` inside a Chain (null after an error).
+Value* castOrNull(NodeContext& ctx, Chain& c, Value* v, DType dtype) {
+  if (!v) return nullptr;
+  auto r = castTo(ctx, v, dtype);
+  if (!r) return c.fail(r.takeError());
+  return *r;
+}
 
 Status convertHardSigmoid(NodeContext& ctx) {
   KILN_INPUT(x, 0);
@@ -695,6 +708,154 @@ Status convertShrink(NodeContext& ctx) {
   Value* up = c.op(OpKind::Add, {x, c.scalar(t, *bias)});
   Value* down = c.op(OpKind::Sub, {x, c.scalar(t, *bias)});
   return c.finish(c.op(OpKind::Select, {low, up, c.op(OpKind::Select, {high, down, c.scalar(t, 0)})}));
+}
+
+/// TopK without a sort op: each element's rank is the number of elements
+/// that come before it (greater, or equal at a lower index, for largest);
+/// output position p takes the element of rank p. Pairwise comparisons cost
+/// O(n^2) per row, fine for the sizes models select from.
+Status convertTopK(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  int64_t k = 0;
+  if (ctx.opset() < 10) {
+    auto attr = ctx.intAttr("k", -1);
+    if (!attr) return attr.takeError();
+    k = *attr;
+  } else {
+    auto kv = constantInts(ctx, 1, "k");
+    if (!kv) return kv.takeError();
+    if (kv->size() != 1) return ctx.error("k must hold one value");
+    k = (*kv)[0];
+  }
+  auto axisAttr = ctx.intAttr("axis", -1);
+  auto largest = ctx.intAttr("largest", 1);
+  auto sorted = ctx.intAttr("sorted", 1);
+  if (!axisAttr) return axisAttr.takeError();
+  if (!largest) return largest.takeError();
+  if (!sorted) return sorted.takeError();
+  const int64_t rank = x->type().rank();
+  auto axis = normalizeAxis(ctx, *axisAttr, rank);
+  if (!axis) return axis.takeError();
+  const Dim& dim = x->type().shape[static_cast<size_t>(*axis)];
+  if (!dim.isStatic()) return ctx.error("TopK needs a static size along the axis, got " + x->type().str());
+  const int64_t n = dim.size;
+  if (k < 0 || k > n) return ctx.error("k = " + std::to_string(k) + " is out of range for " + std::to_string(n) + " elements");
+  if (n > 4096) return ctx.error("TopK over more than 4096 elements is not supported (the lowering is quadratic)");
+
+  // Work along the last axis.
+  std::vector<int64_t> perm;
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != *axis) perm.push_back(d);
+  perm.push_back(*axis);
+  std::vector<int64_t> inverse(static_cast<size_t>(rank));
+  for (int64_t d = 0; d < rank; ++d) inverse[static_cast<size_t>(perm[static_cast<size_t>(d)])] = d;
+  auto moveAxis = [&](Value* v, const std::vector<int64_t>& p) -> Expected<Value*> {
+    if (*axis == rank - 1) return v;
+    return ctx.emit(OpKind::Transpose, {v}, {{"perm", Attribute(p)}});
+  };
+  auto xt = moveAxis(x, perm);
+  if (!xt) return xt.takeError();
+  auto xi = unsqueezeAxes(ctx, *xt, {rank});      // [..., n, 1]: element i
+  auto xj = unsqueezeAxes(ctx, *xt, {rank - 1});  // [..., 1, n]: element j
+  if (!xi) return xi.takeError();
+  if (!xj) return xj.takeError();
+  // Element j comes before element i when it is better, or equal at a lower index.
+  DenseTensor lower = DenseTensor::zeros(TensorType{DType::Bool, staticShape({n, n})});
+  DenseTensor rowIndex = DenseTensor::zeros(TensorType{DType::I64, staticShape({n, 1})});
+  DenseTensor positions = DenseTensor::zeros(TensorType{DType::I64, staticShape({k})});
+  for (int64_t i = 0; i < n; ++i) {
+    rowIndex.setInt(i, i);
+    for (int64_t j = 0; j < i; ++j) lower.setInt(i * n + j, 1);
+  }
+  for (int64_t p = 0; p < k; ++p) positions.setInt(p, p);
+  Chain c(ctx);
+  Value* better = c.op(*largest ? OpKind::Gt : OpKind::Lt, {*xj, *xi});
+  Value* tie = c.op(OpKind::And, {c.op(OpKind::Eq, {*xj, *xi}), ctx.constant(std::move(lower))});
+  Value* before = c.op(OpKind::Or, {better, tie});
+  KILN_TRY(c.finish(nullptr));
+  auto count = castTo(ctx, before, DType::I64);
+  if (!count) return count.takeError();
+  auto ranks = ctx.emit(OpKind::ReduceSum, {*count}, {{"axes", Attribute(std::vector<int64_t>{rank})}});
+  if (!ranks) return ranks.takeError();
+  auto ranksCol = unsqueezeAxes(ctx, *ranks, {rank});  // [..., n, 1]
+  if (!ranksCol) return ranksCol.takeError();
+  Value* hit = c.op(OpKind::Eq, {*ranksCol, ctx.constant(std::move(positions))});  // [..., n, k]
+  Value* picked = c.op(OpKind::Select, {hit, ctx.constant(std::move(rowIndex)), ctx.scalar(DType::I64, 0)});
+  KILN_TRY(c.finish(nullptr));
+  auto index = ctx.emit(OpKind::ReduceSum, {picked}, {{"axes", Attribute(std::vector<int64_t>{rank - 1})}});
+  if (!index) return index.takeError();
+  auto values = ctx.emit(OpKind::GatherElements, {*xt, *index}, {{"axis", Attribute(rank - 1)}});
+  if (!values) return values.takeError();
+  auto v = moveAxis(*values, inverse);
+  if (!v) return v.takeError();
+  auto i = moveAxis(*index, inverse);
+  if (!i) return i.takeError();
+  ctx.setOutput(0, *v);
+  ctx.setOutput(1, *i);
+  return {};
+}
+
+/// BitShift of unsigned integers as multiplication or division by 2^y.
+Status convertBitShift(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  KILN_INPUT(y, 1);
+  auto direction = ctx.stringAttr("direction", "");
+  if (!direction) return direction.takeError();
+  if (*direction != "LEFT" && *direction != "RIGHT") return ctx.error("direction must be LEFT or RIGHT");
+  if (x->type().dtype != DType::U8) return ctx.error("BitShift supports uint8 (Kiln's only unsigned dtype), got " + x->type().str());
+  Chain c(ctx);
+  Value* factor = c.op(OpKind::Pow, {c.scalar(DType::I64, 2), castOrNull(ctx, c, y, DType::I64)});
+  Value* wide = castOrNull(ctx, c, x, DType::I64);
+  Value* shifted = c.op(*direction == "LEFT" ? OpKind::Mul : OpKind::Div, {wide, factor});
+  KILN_TRY(c.finish(nullptr));
+  // uint8 wraps: keep the low 8 bits.
+  auto low = ctx.emit(OpKind::Rem, {shifted, ctx.scalar(DType::I64, 256)});
+  if (!low) return low.takeError();
+  return setOutput0(ctx, castTo(ctx, *low, DType::U8));
+}
+
+/// The determinant of 1x1, 2x2 and 3x3 matrices by cofactor expansion.
+Status convertDet(NodeContext& ctx) {
+  KILN_INPUT(x, 0);
+  const int64_t rank = x->type().rank();
+  if (rank < 2) return ctx.error("expects [..., M, M], got " + x->type().str());
+  const Dim& m = x->type().shape[static_cast<size_t>(rank - 1)];
+  if (!m.isStatic() || x->type().shape[static_cast<size_t>(rank - 2)] != m || m.size < 1 || m.size > 3)
+    return ctx.error("supports square matrices of size 1 to 3, got " + x->type().str());
+  const int64_t n = m.size;
+  // a[i][j] as a tensor of the batch shape.
+  std::vector<std::vector<Value*>> a(static_cast<size_t>(n), std::vector<Value*>(static_cast<size_t>(n)));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      std::vector<int64_t> starts(static_cast<size_t>(rank), 0), ends(static_cast<size_t>(rank), std::numeric_limits<int64_t>::max()),
+          steps(static_cast<size_t>(rank), 1);
+      starts[static_cast<size_t>(rank - 2)] = i;
+      ends[static_cast<size_t>(rank - 2)] = i + 1;
+      starts[static_cast<size_t>(rank - 1)] = j;
+      ends[static_cast<size_t>(rank - 1)] = j + 1;
+      auto s = ctx.emit(OpKind::Slice, {x}, {{"starts", Attribute(starts)}, {"ends", Attribute(ends)}, {"steps", Attribute(steps)}});
+      if (!s) return s.takeError();
+      auto sq = squeezeAxes(ctx, *s, {rank - 2, rank - 1});
+      if (!sq) return sq.takeError();
+      a[static_cast<size_t>(i)][static_cast<size_t>(j)] = *sq;
+    }
+  Chain c(ctx);
+  auto at = [&](int i, int j) { return a[static_cast<size_t>(i)][static_cast<size_t>(j)]; };
+  auto det2 = [&](int r0, int r1, int c0, int c1) {
+    return c.op(OpKind::Sub, {c.op(OpKind::Mul, {at(r0, c0), at(r1, c1)}), c.op(OpKind::Mul, {at(r0, c1), at(r1, c0)})});
+  };
+  Value* det = nullptr;
+  if (n == 1) {
+    det = at(0, 0);
+  } else if (n == 2) {
+    det = det2(0, 1, 0, 1);
+  } else {
+    Value* t0 = c.op(OpKind::Mul, {at(0, 0), det2(1, 2, 1, 2)});
+    Value* t1 = c.op(OpKind::Mul, {at(0, 1), det2(1, 2, 0, 2)});
+    Value* t2 = c.op(OpKind::Mul, {at(0, 2), det2(1, 2, 0, 1)});
+    det = c.op(OpKind::Add, {c.op(OpKind::Sub, {t0, t1}), t2});
+  }
+  return c.finish(det);
 }
 
 // --- Quantization ----------------------------------------------------------------
@@ -1059,6 +1220,9 @@ constexpr OpConverter kConverters[] = {
     {"", "PRelu", 1, kNewest, &convertPRelu},
     {"", "Softsign", 1, kNewest, &convertSoftsign},
     {"", "Shrink", 9, kNewest, &convertShrink},
+    {"", "TopK", 1, kNewest, &convertTopK},
+    {"", "BitShift", 11, kNewest, &convertBitShift},
+    {"", "Det", 11, kNewest, &convertDet},
     {"", "QuantizeLinear", 10, kNewest, &convertQuantizeLinear},
     {"", "DequantizeLinear", 10, kNewest, &convertDequantizeLinear},
     {"", "DynamicQuantizeLinear", 11, kNewest, &convertDynamicQuantizeLinear},
