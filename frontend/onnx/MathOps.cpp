@@ -21,8 +21,8 @@ namespace {
 constexpr int64_t kNewest = kNewestOnnxOpset;
 
 /// Input `i`, or the error.
-#define KILN_INPUT(var, i)      \
-  auto var##_ = ctx.input(i);   \
+#define KILN_INPUT(var, i)                \
+  auto var##_ = ctx.input(i);             \
   if (!var##_) return var##_.takeError(); \
   Value* var = *var##_
 
@@ -404,7 +404,8 @@ class EinsumLowering {
     std::string equation;
     for (char c : *eq)
       if (c != ' ') equation += c;
-    if (equation.find("...") != std::string::npos) return ctx_.error("ellipsis in equation '" + *eq + "' is not supported");
+    if (equation.find("...") != std::string::npos)
+      return ctx_.error("ellipsis in equation '" + *eq + "' is not supported");
     std::string lhs = equation, rhs;
     const bool explicitOutput = equation.find("->") != std::string::npos;
     if (explicitOutput) {
@@ -499,8 +500,8 @@ class EinsumLowering {
       const int64_t size = v->type().shape[d].size;
       auto [it, inserted] = sizes_.emplace(have[d], size);
       if (!inserted && it->second != size)
-        return ctx_.error("label '" + std::string(1, have[d]) + "' has sizes " + std::to_string(it->second) +
-                          " and " + std::to_string(size));
+        return ctx_.error("label '" + std::string(1, have[d]) + "' has sizes " + std::to_string(it->second) + " and " +
+                          std::to_string(size));
     }
     auto t = transposeTo(v, have, want);
     if (!t) return t.takeError();
@@ -739,7 +740,8 @@ Status convertTopK(NodeContext& ctx) {
   const Dim& dim = x->type().shape[static_cast<size_t>(*axis)];
   if (!dim.isStatic()) return ctx.error("TopK needs a static size along the axis, got " + x->type().str());
   const int64_t n = dim.size;
-  if (k < 0 || k > n) return ctx.error("k = " + std::to_string(k) + " is out of range for " + std::to_string(n) + " elements");
+  if (k < 0 || k > n)
+    return ctx.error("k = " + std::to_string(k) + " is out of range for " + std::to_string(n) + " elements");
   if (n > 4096) return ctx.error("TopK over more than 4096 elements is not supported (the lowering is quadratic)");
 
   // Work along the last axis.
@@ -802,7 +804,8 @@ Status convertBitShift(NodeContext& ctx) {
   auto direction = ctx.stringAttr("direction", "");
   if (!direction) return direction.takeError();
   if (*direction != "LEFT" && *direction != "RIGHT") return ctx.error("direction must be LEFT or RIGHT");
-  if (x->type().dtype != DType::U8) return ctx.error("BitShift supports uint8 (Kiln's only unsigned dtype), got " + x->type().str());
+  if (x->type().dtype != DType::U8)
+    return ctx.error("BitShift supports uint8 (Kiln's only unsigned dtype), got " + x->type().str());
   Chain c(ctx);
   Value* factor = c.op(OpKind::Pow, {c.scalar(DType::I64, 2), castOrNull(ctx, c, y, DType::I64)});
   Value* wide = castOrNull(ctx, c, x, DType::I64);
@@ -827,13 +830,14 @@ Status convertDet(NodeContext& ctx) {
   std::vector<std::vector<Value*>> a(static_cast<size_t>(n), std::vector<Value*>(static_cast<size_t>(n)));
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j) {
-      std::vector<int64_t> starts(static_cast<size_t>(rank), 0), ends(static_cast<size_t>(rank), std::numeric_limits<int64_t>::max()),
-          steps(static_cast<size_t>(rank), 1);
+      std::vector<int64_t> starts(static_cast<size_t>(rank), 0),
+          ends(static_cast<size_t>(rank), std::numeric_limits<int64_t>::max()), steps(static_cast<size_t>(rank), 1);
       starts[static_cast<size_t>(rank - 2)] = i;
       ends[static_cast<size_t>(rank - 2)] = i + 1;
       starts[static_cast<size_t>(rank - 1)] = j;
       ends[static_cast<size_t>(rank - 1)] = j + 1;
-      auto s = ctx.emit(OpKind::Slice, {x}, {{"starts", Attribute(starts)}, {"ends", Attribute(ends)}, {"steps", Attribute(steps)}});
+      auto s = ctx.emit(OpKind::Slice, {x},
+                        {{"starts", Attribute(starts)}, {"ends", Attribute(ends)}, {"steps", Attribute(steps)}});
       if (!s) return s.takeError();
       auto sq = squeezeAxes(ctx, *s, {rank - 2, rank - 1});
       if (!sq) return sq.takeError();
@@ -842,7 +846,8 @@ Status convertDet(NodeContext& ctx) {
   Chain c(ctx);
   auto at = [&](int i, int j) { return a[static_cast<size_t>(i)][static_cast<size_t>(j)]; };
   auto det2 = [&](int r0, int r1, int c0, int c1) {
-    return c.op(OpKind::Sub, {c.op(OpKind::Mul, {at(r0, c0), at(r1, c1)}), c.op(OpKind::Mul, {at(r0, c1), at(r1, c0)})});
+    return c.op(OpKind::Sub,
+                {c.op(OpKind::Mul, {at(r0, c0), at(r1, c1)}), c.op(OpKind::Mul, {at(r0, c1), at(r1, c0)})});
   };
   Value* det = nullptr;
   if (n == 1) {
@@ -863,7 +868,8 @@ Status convertDet(NodeContext& ctx) {
 /// `scale` (a scalar or a 1-D tensor along `axis` of `x`) shaped to broadcast against `x`.
 Expected<Value*> perAxis(NodeContext& ctx, Value* scale, const TensorType& x) {
   if (scale->type().rank() == 0 || x.rank() == 0) return scale;
-  if (scale->type().rank() != 1) return ctx.error("scale and zero point must be scalars or 1-D, got " + scale->type().str());
+  if (scale->type().rank() != 1)
+    return ctx.error("scale and zero point must be scalars or 1-D, got " + scale->type().str());
   if (scale->type().shape[0].isStatic() && scale->type().shape[0].size == 1 && ctx.opset() < 13) return scale;
   auto axisAttr = ctx.intAttr("axis", 1);
   if (!axisAttr) return axisAttr.takeError();
@@ -1031,7 +1037,8 @@ Expected<OptimizerInputs> optimizerInputs(NodeContext& ctx, size_t groups) {
                      std::to_string(ctx.numInputs()) + " inputs");
   const size_t n = (ctx.numInputs() - 2) / groups;
   if (ctx.numOutputs() > n * groups)
-    return ctx.error("has " + std::to_string(ctx.numOutputs()) + " outputs, expected at most " + std::to_string(n * groups));
+    return ctx.error("has " + std::to_string(ctx.numOutputs()) + " outputs, expected at most " +
+                     std::to_string(n * groups));
   OptimizerInputs in;
   KILN_INPUT(r, 0);
   KILN_INPUT(t, 1);
@@ -1063,7 +1070,8 @@ Status convertAdagrad(NodeContext& ctx) {
   const size_t n = in->groups[0].size();
   Chain c(ctx);
   // r = R / (1 + T * decay_factor)
-  Value* r = c.op(OpKind::Div, {in->rate, c.op(OpKind::Add, {c.scalar(f, 1), c.op(OpKind::Mul, {in->step, c.scalar(f, *decay)})})});
+  Value* r = c.op(OpKind::Div,
+                  {in->rate, c.op(OpKind::Add, {c.scalar(f, 1), c.op(OpKind::Mul, {in->step, c.scalar(f, *decay)})})});
   for (size_t i = 0; i < n; ++i) {
     Value* x = in->groups[0][i];
     Value* g = c.op(OpKind::Add, {c.op(OpKind::Mul, {x, c.scalar(f, *norm)}), in->groups[1][i]});
@@ -1093,11 +1101,13 @@ Status convertMomentum(NodeContext& ctx) {
   const size_t n = in->groups[0].size();
   Chain c(ctx);
   // The first step (T = 0) takes the gradient unscaled.
-  Value* betaAdj = c.op(OpKind::Select, {c.op(OpKind::Gt, {in->step, c.scalar(f, 0)}), c.scalar(f, *beta), c.scalar(f, 1)});
+  Value* betaAdj =
+      c.op(OpKind::Select, {c.op(OpKind::Gt, {in->step, c.scalar(f, 0)}), c.scalar(f, *beta), c.scalar(f, 1)});
   for (size_t i = 0; i < n; ++i) {
     Value* x = in->groups[0][i];
     Value* g = c.op(OpKind::Add, {c.op(OpKind::Mul, {x, c.scalar(f, *norm)}), in->groups[1][i]});
-    Value* v = c.op(OpKind::Add, {c.op(OpKind::Mul, {in->groups[2][i], c.scalar(f, *alpha)}), c.op(OpKind::Mul, {g, betaAdj})});
+    Value* v = c.op(OpKind::Add,
+                    {c.op(OpKind::Mul, {in->groups[2][i], c.scalar(f, *alpha)}), c.op(OpKind::Mul, {g, betaAdj})});
     Value* step = *mode == "standard" ? v : c.op(OpKind::Add, {g, c.op(OpKind::Mul, {v, c.scalar(f, *alpha)})});
     Value* xNew = c.op(OpKind::Sub, {x, c.op(OpKind::Mul, {in->rate, step})});
     KILN_TRY(c.finish(nullptr));
@@ -1124,7 +1134,9 @@ Status convertAdam(NodeContext& ctx) {
   Value* t = in->step;
   Value* corrected = c.op(
       OpKind::Div,
-      {c.op(OpKind::Mul, {in->rate, c.op(OpKind::Sqrt, {c.op(OpKind::Sub, {c.scalar(f, 1), c.op(OpKind::Pow, {c.scalar(f, *beta), t})})})}),
+      {c.op(OpKind::Mul,
+            {in->rate,
+             c.op(OpKind::Sqrt, {c.op(OpKind::Sub, {c.scalar(f, 1), c.op(OpKind::Pow, {c.scalar(f, *beta), t})})})}),
        c.op(OpKind::Sub, {c.scalar(f, 1), c.op(OpKind::Pow, {c.scalar(f, *alpha), t})})});
   Value* rate = c.op(OpKind::Select, {c.op(OpKind::Gt, {t, c.scalar(f, 0)}), corrected, in->rate});
   for (size_t i = 0; i < n; ++i) {

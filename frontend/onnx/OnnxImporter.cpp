@@ -137,13 +137,16 @@ Expected<std::string> readExternalData(const onnx::TensorProto& t, size_t expect
     }
   }
   if (location.empty()) return Error(what + ": external data has no location");
-  if (baseDir.empty()) return Error(what + ": external data '" + location + "' cannot be read: the model has no folder");
+  if (baseDir.empty())
+    return Error(what + ": external data '" + location + "' cannot be read: the model has no folder");
   const fs::path relative(location);
   if (relative.is_absolute() || relative.has_root_name() || relative.has_root_directory())
-    return Error(what + ": external data location '" + location + "' is absolute (expected a path inside the model's folder)");
+    return Error(what + ": external data location '" + location +
+                 "' is absolute (expected a path inside the model's folder)");
   for (const auto& part : relative)
     if (part == "..")
-      return Error(what + ": external data location '" + location + "' contains '..' (expected a path inside the model's folder)");
+      return Error(what + ": external data location '" + location +
+                   "' contains '..' (expected a path inside the model's folder)");
   std::error_code ec;
   const fs::path folder = fs::weakly_canonical(fs::path(baseDir), ec);
   if (ec) return Error(what + ": cannot resolve the model's folder '" + baseDir + "': " + ec.message());
@@ -221,14 +224,12 @@ Expected<DenseTensor> tensorFromProto(const onnx::TensorProto& t, const std::str
   };
   switch (*dtype) {
     case DType::F32:
-      KILN_TRY(copyTyped(t.float_data(), count, out, what, "float_data", [&](int64_t i, float v) {
-        std::memcpy(out.bytes.data() + i * 4, &v, 4);
-      }));
+      KILN_TRY(copyTyped(t.float_data(), count, out, what, "float_data",
+                         [&](int64_t i, float v) { std::memcpy(out.bytes.data() + i * 4, &v, 4); }));
       break;
     case DType::F64:
-      KILN_TRY(copyTyped(t.double_data(), count, out, what, "double_data", [&](int64_t i, double v) {
-        std::memcpy(out.bytes.data() + i * 8, &v, 8);
-      }));
+      KILN_TRY(copyTyped(t.double_data(), count, out, what, "double_data",
+                         [&](int64_t i, double v) { std::memcpy(out.bytes.data() + i * 8, &v, 8); }));
       break;
     case DType::F16:
     case DType::BF16:
@@ -236,12 +237,12 @@ Expected<DenseTensor> tensorFromProto(const onnx::TensorProto& t, const std::str
       KILN_TRY(copyTyped(t.int32_data(), count, out, what, "int32_data", storeBits16));
       break;
     case DType::I64:
-      KILN_TRY(copyTyped(t.int64_data(), count, out, what, "int64_data",
-                         [&](int64_t i, int64_t v) { out.setInt(i, v); }));
+      KILN_TRY(
+          copyTyped(t.int64_data(), count, out, what, "int64_data", [&](int64_t i, int64_t v) { out.setInt(i, v); }));
       break;
     default:
-      KILN_TRY(copyTyped(t.int32_data(), count, out, what, "int32_data",
-                         [&](int64_t i, int32_t v) { out.setInt(i, v); }));
+      KILN_TRY(
+          copyTyped(t.int32_data(), count, out, what, "int32_data", [&](int64_t i, int32_t v) { out.setInt(i, v); }));
       break;
   }
   return out;
@@ -256,11 +257,13 @@ Expected<TensorType> typeFromValueInfo(const onnx::ValueInfoProto& info, const s
     case onnx::TypeProto::kSequenceType: return Error(what + " is a sequence; Kiln supports tensors only");
     case onnx::TypeProto::kMapType: return Error(what + " is a map; Kiln supports tensors only");
     case onnx::TypeProto::kOptionalType: return Error(what + " is an optional; Kiln supports tensors only");
-    case onnx::TypeProto::kSparseTensorType: return Error(what + " is a sparse tensor; Kiln supports dense tensors only");
+    case onnx::TypeProto::kSparseTensorType:
+      return Error(what + " is a sparse tensor; Kiln supports dense tensors only");
     default: return Error(what + " has no type");
   }
   const auto& tensor = type.tensor_type();
-  if (tensor.elem_type() == onnx::TensorProto::STRING) return Error(what + " holds strings, which Kiln does not support");
+  if (tensor.elem_type() == onnx::TensorProto::STRING)
+    return Error(what + " holds strings, which Kiln does not support");
   auto dtype = requireDType(tensor.elem_type(), what);
   if (!dtype) return dtype.takeError();
   if (!tensor.has_shape()) return Error(what + " has no shape (Kiln needs every tensor's rank)");
@@ -361,15 +364,11 @@ class NodeContextImpl final : public NodeContext {
   const onnx::NodeProto& node() const override { return node_; }
   int64_t opset() const override { return opset_; }
   size_t numInputs() const override { return static_cast<size_t>(node_.input_size()); }
-  bool hasInput(size_t i) const override {
-    return i < numInputs() && !node_.input(static_cast<int>(i)).empty();
-  }
+  bool hasInput(size_t i) const override { return i < numInputs() && !node_.input(static_cast<int>(i)).empty(); }
   Expected<Value*> input(size_t i) override;
   const DenseTensor* constantInput(size_t i) override;
   size_t numOutputs() const override { return static_cast<size_t>(node_.output_size()); }
-  bool hasOutput(size_t i) const override {
-    return i < numOutputs() && !node_.output(static_cast<int>(i)).empty();
-  }
+  bool hasOutput(size_t i) const override { return i < numOutputs() && !node_.output(static_cast<int>(i)).empty(); }
   void setOutput(size_t i, Value* v) override;
 
   const onnx::AttributeProto* attribute(std::string_view name) const override {
@@ -414,8 +413,8 @@ class NodeContextImpl final : public NodeContext {
     auto results = emitMulti(kind, std::move(operands), std::move(attrs), std::move(declared));
     if (!results) return results.takeError();
     if (results->size() != 1)
-      return error("internal: emit() of '" + std::string(opName(kind)) + "' with " +
-                   std::to_string(results->size()) + " results");
+      return error("internal: emit() of '" + std::string(opName(kind)) + "' with " + std::to_string(results->size()) +
+                   " results");
     return (*results)[0];
   }
   Expected<std::vector<Value*>> emitMulti(OpKind kind, std::vector<Value*> operands, AttrMap attrs,
@@ -506,7 +505,8 @@ Expected<Value*> NodeContextImpl::input(size_t i) {
   const std::string& name = node_.input(static_cast<int>(i));
   auto it = importer_.values_.find(name);
   if (it == importer_.values_.end())
-    return error("input " + std::to_string(i) + " " + inQuotes(name) + " is not defined by any node, initializer or graph input");
+    return error("input " + std::to_string(i) + " " + inQuotes(name) +
+                 " is not defined by any node, initializer or graph input");
   return it->second;
 }
 
@@ -613,7 +613,8 @@ Status Importer::importInitializers() {
       return Error("initializer " + inQuotes(t.name()) + " is defined twice");
   }
   if (graph.sparse_initializer_size() > 0)
-    return Error("sparse initializers are not supported (" + inQuotes(graph.sparse_initializer(0).values().name()) + ")");
+    return Error("sparse initializers are not supported (" + inQuotes(graph.sparse_initializer(0).values().name()) +
+                 ")");
   return {};
 }
 

@@ -24,8 +24,8 @@ constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
   if (!var##_) return var##_.takeError(); \
   Value* var = *var##_
 
-#define KILN_ASSIGN(var, expr)          \
-  auto var##_ = (expr);                 \
+#define KILN_ASSIGN(var, expr)            \
+  auto var##_ = (expr);                   \
   if (!var##_) return var##_.takeError(); \
   auto var = std::move(*var##_)
 
@@ -195,8 +195,7 @@ Status convertSqueeze(NodeContext& ctx) {
     // No axes: every dim of size 1, which must then be known.
     for (int64_t d = 0; d < x->type().rank(); ++d) {
       const Dim& dim = x->type().shape[static_cast<size_t>(d)];
-      if (!dim.isStatic())
-        return ctx.error("squeezing without axes needs static dims, got " + x->type().str());
+      if (!dim.isStatic()) return ctx.error("squeezing without axes needs static dims, got " + x->type().str());
       if (dim.size == 1) axes.push_back(d);
     }
   }
@@ -340,10 +339,9 @@ Status convertSlice(NodeContext& ctx) {
     allEnds[d] = ends[i];
     allSteps[d] = steps[i];
   }
-  return setOutput0(ctx, ctx.emit(OpKind::Slice, {x},
-                                  {{"starts", Attribute(allStarts)},
-                                   {"ends", Attribute(allEnds)},
-                                   {"steps", Attribute(allSteps)}}));
+  return setOutput0(
+      ctx, ctx.emit(OpKind::Slice, {x},
+                    {{"starts", Attribute(allStarts)}, {"ends", Attribute(allEnds)}, {"steps", Attribute(allSteps)}}));
 }
 
 Status convertGather(NodeContext& ctx) {
@@ -473,8 +471,7 @@ Status convertOneHot(NodeContext& ctx) {
   KILN_INPUT(indices, 0);
   KILN_INPUT(values, 2);
   const DenseTensor* depthT = ctx.constantInput(1);
-  if (!depthT || depthT->numElements() != 1)
-    return ctx.error("depth (input 1) must be a scalar known at import time");
+  if (!depthT || depthT->numElements() != 1) return ctx.error("depth (input 1) must be a scalar known at import time");
   const int64_t depth = static_cast<int64_t>(depthT->getDouble(0));
   if (depth <= 0) return ctx.error("depth must be positive, got " + std::to_string(depth));
   if (values->type().rank() != 1 || (values->type().shape[0].isStatic() && values->type().shape[0].size != 2))
@@ -550,7 +547,8 @@ Status convertDepthSpace(NodeContext& ctx) {
   KILN_ASSIGN(b, ctx.intAttr("blocksize", 0));
   KILN_ASSIGN(mode, ctx.stringAttr("mode", "DCR"));
   if (b <= 0) return ctx.error("blocksize must be positive");
-  if (x->type().rank() != 4 || !x->type().isStatic()) return ctx.error("expects a static 4-d input, got " + x->type().str());
+  if (x->type().rank() != 4 || !x->type().isStatic())
+    return ctx.error("expects a static 4-d input, got " + x->type().str());
   const auto dims = staticDims(x->type().shape);
   const int64_t n = dims[0], c = dims[1], h = dims[2], w = dims[3];
   Shape mid, out;
@@ -595,8 +593,7 @@ Status convertTrilu(NodeContext& ctx) {
   // Keep element (i, j) when j - i >= k (upper) or j - i <= k (lower).
   DenseTensor mask = DenseTensor::zeros(TensorType{DType::Bool, staticShape({rows.size, cols.size})});
   for (int64_t i = 0; i < rows.size; ++i)
-    for (int64_t j = 0; j < cols.size; ++j)
-      mask.setInt(i * cols.size + j, upper ? (j - i >= k) : (j - i <= k));
+    for (int64_t j = 0; j < cols.size; ++j) mask.setInt(i * cols.size + j, upper ? (j - i >= k) : (j - i <= k));
   return setOutput0(ctx, ctx.emit(OpKind::Select, {ctx.constant(std::move(mask)), x, ctx.scalar(x->type().dtype, 0)}));
 }
 
@@ -606,16 +603,17 @@ Status convertEyeLike(NodeContext& ctx) {
   DType dtype = x->type().dtype;
   if (const onnx::AttributeProto* a = ctx.attribute("dtype")) {
     static const std::pair<int, DType> kTypes[] = {
-        {onnx::TensorProto::FLOAT, DType::F32}, {onnx::TensorProto::DOUBLE, DType::F64},
+        {onnx::TensorProto::FLOAT, DType::F32},   {onnx::TensorProto::DOUBLE, DType::F64},
         {onnx::TensorProto::FLOAT16, DType::F16}, {onnx::TensorProto::INT64, DType::I64},
-        {onnx::TensorProto::INT32, DType::I32}, {onnx::TensorProto::INT16, DType::I16},
-        {onnx::TensorProto::INT8, DType::I8}, {onnx::TensorProto::UINT8, DType::U8},
+        {onnx::TensorProto::INT32, DType::I32},   {onnx::TensorProto::INT16, DType::I16},
+        {onnx::TensorProto::INT8, DType::I8},     {onnx::TensorProto::UINT8, DType::U8},
         {onnx::TensorProto::BOOL, DType::Bool}};
     auto it = std::find_if(std::begin(kTypes), std::end(kTypes), [&](auto& p) { return p.first == a->i(); });
     if (it == std::end(kTypes)) return ctx.error("dtype " + std::to_string(a->i()) + " is not supported");
     dtype = it->second;
   }
-  if (x->type().rank() != 2 || !x->type().isStatic()) return ctx.error("expects a static 2-d input, got " + x->type().str());
+  if (x->type().rank() != 2 || !x->type().isStatic())
+    return ctx.error("expects a static 2-d input, got " + x->type().str());
   const auto dims = staticDims(x->type().shape);
   DenseTensor eye = DenseTensor::zeros(TensorType{dtype, x->type().shape});
   for (int64_t i = 0; i < dims[0]; ++i)
@@ -662,7 +660,8 @@ Expected<Value*> linearIndex(NodeContext& ctx, Value* indices, const std::vector
   const int64_t k = static_cast<int64_t>(dims.size());
   KILN_ASSIGN(idx, castTo(ctx, indices, DType::I64));
   std::vector<int64_t> strides(dims.size(), 1);
-  for (int64_t j = k - 2; j >= 0; --j) strides[static_cast<size_t>(j)] = strides[static_cast<size_t>(j + 1)] * dims[static_cast<size_t>(j + 1)];
+  for (int64_t j = k - 2; j >= 0; --j)
+    strides[static_cast<size_t>(j)] = strides[static_cast<size_t>(j + 1)] * dims[static_cast<size_t>(j + 1)];
   KILN_ASSIGN(negative, ctx.emit(OpKind::Lt, {idx, ctx.scalar(DType::I64, 0)}));
   KILN_ASSIGN(wrapped, ctx.emit(OpKind::Add, {idx, ctx.constant(int64Vector(dims))}));
   KILN_ASSIGN(norm, ctx.emit(OpKind::Select, {negative, wrapped, idx}));
@@ -682,11 +681,14 @@ Status convertGatherND(NodeContext& ctx) {
   const auto d = staticDims(data->type().shape);
   const auto q = staticDims(indices->type().shape);
   const int64_t r = static_cast<int64_t>(d.size()), qr = static_cast<int64_t>(q.size());
-  if (qr < 1 || batch < 0 || batch >= std::min(r, qr)) return ctx.error("batch_dims " + std::to_string(batch) + " is out of range");
+  if (qr < 1 || batch < 0 || batch >= std::min(r, qr))
+    return ctx.error("batch_dims " + std::to_string(batch) + " is out of range");
   const int64_t k = q.back();
-  if (k < 1 || batch + k > r) return ctx.error("index tuples of length " + std::to_string(k) + " do not fit " + data->type().str());
+  if (k < 1 || batch + k > r)
+    return ctx.error("index tuples of length " + std::to_string(k) + " do not fit " + data->type().str());
   for (int64_t i = 0; i < batch; ++i)
-    if (d[static_cast<size_t>(i)] != q[static_cast<size_t>(i)]) return ctx.error("batch dims of data and indices differ");
+    if (d[static_cast<size_t>(i)] != q[static_cast<size_t>(i)])
+      return ctx.error("batch dims of data and indices differ");
   std::vector<int64_t> indexed(d.begin() + batch, d.begin() + batch + k);
   KILN_ASSIGN(lin, linearIndex(ctx, indices, indexed));
   int64_t inner = 1, batches = 1;
@@ -723,7 +725,8 @@ Status convertScatterND(NodeContext& ctx) {
   const auto q = staticDims(indices->type().shape);
   if (q.empty()) return ctx.error("indices must have at least one dim");
   const int64_t k = q.back();
-  if (k < 1 || k > static_cast<int64_t>(d.size())) return ctx.error("index tuples of length " + std::to_string(k) + " do not fit " + data->type().str());
+  if (k < 1 || k > static_cast<int64_t>(d.size()))
+    return ctx.error("index tuples of length " + std::to_string(k) + " do not fit " + data->type().str());
   std::vector<int64_t> indexed(d.begin(), d.begin() + k);
   KILN_ASSIGN(lin, linearIndex(ctx, indices, indexed));
   int64_t rows = 1, rest = 1, n = 1;
@@ -761,7 +764,8 @@ Status convertCompress(NodeContext& ctx) {
     if (dim.isStatic() && i >= dim.size) return ctx.error("condition is longer than the compressed axis");
     kept.push_back(i);
   }
-  return setOutput0(ctx, ctx.emit(OpKind::Gather, {data, ctx.constant(int64Vector(kept))}, {{"axis", Attribute(axis)}}));
+  return setOutput0(ctx,
+                    ctx.emit(OpKind::Gather, {data, ctx.constant(int64Vector(kept))}, {{"axis", Attribute(axis)}}));
 }
 
 /// ReverseSequence with lengths known at import time: a gather_elements
@@ -791,8 +795,8 @@ Status convertReverseSequence(NodeContext& ctx) {
       pos[static_cast<size_t>(d)] = 0;
     }
   }
-  return setOutput0(ctx, ctx.emit(OpKind::GatherElements, {x, ctx.constant(std::move(index))},
-                                  {{"axis", Attribute(timeAxis)}}));
+  return setOutput0(
+      ctx, ctx.emit(OpKind::GatherElements, {x, ctx.constant(std::move(index))}, {{"axis", Attribute(timeAxis)}}));
 }
 
 constexpr OpConverter kConverters[] = {

@@ -220,11 +220,16 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (arg == "--data") dataDir = value();
-    else if (arg == "--expected") expectedFile = value();
-    else if (arg == "--write-passing") writeFile = value();
-    else if (arg == "--filter") filter = value();
-    else return usage();
+    if (arg == "--data")
+      dataDir = value();
+    else if (arg == "--expected")
+      expectedFile = value();
+    else if (arg == "--write-passing")
+      writeFile = value();
+    else if (arg == "--filter")
+      filter = value();
+    else
+      return usage();
   }
   if (!fs::is_directory(dataDir)) {
     std::cerr << "kiln-conformance: no test data at " << dataDir << " (install libonnx-testdata)\n";

@@ -29,8 +29,8 @@ onnx::ModelProto makeModel(int64_t opset) {
 
 /// Adds a tensor ValueInfo; a dim of -1 is unknown, a dim given in
 /// `params` (by position) is symbolic.
-void addValueInfo(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list, const std::string& name,
-                  int elemType, std::vector<int64_t> dims, std::map<size_t, std::string> params = {}) {
+void addValueInfo(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list, const std::string& name, int elemType,
+                  std::vector<int64_t> dims, std::map<size_t, std::string> params = {}) {
   auto* v = list->Add();
   v->set_name(name);
   auto* t = v->mutable_type()->mutable_tensor_type();
@@ -529,8 +529,7 @@ TEST(OnnxImporter, ExternalDataInsideTheFolderIsReadOutsideRefused) {
   EXPECT_NE(errorOf(importModel(externalModel("../secret.bin"), dir)).find("contains '..'"), std::string::npos);
   EXPECT_NE(errorOf(importModel(externalModel((root / "secret.bin").string()), dir)).find("is absolute"),
             std::string::npos);
-  EXPECT_NE(errorOf(importModel(externalModel("link.bin"), dir)).find("outside the model's folder"),
-            std::string::npos);
+  EXPECT_NE(errorOf(importModel(externalModel("link.bin"), dir)).find("outside the model's folder"), std::string::npos);
   EXPECT_NE(errorOf(importModel(externalModel("weights/missing.bin"), dir)).find("not a regular file"),
             std::string::npos);
   // Without a folder (bytes from memory) external data is refused.
