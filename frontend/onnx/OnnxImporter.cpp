@@ -42,6 +42,8 @@ constexpr int64_t kMaxDim = int64_t{1} << 40;
 constexpr int64_t kMaxElements = int64_t{1} << 40;
 /// Ops on constants whose results are larger are left in the graph.
 constexpr int64_t kMaxFoldedElements = int64_t{1} << 20;
+/// ... and so are ops whose constant operands hold more elements in all.
+constexpr int64_t kMaxFoldedOperandElements = int64_t{1} << 22;
 
 std::string inQuotes(std::string_view s) { return "'" + std::string(s) + "'"; }
 
@@ -584,6 +586,11 @@ Expected<std::vector<Value*>> NodeContextImpl::emitMulti(OpKind kind, std::vecto
     }
     constants.push_back(&def->getTensor("value"));
   }
+  // Bound the work too: a contraction of large constants may have a small
+  // result but cost far more than an import should.
+  int64_t operandElements = 0;
+  for (const DenseTensor* t : constants) operandElements += t->numElements();
+  if (operandElements > kMaxFoldedOperandElements) foldable = false;
   for (size_t r = 0; foldable && r < op->numResults(); ++r) {
     const TensorType& t = op->result(r)->type();
     if (t.isStatic() && numElements(t.shape) > kMaxFoldedElements) foldable = false;
