@@ -10,6 +10,7 @@
 #include <cctype>
 
 #include "frontend/KilnFormat.h"
+#include "frontend/onnx/OnnxExporter.h"
 #include "frontend/onnx/OnnxImporter.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
@@ -98,8 +99,7 @@ Status saveModel(const Module& module, const std::string& path) {
   if (module.functions().empty()) return Error("cannot write '" + path + "': the module holds no function");
   switch (*format) {
     case ModelFormat::Onnx:
-      return Error("cannot write '" + path +
-                   "': writing ONNX is not available yet in this build (write .kiln, .kiln.txt or .kir instead)");
+      return writeOnnxModel(module, path);
     case ModelFormat::Kiln:
     case ModelFormat::KilnText:
       return writeKilnModel(module, path);

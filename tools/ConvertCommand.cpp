@@ -1,0 +1,82 @@
+// `kiln convert IN -o OUT`: translates a model between the formats Kiln
+// reads and writes, chosen by the file extensions (frontend/Model.h), or
+// prints its Kiln IR with --emit=ir. The output is written atomically, so a
+// failed conversion never leaves a partial OUT behind.
+#include <iostream>
+
+#include "frontend/Model.h"
+#include "ir/Printer.h"
+#include "ir/Verifier.h"
+#include "runtime/Interpreter.h"
+#include "tools/KilnCommands.h"
+
+namespace kiln::cli {
+
+namespace {
+
+constexpr std::string_view kName = "convert";
+
+constexpr OptionSpec kOptions[] = {
+    {"--output", "OUT", "the file to write; its extension picks the format", false, "-o"},
+    {"--emit", "ir", "print the model as Kiln IR text on stdout instead of writing a file"},
+    {"--help", "", "show this help", false, "-h"},
+};
+
+int run(const ParsedArgs& args) {
+  const auto& positionals = args.positionals();
+  if (positionals.size() != 1)
+    return usageError(kName, positionals.empty() ? "missing the input MODEL"
+                                                 : "expected one input MODEL, got '" + positionals[1] +
+                                                       "' as well (the output is given with -o OUT)");
+  const std::string* emit = args.get("--emit");
+  const std::string* out = args.get("--output");
+  if (emit && *emit != "ir") return usageError(kName, "unknown --emit kind '" + *emit + "' (valid: ir)");
+  if (emit && out) return usageError(kName, "--emit=ir prints to stdout; use -o OUT.kir to write Kiln IR to a file");
+  if (!emit && !out) return usageError(kName, "missing -o OUT (or --emit=ir to print the IR)");
+  if (out) {
+    // Check the output's format before the (possibly long) import.
+    if (auto format = modelFormatOf(*out); !format) {
+      reportError(kName, format.takeError());
+      return kExitError;
+    }
+  }
+
+  static const InterpreterEvaluator evaluator;
+  LoadOptions options;
+  options.evaluator = &evaluator;
+  auto module = loadModel(positionals[0], options);
+  if (!module) {
+    reportError(kName, module.takeError());
+    return kExitError;
+  }
+  if (Status s = verify(**module); !s) {
+    reportError(kName, s.takeError());
+    return kExitError;
+  }
+  if (emit) {
+    print(**module, std::cout);
+    return kExitOk;
+  }
+  if (Status s = saveModel(**module, *out); !s) {
+    reportError(kName, s.takeError());
+    return kExitError;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+const Command& convertCommand() {
+  static const Command command{
+      kName,
+      "convert a model between .onnx, .kiln, .kiln.txt and .kir",
+      "MODEL -o OUT | MODEL --emit=ir",
+      "Reads MODEL and writes it to OUT in the format OUT's extension names (.kiln binary protobuf,\n"
+      ".kiln.txt text protobuf, .kir Kiln IR, .onnx). --emit=ir prints the Kiln IR instead.",
+      kOptions,
+      &run,
+  };
+  return command;
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,36 @@
+// The subcommands of the `kiln` tool, one file each (RunCommand.cpp,
+// CheckCommand.cpp, ConvertCommand.cpp), and what they share: the table
+// that kiln.cpp dispatches on and prints in --help, and error reporting.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "ir/Support.h"
+#include "tools/CommandLine.h"
+
+namespace kiln::cli {
+
+/// One `kiln` subcommand: its name, a one-line summary, its usage line and
+/// options (the help text comes from these), and its entry point.
+struct Command {
+  std::string_view name;
+  std::string_view summary;
+  std::string_view usage;        // after "usage: kiln NAME "
+  std::string_view description;  // a paragraph printed in --help
+  std::span<const OptionSpec> options;
+  int (*run)(const ParsedArgs& args);
+};
+
+const Command& runCommand();
+const Command& checkCommand();
+const Command& convertCommand();
+
+/// Prints `error` to stderr as `kiln <command>: error: message`, or with
+/// the error's own location (`file:line:col: error: ...`) when it has one.
+void reportError(std::string_view command, const Error& error);
+/// A usage error: the message and a pointer to --help; returns kExitUsage.
+int usageError(std::string_view command, const std::string& message);
+
+}  // namespace kiln::cli

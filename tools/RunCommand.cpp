@@ -1,0 +1,396 @@
+// `kiln run`: loads a model, binds its inputs by name from .npy files, runs
+// it on the reference interpreter and writes or prints its outputs; with
+// --bench it times repeated runs instead. Every input is checked against
+// the model's signature before anything runs, and all problems with the
+// inputs are reported together, each naming the input and the type it
+// expects, because a user fixing one mistake at a time would otherwise run
+// the tool once per input.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "frontend/Model.h"
+#include "ir/Verifier.h"
+#include "passes/PassManager.h"
+#include "runtime/Interpreter.h"
+#include "runtime/Npy.h"
+#include "tools/KilnCommands.h"
+#include "tools/TensorPrinter.h"
+
+namespace kiln::cli {
+
+namespace {
+
+constexpr std::string_view kName = "run";
+
+constexpr OptionSpec kOptions[] = {
+    {"--input", "NAME=FILE.npy", "bind the model input NAME to the array in FILE.npy", true},
+    {"--output-dir", "DIR", "write each output to DIR/<output name>.npy instead of printing it"},
+    {"--device", "cpu|cuda|auto", "where to run (default: cpu); cuda never falls back to the CPU"},
+    {"--bench", "N", "after warm-up runs, time N runs and print the median, min and max in ms"},
+    {"--warmup", "N", "untimed runs before the timed ones of --bench (default: 1)"},
+    {"--json", "", "with --bench: print the timings as one JSON object"},
+    {"--interpret", "", "run on the reference interpreter (the only backend of this build)"},
+    {"--help", "", "show this help", false, "-h"},
+};
+
+/// The NumPy name of a dtype, for advice on converting an input.
+std::string_view numpyName(DType dtype) {
+  switch (dtype) {
+    case DType::F64:
+      return "float64";
+    case DType::F32:
+      return "float32";
+    case DType::F16:
+      return "float16";
+    case DType::BF16:
+      return "bfloat16 (not a NumPy dtype)";
+    case DType::I64:
+      return "int64";
+    case DType::I32:
+      return "int32";
+    case DType::I16:
+      return "int16";
+    case DType::I8:
+      return "int8";
+    case DType::U8:
+      return "uint8";
+    case DType::Bool:
+      return "bool";
+  }
+  return "?";
+}
+
+/// The name a caller knows argument `i` of `f` by.
+std::string inputName(const Function& f, size_t i) {
+  const std::string& name = f.argument(i)->name();
+  return name.empty() ? "#" + std::to_string(i) : name;
+}
+
+/// The name result `i` of `f` is written and printed under.
+std::string outputName(const Function& f, size_t i) {
+  const std::string& name = f.resultName(i);
+  return name.empty() ? "output_" + std::to_string(i) : name;
+}
+
+std::string describeInputs(const Function& f) {
+  std::string list;
+  for (size_t i = 0; i < f.numArguments(); ++i) {
+    list += (i ? ", " : "") + inputName(f, i) + " (" + f.argument(i)->type().str() +
+            (f.argumentDefault(i) ? ", optional" : "") + ")";
+  }
+  return list.empty() ? "none" : list;
+}
+
+/// Symbolic dims bound so far: symbol -> (size, the input that fixed it).
+using SymbolBindings = std::map<std::string, std::pair<int64_t, std::string>, std::less<>>;
+
+/// Checks a tensor for input `name` against the argument type `expected`,
+/// binding its symbolic dims. Returns a message, or nullopt when it fits.
+std::optional<std::string> checkInput(const std::string& name, const TensorType& expected, const Tensor& actual,
+                                      const std::string& source, SymbolBindings& symbols) {
+  const std::string head =
+      "input '" + name + "' expects " + expected.str() + ", got " + actual.type().str() + " " + source;
+  if (actual.dtype() != expected.dtype) {
+    if (expected.dtype == DType::BF16) return head;
+    return head + " (convert it with .astype(numpy." + std::string(numpyName(expected.dtype)) + "))";
+  }
+  if (actual.rank() != expected.rank())
+    return head + " (rank " + std::to_string(actual.rank()) + ", expected rank " + std::to_string(expected.rank()) +
+           ")";
+  for (int64_t d = 0; d < expected.rank(); ++d) {
+    const Dim& dim = expected.shape[d];
+    const int64_t size = actual.shape()[d];
+    if (dim.isStatic() && dim.size != size)
+      return head + " (dim " + std::to_string(d) + " must be " + std::to_string(dim.size) + ")";
+    if (!dim.isSymbolic()) continue;
+    auto [it, inserted] = symbols.emplace(dim.symbol, std::make_pair(size, name));
+    if (!inserted && it->second.first != size)
+      return head + " (" + dim.symbol + " is " + std::to_string(it->second.first) + " from input '" +
+             it->second.second + "')";
+  }
+  return std::nullopt;
+}
+
+/// One tensor per argument of `f`, from the --input files and the
+/// arguments' defaults; every problem is printed, then nullopt returned.
+std::optional<std::vector<Tensor>> bindInputs(const Function& f,
+                                              const std::vector<std::pair<std::string, std::string>>& given) {
+  std::vector<std::string> problems;
+  std::map<std::string, std::string, std::less<>> files(given.begin(), given.end());
+  std::set<std::string, std::less<>> known;
+  for (size_t i = 0; i < f.numArguments(); ++i) known.insert(inputName(f, i));
+  for (const auto& [name, file] : given)
+    if (!known.count(name))
+      problems.push_back("unknown input '" + name + "'; the model's inputs are: " + describeInputs(f));
+
+  std::vector<Tensor> inputs(f.numArguments());
+  SymbolBindings symbols;
+  for (size_t i = 0; i < f.numArguments(); ++i) {
+    const std::string name = inputName(f, i);
+    const TensorType& expected = f.argument(i)->type();
+    std::string source;
+    if (auto it = files.find(name); it != files.end()) {
+      auto tensor = readNpy(it->second);
+      if (!tensor) {
+        problems.push_back("input '" + name + "': " + tensor.error().message());
+        continue;
+      }
+      inputs[i] = std::move(*tensor);
+      source = "from '" + it->second + "'";
+    } else if (const DenseTensor* dflt = f.argumentDefault(i)) {
+      inputs[i] = Tensor::fromDense(*dflt);
+      source = "from its default";
+    } else {
+      problems.push_back("missing input '" + name + "' (expects " + expected.str() + "); pass --input " + name +
+                         "=FILE.npy");
+      continue;
+    }
+    if (auto problem = checkInput(name, expected, inputs[i], source, symbols)) problems.push_back(*problem);
+  }
+  if (problems.empty()) return inputs;
+  for (const std::string& p : problems) reportError(kName, Error(p));
+  return std::nullopt;
+}
+
+/// The file name for output `name`: path separators and control characters
+/// become '_', so that an output can never be written outside DIR.
+Expected<std::string> outputFileName(const std::string& name) {
+  if (name == "." || name == "..")
+    return Error("output '" + name + "' is refused as a file name: '.' and '..' name folders, not outputs");
+  if (name.size() > 200) return Error("output name '" + name.substr(0, 40) + "...' is too long for a file name");
+  std::string file;
+  for (char c : name) {
+    const auto u = static_cast<unsigned char>(c);
+    file += (c == '/' || c == '\\' || u < 0x20 || u == 0x7f) ? '_' : c;
+  }
+  return file + ".npy";
+}
+
+/// Writes every output to `dir`. All files are serialized and named first,
+/// so that a problem with any output (a bf16 tensor, two names mapping to
+/// one file) writes nothing; each file is then written atomically.
+int writeOutputs(const Function& f, const std::vector<Tensor>& outputs, const std::string& dir) {
+  std::vector<std::pair<std::filesystem::path, std::string>> files;
+  std::map<std::string, std::string> owner;  // file name -> output name
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const std::string name = outputName(f, i);
+    auto file = outputFileName(name);
+    if (!file) {
+      reportError(kName, file.takeError());
+      return kExitError;
+    }
+    if (auto [it, inserted] = owner.emplace(*file, name); !inserted) {
+      reportError(kName,
+                  Error("outputs '" + it->second + "' and '" + name + "' would both be written to '" + *file + "'"));
+      return kExitError;
+    }
+    if (*file != name + ".npy")
+      std::cerr << "kiln run: note: output '" << name << "' is written to '" << *file << "'\n";
+    auto bytes = serializeNpy(outputs[i]);
+    if (!bytes) {
+      reportError(kName, Error("output '" + name + "': " + bytes.error().message()));
+      return kExitError;
+    }
+    files.emplace_back(std::filesystem::path(dir) / *file, std::move(*bytes));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir)) {
+    reportError(kName, Error("cannot create the output folder '" + dir +
+                             "': " + (ec ? ec.message() : std::string("a file of that name exists"))));
+    return kExitError;
+  }
+  for (const auto& [path, bytes] : files) {
+    if (Status s = writeFileAtomically(path.string(), bytes); !s) {
+      reportError(kName, s.takeError());
+      return kExitError;
+    }
+  }
+  return kExitOk;
+}
+
+void printOutputs(const Function& f, const std::vector<Tensor>& outputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (i) std::cout << "\n";
+    std::cout << outputName(f, i) << ": " << outputs[i].type().str() << "\n" << formatTensor(outputs[i]) << "\n";
+  }
+}
+
+std::string jsonString(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string millis(double ms) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.4f", ms);
+  return buf;
+}
+
+/// Runs `f` `warmup` times untimed, then `runs` times timed; prints the
+/// statistics. `last` receives the outputs of the final run.
+int bench(const Function& f, const std::vector<Tensor>& inputs, int64_t warmup, int64_t runs, bool json,
+          const std::string& model, std::vector<Tensor>& last) {
+  std::vector<double> times;
+  for (int64_t k = 0; k < warmup + runs; ++k) {
+    std::vector<Tensor> copy = inputs;  // the interpreter consumes its inputs; copying is not timed
+    auto start = std::chrono::steady_clock::now();
+    auto outputs = interpret(f, std::move(copy));
+    auto stop = std::chrono::steady_clock::now();
+    if (!outputs) {
+      reportError(kName, outputs.takeError());
+      return kExitError;
+    }
+    if (k >= warmup) times.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
+    last = std::move(*outputs);
+  }
+  std::sort(times.begin(), times.end());
+  const size_t n = times.size();
+  const double median = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+  if (json) {
+    std::cout << "{\"model\": " << jsonString(model) << ", \"device\": \"cpu\", \"runs\": " << n
+              << ", \"median_ms\": " << millis(median) << ", \"min_ms\": " << millis(times.front())
+              << ", \"max_ms\": " << millis(times.back()) << "}\n";
+  } else {
+    std::cout << "median " << millis(median) << " ms, min " << millis(times.front()) << " ms, max "
+              << millis(times.back()) << " ms (" << n << " runs)\n";
+  }
+  return kExitOk;
+}
+
+int run(const ParsedArgs& args) {
+  const auto& positionals = args.positionals();
+  if (positionals.empty()) return usageError(kName, "missing the MODEL to run");
+  if (positionals.size() > 1)
+    return usageError(
+        kName, "unexpected argument '" + positionals[1] + "': inputs are bound by name, with --input NAME=FILE.npy");
+  const std::string& modelPath = positionals[0];
+
+  const std::string device = args.get("--device") ? *args.get("--device") : "cpu";
+  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
+    reportError(kName, Error("--device " + device +
+                             ": CUDA is not supported by this build yet (it has no CUDA backend), and Kiln never "
+                             "falls back to the CPU on its own; use --device cpu"));
+    return kExitError;
+  }
+  if (device == "auto") {
+    std::cerr << "kiln run: --device auto chose cpu (this build has no CUDA backend)\n";
+  } else if (device != "cpu") {
+    return usageError(kName, "unknown device '" + device + "' (valid devices: cpu, cuda, auto)");
+  }
+
+  std::optional<int64_t> benchRuns;
+  int64_t warmup = 1;
+  if (const std::string* n = args.get("--bench")) {
+    auto value = parseInteger(*n, "--bench", 1, 1000000);
+    if (!value) return usageError(kName, value.error().message());
+    benchRuns = *value;
+  }
+  if (const std::string* n = args.get("--warmup")) {
+    if (!benchRuns) return usageError(kName, "--warmup only applies with --bench N");
+    auto value = parseInteger(*n, "--warmup", 0, 1000000);
+    if (!value) return usageError(kName, value.error().message());
+    warmup = *value;
+  }
+  if (args.has("--json") && !benchRuns) return usageError(kName, "--json only applies with --bench N");
+  if (const std::string* dir = args.get("--output-dir"); dir && dir->empty())
+    return usageError(kName, "--output-dir needs a folder name");
+
+  std::vector<std::pair<std::string, std::string>> given;
+  for (const std::string& binding : args.all("--input")) {
+    const size_t eq = binding.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == binding.size())
+      return usageError(kName, "--input expects NAME=FILE.npy, got '" + binding + "'");
+    std::string name = binding.substr(0, eq);
+    for (const auto& g : given)
+      if (g.first == name) return usageError(kName, "input '" + name + "' is given more than once");
+    given.emplace_back(std::move(name), binding.substr(eq + 1));
+  }
+
+  static const InterpreterEvaluator evaluator;
+  LoadOptions loadOptions;
+  loadOptions.evaluator = &evaluator;
+  auto module = loadModel(modelPath, loadOptions);
+  if (!module) {
+    reportError(kName, module.takeError());
+    return kExitError;
+  }
+  if ((*module)->functions().empty()) {
+    reportError(kName, Error(modelPath + ": the model holds no function to run"));
+    return kExitError;
+  }
+  // Shapes are refined once before running, so that the interpreter sees
+  // the same types every later backend will compile.
+  PassContext ctx;
+  ctx.evaluator = &evaluator;
+  PassManager pm({}, ctx);
+  if (Status s = verify(**module); !s) {
+    reportError(kName, s.takeError());
+    return kExitError;
+  }
+  if (Status s = pm.addPipeline("infer-shapes"); !s) {
+    reportError(kName, s.takeError());
+    return kExitError;
+  }
+  if (Status s = pm.run(**module, std::cerr); !s) {
+    reportError(kName, s.takeError());
+    return kExitError;
+  }
+  const Function& f = *(*module)->functions().front();
+
+  auto inputs = bindInputs(f, given);
+  if (!inputs) return kExitError;
+
+  std::vector<Tensor> outputs;
+  if (benchRuns) {
+    if (int rc = bench(f, *inputs, warmup, *benchRuns, args.has("--json"), modelPath, outputs)) return rc;
+    const std::string* dir = args.get("--output-dir");
+    return dir ? writeOutputs(f, outputs, *dir) : kExitOk;
+  }
+  auto result = interpret(f, std::move(*inputs));
+  if (!result) {
+    reportError(kName, result.takeError());
+    return kExitError;
+  }
+  if (const std::string* dir = args.get("--output-dir")) return writeOutputs(f, *result, *dir);
+  printOutputs(f, *result);
+  return kExitOk;
+}
+
+}  // namespace
+
+const Command& runCommand() {
+  static const Command command{
+      kName,
+      "run a model on inputs from .npy files",
+      "MODEL [--input NAME=FILE.npy]... [--output-dir DIR] [--device cpu|cuda|auto] [--bench N [--json]]",
+      "Runs MODEL (.onnx, .kiln, .kiln.txt or .kir) on the reference interpreter. Inputs are bound by name;\n"
+      "inputs that have a default (ONNX initializers) may be left out. Without --output-dir each output is\n"
+      "printed like NumPy prints arrays; with it, written to DIR/<output name>.npy. --bench N prints\n"
+      "`median X ms, min Y ms, max Z ms (N runs)` instead of the outputs.",
+      kOptions,
+      &run,
+  };
+  return command;
+}
+
+}  // namespace kiln::cli
