@@ -934,6 +934,17 @@ Expected<std::unique_ptr<Module>> parseKilnModel(std::string_view bytes, bool te
     parser.RecordErrorsTo(&errors);
     parser.SetRecursionLimit(32);
     if (!parser.Parse(&input, &model)) {
+      // A model from a newer Kiln may fail only because of fields this
+      // version does not know; say that rather than name the field.
+      proto::Model lenient;
+      google::protobuf::io::ArrayInputStream again(bytes.data(), static_cast<int>(bytes.size()));
+      google::protobuf::TextFormat::Parser tolerant;
+      FirstErrorCollector ignored(file);
+      tolerant.RecordErrorsTo(&ignored);
+      tolerant.SetRecursionLimit(32);
+      tolerant.AllowUnknownField(true);
+      if (tolerant.Parse(&again, &lenient) && lenient.format_version() > kFormatVersion)
+        return ModelReader(file, baseDir).read(lenient);
       if (errors.error) return Error("malformed text model: " + errors.error->message(), errors.error->location());
       return Error(file + ": malformed text model");
     }

@@ -353,6 +353,10 @@ TEST(KilnFormatTest, MalformedFilesAreOneLineErrors) {
   EXPECT_EQ(textError("format_version: 2 graph { name: \"g\" }"),
             "error: m.kiln.txt: format_version 2 is newer than this Kiln reads (1); upgrade Kiln or write the model "
             "with format_version 1");
+  // A newer model is refused for its version, not for the fields it adds.
+  EXPECT_EQ(textError("format_version: 3 graph { name: \"g\" quantization { bits: 4 } }"),
+            "error: m.kiln.txt: format_version 3 is newer than this Kiln reads (1); upgrade Kiln or write the model "
+            "with format_version 1");
   EXPECT_EQ(textError("format_version: 1"), "error: m.kiln.txt: the model has no graph");
   // The text parser lets any bytes into a string; names must be UTF-8 as in
   // binary models, or the model could not be written back.
