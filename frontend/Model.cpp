@@ -93,6 +93,36 @@ Expected<std::unique_ptr<Module>> loadModel(const std::string& path, const LoadO
   return Error("unhandled model format for '" + path + "'");
 }
 
+Expected<SpecializedModel> loadModelForInputs(const std::string& path, const LoadOptions& options,
+                                              const std::map<std::string, DenseTensor>& inputs) {
+  LoadOptions specialized = options;
+  for (const auto& [name, tensor] : inputs) specialized.inputShapes[name] = staticDims(tensor.type.shape);
+  auto format = modelFormatOf(path);
+  if (!format) return format.takeError();
+  if (*format != ModelFormat::Onnx) {
+    auto module = loadModel(path, specialized);
+    if (!module) return module.takeError();
+    return SpecializedModel{std::move(*module), {}};
+  }
+  auto generic = importOnnx(path, specialized);
+  if (generic) return SpecializedModel{std::move(*generic), {}};
+
+  // Shape-like inputs: what a Reshape, Expand, Slice or OneHot may read its
+  // shape, bounds or depth from.
+  constexpr int64_t kMaxFrozenElements = 64;
+  std::map<std::string, DenseTensor> frozen;
+  for (const auto& [name, t] : inputs)
+    if (t.type.dtype == DType::I64 || t.type.dtype == DType::I32 ||
+        (t.type.rank() <= 1 && t.numElements() <= kMaxFrozenElements))
+      frozen[name] = t;
+  if (frozen.empty()) return generic.takeError();
+  auto again = importOnnx(path, specialized, frozen);
+  if (!again) return generic.takeError();
+  SpecializedModel result{std::move(*again), {}};
+  for (const auto& [name, t] : frozen) result.frozenInputs.push_back(name);
+  return result;
+}
+
 Status saveModel(const Module& module, const std::string& path) {
   auto format = modelFormatOf(path);
   if (!format) return format.takeError();

@@ -13,8 +13,10 @@
 // the graph outputs (named by the output names), weights are `constant` ops.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "ir/Evaluator.h"
@@ -34,11 +36,34 @@ struct LoadOptions {
   /// such as Shape -> Gather -> Concat -> Reshape fold to constants). May be
   /// null: then nothing is folded and such models may fail to import.
   const OpEvaluator* evaluator = nullptr;
+  /// Static shapes for graph inputs, from the tensors a caller will bind:
+  /// the ONNX importer specializes the model to them, so that shapes PyTorch
+  /// computes from a dynamic batch (Shape -> Gather -> Reshape) fold. An
+  /// input whose declared type does not admit the shape keeps its declared
+  /// type (binding the tensor then reports the mismatch).
+  std::map<std::string, std::vector<int64_t>> inputShapes;
 };
 
 /// Reads the model at `path`. Errors name the file and, where there is one,
 /// the node; a model that uses unsupported ops fails with all of them listed.
 Expected<std::unique_ptr<Module>> loadModel(const std::string& path, const LoadOptions& options = {});
+
+/// A model specialized to the inputs it will run on.
+struct SpecializedModel {
+  std::unique_ptr<Module> module;
+  /// Inputs fixed as constants at import time (no longer arguments).
+  std::vector<std::string> frozenInputs;
+};
+
+/// Loads `path` for running on `inputs` (by graph input name): with their
+/// shapes as LoadOptions::inputShapes, and, when an ONNX model computes
+/// shapes from input values (a Reshape's shape fed by a graph input), again
+/// with its shape-like inputs (integer tensors, and scalars and vectors of at
+/// most 64 elements) fixed as constants. Kiln compiles static shapes, so this
+/// is what running such a model means; the error of the first attempt is
+/// returned when the second fails too.
+Expected<SpecializedModel> loadModelForInputs(const std::string& path, const LoadOptions& options,
+                                              const std::map<std::string, DenseTensor>& inputs);
 
 /// Writes `module`'s first function to `path` in the format its extension
 /// names. The file is written atomically: on error nothing is left behind and

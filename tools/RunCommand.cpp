@@ -329,12 +329,23 @@ int run(const ParsedArgs& args) {
   static const InterpreterEvaluator evaluator;
   LoadOptions loadOptions;
   loadOptions.evaluator = &evaluator;
-  auto module = loadModel(modelPath, loadOptions);
-  if (!module) {
-    reportError(kName, module.takeError());
+  // The model is specialized to the inputs it runs on (docs/cli.md): their
+  // shapes, and for ONNX models that compute shapes from input values, those
+  // values. Files that do not read are reported by bindInputs below.
+  std::map<std::string, DenseTensor> givenTensors;
+  for (const auto& [name, file] : given)
+    if (auto tensor = readNpy(file)) givenTensors[name] = tensor->toDense();
+  auto specialized = loadModelForInputs(modelPath, loadOptions, givenTensors);
+  if (!specialized) {
+    reportError(kName, specialized.takeError());
     return kExitError;
   }
-  if ((*module)->functions().empty()) {
+  auto module = std::move(specialized->module);
+  for (const std::string& name : specialized->frozenInputs) {
+    std::cerr << "kiln run: note: input '" << name << "' is fixed at import time (the model computes shapes from it)\n";
+    std::erase_if(given, [&](const auto& g) { return g.first == name; });
+  }
+  if (module->functions().empty()) {
     reportError(kName, Error(modelPath + ": the model holds no function to run"));
     return kExitError;
   }
@@ -343,7 +354,7 @@ int run(const ParsedArgs& args) {
   PassContext ctx;
   ctx.evaluator = &evaluator;
   PassManager pm({}, ctx);
-  if (Status s = verify(**module); !s) {
+  if (Status s = verify(*module); !s) {
     reportError(kName, s.takeError());
     return kExitError;
   }
@@ -351,11 +362,11 @@ int run(const ParsedArgs& args) {
     reportError(kName, s.takeError());
     return kExitError;
   }
-  if (Status s = pm.run(**module, std::cerr); !s) {
+  if (Status s = pm.run(*module, std::cerr); !s) {
     reportError(kName, s.takeError());
     return kExitError;
   }
-  const Function& f = *(*module)->functions().front();
+  const Function& f = *module->functions().front();
 
   auto inputs = bindInputs(f, given);
   if (!inputs) return kExitError;

@@ -645,6 +645,11 @@ Status Importer::importInputs() {
       if (init == initializers_.end()) return type.takeError();
       type = init->second->type;
     }
+    if (auto shape = options_.inputShapes.find(input.name()); shape != options_.inputShapes.end()) {
+      // Specialized to the tensor the caller will bind, where it fits.
+      TensorType bound{type->dtype, staticShape(shape->second)};
+      if (typesCompatible(bound, *type)) type = bound;
+    }
     Value* arg = f_->addArgument(*type, input.name());
     onnxNamed_.insert(arg);
     values_[input.name()] = arg;

@@ -105,7 +105,8 @@ Status convertShape(NodeContext& ctx) {
     const Dim& dim = x->type().shape[static_cast<size_t>(d)];
     if (!dim.isStatic())
       return ctx.error("dim " + std::to_string(d) + " of " + x->type().str() +
-                       " is only known at run time; Kiln compiles static shapes");
+                       " is only known at run time; Kiln compiles static shapes (kiln run specializes a model to "
+                       "the shapes of its inputs)");
     dims.push_back(dim.size);
   }
   ctx.setOutput(0, ctx.constant(int64Vector(dims)));
@@ -115,7 +116,9 @@ Status convertShape(NodeContext& ctx) {
 Status convertSize(NodeContext& ctx) {
   KILN_INPUT(x, 0);
   if (!x->type().isStatic())
-    return ctx.error("the size of " + x->type().str() + " is only known at run time; Kiln compiles static shapes");
+    return ctx.error("the size of " + x->type().str() +
+                     " is only known at run time; Kiln compiles static shapes (kiln run specializes a model to the "
+                     "shapes of its inputs)");
   DenseTensor t = DenseTensor::zeros(TensorType{DType::I64, {}});
   t.setInt(0, numElements(x->type().shape));
   ctx.setOutput(0, ctx.constant(std::move(t)));

@@ -8,11 +8,11 @@
 // bools exactly, shapes and dtypes exactly. Cases whose graph inputs or
 // outputs are sequences, optionals, maps, strings or bfloat16 are skipped.
 //
-// Kiln compiles static shapes, so a model whose shapes are graph inputs
-// (Reshape's shape fed by input_1.pb) cannot be imported generically; such
-// a case is imported again for each data set with its shape-like inputs
-// (integer tensors, scalars and short vectors) fixed as constants
-// (importOnnx's frozenInputs), and its PASS line says so.
+// Kiln compiles static shapes, so each data set runs on the model
+// specialized to its inputs, exactly as `kiln run` does (loadModelForInputs
+// in frontend/Model.h): input shapes bound, and where the model computes
+// shapes from input values (Reshape's shape fed by input_1.pb), those
+// shape-like inputs fixed as constants; the PASS line says so.
 //
 // Prints one line per case, `PASS|FAIL|SKIP <suite>/<case>: reason`, and
 // last `N passed, M failed, K skipped`. With --expected FILE the exit status
@@ -39,8 +39,6 @@ namespace {
 
 constexpr double kRtol = 1e-3;
 constexpr double kAtol = 1e-5;
-/// The largest non-integer input the runner fixes at import time.
-constexpr int64_t kMaxFrozenElements = 64;
 const char* const kSuites[] = {"node", "pytorch-converted", "pytorch-operator", "simple"};
 
 struct Outcome {
@@ -134,7 +132,6 @@ class CaseRunner {
     LoadOptions options;
     options.evaluator = evaluator_.get();
     const std::string modelPath = (dir_ / "model.onnx").string();
-    auto generic = importOnnx(modelPath, options);
 
     std::string note;
     const auto sets = dataSets(dir_);
@@ -150,24 +147,13 @@ class CaseRunner {
       std::map<std::string, DenseTensor> byName;
       for (size_t k = 0; k < inputs->size(); ++k) byName[boundInputs_[k]] = (*inputs)[k];
 
-      std::unique_ptr<Module> specialized;
-      const Module* module = generic ? generic->get() : nullptr;
-      std::map<std::string, DenseTensor> frozen;
-      if (!generic) {
-        // Shape-like inputs fixed at import time (see the file comment):
-        // integer tensors, and scalars and short vectors of any type (a
-        // Range's float bounds, a OneHot depth, a Compress condition).
-        for (const auto& [name, t] : byName)
-          if (t.type.dtype == DType::I64 || t.type.dtype == DType::I32 ||
-              (t.type.rank() <= 1 && t.numElements() <= kMaxFrozenElements))
-            frozen[name] = t;
-        if (frozen.empty()) return {Outcome::Fail, generic.error().str()};
-        auto again = importOnnx(modelPath, options, frozen);
-        if (!again) return {Outcome::Fail, generic.error().str()};
-        specialized = std::move(*again);
-        module = specialized.get();
+      // Specialized to the data set's inputs as `kiln run` does (frontend/Model.h).
+      auto specialized = loadModelForInputs(modelPath, options, byName);
+      if (!specialized) return {Outcome::Fail, specialized.error().str()};
+      const Module* module = specialized->module.get();
+      if (!specialized->frozenInputs.empty()) {
         note = "inputs fixed at import:";
-        for (const auto& [name, t] : frozen) note += " " + name;
+        for (const std::string& name : specialized->frozenInputs) note += " " + name;
       }
       const Function& f = *module->functions().front();
       std::vector<Tensor> args;
