@@ -7,6 +7,19 @@
 
 namespace kiln::onnx_import {
 
+Status checkGeneratedSize(NodeContext& ctx, const Shape& shape, const std::string& what) {
+  int64_t count = 1;
+  for (const Dim& d : shape) {
+    if (!d.isStatic()) return ctx.error(what + " needs static dims");
+    if (d.size != 0 && count > kMaxGeneratedElements / d.size) count = kMaxGeneratedElements + 1;
+    else count *= d.size;
+  }
+  if (count > kMaxGeneratedElements)
+    return ctx.error(what + " would have more than " + std::to_string(kMaxGeneratedElements) +
+                     " elements; the shapes are too large to import");
+  return {};
+}
+
 std::vector<int64_t> tensorInts(const DenseTensor& t) {
   std::vector<int64_t> out(static_cast<size_t>(t.numElements()));
   for (int64_t i = 0; i < t.numElements(); ++i) out[static_cast<size_t>(i)] = t.getInt(i);

@@ -39,6 +39,13 @@ Expected<Value*> broadcastTo(NodeContext& ctx, Value* v, Shape shape);
 /// `v` with the given axes removed (each must be 1) or inserted.
 Expected<Value*> squeezeAxes(NodeContext& ctx, Value* v, const std::vector<int64_t>& axes);
 Expected<Value*> unsqueezeAxes(NodeContext& ctx, Value* v, const std::vector<int64_t>& axes);
+/// The most elements a converter materializes in one constant (a mask, an
+/// index table, an identity): the shapes come from the file, so a hostile
+/// model could otherwise ask for gigabytes.
+inline constexpr int64_t kMaxGeneratedElements = int64_t{1} << 24;
+/// An error naming `what` when a constant of `shape` would be larger.
+Status checkGeneratedSize(NodeContext& ctx, const Shape& shape, const std::string& what);
+
 /// Product of dims as a Dim: static when all are, else unknown.
 Dim productDim(const Shape& shape, size_t begin, size_t end);
 

@@ -550,6 +550,7 @@ Status convertCumSum(NodeContext& ctx) {
   const DType dtype = x->type().dtype;
   // out[j] = sum_i x[i] * m[i][j]: m[i][j] = 1 when i <= j (i < j when
   // exclusive), mirrored when reversed.
+  KILN_TRY(checkGeneratedSize(ctx, staticShape({n, n}), "the prefix-sum matrix"));
   DenseTensor m = DenseTensor::zeros(TensorType{dtype, staticShape({n, n})});
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j) {
@@ -762,6 +763,8 @@ Status convertTopK(NodeContext& ctx) {
   if (!xi) return xi.takeError();
   if (!xj) return xj.takeError();
   // Element j comes before element i when it is better, or equal at a lower index.
+  KILN_TRY(checkGeneratedSize(ctx, staticShape({n, n}), "the comparison mask"));
+  KILN_TRY(checkGeneratedSize(ctx, staticShape({k}), "the positions"));
   DenseTensor lower = DenseTensor::zeros(TensorType{DType::Bool, staticShape({n, n})});
   DenseTensor rowIndex = DenseTensor::zeros(TensorType{DType::I64, staticShape({n, 1})});
   DenseTensor positions = DenseTensor::zeros(TensorType{DType::I64, staticShape({k})});

@@ -2,6 +2,8 @@
 // NNEmitter.h).
 #include "frontend/onnx/NNEmitter.h"
 
+#include "frontend/onnx/ConverterSupport.h"
+
 #include <algorithm>
 
 #include "onnx.pb.h"
@@ -140,6 +142,8 @@ Value *NNEmitter::scalar(DType dtype, double value) {
 Value *NNEmitter::scalarLike(Value *like, double value) { return like ? scalar(like->type().dtype, value) : nullptr; }
 
 Value *NNEmitter::tensor(DType dtype, const std::vector<int64_t> &dims, const std::vector<double> &values) {
+  if (failed()) return nullptr;
+  if (Status s = checkGeneratedSize(ctx_, staticShape(dims), "a generated constant"); !s) return fail(s.takeError());
   DenseTensor t = DenseTensor::zeros(TensorType{dtype, staticShape(dims)});
   for (size_t i = 0; i < values.size() && static_cast<int64_t>(i) < t.numElements(); ++i)
     t.setDouble(static_cast<int64_t>(i), values[i]);
@@ -147,6 +151,8 @@ Value *NNEmitter::tensor(DType dtype, const std::vector<int64_t> &dims, const st
 }
 
 Value *NNEmitter::tensorI64(const std::vector<int64_t> &dims, const std::vector<int64_t> &values) {
+  if (failed()) return nullptr;
+  if (Status s = checkGeneratedSize(ctx_, staticShape(dims), "a generated index table"); !s) return fail(s.takeError());
   DenseTensor t = DenseTensor::zeros(TensorType{DType::I64, staticShape(dims)});
   for (size_t i = 0; i < values.size() && static_cast<int64_t>(i) < t.numElements(); ++i)
     t.setInt(static_cast<int64_t>(i), values[i]);

@@ -451,14 +451,21 @@ Status convertRange(NodeContext& ctx) {
   if (isFloat(dtype)) {
     const double s = start->getDouble(0), l = limit->getDouble(0), d = delta->getDouble(0);
     if (d == 0) return ctx.error("delta must not be 0");
-    count = static_cast<int64_t>(std::max(0.0, std::ceil((l - s) / d)));
+    // NaN and huge counts are refused before the conversion to an integer.
+    const double n = std::ceil((l - s) / d);
+    if (!(n <= static_cast<double>(kMaxGeneratedElements)))
+      return ctx.error("range from " + std::to_string(s) + " to " + std::to_string(l) + " by " + std::to_string(d) +
+                       " has too many elements (at most " + std::to_string(kMaxGeneratedElements) + ")");
+    count = static_cast<int64_t>(std::max(0.0, n));
   } else {
     const int64_t s = start->getInt(0), l = limit->getInt(0), d = delta->getInt(0);
     if (d == 0) return ctx.error("delta must not be 0");
     const double n = std::ceil((static_cast<double>(l) - static_cast<double>(s)) / static_cast<double>(d));
-    count = static_cast<int64_t>(std::max(0.0, n));
+    count = static_cast<int64_t>(std::clamp(n, 0.0, static_cast<double>(kMaxGeneratedElements) + 1));
   }
-  if (count > (int64_t{1} << 32)) return ctx.error("range of " + std::to_string(count) + " elements is too large");
+  if (count > kMaxGeneratedElements)
+    return ctx.error("range of " + std::to_string(count) + " elements is too large (at most " +
+                     std::to_string(kMaxGeneratedElements) + ")");
   DenseTensor out = DenseTensor::zeros(TensorType{dtype, staticShape({count})});
   for (int64_t i = 0; i < count; ++i) {
     if (isFloat(dtype))
@@ -490,6 +497,7 @@ Status convertOneHot(NodeContext& ctx) {
   KILN_ASSIGN(expanded, unsqueezeAxes(ctx, norm, {axis}));
   Shape classShape(static_cast<size_t>(rank), Dim::fixed(1));
   classShape[static_cast<size_t>(axis)] = Dim::fixed(depth);
+  KILN_TRY(checkGeneratedSize(ctx, classShape, "the class indices"));
   DenseTensor classes = DenseTensor::zeros(TensorType{DType::I64, classShape});
   for (int64_t i = 0; i < depth; ++i) classes.setInt(i, i);
   KILN_ASSIGN(hot, ctx.emit(OpKind::Eq, {expanded, ctx.constant(std::move(classes))}));
@@ -594,6 +602,7 @@ Status convertTrilu(NodeContext& ctx) {
   const Dim& cols = x->type().shape[static_cast<size_t>(rank - 1)];
   if (!rows.isStatic() || !cols.isStatic()) return ctx.error("expects static matrix dims, got " + x->type().str());
   // Keep element (i, j) when j - i >= k (upper) or j - i <= k (lower).
+  KILN_TRY(checkGeneratedSize(ctx, staticShape({rows.size, cols.size}), "the triangle mask"));
   DenseTensor mask = DenseTensor::zeros(TensorType{DType::Bool, staticShape({rows.size, cols.size})});
   for (int64_t i = 0; i < rows.size; ++i)
     for (int64_t j = 0; j < cols.size; ++j) mask.setInt(i * cols.size + j, upper ? (j - i >= k) : (j - i <= k));
@@ -618,6 +627,7 @@ Status convertEyeLike(NodeContext& ctx) {
   if (x->type().rank() != 2 || !x->type().isStatic())
     return ctx.error("expects a static 2-d input, got " + x->type().str());
   const auto dims = staticDims(x->type().shape);
+  KILN_TRY(checkGeneratedSize(ctx, x->type().shape, "the identity matrix"));
   DenseTensor eye = DenseTensor::zeros(TensorType{dtype, x->type().shape});
   for (int64_t i = 0; i < dims[0]; ++i)
     if (i + k >= 0 && i + k < dims[1]) eye.setDouble(i * dims[1] + i + k, 1.0);
@@ -702,6 +712,7 @@ Status convertGatherND(NodeContext& ctx) {
     // Each index tuple also selects its batch: add batch * inner.
     Shape offShape(static_cast<size_t>(qr - 1), Dim::fixed(1));
     for (int64_t i = 0; i < batch; ++i) offShape[static_cast<size_t>(i)] = Dim::fixed(q[static_cast<size_t>(i)]);
+    KILN_TRY(checkGeneratedSize(ctx, offShape, "the batch offsets"));
     DenseTensor offsets = DenseTensor::zeros(TensorType{DType::I64, offShape});
     for (int64_t b = 0; b < batches; ++b) offsets.setInt(b, b * inner);
     KILN_ASSIGN(withBatch, ctx.emit(OpKind::Add, {lin, ctx.constant(std::move(offsets))}));
@@ -786,6 +797,7 @@ Status convertReverseSequence(NodeContext& ctx) {
   const auto dims = staticDims(x->type().shape);
   const int64_t batches = dims[static_cast<size_t>(batchAxis)], steps = dims[static_cast<size_t>(timeAxis)];
   if (static_cast<int64_t>(lens.size()) != batches) return ctx.error("sequence_lens must have one entry per batch");
+  KILN_TRY(checkGeneratedSize(ctx, x->type().shape, "the reversal index"));
   DenseTensor index = DenseTensor::zeros(TensorType{DType::I64, x->type().shape});
   const std::vector<int64_t> zero(dims.size(), 0);
   std::vector<int64_t> pos(dims.size(), 0);
