@@ -60,32 +60,53 @@ std::optional<bool> isTextModelPath(std::string_view path) {
 
 std::optional<DType> fromProto(int t) {
   switch (t) {
-    case proto::F64: return DType::F64;
-    case proto::F32: return DType::F32;
-    case proto::F16: return DType::F16;
-    case proto::BF16: return DType::BF16;
-    case proto::I64: return DType::I64;
-    case proto::I32: return DType::I32;
-    case proto::I16: return DType::I16;
-    case proto::I8: return DType::I8;
-    case proto::U8: return DType::U8;
-    case proto::BOOL: return DType::Bool;
-    default: return std::nullopt;
+    case proto::F64:
+      return DType::F64;
+    case proto::F32:
+      return DType::F32;
+    case proto::F16:
+      return DType::F16;
+    case proto::BF16:
+      return DType::BF16;
+    case proto::I64:
+      return DType::I64;
+    case proto::I32:
+      return DType::I32;
+    case proto::I16:
+      return DType::I16;
+    case proto::I8:
+      return DType::I8;
+    case proto::U8:
+      return DType::U8;
+    case proto::BOOL:
+      return DType::Bool;
+    default:
+      return std::nullopt;
   }
 }
 
 proto::DataType toProto(DType t) {
   switch (t) {
-    case DType::F64: return proto::F64;
-    case DType::F32: return proto::F32;
-    case DType::F16: return proto::F16;
-    case DType::BF16: return proto::BF16;
-    case DType::I64: return proto::I64;
-    case DType::I32: return proto::I32;
-    case DType::I16: return proto::I16;
-    case DType::I8: return proto::I8;
-    case DType::U8: return proto::U8;
-    case DType::Bool: return proto::BOOL;
+    case DType::F64:
+      return proto::F64;
+    case DType::F32:
+      return proto::F32;
+    case DType::F16:
+      return proto::F16;
+    case DType::BF16:
+      return proto::BF16;
+    case DType::I64:
+      return proto::I64;
+    case DType::I32:
+      return proto::I32;
+    case DType::I16:
+      return proto::I16;
+    case DType::I8:
+      return proto::I8;
+    case DType::U8:
+      return proto::U8;
+    case DType::Bool:
+      return proto::BOOL;
   }
   return proto::DATA_TYPE_UNSPECIFIED;
 }
@@ -100,12 +121,18 @@ std::string inQuotes(std::string_view s) { return "'" + std::string(s) + "'"; }
 /// The range of values an integer dtype holds.
 std::pair<int64_t, int64_t> intRange(DType t) {
   switch (t) {
-    case DType::I32: return {INT32_MIN, INT32_MAX};
-    case DType::I16: return {INT16_MIN, INT16_MAX};
-    case DType::I8: return {INT8_MIN, INT8_MAX};
-    case DType::U8: return {0, UINT8_MAX};
-    case DType::Bool: return {0, 1};
-    default: return {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()};
+    case DType::I32:
+      return {INT32_MIN, INT32_MAX};
+    case DType::I16:
+      return {INT16_MIN, INT16_MAX};
+    case DType::I8:
+      return {INT8_MIN, INT8_MAX};
+    case DType::U8:
+      return {0, UINT8_MAX};
+    case DType::Bool:
+      return {0, 1};
+    default:
+      return {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()};
   }
 }
 
@@ -243,8 +270,12 @@ class ModelReader {
           elements *= d.size();
           type.shape.push_back(Dim::fixed(d.size()));
           break;
-        case proto::Dim::kSymbol: type.shape.push_back(Dim::symbolic(d.symbol())); break;
-        case proto::Dim::VALUE_NOT_SET: type.shape.push_back(Dim::unknown()); break;
+        case proto::Dim::kSymbol:
+          type.shape.push_back(Dim::symbolic(d.symbol()));
+          break;
+        case proto::Dim::VALUE_NOT_SET:
+          type.shape.push_back(Dim::unknown());
+          break;
       }
     }
     return type;
@@ -494,23 +525,43 @@ class ModelReader {
     std::string what = "attribute " + inQuotes(spec.name) + " of " + inQuotes(op);
     std::optional<AttrKind> kind;
     switch (a.value_case()) {
-      case proto::Attribute::kI: kind = AttrKind::Int; break;
-      case proto::Attribute::kF: kind = AttrKind::Float; break;
-      case proto::Attribute::kB: kind = AttrKind::Bool; break;
-      case proto::Attribute::kS: kind = AttrKind::String; break;
-      case proto::Attribute::kInts: kind = AttrKind::Ints; break;
-      case proto::Attribute::kFloats: kind = AttrKind::Floats; break;
-      case proto::Attribute::kTensor: kind = AttrKind::Tensor; break;
-      case proto::Attribute::VALUE_NOT_SET: break;
+      case proto::Attribute::kI:
+        kind = AttrKind::Int;
+        break;
+      case proto::Attribute::kF:
+        kind = AttrKind::Float;
+        break;
+      case proto::Attribute::kB:
+        kind = AttrKind::Bool;
+        break;
+      case proto::Attribute::kS:
+        kind = AttrKind::String;
+        break;
+      case proto::Attribute::kInts:
+        kind = AttrKind::Ints;
+        break;
+      case proto::Attribute::kFloats:
+        kind = AttrKind::Floats;
+        break;
+      case proto::Attribute::kTensor:
+        kind = AttrKind::Tensor;
+        break;
+      case proto::Attribute::VALUE_NOT_SET:
+        break;
     }
     if (!kind) return Error(what + " has no value (expected " + withArticle(spec.kind) + ")");
     if (*kind != spec.kind) return Error(what + " expects " + withArticle(spec.kind) + ", got " + withArticle(*kind));
     switch (*kind) {
-      case AttrKind::Int: return Attribute(a.i());
-      case AttrKind::Float: return Attribute(a.f());
-      case AttrKind::Bool: return Attribute(a.b());
-      case AttrKind::String: return Attribute(a.s());
-      case AttrKind::Ints: return Attribute(std::vector<int64_t>(a.ints().values().begin(), a.ints().values().end()));
+      case AttrKind::Int:
+        return Attribute(a.i());
+      case AttrKind::Float:
+        return Attribute(a.f());
+      case AttrKind::Bool:
+        return Attribute(a.b());
+      case AttrKind::String:
+        return Attribute(a.s());
+      case AttrKind::Ints:
+        return Attribute(std::vector<int64_t>(a.ints().values().begin(), a.ints().values().end()));
       case AttrKind::Floats:
         return Attribute(std::vector<double>(a.floats().values().begin(), a.floats().values().end()));
       case AttrKind::Tensor: {
@@ -756,6 +807,9 @@ class ModelWriter {
         continue;
       }
       leading = false;
+      // A node has no place for a body; dropping it would lose what the op computes.
+      if (op->region())
+        return op->emitError("has a region, which the Kiln graph format cannot store; write text IR (.kir) instead");
       KILN_TRY(writeNode(*op, names, g.add_nodes()));
     }
 
@@ -846,9 +900,15 @@ class ModelWriter {
 
   Status writeAttribute(const Attribute& a, proto::Attribute* out) {
     switch (a.kind()) {
-      case AttrKind::Int: out->set_i(a.getInt()); break;
-      case AttrKind::Float: out->set_f(a.getFloat()); break;
-      case AttrKind::Bool: out->set_b(a.getBool()); break;
+      case AttrKind::Int:
+        out->set_i(a.getInt());
+        break;
+      case AttrKind::Float:
+        out->set_f(a.getFloat());
+        break;
+      case AttrKind::Bool:
+        out->set_b(a.getBool());
+        break;
       case AttrKind::String:
         KILN_TRY(checkText(a.getString(), "string attribute"));
         out->set_s(a.getString());
@@ -861,7 +921,9 @@ class ModelWriter {
         out->mutable_floats();
         for (double v : a.getFloats()) out->mutable_floats()->add_values(v);
         break;
-      case AttrKind::Tensor: writeTensor(a.getTensor(), out->mutable_tensor()); break;
+      case AttrKind::Tensor:
+        writeTensor(a.getTensor(), out->mutable_tensor());
+        break;
     }
     return Status::success();
   }
