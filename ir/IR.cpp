@@ -31,7 +31,11 @@ std::unique_ptr<Op> Op::create(OpKind kind, std::vector<Value*> operands,
   return op;
 }
 
+Op::Op(OpKind kind, AttrMap attrs, Location loc) : kind_(kind), attrs_(std::move(attrs)), loc_(std::move(loc)) {}
+
 Op::~Op() {
+  // The region goes first: its ops use only its own values.
+  region_.reset();
   for (Value* v : operands_)
     if (v) v->removeUser(this);
 #ifndef NDEBUG
@@ -63,6 +67,11 @@ bool Op::hasUses() const {
   for (auto& r : results_)
     if (r->hasUses()) return true;
   return false;
+}
+
+void Op::setRegion(std::unique_ptr<Function> body) {
+  region_ = std::move(body);
+  if (region_) region_->parentOp_ = this;
 }
 
 const Attribute* Op::attr(std::string_view name) const {
@@ -121,6 +130,14 @@ Op* Function::insert(Op* before, std::unique_ptr<Op> op) {
 void Function::erase(Op* op) {
   assert(op->parent_ == this);
   ops_.erase(op->self_);
+}
+
+std::unique_ptr<Op> Function::take(Op* op) {
+  assert(op->parent_ == this);
+  std::unique_ptr<Op> owned = std::move(*op->self_);
+  ops_.erase(op->self_);
+  owned->parent_ = nullptr;
+  return owned;
 }
 
 void Function::moveBefore(Op* op, Op* before) {

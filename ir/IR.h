@@ -1,7 +1,9 @@
 // The in-memory IR: a Module holds Functions; a Function holds its argument
 // Values and a list of Ops in topological order ending in `return`; an Op has
-// operand Values, result Values, attributes and a location. Values keep
-// their users so that passes can replace and erase in O(uses).
+// operand Values, result Values, attributes, a location and, for `fused`, a
+// region: an unnamed Function whose arguments take the op's operands and
+// whose `return` gives its results. Values keep their users so that passes
+// can replace and erase in O(uses).
 #pragma once
 
 #include <list>
@@ -100,15 +102,22 @@ class Op {
   /// An error attached to this op's location, naming the op.
   Error emitError(const std::string& message) const;
 
+  /// The body of a `fused` op, or null. Its ops may use only its own
+  /// arguments and values (the verifier checks that).
+  Function* region() const { return region_.get(); }
+  /// Makes `body` this op's region (replacing any previous one).
+  void setRegion(std::unique_ptr<Function> body);
+
  private:
   friend class Function;
-  Op(OpKind kind, AttrMap attrs, Location loc) : kind_(kind), attrs_(std::move(attrs)), loc_(std::move(loc)) {}
+  Op(OpKind kind, AttrMap attrs, Location loc);
 
   OpKind kind_;
   std::vector<Value*> operands_;
   std::vector<std::unique_ptr<Value>> results_;
   AttrMap attrs_;
   Location loc_;
+  std::unique_ptr<Function> region_;
   Function* parent_ = nullptr;
   std::list<std::unique_ptr<Op>>::iterator self_;
 };
@@ -159,10 +168,17 @@ class Function {
   Op* insert(Op* before, std::unique_ptr<Op> op);
   /// Removes and destroys `op`; its results must have no uses.
   void erase(Op* op);
+  /// Removes `op` from the body without destroying it, so that it can be
+  /// inserted elsewhere (into a region); its operands and uses are kept.
+  std::unique_ptr<Op> take(Op* op);
   /// Moves `op` to just before `before` (to the end when null).
   void moveBefore(Op* op, Op* before);
 
+  /// The op whose region this function is, or null for a module's function.
+  Op* parentOp() const { return parentOp_; }
+
  private:
+  friend class Op;
   std::string name_;
   Location loc_;
   std::vector<std::unique_ptr<Value>> args_;
@@ -170,6 +186,7 @@ class Function {
   std::vector<TensorType> resultTypes_;
   std::vector<std::string> resultNames_;
   OpList ops_;
+  Op* parentOp_ = nullptr;
 };
 
 /// A translation unit: an ordered list of functions with unique names.

@@ -40,6 +40,7 @@ enum class OpClass : uint8_t {
   Pool,        // windowed reductions
   Random,      // samples; result type declared
   Composite,   // decomposes into primitives
+  Fused,       // a group of primitives held in the op's region
   Terminator,  // return
 };
 
@@ -73,6 +74,8 @@ struct OpInfo {
     return opClass == OpClass::Unary || opClass == OpClass::Binary || opClass == OpClass::Logical ||
            opClass == OpClass::Compare || opClass == OpClass::Select || opClass == OpClass::Cast;
   }
+  /// Ops that own a region (a body of primitives computing their results).
+  bool hasRegion() const { return opClass == OpClass::Fused; }
   bool isCommutative() const { return flags & kCommutative; }
   /// Ops whose results may differ between two evaluations (CSE and folding
   /// leave them alone).

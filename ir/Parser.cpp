@@ -1,7 +1,7 @@
 // The text parser of Kiln IR (syntax in docs/ir.md): a hand-written lexer
-// and a recursive-descent parser that builds a Module. The grammar has no
-// nested constructs (lists hold only literals), so parsing uses no recursion
-// and its work is linear in the input. Malformed input of any kind yields an
+// and a recursive-descent parser that builds a Module. The only nesting is
+// an op's region (a `fused` op's body), and regions do not nest, so the
+// recursion is one level deep and the work is linear in the input. Malformed input of any kind yields an
 // Error at `file:line:col` saying what was expected; every integer and size
 // is range-checked before use, and no allocation is sized from a number in
 // the input before the data it describes has been read.
@@ -43,6 +43,7 @@ enum class Tok {
   Equal,
   Arrow,
   Question,
+  Caret,  // ^ before a region's arguments
 };
 
 struct Token {
@@ -109,6 +110,7 @@ class Lexer {
       case ':': return punct(Tok::Colon, 1);
       case '=': return punct(Tok::Equal, 1);
       case '?': return punct(Tok::Question, 1);
+      case '^': return punct(Tok::Caret, 1);
       case '"': return lexString(tok);
       case '@': return lexSigilName(tok, Tok::FuncName, "function name after '@'");
       case '%': return lexSigilName(tok, Tok::ValueName, "value name after '%'");
@@ -573,16 +575,69 @@ class Parser {
                                 (resultNames.size() == 1 ? "" : "s") + " but has " + std::to_string(types.size()) +
                                 " type" + (types.size() == 1 ? "" : "s"));
 
+    std::unique_ptr<Function> region;
+    if (tok_.kind == Tok::LBrace) KILN_TRY(parseRegion(first, types, region));
+
     Location loc = sourceLoc(first);
     if (isKeyword("loc")) KILN_TRY(parseLoc(loc));
 
     Op* op =
         f.insert(nullptr, Op::create(*kind, std::move(operands), std::move(types), std::move(attrs), std::move(loc)));
+    if (region) {
+      region->setLoc(op->loc());
+      op->setRegion(std::move(region));
+    }
     for (size_t i = 0; i < resultNames.size(); ++i) {
       op->result(i)->setName(resultNames[i].text);
       KILN_TRY(define(resultNames[i], op->result(i)));
     }
     return Status::success();
+  }
+
+  /// `{ ^(%a: T, ...): op* }` after an op's types: a body with its own
+  /// names, which cannot see the values around it. Its result types are the
+  /// op's; the verifier checks its `return` against them.
+  Status parseRegion(const Token& opTok, const std::vector<TensorType>& resultTypes, std::unique_ptr<Function>& out) {
+    if (inRegion_) return error("regions do not nest: an op inside a region cannot have one");
+    KILN_TRY(consume());  // '{'
+    KILN_TRY(expect(Tok::Caret, "'^' to begin the arguments of a region"));
+    KILN_TRY(expect(Tok::LParen, "'(' after '^'"));
+    auto region = std::make_unique<Function>("");
+    region->setLoc(sourceLoc(opTok));
+    // The region's names are its own; the enclosing function's come back after.
+    std::unordered_map<std::string, Value*> outer;
+    outer.swap(values_);
+    inRegion_ = true;
+    Status status = parseRegionBody(*region);
+    inRegion_ = false;
+    values_.swap(outer);
+    KILN_TRY(std::move(status));
+    region->setResultTypes(resultTypes);
+    out = std::move(region);
+    return Status::success();
+  }
+
+  Status parseRegionBody(Function& region) {
+    if (tok_.kind != Tok::RParen) {
+      while (true) {
+        if (tok_.kind != Tok::ValueName) return error("expected a region argument like %a" + describeFound());
+        Token nameTok = tok_;
+        KILN_TRY(consume());
+        KILN_TRY(expect(Tok::Colon, "':' after region argument %" + nameTok.text));
+        TensorType type;
+        KILN_TRY(parseType(type));
+        KILN_TRY(define(nameTok, region.addArgument(std::move(type), nameTok.text)));
+        if (tok_.kind == Tok::RParen) break;
+        KILN_TRY(expect(Tok::Comma, "',' or ')' after a region argument"));
+      }
+    }
+    KILN_TRY(consume());  // ')'
+    KILN_TRY(expect(Tok::Colon, "':' after the arguments of a region"));
+    while (tok_.kind != Tok::RBrace) {
+      if (tok_.kind == Tok::Eof) return error("expected '}' at the end of a region" + describeFound());
+      KILN_TRY(parseOp(region));
+    }
+    return consume();  // '}'
   }
 
   /// `return` [%v (, %v)*] [loc(...)]
@@ -814,8 +869,9 @@ class Parser {
   Token tok_;
   /// Names of the functions parsed so far.
   std::unordered_set<std::string> functionNames_;
-  /// Values visible in the function being parsed, by name.
+  /// Values visible in the function (or region) being parsed, by name.
   std::unordered_map<std::string, Value*> values_;
+  bool inRegion_ = false;
 };
 
 }  // namespace

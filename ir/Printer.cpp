@@ -282,7 +282,11 @@ void printValue(std::ostream& os, ValueNamer& namer, const Value* v) {
     printString(os, name);
 }
 
-void printOpLine(std::ostream& os, const Op& op, ValueNamer& namer) {
+void printRegion(std::ostream& os, const Function& region, int indent);
+
+/// One op; an op with a region continues over the following lines, its
+/// region indented by two more spaces than `indent` (the op's own).
+void printOpLine(std::ostream& os, const Op& op, ValueNamer& namer, int indent = 2) {
   if (op.kind() == OpKind::Return) {
     os << "return";
     for (size_t i = 0; i < op.numOperands(); ++i) {
@@ -319,7 +323,30 @@ void printOpLine(std::ostream& os, const Op& op, ValueNamer& namer) {
       printType(os, op.result(i)->type());
     }
   }
+  if (const Function* region = op.region()) printRegion(os, *region, indent);
   printLoc(os, op.loc());
+}
+
+/// ` {`, then `^(%a: T, ...):` and the region's ops on their own lines, then
+/// `}` at the op's indentation. The region has its own namer: its values are
+/// local to it, so they may reuse the names of values outside.
+void printRegion(std::ostream& os, const Function& region, int indent) {
+  ValueNamer namer(region);
+  std::string pad(static_cast<size_t>(indent), ' ');
+  os << " {\n" << pad << "^(";
+  for (size_t i = 0; i < region.numArguments(); ++i) {
+    if (i) os << ", ";
+    printValue(os, namer, region.argument(i));
+    os << ": ";
+    printType(os, region.argument(i)->type());
+  }
+  os << "):\n";
+  for (const auto& op : region.ops()) {
+    os << pad << "  ";
+    printOpLine(os, *op, namer, indent + 2);
+    os << '\n';
+  }
+  os << pad << '}';
 }
 
 }  // namespace

@@ -990,6 +990,20 @@ Result inferMseLoss(const ShapeQuery& q) {
 
 Result inferReturn(const ShapeQuery&) { return Types{}; }
 
+/// A fused op's results are what its region returns, which a ShapeQuery
+/// does not see: the rule accepts the declared types (the verifier checks
+/// the region against them) and checks that `kind` names a kernel kind.
+Result inferFused(const ShapeQuery& q) {
+  auto kind = lookupAttr(q, "kind", AttrKind::String);
+  if (!kind) return kind.takeError();
+  const std::string& name = (*kind)->getString();
+  if (name != "elementwise" && name != "reduction" && name != "matmul_epilogue" && name != "conv_epilogue" &&
+      name != "library")
+    return fail(q, "has kind \"" + name +
+                       "\", expected elementwise, reduction, matmul_epilogue, conv_epilogue or library");
+  return Types(q.declared.begin(), q.declared.end());
+}
+
 // --- Dispatch -----------------------------------------------------------------
 
 // Marks "no rule here" in the tables below; ruleFor() rejects an op that
@@ -1049,6 +1063,7 @@ template <> constexpr Rule kOwnRule<OpKind::Attention> = &inferAttention;
 template <> constexpr Rule kOwnRule<OpKind::CrossEntropy> = &inferClassLoss;
 template <> constexpr Rule kOwnRule<OpKind::NllLoss> = &inferClassLoss;
 template <> constexpr Rule kOwnRule<OpKind::MseLoss> = &inferMseLoss;
+template <> constexpr Rule kOwnRule<OpKind::Fused> = &inferFused;
 // clang-format on
 
 template <OpKind K, OpClass C>

@@ -4,7 +4,11 @@
 // function it concerns) and returning the first, so a user sees all the
 // problems of a file in one run. The checks are listed in ir/Verifier.h; the
 // per-op type checks delegate to the shape rules, which the verifier runs
-// only once the op's arity and attributes are known to be well formed.
+// only once the op's arity and attributes are known to be well formed. A
+// region (the body of a `fused` op) is verified as a function of its own,
+// plus what ties it to its op: its arguments take the operands' types, its
+// results are the op's, it holds only primitives and it uses only its own
+// values.
 #include "ir/Verifier.h"
 
 #include <set>
@@ -28,7 +32,9 @@ std::string count(size_t n, const std::string& noun) { return std::to_string(n) 
 /// Verifies one function, collecting every error.
 class FunctionVerifier {
  public:
-  FunctionVerifier(const Function& f, const DiagnosticHandler& report) : f_(f), report_(report) {}
+  /// `owner` is the op whose region `f` is, or null for a module's function.
+  FunctionVerifier(const Function& f, const DiagnosticHandler& report, const Op* owner = nullptr)
+      : f_(f), report_(report), owner_(owner) {}
 
   Status run() {
     collectValues();
@@ -38,6 +44,7 @@ class FunctionVerifier {
     for (const auto& op : f_.ops()) {
       checkOperands(*op);
       if (checkArity(*op) && checkAttributes(*op)) checkTypes(*op);
+      checkRegion(*op);
       for (Value* r : op->results()) defined_.insert(r);
     }
     checkReturn();
@@ -50,8 +57,49 @@ class FunctionVerifier {
     if (report_) report_(e);
     if (!first_) first_ = std::move(e);
   }
+  /// What messages call the function: `function @f` or `the region of 'fused'`.
+  std::string subject() const {
+    return owner_ ? "the region of '" + std::string(owner_->name()) + "'" : "function @" + f_.name();
+  }
   Error functionError(const std::string& message) const {
-    return Error("function @" + f_.name() + " " + message, f_.loc());
+    if (owner_) return owner_->emitError("region " + message);
+    return Error(subject() + " " + message, f_.loc());
+  }
+
+  /// An op owns a region exactly when the op table says it does; the region
+  /// matches the op and holds only primitives, and is verified in itself.
+  void checkRegion(const Op& op) {
+    const Function* region = op.region();
+    if (!op.info().hasRegion()) {
+      if (region) emit(op.emitError("cannot have a region"));
+      return;
+    }
+    if (!region) {
+      emit(op.emitError("requires a region"));
+      return;
+    }
+    if (region->numArguments() != op.numOperands()) {
+      emit(op.emitError("has " + count(op.numOperands(), "operand") + " but its region has " +
+                        count(region->numArguments(), "argument")));
+    } else {
+      for (size_t i = 0; i < op.numOperands(); ++i) {
+        const Value* operand = op.operand(i);
+        const TensorType& argType = region->argument(i)->type();
+        if (operand && operand->type() != argType)
+          emit(op.emitError("region argument " + std::to_string(i) + " has type " + argType.str() + " but operand " +
+                            std::to_string(i) + " is " + operand->type().str()));
+      }
+    }
+    std::vector<TensorType> resultTypes;
+    for (Value* r : op.results()) resultTypes.push_back(r->type());
+    if (region->resultTypes() != resultTypes)
+      emit(op.emitError("region result types do not match the op's result types"));
+    for (const auto& inner : region->ops()) {
+      if (inner->info().isComposite() || inner->info().hasRegion())
+        emit(inner->emitError("is not allowed in a region: regions hold only primitive ops"));
+    }
+    // The region's own errors go to the same handler; only its first is kept here.
+    if (Status s = FunctionVerifier(*region, report_, &op).run(); !s && !first_) first_ = s.takeError();
   }
 
   void collectValues() {
@@ -85,7 +133,8 @@ class FunctionVerifier {
     for (const auto& op : f_.ops())
       for (Value* r : op->results())
         if (!r->name().empty() && !names.insert(r->name()).second)
-          emit(op->emitError("result %" + r->name() + " redefines a value name already used in @" + f_.name()));
+          emit(op->emitError("result %" + r->name() + " redefines a value name already used in " +
+                           (owner_ ? "its region" : "@" + f_.name())));
   }
 
   void checkOperands(const Op& op) {
@@ -97,6 +146,9 @@ class FunctionVerifier {
       } else if (!defined_.count(v)) {
         if (inFunction_.count(v))
           emit(op.emitError("use of value " + describeValue(v, what) + " before its definition"));
+        else if (owner_)
+          emit(op.emitError(what + " (" + describeValue(v, "unnamed") +
+                            ") is defined outside its region; a region uses only its arguments and its own values"));
         else
           emit(op.emitError(what + " (" + describeValue(v, "unnamed") + ") is defined in another function"));
       }
@@ -172,27 +224,29 @@ class FunctionVerifier {
     const Op* last = f_.ops().empty() ? nullptr : f_.ops().back().get();
     for (const auto& op : f_.ops())
       if (op->kind() == OpKind::Return && op.get() != last)
-        emit(op->emitError("must be the last op of function @" + f_.name()));
+        emit(op->emitError("must be the last op of " + subject()));
     if (!last || last->kind() != OpKind::Return) {
       emit(functionError("does not end with 'return'"));
       return;
     }
     const auto& expected = f_.resultTypes();
     if (last->numOperands() != expected.size()) {
-      emit(last->emitError("returns " + count(last->numOperands(), "value") + ", but @" + f_.name() + " declares " +
+      emit(last->emitError("returns " + count(last->numOperands(), "value") + ", but " +
+                           (owner_ ? "its '" + std::string(owner_->name()) + "' op has " : "@" + f_.name() + " declares ") +
                            count(expected.size(), "result")));
       return;
     }
     for (size_t i = 0; i < expected.size(); ++i) {
       const Value* v = last->operand(i);
       if (v && !typesCompatible(v->type(), expected[i]))
-        emit(last->emitError("operand " + std::to_string(i) + " type " + v->type().str() +
-                             " does not match the function's result type " + expected[i].str()));
+        emit(last->emitError("operand " + std::to_string(i) + " type " + v->type().str() + " does not match " +
+                             (owner_ ? "the op's" : "the function's") + " result type " + expected[i].str()));
     }
   }
 
   const Function& f_;
   const DiagnosticHandler& report_;
+  const Op* owner_;
   std::unordered_set<const Value*> inFunction_;
   std::unordered_set<const Value*> defined_;
   std::optional<Error> first_;

@@ -9,7 +9,10 @@ namespace kiln {
 /// Checks: unique function and value names; every operand defined before
 /// use in the same function; arity and attributes (names, kinds, required)
 /// against the op table; declared result types compatible with the shape
-/// rule; `return` last and matching the signature. Returns the first error.
+/// rule; `return` last and matching the signature; a region exactly on ops
+/// that have one (`fused`), taking the operands' types, returning the op's
+/// result types, holding only primitives and using only its own values.
+/// Returns the first error.
 Status verify(const Module& m, const DiagnosticHandler& report = {});
 Status verify(const Function& f, const DiagnosticHandler& report = {});
 

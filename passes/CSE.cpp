@@ -93,8 +93,12 @@ struct OpsEquivalent {
 
 /// Ops that CSE may merge: those whose results depend only on their operands
 /// and attributes. Random ops draw fresh samples each time, and `return` is
-/// the function's end.
-bool isMergeable(const Op& op) { return op.kind() != OpKind::Return && !op.info().hasSideEffects(); }
+/// the function's end. Ops with a region are not merged either: what they
+/// compute is in their region, which the hash and equivalence above do not
+/// look at, so two fused ops with the same operands may differ.
+bool isMergeable(const Op& op) {
+  return op.kind() != OpKind::Return && !op.info().hasSideEffects() && !op.region();
+}
 
 /// Merges the equivalent ops of `f` into their first occurrence.
 bool eliminateCommonSubexpressions(Function& f) {
@@ -114,7 +118,11 @@ bool eliminateCommonSubexpressions(Function& f) {
   }
   // Erased after the walk so the list being iterated stays intact.
   for (Op* op : duplicates) f.erase(op);
-  return !duplicates.empty();
+  // A region is a scope of its own: its ops are merged among themselves.
+  bool changed = !duplicates.empty();
+  for (const auto& op : f.ops())
+    if (Function* region = op->region()) changed |= eliminateCommonSubexpressions(*region);
+  return changed;
 }
 
 }  // namespace
@@ -124,7 +132,9 @@ bool eliminateCommonSubexpressions(Function& f) {
 /// attributes and result types. The first op is kept (with its location);
 /// uses of each later one are redirected to it and the later op is erased.
 /// Ops with side effects (random sampling) are never merged: two draws are
-/// two different tensors. Only ops of the same function are compared.
+/// two different tensors. Only ops of the same function are compared; the
+/// ops inside each region are merged among themselves, and ops that own a
+/// region are never merged.
 ///
 ///   %a = add(%x, %y) : f32[4]
 ///   %b = add(%y, %x) : f32[4]

@@ -24,7 +24,11 @@ bool eraseDeadOps(Function& f) {
 
   bool changed = false;
   for (auto it = body.rbegin(); it != body.rend(); ++it) {
-    if (!isDead(**it)) continue;
+    if (!isDead(**it)) {
+      // A live op's region keeps what its `return` needs and loses the rest.
+      if (Function* region = (*it)->region()) changed |= eraseDeadOps(*region);
+      continue;
+    }
     f.erase(*it);
     changed = true;
   }
@@ -37,7 +41,9 @@ bool eraseDeadOps(Function& f) {
 /// `return` backwards, so an op whose only users were erased earlier in the
 /// same walk is itself dead by the time it is reached: a whole dead chain
 /// goes in one run. `return` is never erased, and unused function arguments
-/// stay, since they are the function's signature.
+/// stay, since they are the function's signature. A `fused` op is dead like
+/// any other when no result is used; inside a live one's region the same
+/// rule erases ops its `return` does not need.
 ///
 ///   %a = exp(%x) : f32[4]          (only used by %b)
 ///   %b = neg(%a) : f32[4]          (unused)

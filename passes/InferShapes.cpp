@@ -31,7 +31,9 @@ std::optional<TensorType> refineType(const TensorType& declared, const TensorTyp
 /// that contradict the rule (another dtype or rank, two different static
 /// sizes) are an error naming the op; the pass stops there, keeping the
 /// refinements made before it. Function arguments are left alone:
-/// they are the function's contract with its callers.
+/// they are the function's contract with its callers. A region (a `fused`
+/// op's body) is refined too: its arguments take the operands' types, its
+/// ops are refined in order, and the op's results take what it returns.
 ///
 ///   %y = add(%x, %b) : f32[?,?]      with %x: f32[N,3], %b: f32[3]
 ///   becomes
@@ -51,6 +53,36 @@ class InferShapesPass : public Pass {
   }
 
  private:
+  /// Refines `region` from the types of `op`'s operands, then `op`'s result
+  /// types from the region's (both kept equal, as the verifier requires).
+  static Expected<bool> refineRegion(Op& op, Function& region) {
+    bool changed = false;
+    if (region.numArguments() != op.numOperands() || region.resultTypes().size() != op.numResults())
+      return op.emitError("has a region that does not match its operands and results");
+    for (size_t i = 0; i < op.numOperands(); ++i) {
+      if (!op.operand(i) || region.argument(i)->type() == op.operand(i)->type()) continue;
+      region.argument(i)->setType(op.operand(i)->type());
+      changed = true;
+    }
+    auto inner = runOnFunction(region);
+    if (!inner) return inner.takeError();
+    changed |= *inner;
+    for (size_t i = 0; i < op.numResults(); ++i) {
+      auto refined = refineType(op.result(i)->type(), region.resultTypes()[i]);
+      if (!refined)
+        return op.emitError("result " + std::to_string(i) + " is declared " + op.result(i)->type().str() +
+                            " but its region returns " + region.resultTypes()[i].str());
+      if (*refined != op.result(i)->type()) {
+        op.result(i)->setType(std::move(*refined));
+        changed = true;
+      }
+    }
+    std::vector<TensorType> types;
+    for (Value* r : op.results()) types.push_back(r->type());
+    region.setResultTypes(std::move(types));
+    return changed;
+  }
+
   static Expected<bool> runOnFunction(Function& f) {
     bool changed = false;
     for (const auto& op : f.ops()) {
@@ -70,6 +102,11 @@ class InferShapesPass : public Pass {
           result->setType(std::move(*refined));
           changed = true;
         }
+      }
+      if (Function* region = op->region()) {
+        auto regionChanged = refineRegion(*op, *region);
+        if (!regionChanged) return regionChanged.takeError();
+        changed |= *regionChanged;
       }
     }
     if (Op* ret = f.returnOp(); ret && ret->numOperands() == f.resultTypes().size()) {

@@ -48,12 +48,18 @@ const PassInfo* lookupPass(std::string_view name) {
 //    CSE and (later) fusion; -O1 keeps composites for readable output.
 //  - canonicalize again after decompose folds the constants decompositions
 //    introduce (scales, epsilons) and removes their identities.
-//  - cse then dce last: CSE leaves the duplicates dead for DCE to remove.
+//  - cse then dce: CSE leaves the duplicates dead for DCE to remove.
+//  - fuse last at -O3: it groups the primitives that are left into kernels,
+//    and no graph pass after it has to look inside regions. -O2 stops
+//    before it for now because the CPU JIT (codegen/CpuExecutable.cpp)
+//    compiles the -O2 pipeline op by op and has no lowering for `fused` yet;
+//    -O2 gains `fuse` when it does.
 std::string_view optLevelPipeline(int level) {
   switch (level) {
     case 0: return "";
     case 1: return "infer-shapes,canonicalize,cse,dce";
-    default: return "infer-shapes,canonicalize,decompose,canonicalize,cse,dce";
+    case 2: return "infer-shapes,canonicalize,decompose,canonicalize,cse,dce";
+    default: return "infer-shapes,canonicalize,decompose,canonicalize,cse,dce,fuse";
   }
 }
 

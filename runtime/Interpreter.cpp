@@ -5,7 +5,9 @@
 // Ops whose result type is declared (reshape, broadcast, cast, iota,
 // random_*) get their declared dims resolved first: symbols from the
 // bindings, reshape's one unknown dim from the element count, broadcast's
-// from the operand. Tensors are freed after their last use.
+// from the operand. Tensors are freed after their last use. A `fused` op is
+// run by interpreting its region on its operands, so fusion never changes
+// what the interpreter computes.
 #include "runtime/Interpreter.h"
 
 #include <iterator>
@@ -16,6 +18,49 @@
 #include "runtime/Kernels.h"
 
 namespace kiln {
+
+namespace {
+
+/// The results of an op with a region: its region interpreted on copies of
+/// the operands. Result sizes come from running the region, not from the
+/// declared types, which may hold dims only the region's ops determine.
+Expected<std::vector<Tensor>> runRegion(const Op& op, std::span<const Tensor* const> operands) {
+  const Function* region = op.region();
+  if (!region) return op.emitError("has no region to run");
+  std::vector<Tensor> inputs;
+  for (const Tensor* t : operands) inputs.push_back(*t);
+  auto outputs = interpret(*region, std::move(inputs));
+  if (!outputs) return outputs.takeError();
+  if (outputs->size() != op.numResults())
+    return op.emitError("region returned " + std::to_string(outputs->size()) + " values for " +
+                        std::to_string(op.numResults()) + " results");
+  return outputs;
+}
+
+}  // namespace
+
+namespace kernels {
+
+// The interpreter calls runRegion itself (results cannot be sized before the
+// region runs); this entry serves callers of the kernel table with results
+// already sized.
+Status Fused(const KernelCall& call) {
+  auto outputs = runRegion(call.op, call.operands);
+  if (!outputs) return outputs.takeError();
+  if (outputs->size() != call.results.size())
+    return call.op.emitError("region returned " + std::to_string(outputs->size()) + " values for " +
+                             std::to_string(call.results.size()) + " results");
+  for (size_t i = 0; i < outputs->size(); ++i) {
+    if ((*outputs)[i].type() != call.results[i].type())
+      return call.op.emitError("region result " + std::to_string(i) + " is " + (*outputs)[i].type().str() +
+                               ", expected " + call.results[i].type().str());
+    call.results[i] = std::move((*outputs)[i]);
+  }
+  return {};
+}
+
+}  // namespace kernels
+
 namespace {
 
 /// One kernel per op kind, in OpKind order. An op in Ops.def without a
@@ -117,6 +162,7 @@ Status checkAllocatable(const Op& op, const TensorType& type) {
 
 /// Runs `op` on `operands`; `symbols` resolves symbolic declared dims.
 Expected<std::vector<Tensor>> runOp(const Op& op, std::span<const Tensor* const> operands, const SymbolSizes& symbols) {
+  if (op.region()) return runRegion(op, operands);
   const OpInfo& info = op.info();
   const int count = static_cast<int>(operands.size());
   if (count < info.minOperands || (info.maxOperands >= 0 && count > info.maxOperands))

@@ -283,5 +283,8 @@ Status Rnn(const KernelCall&);
 Status Lstm(const KernelCall&);
 Status Gru(const KernelCall&);
 
+// Interpreter.cpp: a fused op runs its region through the interpreter.
+Status Fused(const KernelCall&);
+
 }  // namespace kernels
 }  // namespace kiln
