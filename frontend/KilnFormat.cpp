@@ -581,6 +581,10 @@ class ModelReader {
                        "unknown op " + inQuotes(node.op()) +
                            (kind ? " (graph outputs are the function's results; 'return' is not a node)"
                                  : " (not in Kiln's op table, ir/Ops.def; docs/ops.md lists the ops)"));
+    if (opInfo(*kind).hasRegion())
+      return nodeError(g, i,
+                       "op " + inQuotes(node.op()) +
+                           " has a region, which the Kiln format does not hold (it stores models before fusion)");
     const OpInfo& info = opInfo(*kind);
     std::string op(info.mnemonic);
 

@@ -561,5 +561,29 @@ TEST(KilnFormatTest, ExternalDataStaysInsideTheModelFolder) {
             "error: m.kiln.txt: initializer 'w' external data '.' is not a file beside the model");
 }
 
+TEST(KilnFormatTest, FusedOpsAreNeitherWrittenNorRead) {
+  // Regions exist only after fusion, a compilation step; model files hold
+  // the graph before it.
+  auto m = parseIR(
+      "func @f(%x: f32[2]) -> f32[2] {\n"
+      "  %y = fused(%x) {kind = \"elementwise\"} : f32[2] {\n"
+      "  ^(%a: f32[2]):\n"
+      "    %r = relu(%a) : f32[2]\n"
+      "    return %r\n"
+      "  }\n"
+      "  return %y\n"
+      "}\n");
+  ASSERT_TRUE(m);
+  auto bytes = serializeKilnModel(*m, false);
+  ASSERT_FALSE(bytes.ok());
+  EXPECT_EQ(bytes.error().str(),
+            "test.kir:2:3: error: 'fused' has a region, which the Kiln graph format cannot store; write text IR (.kir) "
+            "instead");
+  EXPECT_EQ(textError(textModel(kInputX + node("f", "fused", "inputs: \"x\"", "outputs: \"y\"",
+                                               "attributes { key: \"kind\" value { s: \"elementwise\" } }"))),
+            "m.kiln.txt: node 'f': error: op 'fused' has a region, which the Kiln format does not hold (it stores "
+            "models before fusion)");
+}
+
 }  // namespace
 }  // namespace kiln
