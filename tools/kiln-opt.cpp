@@ -4,16 +4,19 @@
 //   kiln-opt in.kir --passes=infer-shapes,cse --print-after-all
 //   kiln-opt in.kir -O2
 //   kiln-opt in.kir --split-input-file --verify-diagnostics
+//   kiln-opt in.kir -O2 --print-memory-plan
 #include <cstring>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
+#include "passes/MemoryPlan.h"
 #include "passes/PassManager.h"
 #include "runtime/Interpreter.h"
 #include "tools/DiagnosticVerifier.h"
@@ -36,6 +39,8 @@ options:
   --print-after-all      print the IR after every pass (to stderr)
   --print-after=NAME     print the IR after each run of pass NAME (to stderr)
   --time-passes          print per-pass wall times (to stderr)
+  --print-memory-plan    after the IR, print each function's memory plan as
+                         '//' comments (offsets, sizes, live kernels, peak)
   --list-passes          list the registered passes and exit
   -h, --help             show this help
 )";
@@ -47,6 +52,7 @@ struct Options {
   int optLevel = -1;
   bool splitInputFile = false;
   bool verifyDiagnostics = false;
+  bool printMemoryPlan = false;
   PassManagerOptions pm;
 };
 
@@ -93,6 +99,8 @@ bool parseArgs(int argc, char** argv, Options& o, bool& exitEarly) {
         return false;
       }
       o.pm.printAfter.insert(*v);
+    } else if (a == "--print-memory-plan") {
+      o.printMemoryPlan = true;
     } else if (a == "--time-passes") {
       o.pm.timePasses = true;
     } else if (a != "-" && a.size() > 1 && a[0] == '-') {
@@ -132,6 +140,40 @@ std::vector<Chunk> splitInput(const std::string& text, bool split) {
   return chunks;
 }
 
+/// The memory plan of every function of `m`, as comment lines so that the
+/// output still parses. Values are named as `printed` (the text of `m`)
+/// names them: read back, every value carries its printed name, including
+/// those the printer had to number.
+std::optional<std::string> printMemoryPlans(const Module& m, const std::string& printed, const std::string& filename,
+                                            const DiagnosticHandler& report) {
+  auto reread = parseModule(printed, filename);
+  if (!reread) {
+    report(reread.error());
+    return std::nullopt;
+  }
+  std::string out;
+  for (size_t i = 0; i < m.functions().size(); ++i) {
+    const Function& f = *m.functions()[i];
+    Expected<MemoryPlan> plan = planMemory(f);
+    if (!plan) {
+      report(plan.error());
+      return std::nullopt;
+    }
+    // Text round-trips, so the re-read function has the same ops in order.
+    std::unordered_map<const Value*, std::string> printedNames;
+    const Function& g = *(*reread)->functions()[i];
+    for (auto x = f.ops().begin(), y = g.ops().begin(); x != f.ops().end() && y != g.ops().end(); ++x, ++y)
+      for (size_t r = 0; r < (*x)->numResults() && r < (*y)->numResults(); ++r)
+        printedNames[(*x)->result(r)] = (*y)->result(r)->name();
+    for (MemoryPlan::Buffer& b : plan->buffers)
+      if (auto it = printedNames.find(b.value); it != printedNames.end() && !it->second.empty()) b.name = it->second;
+    out += "// memory plan @" + f.name() + ": " + std::to_string(plan->numKernels) + " kernels\n";
+    std::istringstream lines(plan->str());
+    for (std::string line; std::getline(lines, line);) out += "//   " + line + "\n";
+  }
+  return out;
+}
+
 /// Parses, verifies and transforms one chunk. Every diagnostic goes to
 /// `report`; returns the printed module, or nullopt on failure.
 std::optional<std::string> processChunk(const Chunk& chunk, const std::string& filename, const Options& o,
@@ -162,7 +204,13 @@ std::optional<std::string> processChunk(const Chunk& chunk, const std::string& f
     return std::nullopt;
   }
   if (Status s = verify(**module, report); !s) return std::nullopt;
-  return print(**module);
+  std::string printed = print(**module);
+  if (o.printMemoryPlan) {
+    std::optional<std::string> plans = printMemoryPlans(**module, printed, filename, report);
+    if (!plans) return std::nullopt;
+    printed += *plans;
+  }
+  return printed;
 }
 
 int run(const Options& o) {

@@ -1,0 +1,48 @@
+// The printed form of a MemoryPlan, shared by kiln-opt's --print-memory-plan
+// and tests, so that a plan reads the same wherever it is shown.
+#include "passes/MemoryPlan.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace kiln {
+
+namespace {
+
+/// `%name`, quoted the way the IR printer quotes names that are not plain
+/// identifiers (ONNX tensor names such as `/attn/MatMul_output_0`).
+std::string valueRef(const std::string& name) {
+  bool plain = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+           c == '$' || c == '-';
+  });
+  if (plain) return "%" + name;
+  std::string quoted = "%\"";
+  for (char c : name) {
+    if (c == '"' || c == '\\') quoted += '\\';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
+
+}  // namespace
+
+const MemoryPlan::Buffer* MemoryPlan::find(const Value* v) const {
+  for (const Buffer& b : buffers)
+    if (b.value == v) return &b;
+  return nullptr;
+}
+
+std::string MemoryPlan::str() const {
+  std::ostringstream os;
+  for (const Buffer& b : buffers) {
+    os << valueRef(b.name) << ": offset " << b.offset << ", size " << b.size << ", live [" << b.first << ", " << b.last
+       << "]";
+    if (b.inPlaceOf >= 0) os << ", in place of " << valueRef(buffers[b.inPlaceOf].name);
+    os << "\n";
+  }
+  os << "peak " << peak << " bytes, no reuse " << noReuseTotal << " bytes\n";
+  return os.str();
+}
+
+}  // namespace kiln
