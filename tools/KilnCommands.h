@@ -24,6 +24,7 @@ struct Command {
 };
 
 const Command& runCommand();
+const Command& compileCommand();
 const Command& checkCommand();
 const Command& convertCommand();
 

@@ -1,6 +1,9 @@
 // `kiln run`: loads a model, binds its inputs by name from .npy files, runs
-// it on the reference interpreter and writes or prints its outputs; with
-// --bench it times repeated runs instead. Every input is checked against
+// it with the CPU JIT (codegen/CpuExecutable.h) or, with --interpret, on the
+// reference interpreter, and writes or prints its outputs; with --bench it
+// times repeated runs instead. When the JIT cannot lower some op yet, the
+// whole model runs on the interpreter and a notice on stderr names the ops
+// (--no-fallback makes that an error); any other JIT failure is an error. Every input is checked against
 // the model's signature before anything runs, and all problems with the
 // inputs are reported together, each naming the input and the type it
 // expects, because a user fixing one mistake at a time would otherwise run
@@ -9,11 +12,13 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <optional>
 #include <set>
 
+#include "codegen/CpuExecutable.h"
 #include "frontend/Model.h"
 #include "ir/Verifier.h"
 #include "passes/PassManager.h"
@@ -35,7 +40,9 @@ constexpr OptionSpec kOptions[] = {
     {"--bench", "N", "after warm-up runs, time N runs and print the median, min and max in ms"},
     {"--warmup", "N", "untimed runs before the timed ones of --bench (default: 1)"},
     {"--json", "", "with --bench: print the timings as one JSON object"},
-    {"--interpret", "", "run on the reference interpreter (the only backend of this build)"},
+    {"--interpret", "", "run on the reference interpreter instead of the CPU JIT"},
+    {"--threads", "N", "CPU JIT: threads that split each kernel (default: all cores)"},
+    {"--no-fallback", "", "CPU JIT: fail when an op cannot be compiled instead of using the interpreter"},
     {"--help", "", "show this help", false, "-h"},
 };
 
@@ -246,15 +253,19 @@ std::string millis(double ms) {
   return buf;
 }
 
-/// Runs `f` `warmup` times untimed, then `runs` times timed; prints the
+/// Runs the model once on its inputs: the JIT's kernels or the interpreter.
+/// The inputs are taken by value because the interpreter consumes them.
+using Runner = std::function<Expected<std::vector<Tensor>>(std::vector<Tensor>)>;
+
+/// Runs `runner` `warmup` times untimed, then `runs` times timed; prints the
 /// statistics. `last` receives the outputs of the final run.
-int bench(const Function& f, const std::vector<Tensor>& inputs, int64_t warmup, int64_t runs, bool json,
+int bench(const Runner& runner, const std::vector<Tensor>& inputs, int64_t warmup, int64_t runs, bool json,
           const std::string& model, std::vector<Tensor>& last) {
   std::vector<double> times;
   for (int64_t k = 0; k < warmup + runs; ++k) {
-    std::vector<Tensor> copy = inputs;  // the interpreter consumes its inputs; copying is not timed
+    std::vector<Tensor> copy = inputs;  // copying is not timed
     auto start = std::chrono::steady_clock::now();
-    auto outputs = interpret(f, std::move(copy));
+    auto outputs = runner(std::move(copy));
     auto stop = std::chrono::steady_clock::now();
     if (!outputs) {
       reportError(kName, outputs.takeError());
@@ -312,6 +323,16 @@ int run(const ParsedArgs& args) {
     warmup = *value;
   }
   if (args.has("--json") && !benchRuns) return usageError(kName, "--json only applies with --bench N");
+  const bool interpretOnly = args.has("--interpret");
+  codegen::CpuOptions cpuOptions;
+  if (const std::string* n = args.get("--threads")) {
+    if (interpretOnly) return usageError(kName, "--threads applies to the CPU JIT, not to --interpret");
+    auto value = parseInteger(*n, "--threads", 1, 4096);
+    if (!value) return usageError(kName, value.error().message());
+    cpuOptions.threads = static_cast<int>(*value);
+  }
+  if (interpretOnly && args.has("--no-fallback"))
+    return usageError(kName, "--no-fallback applies to the CPU JIT, not to --interpret");
   if (const std::string* dir = args.get("--output-dir"); dir && dir->empty())
     return usageError(kName, "--output-dir needs a folder name");
 
@@ -371,13 +392,38 @@ int run(const ParsedArgs& args) {
   auto inputs = bindInputs(f, given);
   if (!inputs) return kExitError;
 
+  Runner runner = [&f](std::vector<Tensor> in) { return interpret(f, std::move(in)); };
+  std::unique_ptr<codegen::CpuExecutor> executor;
+  if (!interpretOnly) {
+    auto created = codegen::CpuExecutor::create(f, cpuOptions);
+    if (!created) {
+      reportError(kName, created.takeError());
+      return kExitError;
+    }
+    executor = std::move(*created);
+    if (Status s = executor->prepare(*inputs); !s) {
+      // Only ops the JIT cannot lower yet fall back, and never silently.
+      if (executor->unsupportedOps().empty() || args.has("--no-fallback")) {
+        reportError(kName, s.takeError());
+        return kExitError;
+      }
+      std::cerr << "kiln run: note: the CPU JIT cannot compile this model yet, so it runs on the reference "
+                   "interpreter:";
+      for (const std::string& op : executor->unsupportedOps()) std::cerr << "\n  " << op;
+      std::cerr << "\n";
+      executor.reset();
+    } else {
+      runner = [&executor](std::vector<Tensor> in) { return executor->run(in); };
+    }
+  }
+
   std::vector<Tensor> outputs;
   if (benchRuns) {
-    if (int rc = bench(f, *inputs, warmup, *benchRuns, args.has("--json"), modelPath, outputs)) return rc;
+    if (int rc = bench(runner, *inputs, warmup, *benchRuns, args.has("--json"), modelPath, outputs)) return rc;
     const std::string* dir = args.get("--output-dir");
     return dir ? writeOutputs(f, outputs, *dir) : kExitOk;
   }
-  auto result = interpret(f, std::move(*inputs));
+  auto result = runner(std::move(*inputs));
   if (!result) {
     reportError(kName, result.takeError());
     return kExitError;
@@ -394,7 +440,9 @@ const Command& runCommand() {
       kName,
       "run a model on inputs from .npy files",
       "MODEL [--input NAME=FILE.npy]... [--output-dir DIR] [--device cpu|cuda|auto] [--bench N [--json]]",
-      "Runs MODEL (.onnx, .kiln, .kiln.txt or .kir) on the reference interpreter. Inputs are bound by name;\n"
+      "Runs MODEL (.onnx, .kiln, .kiln.txt or .kir) with the CPU JIT, or on the reference interpreter with\n"
+      "--interpret; a model with ops the JIT cannot compile yet runs on the interpreter, with a notice on\n"
+      "stderr naming them. Inputs are bound by name;\n"
       "inputs that have a default (ONNX initializers) may be left out. Without --output-dir each output is\n"
       "printed like NumPy prints arrays; with it, written to DIR/<output name>.npy. --bench N prints\n"
       "`median X ms, min Y ms, max Z ms (N runs)` instead of the outputs.",

@@ -3,16 +3,19 @@
 # scripts/export-e2e-models.py) through `kiln run` and compares every output
 # with PyTorch's, rtol 1e-4 and atol 1e-5.
 #
-#   run-e2e.sh KILN KILN_NPY_COMPARE MODEL_DIR OUT_DIR
+#   run-e2e.sh KILN KILN_NPY_COMPARE MODEL_DIR OUT_DIR [KILN_RUN_OPTION]...
 #
+# Extra options go to `kiln run` (e.g. --interpret, or --no-fallback to
+# require that the CPU JIT compiles the whole model).
 # Each input_<name>.npy binds the graph input <name>; each
 # expected_<name>.npy is compared with OUT_DIR/<name>.npy.
 set -euo pipefail
-if [[ $# -ne 4 ]]; then
-  echo "usage: run-e2e.sh KILN KILN_NPY_COMPARE MODEL_DIR OUT_DIR" >&2
+if [[ $# -lt 4 ]]; then
+  echo "usage: run-e2e.sh KILN KILN_NPY_COMPARE MODEL_DIR OUT_DIR [KILN_RUN_OPTION]..." >&2
   exit 2
 fi
 kiln=$1 compare=$2 model_dir=$3 out_dir=$4
+shift 4
 
 inputs=()
 for f in "$model_dir"/input_*.npy; do
@@ -21,7 +24,7 @@ for f in "$model_dir"/input_*.npy; do
 done
 
 rm -rf "$out_dir"
-"$kiln" run "$model_dir/model.onnx" "${inputs[@]}" --output-dir "$out_dir"
+"$kiln" run "$model_dir/model.onnx" "${inputs[@]}" --output-dir "$out_dir" "$@"
 
 status=0
 found=0

@@ -1,0 +1,295 @@
+// The CPU executor of CpuExecutable.h. A compiled function is a list of
+// steps over value slots: slots hold arguments, constants (materialized
+// once from their attributes) and kernel results; each step is one JIT
+// kernel reading and writing slots. Before a kernel runs, the run-time
+// errors the interpreter reports (a gather index out of range, an integer
+// division by zero) are checked on the host, because the kernels clamp
+// and guard instead of failing.
+#include "codegen/CpuExecutable.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+#include "codegen/Lowering.h"
+#include "codegen/llvm/CpuJit.h"
+#include "ir/Verifier.h"
+#include "passes/PassManager.h"
+#include "runtime/Interpreter.h"
+
+namespace kiln::codegen {
+
+struct CompiledFunction {
+  struct Step {
+    const Op* op;
+    std::vector<int> operands;  // slots
+    int result;                 // slot
+    KernelFn fn = nullptr;
+    int64_t parallelExtent = 1;
+    bool parallel = false;  // worth splitting across threads
+  };
+  std::unique_ptr<Module> module;  // the specialized, optimized copy the steps point into
+  std::vector<Tensor> constants;   // slots numArgs .. numArgs + constants - 1
+  std::vector<TensorType> slotTypes;
+  std::vector<Step> steps;
+  std::vector<int> results;  // slots
+  std::vector<kir::Kernel> kernels;
+  size_t numArgs = 0;
+};
+
+namespace {
+
+/// Result elements times the iterations of the reductions inside, a rough
+/// measure of a kernel's work for deciding whether threads pay off.
+int64_t estimateWork(const kir::ExprPtr& e) {
+  int64_t inner = 1;
+  for (const kir::ExprPtr& a : e->args) inner = std::max(inner, estimateWork(a));
+  if (e->kind == kir::ExprKind::Reduce)
+    for (int64_t x : e->extents) inner *= std::max<int64_t>(x, 1);
+  return inner;
+}
+
+int64_t estimateWork(const std::vector<kir::StmtPtr>& body) {
+  int64_t work = 0;
+  for (const kir::StmtPtr& s : body) {
+    if (s->kind == kir::Stmt::Kind::Store)
+      work += estimateWork(s->value);
+    else
+      work += s->extent * estimateWork(s->body);
+  }
+  return work;
+}
+
+/// Below this much work per kernel, waking threads costs more than it saves.
+constexpr int64_t kParallelWork = 1 << 15;
+
+Status checkIndices(const Op& op, const Tensor& data, const Tensor& indices) {
+  const int64_t rank = data.rank();
+  int64_t axis = op.getInt("axis");
+  if (axis < 0) axis += rank;
+  const int64_t dim = data.shape()[axis];
+  for (int64_t i = 0; i < indices.numElements(); ++i) {
+    const int64_t v = indices.getInt(i);
+    if (v < -dim || v >= dim)
+      return op.emitError("index " + std::to_string(v) + " is out of range for dim " + std::to_string(axis) +
+                          " of size " + std::to_string(dim));
+  }
+  return {};
+}
+
+Status checkDivisor(const Op& op, const Tensor& divisor) {
+  if (isFloat(divisor.dtype())) return {};
+  for (int64_t i = 0; i < divisor.numElements(); ++i)
+    if (divisor.getInt(i) == 0)
+      return op.emitError(op.kind() == OpKind::Div ? "integer division by zero" : "integer remainder by zero");
+  return {};
+}
+
+/// The host-side checks of `op` on its operand tensors.
+Status checkOperands(const Op& op, const std::vector<const Tensor*>& operands) {
+  switch (op.kind()) {
+    case OpKind::Gather:
+    case OpKind::GatherElements:
+      return checkIndices(op, *operands[0], *operands[1]);
+    case OpKind::Div:
+    case OpKind::Rem:
+    case OpKind::Mod:
+      return checkDivisor(op, *operands[1]);
+    default:
+      return {};
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Module> cloneFunction(const Function& f) {
+  auto module = std::make_unique<Module>();
+  Function* g = module->addFunction(f.name());
+  g->setLoc(f.loc());
+  std::map<const Value*, Value*> map;
+  for (size_t i = 0; i < f.numArguments(); ++i) {
+    const Value* a = f.argument(i);
+    map[a] = g->addArgument(a->type(), a->name());
+    if (const DenseTensor* d = f.argumentDefault(i)) g->setArgumentDefault(i, std::make_shared<const DenseTensor>(*d));
+  }
+  for (const auto& op : f.ops()) {
+    std::vector<Value*> operands;
+    for (const Value* v : op->operands()) operands.push_back(map.at(v));
+    std::vector<TensorType> types;
+    for (const Value* r : op->results()) types.push_back(r->type());
+    Op* copy =
+        g->insert(nullptr, Op::create(op->kind(), std::move(operands), std::move(types), op->attrs(), op->loc()));
+    for (size_t i = 0; i < op->numResults(); ++i) {
+      copy->result(i)->setName(op->result(i)->name());
+      map[op->result(i)] = copy->result(i);
+    }
+  }
+  g->setResultTypes(f.resultTypes());
+  for (size_t i = 0; i < f.resultTypes().size(); ++i) g->setResultName(i, f.resultName(i));
+  return module;
+}
+
+CpuExecutor::CpuExecutor(std::unique_ptr<Module> module, CpuOptions options)
+    : module_(std::move(module)), options_(options), pool_(std::make_unique<ThreadPool>(options.threads)) {}
+CpuExecutor::~CpuExecutor() = default;
+
+Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Function& f, CpuOptions options) {
+  auto jit = CpuJit::create();
+  if (!jit) return jit.takeError();
+  std::unique_ptr<CpuExecutor> executor(new CpuExecutor(cloneFunction(f), options));
+  executor->jit_ = std::move(*jit);
+  return executor;
+}
+
+Expected<CompiledFunction*> CpuExecutor::compiled(const std::vector<Tensor>& inputs) {
+  const Function& source = *module_->functions().front();
+  if (inputs.size() != source.numArguments())
+    return Error("function '" + source.name() + "' takes " + std::to_string(source.numArguments()) + " inputs, got " +
+                 std::to_string(inputs.size()));
+  std::vector<std::vector<int64_t>> shapes;
+  for (const Tensor& t : inputs) shapes.push_back(t.shape());
+  if (auto it = cache_.find(shapes); it != cache_.end()) return it->second.get();
+  unsupported_.clear();
+
+  // Specialize a copy to these shapes and optimize it.
+  auto compiled = std::make_unique<CompiledFunction>();
+  compiled->module = cloneFunction(source);
+  Module& m = *compiled->module;
+  Function& f = *m.functions().front();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].dtype() != f.argument(i)->type().dtype)
+      return Error("input " + std::to_string(i) + " of '" + f.name() + "' is " + inputs[i].type().str() +
+                   ", expected " + f.argument(i)->type().str());
+    f.argument(i)->setType(inputs[i].type());
+  }
+  static const InterpreterEvaluator evaluator;
+  PassContext passContext;
+  passContext.evaluator = &evaluator;
+  PassManager pm({}, passContext);
+  KILN_TRY(pm.addOptLevel(2));
+  std::ostringstream log;
+  KILN_TRY(pm.run(m, log));
+  KILN_TRY(verify(m));
+
+  // Slots: arguments, then constants, then op results in order.
+  std::map<const Value*, int> slots;
+  compiled->numArgs = f.numArguments();
+  for (size_t i = 0; i < f.numArguments(); ++i) {
+    slots[f.argument(i)] = static_cast<int>(i);
+    compiled->slotTypes.push_back(inputs[i].type());
+  }
+  int next = static_cast<int>(f.numArguments());
+  for (const auto& op : f.ops()) {
+    if (op->kind() != OpKind::Constant) continue;
+    compiled->constants.push_back(Tensor::fromDense(op->getTensor("value")));
+    slots[op->result()] = next++;
+    compiled->slotTypes.push_back(op->result()->type());
+  }
+  std::vector<std::string> unsupported;
+  for (const auto& op : f.ops()) {
+    if (op->kind() == OpKind::Constant) continue;
+    if (op->kind() == OpKind::Return) {
+      for (const Value* v : op->operands()) compiled->results.push_back(slots.at(v));
+      continue;
+    }
+    if (op->numResults() != 1) return op->emitError("the CPU executor handles single-result ops only");
+    CompiledFunction::Step step{op.get(), {}, next++};
+    slots[op->result()] = step.result;
+    compiled->slotTypes.push_back(op->result()->type());
+    if (std::string why = whyNotLowerable(*op); !why.empty()) {
+      // Every unlowerable op is collected, so the error lists them all.
+      const std::string where = op->loc().isPrinted() ? " at " + op->loc().str() : "";
+      unsupported.push_back(why + where);
+      continue;
+    }
+    for (const Value* v : op->operands()) step.operands.push_back(slots.at(v));
+    // Names are unique within the JIT: one prefix per compiled shape set.
+    auto kernel = lowerOpToKernel(*op, "kiln" + std::to_string(compiledCount_) + "_" + std::string(op->name()) + "_" +
+                                           std::to_string(compiled->steps.size()));
+    if (!kernel) return kernel.takeError();
+    step.parallelExtent = kernel->parallelExtent();
+    step.parallel = estimateWork(kernel->body) >= kParallelWork;
+    compiled->kernels.push_back(std::move(*kernel));
+    compiled->steps.push_back(std::move(step));
+  }
+  if (!unsupported.empty()) {
+    std::sort(unsupported.begin(), unsupported.end());
+    unsupported.erase(std::unique(unsupported.begin(), unsupported.end()), unsupported.end());
+    unsupported_ = unsupported;
+    std::string list;
+    for (const std::string& u : unsupported) list += (list.empty() ? "" : "; ") + u;
+    return Error("the CPU JIT cannot compile '" + f.name() + "': " + list);
+  }
+  if (!compiled->kernels.empty()) {
+    auto fns = jit_->compile(compiled->kernels);
+    if (!fns) return fns.takeError();
+    for (size_t i = 0; i < fns->size(); ++i) compiled->steps[i].fn = (*fns)[i];
+  }
+  ++compiledCount_;
+  CompiledFunction* result = compiled.get();
+  cache_.emplace(std::move(shapes), std::move(compiled));
+  return result;
+}
+
+Status CpuExecutor::prepare(const std::vector<Tensor>& inputs) {
+  auto c = compiled(inputs);
+  if (!c) return c.takeError();
+  return {};
+}
+
+Expected<std::vector<Tensor>> CpuExecutor::run(const std::vector<Tensor>& inputs) {
+  auto c = compiled(inputs);
+  if (!c) return c.takeError();
+  CompiledFunction& cf = **c;
+  const size_t numSlots = cf.slotTypes.size();
+  std::vector<Tensor> owned(numSlots);
+  std::vector<const Tensor*> view(numSlots, nullptr);
+  for (size_t i = 0; i < cf.numArgs; ++i) view[i] = &inputs[i];
+  for (size_t i = 0; i < cf.constants.size(); ++i) view[cf.numArgs + i] = &cf.constants[i];
+  std::vector<void*> buffers;
+  std::vector<const Tensor*> operands;
+  for (const CompiledFunction::Step& step : cf.steps) {
+    const TensorType& type = cf.slotTypes[step.result];
+    owned[step.result] = Tensor(type.dtype, staticDims(type.shape));
+    view[step.result] = &owned[step.result];
+    operands.clear();
+    buffers.clear();
+    for (int s : step.operands) {
+      operands.push_back(view[s]);
+      buffers.push_back(const_cast<uint8_t*>(view[s]->raw()));
+    }
+    KILN_TRY(checkOperands(*step.op, operands));
+    buffers.push_back(owned[step.result].raw());
+    void** args = buffers.data();
+    const KernelFn fn = step.fn;
+    if (step.parallel) {
+      pool_->parallelFor(step.parallelExtent, [&](int64_t begin, int64_t end) { fn(args, nullptr, begin, end); });
+    } else {
+      fn(args, nullptr, 0, step.parallelExtent);
+    }
+  }
+  std::vector<Tensor> results;
+  for (int s : cf.results) results.push_back(s < static_cast<int>(cf.numArgs) ? inputs[s] : *view[s]);
+  return results;
+}
+
+Expected<std::string> CpuExecutor::kernelIR(const std::vector<Tensor>& inputs) {
+  auto c = compiled(inputs);
+  if (!c) return c.takeError();
+  std::string text;
+  for (const kir::Kernel& k : (*c)->kernels) text += (text.empty() ? "" : "\n") + kir::printKernel(k);
+  return text;
+}
+
+Expected<std::string> CpuExecutor::llvmIR(const std::vector<Tensor>& inputs) {
+  auto c = compiled(inputs);
+  if (!c) return c.takeError();
+  return jit_->optimizedIR((*c)->kernels);
+}
+
+size_t CpuExecutor::numKernels(const std::vector<Tensor>& inputs) {
+  auto c = compiled(inputs);
+  return c ? (*c)->kernels.size() : 0;
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,656 @@
+// The lowering table and one lowering function per primitive op. Every
+// function maps a result multi-index to the scalar expression of that
+// element; operands are read through the LoweringContext with indices that
+// are always in bounds (broadcast dims read index 0, concat and pad clamp
+// the index of the operand they do not select, gathers clamp their indices),
+// because the emitters evaluate both sides of a select.
+#include "codegen/Lowering.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+namespace kiln::codegen {
+namespace {
+
+using kir::ExprPtr;
+using Index = std::vector<ExprPtr>;
+
+std::vector<int64_t> dimsOf(const Value* v) { return staticDims(v->type().shape); }
+
+int64_t normalizeAxis(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
+
+/// The index of an operand of shape `shape` that broadcasts to a result
+/// indexed by `index` (NumPy rules: aligned at the back, size-1 dims read 0).
+Index broadcastIndex(const Index& index, const std::vector<int64_t>& shape) {
+  Index out;
+  const size_t lead = index.size() - shape.size();
+  for (size_t d = 0; d < shape.size(); ++d) out.push_back(shape[d] == 1 ? kir::index(0) : index[lead + d]);
+  return out;
+}
+
+/// Row-major linear offset of `index` in `shape`.
+ExprPtr linearize(const Index& index, const std::vector<int64_t>& shape) {
+  ExprPtr offset = kir::index(0);
+  for (size_t d = 0; d < shape.size(); ++d) offset = kir::add(kir::mul(offset, kir::index(shape[d])), index[d]);
+  return offset;
+}
+
+/// The multi-index of row-major offset `linear` in `shape`.
+Index unravel(const ExprPtr& linear, const std::vector<int64_t>& shape) {
+  Index out(shape.size());
+  int64_t stride = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    ExprPtr q = kir::div(linear, kir::index(stride));
+    // The first dim needs no modulo: the offset is below the element count.
+    out[d] = d == 0 ? q : kir::rem(q, kir::index(shape[d]));
+    stride *= shape[d];
+  }
+  return out;
+}
+
+ExprPtr clampIndex(const ExprPtr& i, int64_t size) {
+  return kir::max(kir::min(i, kir::index(std::max<int64_t>(size - 1, 0))), kir::index(0));
+}
+
+ExprPtr inRange(const ExprPtr& i, int64_t size) {
+  return kir::binary(kir::BinaryFn::And, kir::binary(kir::BinaryFn::Ge, i, kir::index(0)),
+                     kir::binary(kir::BinaryFn::Lt, i, kir::index(size)));
+}
+
+// --- Elementwise -----------------------------------------------------------------
+
+template <kir::UnaryFn Fn>
+Expected<ExprPtr> lowerUnary(const Op& op, LoweringContext& ctx, const Index& index) {
+  auto x = ctx.operand(0, index);
+  if (!x) return x;
+  return kir::unary(Fn, *x);
+}
+
+/// Reads every operand of a broadcasting op at `index`.
+Expected<std::vector<ExprPtr>> broadcastOperands(const Op& op, LoweringContext& ctx, const Index& index) {
+  std::vector<ExprPtr> values;
+  for (size_t i = 0; i < op.numOperands(); ++i) {
+    auto v = ctx.operand(i, broadcastIndex(index, dimsOf(op.operand(i))));
+    if (!v) return v.takeError();
+    values.push_back(*v);
+  }
+  return values;
+}
+
+template <kir::BinaryFn Fn>
+Expected<ExprPtr> lowerBinary(const Op& op, LoweringContext& ctx, const Index& index) {
+  auto v = broadcastOperands(op, ctx, index);
+  if (!v) return v.takeError();
+  return kir::binary(Fn, (*v)[0], (*v)[1]);
+}
+
+Expected<ExprPtr> lowerSelect(const Op& op, LoweringContext& ctx, const Index& index) {
+  auto v = broadcastOperands(op, ctx, index);
+  if (!v) return v.takeError();
+  return kir::select((*v)[0], (*v)[1], (*v)[2]);
+}
+
+Expected<ExprPtr> lowerCast(const Op& op, LoweringContext& ctx, const Index& index) {
+  auto x = ctx.operand(0, index);
+  if (!x) return x;
+  return kir::cast(*x, op.result()->type().dtype);
+}
+
+// --- Constants ---------------------------------------------------------------------
+
+/// A constant lowers to a literal when all its elements are equal (the
+/// splats that decompositions introduce); other constants are buffers that
+/// the executor provides, never lowered.
+Expected<ExprPtr> lowerConstant(const Op& op, LoweringContext&, const Index&) {
+  const DenseTensor& t = op.getTensor("value");
+  const int64_t n = t.numElements();
+  for (int64_t i = 1; i < n; ++i)
+    if (t.getDouble(i) != t.getDouble(0) || t.getInt(i) != t.getInt(0))
+      return op.emitError("a non-splat constant has no scalar lowering; it is passed to kernels as a buffer");
+  if (n == 0) return kir::constantInt(t.type.dtype, 0);
+  return isFloat(t.type.dtype) ? kir::constant(t.type.dtype, t.getDouble(0))
+                               : kir::constantInt(t.type.dtype, t.getInt(0));
+}
+
+Expected<ExprPtr> lowerIota(const Op& op, LoweringContext&, const Index& index) {
+  const int64_t axis = normalizeAxis(op.getInt("axis"), op.result()->type().rank());
+  return kir::cast(index[axis], op.result()->type().dtype);
+}
+
+// --- Layout ------------------------------------------------------------------------
+
+Expected<ExprPtr> lowerBroadcast(const Op& op, LoweringContext& ctx, const Index& index) {
+  return ctx.operand(0, broadcastIndex(index, dimsOf(op.operand(0))));
+}
+
+Expected<ExprPtr> lowerReshape(const Op& op, LoweringContext& ctx, const Index& index) {
+  return ctx.operand(0, unravel(linearize(index, dimsOf(op.result())), dimsOf(op.operand(0))));
+}
+
+Expected<ExprPtr> lowerTranspose(const Op& op, LoweringContext& ctx, const Index& index) {
+  const std::vector<int64_t>& perm = op.getInts("perm");
+  Index in(index.size());
+  for (size_t i = 0; i < perm.size(); ++i) in[normalizeAxis(perm[i], index.size())] = index[i];
+  return ctx.operand(0, in);
+}
+
+Expected<ExprPtr> lowerSlice(const Op& op, LoweringContext& ctx, const Index& index) {
+  const std::vector<int64_t> shape = dimsOf(op.operand(0));
+  const std::vector<int64_t>& starts = op.getInts("starts");
+  const std::vector<int64_t>& steps = op.getInts("steps");
+  Index in;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    // The interpreter's normalization: negative starts count from the end,
+    // then clamp to where a walk in the step's direction can begin.
+    int64_t start = starts[d] < 0 ? starts[d] + shape[d] : starts[d];
+    start = steps[d] > 0 ? std::clamp<int64_t>(start, 0, shape[d]) : std::clamp<int64_t>(start, -1, shape[d] - 1);
+    in.push_back(kir::add(kir::index(start), kir::mul(index[d], kir::index(steps[d]))));
+  }
+  return ctx.operand(0, in);
+}
+
+Expected<ExprPtr> lowerConcat(const Op& op, LoweringContext& ctx, const Index& index) {
+  const int64_t axis = normalizeAxis(op.getInt("axis"), index.size());
+  // Operands are tried from the last: each select keeps the later operand
+  // unless the index lies before that operand's start.
+  std::vector<int64_t> offsets;
+  int64_t offset = 0;
+  for (size_t k = 0; k < op.numOperands(); ++k) {
+    offsets.push_back(offset);
+    offset += dimsOf(op.operand(k))[axis];
+  }
+  ExprPtr result;
+  for (size_t k = op.numOperands(); k-- > 0;) {
+    const int64_t size = dimsOf(op.operand(k))[axis];
+    if (size == 0) continue;
+    Index in = index;
+    in[axis] = clampIndex(kir::sub(index[axis], kir::index(offsets[k])), size);
+    auto v = ctx.operand(k, in);
+    if (!v) return v;
+    result = result
+                 ? kir::select(kir::binary(kir::BinaryFn::Lt, index[axis], kir::index(offsets[k] + size)), *v, result)
+                 : *v;
+  }
+  if (!result) return op.emitError("concat of operands that are all empty along the axis has no elements");
+  return result;
+}
+
+Expected<ExprPtr> lowerPad(const Op& op, LoweringContext& ctx, const Index& index) {
+  const std::vector<int64_t> shape = dimsOf(op.operand(0));
+  const std::vector<int64_t>& pads = op.getInts("pads");
+  const std::string& mode = op.getString("mode");
+  const DType dtype = op.result()->type().dtype;
+  const ExprPtr padValue = kir::constant(dtype, op.getFloat("value"));
+  if (numElements(op.operand(0)->type().shape) == 0) {
+    if (mode == "constant") return padValue;
+    return op.emitError("mode '" + mode + "' cannot pad an empty tensor");
+  }
+  Index in;
+  ExprPtr inside;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    ExprPtr s = kir::sub(index[d], kir::index(pads[d]));
+    if (mode == "constant") {
+      ExprPtr ok = inRange(s, shape[d]);
+      inside = inside ? kir::binary(kir::BinaryFn::And, inside, ok) : ok;
+      s = clampIndex(s, shape[d]);
+    } else if (mode == "edge") {
+      s = clampIndex(s, shape[d]);
+    } else if (mode == "reflect") {
+      if (shape[d] == 1) {
+        s = kir::index(0);
+      } else {
+        // Mirror without repeating the edge: period 2(dim-1), folded back.
+        const ExprPtr period = kir::index(2 * (shape[d] - 1));
+        ExprPtr m = kir::binary(kir::BinaryFn::Mod, s, period);
+        s = kir::select(kir::binary(kir::BinaryFn::Ge, m, kir::index(shape[d])), kir::sub(period, m), m);
+      }
+    } else {
+      return op.emitError("unknown mode '" + mode + "' (expected constant, reflect or edge)");
+    }
+    in.push_back(s);
+  }
+  auto v = ctx.operand(0, in);
+  if (!v || !inside) return v;
+  return kir::select(inside, *v, padValue);
+}
+
+/// A gathered index read from `indices`: negative counts from the end, and
+/// clamped so that a bad index cannot read outside the data (the executor
+/// checks indices before running the kernel and reports bad ones).
+ExprPtr normalizedGatherIndex(const ExprPtr& raw, int64_t dim) {
+  ExprPtr i = kir::cast(raw, DType::I64);
+  i = kir::select(kir::binary(kir::BinaryFn::Lt, i, kir::index(0)), kir::add(i, kir::index(dim)), i);
+  return clampIndex(i, dim);
+}
+
+Expected<ExprPtr> lowerGather(const Op& op, LoweringContext& ctx, const Index& index) {
+  const std::vector<int64_t> data = dimsOf(op.operand(0));
+  const int64_t indicesRank = op.operand(1)->type().rank();
+  const int64_t axis = normalizeAxis(op.getInt("axis"), data.size());
+  Index idx(index.begin() + axis, index.begin() + axis + indicesRank);
+  auto raw = ctx.operand(1, idx);
+  if (!raw) return raw;
+  Index in(index.begin(), index.begin() + axis);
+  in.push_back(normalizedGatherIndex(*raw, data[axis]));
+  in.insert(in.end(), index.begin() + axis + indicesRank, index.end());
+  return ctx.operand(0, in);
+}
+
+Expected<ExprPtr> lowerGatherElements(const Op& op, LoweringContext& ctx, const Index& index) {
+  const std::vector<int64_t> data = dimsOf(op.operand(0));
+  const int64_t axis = normalizeAxis(op.getInt("axis"), data.size());
+  auto raw = ctx.operand(1, index);
+  if (!raw) return raw;
+  Index in = index;
+  in[axis] = normalizedGatherIndex(*raw, data[axis]);
+  return ctx.operand(0, in);
+}
+
+// --- Reductions ----------------------------------------------------------------------
+
+/// The input index of a reduction: kept dims from the result index, reduced
+/// dims from the reduction variables starting at `firstVar`.
+Index reductionInput(const Index& index, const std::vector<bool>& reduced, bool keepdims, int firstVar) {
+  Index in;
+  int next = firstVar;
+  size_t r = 0;
+  for (size_t d = 0; d < reduced.size(); ++d) {
+    if (reduced[d]) {
+      in.push_back(kir::var(next++));
+      if (keepdims) ++r;
+    } else {
+      in.push_back(index[r++]);
+    }
+  }
+  return in;
+}
+
+template <kir::ReduceKind Kind, bool Mean = false>
+Expected<ExprPtr> lowerReduce(const Op& op, LoweringContext& ctx, const Index& index) {
+  const std::vector<int64_t> shape = dimsOf(op.operand(0));
+  std::vector<bool> reduced(shape.size(), op.getInts("axes").empty());
+  for (int64_t axis : op.getInts("axes")) reduced[normalizeAxis(axis, shape.size())] = true;
+  std::vector<int64_t> extents;
+  int64_t count = 1;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (reduced[d]) {
+      extents.push_back(shape[d]);
+      count *= shape[d];
+    }
+  const int first = ctx.newVars(static_cast<int>(extents.size()));
+  auto body = ctx.operand(0, reductionInput(index, reduced, op.getBool("keepdims"), first));
+  if (!body) return body;
+  ExprPtr r = kir::reduce(Kind, first, extents, *body);
+  if constexpr (Mean) {
+    const DType t = r->type;
+    if (isFloat(t)) return kir::binary(kir::BinaryFn::Div, r, kir::constant(t, static_cast<double>(count)));
+    if (count == 0) return op.emitError("integer mean over zero elements");
+    return kir::binary(kir::BinaryFn::Div, r, kir::constantInt(t, count));
+  }
+  return r;
+}
+
+template <kir::ReduceKind Kind>
+Expected<ExprPtr> lowerArgReduce(const Op& op, LoweringContext& ctx, const Index& index) {
+  const std::vector<int64_t> shape = dimsOf(op.operand(0));
+  const int64_t axis = normalizeAxis(op.getInt("axis"), std::max<size_t>(shape.size(), 1));
+  if (shape.empty()) return kir::index(0);
+  if (shape[axis] == 0) return op.emitError("cannot take the arg-reduction of an empty axis");
+  std::vector<bool> reduced(shape.size(), false);
+  reduced[axis] = true;
+  const int first = ctx.newVars(1);
+  auto body = ctx.operand(0, reductionInput(index, reduced, op.getBool("keepdims"), first));
+  if (!body) return body;
+  return kir::reduce(Kind, first, {shape[axis]}, *body, op.getBool("select_last_index"));
+}
+
+// --- Contractions ------------------------------------------------------------------------
+
+/// NumPy matmul as a sum over k for each result element; a 1-D operand is a
+/// row (left) or column (right) whose dim does not appear in the result.
+Expected<ExprPtr> lowerMatMul(const Op& op, LoweringContext& ctx, const Index& index) {
+  const std::vector<int64_t> a = dimsOf(op.operand(0));
+  const std::vector<int64_t> b = dimsOf(op.operand(1));
+  const int64_t K = a.back();
+  const int k = ctx.newVars(1);
+  const ExprPtr kv = kir::var(k);
+  // The result index split into batch dims, then m (if a is 2-D+), then n
+  // (if b is 2-D+).
+  const size_t tail = (a.size() >= 2) + (b.size() >= 2);
+  const Index batch(index.begin(), index.end() - tail);
+  Index ai, bi;
+  if (a.size() >= 2) {
+    const std::vector<int64_t> aBatch(a.begin(), a.end() - 2);
+    ai = broadcastIndex(batch, aBatch);
+    ai.push_back(index[batch.size()]);
+  }
+  ai.push_back(kv);
+  if (b.size() >= 2) {
+    const std::vector<int64_t> bBatch(b.begin(), b.end() - 2);
+    bi = broadcastIndex(batch, bBatch);
+    bi.push_back(kv);
+    bi.push_back(index.back());
+  } else {
+    bi.push_back(kv);
+  }
+  auto x = ctx.operand(0, ai);
+  if (!x) return x;
+  auto y = ctx.operand(1, bi);
+  if (!y) return y;
+  return kir::reduce(kir::ReduceKind::Sum, k, {K}, kir::binary(kir::BinaryFn::Mul, *x, *y));
+}
+
+// --- Convolution and pooling -------------------------------------------------------
+
+/// strides, dilations and pads of a windowed op with defaults filled in.
+struct Window {
+  std::vector<int64_t> strides, dilations, padBegin, padEnd;
+};
+
+Window readWindow(const Op& op, size_t k) {
+  auto intsOr = [&](std::string_view name, int64_t fill, size_t n) {
+    const Attribute* a = op.attr(name);
+    std::vector<int64_t> v = a ? a->getInts() : std::vector<int64_t>{};
+    if (v.empty()) v.assign(n, fill);
+    return v;
+  };
+  Window w;
+  w.strides = intsOr("strides", 1, k);
+  w.dilations = op.info().findAttr("dilations") ? intsOr("dilations", 1, k) : std::vector<int64_t>(k, 1);
+  const std::vector<int64_t> pads = intsOr("pads", 0, 2 * k);
+  w.padBegin.assign(pads.begin(), pads.begin() + static_cast<std::ptrdiff_t>(k));
+  w.padEnd.assign(pads.begin() + static_cast<std::ptrdiff_t>(k), pads.end());
+  return w;
+}
+
+/// For result index `index` of a windowed op over x[N,C,D...] and window
+/// taps given by variables `firstTap..`: the input position of each spatial
+/// dim, whether all of them lie inside x, and those positions clamped.
+struct WindowRead {
+  Index positions;       // clamped, safe to read
+  ExprPtr inside;        // all positions within the input
+  ExprPtr insidePadded;  // all positions within the padded input
+};
+
+WindowRead windowRead(const Index& index, const Window& w, const std::vector<int64_t>& inDims, int firstTap) {
+  WindowRead r;
+  for (size_t d = 0; d < inDims.size(); ++d) {
+    ExprPtr pos = kir::add(kir::sub(kir::mul(index[2 + d], kir::index(w.strides[d])), kir::index(w.padBegin[d])),
+                           kir::mul(kir::var(firstTap + static_cast<int>(d)), kir::index(w.dilations[d])));
+    ExprPtr ok = inRange(pos, inDims[d]);
+    ExprPtr okPadded = inRange(kir::add(pos, kir::index(w.padBegin[d])), inDims[d] + w.padBegin[d] + w.padEnd[d]);
+    r.inside = r.inside ? kir::binary(kir::BinaryFn::And, r.inside, ok) : ok;
+    r.insidePadded = r.insidePadded ? kir::binary(kir::BinaryFn::And, r.insidePadded, okPadded) : okPadded;
+    r.positions.push_back(clampIndex(pos, inDims[d]));
+  }
+  return r;
+}
+
+/// conv as a sum over the group's input channels and the kernel taps;
+/// taps in the padding read a clamped element and multiply by zero.
+Expected<ExprPtr> lowerConv(const Op& op, LoweringContext& ctx, const Index& index) {
+  const std::vector<int64_t> x = dimsOf(op.operand(0)), w = dimsOf(op.operand(1));
+  const std::vector<int64_t> inDims(x.begin() + 2, x.end()), kernel(w.begin() + 2, w.end());
+  const int64_t groups = op.getInt("groups");
+  const int64_t groupIn = w[1], groupOut = w[0] / groups;
+  const Window window = readWindow(op, inDims.size());
+  const int first = ctx.newVars(1 + static_cast<int>(kernel.size()));
+  const WindowRead read = windowRead(index, window, inDims, first + 1);
+  const ExprPtr channel =
+      kir::add(kir::mul(kir::div(index[1], kir::index(groupOut)), kir::index(groupIn)), kir::var(first));
+  Index xi = {index[0], channel};
+  xi.insert(xi.end(), read.positions.begin(), read.positions.end());
+  Index wi = {index[1], kir::var(first)};
+  for (size_t d = 0; d < kernel.size(); ++d) wi.push_back(kir::var(first + 1 + static_cast<int>(d)));
+  auto xv = ctx.operand(0, xi);
+  if (!xv) return xv;
+  auto wv = ctx.operand(1, wi);
+  if (!wv) return wv;
+  const DType t = op.result()->type().dtype;
+  ExprPtr term = kir::binary(kir::BinaryFn::Mul, kir::select(read.inside, *xv, kir::constant(t, 0)), *wv);
+  std::vector<int64_t> extents = {groupIn};
+  extents.insert(extents.end(), kernel.begin(), kernel.end());
+  ExprPtr sum = kir::reduce(kir::ReduceKind::Sum, first, extents, term);
+  if (op.numOperands() < 3) return sum;
+  auto bias = ctx.operand(2, {index[1]});
+  if (!bias) return bias;
+  return kir::binary(kir::BinaryFn::Add, sum, *bias);
+}
+
+/// max_pool: padding never wins (it reads as -inf); NaN propagates.
+Expected<ExprPtr> lowerMaxPool(const Op& op, LoweringContext& ctx, const Index& index) {
+  const std::vector<int64_t> x = dimsOf(op.operand(0));
+  const std::vector<int64_t> inDims(x.begin() + 2, x.end());
+  const std::vector<int64_t>& kernel = op.getInts("kernel");
+  const int first = ctx.newVars(static_cast<int>(kernel.size()));
+  const WindowRead read = windowRead(index, readWindow(op, inDims.size()), inDims, first);
+  Index xi = {index[0], index[1]};
+  xi.insert(xi.end(), read.positions.begin(), read.positions.end());
+  auto v = ctx.operand(0, xi);
+  if (!v) return v;
+  const DType t = op.result()->type().dtype;
+  return kir::reduce(kir::ReduceKind::Max, first, kernel,
+                     kir::select(read.inside, *v, kir::constant(t, -std::numeric_limits<double>::infinity())));
+}
+
+/// avg_pool: the window's sum over the count of its real elements, or with
+/// count_include_pad of its positions inside the padded input.
+Expected<ExprPtr> lowerAvgPool(const Op& op, LoweringContext& ctx, const Index& index) {
+  const std::vector<int64_t> x = dimsOf(op.operand(0));
+  const std::vector<int64_t> inDims(x.begin() + 2, x.end());
+  const std::vector<int64_t>& kernel = op.getInts("kernel");
+  const Window window = readWindow(op, inDims.size());
+  const DType t = op.result()->type().dtype;
+  const int first = ctx.newVars(static_cast<int>(kernel.size()));
+  const WindowRead read = windowRead(index, window, inDims, first);
+  Index xi = {index[0], index[1]};
+  xi.insert(xi.end(), read.positions.begin(), read.positions.end());
+  auto v = ctx.operand(0, xi);
+  if (!v) return v;
+  const ExprPtr zero = kir::constant(t, 0), one = kir::constant(t, 1);
+  ExprPtr sum = kir::reduce(kir::ReduceKind::Sum, first, kernel, kir::select(read.inside, *v, zero));
+  // The count is a second reduction over the same taps (its own variables).
+  const int countFirst = ctx.newVars(static_cast<int>(kernel.size()));
+  const WindowRead countRead = windowRead(index, window, inDims, countFirst);
+  ExprPtr counted = op.getBool("count_include_pad") ? countRead.insidePadded : countRead.inside;
+  ExprPtr count = kir::reduce(kir::ReduceKind::Sum, countFirst, kernel, kir::select(counted, one, zero));
+  return kir::binary(kir::BinaryFn::Div, sum, count);
+}
+
+}  // namespace
+
+// One entry per op of ir/Ops.def; null where there is no lowering yet.
+namespace lowerings {
+using kir::BinaryFn;
+using kir::ReduceKind;
+using kir::UnaryFn;
+constexpr LowerFn Neg = lowerUnary<UnaryFn::Neg>;
+constexpr LowerFn Abs = lowerUnary<UnaryFn::Abs>;
+constexpr LowerFn Sign = lowerUnary<UnaryFn::Sign>;
+constexpr LowerFn Exp = lowerUnary<UnaryFn::Exp>;
+constexpr LowerFn Log = lowerUnary<UnaryFn::Log>;
+constexpr LowerFn Sqrt = lowerUnary<UnaryFn::Sqrt>;
+constexpr LowerFn Rsqrt = lowerUnary<UnaryFn::Rsqrt>;
+constexpr LowerFn Reciprocal = lowerUnary<UnaryFn::Reciprocal>;
+constexpr LowerFn Tanh = lowerUnary<UnaryFn::Tanh>;
+constexpr LowerFn Sigmoid = lowerUnary<UnaryFn::Sigmoid>;
+constexpr LowerFn Relu = lowerUnary<UnaryFn::Relu>;
+constexpr LowerFn Erf = lowerUnary<UnaryFn::Erf>;
+constexpr LowerFn Sin = lowerUnary<UnaryFn::Sin>;
+constexpr LowerFn Cos = lowerUnary<UnaryFn::Cos>;
+constexpr LowerFn Tan = lowerUnary<UnaryFn::Tan>;
+constexpr LowerFn Asin = lowerUnary<UnaryFn::Asin>;
+constexpr LowerFn Acos = lowerUnary<UnaryFn::Acos>;
+constexpr LowerFn Atan = lowerUnary<UnaryFn::Atan>;
+constexpr LowerFn Sinh = lowerUnary<UnaryFn::Sinh>;
+constexpr LowerFn Cosh = lowerUnary<UnaryFn::Cosh>;
+constexpr LowerFn Asinh = lowerUnary<UnaryFn::Asinh>;
+constexpr LowerFn Acosh = lowerUnary<UnaryFn::Acosh>;
+constexpr LowerFn Atanh = lowerUnary<UnaryFn::Atanh>;
+constexpr LowerFn Floor = lowerUnary<UnaryFn::Floor>;
+constexpr LowerFn Ceil = lowerUnary<UnaryFn::Ceil>;
+constexpr LowerFn Round = lowerUnary<UnaryFn::Round>;
+constexpr LowerFn Not = lowerUnary<UnaryFn::Not>;
+constexpr LowerFn IsNan = lowerUnary<UnaryFn::IsNan>;
+constexpr LowerFn IsInf = lowerUnary<UnaryFn::IsInf>;
+constexpr LowerFn Add = lowerBinary<BinaryFn::Add>;
+constexpr LowerFn Sub = lowerBinary<BinaryFn::Sub>;
+constexpr LowerFn Mul = lowerBinary<BinaryFn::Mul>;
+constexpr LowerFn Div = lowerBinary<BinaryFn::Div>;
+constexpr LowerFn Pow = lowerBinary<BinaryFn::Pow>;
+constexpr LowerFn Max = lowerBinary<BinaryFn::Max>;
+constexpr LowerFn Min = lowerBinary<BinaryFn::Min>;
+constexpr LowerFn Mod = lowerBinary<BinaryFn::Mod>;
+constexpr LowerFn Rem = lowerBinary<BinaryFn::Rem>;
+constexpr LowerFn And = lowerBinary<BinaryFn::And>;
+constexpr LowerFn Or = lowerBinary<BinaryFn::Or>;
+constexpr LowerFn Xor = lowerBinary<BinaryFn::Xor>;
+constexpr LowerFn Eq = lowerBinary<BinaryFn::Eq>;
+constexpr LowerFn Ne = lowerBinary<BinaryFn::Ne>;
+constexpr LowerFn Lt = lowerBinary<BinaryFn::Lt>;
+constexpr LowerFn Le = lowerBinary<BinaryFn::Le>;
+constexpr LowerFn Gt = lowerBinary<BinaryFn::Gt>;
+constexpr LowerFn Ge = lowerBinary<BinaryFn::Ge>;
+constexpr LowerFn Select = lowerSelect;
+constexpr LowerFn Constant = lowerConstant;
+constexpr LowerFn Iota = lowerIota;
+constexpr LowerFn Cast = lowerCast;
+constexpr LowerFn Broadcast = lowerBroadcast;
+constexpr LowerFn Reshape = lowerReshape;
+constexpr LowerFn Transpose = lowerTranspose;
+constexpr LowerFn Slice = lowerSlice;
+constexpr LowerFn Concat = lowerConcat;
+constexpr LowerFn Pad = lowerPad;
+constexpr LowerFn Gather = lowerGather;
+constexpr LowerFn GatherElements = lowerGatherElements;
+constexpr LowerFn ScatterElements = nullptr;  // writes data-dependent positions: not an element map
+constexpr LowerFn ReduceSum = lowerReduce<ReduceKind::Sum>;
+constexpr LowerFn ReduceMean = lowerReduce<ReduceKind::Sum, true>;
+constexpr LowerFn ReduceMax = lowerReduce<ReduceKind::Max>;
+constexpr LowerFn ReduceMin = lowerReduce<ReduceKind::Min>;
+constexpr LowerFn ReduceProd = lowerReduce<ReduceKind::Prod>;
+constexpr LowerFn ArgMax = lowerArgReduce<ReduceKind::ArgMax>;
+constexpr LowerFn ArgMin = lowerArgReduce<ReduceKind::ArgMin>;
+constexpr LowerFn MatMul = lowerMatMul;
+constexpr LowerFn Conv = lowerConv;
+constexpr LowerFn ConvTranspose = nullptr;  // a scatter over outputs; needs its own loop shape
+constexpr LowerFn MaxPool = lowerMaxPool;
+constexpr LowerFn AvgPool = lowerAvgPool;
+constexpr LowerFn RandomUniform = nullptr;  // the interpreter's generator is the reference; not ported yet
+constexpr LowerFn RandomNormal = nullptr;
+// Composites are decomposed (-O2) before lowering.
+constexpr LowerFn Softmax = nullptr;
+constexpr LowerFn LogSoftmax = nullptr;
+constexpr LowerFn LayerNorm = nullptr;
+constexpr LowerFn BatchNorm = nullptr;
+constexpr LowerFn Gelu = nullptr;
+constexpr LowerFn Silu = nullptr;
+constexpr LowerFn LeakyRelu = nullptr;
+constexpr LowerFn Elu = nullptr;
+constexpr LowerFn Softplus = nullptr;
+constexpr LowerFn Rnn = nullptr;
+constexpr LowerFn Lstm = nullptr;
+constexpr LowerFn Gru = nullptr;
+constexpr LowerFn Attention = nullptr;
+constexpr LowerFn CrossEntropy = nullptr;
+constexpr LowerFn NllLoss = nullptr;
+constexpr LowerFn MseLoss = nullptr;
+constexpr LowerFn Return = nullptr;
+// A `fused` op is not one element function but a group: it lowers by
+// composing its region's ops through a LoweringContext (not wired yet).
+[[maybe_unused]] constexpr LowerFn Fused = nullptr;
+}  // namespace lowerings
+
+namespace {
+constexpr LowerFn kLowerings[] = {
+#define KILN_OP(Enum, ...) lowerings::Enum,
+#include "ir/Ops.def"
+};
+static_assert(std::size(kLowerings) == kNumOpKinds);
+
+bool emitterHasDType(DType t) { return t != DType::F16 && t != DType::BF16; }
+}  // namespace
+
+LowerFn loweringFor(OpKind kind) { return kLowerings[static_cast<size_t>(kind)]; }
+
+std::string whyNotLowerable(const Op& op) {
+  if (!loweringFor(op.kind())) return "no CPU lowering for '" + std::string(op.name()) + "' yet";
+  auto check = [&](const Value* v) -> std::string {
+    if (!emitterHasDType(v->type().dtype))
+      return "'" + std::string(op.name()) + "' on " + std::string(dtypeName(v->type().dtype)) +
+             " (the CPU JIT does not handle f16/bf16 yet)";
+    if (!v->type().isStatic()) return "'" + std::string(op.name()) + "' with a non-static type " + v->type().str();
+    return {};
+  };
+  for (const Value* v : op.operands())
+    if (std::string why = check(v); !why.empty()) return why;
+  for (const Value* v : op.results())
+    if (std::string why = check(v); !why.empty()) return why;
+  if ((op.kind() == OpKind::Conv || op.kind() == OpKind::MaxPool || op.kind() == OpKind::AvgPool) &&
+      !isFloat(op.result()->type().dtype))
+    return "'" + std::string(op.name()) + "' on " + std::string(dtypeName(op.result()->type().dtype)) +
+           " (windowed ops are lowered for floats only)";
+  if (op.kind() == OpKind::Pow && !isFloat(op.result()->type().dtype))
+    return "'pow' on " + std::string(dtypeName(op.result()->type().dtype)) + " (integer pow is not lowered yet)";
+  return {};
+}
+
+namespace {
+
+/// Answers operand reads of a one-op kernel with loads from its buffers.
+class SingleOpContext : public LoweringContext {
+ public:
+  SingleOpContext(const Op& op, int firstFreeVar) : op_(op), nextVar_(firstFreeVar) {}
+  Expected<ExprPtr> operand(size_t i, const Index& index) override {
+    const Value* v = op_.operand(i);
+    return kir::load(static_cast<int>(i), v->type().dtype, linearize(index, dimsOf(v)));
+  }
+  int newVars(int count) override {
+    nextVar_ += count;
+    return nextVar_ - count;
+  }
+  int numVars() const { return nextVar_; }
+
+ private:
+  const Op& op_;
+  int nextVar_;
+};
+
+}  // namespace
+
+Expected<kir::Kernel> lowerOpToKernel(const Op& op, std::string name) {
+  if (std::string why = whyNotLowerable(op); !why.empty()) return op.emitError(why);
+  kir::Kernel kernel;
+  kernel.name = std::move(name);
+  for (const Value* v : op.operands())
+    kernel.buffers.push_back({v->name(), v->type().dtype, dimsOf(v), kir::Buffer::Role::Input});
+  const Value* result = op.result();
+  const std::vector<int64_t> shape = dimsOf(result);
+  kernel.buffers.push_back({result->name(), result->type().dtype, shape, kir::Buffer::Role::Output});
+  const int out = static_cast<int>(op.numOperands());
+
+  // Variables 0 and 1: the flattened outer dims (parallel) and the last dim
+  // (vectorized). A scalar result has neither loop.
+  SingleOpContext ctx(op, 2);
+  if (shape.empty()) {
+    auto value = loweringFor(op.kind())(op, ctx, {});
+    if (!value) return value.takeError();
+    kernel.body.push_back(kir::store(out, kir::index(0), *value));
+    kernel.numVars = ctx.numVars();
+    return kernel;
+  }
+  const std::vector<int64_t> outerShape(shape.begin(), shape.end() - 1);
+  const int64_t outer = std::accumulate(outerShape.begin(), outerShape.end(), int64_t{1}, std::multiplies<>());
+  Index index = unravel(kir::var(0), outerShape);
+  index.push_back(kir::var(1));
+  auto value = loweringFor(op.kind())(op, ctx, index);
+  if (!value) return value.takeError();
+  const ExprPtr offset = kir::add(kir::mul(kir::var(0), kir::index(shape.back())), kir::var(1));
+  auto inner = kir::forLoop(1, shape.back(), false, true, {kir::store(out, offset, *value)});
+  kernel.body.push_back(kir::forLoop(0, outer, true, false, {inner}));
+  kernel.numVars = ctx.numVars();
+  return kernel;
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,48 @@
+// Lowering from Kiln IR ops to kernel IR (docs/codegen.md section 2). Each
+// primitive op has one lowering function, kept in a table indexed by OpKind
+// and filled from ir/Ops.def: given the op and the multi-index of one result
+// element, it returns that element's scalar expression, reading operand
+// elements through a LoweringContext. A one-op kernel answers those reads
+// with loads from its buffers; a fused group will answer them with its
+// producers' lowerings, so the same functions serve both.
+//
+// Lowerings assume static shapes (the CPU executor specializes functions to
+// their inputs first) and float dtypes other than f16/bf16.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "codegen/KernelIR.h"
+#include "ir/IR.h"
+
+namespace kiln::codegen {
+
+/// What a lowering reads its operands through.
+class LoweringContext {
+ public:
+  virtual ~LoweringContext() = default;
+  /// The element of operand `i` at `index` (one i64 expression per dim of
+  /// that operand, each within the dim's bounds).
+  virtual Expected<kir::ExprPtr> operand(size_t i, const std::vector<kir::ExprPtr>& index) = 0;
+  /// Reserves `count` fresh loop variables for a reduction; returns the first.
+  virtual int newVars(int count) = 0;
+};
+
+/// The expression of the result element of `op` at `index`.
+using LowerFn = Expected<kir::ExprPtr> (*)(const Op& op, LoweringContext& ctx, const std::vector<kir::ExprPtr>& index);
+
+/// The lowering of `kind`, or null when it has none yet.
+LowerFn loweringFor(OpKind kind);
+
+/// Why `op` cannot be lowered (no lowering for its kind, a dtype the
+/// emitters lack, a non-static shape), or empty when it can.
+std::string whyNotLowerable(const Op& op);
+
+/// Lowers one op to a kernel named `name`: buffers 0..n-1 are its operands,
+/// buffer n its result. The result's dims but the last are flattened into
+/// one parallel loop (so a batch of 1 still splits across threads); the
+/// last dim is the vectorized inner loop.
+Expected<kir::Kernel> lowerOpToKernel(const Op& op, std::string name);
+
+}  // namespace kiln::codegen

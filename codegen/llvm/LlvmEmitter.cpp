@@ -1,0 +1,556 @@
+// Emits kernel IR as LLVM IR. Loops keep their counters in allocas that
+// mem2reg promotes; the vectorizable loop's latch carries
+// `llvm.loop.vectorize.enable`. Bool elements are i8 in memory and i1 in
+// registers. Float semantics follow the interpreter (runtime/*Kernels.cpp):
+// max/min and reductions propagate NaN, `mod` takes the divisor's sign,
+// round is half-to-even. Integer division by zero yields 0 instead of
+// trapping; the executor reports it before running (see CpuExecutable.cpp).
+#include "codegen/llvm/LlvmEmitter.h"
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/MDBuilder.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include <map>
+
+namespace kiln::codegen {
+namespace {
+
+using kir::BinaryFn;
+using kir::Expr;
+using kir::ExprKind;
+using kir::ReduceKind;
+using kir::UnaryFn;
+
+bool isUnsigned(DType t) { return t == DType::U8 || t == DType::Bool; }
+
+class KernelEmitter {
+ public:
+  KernelEmitter(const kir::Kernel& kernel, llvm::Module& module)
+      : kernel_(kernel), module_(module), ctx_(module.getContext()), b_(ctx_) {}
+
+  void emit() {
+    llvm::Type* ptr = llvm::PointerType::get(ctx_, 0);
+    llvm::Type* i64 = b_.getInt64Ty();
+    // The body: one noalias pointer per buffer, then begin and end.
+    std::vector<llvm::Type*> bodyParams(kernel_.buffers.size(), ptr);
+    bodyParams.push_back(i64);
+    bodyParams.push_back(i64);
+    auto* bodyType = llvm::FunctionType::get(b_.getVoidTy(), bodyParams, false);
+    llvm::Function* body =
+        llvm::Function::Create(bodyType, llvm::Function::InternalLinkage, kernel_.name + ".body", module_);
+    body->addFnAttr(llvm::Attribute::AlwaysInline);
+    body->addFnAttr(llvm::Attribute::NoUnwind);
+    for (size_t i = 0; i < kernel_.buffers.size(); ++i) {
+      body->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::NoAlias);
+      buffers_.push_back(body->getArg(static_cast<unsigned>(i)));
+    }
+    begin_ = body->getArg(static_cast<unsigned>(kernel_.buffers.size()));
+    end_ = body->getArg(static_cast<unsigned>(kernel_.buffers.size() + 1));
+    entry_ = llvm::BasicBlock::Create(ctx_, "entry", body);
+    b_.SetInsertPoint(entry_);
+    for (const kir::StmtPtr& s : kernel_.body) emitStmt(*s);
+    b_.CreateRetVoid();
+
+    // The entry point of docs/codegen.md unpacks the buffer array.
+    auto* kernelType = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, i64, i64}, false);
+    llvm::Function* fn = llvm::Function::Create(kernelType, llvm::Function::ExternalLinkage, kernel_.name, module_);
+    fn->addFnAttr(llvm::Attribute::NoUnwind);
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn));
+    std::vector<llvm::Value*> args;
+    for (size_t i = 0; i < kernel_.buffers.size(); ++i)
+      args.push_back(b_.CreateLoad(ptr, b_.CreateConstGEP1_64(ptr, fn->getArg(0), i)));
+    args.push_back(fn->getArg(2));
+    args.push_back(fn->getArg(3));
+    b_.CreateCall(body, args);
+    b_.CreateRetVoid();
+  }
+
+ private:
+  // --- Types ---------------------------------------------------------------
+
+  llvm::Type* memoryType(DType t) {
+    switch (t) {
+      case DType::F64:
+        return b_.getDoubleTy();
+      case DType::F32:
+        return b_.getFloatTy();
+      case DType::F16:
+        return b_.getHalfTy();
+      case DType::BF16:
+        return b_.getBFloatTy();
+      case DType::I64:
+        return b_.getInt64Ty();
+      case DType::I32:
+        return b_.getInt32Ty();
+      case DType::I16:
+        return b_.getInt16Ty();
+      case DType::I8:
+      case DType::U8:
+      case DType::Bool:
+        return b_.getInt8Ty();
+    }
+    return b_.getInt8Ty();
+  }
+  llvm::Type* valueType(DType t) { return t == DType::Bool ? b_.getInt1Ty() : memoryType(t); }
+
+  llvm::AllocaInst* entryAlloca(llvm::Type* type) {
+    llvm::IRBuilder<> e(entry_, entry_->begin());
+    return e.CreateAlloca(type);
+  }
+
+  // --- Loops ---------------------------------------------------------------
+
+  /// Emits `for (iv = lo; iv < hi; ++iv) bodyFn(iv)`.
+  template <typename BodyFn>
+  void emitLoop(llvm::Value* lo, llvm::Value* hi, bool vectorize, BodyFn bodyFn) {
+    llvm::Function* fn = b_.GetInsertBlock()->getParent();
+    llvm::AllocaInst* slot = entryAlloca(b_.getInt64Ty());
+    b_.CreateStore(lo, slot);
+    auto* cond = llvm::BasicBlock::Create(ctx_, "loop.cond", fn);
+    auto* body = llvm::BasicBlock::Create(ctx_, "loop.body", fn);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "loop.exit", fn);
+    b_.CreateBr(cond);
+    b_.SetInsertPoint(cond);
+    llvm::Value* iv = b_.CreateLoad(b_.getInt64Ty(), slot);
+    b_.CreateCondBr(b_.CreateICmpSLT(iv, hi), body, exit);
+    b_.SetInsertPoint(body);
+    bodyFn(iv);
+    b_.CreateStore(b_.CreateAdd(iv, b_.getInt64(1), "", true, true), slot);
+    llvm::BranchInst* latch = b_.CreateBr(cond);
+    if (vectorize) {
+      llvm::Metadata* enable[] = {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"),
+                                  llvm::ConstantAsMetadata::get(b_.getTrue())};
+      llvm::MDNode* props = llvm::MDNode::get(ctx_, enable);
+      llvm::TempMDNode placeholder = llvm::MDNode::getTemporary(ctx_, std::nullopt);
+      llvm::Metadata* ops[] = {placeholder.get(), props};
+      llvm::MDNode* loopId = llvm::MDNode::getDistinct(ctx_, ops);
+      loopId->replaceOperandWith(0, loopId);
+      latch->setMetadata(llvm::LLVMContext::MD_loop, loopId);
+    }
+    b_.SetInsertPoint(exit);
+  }
+
+  void emitStmt(const kir::Stmt& s) {
+    if (s.kind == kir::Stmt::Kind::Store) {
+      llvm::Value* value = emitExpr(*s.value);
+      const DType t = kernel_.buffers[s.buffer].dtype;
+      if (t == DType::Bool) value = b_.CreateZExt(value, b_.getInt8Ty());
+      b_.CreateStore(value, address(s.buffer, *s.index));
+      return;
+    }
+    llvm::Value* lo = b_.getInt64(0);
+    llvm::Value* hi = b_.getInt64(s.extent);
+    if (s.parallel) {
+      // The thread's slice, clipped to the loop so a caller's rounding
+      // cannot run past it.
+      lo = b_.CreateSelect(b_.CreateICmpSGT(begin_, lo), begin_, lo);
+      hi = b_.CreateSelect(b_.CreateICmpSLT(end_, hi), end_, hi);
+    }
+    emitLoop(lo, hi, s.vectorize, [&](llvm::Value* iv) {
+      vars_[s.var] = iv;
+      for (const kir::StmtPtr& inner : s.body) emitStmt(*inner);
+    });
+  }
+
+  llvm::Value* address(int buffer, const Expr& index) {
+    return b_.CreateInBoundsGEP(memoryType(kernel_.buffers[buffer].dtype), buffers_[buffer], emitExpr(index));
+  }
+
+  // --- Expressions ------------------------------------------------------------
+
+  llvm::Value* emitExpr(const Expr& e) {
+    switch (e.kind) {
+      case ExprKind::Const:
+        if (isFloat(e.type)) return llvm::ConstantFP::get(valueType(e.type), e.floatValue);
+        return llvm::ConstantInt::get(valueType(e.type), static_cast<uint64_t>(e.intValue), !isUnsigned(e.type));
+      case ExprKind::Var:
+        return vars_.at(e.id);
+      case ExprKind::Load: {
+        llvm::Value* v = b_.CreateLoad(memoryType(e.type), address(e.id, *e.args[0]));
+        return e.type == DType::Bool ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
+      }
+      case ExprKind::Unary:
+        return emitUnary(e.unary, e.args[0]->type, emitExpr(*e.args[0]));
+      case ExprKind::Binary:
+        return emitBinary(e.binary, e.args[0]->type, emitExpr(*e.args[0]), emitExpr(*e.args[1]));
+      case ExprKind::Select:
+        return b_.CreateSelect(emitExpr(*e.args[0]), emitExpr(*e.args[1]), emitExpr(*e.args[2]));
+      case ExprKind::Cast:
+        return emitCast(emitExpr(*e.args[0]), e.args[0]->type, e.type);
+      case ExprKind::Reduce:
+        return e.reduce == ReduceKind::ArgMax || e.reduce == ReduceKind::ArgMin ? emitArgReduce(e) : emitReduce(e);
+    }
+    return nullptr;
+  }
+
+  llvm::Value* intrinsic(llvm::Intrinsic::ID id, llvm::Value* x) { return b_.CreateUnaryIntrinsic(id, x); }
+
+  /// A libm function (`tanhf` for f32, `tanh` for f64).
+  llvm::Value* libm(const std::string& name, llvm::Value* x) {
+    const bool f32 = x->getType()->isFloatTy();
+    auto callee = module_.getOrInsertFunction(f32 ? name + "f" : name, x->getType(), x->getType());
+    llvm::CallInst* call = b_.CreateCall(callee, {x});
+    call->setDoesNotThrow();
+    call->setOnlyReadsMemory();
+    return call;
+  }
+
+  llvm::Value* emitUnary(UnaryFn fn, DType t, llvm::Value* x) {
+    llvm::Type* ty = x->getType();
+    if (!isFloat(t)) {
+      llvm::Value* zero = llvm::ConstantInt::get(ty, 0);
+      switch (fn) {
+        case UnaryFn::Neg:
+          return b_.CreateSub(zero, x);
+        case UnaryFn::Abs:
+          return isUnsigned(t) ? x : b_.CreateSelect(b_.CreateICmpSLT(x, zero), b_.CreateSub(zero, x), x);
+        case UnaryFn::Sign:
+          if (isUnsigned(t)) return b_.CreateZExt(b_.CreateICmpNE(x, zero), ty);
+          return b_.CreateSub(b_.CreateZExt(b_.CreateICmpSGT(x, zero), ty),
+                              b_.CreateZExt(b_.CreateICmpSLT(x, zero), ty));
+        case UnaryFn::Relu:
+          return isUnsigned(t) ? x : b_.CreateSelect(b_.CreateICmpSGT(x, zero), x, zero);
+        case UnaryFn::Not:
+          return b_.CreateNot(x);
+        default:
+          break;
+      }
+      // Float math on integers is refused by the verifier; reaching here is
+      // a lowering bug, so compute in double rather than emit bad IR.
+      llvm::Value* d = emitCast(x, t, DType::F64);
+      return emitCast(emitUnary(fn, DType::F64, d), DType::F64, t);
+    }
+    llvm::Value* zero = llvm::ConstantFP::get(ty, 0.0);
+    llvm::Value* one = llvm::ConstantFP::get(ty, 1.0);
+    switch (fn) {
+      case UnaryFn::Neg:
+        return b_.CreateFNeg(x);
+      case UnaryFn::Abs:
+        return intrinsic(llvm::Intrinsic::fabs, x);
+      case UnaryFn::Sign:  // keeps NaN and signed zero, like the interpreter
+        return b_.CreateSelect(b_.CreateFCmpOGT(x, zero), one,
+                               b_.CreateSelect(b_.CreateFCmpOLT(x, zero), llvm::ConstantFP::get(ty, -1.0), x));
+      case UnaryFn::Exp:
+        return intrinsic(llvm::Intrinsic::exp, x);
+      case UnaryFn::Log:
+        return intrinsic(llvm::Intrinsic::log, x);
+      case UnaryFn::Sqrt:
+        return intrinsic(llvm::Intrinsic::sqrt, x);
+      case UnaryFn::Rsqrt:
+        return b_.CreateFDiv(one, intrinsic(llvm::Intrinsic::sqrt, x));
+      case UnaryFn::Reciprocal:
+        return b_.CreateFDiv(one, x);
+      case UnaryFn::Tanh:
+        return libm("tanh", x);
+      case UnaryFn::Sigmoid:
+        return b_.CreateFDiv(one, b_.CreateFAdd(one, intrinsic(llvm::Intrinsic::exp, b_.CreateFNeg(x))));
+      case UnaryFn::Relu:
+        return b_.CreateSelect(b_.CreateFCmpULE(x, zero), b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, zero), x);
+      case UnaryFn::Erf:
+        return libm("erf", x);
+      case UnaryFn::Sin:
+        return intrinsic(llvm::Intrinsic::sin, x);
+      case UnaryFn::Cos:
+        return intrinsic(llvm::Intrinsic::cos, x);
+      case UnaryFn::Tan:
+        return libm("tan", x);
+      case UnaryFn::Asin:
+        return libm("asin", x);
+      case UnaryFn::Acos:
+        return libm("acos", x);
+      case UnaryFn::Atan:
+        return libm("atan", x);
+      case UnaryFn::Sinh:
+        return libm("sinh", x);
+      case UnaryFn::Cosh:
+        return libm("cosh", x);
+      case UnaryFn::Asinh:
+        return libm("asinh", x);
+      case UnaryFn::Acosh:
+        return libm("acosh", x);
+      case UnaryFn::Atanh:
+        return libm("atanh", x);
+      case UnaryFn::Floor:
+        return intrinsic(llvm::Intrinsic::floor, x);
+      case UnaryFn::Ceil:
+        return intrinsic(llvm::Intrinsic::ceil, x);
+      case UnaryFn::Round:
+        return intrinsic(llvm::Intrinsic::roundeven, x);
+      case UnaryFn::Not:
+        return b_.CreateFCmpOEQ(x, zero);
+      case UnaryFn::IsNan:
+        return b_.CreateFCmpUNO(x, x);
+      case UnaryFn::IsInf:
+        return b_.CreateFCmpOEQ(intrinsic(llvm::Intrinsic::fabs, x), llvm::ConstantFP::getInfinity(ty));
+    }
+    return x;
+  }
+
+  /// Integer division and remainder that never trap: a zero divisor gives
+  /// 0, and x / -1 is -x (INT_MIN / -1 wraps instead of overflowing).
+  llvm::Value* safeIntDivRem(bool isDiv, DType t, llvm::Value* x, llvm::Value* y) {
+    llvm::Type* ty = x->getType();
+    llvm::Value* zero = llvm::ConstantInt::get(ty, 0);
+    llvm::Value* one = llvm::ConstantInt::get(ty, 1);
+    llvm::Value* isZero = b_.CreateICmpEQ(y, zero);
+    if (isUnsigned(t)) {
+      llvm::Value* d = b_.CreateSelect(isZero, one, y);
+      return b_.CreateSelect(isZero, zero, isDiv ? b_.CreateUDiv(x, d) : b_.CreateURem(x, d));
+    }
+    llvm::Value* isMinusOne = b_.CreateICmpEQ(y, llvm::ConstantInt::get(ty, -1, true));
+    llvm::Value* d = b_.CreateSelect(b_.CreateOr(isZero, isMinusOne), one, y);
+    llvm::Value* q = isDiv ? b_.CreateSDiv(x, d) : b_.CreateSRem(x, d);
+    llvm::Value* special = isDiv ? b_.CreateSub(zero, x) : zero;
+    return b_.CreateSelect(isZero, zero, b_.CreateSelect(isMinusOne, special, q));
+  }
+
+  llvm::Value* emitBinary(BinaryFn fn, DType t, llvm::Value* x, llvm::Value* y) {
+    if (isFloat(t)) {
+      switch (fn) {
+        case BinaryFn::Add:
+          return b_.CreateFAdd(x, y);
+        case BinaryFn::Sub:
+          return b_.CreateFSub(x, y);
+        case BinaryFn::Mul:
+          return b_.CreateFMul(x, y);
+        case BinaryFn::Div:
+          return b_.CreateFDiv(x, y);
+        case BinaryFn::Rem:
+          return b_.CreateFRem(x, y);
+        case BinaryFn::Mod: {
+          llvm::Value* zero = llvm::ConstantFP::get(x->getType(), 0.0);
+          llvm::Value* r = b_.CreateFRem(x, y);
+          llvm::Value* fix = b_.CreateAnd(b_.CreateFCmpUNE(r, zero),
+                                          b_.CreateXor(b_.CreateFCmpOLT(r, zero), b_.CreateFCmpOLT(y, zero)));
+          return b_.CreateSelect(fix, b_.CreateFAdd(r, y), r);
+        }
+        case BinaryFn::Pow:
+          return b_.CreateBinaryIntrinsic(llvm::Intrinsic::pow, x, y);
+        case BinaryFn::Max:
+        case BinaryFn::Min: {
+          llvm::Value* pick = fn == BinaryFn::Max ? b_.CreateFCmpOGT(x, y) : b_.CreateFCmpOLT(x, y);
+          // Either operand NaN: x + y is NaN.
+          return b_.CreateSelect(b_.CreateFCmpUNO(x, y), b_.CreateFAdd(x, y), b_.CreateSelect(pick, x, y));
+        }
+        case BinaryFn::Eq:
+          return b_.CreateFCmpOEQ(x, y);
+        case BinaryFn::Ne:
+          return b_.CreateFCmpUNE(x, y);
+        case BinaryFn::Lt:
+          return b_.CreateFCmpOLT(x, y);
+        case BinaryFn::Le:
+          return b_.CreateFCmpOLE(x, y);
+        case BinaryFn::Gt:
+          return b_.CreateFCmpOGT(x, y);
+        case BinaryFn::Ge:
+          return b_.CreateFCmpOGE(x, y);
+        default:
+          break;
+      }
+    }
+    const bool u = isUnsigned(t);
+    switch (fn) {
+      case BinaryFn::Add:
+        return b_.CreateAdd(x, y);
+      case BinaryFn::Sub:
+        return b_.CreateSub(x, y);
+      case BinaryFn::Mul:
+        return b_.CreateMul(x, y);
+      case BinaryFn::Div:
+        return safeIntDivRem(true, t, x, y);
+      case BinaryFn::Rem:
+        return safeIntDivRem(false, t, x, y);
+      case BinaryFn::Mod: {
+        llvm::Value* r = safeIntDivRem(false, t, x, y);
+        if (u) return r;
+        llvm::Value* zero = llvm::ConstantInt::get(x->getType(), 0);
+        llvm::Value* fix =
+            b_.CreateAnd(b_.CreateICmpNE(r, zero), b_.CreateXor(b_.CreateICmpSLT(r, zero), b_.CreateICmpSLT(y, zero)));
+        return b_.CreateSelect(fix, b_.CreateAdd(r, y), r);
+      }
+      case BinaryFn::Max:
+        return b_.CreateSelect(u ? b_.CreateICmpUGT(x, y) : b_.CreateICmpSGT(x, y), x, y);
+      case BinaryFn::Min:
+        return b_.CreateSelect(u ? b_.CreateICmpULT(x, y) : b_.CreateICmpSLT(x, y), x, y);
+      case BinaryFn::And:
+        return b_.CreateAnd(x, y);
+      case BinaryFn::Or:
+        return b_.CreateOr(x, y);
+      case BinaryFn::Xor:
+        return b_.CreateXor(x, y);
+      case BinaryFn::Eq:
+        return b_.CreateICmpEQ(x, y);
+      case BinaryFn::Ne:
+        return b_.CreateICmpNE(x, y);
+      case BinaryFn::Lt:
+        return u ? b_.CreateICmpULT(x, y) : b_.CreateICmpSLT(x, y);
+      case BinaryFn::Le:
+        return u ? b_.CreateICmpULE(x, y) : b_.CreateICmpSLE(x, y);
+      case BinaryFn::Gt:
+        return u ? b_.CreateICmpUGT(x, y) : b_.CreateICmpSGT(x, y);
+      case BinaryFn::Ge:
+        return u ? b_.CreateICmpUGE(x, y) : b_.CreateICmpSGE(x, y);
+      case BinaryFn::Pow:
+        break;  // integer pow is refused by whyNotLowerable
+    }
+    return x;
+  }
+
+  /// The interpreter's cast rules: float to integer truncates toward zero
+  /// and then wraps to the width, integers wrap, anything to bool is x != 0.
+  llvm::Value* emitCast(llvm::Value* x, DType from, DType to) {
+    if (from == to) return x;
+    llvm::Type* ty = valueType(to);
+    if (to == DType::Bool) {
+      if (isFloat(from)) return b_.CreateFCmpUNE(x, llvm::ConstantFP::get(x->getType(), 0.0));
+      return b_.CreateICmpNE(x, llvm::ConstantInt::get(x->getType(), 0));
+    }
+    if (isFloat(from) && isFloat(to)) return b_.CreateFPCast(x, ty);
+    if (isFloat(from)) return b_.CreateTrunc(b_.CreateFPToSI(x, b_.getInt64Ty()), ty);
+    if (isFloat(to)) return isUnsigned(from) ? b_.CreateUIToFP(x, ty) : b_.CreateSIToFP(x, ty);
+    return b_.CreateIntCast(x, ty, !isUnsigned(from));
+  }
+
+  llvm::Value* identity(ReduceKind kind, DType t) {
+    llvm::Type* ty = valueType(t);
+    if (isFloat(t)) {
+      switch (kind) {
+        case ReduceKind::Sum:
+          return llvm::ConstantFP::get(ty, 0.0);
+        case ReduceKind::Prod:
+          return llvm::ConstantFP::get(ty, 1.0);
+        case ReduceKind::Max:
+          return llvm::ConstantFP::getInfinity(ty, true);
+        default:
+          return llvm::ConstantFP::getInfinity(ty, false);
+      }
+    }
+    const unsigned bits = ty->getIntegerBitWidth();
+    switch (kind) {
+      case ReduceKind::Sum:
+        return llvm::ConstantInt::get(ty, 0);
+      case ReduceKind::Prod:
+        return llvm::ConstantInt::get(ty, 1);
+      case ReduceKind::Max:
+        return llvm::ConstantInt::get(
+            ctx_, isUnsigned(t) ? llvm::APInt::getMinValue(bits) : llvm::APInt::getSignedMinValue(bits));
+      default:
+        return llvm::ConstantInt::get(
+            ctx_, isUnsigned(t) ? llvm::APInt::getMaxValue(bits) : llvm::APInt::getSignedMaxValue(bits));
+    }
+  }
+
+  /// Emits the loops of a reduction around `step(body)`.
+  template <typename StepFn>
+  void emitReductionLoops(const Expr& e, size_t level, StepFn step) {
+    if (level == e.extents.size()) {
+      step(emitExpr(*e.args[0]));
+      return;
+    }
+    emitLoop(b_.getInt64(level == 0 && e.reduce >= ReduceKind::ArgMax ? 1 : 0), b_.getInt64(e.extents[level]), false,
+             [&](llvm::Value* iv) {
+               vars_[e.id + static_cast<int>(level)] = iv;
+               emitReductionLoops(e, level + 1, step);
+             });
+  }
+
+  llvm::Value* emitReduce(const Expr& e) {
+    const DType t = e.type;
+    llvm::AllocaInst* acc = entryAlloca(valueType(t));
+    b_.CreateStore(identity(e.reduce, t), acc);
+    emitReductionLoops(e, 0, [&](llvm::Value* v) {
+      llvm::Value* a = b_.CreateLoad(valueType(t), acc);
+      llvm::Value* next = nullptr;
+      switch (e.reduce) {
+        case ReduceKind::Sum:
+          next = isFloat(t) ? reassociable(b_.CreateFAdd(a, v)) : b_.CreateAdd(a, v);
+          break;
+        case ReduceKind::Prod:
+          next = isFloat(t) ? reassociable(b_.CreateFMul(a, v)) : b_.CreateMul(a, v);
+          break;
+        case ReduceKind::Max:
+        case ReduceKind::Min:
+          if (isFloat(t)) {
+            // NaN sticks: once the accumulator is NaN no comparison is true.
+            llvm::Value* better = e.reduce == ReduceKind::Max ? b_.CreateFCmpOGT(v, a) : b_.CreateFCmpOLT(v, a);
+            next = b_.CreateSelect(b_.CreateOr(better, b_.CreateFCmpUNO(v, v)), v, a);
+          } else {
+            next = emitBinary(e.reduce == ReduceKind::Max ? BinaryFn::Max : BinaryFn::Min, t, a, v);
+          }
+          break;
+        default:
+          break;
+      }
+      b_.CreateStore(next, acc);
+    });
+    return b_.CreateLoad(valueType(t), acc);
+  }
+
+  /// Sums and products may be reassociated, so that the vectorizer can
+  /// split them into lanes; results then differ from the sequential order
+  /// in the last bits, well inside the tolerance backends are held to.
+  llvm::Value* reassociable(llvm::Value* v) {
+    if (auto* inst = llvm::dyn_cast<llvm::Instruction>(v)) inst->setHasAllowReassoc(true);
+    return v;
+  }
+
+  /// argmax/argmin as the interpreter: start at element 0; NaN beats every
+  /// number; among equals the first wins, or the last with selectLast.
+  llvm::Value* emitArgReduce(const Expr& e) {
+    const DType t = e.args[0]->type;
+    const bool wantMax = e.reduce == ReduceKind::ArgMax;
+    llvm::AllocaInst* bestIndex = entryAlloca(b_.getInt64Ty());
+    llvm::AllocaInst* bestValue = entryAlloca(valueType(t));
+    vars_[e.id] = b_.getInt64(0);
+    b_.CreateStore(b_.getInt64(0), bestIndex);
+    b_.CreateStore(emitExpr(*e.args[0]), bestValue);
+    emitReductionLoops(e, 0, [&](llvm::Value* v) {
+      llvm::Value* best = b_.CreateLoad(valueType(t), bestValue);
+      llvm::Value* last = b_.getInt1(e.selectLast);
+      llvm::Value* better;
+      if (isFloat(t)) {
+        llvm::Value* vNan = b_.CreateFCmpUNO(v, v);
+        llvm::Value* bestNan = b_.CreateFCmpUNO(best, best);
+        llvm::Value* nanCase = b_.CreateAnd(vNan, b_.CreateOr(b_.CreateNot(bestNan), last));
+        llvm::Value* strict = wantMax ? b_.CreateFCmpOGT(v, best) : b_.CreateFCmpOLT(v, best);
+        llvm::Value* numCase = b_.CreateOr(strict, b_.CreateAnd(last, b_.CreateFCmpOEQ(v, best)));
+        better = b_.CreateSelect(b_.CreateOr(vNan, bestNan), nanCase, numCase);
+      } else {
+        llvm::Value* strict = emitBinary(wantMax ? BinaryFn::Gt : BinaryFn::Lt, t, v, best);
+        better = b_.CreateOr(strict, b_.CreateAnd(last, b_.CreateICmpEQ(v, best)));
+      }
+      b_.CreateStore(b_.CreateSelect(better, v, best), bestValue);
+      b_.CreateStore(b_.CreateSelect(better, vars_[e.id], b_.CreateLoad(b_.getInt64Ty(), bestIndex)), bestIndex);
+    });
+    return b_.CreateLoad(b_.getInt64Ty(), bestIndex);
+  }
+
+  const kir::Kernel& kernel_;
+  llvm::Module& module_;
+  llvm::LLVMContext& ctx_;
+  llvm::IRBuilder<> b_;
+  std::vector<llvm::Value*> buffers_;
+  llvm::Value* begin_ = nullptr;
+  llvm::Value* end_ = nullptr;
+  llvm::BasicBlock* entry_ = nullptr;
+  std::map<int, llvm::Value*> vars_;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<llvm::Module>> emitLlvmModule(const std::vector<kir::Kernel>& kernels,
+                                                       llvm::LLVMContext& context) {
+  auto module = std::make_unique<llvm::Module>("kiln", context);
+  for (const kir::Kernel& k : kernels) KernelEmitter(k, *module).emit();
+  std::string problems;
+  llvm::raw_string_ostream os(problems);
+  if (llvm::verifyModule(*module, &os)) return Error("internal error: the LLVM IR of a kernel is invalid: " + os.str());
+  return module;
+}
+
+}  // namespace kiln::codegen
