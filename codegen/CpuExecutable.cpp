@@ -166,7 +166,7 @@ Expected<CompiledFunction*> CpuExecutor::compiled(const std::vector<Tensor>& inp
   PassContext passContext;
   passContext.evaluator = &evaluator;
   PassManager pm({}, passContext);
-  KILN_TRY(pm.addOptLevel(2));
+  KILN_TRY(pm.addOptLevel(options_.optLevel));
   std::ostringstream log;
   KILN_TRY(pm.run(m, log));
   KILN_TRY(verify(m));

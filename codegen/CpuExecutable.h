@@ -25,6 +25,9 @@ namespace kiln::codegen {
 struct CpuOptions {
   /// Threads that split parallel loops; 0 means one per hardware thread.
   int threads = 0;
+  /// The pass pipeline run before lowering: -O2 by default; -O3 adds `fuse`,
+  /// whose single-result groups lower to one kernel each.
+  int optLevel = 2;
 };
 
 class CpuJit;

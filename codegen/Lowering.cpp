@@ -99,15 +99,20 @@ Expected<ExprPtr> lowerCast(const Op& op, LoweringContext& ctx, const Index& ind
 
 // --- Constants ---------------------------------------------------------------------
 
+bool isSplat(const DenseTensor& t) {
+  for (int64_t i = 1; i < t.numElements(); ++i)
+    if (t.getDouble(i) != t.getDouble(0) || t.getInt(i) != t.getInt(0)) return false;
+  return true;
+}
+
 /// A constant lowers to a literal when all its elements are equal (the
 /// splats that decompositions introduce); other constants are buffers that
 /// the executor provides, never lowered.
 Expected<ExprPtr> lowerConstant(const Op& op, LoweringContext&, const Index&) {
   const DenseTensor& t = op.getTensor("value");
   const int64_t n = t.numElements();
-  for (int64_t i = 1; i < n; ++i)
-    if (t.getDouble(i) != t.getDouble(0) || t.getInt(i) != t.getInt(0))
-      return op.emitError("a non-splat constant has no scalar lowering; it is passed to kernels as a buffer");
+  if (!isSplat(t))
+    return op.emitError("a non-splat constant has no scalar lowering; it is passed to kernels as a buffer");
   if (n == 0) return kir::constantInt(t.type.dtype, 0);
   return isFloat(t.type.dtype) ? kir::constant(t.type.dtype, t.getDouble(0))
                                : kir::constantInt(t.type.dtype, t.getInt(0));
@@ -557,9 +562,9 @@ constexpr LowerFn CrossEntropy = nullptr;
 constexpr LowerFn NllLoss = nullptr;
 constexpr LowerFn MseLoss = nullptr;
 constexpr LowerFn Return = nullptr;
-// A `fused` op is not one element function but a group: it lowers by
-// composing its region's ops through a LoweringContext (not wired yet).
-[[maybe_unused]] constexpr LowerFn Fused = nullptr;
+// A `fused` op is not one element function but a group: lowerOpToKernel
+// composes its region's ops through a FusedContext.
+constexpr LowerFn Fused = nullptr;
 }  // namespace lowerings
 
 namespace {
@@ -575,6 +580,18 @@ bool emitterHasDType(DType t) { return t != DType::F16 && t != DType::BF16; }
 LowerFn loweringFor(OpKind kind) { return kLowerings[static_cast<size_t>(kind)]; }
 
 std::string whyNotLowerable(const Op& op) {
+  if (op.kind() == OpKind::Fused) {
+    // A group lowers when each of its ops does; its constants must be
+    // splats (literals), since a region has no buffers of its own.
+    if (!op.region() || op.numResults() != 1) return "'fused' with more than one result (not lowered yet)";
+    for (const auto& inner : op.region()->ops()) {
+      if (inner->kind() == OpKind::Return) continue;
+      if (std::string why = whyNotLowerable(*inner); !why.empty()) return why + " inside 'fused'";
+      if (inner->kind() == OpKind::Constant && !isSplat(inner->getTensor("value")))
+        return "a non-splat constant inside 'fused'";
+    }
+    return {};
+  }
   if (!loweringFor(op.kind())) return "no CPU lowering for '" + std::string(op.name()) + "' yet";
   auto check = [&](const Value* v) -> std::string {
     if (!emitterHasDType(v->type().dtype))
@@ -617,6 +634,42 @@ class SingleOpContext : public LoweringContext {
   int nextVar_;
 };
 
+/// Answers operand reads inside a `fused` op's region: a region argument is
+/// a load from the kernel buffer of the matching operand; any other value is
+/// computed in place by its defining op's lowering at the same index, which
+/// is how a group composes its ops' lowerings into one expression.
+class FusedContext : public LoweringContext {
+ public:
+  FusedContext(const Op& op, const Function& region, int& nextVar) : op_(op), region_(region), nextVar_(nextVar) {}
+  Expected<ExprPtr> operand(size_t i, const Index& index) override { return valueAt(op_.operand(i), index); }
+  int newVars(int count) override {
+    nextVar_ += count;
+    return nextVar_ - count;
+  }
+
+  Expected<ExprPtr> valueAt(const Value* v, const Index& index) {
+    if (v->isArgument()) {
+      return kir::load(v->index(), v->type().dtype, linearize(index, dimsOf(v)));
+    }
+    const Op& def = *v->definingOp();
+    FusedContext inner(def, region_, nextVar_);
+    return loweringFor(def.kind())(def, inner, index);
+  }
+
+ private:
+  const Op& op_;
+  const Function& region_;
+  int& nextVar_;
+};
+
+/// The expression of result `index` of a `fused` op: its region's returned
+/// value, composed from the region's ops.
+Expected<ExprPtr> lowerFusedResult(const Op& op, int& nextVar, const Index& index) {
+  const Function& region = *op.region();
+  FusedContext ctx(*region.returnOp(), region, nextVar);
+  return ctx.valueAt(region.returnOp()->operand(0), index);
+}
+
 }  // namespace
 
 Expected<kir::Kernel> lowerOpToKernel(const Op& op, std::string name) {
@@ -633,23 +686,28 @@ Expected<kir::Kernel> lowerOpToKernel(const Op& op, std::string name) {
   // Variables 0 and 1: the flattened outer dims (parallel) and the last dim
   // (vectorized). A scalar result has neither loop.
   SingleOpContext ctx(op, 2);
+  int fusedVars = 2;
+  auto lowerResult = [&](const Index& index) -> Expected<ExprPtr> {
+    if (op.kind() == OpKind::Fused) return lowerFusedResult(op, fusedVars, index);
+    return loweringFor(op.kind())(op, ctx, index);
+  };
   if (shape.empty()) {
-    auto value = loweringFor(op.kind())(op, ctx, {});
+    auto value = lowerResult({});
     if (!value) return value.takeError();
     kernel.body.push_back(kir::store(out, kir::index(0), *value));
-    kernel.numVars = ctx.numVars();
+    kernel.numVars = std::max(ctx.numVars(), fusedVars);
     return kernel;
   }
   const std::vector<int64_t> outerShape(shape.begin(), shape.end() - 1);
   const int64_t outer = std::accumulate(outerShape.begin(), outerShape.end(), int64_t{1}, std::multiplies<>());
   Index index = unravel(kir::var(0), outerShape);
   index.push_back(kir::var(1));
-  auto value = loweringFor(op.kind())(op, ctx, index);
+  auto value = lowerResult(index);
   if (!value) return value.takeError();
   const ExprPtr offset = kir::add(kir::mul(kir::var(0), kir::index(shape.back())), kir::var(1));
   auto inner = kir::forLoop(1, shape.back(), false, true, {kir::store(out, offset, *value)});
   kernel.body.push_back(kir::forLoop(0, outer, true, false, {inner}));
-  kernel.numVars = ctx.numVars();
+  kernel.numVars = std::max(ctx.numVars(), fusedVars);
   return kernel;
 }
 

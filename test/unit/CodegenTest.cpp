@@ -67,7 +67,8 @@ void expectClose(const Tensor& got, const Tensor& want, const std::string& what)
 
 /// Runs `text`'s first function on the JIT and on the interpreter with the
 /// given inputs (random ones of the argument types when empty).
-void expectJitMatchesInterpreter(const std::string& text, std::vector<Tensor> inputs = {}, bool positive = false) {
+void expectJitMatchesInterpreter(const std::string& text, std::vector<Tensor> inputs = {}, bool positive = false,
+                                 int optLevel = 2) {
   SCOPED_TRACE(text);
   auto m = parse(text);
   ASSERT_TRUE(m);
@@ -77,7 +78,7 @@ void expectJitMatchesInterpreter(const std::string& text, std::vector<Tensor> in
     for (size_t i = 0; i < f.numArguments(); ++i) inputs.push_back(randomTensor(f.argument(i)->type(), rng, positive));
   auto want = interpret(f, inputs);
   ASSERT_TRUE(want.ok()) << want.error().str();
-  auto executor = CpuExecutor::create(f, {.threads = 3});
+  auto executor = CpuExecutor::create(f, {.threads = 3, .optLevel = optLevel});
   ASSERT_TRUE(executor.ok()) << executor.error().str();
   auto got = (*executor)->run(inputs);
   ASSERT_TRUE(got.ok()) << got.error().str();
@@ -304,6 +305,27 @@ TEST(CodegenTest, DecomposedComposites) {
   expectJitMatchesInterpreter(
       "func @f(%x: f32[2,3,8], %s: f32[8], %b: f32[8]) -> f32[2,3,8] {\n"
       "  %y = layer_norm(%x, %s, %b) : f32[2,3,8]\n  return %y\n}\n");
+}
+
+/// At -O3 `fuse` groups ops; a single-result group is one kernel composed
+/// from its ops' lowerings (producers recomputed inside reductions).
+TEST(CodegenTest, FusedGroupsLowerByComposition) {
+  const std::string mlp =
+      "func @f(%x: f32[8,16], %w: f32[16,12], %b: f32[12]) -> f32[8,12] {\n  %m = matmul(%x, %w) : f32[8,12]\n"
+      "  %s = add(%m, %b) : f32[8,12]\n  %r = relu(%s) : f32[8,12]\n  return %r\n}\n";
+  expectJitMatchesInterpreter(mlp, {}, false, 3);
+  expectJitMatchesInterpreter(unaryFunction("softmax", "f32[4,10]"), {}, false, 3);
+  expectJitMatchesInterpreter(
+      "func @f(%x: f32[2,3,8], %s: f32[8], %b: f32[8]) -> f32[2,3,8] {\n"
+      "  %y = layer_norm(%x, %s, %b) : f32[2,3,8]\n  return %y\n}\n",
+      {}, false, 3);
+  auto m = parse(mlp);
+  auto executor = CpuExecutor::create(*m->functions().front(), {.optLevel = 3});
+  ASSERT_TRUE(executor.ok());
+  std::mt19937 rng(5);
+  std::vector<Tensor> in;
+  for (size_t i = 0; i < 3; ++i) in.push_back(randomTensor(m->functions().front()->argument(i)->type(), rng));
+  EXPECT_EQ((*executor)->numKernels(in), 1u);
 }
 
 TEST(CodegenTest, SymbolicDimsRecompilePerShape) {
