@@ -89,43 +89,55 @@ Status checkDivisor(const Op& op, const Tensor& divisor) {
 Status checkOperands(const Op& op, const std::vector<const Tensor*>& operands) {
   switch (op.kind()) {
     case OpKind::Gather:
-    case OpKind::GatherElements:
-      return checkIndices(op, *operands[0], *operands[1]);
+    case OpKind::GatherElements: return checkIndices(op, *operands[0], *operands[1]);
     case OpKind::Div:
     case OpKind::Rem:
-    case OpKind::Mod:
-      return checkDivisor(op, *operands[1]);
-    default:
-      return {};
+    case OpKind::Mod: return checkDivisor(op, *operands[1]);
+    default: return {};
   }
+}
+
+}  // namespace
+
+namespace {
+
+/// Copies the body of `from` into the empty function `to`: arguments (and
+/// defaults), ops with their regions, result types and names.
+void cloneInto(const Function& from, Function& to) {
+  to.setLoc(from.loc());
+  std::map<const Value*, Value*> map;
+  for (size_t i = 0; i < from.numArguments(); ++i) {
+    const Value* a = from.argument(i);
+    map[a] = to.addArgument(a->type(), a->name());
+    if (const DenseTensor* d = from.argumentDefault(i))
+      to.setArgumentDefault(i, std::make_shared<const DenseTensor>(*d));
+  }
+  for (const auto& op : from.ops()) {
+    std::vector<Value*> operands;
+    for (const Value* v : op->operands()) operands.push_back(map.at(v));
+    std::vector<TensorType> types;
+    for (const Value* r : op->results()) types.push_back(r->type());
+    Op* copy =
+        to.insert(nullptr, Op::create(op->kind(), std::move(operands), std::move(types), op->attrs(), op->loc()));
+    if (const Function* region = op->region()) {
+      auto body = std::make_unique<Function>(region->name());
+      cloneInto(*region, *body);
+      copy->setRegion(std::move(body));
+    }
+    for (size_t i = 0; i < op->numResults(); ++i) {
+      copy->result(i)->setName(op->result(i)->name());
+      map[op->result(i)] = copy->result(i);
+    }
+  }
+  to.setResultTypes(from.resultTypes());
+  for (size_t i = 0; i < from.resultTypes().size(); ++i) to.setResultName(i, from.resultName(i));
 }
 
 }  // namespace
 
 std::unique_ptr<Module> cloneFunction(const Function& f) {
   auto module = std::make_unique<Module>();
-  Function* g = module->addFunction(f.name());
-  g->setLoc(f.loc());
-  std::map<const Value*, Value*> map;
-  for (size_t i = 0; i < f.numArguments(); ++i) {
-    const Value* a = f.argument(i);
-    map[a] = g->addArgument(a->type(), a->name());
-    if (const DenseTensor* d = f.argumentDefault(i)) g->setArgumentDefault(i, std::make_shared<const DenseTensor>(*d));
-  }
-  for (const auto& op : f.ops()) {
-    std::vector<Value*> operands;
-    for (const Value* v : op->operands()) operands.push_back(map.at(v));
-    std::vector<TensorType> types;
-    for (const Value* r : op->results()) types.push_back(r->type());
-    Op* copy =
-        g->insert(nullptr, Op::create(op->kind(), std::move(operands), std::move(types), op->attrs(), op->loc()));
-    for (size_t i = 0; i < op->numResults(); ++i) {
-      copy->result(i)->setName(op->result(i)->name());
-      map[op->result(i)] = copy->result(i);
-    }
-  }
-  g->setResultTypes(f.resultTypes());
-  for (size_t i = 0; i < f.resultTypes().size(); ++i) g->setResultName(i, f.resultName(i));
+  cloneInto(f, *module->addFunction(f.name()));
   return module;
 }
 
