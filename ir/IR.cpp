@@ -2,6 +2,7 @@
 #include "ir/IR.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 namespace kiln {
 
@@ -143,6 +144,35 @@ std::unique_ptr<Op> Function::take(Op* op) {
 void Function::moveBefore(Op* op, Op* before) {
   auto pos = before ? before->self_ : ops_.end();
   ops_.splice(pos, ops_, op->self_);
+}
+
+std::unique_ptr<Function> Function::clone() const {
+  auto copy = std::make_unique<Function>(name_);
+  copy->setLoc(loc_);
+  std::unordered_map<const Value*, Value*> map;
+  for (size_t i = 0; i < args_.size(); ++i) {
+    map[args_[i].get()] = copy->addArgument(args_[i]->type(), args_[i]->name());
+    copy->argDefaults_[i] = argDefaults_[i];  // immutable, so shared
+  }
+  for (const auto& op : ops_) {
+    std::vector<Value*> operands;
+    for (Value* v : op->operands()) {
+      // A value from elsewhere (invalid IR) stays as it is; the verifier reports it.
+      auto it = map.find(v);
+      operands.push_back(it == map.end() ? v : it->second);
+    }
+    std::vector<TensorType> types;
+    for (const auto& r : op->results_) types.push_back(r->type());
+    Op* c = copy->insert(nullptr, Op::create(op->kind(), std::move(operands), std::move(types), op->attrs_, op->loc_));
+    for (size_t i = 0; i < op->numResults(); ++i) {
+      c->result(i)->setName(op->result(i)->name());
+      map[op->result(i)] = c->result(i);
+    }
+    if (op->region_) c->setRegion(op->region_->clone());
+  }
+  copy->resultTypes_ = resultTypes_;
+  copy->resultNames_ = resultNames_;
+  return copy;
 }
 
 Function* Module::lookup(std::string_view name) const {

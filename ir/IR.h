@@ -176,6 +176,10 @@ class Function {
 
   /// The op whose region this function is, or null for a module's function.
   Op* parentOp() const { return parentOp_; }
+  /// A copy of this function (arguments with their defaults, result types
+  /// and names, ops with their attributes, locations, name hints and
+  /// regions) whose values are its own.
+  std::unique_ptr<Function> clone() const;
 
  private:
   friend class Op;

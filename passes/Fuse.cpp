@@ -61,7 +61,12 @@ Group initialGroup(const Op& op, int index) {
   if (op.numResults() != 1 || op.region()) return g;
   const Shape& out = op.result()->type().shape;
   if (!isComparable(out)) return g;
-  if (op.info().isElementwise() || op.kind() == OpKind::Broadcast) {
+  // A reshape reads its input at the flat index it writes, so it is an
+  // elementwise op over its result shape: it heads a group that reads a
+  // tensor in another shape. Transposes and slices remap indices, which
+  // would break the plan's in-place rule for elementwise kernels
+  // (docs/codegen.md section 4), so they stay kernels of their own.
+  if (op.info().isElementwise() || op.kind() == OpKind::Broadcast || op.kind() == OpKind::Reshape) {
     g.kind = GroupKind::Elementwise;
     g.space = out;
   } else if (isReduce(op.kind())) {
@@ -362,8 +367,8 @@ class FunctionFuser {
 /// Groups primitives into kernels (docs/codegen.md section 1) and replaces
 /// each group of two or more ops by a `fused` op whose region holds them:
 ///
-///  - elementwise: elementwise ops, casts, selects and broadcasts over one
-///    result shape;
+///  - elementwise: elementwise ops, casts, selects, broadcasts and reshapes
+///    over one result shape;
 ///  - reduction: up to two reduces with the same input shape and axes, and
 ///    elementwise ops over that input shape or the reduced shape;
 ///  - matmul_epilogue / conv_epilogue: a matmul or conv, then elementwise
@@ -375,7 +380,7 @@ class FunctionFuser {
 /// its group becomes a result of the fused op; scalar constants are copied
 /// into the regions that read them (and erased when nothing else does). An
 /// op that joins nothing stays unwrapped, and so does everything else
-/// (reshapes, transposes, slices, gathers, pooling, random, composites).
+/// (transposes, slices, concats, pads, gathers, pooling, random, composites).
 /// Ops are reordered only where a fused op must move before an outside op
 /// that reads its results.
 ///

@@ -6,7 +6,8 @@
 // the same text, and give the same results (the interpreter runs a fused op
 // by interpreting its region, so the results agree to rounding of the
 // reordered ops at most). Also: in-memory regions that use an outside value
-// are rejected by the verifier, and fusing twice changes nothing.
+// are rejected by the verifier, fusing twice changes nothing, cse keeps
+// fused ops with different regions, and Function::clone copies regions.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -144,6 +145,15 @@ func @gelu_chain(%x: f32[4,8], %v: f32[8]) -> (f32[4,8], f32[4,8]) {
   return %s, %g
 })",
      1, 1},
+    {"reshape_chain", R"(
+func @reshape_chain(%x: f32[4,6], %y: f32[2,12]) -> f32[2,12] {
+  %e = exp(%x) : f32[4,6]
+  %r = reshape(%e) : f32[2,12]
+  %s = mul(%r, %y) : f32[2,12]
+  %t = tanh(%s) : f32[2,12]
+  return %t
+})",
+     1, 1},
     {"shared_and_cycle", R"(
 func @shared_and_cycle(%x: f32[4,4], %w: f32[4,4]) -> (f32[4,4], f32[4,4]) {
   %a = exp(%x) : f32[4,4]
@@ -167,6 +177,26 @@ TEST(FuseTest, FusingTwiceChangesNothing) {
   std::string once = print(*m);
   ASSERT_TRUE(runPipeline(*m, "fuse").ok());
   EXPECT_EQ(print(*m), once);
+}
+
+TEST(FuseTest, CloneCopiesRegions) {
+  auto m = parseOk(kCases[0].ir);
+  ASSERT_TRUE(m);
+  ASSERT_TRUE(runPipeline(*m, "decompose,fuse").ok());
+  const Function& f = *m->functions()[0];
+  std::unique_ptr<Function> copy = f.clone();
+  EXPECT_EQ(print(*copy), print(f));
+  ASSERT_TRUE(verify(*copy).ok());
+  for (const auto& op : copy->ops()) {
+    if (op->region()) {
+      EXPECT_EQ(op->region()->parentOp(), op.get());
+    }
+  }
+  auto inputs = randomInputs(f, 9);
+  auto want = interpret(f, inputs);
+  auto got = interpret(*copy, inputs);
+  ASSERT_TRUE(want.ok() && got.ok());
+  for (int64_t i = 0; i < (*want)[0].numElements(); ++i) EXPECT_EQ((*got)[0].getDouble(i), (*want)[0].getDouble(i));
 }
 
 TEST(FuseTest, RegionUsingAnOutsideValueFailsToVerify) {
