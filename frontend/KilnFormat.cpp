@@ -26,6 +26,7 @@
 #include "frontend/FileIO.h"
 #include "frontend/kiln.pb.h"
 #include "ir/Builder.h"
+#include "ir/Printer.h"
 #include "ir/ShapeRules.h"
 #include "ir/Verifier.h"
 
@@ -723,38 +724,15 @@ class ModelReader {
 // Writer
 // ---------------------------------------------------------------------------
 
-/// The names the IR printer gives the values of a function (ir/Printer.cpp's
-/// ValueNamer): usable hints first, numbers for the rest. Using the same
+/// The names the IR printer gives the values of a function. Using the same
 /// names makes the read-back IR print exactly as the original.
 class ValueNames {
  public:
-  explicit ValueNames(const Function& f) {
-    std::vector<const Value*> values;
-    for (size_t i = 0; i < f.numArguments(); ++i) values.push_back(f.argument(i));
-    for (const auto& op : f.ops())
-      for (size_t i = 0; i < op->numResults(); ++i) values.push_back(op->result(i));
-    for (const Value* v : values)
-      if (!v->name().empty()) taken_.insert(v->name());
-    std::unordered_set<std::string> given;
-    for (const Value* v : values) {
-      if (!v->name().empty() && given.insert(v->name()).second)
-        names_[v] = v->name();
-      else
-        names_[v] = nextNumber();
-    }
-  }
+  explicit ValueNames(const Function& f) : names_(printedValueNames(f)) {}
   const std::string& operator()(const Value* v) const { return names_.at(v); }
 
  private:
-  std::string nextNumber() {
-    std::string s;
-    do s = std::to_string(counter_++);
-    while (!taken_.insert(s).second);
-    return s;
-  }
   std::unordered_map<const Value*, std::string> names_;
-  std::unordered_set<std::string> taken_;
-  int64_t counter_ = 0;
 };
 
 /// Where the writer puts large tensors: one data file, 64-byte aligned so

@@ -233,6 +233,8 @@ class ValueNamer {
     nameAll(values);
   }
 
+  const std::unordered_map<const Value*, std::string>& names() const { return names_; }
+
   const std::string& name(const Value* v) {
     auto it = names_.find(v);
     if (it != names_.end()) return it->second;
@@ -427,6 +429,10 @@ std::string printOp(const Op& op) {
     printOpLine(os, op, namer);
   }
   return os.str();
+}
+
+std::unordered_map<const Value*, std::string> printedValueNames(const Function& f) {
+  return ValueNamer(f).names();
 }
 
 std::string printAttribute(const Attribute& a) {

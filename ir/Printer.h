@@ -4,6 +4,7 @@
 
 #include <ostream>
 #include <string>
+#include <unordered_map>
 
 #include "ir/IR.h"
 
@@ -15,6 +16,11 @@ void print(const Module& m, std::ostream& os);
 void print(const Function& f, std::ostream& os);
 /// One op on one line, with the value names its function would print.
 std::string printOp(const Op& op);
+/// The name (without `%`) the printer gives each argument and top-level op
+/// result of `f`: its name hint when usable and unique, else a number. Tools
+/// that refer to values next to printed IR (the Kiln format writer, memory
+/// plans) use it so that their names match the text.
+std::unordered_map<const Value*, std::string> printedValueNames(const Function& f);
 /// `value = dense<f32[2]>[1.0, 2.0]`-style text of an attribute value.
 std::string printAttribute(const Attribute& a);
 

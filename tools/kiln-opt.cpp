@@ -141,33 +141,20 @@ std::vector<Chunk> splitInput(const std::string& text, bool split) {
 }
 
 /// The memory plan of every function of `m`, as comment lines so that the
-/// output still parses. Values are named as `printed` (the text of `m`)
-/// names them: read back, every value carries its printed name, including
-/// those the printer had to number.
-std::optional<std::string> printMemoryPlans(const Module& m, const std::string& printed, const std::string& filename,
-                                            const DiagnosticHandler& report) {
-  auto reread = parseModule(printed, filename);
-  if (!reread) {
-    report(reread.error());
-    return std::nullopt;
-  }
+/// output still parses. Values are named as the printed IR names them,
+/// including those the printer had to number.
+std::optional<std::string> printMemoryPlans(const Module& m, const DiagnosticHandler& report) {
   std::string out;
-  for (size_t i = 0; i < m.functions().size(); ++i) {
-    const Function& f = *m.functions()[i];
-    Expected<MemoryPlan> plan = planMemory(f);
+  for (const auto& f : m.functions()) {
+    Expected<MemoryPlan> plan = planMemory(*f);
     if (!plan) {
       report(plan.error());
       return std::nullopt;
     }
-    // Text round-trips, so the re-read function has the same ops in order.
-    std::unordered_map<const Value*, std::string> printedNames;
-    const Function& g = *(*reread)->functions()[i];
-    for (auto x = f.ops().begin(), y = g.ops().begin(); x != f.ops().end() && y != g.ops().end(); ++x, ++y)
-      for (size_t r = 0; r < (*x)->numResults() && r < (*y)->numResults(); ++r)
-        printedNames[(*x)->result(r)] = (*y)->result(r)->name();
+    const auto printedNames = printedValueNames(*f);
     for (MemoryPlan::Buffer& b : plan->buffers)
-      if (auto it = printedNames.find(b.value); it != printedNames.end() && !it->second.empty()) b.name = it->second;
-    out += "// memory plan @" + f.name() + ": " + std::to_string(plan->numKernels) + " kernels\n";
+      if (auto it = printedNames.find(b.value); it != printedNames.end()) b.name = it->second;
+    out += "// memory plan @" + f->name() + ": " + std::to_string(plan->numKernels) + " kernels\n";
     std::istringstream lines(plan->str());
     for (std::string line; std::getline(lines, line);) out += "//   " + line + "\n";
   }
@@ -206,7 +193,7 @@ std::optional<std::string> processChunk(const Chunk& chunk, const std::string& f
   if (Status s = verify(**module, report); !s) return std::nullopt;
   std::string printed = print(**module);
   if (o.printMemoryPlan) {
-    std::optional<std::string> plans = printMemoryPlans(**module, printed, filename, report);
+    std::optional<std::string> plans = printMemoryPlans(**module, report);
     if (!plans) return std::nullopt;
     printed += *plans;
   }
