@@ -7,6 +7,22 @@
 
 namespace kiln::onnx_import {
 
+std::optional<DType> dtypeFromOnnx(int32_t type) {
+  switch (type) {
+    case onnx::TensorProto::FLOAT: return DType::F32;
+    case onnx::TensorProto::DOUBLE: return DType::F64;
+    case onnx::TensorProto::FLOAT16: return DType::F16;
+    case onnx::TensorProto::BFLOAT16: return DType::BF16;
+    case onnx::TensorProto::INT64: return DType::I64;
+    case onnx::TensorProto::INT32: return DType::I32;
+    case onnx::TensorProto::INT16: return DType::I16;
+    case onnx::TensorProto::INT8: return DType::I8;
+    case onnx::TensorProto::UINT8: return DType::U8;
+    case onnx::TensorProto::BOOL: return DType::Bool;
+    default: return std::nullopt;
+  }
+}
+
 Status checkGeneratedSize(NodeContext& ctx, const Shape& shape, const std::string& what) {
   int64_t count = 1;
   for (const Dim& d : shape) {

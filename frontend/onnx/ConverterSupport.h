@@ -13,6 +13,10 @@
 
 namespace kiln::onnx_import {
 
+/// The Kiln dtype of an ONNX TensorProto.DataType, or nullopt when Kiln has
+/// none (uint16/32/64, string, complex, float8).
+std::optional<DType> dtypeFromOnnx(int32_t type);
+
 /// The elements of a constant as int64 (any dtype; floats truncated).
 std::vector<int64_t> tensorInts(const DenseTensor& t);
 /// The elements of a constant as double.

@@ -125,19 +125,7 @@ Expected<DType> castTarget(NodeContext& ctx) {
     if (!v) return v.takeError();
     type = static_cast<int32_t>(*v);
   }
-  switch (type) {
-    case onnx::TensorProto::FLOAT: return DType::F32;
-    case onnx::TensorProto::DOUBLE: return DType::F64;
-    case onnx::TensorProto::FLOAT16: return DType::F16;
-    case onnx::TensorProto::BFLOAT16: return DType::BF16;
-    case onnx::TensorProto::INT64: return DType::I64;
-    case onnx::TensorProto::INT32: return DType::I32;
-    case onnx::TensorProto::INT16: return DType::I16;
-    case onnx::TensorProto::INT8: return DType::I8;
-    case onnx::TensorProto::UINT8: return DType::U8;
-    case onnx::TensorProto::BOOL: return DType::Bool;
-    default: break;
-  }
+  if (auto dtype = dtypeFromOnnx(type)) return *dtype;
   const std::string name = onnx::TensorProto::DataType_IsValid(type)
                                ? onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(type))
                                : std::to_string(type);

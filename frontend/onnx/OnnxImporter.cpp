@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "frontend/onnx/ConverterSupport.h"
 #include "frontend/onnx/OnnxOps.h"
 #include "onnx.pb.h"
 
@@ -47,23 +48,6 @@ constexpr int64_t kMaxFoldedOperandElements = int64_t{1} << 22;
 
 std::string inQuotes(std::string_view s) { return "'" + std::string(s) + "'"; }
 
-/// The Kiln dtype of an ONNX TensorProto.DataType, or nullopt.
-std::optional<DType> dtypeFromOnnx(int32_t type) {
-  switch (type) {
-    case onnx::TensorProto::FLOAT: return DType::F32;
-    case onnx::TensorProto::DOUBLE: return DType::F64;
-    case onnx::TensorProto::FLOAT16: return DType::F16;
-    case onnx::TensorProto::BFLOAT16: return DType::BF16;
-    case onnx::TensorProto::INT64: return DType::I64;
-    case onnx::TensorProto::INT32: return DType::I32;
-    case onnx::TensorProto::INT16: return DType::I16;
-    case onnx::TensorProto::INT8: return DType::I8;
-    case onnx::TensorProto::UINT8: return DType::U8;
-    case onnx::TensorProto::BOOL: return DType::Bool;
-    default: return std::nullopt;
-  }
-}
-
 std::string onnxTypeName(int32_t type) {
   if (onnx::TensorProto::DataType_IsValid(type))
     return onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(type));
@@ -71,7 +55,7 @@ std::string onnxTypeName(int32_t type) {
 }
 
 Expected<DType> requireDType(int32_t type, const std::string& what) {
-  if (auto dtype = dtypeFromOnnx(type)) return *dtype;
+  if (auto dtype = onnx_import::dtypeFromOnnx(type)) return *dtype;
   return Error(what + " has element type " + onnxTypeName(type) +
                ", which Kiln does not support (expected FLOAT, DOUBLE, FLOAT16, BFLOAT16, INT64, INT32, INT16, INT8, "
                "UINT8 or BOOL)");
@@ -767,7 +751,7 @@ Status Importer::importOutputs() {
     auto it = values_.find(output.name());
     if (it == values_.end()) return Error(what + " is not produced by any node, initializer or graph input");
     if (output.has_type() && output.type().has_tensor_type() && output.type().tensor_type().elem_type() != 0) {
-      auto dtype = dtypeFromOnnx(output.type().tensor_type().elem_type());
+      auto dtype = onnx_import::dtypeFromOnnx(output.type().tensor_type().elem_type());
       if (dtype && *dtype != it->second->type().dtype)
         return Error(what + " is declared " + std::string(dtypeName(*dtype)) + ", but the graph computes " +
                      it->second->type().str());
