@@ -10,8 +10,6 @@
 
 #include "frontend/Model.h"
 #include "frontend/onnx/OnnxImporter.h"
-#include "ir/Verifier.h"
-#include "runtime/Interpreter.h"
 #include "tools/KilnCommands.h"
 
 namespace kiln::cli {
@@ -118,20 +116,13 @@ int run(const ParsedArgs& args) {
   int exitCode = kExitOk;
   if (*format == ModelFormat::Onnx && reportUnsupportedOps(path, exitCode)) return exitCode;
 
-  static const InterpreterEvaluator evaluator;
-  LoadOptions options;
-  options.evaluator = &evaluator;
-  auto module = loadModel(path, options);
+  auto module = loadVerifiedModel(path);
   if (!module) {
     reportError(kName, module.takeError());
     return kExitError;
   }
   if ((*module)->functions().empty()) {
     reportError(kName, Error(path + ": the model holds no function"));
-    return kExitError;
-  }
-  if (Status s = verify(**module); !s) {
-    reportError(kName, s.takeError());
     return kExitError;
   }
   printSummary(path, *format, *(*module)->functions().front());

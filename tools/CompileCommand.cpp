@@ -9,7 +9,6 @@
 #include "codegen/CpuExecutable.h"
 #include "frontend/Model.h"
 #include "ir/Printer.h"
-#include "ir/Verifier.h"
 #include "passes/PassManager.h"
 #include "runtime/Interpreter.h"
 #include "tools/KilnCommands.h"
@@ -41,16 +40,9 @@ int compile(const ParsedArgs& args) {
   if (*emit != "ir" && *emit != "kernel" && *emit != "llvm")
     return usageError(kName, "unknown --emit '" + *emit + "' (valid: ir, kernel, llvm)");
 
-  static const InterpreterEvaluator evaluator;
-  LoadOptions loadOptions;
-  loadOptions.evaluator = &evaluator;
-  auto module = loadModel(positionals[0], loadOptions);
+  auto module = loadVerifiedModel(positionals[0]);
   if (!module) {
     reportError(kName, module.takeError());
-    return kExitError;
-  }
-  if (Status s = verify(**module); !s) {
-    reportError(kName, s.takeError());
     return kExitError;
   }
   if ((*module)->functions().empty()) {
@@ -71,6 +63,7 @@ int compile(const ParsedArgs& args) {
     inputs.emplace_back(type.dtype, staticDims(type.shape));
   }
   if (*emit == "ir") {
+    static const InterpreterEvaluator evaluator;
     PassContext ctx;
     ctx.evaluator = &evaluator;
     PassManager pm({}, ctx);

@@ -6,8 +6,6 @@
 
 #include "frontend/Model.h"
 #include "ir/Printer.h"
-#include "ir/Verifier.h"
-#include "runtime/Interpreter.h"
 #include "tools/KilnCommands.h"
 
 namespace kiln::cli {
@@ -41,16 +39,9 @@ int run(const ParsedArgs& args) {
     }
   }
 
-  static const InterpreterEvaluator evaluator;
-  LoadOptions options;
-  options.evaluator = &evaluator;
-  auto module = loadModel(positionals[0], options);
+  auto module = loadVerifiedModel(positionals[0]);
   if (!module) {
     reportError(kName, module.takeError());
-    return kExitError;
-  }
-  if (Status s = verify(**module); !s) {
-    reportError(kName, s.takeError());
     return kExitError;
   }
   if (emit) {

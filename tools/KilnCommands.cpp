@@ -3,7 +3,21 @@
 
 #include <iostream>
 
+#include "frontend/Model.h"
+#include "ir/Verifier.h"
+#include "runtime/Interpreter.h"
+
 namespace kiln::cli {
+
+Expected<std::unique_ptr<Module>> loadVerifiedModel(const std::string& path) {
+  static const InterpreterEvaluator evaluator;
+  LoadOptions options;
+  options.evaluator = &evaluator;
+  auto module = loadModel(path, options);
+  if (!module) return module.takeError();
+  KILN_TRY(verify(**module));
+  return module;
+}
 
 void reportError(std::string_view command, const Error& error) {
   if (error.location().isUnknown())

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "ir/IR.h"
 #include "ir/Support.h"
 #include "tools/CommandLine.h"
 
@@ -22,6 +23,10 @@ struct Command {
   std::span<const OptionSpec> options;
   int (*run)(const ParsedArgs& args);
 };
+
+/// Loads the model at `path` (ONNX shape computations folded by the
+/// interpreter) and verifies it.
+Expected<std::unique_ptr<Module>> loadVerifiedModel(const std::string& path);
 
 const Command& runCommand();
 const Command& compileCommand();
