@@ -124,10 +124,15 @@ std::optional<std::string> checkInput(const std::string& name, const TensorType&
   return std::nullopt;
 }
 
-/// One tensor per argument of `f`, from the --input files and the
-/// arguments' defaults; every problem is printed, then nullopt returned.
+/// The tensor read from each --input file (or why it could not be read).
+using ReadInputs = std::map<std::string, Expected<Tensor>, std::less<>>;
+
+/// One tensor per argument of `f`, from the --input files (already read into
+/// `read`, whose tensors are moved out) and the arguments' defaults; every
+/// problem is printed, then nullopt returned.
 std::optional<std::vector<Tensor>> bindInputs(const Function& f,
-                                              const std::vector<std::pair<std::string, std::string>>& given) {
+                                              const std::vector<std::pair<std::string, std::string>>& given,
+                                              ReadInputs& read) {
   std::vector<std::string> problems;
   std::map<std::string, std::string, std::less<>> files(given.begin(), given.end());
   std::set<std::string, std::less<>> known;
@@ -143,7 +148,7 @@ std::optional<std::vector<Tensor>> bindInputs(const Function& f,
     const TensorType& expected = f.argument(i)->type();
     std::string source;
     if (auto it = files.find(name); it != files.end()) {
-      auto tensor = readNpy(it->second);
+      Expected<Tensor>& tensor = read.at(name);
       if (!tensor) {
         problems.push_back("input '" + name + "': " + tensor.error().message());
         continue;
@@ -353,9 +358,12 @@ int run(const ParsedArgs& args) {
   // The model is specialized to the inputs it runs on (docs/cli.md): their
   // shapes, and for ONNX models that compute shapes from input values, those
   // values. Files that do not read are reported by bindInputs below.
+  ReadInputs read;
   std::map<std::string, DenseTensor> givenTensors;
-  for (const auto& [name, file] : given)
-    if (auto tensor = readNpy(file)) givenTensors[name] = tensor->toDense();
+  for (const auto& [name, file] : given) {
+    auto it = read.emplace(name, readNpy(file)).first;
+    if (it->second) givenTensors[name] = it->second->toDense();
+  }
   auto specialized = loadModelForInputs(modelPath, loadOptions, givenTensors);
   if (!specialized) {
     reportError(kName, specialized.takeError());
@@ -389,7 +397,7 @@ int run(const ParsedArgs& args) {
   }
   const Function& f = *module->functions().front();
 
-  auto inputs = bindInputs(f, given);
+  auto inputs = bindInputs(f, given, read);
   if (!inputs) return kExitError;
 
   Runner runner = [&f](std::vector<Tensor> in) { return interpret(f, std::move(in)); };
