@@ -8,9 +8,11 @@
 #include "codegen/CpuExecutable.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <sstream>
 
+#include "codegen/KernelCache.h"
 #include "codegen/Lowering.h"
 #include "codegen/llvm/CpuJit.h"
 #include "ir/Verifier.h"
@@ -34,6 +36,7 @@ struct CompiledFunction {
   std::vector<Step> steps;
   std::vector<int> results;  // slots
   std::vector<kir::Kernel> kernels;
+  KernelCode code;
   size_t numArgs = 0;
 };
 
@@ -58,6 +61,13 @@ int64_t estimateWork(const std::vector<kir::StmtPtr>& body) {
       work += s->extent * estimateWork(s->body);
   }
   return work;
+}
+
+/// The contentHash of each kernel's printed kernel IR (KernelCode::hashes).
+std::vector<std::string> kernelHashes(const std::vector<kir::Kernel>& kernels) {
+  std::vector<std::string> hashes;
+  for (const kir::Kernel& k : kernels) hashes.push_back(contentHash(kir::printKernel(k)));
+  return hashes;
 }
 
 /// Below this much work per kernel, waking threads costs more than it saves.
@@ -142,7 +152,10 @@ std::unique_ptr<Module> cloneFunction(const Function& f) {
 }
 
 CpuExecutor::CpuExecutor(std::unique_ptr<Module> module, CpuOptions options)
-    : module_(std::move(module)), options_(options), pool_(std::make_unique<ThreadPool>(options.threads)) {}
+    : module_(std::move(module)),
+      options_(options),
+      pool_(std::make_unique<ThreadPool>(options.threads)),
+      kernelCache_(std::make_unique<KernelCache>(options.cacheDir)) {}
 CpuExecutor::~CpuExecutor() = default;
 
 Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Function& f, CpuOptions options) {
@@ -150,6 +163,24 @@ Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Function& f, Cp
   if (!jit) return jit.takeError();
   std::unique_ptr<CpuExecutor> executor(new CpuExecutor(cloneFunction(f), options));
   executor->jit_ = std::move(*jit);
+  return executor;
+}
+
+Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::createOptimized(const Function& optimized, const KernelCode* code,
+                                                                    CpuOptions options) {
+  auto executor = create(optimized, options);
+  if (!executor) return executor.takeError();
+  std::vector<std::vector<int64_t>> shapes;
+  for (size_t i = 0; i < optimized.numArguments(); ++i) {
+    const TensorType& type = optimized.argument(i)->type();
+    if (!type.isStatic())
+      return Error("argument " + std::to_string(i) + " of the optimized function '" + optimized.name() + "' has type " +
+                   type.str() + "; an optimized function has static shapes");
+    shapes.push_back(staticDims(type.shape));
+  }
+  auto compiled = (*executor)->finish(cloneFunction(optimized), code);
+  if (!compiled) return compiled.takeError();
+  (*executor)->cache_.emplace(std::move(shapes), std::move(*compiled));
   return executor;
 }
 
@@ -164,9 +195,8 @@ Expected<CompiledFunction*> CpuExecutor::compiled(const std::vector<Tensor>& inp
   unsupported_.clear();
 
   // Specialize a copy to these shapes and optimize it.
-  auto compiled = std::make_unique<CompiledFunction>();
-  compiled->module = cloneFunction(source);
-  Module& m = *compiled->module;
+  std::unique_ptr<Module> module = cloneFunction(source);
+  Module& m = *module;
   Function& f = *m.functions().front();
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].dtype() != f.argument(i)->type().dtype)
@@ -177,18 +207,39 @@ Expected<CompiledFunction*> CpuExecutor::compiled(const std::vector<Tensor>& inp
   static const InterpreterEvaluator evaluator;
   PassContext passContext;
   passContext.evaluator = &evaluator;
-  PassManager pm({}, passContext);
+  PassManagerOptions passOptions;
+  passOptions.timePasses = options_.report != nullptr;
+  PassManager pm(passOptions, passContext);
   KILN_TRY(pm.addOptLevel(options_.optLevel));
   std::ostringstream log;
+  const auto passStart = std::chrono::steady_clock::now();
   KILN_TRY(pm.run(m, log));
   KILN_TRY(verify(m));
+  if (options_.report) {
+    options_.report->passes += std::chrono::duration<double>(std::chrono::steady_clock::now() - passStart).count();
+    options_.report->passTimings += log.str();
+  }
+
+  auto compiled = finish(std::move(module), nullptr);
+  if (!compiled) return compiled.takeError();
+  CompiledFunction* result = compiled->get();
+  cache_.emplace(std::move(shapes), std::move(*compiled));
+  return result;
+}
+
+Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<Module> optimized,
+                                                                const KernelCode* code) {
+  const auto lowerStart = std::chrono::steady_clock::now();
+  auto compiled = std::make_unique<CompiledFunction>();
+  compiled->module = std::move(optimized);
+  Function& f = *compiled->module->functions().front();
 
   // Slots: arguments, then constants, then op results in order.
   std::map<const Value*, int> slots;
   compiled->numArgs = f.numArguments();
   for (size_t i = 0; i < f.numArguments(); ++i) {
     slots[f.argument(i)] = static_cast<int>(i);
-    compiled->slotTypes.push_back(inputs[i].type());
+    compiled->slotTypes.push_back(f.argument(i)->type());
   }
   int next = static_cast<int>(f.numArguments());
   for (const auto& op : f.ops()) {
@@ -232,16 +283,40 @@ Expected<CompiledFunction*> CpuExecutor::compiled(const std::vector<Tensor>& inp
     for (const std::string& u : unsupported) list += (list.empty() ? "" : "; ") + u;
     return Error("the CPU JIT cannot compile '" + f.name() + "': " + list);
   }
-  if (!compiled->kernels.empty()) {
-    auto fns = jit_->compile(compiled->kernels);
+  for (const kir::Kernel& k : compiled->kernels) compiled->code.names.push_back(k.name);
+  if (options_.report)
+    options_.report->lowering += std::chrono::duration<double>(std::chrono::steady_clock::now() - lowerStart).count();
+
+  if (code) {
+    // Stored code is bound only to the kernels it was compiled from.
+    compiled->code.hashes = kernelHashes(compiled->kernels);
+    if (code->names != compiled->code.names || code->hashes != compiled->code.hashes)
+      return Error("the stored kernel code does not match the kernels of '" + f.name() + "' (" +
+                   std::to_string(code->names.size()) + " stored, " + std::to_string(compiled->code.names.size()) +
+                   " lowered): the stored module or kernel list is inconsistent");
+    auto fns = jit_->load(code->objects, compiled->code.names, options_.report);
     if (!fns) return fns.takeError();
     for (size_t i = 0; i < fns->size(); ++i) compiled->steps[i].fn = (*fns)[i];
+    compiled->code.objects = code->objects;
+  } else if (!compiled->kernels.empty()) {
+    auto fns = jit_->compile(compiled->kernels, options_.threads, kernelCache_.get(), options_.report);
+    if (!fns) return fns.takeError();
+    for (size_t i = 0; i < fns->entries.size(); ++i) compiled->steps[i].fn = fns->entries[i];
+    compiled->code.objects = std::move(fns->objects);
   }
   ++compiledCount_;
-  CompiledFunction* result = compiled.get();
-  cache_.emplace(std::move(shapes), std::move(compiled));
-  return result;
+  return compiled;
 }
+
+Expected<std::pair<const Module*, KernelCode>> CpuExecutor::compiledCode(const std::vector<Tensor>& inputs) {
+  auto c = compiled(inputs);
+  if (!c) return c.takeError();
+  KernelCode code = (*c)->code;
+  if (code.hashes.empty()) code.hashes = kernelHashes((*c)->kernels);
+  return std::make_pair(static_cast<const Module*>((*c)->module.get()), std::move(code));
+}
+
+std::vector<std::string> CpuExecutor::takeNotices() { return kernelCache_->takeNotices(); }
 
 Status CpuExecutor::prepare(const std::vector<Tensor>& inputs) {
   auto c = compiled(inputs);

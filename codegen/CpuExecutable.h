@@ -22,21 +22,50 @@
 
 namespace kiln::codegen {
 
+class CpuJit;
+class KernelCache;
+struct CompileReport;
+struct CompiledFunction;
+
 struct CpuOptions {
-  /// Threads that split parallel loops; 0 means one per hardware thread.
+  /// Threads that split parallel loops and compile kernels; 0 means one per
+  /// hardware thread.
   int threads = 0;
   /// The pass pipeline run before lowering: -O2 by default; -O3 adds `fuse`,
   /// whose single-result groups lower to one kernel each.
   int optLevel = 2;
+  /// The folder of the disk cache of compiled kernels (codegen/KernelCache.h);
+  /// empty: no cache.
+  std::string cacheDir = {};
+  /// When given, compile times are added to it (`--time-passes`), with the
+  /// pass manager's timing table.
+  CompileReport* report = nullptr;
 };
 
-class CpuJit;
-struct CompiledFunction;
+/// The code of a compiled function's kernels, in step order: what a `.kc`
+/// file stores (codegen/CompiledArtifact.h).
+struct KernelCode {
+  std::vector<std::string> names;
+  /// contentHash of each kernel's printed kernel IR: a stored module that
+  /// no longer lowers to the same kernels is caught before code is bound.
+  std::vector<std::string> hashes;
+  /// Relocatable object files holding the kernels (codegen/llvm/CpuJit.h).
+  std::vector<std::string> objects;
+};
 
 class CpuExecutor {
  public:
   /// An executor for `f`; nothing is compiled until the first run.
   static Expected<std::unique_ptr<CpuExecutor>> create(const Function& f, CpuOptions options = {});
+  /// An executor for `optimized`, a function already specialized to static
+  /// argument shapes and optimized (the module of a `.kc` file): no passes
+  /// run. Its steps are rebuilt from the module by the same code as a
+  /// normal compile; the kernels' code is linked from `code` when given,
+  /// without LLVM's optimizer or code generator (their names and kernel IR
+  /// hashes must match the module's kernels), and compiled otherwise (a
+  /// `.kc` built for another CPU).
+  static Expected<std::unique_ptr<CpuExecutor>> createOptimized(const Function& optimized, const KernelCode* code,
+                                                                CpuOptions options = {});
   ~CpuExecutor();
 
   /// Compiles for the shapes of `inputs` (one per argument) unless already
@@ -58,14 +87,26 @@ class CpuExecutor {
   /// Kernels compiled for the current shapes, for tests and --verbose.
   size_t numKernels(const std::vector<Tensor>& inputs);
 
+  /// The optimized module and kernel code compiled for `inputs`' shapes,
+  /// for writing a `.kc`. The module lives as long as the executor.
+  Expected<std::pair<const Module*, KernelCode>> compiledCode(const std::vector<Tensor>& inputs);
+
+  /// Notices since the last call (a damaged kernel cache entry, an unusable
+  /// cache folder), for the tool to print.
+  std::vector<std::string> takeNotices();
+
  private:
   CpuExecutor(std::unique_ptr<Module> module, CpuOptions options);
   Expected<CompiledFunction*> compiled(const std::vector<Tensor>& inputs);
+  /// Builds the steps of `optimized` and binds their kernels: linked from
+  /// `code` when given, else compiled.
+  Expected<std::unique_ptr<CompiledFunction>> finish(std::unique_ptr<Module> optimized, const KernelCode* code);
 
   std::unique_ptr<Module> module_;  // a private copy of the function
   CpuOptions options_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<CpuJit> jit_;
+  std::unique_ptr<KernelCache> kernelCache_;
   std::map<std::vector<std::vector<int64_t>>, std::unique_ptr<CompiledFunction>> cache_;
   std::vector<std::string> unsupported_;
   int compiledCount_ = 0;

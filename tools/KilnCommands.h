@@ -33,6 +33,11 @@ const Command& compileCommand();
 const Command& checkCommand();
 const Command& convertCommand();
 
+/// The folder of the disk cache of compiled kernels: `--cache-dir`, else
+/// $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; empty
+/// with `--no-cache` or when none of these is set.
+std::string kernelCacheDir(const ParsedArgs& args);
+
 /// Prints `error` to stderr as `kiln <command>: error: message`, or with
 /// the error's own location (`file:line:col: error: ...`) when it has one.
 void reportError(std::string_view command, const Error& error);

@@ -19,6 +19,7 @@
 #include <set>
 
 #include "codegen/CpuExecutable.h"
+#include "codegen/llvm/CpuJit.h"
 #include "frontend/Model.h"
 #include "ir/Verifier.h"
 #include "passes/PassManager.h"
@@ -43,6 +44,9 @@ constexpr OptionSpec kOptions[] = {
     {"--interpret", "", "run on the reference interpreter instead of the CPU JIT"},
     {"--threads", "N", "CPU JIT: threads that split each kernel (default: all cores)"},
     {"--no-fallback", "", "CPU JIT: fail when an op cannot be compiled instead of using the interpreter"},
+    {"--time-passes", "", "CPU JIT: print the time of each pass and code generation phase to stderr"},
+    {"--cache-dir", "DIR", "CPU JIT: the kernel cache folder (default: $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln)"},
+    {"--no-cache", "", "CPU JIT: neither read nor write the kernel cache"},
     {"--help", "", "show this help", false, "-h"},
 };
 
@@ -293,6 +297,14 @@ int bench(const Runner& runner, const std::vector<Tensor>& inputs, int64_t warmu
   return kExitOk;
 }
 
+/// The executor's notices (kernel cache problems) and, with --time-passes,
+/// the compile time report, on stderr.
+void printCompileNotices(codegen::CpuExecutor& executor, const codegen::CompileReport* report) {
+  for (const std::string& notice : executor.takeNotices())
+    std::cerr << "kiln " << kName << ": note: " << notice << "\n";
+  if (report) std::cerr << report->passTimings << codegen::formatCompileReport(*report);
+}
+
 int run(const ParsedArgs& args) {
   const auto& positionals = args.positionals();
   if (positionals.empty()) return usageError(kName, "missing the MODEL to run");
@@ -336,8 +348,16 @@ int run(const ParsedArgs& args) {
     if (!value) return usageError(kName, value.error().message());
     cpuOptions.threads = static_cast<int>(*value);
   }
-  if (interpretOnly && args.has("--no-fallback"))
-    return usageError(kName, "--no-fallback applies to the CPU JIT, not to --interpret");
+  for (std::string_view jitOnly : {"--no-fallback", "--time-passes", "--cache-dir", "--no-cache"})
+    if (interpretOnly && args.has(jitOnly))
+      return usageError(kName, std::string(jitOnly) + " applies to the CPU JIT, not to --interpret");
+  if (args.has("--cache-dir") && args.has("--no-cache"))
+    return usageError(kName, "--cache-dir and --no-cache contradict each other");
+  if (const std::string* dir = args.get("--cache-dir"); dir && dir->empty())
+    return usageError(kName, "--cache-dir needs a folder name");
+  cpuOptions.cacheDir = kernelCacheDir(args);
+  codegen::CompileReport report;
+  if (args.has("--time-passes")) cpuOptions.report = &report;
   if (const std::string* dir = args.get("--output-dir"); dir && dir->empty())
     return usageError(kName, "--output-dir needs a folder name");
 
@@ -409,10 +429,12 @@ int run(const ParsedArgs& args) {
       return kExitError;
     }
     executor = std::move(*created);
-    if (Status s = executor->prepare(*inputs); !s) {
+    Status prepared = executor->prepare(*inputs);
+    printCompileNotices(*executor, cpuOptions.report);
+    if (!prepared) {
       // Only ops the JIT cannot lower yet fall back, and never silently.
       if (executor->unsupportedOps().empty() || args.has("--no-fallback")) {
-        reportError(kName, s.takeError());
+        reportError(kName, prepared.takeError());
         return kExitError;
       }
       std::cerr << "kiln run: note: the CPU JIT cannot compile this model yet, so it runs on the reference "

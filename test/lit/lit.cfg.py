@@ -13,6 +13,9 @@ config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py.in"]
 config.environment["PATH"] = os.pathsep.join(
     [config.kiln_tools_dir, os.path.dirname(config.filecheck), config.environment.get("PATH", "")])
 
+# `kiln` never uses the user's kernel cache in tests.
+config.environment["KILN_CACHE_DIR"] = os.path.join(config.test_exec_root, "kernel-cache")
+
 # %python runs helper scripts; %kiln_src is the source tree.
 import sys
 config.substitutions.append(("%python", sys.executable))

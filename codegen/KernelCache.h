@@ -1,0 +1,64 @@
+// The disk cache of compiled kernels (docs/codegen.md section 5). An entry
+// is the object code of one kernel module, stored under a key that the
+// compiler derives from everything the code depends on (the module's LLVM
+// IR text, target triple, CPU name and features, compiler version; see
+// codegen/llvm/CpuJit.cpp), so a key never names two different objects and
+// entries need no invalidation. Each entry file carries a magic, its
+// payload's size and a BLAKE3 checksum of the payload: a truncated or
+// corrupt entry is detected on lookup, reported as a notice, and rebuilt by
+// the caller. Entries are written to a temporary file and renamed, so
+// concurrent processes sharing the folder see whole entries or none.
+//
+// The cache is an optimization only: a folder that is missing and cannot be
+// created, or that is read-only, gives one notice and compiling goes on
+// without it. Notices are collected, not printed, so the tool decides
+// where they go. The cache is safe to use from several threads.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln::codegen {
+
+/// A 32-byte BLAKE3 hash of `data` as 64 lowercase hex digits.
+std::string contentHash(std::string_view data);
+
+class KernelCache {
+ public:
+  /// A cache in `dir`; an empty `dir` disables it (every lookup misses,
+  /// stores do nothing).
+  explicit KernelCache(std::string dir);
+
+  bool enabled() const { return !dir_.empty(); }
+  const std::string& dir() const { return dir_; }
+
+  /// The object stored under `key` (64 hex digits), or nullopt when there
+  /// is none or the entry is damaged (a notice says which; the entry is
+  /// removed so that the rebuilt object replaces it).
+  std::optional<std::string> lookup(const std::string& key);
+  /// Stores `object` under `key`, atomically. Failure to write is a notice
+  /// (once per cache), never an error.
+  void store(const std::string& key, std::string_view object);
+
+  /// The notices since the last call (a damaged entry, an unusable folder).
+  std::vector<std::string> takeNotices();
+
+  /// The file an entry lives in, for tests that damage entries.
+  std::string entryPath(const std::string& key) const;
+
+ private:
+  void notice(std::string message);
+  void noticeUnusable(const std::string& why);
+
+  std::string dir_;
+  std::mutex mutex_;
+  std::vector<std::string> notices_;
+  bool warnedUnusable_ = false;
+  bool dirReady_ = false;
+};
+
+}  // namespace kiln::codegen

@@ -1,0 +1,203 @@
+// The disk kernel cache (codegen/KernelCache.h) and the CPU executor using
+// it: entries round-trip; a truncated, corrupted or foreign entry is a miss
+// with a notice and is removed; an unusable folder gives one notice and no
+// error; a second executor on the same model takes every module from the
+// cache and computes the same results; a damaged entry is rebuilt.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "codegen/CpuExecutable.h"
+#include "codegen/KernelCache.h"
+#include "codegen/llvm/CpuJit.h"
+#include "ir/Parser.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using codegen::CompileReport;
+using codegen::contentHash;
+using codegen::CpuExecutor;
+using codegen::KernelCache;
+
+/// A fresh folder under the test's temporary directory, removed afterwards.
+class TempDir {
+ public:
+  TempDir() {
+    static int counter = 0;
+    path_ =
+        fs::temp_directory_path() / ("kiln-cache-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::remove_all(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(path_, ec);
+  }
+  std::string str() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void writeFile(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+const std::string kKey = contentHash("some module");
+
+TEST(KernelCacheTest, ContentHashIsBlake3Hex) {
+  // BLAKE3 of the empty input, from the BLAKE3 reference test vectors.
+  EXPECT_EQ(contentHash(""), "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262");
+  EXPECT_NE(contentHash("a"), contentHash("b"));
+}
+
+TEST(KernelCacheTest, StoresAndFindsEntries) {
+  TempDir dir;
+  KernelCache cache(dir.str() + "/nested/kiln");  // created on the first store
+  EXPECT_FALSE(cache.lookup(kKey));
+  cache.store(kKey, std::string("\x7f"
+                                "ELF object\0bytes",
+                                17));
+  auto found = cache.lookup(kKey);
+  ASSERT_TRUE(found);
+  EXPECT_EQ(*found, std::string("\x7f"
+                                "ELF object\0bytes",
+                                17));
+  EXPECT_TRUE(cache.takeNotices().empty());
+}
+
+TEST(KernelCacheTest, DamagedEntriesAreMissesWithANotice) {
+  TempDir dir;
+  KernelCache cache(dir.str());
+  const std::string object(1000, 'x');
+  struct Damage {
+    const char* what;
+    std::string (*apply)(std::string);
+  };
+  const Damage damages[] = {
+      {"truncated", [](std::string e) { return e.substr(0, e.size() - 10); }},
+      {"checksum mismatch",
+       [](std::string e) {
+         e[e.size() / 2] ^= 1;
+         return e;
+       }},
+      {"not a Kiln cache entry",
+       [](std::string e) {
+         e[0] = 'X';
+         return e;
+       }},
+      {"truncated header", [](std::string e) { return e.substr(0, 20); }},
+  };
+  for (const Damage& d : damages) {
+    SCOPED_TRACE(d.what);
+    cache.store(kKey, object);
+    const std::string path = cache.entryPath(kKey);
+    writeFile(path, d.apply(readFile(path)));
+    EXPECT_FALSE(cache.lookup(kKey));
+    auto notices = cache.takeNotices();
+    ASSERT_EQ(notices.size(), 1u);
+    EXPECT_NE(notices[0].find("is damaged"), std::string::npos) << notices[0];
+    EXPECT_NE(notices[0].find("rebuilt"), std::string::npos) << notices[0];
+    EXPECT_FALSE(fs::exists(path));  // removed, so the rebuilt entry replaces it
+  }
+}
+
+TEST(KernelCacheTest, UnusableFolderIsOneNotice) {
+  TempDir dir;
+  fs::create_directories(dir.str());
+  writeFile(dir.str() + "/file", "");
+  KernelCache cache(dir.str() + "/file/kiln");  // a path under a regular file
+  cache.store(kKey, "object");
+  cache.store(contentHash("other"), "object");
+  EXPECT_FALSE(cache.lookup(kKey));
+  auto notices = cache.takeNotices();
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_NE(notices[0].find("not usable"), std::string::npos) << notices[0];
+}
+
+TEST(KernelCacheTest, DisabledCacheDoesNothing) {
+  KernelCache cache("");
+  EXPECT_FALSE(cache.enabled());
+  cache.store(kKey, "object");
+  EXPECT_FALSE(cache.lookup(kKey));
+  EXPECT_TRUE(cache.takeNotices().empty());
+}
+
+constexpr const char* kModel = R"(func @f(%x: f32[4,16], %w: f32[16,8]) -> f32[4,8] {
+  %m = matmul(%x, %w) : f32[4,8]
+  %e = exp(%m) : f32[4,8]
+  %t = tanh(%e) : f32[4,8]
+  return %t
+}
+)";
+
+std::vector<Tensor> modelInputs() {
+  Tensor x(DType::F32, {4, 16}), w(DType::F32, {16, 8});
+  for (int64_t i = 0; i < x.numElements(); ++i) x.setDouble(i, 0.01 * (i % 13) - 0.05);
+  for (int64_t i = 0; i < w.numElements(); ++i) w.setDouble(i, 0.02 * (i % 7) - 0.06);
+  return {x, w};
+}
+
+/// Runs kModel with a cache in `dir`; returns its output and the report.
+std::pair<Tensor, CompileReport> runCached(const std::string& dir, std::vector<std::string>* notices = nullptr) {
+  auto m = parseModule(kModel, "test.kir");
+  EXPECT_TRUE(m.ok());
+  CompileReport report;
+  auto executor = CpuExecutor::create(*(*m)->functions().front(), {.threads = 2, .cacheDir = dir, .report = &report});
+  EXPECT_TRUE(executor.ok());
+  auto out = (*executor)->run(modelInputs());
+  EXPECT_TRUE(out.ok()) << (out.ok() ? "" : out.error().str());
+  if (notices) *notices = (*executor)->takeNotices();
+  return {out.ok() ? (*out)[0] : Tensor(), report};
+}
+
+TEST(KernelCacheTest, SecondCompileTakesEveryModuleFromTheCache) {
+  TempDir dir;
+  auto [first, cold] = runCached(dir.str());
+  EXPECT_EQ(cold.kernels, 3);
+  EXPECT_EQ(cold.cacheHits, 0);
+  EXPECT_GT(cold.optimize, 0);
+  auto [second, warm] = runCached(dir.str());
+  EXPECT_EQ(warm.cacheHits, warm.modules);
+  EXPECT_EQ(warm.optimize, 0);
+  EXPECT_EQ(warm.codegen, 0);
+  ASSERT_EQ(first.numElements(), second.numElements());
+  for (int64_t i = 0; i < first.numElements(); ++i) EXPECT_EQ(first.getDouble(i), second.getDouble(i));
+}
+
+TEST(KernelCacheTest, CorruptEntryIsRebuilt) {
+  TempDir dir;
+  auto [want, cold] = runCached(dir.str());
+  std::vector<fs::path> entries;
+  for (const auto& e : fs::directory_iterator(dir.str())) entries.push_back(e.path());
+  ASSERT_EQ(entries.size(), static_cast<size_t>(cold.modules));
+  std::string bytes = readFile(entries[0].string());
+  bytes[bytes.size() - 3] ^= 0x40;
+  writeFile(entries[0].string(), bytes);
+
+  std::vector<std::string> notices;
+  auto [got, rebuilt] = runCached(dir.str(), &notices);
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_NE(notices[0].find("checksum mismatch"), std::string::npos) << notices[0];
+  EXPECT_EQ(rebuilt.cacheHits, rebuilt.modules - 1);
+  for (int64_t i = 0; i < want.numElements(); ++i) EXPECT_EQ(got.getDouble(i), want.getDouble(i));
+  // The rebuilt entry is whole again.
+  auto [again, warm] = runCached(dir.str());
+  EXPECT_EQ(warm.cacheHits, warm.modules);
+}
+
+}  // namespace
+}  // namespace kiln
