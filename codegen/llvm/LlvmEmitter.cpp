@@ -5,6 +5,8 @@
 // max/min and reductions propagate NaN, `mod` takes the divisor's sign,
 // round is half-to-even. Integer division by zero yields 0 instead of
 // trapping; the executor reports it before running (see CpuExecutable.cpp).
+// On f32, exp, log, tanh, erf and sigmoid are inline IR (VectorMath.h), so
+// loops calling them vectorize; f64 and the other functions call libm.
 #include "codegen/llvm/LlvmEmitter.h"
 
 #include <llvm/IR/IRBuilder.h>
@@ -16,6 +18,8 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include <map>
+
+#include "codegen/llvm/VectorMath.h"
 
 namespace kiln::codegen {
 namespace {
@@ -227,6 +231,7 @@ class KernelEmitter {
     }
     llvm::Value* zero = llvm::ConstantFP::get(ty, 0.0);
     llvm::Value* one = llvm::ConstantFP::get(ty, 1.0);
+    const bool f32 = ty->isFloatTy();
     switch (fn) {
       case UnaryFn::Neg:
         return b_.CreateFNeg(x);
@@ -236,9 +241,9 @@ class KernelEmitter {
         return b_.CreateSelect(b_.CreateFCmpOGT(x, zero), one,
                                b_.CreateSelect(b_.CreateFCmpOLT(x, zero), llvm::ConstantFP::get(ty, -1.0), x));
       case UnaryFn::Exp:
-        return intrinsic(llvm::Intrinsic::exp, x);
+        return f32 ? emitExpF32(b_, x) : intrinsic(llvm::Intrinsic::exp, x);
       case UnaryFn::Log:
-        return intrinsic(llvm::Intrinsic::log, x);
+        return f32 ? emitLogF32(b_, x) : intrinsic(llvm::Intrinsic::log, x);
       case UnaryFn::Sqrt:
         return intrinsic(llvm::Intrinsic::sqrt, x);
       case UnaryFn::Rsqrt:
@@ -246,13 +251,14 @@ class KernelEmitter {
       case UnaryFn::Reciprocal:
         return b_.CreateFDiv(one, x);
       case UnaryFn::Tanh:
-        return libm("tanh", x);
+        return f32 ? emitTanhF32(b_, x) : libm("tanh", x);
       case UnaryFn::Sigmoid:
+        if (f32) return emitSigmoidF32(b_, x);
         return b_.CreateFDiv(one, b_.CreateFAdd(one, intrinsic(llvm::Intrinsic::exp, b_.CreateFNeg(x))));
       case UnaryFn::Relu:
         return b_.CreateSelect(b_.CreateFCmpULE(x, zero), b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, zero), x);
       case UnaryFn::Erf:
-        return libm("erf", x);
+        return f32 ? emitErfF32(b_, x) : libm("erf", x);
       case UnaryFn::Sin:
         return intrinsic(llvm::Intrinsic::sin, x);
       case UnaryFn::Cos:
