@@ -1,17 +1,23 @@
 // The CPU executor of CpuExecutable.h. A compiled function is a list of
 // steps over value slots: slots hold arguments, constants (materialized
 // once from their attributes) and kernel results; each step is one JIT
-// kernel reading and writing slots. Before a kernel runs, the run-time
+// kernel or one oneDNN primitive (codegen/DnnlKernels.h: f32 matmul and conv,
+// with their fused epilogues as post-ops) reading and writing slots. Which
+// ops go to oneDNN is decided from the op alone (libraryKernelFor), so the
+// step list is a function of the optimized module. Before a kernel runs, the run-time
 // errors the interpreter reports (a gather index out of range, an integer
 // division by zero) are checked on the host, because the kernels clamp
 // and guard instead of failing.
 #include "codegen/CpuExecutable.h"
+
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <sstream>
 
+#include "codegen/DnnlKernels.h"
 #include "codegen/KernelCache.h"
 #include "codegen/Lowering.h"
 #include "codegen/llvm/CpuJit.h"
@@ -23,10 +29,11 @@ namespace kiln::codegen {
 
 struct CompiledFunction {
   struct Step {
-    const Op* op;
+    const Op* op = nullptr;
     std::vector<int> operands;  // slots
-    int result;                 // slot
+    int result = 0;             // slot
     KernelFn fn = nullptr;
+    std::unique_ptr<DnnlKernel> library;  // instead of fn
     int64_t parallelExtent = 1;
     bool parallel = false;  // worth splitting across threads
   };
@@ -68,6 +75,114 @@ std::vector<std::string> kernelHashes(const std::vector<kir::Kernel>& kernels) {
   std::vector<std::string> hashes;
   for (const kir::Kernel& k : kernels) hashes.push_back(contentHash(kir::printKernel(k)));
   return hashes;
+}
+
+/// The matmul or conv that `op` computes: `op` itself, or the anchor of a
+/// `matmul_epilogue` / `conv_epilogue` group; null for other ops.
+const Op* contractionOf(const Op& op) {
+  if (op.kind() == OpKind::MatMul || op.kind() == OpKind::Conv) return &op;
+  if (op.kind() != OpKind::Fused || !op.region() || !op.attr("kind")) return nullptr;
+  const std::string& kind = op.getString("kind");
+  if (kind != "matmul_epilogue" && kind != "conv_epilogue") return nullptr;
+  for (const auto& inner : op.region()->ops())
+    if (inner->kind() == OpKind::MatMul || inner->kind() == OpKind::Conv) return inner.get();
+  return nullptr;
+}
+
+/// A matmul below this many multiply-adds stays a generated loop nest unless
+/// its k reaches kLibraryMinK: oneDNN's fixed cost per call (about 0.5 us)
+/// exceeds the loop's time on the small products of the e2e models, while
+/// the loop nest's scalar sum over k falls far behind once k is long
+/// (docs/matmul.md has the measurements).
+constexpr int64_t kLibraryMinWork = 1 << 16;
+constexpr int64_t kLibraryMinK = 64;
+
+/// The oneDNN kernel that runs `op` (a matmul or conv, alone or with a
+/// fused epilogue), or null when a generated kernel does: for small matmuls
+/// and for what oneDNN does not take (see DnnlKernel::create). Convolutions
+/// always go to oneDNN, whose kernels beat the generated loop nest at every
+/// size of the e2e models.
+bool prefersLibrary(const Op& anchor) {
+  if (anchor.kind() != OpKind::MatMul) return true;
+  const std::vector<int64_t> a = staticDims(anchor.operand(0)->type().shape);
+  const int64_t k = a.empty() ? 0 : a.back();
+  return k >= kLibraryMinK || numElements(anchor.result()->type().shape) * k > kLibraryMinWork;
+}
+
+std::unique_ptr<DnnlKernel> libraryKernelFor(const Op& op) {
+  const Op* anchor = contractionOf(op);
+  if (!anchor || !prefersLibrary(*anchor)) return nullptr;
+  auto kernel = DnnlKernel::create(op);
+  return kernel ? std::move(*kernel) : nullptr;
+}
+
+/// Erases the ops of `region` whose results are unused, last first.
+void eraseDeadOps(Function& region) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (auto it = region.ops().rbegin(); it != region.ops().rend(); ++it) {
+      Op* op = it->get();
+      if (op->kind() == OpKind::Return || op->hasUses()) continue;
+      region.erase(op);
+      changed = true;
+      break;
+    }
+  }
+}
+
+/// Replaces each `fused` op with several results by one single-result
+/// `fused` op per result, each holding the part of the region its result
+/// needs: the lowering composes one result per kernel, so ops shared by
+/// two results (a residual add feeding a layer norm) are computed by both
+/// kernels, which is cheap next to writing and reading an extra buffer.
+void splitMultiResultGroups(Function& f) {
+  std::vector<Op*> groups;
+  for (const auto& op : f.ops())
+    if (op->kind() == OpKind::Fused && op->region() && op->numResults() > 1) groups.push_back(op.get());
+  for (Op* group : groups) {
+    for (size_t i = 0; i < group->numResults(); ++i) {
+      std::unique_ptr<Function> region = group->region()->clone();
+      Op* ret = region->returnOp();
+      ret->setOperands({ret->operand(i)});
+      region->setResultTypes({group->result(i)->type()});
+      eraseDeadOps(*region);
+      std::vector<Value*> operands(group->operands().begin(), group->operands().end());
+      Op* part = f.insert(group, Op::create(OpKind::Fused, std::move(operands), {group->result(i)->type()},
+                                            group->attrs(), group->loc()));
+      part->setRegion(std::move(region));
+      part->result()->setName(group->result(i)->name());
+      group->result(i)->replaceAllUsesWith(part->result());
+    }
+    f.erase(group);
+  }
+}
+
+/// Takes the matmul or conv out of each epilogue group that oneDNN should
+/// run but whose epilogue has no post-ops (GELU reads the product twice):
+/// the contraction becomes a library step of its own and the rest of the
+/// group an `elementwise` group reading its result.
+void splitLibraryAnchors(Function& f) {
+  std::vector<Op*> groups;
+  for (const auto& op : f.ops())
+    if (op->kind() == OpKind::Fused && op->numResults() == 1)
+      if (const Op* anchor = contractionOf(*op); anchor && prefersLibrary(*anchor) && !DnnlKernel::create(*op))
+        groups.push_back(op.get());
+  for (Op* group : groups) {
+    Function& region = *group->region();
+    Op* anchor = const_cast<Op*>(contractionOf(*group));
+    std::vector<Value*> operands;
+    for (const Value* v : anchor->operands()) operands.push_back(group->operand(v->index()));
+    Op* product = f.insert(group, Op::create(anchor->kind(), std::move(operands), {anchor->result()->type()},
+                                             anchor->attrs(), anchor->loc()));
+    product->result()->setName(anchor->result()->name());
+    Value* input = region.addArgument(anchor->result()->type(), anchor->result()->name());
+    anchor->result()->replaceAllUsesWith(input);
+    region.erase(anchor);
+    std::vector<Value*> groupOperands(group->operands().begin(), group->operands().end());
+    groupOperands.push_back(product->result());
+    group->setOperands(std::move(groupOperands));
+    group->setAttr("kind", Attribute("elementwise"));
+  }
 }
 
 /// Below this much work per kernel, waking threads costs more than it saves.
@@ -154,7 +269,7 @@ std::unique_ptr<Module> cloneFunction(const Function& f) {
 CpuExecutor::CpuExecutor(std::unique_ptr<Module> module, CpuOptions options)
     : module_(std::move(module)),
       options_(options),
-      pool_(std::make_unique<ThreadPool>(options.threads)),
+      threads_(options.threads > 0 ? options.threads : std::max(1, omp_get_num_procs())),
       kernelCache_(std::make_unique<KernelCache>(options.cacheDir)) {}
 CpuExecutor::~CpuExecutor() = default;
 
@@ -233,6 +348,9 @@ Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<
   auto compiled = std::make_unique<CompiledFunction>();
   compiled->module = std::move(optimized);
   Function& f = *compiled->module->functions().front();
+  splitMultiResultGroups(f);
+  splitLibraryAnchors(f);
+  KILN_TRY(verify(*compiled->module));
 
   // Slots: arguments, then constants, then op results in order.
   std::map<const Value*, int> slots;
@@ -256,7 +374,9 @@ Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<
       continue;
     }
     if (op->numResults() != 1) return op->emitError("the CPU executor handles single-result ops only");
-    CompiledFunction::Step step{op.get(), {}, next++};
+    CompiledFunction::Step step;
+    step.op = op.get();
+    step.result = next++;
     slots[op->result()] = step.result;
     compiled->slotTypes.push_back(op->result()->type());
     if (std::string why = whyNotLowerable(*op); !why.empty()) {
@@ -266,6 +386,11 @@ Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<
       continue;
     }
     for (const Value* v : op->operands()) step.operands.push_back(slots.at(v));
+    if (auto library = libraryKernelFor(*op)) {
+      step.library = std::move(library);
+      compiled->steps.push_back(std::move(step));
+      continue;
+    }
     // Names are unique within the JIT: one prefix per compiled shape set.
     auto kernel = lowerOpToKernel(*op, "kiln" + std::to_string(compiledCount_) + "_" + std::string(op->name()) + "_" +
                                            std::to_string(compiled->steps.size()));
@@ -296,12 +421,16 @@ Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<
                    " lowered): the stored module or kernel list is inconsistent");
     auto fns = jit_->load(code->objects, compiled->code.names, options_.report);
     if (!fns) return fns.takeError();
-    for (size_t i = 0; i < fns->size(); ++i) compiled->steps[i].fn = (*fns)[i];
+    size_t next = 0;
+    for (CompiledFunction::Step& step : compiled->steps)
+      if (!step.library) step.fn = (*fns)[next++];
     compiled->code.objects = code->objects;
   } else if (!compiled->kernels.empty()) {
     auto fns = jit_->compile(compiled->kernels, options_.threads, kernelCache_.get(), options_.report);
     if (!fns) return fns.takeError();
-    for (size_t i = 0; i < fns->entries.size(); ++i) compiled->steps[i].fn = fns->entries[i];
+    size_t next = 0;
+    for (CompiledFunction::Step& step : compiled->steps)
+      if (!step.library) step.fn = fns->entries[next++];
     compiled->code.objects = std::move(fns->objects);
   }
   ++compiledCount_;
@@ -328,6 +457,7 @@ Expected<std::vector<Tensor>> CpuExecutor::run(const std::vector<Tensor>& inputs
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   CompiledFunction& cf = **c;
+  setDnnlThreads(threads_);
   const size_t numSlots = cf.slotTypes.size();
   std::vector<Tensor> owned(numSlots);
   std::vector<const Tensor*> view(numSlots, nullptr);
@@ -348,9 +478,19 @@ Expected<std::vector<Tensor>> CpuExecutor::run(const std::vector<Tensor>& inputs
     KILN_TRY(checkOperands(*step.op, operands));
     buffers.push_back(owned[step.result].raw());
     void** args = buffers.data();
+    if (step.library) {
+      step.library->run(args);
+      continue;
+    }
     const KernelFn fn = step.fn;
-    if (step.parallel) {
-      pool_->parallelFor(step.parallelExtent, [&](int64_t begin, int64_t end) { fn(args, nullptr, begin, end); });
+    if (step.parallel && threads_ > 1) {
+      const int64_t extent = step.parallelExtent;
+#pragma omp parallel num_threads(threads_)
+      {
+        const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
+        const int64_t begin = extent * t / n, end = extent * (t + 1) / n;
+        if (begin < end) fn(args, nullptr, begin, end);
+      }
     } else {
       fn(args, nullptr, 0, step.parallelExtent);
     }
@@ -364,7 +504,14 @@ Expected<std::string> CpuExecutor::kernelIR(const std::vector<Tensor>& inputs) {
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   std::string text;
-  for (const kir::Kernel& k : (*c)->kernels) text += (text.empty() ? "" : "\n") + kir::printKernel(k);
+  size_t next = 0;
+  for (const CompiledFunction::Step& step : (*c)->steps) {
+    text += text.empty() ? "" : "\n";
+    if (step.library)
+      text += "library %" + step.op->result()->name() + ": " + step.library->description() + "\n";
+    else
+      text += kir::printKernel((*c)->kernels[next++]);
+  }
   return text;
 }
 
@@ -376,7 +523,7 @@ Expected<std::string> CpuExecutor::llvmIR(const std::vector<Tensor>& inputs) {
 
 size_t CpuExecutor::numKernels(const std::vector<Tensor>& inputs) {
   auto c = compiled(inputs);
-  return c ? (*c)->kernels.size() : 0;
+  return c ? (*c)->steps.size() : 0;
 }
 
 }  // namespace kiln::codegen

@@ -1,14 +1,20 @@
-// The CPU executor: compiles a Function to JIT kernels for the shapes of its
-// inputs and runs them. Compiling clones the function, gives its arguments
-// the inputs' static shapes (resolving symbolic dims), runs the -O2 pipeline
-// (infer-shapes, canonicalize, decompose, ...), lowers every op to a
-// one-op kernel (codegen/Lowering.h) and JIT-compiles them together
+// The CPU executor: compiles a Function to JIT kernels and oneDNN calls for
+// the shapes of its inputs and runs them. Compiling clones the function,
+// gives its arguments the inputs' static shapes (resolving symbolic dims),
+// runs the pass pipeline of `optLevel` (infer-shapes, canonicalize,
+// decompose, ..., and `fuse` at -O3), splits `fused` groups with several
+// results into one group per result, sends matmuls and convolutions (with
+// their epilogues as post-ops) to oneDNN where that measures faster
+// (codegen/DnnlKernels.h, docs/matmul.md), lowers every other op or group
+// to one kernel (codegen/Lowering.h) and JIT-compiles them together
 // (codegen/llvm/CpuJit.h). A new set of input shapes compiles again; each
-// compiled set is cached. Kernels run in order on host buffers, each
-// kernel's parallel loop split across the thread pool.
+// compiled set is cached. Steps run in order on host buffers; a kernel's
+// parallel loop and oneDNN's own loops are split across one OpenMP team of
+// `threads` threads (Debian's oneDNN runs on OpenMP, so sharing its team
+// keeps two sets of threads from competing for the cores).
 //
 // It lives in codegen/ rather than runtime/ because it runs passes and
-// lowerings; runtime/ keeps what it needs to run (Tensor, ThreadPool).
+// lowerings; runtime/ keeps what it needs to run (Tensor).
 #pragma once
 
 #include <map>
@@ -18,7 +24,6 @@
 
 #include "ir/IR.h"
 #include "runtime/Tensor.h"
-#include "runtime/ThreadPool.h"
 
 namespace kiln::codegen {
 
@@ -28,7 +33,8 @@ struct CompileReport;
 struct CompiledFunction;
 
 struct CpuOptions {
-  /// Threads that split parallel loops and compile kernels; 0 means one per
+  /// Threads that split parallel loops and oneDNN calls and compile kernels;
+  /// 0 means one per
   /// hardware thread.
   int threads = 0;
   /// The pass pipeline run before lowering: -O2 by default; -O3 adds `fuse`,
@@ -84,7 +90,8 @@ class CpuExecutor {
   Expected<std::string> kernelIR(const std::vector<Tensor>& inputs);
   Expected<std::string> llvmIR(const std::vector<Tensor>& inputs);
 
-  /// Kernels compiled for the current shapes, for tests and --verbose.
+  /// Steps (generated kernels and oneDNN calls) compiled for `inputs`'
+  /// shapes, for tests.
   size_t numKernels(const std::vector<Tensor>& inputs);
 
   /// The optimized module and kernel code compiled for `inputs`' shapes,
@@ -104,7 +111,7 @@ class CpuExecutor {
 
   std::unique_ptr<Module> module_;  // a private copy of the function
   CpuOptions options_;
-  std::unique_ptr<ThreadPool> pool_;
+  int threads_;  // OpenMP threads of parallel loops and oneDNN
   std::unique_ptr<CpuJit> jit_;
   std::unique_ptr<KernelCache> kernelCache_;
   std::map<std::vector<std::vector<int64_t>>, std::unique_ptr<CompiledFunction>> cache_;

@@ -1,0 +1,338 @@
+// oneDNN kernels of DnnlKernels.h. Every memory descriptor is plain
+// row-major (explicit strides), so oneDNN reads and writes the executor's
+// buffers with no reorders; `set_data_handle` binds each run's buffers to
+// memory objects made once. An epilogue is read as a chain from the
+// anchor's result: each op takes the running value as one operand and, for
+// a binary op, a region argument (possibly through a `broadcast`) or a
+// splat constant as the other. Anything else in the region (a value used
+// twice, an op with no post-op) makes create() fail, and the executor falls
+// back to a generated kernel.
+#include "codegen/DnnlKernels.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <map>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
+#include <unordered_map>
+
+namespace kiln::codegen {
+
+namespace {
+
+using dnnl::algorithm;
+using dnnl::memory;
+
+std::vector<int64_t> dimsOfValue(const Value* v) { return staticDims(v->type().shape); }
+
+memory::dims rowMajorStrides(const memory::dims& dims) {
+  memory::dims strides(dims.size(), 1);
+  for (size_t i = dims.size(); i-- > 1;) strides[i - 1] = strides[i] * std::max<int64_t>(dims[i], 1);
+  return strides;
+}
+
+memory::desc plainDesc(const memory::dims& dims) {
+  return memory::desc(dims, memory::data_type::f32, rowMajorStrides(dims));
+}
+
+/// `dims` right-aligned in `rank` dims, padded with leading 1s (NumPy
+/// broadcasting), or nullopt when it has more dims than `rank`.
+std::optional<memory::dims> alignTo(const std::vector<int64_t>& dims, size_t rank) {
+  if (dims.size() > rank) return std::nullopt;
+  memory::dims out(rank - dims.size(), 1);
+  out.insert(out.end(), dims.begin(), dims.end());
+  return out;
+}
+
+/// The value of a constant op whose elements are all equal, if `v` is one.
+std::optional<double> splatOf(const Value* v) {
+  const Op* def = v->definingOp();
+  if (!def || def->kind() != OpKind::Constant) return std::nullopt;
+  const DenseTensor& t = def->getTensor("value");
+  if (t.numElements() == 0) return std::nullopt;
+  for (int64_t i = 1; i < t.numElements(); ++i)
+    if (t.getDouble(i) != t.getDouble(0)) return std::nullopt;
+  return t.getDouble(0);
+}
+
+/// One post-op: elementwise (alg, alpha, beta) or binary with the region
+/// argument `arg`, whose dims are right-aligned to the result's rank.
+struct PostOp {
+  bool binary = false;
+  algorithm alg = algorithm::undef;
+  float alpha = 0, beta = 0;
+  int arg = -1;
+  memory::dims dims;
+  std::string name;
+};
+
+/// Reads the epilogue after `anchor` in `region` as post-ops; an error
+/// names the first op that does not fit.
+Expected<std::vector<PostOp>> readEpilogue(const Function& region, const Op& anchor, size_t rank) {
+  std::vector<PostOp> postOps;
+  const Value* current = anchor.result();
+  for (const auto& opPtr : region.ops()) {
+    const Op& op = *opPtr;
+    if (&op == &anchor) continue;
+    if (op.kind() == OpKind::Return) {
+      if (op.numOperands() != 1 || op.operand(0) != current)
+        return Error("the epilogue does not return the end of its chain");
+      continue;
+    }
+    // Splat constants and broadcasts of arguments are read by the chain op
+    // that uses them; they must have no other use.
+    if (op.kind() == OpKind::Constant || op.kind() == OpKind::Broadcast) {
+      if (op.result()->users().size() != 1) return Error("a constant or broadcast with several uses");
+      continue;
+    }
+    if (op.numResults() != 1 || op.result()->type().dtype != DType::F32)
+      return Error("'" + std::string(op.name()) + "' is not an f32 elementwise op");
+    if (current->users().size() != 1) return Error("an epilogue value is used twice");
+    PostOp p;
+    p.name = std::string(op.name());
+    auto eltwise = [&](algorithm alg, float alpha = 0, float beta = 0) {
+      p.alg = alg;
+      p.alpha = alpha;
+      p.beta = beta;
+    };
+    if (op.numOperands() == 1) {
+      if (op.operand(0) != current) return Error("'" + p.name + "' does not read the chain");
+      switch (op.kind()) {
+        case OpKind::Relu: eltwise(algorithm::eltwise_relu); break;
+        case OpKind::Tanh: eltwise(algorithm::eltwise_tanh); break;
+        case OpKind::Sigmoid: eltwise(algorithm::eltwise_logistic); break;
+        case OpKind::Exp: eltwise(algorithm::eltwise_exp); break;
+        case OpKind::Log: eltwise(algorithm::eltwise_log); break;
+        case OpKind::Abs: eltwise(algorithm::eltwise_abs); break;
+        case OpKind::Sqrt: eltwise(algorithm::eltwise_sqrt); break;
+        case OpKind::Neg: eltwise(algorithm::eltwise_linear, -1, 0); break;
+        default: return Error("'" + p.name + "' has no oneDNN post-op");
+      }
+    } else if (op.numOperands() == 2) {
+      const bool left = op.operand(0) == current;
+      if (!left && op.operand(1) != current) return Error("'" + p.name + "' does not read the chain");
+      if (op.operand(0) == op.operand(1)) return Error("'" + p.name + "' reads the chain twice");
+      const Value* other = op.operand(left ? 1 : 0);
+      if (std::optional<double> c = splatOf(other)) {
+        const float k = static_cast<float>(*c);
+        switch (op.kind()) {
+          case OpKind::Add: eltwise(algorithm::eltwise_linear, 1, k); break;
+          case OpKind::Mul: eltwise(algorithm::eltwise_linear, k, 0); break;
+          case OpKind::Sub:
+            left ? eltwise(algorithm::eltwise_linear, 1, -k) : eltwise(algorithm::eltwise_linear, -1, k);
+            break;
+          case OpKind::Div:
+            if (!left) return Error("'div' of a constant by the chain has no post-op");
+            eltwise(algorithm::eltwise_linear, static_cast<float>(1.0 / *c), 0);
+            break;
+          case OpKind::Max:
+            if (*c != 0) return Error("'max' with a constant other than 0 has no post-op");
+            eltwise(algorithm::eltwise_relu);
+            break;
+          default: return Error("'" + p.name + "' has no oneDNN post-op");
+        }
+      } else {
+        // A tensor operand: a region argument, directly or broadcast.
+        const Value* source = other;
+        if (const Op* def = other->definingOp(); def && def->kind() == OpKind::Broadcast) source = def->operand(0);
+        if (!source->isArgument() || source->type().dtype != DType::F32)
+          return Error("'" + p.name + "' reads a computed value");
+        auto dims = alignTo(dimsOfValue(source), rank);
+        if (!dims) return Error("'" + p.name + "' reads an operand of higher rank");
+        p.binary = true;
+        p.arg = source->index();
+        p.dims = *dims;
+        switch (op.kind()) {
+          case OpKind::Add: p.alg = algorithm::binary_add; break;
+          case OpKind::Mul: p.alg = algorithm::binary_mul; break;
+          case OpKind::Max: p.alg = algorithm::binary_max; break;
+          case OpKind::Min: p.alg = algorithm::binary_min; break;
+          case OpKind::Sub:
+            if (!left) return Error("'sub' from a tensor has no post-op");
+            p.alg = algorithm::binary_sub;
+            break;
+          case OpKind::Div:
+            if (!left) return Error("'div' of a tensor by the chain has no post-op");
+            p.alg = algorithm::binary_div;
+            break;
+          default: return Error("'" + p.name + "' has no oneDNN post-op");
+        }
+      }
+    } else {
+      return Error("'" + p.name + "' has no oneDNN post-op");
+    }
+    postOps.push_back(std::move(p));
+    current = op.result();
+  }
+  return postOps;
+}
+
+std::string dimsText(const memory::dims& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+dnnl::engine& cpuEngine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+}  // namespace
+
+struct DnnlKernel::Impl {
+  dnnl::primitive primitive;
+  std::unordered_map<int, memory> args;
+  /// (oneDNN argument, buffer index) to bind on each run.
+  std::vector<std::pair<int, int>> bindings;
+  std::string description;
+};
+
+DnnlKernel::DnnlKernel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DnnlKernel::~DnnlKernel() = default;
+
+const std::string& DnnlKernel::description() const { return impl_->description; }
+
+Expected<std::unique_ptr<DnnlKernel>> DnnlKernel::create(const Op& op) {
+  // The anchor, and how its operands map to the op's buffers.
+  const Op* anchor = &op;
+  std::vector<int> operandBuffer;
+  std::vector<PostOp> postOps;
+  const int resultBuffer = static_cast<int>(op.numOperands());
+  if (op.kind() == OpKind::Fused) {
+    const Function* region = op.region();
+    if (!region || op.numResults() != 1) return Error("not a single-result fused group");
+    anchor = nullptr;
+    for (const auto& inner : region->ops())
+      if (inner->kind() == OpKind::MatMul || inner->kind() == OpKind::Conv) {
+        if (anchor) return Error("two contractions in one group");
+        anchor = inner.get();
+      }
+    if (!anchor) return Error("no matmul or conv in the group");
+    for (const Value* v : anchor->operands()) {
+      if (!v->isArgument()) return Error("the contraction reads a computed value");
+      operandBuffer.push_back(v->index());
+    }
+    auto chain = readEpilogue(*region, *anchor, anchor->result()->type().rank());
+    if (!chain) return chain.takeError();
+    postOps = std::move(*chain);
+  } else {
+    for (size_t i = 0; i < op.numOperands(); ++i) operandBuffer.push_back(static_cast<int>(i));
+  }
+  for (const Value* v : anchor->operands()) {
+    if (v->type().dtype != DType::F32 || !v->type().isStatic()) return Error("oneDNN kernels take static f32 operands");
+    if (numElements(v->type().shape) == 0) return Error("an empty operand");
+  }
+  if (anchor->result()->type().dtype != DType::F32) return Error("oneDNN kernels produce f32");
+
+  auto impl = std::make_unique<Impl>();
+  dnnl::engine& engine = cpuEngine();
+  const memory::dims dstDims = alignTo(dimsOfValue(anchor->result()), anchor->result()->type().rank()).value();
+  try {
+    dnnl::post_ops ops;
+    std::string postText;
+    for (const PostOp& p : postOps) {
+      if (p.binary)
+        ops.append_binary(p.alg, plainDesc(p.dims));
+      else
+        ops.append_eltwise(1.0f, p.alg, p.alpha, p.beta);
+      postText += (postText.empty() ? " + " : ", ") + p.name;
+    }
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(ops);
+
+    if (anchor->kind() == OpKind::MatMul) {
+      std::vector<int64_t> a = dimsOfValue(anchor->operand(0)), b = dimsOfValue(anchor->operand(1));
+      // 1-D operands: a row [1,K] and a column [K,1]; the result's memory is
+      // the same with or without the unit dim.
+      if (a.size() == 1) a.insert(a.begin(), 1);
+      if (b.size() == 1) b.push_back(1);
+      const size_t rank = std::max(a.size(), b.size());
+      const memory::dims ad = alignTo(a, rank).value(), bd = alignTo(b, rank).value();
+      memory::dims cd(rank);
+      for (size_t i = 0; i + 2 < rank; ++i) cd[i] = std::max(ad[i], bd[i]);
+      cd[rank - 2] = ad[rank - 2];
+      cd[rank - 1] = bd[rank - 1];
+      // Post-op operands are aligned to the result's own rank; with 1-D
+      // operands that differs from the matmul's, so none are allowed then.
+      if (!postOps.empty() && cd.size() != dstDims.size()) return Error("post-ops on a matmul of 1-D operands");
+      const memory::desc amd = plainDesc(ad), bmd = plainDesc(bd), cmd = plainDesc(cd);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, bmd, cmd), attr, engine);
+      impl->primitive = dnnl::matmul(pd);
+      impl->args[DNNL_ARG_SRC] = memory(amd, engine, DNNL_MEMORY_NONE);
+      impl->args[DNNL_ARG_WEIGHTS] = memory(bmd, engine, DNNL_MEMORY_NONE);
+      impl->args[DNNL_ARG_DST] = memory(cmd, engine, DNNL_MEMORY_NONE);
+      impl->bindings = {{DNNL_ARG_SRC, operandBuffer[0]}, {DNNL_ARG_WEIGHTS, operandBuffer[1]}};
+      impl->description =
+          "onednn matmul " + dimsText(ad) + "x" + dimsText(bd) + postText + " (" + pd.impl_info_str() + ")";
+    } else {
+      const std::vector<int64_t> x = dimsOfValue(anchor->operand(0)), w = dimsOfValue(anchor->operand(1));
+      const size_t k = x.size() - 2;
+      if (k < 1 || k > 3) return Error("oneDNN convolutions are 1-, 2- or 3-d");
+      const int64_t groups = anchor->getInt("groups");
+      auto intsOr = [&](std::string_view name, int64_t fill, size_t n) {
+        const Attribute* attrValue = anchor->attr(name);
+        std::vector<int64_t> v = attrValue ? attrValue->getInts() : std::vector<int64_t>{};
+        if (v.empty()) v.assign(n, fill);
+        return v;
+      };
+      const std::vector<int64_t> strides = intsOr("strides", 1, k), dilations = intsOr("dilations", 1, k);
+      const std::vector<int64_t> pads = intsOr("pads", 0, 2 * k);
+      memory::dims dnnlDilations, padL, padR;
+      for (size_t d = 0; d < k; ++d) {
+        dnnlDilations.push_back(dilations[d] - 1);
+        padL.push_back(pads[d]);
+        padR.push_back(pads[k + d]);
+      }
+      // Groups: weights [M, C/g, k...] read as [g, M/g, C/g, k...], the same
+      // row-major memory.
+      memory::dims wd(w.begin(), w.end());
+      if (groups > 1) {
+        wd.insert(wd.begin(), groups);
+        wd[1] /= groups;
+      }
+      const memory::desc xmd = plainDesc(x), wmd = plainDesc(wd), ymd = plainDesc(dstDims);
+      const bool hasBias = anchor->numOperands() > 2;
+      const memory::desc bmd = hasBias ? plainDesc({w[0]}) : memory::desc();
+      dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, algorithm::convolution_direct, xmd, wmd,
+                                           bmd, ymd, memory::dims(strides.begin(), strides.end()), dnnlDilations, padL,
+                                           padR);
+      dnnl::convolution_forward::primitive_desc pd(desc, attr, engine);
+      impl->primitive = dnnl::convolution_forward(pd);
+      impl->args[DNNL_ARG_SRC] = memory(xmd, engine, DNNL_MEMORY_NONE);
+      impl->args[DNNL_ARG_WEIGHTS] = memory(wmd, engine, DNNL_MEMORY_NONE);
+      impl->args[DNNL_ARG_DST] = memory(ymd, engine, DNNL_MEMORY_NONE);
+      impl->bindings = {{DNNL_ARG_SRC, operandBuffer[0]}, {DNNL_ARG_WEIGHTS, operandBuffer[1]}};
+      if (hasBias) {
+        impl->args[DNNL_ARG_BIAS] = memory(bmd, engine, DNNL_MEMORY_NONE);
+        impl->bindings.push_back({DNNL_ARG_BIAS, operandBuffer[2]});
+      }
+      impl->description =
+          "onednn conv " + dimsText(x) + "*" + dimsText(wd) + postText + " (" + pd.impl_info_str() + ")";
+    }
+    impl->bindings.push_back({DNNL_ARG_DST, resultBuffer});
+    for (size_t i = 0; i < postOps.size(); ++i) {
+      if (!postOps[i].binary) continue;
+      const int arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1;
+      impl->args[arg] = memory(plainDesc(postOps[i].dims), engine, DNNL_MEMORY_NONE);
+      impl->bindings.push_back({arg, postOps[i].arg});
+    }
+  } catch (const dnnl::error& e) {
+    return Error(std::string("oneDNN refuses it: ") + e.what());
+  }
+  return std::unique_ptr<DnnlKernel>(new DnnlKernel(std::move(impl)));
+}
+
+void DnnlKernel::run(void* const* buffers) const {
+  for (const auto& [arg, buffer] : impl_->bindings) impl_->args.at(arg).set_data_handle(buffers[buffer]);
+  static thread_local dnnl::stream stream(cpuEngine());
+  impl_->primitive.execute(stream, impl_->args);
+  stream.wait();
+}
+
+void setDnnlThreads(int threads) {
+  if (threads > 0) omp_set_num_threads(threads);
+}
+
+}  // namespace kiln::codegen

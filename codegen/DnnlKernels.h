@@ -1,0 +1,51 @@
+// Library kernels from oneDNN for the CPU executor (docs/matmul.md): f32
+// matmul (batched, batch dims broadcast, 1-D operands) and N-d convolution
+// (strides, pads, dilations, groups, bias), each optionally with the
+// epilogue of a `matmul_epilogue` / `conv_epilogue` fused group as oneDNN
+// post-ops (elementwise: relu, tanh, sigmoid, exp, log, abs, sqrt, erf-GELU,
+// and x*a+b by splat constants; binary: add, sub, mul, div, max, min with a
+// tensor that broadcasts into the result). A primitive is created once per
+// op and shape set, with plain row-major layouts, so it reads and writes the
+// executor's buffers directly.
+//
+// Nothing of oneDNN leaks through this header. Debian's oneDNN runs its
+// parallel regions on OpenMP (libgomp); setDnnlThreads sets their size.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ir/IR.h"
+
+namespace kiln::codegen {
+
+/// One oneDNN primitive with its post-ops, bound to an op's buffers.
+class DnnlKernel {
+ public:
+  /// The oneDNN kernel of `op`: a `matmul`, a `conv`, or a `fused` op whose
+  /// region is one of them followed by an epilogue that maps onto post-ops
+  /// (a chain in which each op consumes the previous result). An error says
+  /// why oneDNN cannot take it (dtype, rank, an epilogue op without a
+  /// post-op, or oneDNN refusing the shapes); the caller then generates a
+  /// kernel instead.
+  static Expected<std::unique_ptr<DnnlKernel>> create(const Op& op);
+  ~DnnlKernel();
+
+  /// Runs on the op's buffers: operands in order, then the result.
+  void run(void* const* buffers) const;
+
+  /// What runs, e.g. `onednn matmul [1,64]x[64,32] + binary_add, relu
+  /// (gemm:jit)`: the implementation oneDNN chose is last.
+  const std::string& description() const;
+
+ private:
+  struct Impl;
+  explicit DnnlKernel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The threads oneDNN's parallel regions use from now on in this thread
+/// (omp_set_num_threads: the OpenMP runtime Debian's oneDNN is built with).
+void setDnnlThreads(int threads);
+
+}  // namespace kiln::codegen

@@ -1,0 +1,135 @@
+// The CPU executor's oneDNN steps (codegen/DnnlKernels.h): matmuls and
+// convolutions large enough to go to oneDNN, alone and with fused epilogues
+// as post-ops, must match the interpreter; kiln compile --emit=kernel's text
+// (CpuExecutor::kernelIR) shows which steps are library calls.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "codegen/CpuExecutable.h"
+#include "ir/Parser.h"
+#include "ir/Verifier.h"
+#include "runtime/Interpreter.h"
+
+namespace kiln {
+namespace {
+
+using codegen::CpuExecutor;
+
+/// Runs `text` on the JIT at `optLevel` and on the interpreter with random
+/// inputs in [-1, 1], compares the results with a tolerance for sums of up
+/// to a few hundred terms, and returns the JIT's --emit=kernel text.
+std::string expectMatches(const std::string& text, int optLevel = 2) {
+  SCOPED_TRACE(text);
+  auto parsed = parseModule(text, "test.kir");
+  EXPECT_TRUE(parsed.ok()) << (parsed.ok() ? "" : parsed.error().str());
+  if (!parsed) return {};
+  EXPECT_TRUE(verify(**parsed).ok());
+  const Function& f = *(*parsed)->functions().front();
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> real(-1.0, 1.0);
+  std::vector<Tensor> inputs;
+  for (size_t i = 0; i < f.numArguments(); ++i) {
+    const TensorType& type = f.argument(i)->type();
+    Tensor t(type.dtype, staticDims(type.shape));
+    for (int64_t j = 0; j < t.numElements(); ++j) t.setDouble(j, real(rng));
+    inputs.push_back(std::move(t));
+  }
+  auto want = interpret(f, inputs);
+  EXPECT_TRUE(want.ok()) << want.error().str();
+  auto executor = CpuExecutor::create(f, {.threads = 2, .optLevel = optLevel});
+  EXPECT_TRUE(executor.ok()) << executor.error().str();
+  if (!want || !executor) return {};
+  auto got = (*executor)->run(inputs);
+  EXPECT_TRUE(got.ok()) << got.error().str();
+  if (!got) return {};
+  EXPECT_EQ(got->size(), want->size());
+  for (size_t r = 0; r < want->size() && r < got->size(); ++r) {
+    const Tensor &g = (*got)[r], &w = (*want)[r];
+    EXPECT_EQ(g.shape(), w.shape());
+    if (g.shape() != w.shape()) continue;
+    for (int64_t i = 0; i < w.numElements(); ++i)
+      EXPECT_NEAR(g.getDouble(i), w.getDouble(i), 1e-4 + 1e-4 * std::fabs(w.getDouble(i))) << "element " << i;
+  }
+  auto ir = (*executor)->kernelIR(inputs);
+  EXPECT_TRUE(ir.ok());
+  return ir ? *ir : std::string();
+}
+
+std::string matmulFunction(const std::string& a, const std::string& b, const std::string& r) {
+  return "func @f(%a: " + a + ", %b: " + b + ") -> " + r + " {\n  %y = matmul(%a, %b) : " + r + "\n  return %y\n}\n";
+}
+
+TEST(DnnlKernelsTest, MatMulGoesToOneDnnAndMatches) {
+  const char* cases[][3] = {{"f32[4,96]", "f32[96,40]", "f32[4,40]"},
+                            {"f32[3,5,64]", "f32[64,7]", "f32[3,5,7]"},
+                            {"f32[2,1,6,64]", "f32[3,64,5]", "f32[2,3,6,5]"},
+                            {"f32[64]", "f32[64,9]", "f32[9]"},
+                            {"f32[9,64]", "f32[64]", "f32[9]"},
+                            {"f32[40,50]", "f32[50,60]", "f32[40,60]"}};
+  for (auto& c : cases) {
+    const std::string ir = expectMatches(matmulFunction(c[0], c[1], c[2]));
+    EXPECT_NE(ir.find("library %y: onednn matmul"), std::string::npos) << ir;
+  }
+}
+
+/// A product too small to pay for oneDNN's call stays a generated loop nest.
+TEST(DnnlKernelsTest, SmallMatMulStaysGenerated) {
+  const std::string ir = expectMatches(matmulFunction("f32[2,16]", "f32[16,8]", "f32[2,8]"));
+  EXPECT_EQ(ir.find("library"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("kernel @"), std::string::npos) << ir;
+}
+
+TEST(DnnlKernelsTest, ConvGoesToOneDnnAndMatches) {
+  const char* cases[] = {
+      "func @f(%x: f32[2,3,9,9], %w: f32[8,3,3,3], %b: f32[8]) -> f32[2,8,5,5] {\n"
+      "  %y = conv(%x, %w, %b) {strides = [2, 2], pads = [1, 1, 1, 1]} : f32[2,8,5,5]\n  return %y\n}\n",
+      "func @f(%x: f32[1,4,8,8], %w: f32[6,2,3,3]) -> f32[1,6,4,4] {\n"
+      "  %y = conv(%x, %w) {dilations = [2, 2], groups = 2} : f32[1,6,4,4]\n  return %y\n}\n",
+      "func @f(%x: f32[1,2,9], %w: f32[3,2,3]) -> f32[1,3,7] {\n  %y = conv(%x, %w) : f32[1,3,7]\n  return %y\n}\n",
+      "func @f(%x: f32[1,2,4,5,6], %w: f32[3,2,2,2,2]) -> f32[1,3,4,5,6] {\n"
+      "  %y = conv(%x, %w) {pads = [1, 1, 1, 0, 0, 0]} : f32[1,3,4,5,6]\n  return %y\n}\n"};
+  for (const char* text : cases) {
+    const std::string ir = expectMatches(text);
+    EXPECT_NE(ir.find("library %y: onednn conv"), std::string::npos) << ir;
+  }
+}
+
+/// At -O3 an epilogue group whose ops are a chain becomes post-ops of one
+/// oneDNN call.
+TEST(DnnlKernelsTest, EpiloguesBecomePostOps) {
+  std::string ir = expectMatches(
+      "func @f(%x: f32[8,64], %w: f32[64,12], %b: f32[12]) -> f32[8,12] {\n  %m = matmul(%x, %w) : f32[8,12]\n"
+      "  %s = add(%m, %b) : f32[8,12]\n  %r = relu(%s) : f32[8,12]\n  return %r\n}\n",
+      3);
+  EXPECT_NE(ir.find("onednn matmul [8,64]x[64,12] + add, relu"), std::string::npos) << ir;
+  EXPECT_EQ(ir.find("kernel @"), std::string::npos) << ir;
+
+  ir = expectMatches(
+      "func @f(%x: f32[8,64], %w: f32[64,12], %c: f32[8,12]) -> f32[8,12] {\n  %m = matmul(%x, %w) : f32[8,12]\n"
+      "  %h = constant() {value = dense<f32[]>[0.5]} : f32[]\n  %s = mul(%m, %h) : f32[8,12]\n"
+      "  %d = sub(%s, %c) : f32[8,12]\n  %t = sigmoid(%d) : f32[8,12]\n  return %t\n}\n",
+      3);
+  EXPECT_NE(ir.find("+ mul, sub, sigmoid"), std::string::npos) << ir;
+
+  ir = expectMatches(
+      "func @f(%x: f32[1,3,10,10], %w: f32[4,3,3,3], %b: f32[4]) -> f32[1,4,8,8] {\n"
+      "  %y = conv(%x, %w, %b) : f32[1,4,8,8]\n  %r = relu(%y) : f32[1,4,8,8]\n  return %r\n}\n",
+      3);
+  EXPECT_NE(ir.find("onednn conv [1,3,10,10]*[4,3,3,3] + relu"), std::string::npos) << ir;
+}
+
+/// An epilogue that is not a chain (GELU reads the product twice) still
+/// matches: the product goes to oneDNN and the rest is a generated kernel.
+TEST(DnnlKernelsTest, EpilogueWithoutPostOpsStillMatches) {
+  const std::string ir = expectMatches(
+      "func @f(%x: f32[8,64], %w: f32[64,12]) -> f32[8,12] {\n  %m = matmul(%x, %w) : f32[8,12]\n"
+      "  %g = gelu(%m) : f32[8,12]\n  return %g\n}\n",
+      3);
+  EXPECT_NE(ir.find("library"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("kernel @"), std::string::npos) << ir;
+}
+
+}  // namespace
+}  // namespace kiln
