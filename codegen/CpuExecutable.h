@@ -34,12 +34,11 @@ struct CompiledFunction;
 
 struct CpuOptions {
   /// Threads that split parallel loops and oneDNN calls and compile kernels;
-  /// 0 means one per
-  /// hardware thread.
+  /// 0 means one per hardware thread.
   int threads = 0;
-  /// The pass pipeline run before lowering: -O2 by default; -O3 adds `fuse`,
-  /// whose single-result groups lower to one kernel each.
-  int optLevel = 2;
+  /// The pass pipeline run before lowering: -O3 (with `fuse`) by default;
+  /// -O2 runs every op as its own step.
+  int optLevel = 3;
   /// The folder of the disk cache of compiled kernels (codegen/KernelCache.h);
   /// empty: no cache.
   std::string cacheDir = {};

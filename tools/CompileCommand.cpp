@@ -72,7 +72,8 @@ int compile(const ParsedArgs& args) {
     std::cout << print(**module);
     return kExitOk;
   }
-  auto executor = codegen::CpuExecutor::create(f);
+  // -O2 like --emit=ir above (one kernel per op); `kiln run` compiles at -O3.
+  auto executor = codegen::CpuExecutor::create(f, {.optLevel = 2});
   if (!executor) return reportError(kName, executor.takeError()), kExitError;
   auto text = *emit == "kernel" ? (*executor)->kernelIR(inputs) : (*executor)->llvmIR(inputs);
   if (!text) return reportError(kName, text.takeError()), kExitError;

@@ -152,11 +152,13 @@ std::vector<Tensor> modelInputs() {
 }
 
 /// Runs kModel with a cache in `dir`; returns its output and the report.
+/// Compiled at -O2, so the model is several kernels (and LLVM modules).
 std::pair<Tensor, CompileReport> runCached(const std::string& dir, std::vector<std::string>* notices = nullptr) {
   auto m = parseModule(kModel, "test.kir");
   EXPECT_TRUE(m.ok());
   CompileReport report;
-  auto executor = CpuExecutor::create(*(*m)->functions().front(), {.threads = 2, .cacheDir = dir, .report = &report});
+  auto executor = CpuExecutor::create(*(*m)->functions().front(),
+                                      {.threads = 2, .optLevel = 2, .cacheDir = dir, .report = &report});
   EXPECT_TRUE(executor.ok());
   auto out = (*executor)->run(modelInputs());
   EXPECT_TRUE(out.ok()) << (out.ok() ? "" : out.error().str());
