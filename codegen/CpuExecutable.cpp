@@ -4,7 +4,13 @@
 // kernel or one oneDNN primitive (codegen/DnnlKernels.h: f32 matmul and conv,
 // with their fused epilogues as post-ops) reading and writing slots. Which
 // ops go to oneDNN is decided from the op alone (libraryKernelFor), so the
-// step list is a function of the optimized module. Before a kernel runs, the run-time
+// step list is a function of the optimized module.
+//
+// Intermediates live in one arena per compiled shape set, at the offsets of
+// passes/MemoryPlan.h's planMemory over the step list (in place where the
+// plan says), allocated when the shape set is compiled; a run allocates
+// only the tensors it returns. Arguments and constants are read where they
+// are. So a CpuExecutor runs one call at a time. Before a kernel runs, the run-time
 // errors the interpreter reports (a gather index out of range, an integer
 // division by zero) are checked on the host, because the kernels clamp
 // and guard instead of failing.
@@ -14,6 +20,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -22,18 +30,30 @@
 #include "codegen/Lowering.h"
 #include "codegen/llvm/CpuJit.h"
 #include "ir/Verifier.h"
+#include "passes/MemoryPlan.h"
 #include "passes/PassManager.h"
 #include "runtime/Interpreter.h"
 
 namespace kiln::codegen {
 
 struct CompiledFunction {
+  /// A run-time check the interpreter makes and the kernels do not (they
+  /// clamp gather indices and give 0 for an integer division by zero):
+  /// `op`'s operand in `slot` holds gather indices into a dim of size
+  /// `dim`, or integer divisors (`dim` < 0).
+  struct HostCheck {
+    const Op* op = nullptr;
+    int slot = 0;
+    int64_t axis = 0;
+    int64_t dim = -1;
+  };
   struct Step {
     const Op* op = nullptr;
     std::vector<int> operands;  // slots
     int result = 0;             // slot
     KernelFn fn = nullptr;
     std::unique_ptr<DnnlKernel> library;  // instead of fn
+    std::vector<HostCheck> checks;
     int64_t parallelExtent = 1;
     bool parallel = false;  // worth splitting across threads
   };
@@ -42,6 +62,14 @@ struct CompiledFunction {
   std::vector<TensorType> slotTypes;
   std::vector<Step> steps;
   std::vector<int> results;  // slots
+  /// Where each slot's data is: arena slots point into `arena`, constant
+  /// slots into `constants`; argument and output slots are set per run.
+  std::vector<void*> slotData;
+  /// The slots a run allocates: results of steps that the function returns.
+  std::vector<int> outputSlots;
+  std::unique_ptr<uint8_t, decltype(&std::free)> arena{nullptr, &std::free};
+  int64_t arenaBytes = 0;
+  std::vector<void*> buffers;  // per-step scratch for kernel arguments
   std::vector<kir::Kernel> kernels;
   KernelCode code;
   size_t numArgs = 0;
@@ -188,38 +216,68 @@ void splitLibraryAnchors(Function& f) {
 /// Below this much work per kernel, waking threads costs more than it saves.
 constexpr int64_t kParallelWork = 1 << 15;
 
-Status checkIndices(const Op& op, const Tensor& data, const Tensor& indices) {
-  const int64_t rank = data.rank();
-  int64_t axis = op.getInt("axis");
-  if (axis < 0) axis += rank;
-  const int64_t dim = data.shape()[axis];
-  for (int64_t i = 0; i < indices.numElements(); ++i) {
-    const int64_t v = indices.getInt(i);
-    if (v < -dim || v >= dim)
-      return op.emitError("index " + std::to_string(v) + " is out of range for dim " + std::to_string(axis) +
-                          " of size " + std::to_string(dim));
+/// Element `i` of integer (or bool) data of dtype `t` at `p`.
+int64_t intAt(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::I64: return static_cast<const int64_t*>(p)[i];
+    case DType::I32: return static_cast<const int32_t*>(p)[i];
+    case DType::I16: return static_cast<const int16_t*>(p)[i];
+    case DType::I8: return static_cast<const int8_t*>(p)[i];
+    case DType::U8:
+    case DType::Bool: return static_cast<const uint8_t*>(p)[i];
+    default: return 0;
   }
-  return {};
 }
 
-Status checkDivisor(const Op& op, const Tensor& divisor) {
-  if (isFloat(divisor.dtype())) return {};
-  for (int64_t i = 0; i < divisor.numElements(); ++i)
-    if (divisor.getInt(i) == 0)
-      return op.emitError(op.kind() == OpKind::Div ? "integer division by zero" : "integer remainder by zero");
-  return {};
-}
-
-/// The host-side checks of `op` on its operand tensors.
-Status checkOperands(const Op& op, const std::vector<const Tensor*>& operands) {
+/// The host checks of `op` (a gather's indices, an integer divisor) whose
+/// operand is `operandSlot(i)`, or -1 when that operand is computed inside
+/// a fused group, where no buffer holds it (the kernel then clamps or gives
+/// 0 instead of failing).
+void addHostChecks(const Op& op, const std::function<int(const Value*)>& operandSlot,
+                   std::vector<CompiledFunction::HostCheck>& checks) {
+  if (op.kind() == OpKind::Fused) {
+    for (const auto& inner : op.region()->ops())
+      addHostChecks(
+          *inner, [&](const Value* v) { return v->isArgument() ? operandSlot(op.operand(v->index())) : -1; }, checks);
+    return;
+  }
   switch (op.kind()) {
     case OpKind::Gather:
-    case OpKind::GatherElements: return checkIndices(op, *operands[0], *operands[1]);
+    case OpKind::GatherElements: {
+      const int slot = operandSlot(op.operand(1));
+      if (slot < 0) return;
+      const std::vector<int64_t> data = staticDims(op.operand(0)->type().shape);
+      int64_t axis = op.getInt("axis");
+      if (axis < 0) axis += static_cast<int64_t>(data.size());
+      checks.push_back({&op, slot, axis, data[axis]});
+      return;
+    }
     case OpKind::Div:
     case OpKind::Rem:
-    case OpKind::Mod: return checkDivisor(op, *operands[1]);
-    default: return {};
+    case OpKind::Mod: {
+      if (isFloat(op.operand(1)->type().dtype)) return;
+      const int slot = operandSlot(op.operand(1));
+      if (slot >= 0) checks.push_back({&op, slot, 0, -1});
+      return;
+    }
+    default: return;
   }
+}
+
+Status runHostCheck(const CompiledFunction::HostCheck& check, const void* data, const TensorType& type) {
+  const int64_t n = numElements(type.shape);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t v = intAt(data, type.dtype, i);
+    if (check.dim < 0) {
+      if (v == 0)
+        return check.op->emitError(check.op->kind() == OpKind::Div ? "integer division by zero"
+                                                                   : "integer remainder by zero");
+    } else if (v < -check.dim || v >= check.dim) {
+      return check.op->emitError("index " + std::to_string(v) + " is out of range for dim " +
+                                 std::to_string(check.axis) + " of size " + std::to_string(check.dim));
+    }
+  }
+  return {};
 }
 
 }  // namespace
@@ -386,6 +444,8 @@ Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<
       continue;
     }
     for (const Value* v : op->operands()) step.operands.push_back(slots.at(v));
+    addHostChecks(
+        *op, [&](const Value* v) { return slots.at(v); }, step.checks);
     if (auto library = libraryKernelFor(*op)) {
       step.library = std::move(library);
       compiled->steps.push_back(std::move(step));
@@ -409,6 +469,26 @@ Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<
     return Error("the CPU JIT cannot compile '" + f.name() + "': " + list);
   }
   for (const kir::Kernel& k : compiled->kernels) compiled->code.names.push_back(k.name);
+
+  // The arena: each step's result at its planned offset, except results
+  // the function returns, which each run allocates for the caller.
+  auto plan = planMemory(f);
+  if (!plan) return plan.takeError();
+  compiled->arenaBytes = std::max<int64_t>(plan->peak, MemoryPlan::kAlignment);
+  compiled->arena.reset(static_cast<uint8_t*>(std::aligned_alloc(MemoryPlan::kAlignment, compiled->arenaBytes)));
+  if (!compiled->arena) return Error("cannot allocate the " + std::to_string(compiled->arenaBytes) + "-byte arena");
+  compiled->slotData.assign(compiled->slotTypes.size(), nullptr);
+  for (size_t i = 0; i < compiled->constants.size(); ++i)
+    compiled->slotData[compiled->numArgs + i] = compiled->constants[i].raw();
+  size_t maxBuffers = 0;
+  for (const CompiledFunction::Step& step : compiled->steps) {
+    maxBuffers = std::max(maxBuffers, step.operands.size() + 1);
+    if (const MemoryPlan::Buffer* b = plan->find(step.op->result()))
+      compiled->slotData[step.result] = compiled->arena.get() + b->offset;
+    else
+      compiled->outputSlots.push_back(step.result);
+  }
+  compiled->buffers.resize(maxBuffers);
   if (options_.report)
     options_.report->lowering += std::chrono::duration<double>(std::chrono::steady_clock::now() - lowerStart).count();
 
@@ -458,26 +538,19 @@ Expected<std::vector<Tensor>> CpuExecutor::run(const std::vector<Tensor>& inputs
   if (!c) return c.takeError();
   CompiledFunction& cf = **c;
   setDnnlThreads(threads_);
-  const size_t numSlots = cf.slotTypes.size();
-  std::vector<Tensor> owned(numSlots);
-  std::vector<const Tensor*> view(numSlots, nullptr);
-  for (size_t i = 0; i < cf.numArgs; ++i) view[i] = &inputs[i];
-  for (size_t i = 0; i < cf.constants.size(); ++i) view[cf.numArgs + i] = &cf.constants[i];
-  std::vector<void*> buffers;
-  std::vector<const Tensor*> operands;
+  for (size_t i = 0; i < cf.numArgs; ++i) cf.slotData[i] = const_cast<uint8_t*>(inputs[i].raw());
+  std::map<int, Tensor> outputs;
+  for (int s : cf.outputSlots) {
+    const TensorType& type = cf.slotTypes[s];
+    Tensor& t = outputs[s] = Tensor(type.dtype, staticDims(type.shape));
+    cf.slotData[s] = t.raw();
+  }
   for (const CompiledFunction::Step& step : cf.steps) {
-    const TensorType& type = cf.slotTypes[step.result];
-    owned[step.result] = Tensor(type.dtype, staticDims(type.shape));
-    view[step.result] = &owned[step.result];
-    operands.clear();
-    buffers.clear();
-    for (int s : step.operands) {
-      operands.push_back(view[s]);
-      buffers.push_back(const_cast<uint8_t*>(view[s]->raw()));
-    }
-    KILN_TRY(checkOperands(*step.op, operands));
-    buffers.push_back(owned[step.result].raw());
-    void** args = buffers.data();
+    for (const CompiledFunction::HostCheck& check : step.checks)
+      KILN_TRY(runHostCheck(check, cf.slotData[check.slot], cf.slotTypes[check.slot]));
+    void** args = cf.buffers.data();
+    for (size_t i = 0; i < step.operands.size(); ++i) args[i] = cf.slotData[step.operands[i]];
+    args[step.operands.size()] = cf.slotData[step.result];
     if (step.library) {
       step.library->run(args);
       continue;
@@ -496,7 +569,14 @@ Expected<std::vector<Tensor>> CpuExecutor::run(const std::vector<Tensor>& inputs
     }
   }
   std::vector<Tensor> results;
-  for (int s : cf.results) results.push_back(s < static_cast<int>(cf.numArgs) ? inputs[s] : *view[s]);
+  for (int s : cf.results) {
+    if (s < static_cast<int>(cf.numArgs))
+      results.push_back(inputs[s]);
+    else if (s < static_cast<int>(cf.numArgs + cf.constants.size()))
+      results.push_back(cf.constants[s - cf.numArgs]);
+    else
+      results.push_back(outputs.at(s));
+  }
   return results;
 }
 
