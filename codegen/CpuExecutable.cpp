@@ -98,10 +98,15 @@ int64_t estimateWork(const std::vector<kir::StmtPtr>& body) {
   return work;
 }
 
-/// The contentHash of each kernel's printed kernel IR (KernelCode::hashes).
+/// The contentHash of each kernel's printed kernel IR (KernelCode::hashes),
+/// without the buffers' value names: those are for reading only, and a
+/// module printed and parsed again may name unnamed values.
 std::vector<std::string> kernelHashes(const std::vector<kir::Kernel>& kernels) {
   std::vector<std::string> hashes;
-  for (const kir::Kernel& k : kernels) hashes.push_back(contentHash(kir::printKernel(k)));
+  for (kir::Kernel k : kernels) {
+    for (kir::Buffer& b : k.buffers) b.name.clear();
+    hashes.push_back(contentHash(kir::printKernel(k)));
+  }
   return hashes;
 }
 
@@ -495,10 +500,14 @@ Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<
   if (code) {
     // Stored code is bound only to the kernels it was compiled from.
     compiled->code.hashes = kernelHashes(compiled->kernels);
-    if (code->names != compiled->code.names || code->hashes != compiled->code.hashes)
-      return Error("the stored kernel code does not match the kernels of '" + f.name() + "' (" +
-                   std::to_string(code->names.size()) + " stored, " + std::to_string(compiled->code.names.size()) +
-                   " lowered): the stored module or kernel list is inconsistent");
+    const KernelCode& lowered = compiled->code;
+    if (code->names.size() != lowered.names.size())
+      return Error("the stored kernel code has " + std::to_string(code->names.size()) + " kernels, but '" + f.name() +
+                   "' lowers to " + std::to_string(lowered.names.size()));
+    for (size_t i = 0; i < lowered.names.size(); ++i)
+      if (code->names[i] != lowered.names[i] || code->hashes[i] != lowered.hashes[i])
+        return Error("stored kernel " + std::to_string(i) + " '" + code->names[i] + "' does not match kernel '" +
+                     lowered.names[i] + "' that '" + f.name() + "' lowers to (its kernel IR differs)");
     auto fns = jit_->load(code->objects, compiled->code.names, options_.report);
     if (!fns) return fns.takeError();
     size_t next = 0;

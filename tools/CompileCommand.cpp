@@ -1,14 +1,22 @@
-// `kiln compile`: for now, what the CPU backend makes of a model, for lit
-// tests and for reading: --emit=ir prints the optimized Kiln IR, kernel the
-// kernel IR of every kernel, llvm the LLVM IR after the O3 pipeline. The
-// model's argument types must be static (a .kir written for the purpose,
-// or a model exported with fixed shapes). Writing `.kc` executables (-o)
-// comes with runtime/Executable.h (docs/codegen.md section 5).
+// `kiln compile`: compiles a model for this CPU into a `.kc` file (-o), or
+// prints what the CPU backend makes of it (--emit=ir|kernel|llvm) for lit
+// tests and for reading. Kernels are compiled for static shapes: every
+// argument's shape must be static in the model or given with
+// --input-shape NAME=2x3x8x8. The `.kc` (codegen/CompiledArtifact.h) holds
+// the optimized module, the kernel list, the memory plan, the kernels'
+// object code and the weights, and `kiln run OUT.kc` runs it without
+// passes or LLVM.
 #include <iostream>
+#include <map>
+#include <set>
 
+#include "codegen/CompiledArtifact.h"
 #include "codegen/CpuExecutable.h"
+#include "codegen/llvm/CpuJit.h"
 #include "frontend/Model.h"
 #include "ir/Printer.h"
+#include "ir/Verifier.h"
+#include "passes/MemoryPlan.h"
 #include "passes/PassManager.h"
 #include "runtime/Interpreter.h"
 #include "tools/KilnCommands.h"
@@ -20,50 +28,142 @@ namespace {
 constexpr std::string_view kName = "compile";
 
 constexpr OptionSpec kOptions[] = {
-    {"--emit", "ir|kernel|llvm", "print the optimized IR, the kernel IR or the optimized LLVM IR"},
-    {"--output", "OUT.kc", "write a compiled executable (not implemented yet)", false, "-o"},
+    {"--output", "OUT.kc", "write the compiled model to OUT.kc (run it with kiln run OUT.kc)", false, "-o"},
+    {"--emit", "ir|kernel|llvm", "print the optimized IR, the kernel IR or the optimized LLVM IR instead"},
+    {"--input-shape", "NAME=2x3x8", "the static shape of input NAME, for inputs with symbolic or unknown dims", true},
+    {"--threads", "N", "threads that compile kernels (default: all cores)"},
+    {"--time-passes", "", "print the time of each pass and code generation phase to stderr"},
+    {"--cache-dir", "DIR", "the kernel cache folder (default: $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln)"},
+    {"--no-cache", "", "neither read nor write the kernel cache"},
     {"--help", "", "show this help", false, "-h"},
 };
+
+/// `2x3x8` as dims; an error naming the option otherwise.
+Expected<std::vector<int64_t>> parseShape(const std::string& name, const std::string& text) {
+  std::vector<int64_t> dims;
+  if (text == "scalar") return dims;
+  size_t start = 0;
+  while (true) {
+    const size_t x = text.find('x', start);
+    auto dim = parseInteger(text.substr(start, x == std::string::npos ? std::string::npos : x - start),
+                            "a dim of --input-shape " + name, 0, int64_t{1} << 40);
+    if (!dim) return dim.takeError();
+    dims.push_back(*dim);
+    if (x == std::string::npos) return dims;
+    start = x + 1;
+  }
+}
+
+/// A zero tensor per argument of `f`, of its static type or of the shape
+/// --input-shape gives; every problem is reported, then nullopt returned.
+std::optional<std::vector<Tensor>> compileInputs(const Function& f, const ParsedArgs& args) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  std::vector<std::string> problems;
+  for (const std::string& binding : args.all("--input-shape")) {
+    const size_t eq = binding.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == binding.size()) {
+      problems.push_back("--input-shape expects NAME=DIMS such as x=2x3x8 (or NAME=scalar), got '" + binding + "'");
+      continue;
+    }
+    auto dims = parseShape(binding.substr(0, eq), binding.substr(eq + 1));
+    if (!dims) {
+      problems.push_back(dims.error().message() + " (in '" + binding + "')");
+      continue;
+    }
+    shapes[binding.substr(0, eq)] = *dims;
+  }
+  std::vector<Tensor> inputs;
+  std::set<std::string> known;
+  std::string list;
+  for (size_t i = 0; i < f.numArguments(); ++i) {
+    const std::string& name = f.argument(i)->name();
+    const TensorType& type = f.argument(i)->type();
+    known.insert(name);
+    list += (list.empty() ? "" : ", ") + name + " (" + type.str() + ")";
+  }
+  for (const auto& [name, dims] : shapes)
+    if (!known.count(name))
+      problems.push_back("--input-shape names '" + name + "', which is not an input; inputs: " + list);
+  for (size_t i = 0; i < f.numArguments(); ++i) {
+    const std::string& name = f.argument(i)->name();
+    const TensorType& type = f.argument(i)->type();
+    auto given = shapes.find(name);
+    if (given == shapes.end()) {
+      if (!type.isStatic()) {
+        problems.push_back("input '" + name + "' has type " + type.str() +
+                           "; compiled kernels need static shapes: give one with --input-shape " + name + "=" + [&] {
+                             std::string example;
+                             for (const Dim& d : type.shape)
+                               example += (example.empty() ? "" : "x") + std::to_string(d.isStatic() ? d.size : 1);
+                             return example.empty() ? std::string("scalar") : example;
+                           }());
+        continue;
+      }
+      inputs.emplace_back(type.dtype, staticDims(type.shape));
+      continue;
+    }
+    const std::vector<int64_t>& dims = given->second;
+    bool fits = dims.size() == type.shape.size();
+    for (size_t d = 0; fits && d < dims.size(); ++d) fits = !type.shape[d].isStatic() || type.shape[d].size == dims[d];
+    if (!fits) {
+      problems.push_back("--input-shape " + name + " gives " + shapeStr(staticShape(dims)) + ", which input '" + name +
+                         "' of type " + type.str() + " cannot take");
+      continue;
+    }
+    inputs.emplace_back(type.dtype, dims);
+  }
+  if (problems.empty()) return inputs;
+  for (const std::string& p : problems) reportError(kName, Error(p));
+  return std::nullopt;
+}
 
 int compile(const ParsedArgs& args) {
   const auto& positionals = args.positionals();
   if (positionals.size() != 1)
     return usageError(
         kName, positionals.empty() ? "missing the MODEL to compile" : "unexpected argument '" + positionals[1] + "'");
-  if (args.has("--output")) {
-    reportError(kName, Error("writing .kc executables is not implemented yet; use --emit=ir|kernel|llvm to see what "
-                             "the CPU backend generates, or kiln run to run a model"));
-    return kExitError;
-  }
   const std::string* emit = args.get("--emit");
-  if (!emit) return usageError(kName, "nothing to do: give --emit=ir|kernel|llvm");
-  if (*emit != "ir" && *emit != "kernel" && *emit != "llvm")
+  const std::string* output = args.get("--output");
+  if (!emit && !output) return usageError(kName, "nothing to do: give -o OUT.kc or --emit=ir|kernel|llvm");
+  if (emit && output) return usageError(kName, "give either -o OUT.kc or --emit, not both");
+  if (emit && *emit != "ir" && *emit != "kernel" && *emit != "llvm")
     return usageError(kName, "unknown --emit '" + *emit + "' (valid: ir, kernel, llvm)");
-
-  auto module = loadVerifiedModel(positionals[0]);
-  if (!module) {
-    reportError(kName, module.takeError());
-    return kExitError;
+  if (output && output->empty()) return usageError(kName, "-o needs a file name");
+  if (args.has("--cache-dir") && args.has("--no-cache"))
+    return usageError(kName, "--cache-dir and --no-cache contradict each other");
+  codegen::CpuOptions options;
+  if (const std::string* n = args.get("--threads")) {
+    auto value = parseInteger(*n, "--threads", 1, 4096);
+    if (!value) return usageError(kName, value.error().message());
+    options.threads = static_cast<int>(*value);
   }
+  options.cacheDir = kernelCacheDir(args);
+  codegen::CompileReport report;
+  if (args.has("--time-passes")) options.report = &report;
+
+  // ONNX models are specialized to the given shapes at import, as kiln run
+  // does, so shapes computed from a dynamic batch fold.
+  static const InterpreterEvaluator evaluator;
+  LoadOptions loadOptions;
+  loadOptions.evaluator = &evaluator;
+  for (const std::string& binding : args.all("--input-shape"))
+    if (size_t eq = binding.find('='); eq != std::string::npos)
+      if (auto dims = parseShape(binding.substr(0, eq), binding.substr(eq + 1)))
+        loadOptions.inputShapes[binding.substr(0, eq)] = *dims;
+  auto module = loadModel(positionals[0], loadOptions);
+  if (module) {
+    if (Status s = verify(**module); !s) module = s.takeError();
+  }
+  if (!module) return reportError(kName, module.takeError()), kExitError;
   if ((*module)->functions().empty()) {
     reportError(kName, Error(positionals[0] + ": the model holds no function to compile"));
     return kExitError;
   }
   const Function& f = *(*module)->functions().front();
-  // Kernels are compiled for static shapes; zero tensors of the argument
-  // types stand for the inputs.
-  std::vector<Tensor> inputs;
-  for (size_t i = 0; i < f.numArguments(); ++i) {
-    const TensorType& type = f.argument(i)->type();
-    if (!type.isStatic()) {
-      reportError(kName, Error("argument " + std::to_string(i) + " '" + f.argument(i)->name() + "' has type " +
-                               type.str() + "; compile needs static argument shapes"));
-      return kExitError;
-    }
-    inputs.emplace_back(type.dtype, staticDims(type.shape));
-  }
-  if (*emit == "ir") {
-    static const InterpreterEvaluator evaluator;
+  auto inputs = compileInputs(f, args);
+  if (!inputs) return kExitError;
+
+  if (emit && *emit == "ir") {
     PassContext ctx;
     ctx.evaluator = &evaluator;
     PassManager pm({}, ctx);
@@ -72,13 +172,39 @@ int compile(const ParsedArgs& args) {
     std::cout << print(**module);
     return kExitOk;
   }
-  // -O2 like --emit=ir above (one kernel per op); `kiln run` compiles at -O3.
-  auto executor = codegen::CpuExecutor::create(f, {.optLevel = 2});
+  // --emit shows the -O2 pipeline like --emit=ir above (one kernel per op);
+  // a .kc is compiled like `kiln run` compiles (CpuOptions' default, -O3).
+  if (emit) options.optLevel = 2;
+  auto executor = codegen::CpuExecutor::create(f, options);
   if (!executor) return reportError(kName, executor.takeError()), kExitError;
-  auto text = *emit == "kernel" ? (*executor)->kernelIR(inputs) : (*executor)->llvmIR(inputs);
-  if (!text) return reportError(kName, text.takeError()), kExitError;
-  std::cout << *text;
-  return kExitOk;
+  auto finish = [&](int status) {
+    for (const std::string& notice : (*executor)->takeNotices())
+      std::cerr << "kiln " << kName << ": note: " << notice << "\n";
+    if (options.report) std::cerr << report.passTimings << codegen::formatCompileReport(report);
+    return status;
+  };
+  if (emit) {
+    auto text = *emit == "kernel" ? (*executor)->kernelIR(*inputs) : (*executor)->llvmIR(*inputs);
+    if (!text) return reportError(kName, text.takeError()), finish(kExitError);
+    std::cout << *text;
+    return finish(kExitOk);
+  }
+
+  auto compiled = (*executor)->compiledCode(*inputs);
+  if (!compiled) return reportError(kName, compiled.takeError()), finish(kExitError);
+  const Function& optimized = *compiled->first->functions().front();
+  auto plan = planMemory(optimized);
+  if (!plan) return reportError(kName, plan.takeError()), finish(kExitError);
+  codegen::CompiledArtifact artifact;
+  artifact.target = codegen::CpuJit::hostTarget();
+  artifact.optLevel = options.optLevel;
+  artifact.module = codegen::cloneFunction(optimized);
+  artifact.code = std::move(compiled->second);
+  artifact.memoryPlan = plan->str();
+  auto bytes = codegen::serializeArtifact(artifact);
+  if (!bytes) return reportError(kName, bytes.takeError()), finish(kExitError);
+  if (Status s = writeFileAtomically(*output, *bytes); !s) return reportError(kName, s.takeError()), finish(kExitError);
+  return finish(kExitOk);
 }
 
 }  // namespace
@@ -86,10 +212,12 @@ int compile(const ParsedArgs& args) {
 const Command& compileCommand() {
   static const Command command{
       kName,
-      "show what the CPU backend compiles a model to",
-      "MODEL --emit=ir|kernel|llvm",
-      "Optimizes MODEL (-O2), lowers each op to a kernel and prints the optimized IR, the kernel IR, or the\n"
-      "LLVM IR after O3 for this machine's CPU. The model's arguments must have static shapes.",
+      "compile a model for this CPU into a .kc file",
+      "MODEL (-o OUT.kc | --emit=ir|kernel|llvm) [--input-shape NAME=2x3x8]...",
+      "Optimizes MODEL (-O2), lowers each op to a kernel and compiles the kernels with LLVM for this machine's\n"
+      "CPU. -o writes OUT.kc (the optimized module, kernel list, memory plan, object code and weights), which\n"
+      "kiln run OUT.kc runs without recompiling; --emit prints the optimized IR, the kernel IR, or the LLVM\n"
+      "IR after O3 instead. Every input needs a static shape: from the model, or from --input-shape.",
       kOptions,
       &compile,
   };

@@ -18,6 +18,7 @@
 #include <optional>
 #include <set>
 
+#include "codegen/CompiledArtifact.h"
 #include "codegen/CpuExecutable.h"
 #include "codegen/llvm/CpuJit.h"
 #include "frontend/Model.h"
@@ -305,6 +306,59 @@ void printCompileNotices(codegen::CpuExecutor& executor, const codegen::CompileR
   if (report) std::cerr << report->passTimings << codegen::formatCompileReport(*report);
 }
 
+/// Loads `modelPath` specialized to the inputs read from `given`'s files
+/// (their shapes, and for ONNX models that compute shapes from input values,
+/// those values; such inputs are dropped from `given` with a note), verified
+/// and with shapes inferred.
+Expected<std::unique_ptr<Module>> loadSpecialized(const std::string& modelPath,
+                                                  std::vector<std::pair<std::string, std::string>>& given,
+                                                  const ReadInputs& read) {
+  static const InterpreterEvaluator evaluator;
+  LoadOptions loadOptions;
+  loadOptions.evaluator = &evaluator;
+  std::map<std::string, DenseTensor> givenTensors;
+  for (const auto& [name, tensor] : read)
+    if (tensor) givenTensors[name] = tensor->toDense();
+  auto specialized = loadModelForInputs(modelPath, loadOptions, givenTensors);
+  if (!specialized) return specialized.takeError();
+  auto module = std::move(specialized->module);
+  for (const std::string& name : specialized->frozenInputs) {
+    std::cerr << "kiln run: note: input '" << name << "' is fixed at import time (the model computes shapes from it)\n";
+    std::erase_if(given, [&](const auto& g) { return g.first == name; });
+  }
+  if (module->functions().empty()) return Error(modelPath + ": the model holds no function to run");
+  // Shapes are refined once before running, so that the interpreter sees
+  // the same types every later backend will compile.
+  PassContext ctx;
+  ctx.evaluator = &evaluator;
+  PassManager pm({}, ctx);
+  KILN_TRY(verify(*module));
+  KILN_TRY(pm.addPipeline("infer-shapes"));
+  KILN_TRY(pm.run(*module, std::cerr));
+  return module;
+}
+
+/// Reads a `.kc` file written by kiln compile.
+Expected<codegen::CompiledArtifact> readArtifact(const std::string& path) {
+  auto bytes = readFileBounded(path, int64_t{1} << 36);
+  if (!bytes) return bytes.takeError();
+  return codegen::parseArtifact(*bytes, path);
+}
+
+/// The executor of a `.kc`: its stored kernels linked as they are, or, when
+/// they were built for another CPU, compiled again from its stored module
+/// with a notice.
+Expected<std::unique_ptr<codegen::CpuExecutor>> artifactExecutor(const std::string& path,
+                                                                 const codegen::CompiledArtifact& artifact,
+                                                                 const codegen::CpuOptions& options) {
+  const Function& f = *artifact.module->functions().front();
+  std::string mismatch = codegen::targetMismatch(artifact, codegen::CpuJit::hostTarget());
+  if (mismatch.empty()) return codegen::CpuExecutor::createOptimized(f, &artifact.code, options);
+  std::cerr << "kiln run: note: '" << path << "' cannot use its compiled code here (" << mismatch
+            << "); recompiling its kernels from the stored module\n";
+  return codegen::CpuExecutor::createOptimized(f, nullptr, options);
+}
+
 int run(const ParsedArgs& args) {
   const auto& positionals = args.positionals();
   if (positionals.empty()) return usageError(kName, "missing the MODEL to run");
@@ -372,50 +426,28 @@ int run(const ParsedArgs& args) {
     given.emplace_back(std::move(name), binding.substr(eq + 1));
   }
 
-  static const InterpreterEvaluator evaluator;
-  LoadOptions loadOptions;
-  loadOptions.evaluator = &evaluator;
-  // The model is specialized to the inputs it runs on (docs/cli.md): their
-  // shapes, and for ONNX models that compute shapes from input values, those
-  // values. Files that do not read are reported by bindInputs below.
+  // The model is specialized to the inputs it runs on (docs/cli.md). Files
+  // that do not read are reported by bindInputs below.
   ReadInputs read;
-  std::map<std::string, DenseTensor> givenTensors;
-  for (const auto& [name, file] : given) {
-    auto it = read.emplace(name, readNpy(file)).first;
-    if (it->second) givenTensors[name] = it->second->toDense();
+  for (const auto& [name, file] : given) read.emplace(name, readNpy(file));
+  std::unique_ptr<Module> module;
+  std::optional<codegen::CompiledArtifact> artifact;
+  if (modelPath.ends_with(".kc")) {
+    auto loaded = readArtifact(modelPath);
+    if (!loaded) {
+      reportError(kName, loaded.takeError());
+      return kExitError;
+    }
+    artifact = std::move(*loaded);
+  } else {
+    auto loaded = loadSpecialized(modelPath, given, read);
+    if (!loaded) {
+      reportError(kName, loaded.takeError());
+      return kExitError;
+    }
+    module = std::move(*loaded);
   }
-  auto specialized = loadModelForInputs(modelPath, loadOptions, givenTensors);
-  if (!specialized) {
-    reportError(kName, specialized.takeError());
-    return kExitError;
-  }
-  auto module = std::move(specialized->module);
-  for (const std::string& name : specialized->frozenInputs) {
-    std::cerr << "kiln run: note: input '" << name << "' is fixed at import time (the model computes shapes from it)\n";
-    std::erase_if(given, [&](const auto& g) { return g.first == name; });
-  }
-  if (module->functions().empty()) {
-    reportError(kName, Error(modelPath + ": the model holds no function to run"));
-    return kExitError;
-  }
-  // Shapes are refined once before running, so that the interpreter sees
-  // the same types every later backend will compile.
-  PassContext ctx;
-  ctx.evaluator = &evaluator;
-  PassManager pm({}, ctx);
-  if (Status s = verify(*module); !s) {
-    reportError(kName, s.takeError());
-    return kExitError;
-  }
-  if (Status s = pm.addPipeline("infer-shapes"); !s) {
-    reportError(kName, s.takeError());
-    return kExitError;
-  }
-  if (Status s = pm.run(*module, std::cerr); !s) {
-    reportError(kName, s.takeError());
-    return kExitError;
-  }
-  const Function& f = *module->functions().front();
+  const Function& f = *(artifact ? artifact->module : module)->functions().front();
 
   auto inputs = bindInputs(f, given, read);
   if (!inputs) return kExitError;
@@ -423,7 +455,8 @@ int run(const ParsedArgs& args) {
   Runner runner = [&f](std::vector<Tensor> in) { return interpret(f, std::move(in)); };
   std::unique_ptr<codegen::CpuExecutor> executor;
   if (!interpretOnly) {
-    auto created = codegen::CpuExecutor::create(f, cpuOptions);
+    auto created =
+        artifact ? artifactExecutor(modelPath, *artifact, cpuOptions) : codegen::CpuExecutor::create(f, cpuOptions);
     if (!created) {
       reportError(kName, created.takeError());
       return kExitError;
@@ -470,7 +503,8 @@ const Command& runCommand() {
       kName,
       "run a model on inputs from .npy files",
       "MODEL [--input NAME=FILE.npy]... [--output-dir DIR] [--device cpu|cuda|auto] [--bench N [--json]]",
-      "Runs MODEL (.onnx, .kiln, .kiln.txt or .kir) with the CPU JIT, or on the reference interpreter with\n"
+      "Runs MODEL (.onnx, .kiln, .kiln.txt, .kir, or .kc from kiln compile) with the CPU JIT, or on the reference "
+      "interpreter with\n"
       "--interpret; a model with ops the JIT cannot compile yet runs on the interpreter, with a notice on\n"
       "stderr naming them. Inputs are bound by name;\n"
       "inputs that have a default (ONNX initializers) may be left out. Without --output-dir each output is\n"

@@ -254,6 +254,13 @@ CpuJit::~CpuJit() = default;
 const std::string& CpuJit::cpuName() const { return impl_->target.cpu; }
 const CpuTarget& CpuJit::target() const { return impl_->target; }
 
+CpuTarget CpuJit::hostTarget() {
+  initializeNativeTarget();
+  const llvm::Triple triple(llvm::sys::getProcessTriple());
+  llvm::orc::JITTargetMachineBuilder builder = hostMachineBuilder(triple);
+  return {triple.str(), builder.getCPU(), builder.getFeatures().getString()};
+}
+
 Expected<std::unique_ptr<CpuJit>> CpuJit::create() {
   initializeNativeTarget();
   auto impl = std::make_unique<Impl>();
@@ -342,7 +349,7 @@ Expected<std::vector<KernelFn>> CpuJit::load(const std::vector<std::string>& obj
   if (report) {
     report->link += secondsSince(start);
     report->kernels += static_cast<int>(names.size());
-    report->modules += static_cast<int>(objects.size());
+    report->storedModules += static_cast<int>(objects.size());
   }
   return entries;
 }
@@ -371,9 +378,11 @@ std::string formatCompileReport(const CompileReport& r) {
       "===-------------------------------------------------------------------------===\n"
       "                  ... Code generation timing report ...\n"
       "===-------------------------------------------------------------------------===\n";
-  std::snprintf(line, sizeof line, "  Total: %.4f seconds (%d kernel%s in %d LLVM module%s, %d thread%s)\n\n", total,
-                r.kernels, r.kernels == 1 ? "" : "s", r.modules, r.modules == 1 ? "" : "s", r.threads,
-                r.threads == 1 ? "" : "s");
+  std::snprintf(
+      line, sizeof line,
+      "  Total: %.4f seconds (%d kernel%s: %d LLVM module%s compiled on %d thread%s, %d linked as stored)\n\n", total,
+      r.kernels, r.kernels == 1 ? "" : "s", r.modules, r.modules == 1 ? "" : "s", r.threads, r.threads == 1 ? "" : "s",
+      r.storedModules);
   out += line;
   out += "  ----Wall Time----  ----Phase----\n";
   auto row = [&](double secs, const std::string& name) {

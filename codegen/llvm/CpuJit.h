@@ -56,6 +56,7 @@ struct CompileReport {
   int modules = 0;
   int cacheHits = 0;
   int threads = 0;
+  int storedModules = 0;  // object files linked as stored in a .kc
 };
 
 /// Prints `report` as a table like the pass manager's `--time-passes`.
@@ -74,6 +75,9 @@ class CpuJit {
   /// error LLVM gives when the host is not supported.
   static Expected<std::unique_ptr<CpuJit>> create();
   ~CpuJit();
+
+  /// The target create() generates code for, without creating a JIT.
+  static CpuTarget hostTarget();
 
   /// Emits `kernels` into modules of a few kernels each, optimizes them at
   /// O3 and generates object code on up to `threads` threads (0: one per

@@ -1,0 +1,234 @@
+// `.kc` compiled artifacts (codegen/CompiledArtifact.h): a compiled model
+// written and read back runs with its stored code and gives the outputs of
+// the model; its weights (constants and argument defaults) survive; a
+// truncated file, a flipped byte in any section, a wrong magic and a newer
+// format version are clear errors; a file whose target features differ
+// from the host's is detected and runs after recompiling from its module;
+// stored code that does not match the module's kernels is refused.
+#include <gtest/gtest.h>
+
+#include "codegen/CompiledArtifact.h"
+#include "codegen/CpuExecutable.h"
+#include "codegen/llvm/CpuJit.h"
+#include "ir/Parser.h"
+#include "passes/MemoryPlan.h"
+
+namespace kiln {
+namespace {
+
+using codegen::CompiledArtifact;
+using codegen::CpuExecutor;
+
+/// A model with a large constant (a weight), a small one and an argument
+/// default large enough to go to the weights section.
+std::string modelText() {
+  std::string w = "dense<f32[8,4]>[";
+  for (int i = 0; i < 32; ++i) w += (i ? ", " : "") + std::to_string(0.125 * (i % 9) - 0.5);
+  w += "]";
+  std::string b = "dense<f32[4]>[0.5, -1.0, 2.0, 0.25]";
+  std::string s = "dense<f32[2,4]>[";
+  for (int i = 0; i < 8; ++i) s += (i ? ", " : "") + std::to_string(i * 0.75);
+  s += "]";
+  std::string big = "dense<f32[2,4]>[";
+  for (int i = 0; i < 8; ++i) big += (i ? ", " : "") + std::to_string(1.0 + i);
+  big += "]";
+  return "func @f(%x: f32[2,8], %shift: f32[2,4] = " + big + ") -> (\"y\": f32[2,4]) {\n" +
+         "  %w = constant() {value = " + w + "} : f32[8,4]\n" +  //
+         "  %b = constant() {value = " + b + "} : f32[4]\n" +    //
+         "  %s = constant() {value = " + s + "} : f32[2,4]\n" +  //
+         "  %m = matmul(%x, %w) : f32[2,4]\n" +                  //
+         "  %a = add(%m, %b) : f32[2,4]\n" +                     //
+         "  %c = add(%a, %s) : f32[2,4]\n" +                     //
+         "  %d = sub(%c, %shift) : f32[2,4]\n" +                 //
+         "  %y = tanh(%d) : f32[2,4]\n" +                        //
+         "  return %y\n}\n";
+}
+
+std::vector<Tensor> inputs() {
+  Tensor x(DType::F32, {2, 8});
+  for (int64_t i = 0; i < x.numElements(); ++i) x.setDouble(i, 0.1 * i - 0.7);
+  Tensor shift(DType::F32, {2, 4});
+  for (int64_t i = 0; i < shift.numElements(); ++i) shift.setDouble(i, 1.0 + static_cast<double>(i));
+  return {x, shift};
+}
+
+class CompiledArtifactTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto m = parseModule(modelText(), "test.kir");
+    ASSERT_TRUE(m.ok()) << m.error().str();
+    module_ = std::move(*m);
+    // -O2: one kernel per op, so the kernel list has several entries.
+    auto executor = CpuExecutor::create(*module_->functions().front(), {.optLevel = 2});
+    ASSERT_TRUE(executor.ok()) << executor.error().str();
+    executor_ = std::move(*executor);
+    auto out = executor_->run(inputs());
+    ASSERT_TRUE(out.ok()) << out.error().str();
+    expected_ = (*out)[0];
+    auto code = executor_->compiledCode(inputs());
+    ASSERT_TRUE(code.ok()) << code.error().str();
+    CompiledArtifact artifact;
+    artifact.target = codegen::CpuJit::hostTarget();
+    artifact.module = codegen::cloneFunction(*code->first->functions().front());
+    artifact.code = code->second;
+    auto plan = planMemory(*artifact.module->functions().front());
+    ASSERT_TRUE(plan.ok());
+    artifact.memoryPlan = plan->str();
+    auto bytes = codegen::serializeArtifact(artifact);
+    ASSERT_TRUE(bytes.ok()) << bytes.error().str();
+    bytes_ = *bytes;
+  }
+
+  /// Runs a parsed artifact's module with its stored code (or recompiled).
+  void expectRunsLikeTheModel(const CompiledArtifact& artifact, bool useStoredCode) {
+    const Function& f = *artifact.module->functions().front();
+    auto executor = CpuExecutor::createOptimized(f, useStoredCode ? &artifact.code : nullptr);
+    ASSERT_TRUE(executor.ok()) << executor.error().str();
+    // The default of %shift is restored from the weights section.
+    ASSERT_TRUE(f.argumentDefault(1));
+    std::vector<Tensor> in = {inputs()[0], Tensor::fromDense(*f.argumentDefault(1))};
+    auto out = (*executor)->run(in);
+    ASSERT_TRUE(out.ok()) << out.error().str();
+    ASSERT_EQ(out->size(), 1u);
+    ASSERT_EQ((*out)[0].shape(), expected_.shape());
+    for (int64_t i = 0; i < expected_.numElements(); ++i)
+      EXPECT_EQ((*out)[0].getDouble(i), expected_.getDouble(i)) << "element " << i;
+  }
+
+  std::string parseError(const std::string& bytes) {
+    auto parsed = codegen::parseArtifact(bytes, "m.kc");
+    EXPECT_FALSE(parsed.ok());
+    return parsed.ok() ? "" : parsed.error().message();
+  }
+
+  std::unique_ptr<Module> module_;
+  std::unique_ptr<CpuExecutor> executor_;
+  Tensor expected_;
+  std::string bytes_;
+};
+
+TEST_F(CompiledArtifactTest, RoundTripRunsWithStoredCode) {
+  EXPECT_EQ(bytes_.substr(0, 6), "KILNKC");
+  auto artifact = codegen::parseArtifact(bytes_, "m.kc");
+  ASSERT_TRUE(artifact.ok()) << artifact.error().str();
+  EXPECT_EQ(codegen::targetMismatch(*artifact, codegen::CpuJit::hostTarget()), "");
+  EXPECT_EQ(artifact->code.names.size(), 5u);
+  EXPECT_FALSE(artifact->code.objects.empty());
+  EXPECT_NE(artifact->memoryPlan.find("peak"), std::string::npos);
+  // The weights are not in the module's text: only the 64-byte-or-larger
+  // tensors are elided, so the small bias stays inline.
+  EXPECT_EQ(bytes_.find("dense<f32[8,4]>["), std::string::npos);
+  EXPECT_NE(bytes_.find("dense<f32[4]>[0.5, -1.0, 2.0, 0.25]"), std::string::npos);
+  expectRunsLikeTheModel(*artifact, /*useStoredCode=*/true);
+}
+
+TEST_F(CompiledArtifactTest, EveryTruncationIsAnError) {
+  // Every prefix must fail cleanly; a stride keeps the test quick.
+  for (size_t size = 0; size < bytes_.size(); size += (size < 200 ? 1 : 97)) {
+    const std::string message = parseError(bytes_.substr(0, size));
+    EXPECT_TRUE(message.find("truncated") != std::string::npos || message.find("magic") != std::string::npos)
+        << "prefix of " << size << " bytes: " << message;
+  }
+}
+
+TEST_F(CompiledArtifactTest, FlippedBytesAreCorrupt) {
+  // A byte in each section's payload, and in the header fields.
+  for (size_t at = 16; at < bytes_.size(); at += bytes_.size() / 40) {
+    std::string damaged = bytes_;
+    damaged[at] ^= 0x10;
+    auto parsed = codegen::parseArtifact(damaged, "m.kc");
+    EXPECT_FALSE(parsed.ok()) << "flipping byte " << at << " was not detected";
+    if (!parsed.ok()) {
+      EXPECT_NE(parsed.error().message().find("m.kc"), std::string::npos);
+    }
+  }
+  std::string damaged = bytes_;
+  damaged[damaged.size() - 1] ^= 1;
+  EXPECT_NE(parseError(damaged).find("corrupt: the checksum of the weights section does not match"), std::string::npos);
+}
+
+TEST_F(CompiledArtifactTest, WrongMagicAndNewerVersion) {
+  std::string wrong = bytes_;
+  wrong[0] = 'X';
+  EXPECT_EQ(parseError(wrong), "m.kc: not a Kiln compiled artifact (.kc): it does not start with the magic 'KILNKC'");
+  std::string newer = bytes_;
+  newer[8] = static_cast<char>(codegen::kArtifactVersion + 1);
+  EXPECT_NE(parseError(newer).find("format version 2 is not readable by this Kiln, which reads .kc format version 1 "
+                                   "(the file was written by a newer Kiln"),
+            std::string::npos);
+  EXPECT_NE(parseError(bytes_ + "x").find("1 unexpected bytes after the last section"), std::string::npos);
+}
+
+TEST_F(CompiledArtifactTest, OtherTargetIsDetectedAndRecompiles) {
+  auto artifact = codegen::parseArtifact(bytes_, "m.kc");
+  ASSERT_TRUE(artifact.ok());
+  // As if built on a CPU without AVX-512: the features in the header differ.
+  artifact->target.features += ",-avx512f";
+  auto bytes = codegen::serializeArtifact(*artifact);
+  ASSERT_TRUE(bytes.ok());
+  auto other = codegen::parseArtifact(*bytes, "other.kc");
+  ASSERT_TRUE(other.ok()) << other.error().str();
+  EXPECT_EQ(codegen::targetMismatch(*other, codegen::CpuJit::hostTarget()),
+            "it was built for other CPU features than this CPU's");
+  other->target.cpu = "some-other-cpu";
+  EXPECT_EQ(codegen::targetMismatch(*other, codegen::CpuJit::hostTarget()),
+            "it was built for CPU 'some-other-cpu', this CPU is '" + codegen::CpuJit::hostTarget().cpu + "'");
+  expectRunsLikeTheModel(*other, /*useStoredCode=*/false);
+}
+
+TEST_F(CompiledArtifactTest, StoredCodeMustMatchTheModulesKernels) {
+  auto artifact = codegen::parseArtifact(bytes_, "m.kc");
+  ASSERT_TRUE(artifact.ok());
+  artifact->code.hashes[1] = artifact->code.hashes[0];
+  auto executor = CpuExecutor::createOptimized(*artifact->module->functions().front(), &artifact->code);
+  ASSERT_FALSE(executor.ok());
+  EXPECT_NE(executor.error().message().find("stored kernel 1 "), std::string::npos) << executor.error().message();
+  artifact->code.names.pop_back();
+  executor = CpuExecutor::createOptimized(*artifact->module->functions().front(), &artifact->code);
+  ASSERT_FALSE(executor.ok());
+  EXPECT_NE(executor.error().message().find("has 4 kernels"), std::string::npos) << executor.error().message();
+}
+
+TEST(CompiledArtifactLibraryTest, FusedKernelsAndLibraryStepsRoundTrip) {
+  // At -O3 (the default) the matmul with k = 64 runs on oneDNN with its
+  // bias and relu as post-ops, and the exp after it is a generated kernel:
+  // the .kc stores one kernel, and the library step is chosen again from
+  // the stored module when it loads.
+  std::string w = "dense<f32[64,8]>[";
+  for (int i = 0; i < 512; ++i) w += (i ? ", " : "") + std::to_string(0.01 * (i % 17) - 0.08);
+  w += "]";
+  auto m =
+      parseModule("func @f(%x: f32[4,64]) -> f32[4,8] {\n  %w = constant() {value = " + w +
+                      "} : f32[64,8]\n  %b = constant() {value = dense<f32[8]>[1, 2, 3, 4, 5, 6, 7, 8]} : f32[8]\n"
+                      "  %m = matmul(%x, %w) : f32[4,8]\n  %a = add(%m, %b) : f32[4,8]\n"
+                      "  %r = relu(%a) : f32[4,8]\n  %t = transpose(%r) {perm = [1, 0]} : f32[8,4]\n"
+                      "  %e = exp(%t) : f32[8,4]\n  %y = transpose(%e) {perm = [1, 0]} : f32[4,8]\n  return %y\n}\n",
+                  "lib.kir");
+  ASSERT_TRUE(m.ok()) << m.error().str();
+  Tensor x(DType::F32, {4, 64});
+  for (int64_t i = 0; i < x.numElements(); ++i) x.setDouble(i, 0.02 * (i % 11) - 0.1);
+  auto executor = CpuExecutor::create(*(*m)->functions().front());
+  ASSERT_TRUE(executor.ok()) << executor.error().str();
+  auto want = (*executor)->run({x});
+  ASSERT_TRUE(want.ok()) << want.error().str();
+  auto code = (*executor)->compiledCode({x});
+  ASSERT_TRUE(code.ok()) << code.error().str();
+  CompiledArtifact artifact;
+  artifact.target = codegen::CpuJit::hostTarget();
+  artifact.module = codegen::cloneFunction(*code->first->functions().front());
+  artifact.code = code->second;
+  EXPECT_LT(artifact.code.names.size(), (*executor)->numKernels({x}));  // some step is not a kernel
+  auto bytes = codegen::serializeArtifact(artifact);
+  ASSERT_TRUE(bytes.ok()) << bytes.error().str();
+  auto parsed = codegen::parseArtifact(*bytes, "lib.kc");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().str();
+  auto loaded = CpuExecutor::createOptimized(*parsed->module->functions().front(), &parsed->code);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().str();
+  auto got = (*loaded)->run({x});
+  ASSERT_TRUE(got.ok()) << got.error().str();
+  for (int64_t i = 0; i < (*want)[0].numElements(); ++i)
+    EXPECT_EQ((*got)[0].getDouble(i), (*want)[0].getDouble(i)) << "element " << i;
+}
+
+}  // namespace
+}  // namespace kiln
