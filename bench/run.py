@@ -1,0 +1,429 @@
+#!/usr/bin/env python3
+"""Benchmarks Kiln against PyTorch eager and ONNX Runtime on the end-to-end models.
+
+The models are those of scripts/export-e2e-models.py (imported, not copied),
+exported here with a dynamic batch dimension and run at batch 1 and at a large
+batch. Each system runs with 2 threads:
+
+  Kiln          `kiln run MODEL --input ... --bench N --warmup W --threads 2 --json`
+  PyTorch       eager, torch.inference_mode(), torch.set_num_threads(2), in a worker
+                process with OPENBLAS_CORETYPE=SkylakeX, OMP_NUM_THREADS=2, OMP_WAIT_POLICY=PASSIVE (and
+                Debian's OpenMP OpenBLAS as libblas.so.3: scripts/install-bench-deps)
+  ONNX Runtime  intra_op_num_threads=2, inter_op_num_threads=1, ORT_ENABLE_ALL,
+                in its own worker process
+
+First every configuration is run once by each system and the outputs must agree
+(rtol 1e-3, atol 1e-4); then timing goes in rounds, each round running every
+system once per configuration (N timed runs after W warm-up runs), so that
+drifts of the machine's load hit all three alike. A configuration's time is the
+median of its per-round medians. A system that fails on a model is reported and
+the others go on. The report (Markdown: machine, versions, table, geometric
+means of the ratios) goes to stdout and, with --output, to a file.
+
+  .venv-bench/bin/python bench/run.py [--kiln build/tools/kiln] [--rounds 8] [--runs 5] [--output FILE]
+"""
+import argparse
+import datetime
+import importlib.util
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# (model in export-e2e-models.py, name in the table, large batch). The
+# attention models come from their `*-dynamic` exports.
+MODELS = [("mlp", "mlp", 64), ("cnn", "cnn", 64), ("rnn", "rnn", 64), ("lstm", "lstm", 64), ("gru", "gru", 64),
+          ("transformer-dynamic", "transformer", 16), ("gpt-dynamic", "gpt", 16)]
+RTOL, ATOL = 1e-3, 1e-4
+SYSTEMS = ("kiln", "torch", "ort")
+
+
+def load_export_module():
+    path = os.path.join(ROOT, "scripts", "export-e2e-models.py")
+    spec = importlib.util.spec_from_file_location("export_e2e_models", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def e2e_models(export):
+    """The export script's models by name, with the weights its main() gives them."""
+    import torch
+    torch.manual_seed(0)
+    return {name: (module, inputs, outputs, axes) for name, module, inputs, outputs, axes in export.models()}
+
+
+def batch_inputs(inputs, axes, batch, seed):
+    """Inputs like the export's example ones, with each dynamic batch dim set to `batch`."""
+    rng = np.random.default_rng(seed)
+    result = {}
+    for name, value in inputs.items():
+        shape = list(value.shape)
+        for dim in axes.get(name, {}):
+            shape[dim] = batch
+        if value.dtype.is_floating_point:
+            result[name] = rng.standard_normal(shape).astype(np.float32)
+        else:  # token ids of the GPT: below the vocabulary size of the example
+            result[name] = rng.integers(0, int(value.max()) + 1, size=shape, dtype=np.int64)
+    return result
+
+
+# --- Workers: PyTorch and ONNX Runtime, each in its own process ------------------------------------------------
+
+
+def worker_main(system):
+    """Serves requests, one JSON object per line on stdin, one reply per line on stdout."""
+    if system == "torch":
+        import torch
+        torch.set_num_threads(2)
+        export = load_export_module()
+        modules = {name: m for name, (m, _, _, _) in e2e_models(export).items()}
+    else:
+        import onnxruntime as ort
+    loaded = {}
+    out = sys.stdout
+    sys.stdout = sys.stderr  # keep the protocol channel clean
+    for line in sys.stdin:
+        req = json.loads(line)
+        try:
+            key = req["key"]
+            if req["cmd"] == "load":
+                inputs = {n: np.load(p) for n, p in req["inputs"].items()}
+                if system == "torch":
+                    module = modules[req["model"]]
+                    module.load_state_dict(torch.load(req["state"]))
+                    module.eval()
+                    args = tuple(torch.from_numpy(v) for v in inputs.values())
+
+                    def run(module=module, args=args):
+                        with torch.inference_mode():
+                            result = module(*args)
+                        return result if isinstance(result, tuple) else (result,)
+                else:
+                    options = ort.SessionOptions()
+                    options.intra_op_num_threads = 2
+                    options.inter_op_num_threads = 1
+                    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+                    session = ort.InferenceSession(req["onnx"], options, providers=["CPUExecutionProvider"])
+
+                    def run(session=session, inputs=inputs):
+                        return session.run(None, inputs)
+                loaded[key] = run
+                outputs = run()
+                for name, value in zip(req["output_names"], outputs):
+                    np.save(os.path.join(req["output_dir"], name + ".npy"), np.asarray(value))
+                reply = {"ok": True}
+            else:
+                run = loaded[key]
+                for _ in range(req["warmup"]):
+                    run()
+                times = []
+                for _ in range(req["runs"]):
+                    start = time.perf_counter()
+                    run()
+                    times.append((time.perf_counter() - start) * 1e3)
+                reply = {"ok": True, "times_ms": times}
+        except Exception as e:  # reported to the driver, which marks the configuration failed
+            reply = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+
+
+class Worker:
+    def __init__(self, system, env):
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", system], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def call(self, **req):
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            return {"ok": False, "error": "worker exited"}
+        return json.loads(line)
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def torch_env():
+    env = dict(os.environ)
+    # PASSIVE: OpenMP threads sleep instead of spinning at barriers. On a 2-core machine shared with other work a
+    # spinning thread that loses its core stalls the other; measured here, the GPT at batch 16 took 20-35 ms
+    # with the default policy against 0.6 ms with this one (and 0.4 ms on an idle machine with either).
+    env.update(OPENBLAS_CORETYPE="SkylakeX", OMP_NUM_THREADS="2", OPENBLAS_NUM_THREADS="2", OMP_WAIT_POLICY="PASSIVE")
+    return env
+
+
+def ort_env():
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="2")
+    return env
+
+
+# --- Kiln -----------------------------------------------------------------------------------------------------------
+
+
+def kiln_command(kiln, config):
+    cmd = [kiln, "run", config["onnx"], "--threads", "2"]
+    for name, path in config["inputs"].items():
+        cmd += ["--input", f"{name}={path}"]
+    return cmd
+
+
+def kiln_error(proc):
+    text = (proc.stderr or proc.stdout or "").strip().splitlines()
+    return text[-1] if text else f"exit status {proc.returncode}"
+
+
+def kiln_load(kiln, config, output_dir):
+    proc = subprocess.run(kiln_command(kiln, config) + ["--no-fallback", "--output-dir", output_dir],
+                          capture_output=True, text=True)
+    return {"ok": True} if proc.returncode == 0 else {"ok": False, "error": kiln_error(proc)}
+
+
+def kiln_bench(kiln, config, runs, warmup):
+    proc = subprocess.run(kiln_command(kiln, config) + ["--bench", str(runs), "--warmup", str(warmup), "--json"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"ok": False, "error": kiln_error(proc)}
+    return {"ok": True, "median_ms": json.loads(proc.stdout)["median_ms"]}
+
+
+# --- The driver -----------------------------------------------------------------------------------------------------
+
+
+def compare(outputs, reference):
+    """The largest relative error of `outputs` against `reference` (dicts of arrays), or why they differ."""
+    worst = 0.0
+    for name, want in reference.items():
+        got = outputs.get(name)
+        if got is None:
+            return None, f"output {name} missing"
+        if got.shape != want.shape:
+            return None, f"output {name} has shape {got.shape}, want {want.shape}"
+        if not np.allclose(got, want, rtol=RTOL, atol=ATOL):
+            err = np.max(np.abs(got.astype(np.float64) - want) / (ATOL + RTOL * np.abs(want)))
+            return None, f"output {name} differs ({err:.1f}x the tolerance)"
+        worst = max(worst, float(np.max(np.abs(got.astype(np.float64) - want) / (np.abs(want) + 1e-6))))
+    return worst, None
+
+
+def read_outputs(folder):
+    return {f[:-4]: np.load(os.path.join(folder, f)) for f in os.listdir(folder) if f.endswith(".npy")}
+
+
+def machine_description():
+    lines = []
+    try:
+        info = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        fields = dict(re.findall(r"^([^:\n]+):\s*(.*)$", info, re.M))
+        flags = fields.get("Flags", "").split()
+        lines.append(f"- CPU: {fields.get('Model name', '?')}, {fields.get('CPU(s)', '?')} CPUs "
+                     f"({fields.get('Thread(s) per core', '?')} thread(s) per core), "
+                     f"L2 {fields.get('L2 cache', '?')}, L3 {fields.get('L3 cache', '?')}")
+        simd = [f for f in flags if f.startswith("avx512") or f in ("avx2", "fma", "amx_tile", "avx_vnni")]
+        lines.append(f"- SIMD flags: {' '.join(simd) if simd else 'none of avx2/avx512'}")
+    except OSError:
+        lines.append("- CPU: lscpu not available")
+    lines.append(f"- OS: {platform.platform()}")
+    return lines
+
+
+def versions(kiln):
+    import onnxruntime
+    import torch
+    commit = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h (%cs)"], capture_output=True,
+                            text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                           text=True).stdout.strip()
+    dnnl = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "libdnnl-dev"], capture_output=True,
+                          text=True).stdout.strip() or "not installed"
+    blas = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
+    return [f"- Kiln: {os.path.relpath(kiln, ROOT) if kiln.startswith(ROOT + os.sep) else kiln}, commit {commit}{' (with uncommitted changes)' if dirty else ''}",
+            f"- PyTorch {torch.__version__} (libblas.so.3 -> {blas}), OPENBLAS_CORETYPE=SkylakeX, OMP_NUM_THREADS=2, "
+            "OMP_WAIT_POLICY=PASSIVE",
+            f"- ONNX Runtime {onnxruntime.__version__}", f"- oneDNN (libdnnl-dev) {dnnl}",
+            f"- Python {platform.python_version()}, NumPy {np.__version__}"]
+
+
+def geomean(values):
+    values = [v for v in values if v is not None and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def fmt(v, digits=3):
+    return "fail" if v is None else f"{v:.{digits}f}"
+
+
+def fmt_ms(v):
+    return "fail" if v is None else (f"{v:.4f}" if v < 1 else f"{v:.3f}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kiln", default=os.path.join(ROOT, "build", "tools", "kiln"), help="the kiln binary")
+    parser.add_argument("--rounds", type=int, default=8, help="timing rounds (default 8)")
+    parser.add_argument("--runs", type=int, default=5, help="timed runs per system and configuration in each round")
+    parser.add_argument("--warmup", type=int, default=3, help="warm-up runs before each round's timed runs")
+    parser.add_argument("--pause", type=float, default=0.2,
+                        help="seconds of idle time before each system's runs (default 0.2)")
+    parser.add_argument("--models", default=",".join(m[1] for m in MODELS), help="comma-separated subset")
+    parser.add_argument("--batches", default="", help="comma-separated batch sizes instead of 1 and each model's large one")
+    parser.add_argument("--output", help="also write the report to this file")
+    parser.add_argument("--worker", choices=("torch", "ort"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return worker_main(args.worker)
+    if args.rounds * args.runs < 20:
+        parser.error(f"--rounds x --runs is {args.rounds * args.runs}: at least 20 timed runs are required")
+    kiln = os.path.abspath(args.kiln)
+    if not os.access(kiln, os.X_OK):
+        parser.error(f"no kiln binary at {kiln}: build the repository or pass --kiln PATH")
+    wanted = args.models.split(",")
+    unknown = set(wanted) - {m[1] for m in MODELS}
+    if unknown:
+        parser.error(f"unknown models {sorted(unknown)}; known: {', '.join(m[1] for m in MODELS)}")
+
+    import torch
+    started = time.time()
+    load_before = os.getloadavg()
+    export = load_export_module()
+    models = e2e_models(export)
+    work = tempfile.mkdtemp(prefix="kiln-bench-")
+    configs = []
+    for source, name, large in MODELS:
+        if name not in wanted:
+            continue
+        module, example, output_names, axes = models[source]
+        folder = os.path.join(work, name)
+        os.makedirs(folder)
+        onnx_path = os.path.join(folder, "model.onnx")
+        module.eval()
+        # Outside no_grad, as the export script does: under it, the Transformer takes PyTorch's fused fast path,
+        # which has no ONNX export.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the RNN exports warn about batch sizes other than 1
+            torch.onnx.export(module, tuple(example.values()), onnx_path, input_names=list(example),
+                              output_names=output_names, dynamic_axes=axes, opset_version=export.OPSET,
+                              do_constant_folding=True)
+        state = os.path.join(folder, "state.pt")
+        torch.save(module.state_dict(), state)
+        batches = [int(b) for b in args.batches.split(",")] if args.batches else [1, large]
+        for batch in batches:
+            inputs = {}
+            for input_name, value in batch_inputs(example, axes, batch, seed=batch).items():
+                inputs[input_name] = os.path.join(folder, f"b{batch}_{input_name}.npy")
+                np.save(inputs[input_name], value)
+            configs.append({"key": f"{name}/{batch}", "model": source, "name": name, "batch": batch, "onnx": onnx_path,
+                            "state": state, "inputs": inputs, "output_names": output_names, "failed": {},
+                            "rounds": {s: [] for s in SYSTEMS}})
+
+    workers = {"torch": Worker("torch", torch_env()), "ort": Worker("ort", ort_env())}
+    try:
+        # Agreement first: each system runs each configuration once; Kiln and ORT are compared with PyTorch.
+        for c in configs:
+            outputs = {}
+            for system in SYSTEMS:
+                out_dir = os.path.join(work, c["name"], f"out_{c['batch']}_{system}")
+                os.makedirs(out_dir)
+                if system == "kiln":
+                    reply = kiln_load(kiln, c, out_dir)
+                else:
+                    reply = workers[system].call(cmd="load", key=c["key"], model=c["model"], state=c["state"],
+                                                 onnx=c["onnx"], inputs=c["inputs"], output_names=c["output_names"],
+                                                 output_dir=out_dir)
+                if reply["ok"]:
+                    outputs[system] = read_outputs(out_dir)
+                else:
+                    c["failed"][system] = reply["error"]
+            if "torch" in outputs:
+                for system in ("kiln", "ort"):
+                    if system in outputs:
+                        worst, problem = compare(outputs[system], outputs["torch"])
+                        if problem:
+                            c["failed"][system] = f"does not match PyTorch: {problem}"
+                        else:
+                            c.setdefault("agreement", {})[system] = worst
+            status = ", ".join(f"{s} FAILED ({e})" for s, e in c["failed"].items()) or "all agree"
+            print(f"[check] {c['key']}: {status}", file=sys.stderr, flush=True)
+
+        for r in range(args.rounds):
+            for c in configs:
+                for system in SYSTEMS:
+                    if system in c["failed"]:
+                        continue
+                    # The previous system's idle threads may still spin (OpenMP, ONNX Runtime's pool) and would
+                    # take the cores from this one.
+                    time.sleep(args.pause)
+                    if system == "kiln":
+                        reply = kiln_bench(kiln, c, args.runs, args.warmup)
+                        median = reply.get("median_ms")
+                    else:
+                        reply = workers[system].call(cmd="bench", key=c["key"], runs=args.runs, warmup=args.warmup)
+                        median = statistics.median(reply["times_ms"]) if reply["ok"] else None
+                    if reply["ok"]:
+                        c["rounds"][system].append(median)
+                    else:
+                        c["failed"][system] = reply["error"]
+            print(f"[bench] round {r + 1}/{args.rounds} done ({time.time() - started:.0f} s)", file=sys.stderr,
+                  flush=True)
+    finally:
+        for w in workers.values():
+            w.close()
+
+    lines = [f"Measured {datetime.datetime.now().strftime('%Y-%m-%d %H:%M %Z').strip()} by bench/run.py "
+             f"({args.rounds} rounds x {args.runs} timed runs after {args.warmup} warm-up runs per system and "
+             f"configuration; the time is the median of the round medians; 2 threads each).", ""]
+    load_after = os.getloadavg()
+    lines += machine_description()
+    lines.append(f"- Load average (1 min) {load_before[0]:.1f} before the run, {load_after[0]:.1f} after: other "
+                 "processes on the machine take cores from all three systems, and 2-thread OpenMP runs suffer most")
+    lines += versions(kiln) + [""]
+    lines.append("| model | batch | Kiln ms | PyTorch ms | ORT ms | Kiln/PyTorch | Kiln/ORT |")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|")
+    ratios_torch, ratios_ort, notes = [], [], []
+    for c in configs:
+        ms = {s: (statistics.median(c["rounds"][s]) if s not in c["failed"] and c["rounds"][s] else None)
+              for s in SYSTEMS}
+        vs_torch = ms["kiln"] / ms["torch"] if ms["kiln"] and ms["torch"] else None
+        vs_ort = ms["kiln"] / ms["ort"] if ms["kiln"] and ms["ort"] else None
+        ratios_torch.append(vs_torch)
+        ratios_ort.append(vs_ort)
+        lines.append(f"| {c['name']} | {c['batch']} | {fmt_ms(ms['kiln'])} | {fmt_ms(ms['torch'])} | {fmt_ms(ms['ort'])} | "
+                     f"{fmt(vs_torch, 2)} | {fmt(vs_ort, 2)} |")
+        for system, error in c["failed"].items():
+            notes.append(f"- {c['key']}: {system} failed: {error}")
+    complete = [(a, b) for a, b in zip(ratios_torch, ratios_ort) if a and b]
+    g_torch, g_ort = geomean([a for a, _ in complete]), geomean([b for _, b in complete])
+    counted = len(complete)
+    lines.append(f"| **geometric mean** | | | | | **{fmt(g_torch, 2)}** | **{fmt(g_ort, 2)}** |")
+    lines.append("")
+    lines.append(f"Ratios below 1 mean Kiln is faster. Geometric means over the {counted} of {len(configs)} "
+                 "configurations where every system ran.")
+    if notes:
+        lines += ["", "Failures:"] + notes
+    report = "\n".join(lines) + "\n"
+    print(report)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(report)
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"[bench] total {time.time() - started:.0f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
