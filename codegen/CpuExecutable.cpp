@@ -145,7 +145,10 @@ bool prefersLibrary(const Op& anchor) {
 std::unique_ptr<DnnlKernel> libraryKernelFor(const Op& op) {
   const Op* anchor = contractionOf(op);
   if (!anchor || !prefersLibrary(*anchor)) return nullptr;
-  auto kernel = DnnlKernel::create(op);
+  std::vector<bool> constant;
+  for (const Value* v : op.operands())
+    constant.push_back(!v->isArgument() && v->definingOp()->kind() == OpKind::Constant);
+  auto kernel = DnnlKernel::create(op, constant);
   return kernel ? std::move(*kernel) : nullptr;
 }
 

@@ -14,6 +14,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ir/IR.h"
 
@@ -28,7 +29,9 @@ class DnnlKernel {
   /// why oneDNN cannot take it (dtype, rank, an epilogue op without a
   /// post-op, or oneDNN refusing the shapes); the caller then generates a
   /// kernel instead.
-  static Expected<std::unique_ptr<DnnlKernel>> create(const Op& op);
+  /// `constantOperands[i]` says operand i never changes between runs (a
+  /// constant's buffer), so a reordered copy of it is made once.
+  static Expected<std::unique_ptr<DnnlKernel>> create(const Op& op, const std::vector<bool>& constantOperands = {});
   ~DnnlKernel();
 
   /// Runs on the op's buffers: operands in order, then the result.
