@@ -5,7 +5,8 @@ The models are those of scripts/export-e2e-models.py (imported, not copied),
 exported here with a dynamic batch dimension and run at batch 1 and at a large
 batch. Each system runs with 2 threads:
 
-  Kiln          `kiln run MODEL --input ... --bench N --warmup W --threads 2 --json`
+  Kiln          `kiln run MODEL --input ... --bench N --warmup W --threads 2 --json`, in the
+                environment users run it in (--kiln-omp-passive: with OMP_WAIT_POLICY=PASSIVE)
   PyTorch       eager, torch.inference_mode(), torch.set_num_threads(2), in a worker
                 process with OPENBLAS_CORETYPE=SkylakeX, OMP_NUM_THREADS=2, OMP_WAIT_POLICY=PASSIVE (and
                 Debian's OpenMP OpenBLAS as libblas.so.3: scripts/install-bench-deps)
@@ -176,6 +177,9 @@ def ort_env():
 # --- Kiln -----------------------------------------------------------------------------------------------------------
 
 
+KILN_ENV = dict(os.environ)  # --kiln-omp-passive adds OMP_WAIT_POLICY=PASSIVE
+
+
 def kiln_command(kiln, config):
     cmd = [kiln, "run", config["onnx"], "--threads", "2"]
     for name, path in config["inputs"].items():
@@ -190,13 +194,13 @@ def kiln_error(proc):
 
 def kiln_load(kiln, config, output_dir):
     proc = subprocess.run(kiln_command(kiln, config) + ["--no-fallback", "--output-dir", output_dir],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=KILN_ENV)
     return {"ok": True} if proc.returncode == 0 else {"ok": False, "error": kiln_error(proc)}
 
 
 def kiln_bench(kiln, config, runs, warmup):
     proc = subprocess.run(kiln_command(kiln, config) + ["--bench", str(runs), "--warmup", str(warmup), "--json"],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=KILN_ENV)
     if proc.returncode != 0:
         return {"ok": False, "error": kiln_error(proc)}
     return {"ok": True, "median_ms": json.loads(proc.stdout)["median_ms"]}
@@ -252,7 +256,8 @@ def versions(kiln):
     dnnl = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "libdnnl-dev"], capture_output=True,
                           text=True).stdout.strip() or "not installed"
     blas = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
-    return [f"- Kiln: {os.path.relpath(kiln, ROOT) if kiln.startswith(ROOT + os.sep) else kiln}, commit {commit}{' (with uncommitted changes)' if dirty else ''}",
+    policy = KILN_ENV.get("OMP_WAIT_POLICY", "unset")
+    return [f"- Kiln (OMP_WAIT_POLICY {policy}): {os.path.relpath(kiln, ROOT) if kiln.startswith(ROOT + os.sep) else kiln}, commit {commit}{' (with uncommitted changes)' if dirty else ''}",
             f"- PyTorch {torch.__version__} (libblas.so.3 -> {blas}), OPENBLAS_CORETYPE=SkylakeX, OMP_NUM_THREADS=2, "
             "OMP_WAIT_POLICY=PASSIVE",
             f"- ONNX Runtime {onnxruntime.__version__}", f"- oneDNN (libdnnl-dev) {dnnl}",
@@ -280,6 +285,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=3, help="warm-up runs before each round's timed runs")
     parser.add_argument("--pause", type=float, default=0.2,
                         help="seconds of idle time before each system's runs (default 0.2)")
+    parser.add_argument("--kiln-omp-passive", action="store_true",
+                        help="run Kiln with OMP_WAIT_POLICY=PASSIVE too (its kernels run on OpenMP; see README.md)")
     parser.add_argument("--models", default=",".join(m[1] for m in MODELS), help="comma-separated subset")
     parser.add_argument("--batches", default="", help="comma-separated batch sizes instead of 1 and each model's large one")
     parser.add_argument("--output", help="also write the report to this file")
@@ -290,6 +297,8 @@ def main():
     if args.rounds * args.runs < 20:
         parser.error(f"--rounds x --runs is {args.rounds * args.runs}: at least 20 timed runs are required")
     kiln = os.path.abspath(args.kiln)
+    if args.kiln_omp_passive:
+        KILN_ENV["OMP_WAIT_POLICY"] = "PASSIVE"
     if not os.access(kiln, os.X_OK):
         parser.error(f"no kiln binary at {kiln}: build the repository or pass --kiln PATH")
     wanted = args.models.split(",")
