@@ -176,8 +176,8 @@ Expected<std::string> serializeArtifact(const CompiledArtifact& artifact) {
     return Error("a .kc needs a kernel IR hash per kernel");
 
   // The module without its large tensors, which go to the weights section.
-  std::unique_ptr<Module> stripped = cloneFunction(*artifact.module->functions().front());
-  Function& f = *stripped->functions().front();
+  std::unique_ptr<Function> stripped = artifact.module->functions().front()->clone();
+  Function& f = *stripped;
   std::string weights;
   uint32_t numWeights = 0;
   std::string weightEntries;
