@@ -9,9 +9,11 @@ config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(os.path.dirname(config.kiln_tools_dir), "test", "lit-out")
 config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py.in"]
 
-# Kiln's tools first, then LLVM's FileCheck and not.
+# Kiln's tools first (and test helpers such as kiln-kc-retarget), then
+# LLVM's FileCheck and not.
 config.environment["PATH"] = os.pathsep.join(
-    [config.kiln_tools_dir, os.path.dirname(config.filecheck), config.environment.get("PATH", "")])
+    [config.kiln_tools_dir, config.kiln_test_tools_dir, os.path.dirname(config.filecheck),
+     config.environment.get("PATH", "")])
 
 # `kiln` never uses the user's kernel cache in tests.
 config.environment["KILN_CACHE_DIR"] = os.path.join(config.test_exec_root, "kernel-cache")
