@@ -10,10 +10,11 @@
 // passes/MemoryPlan.h's planMemory over the step list (in place where the
 // plan says), allocated when the shape set is compiled; a run allocates
 // only the tensors it returns. Arguments and constants are read where they
-// are. So a CpuExecutor runs one call at a time. Before a kernel runs, the run-time
-// errors the interpreter reports (a gather index out of range, an integer
-// division by zero) are checked on the host, because the kernels clamp
-// and guard instead of failing.
+// are. So a CpuExecutor runs one call at a time. Before a kernel runs, the
+// run-time errors the interpreter reports (a gather or scatter index out of
+// range, an integer division by zero, an integer pow's negative exponent)
+// are checked on the host, because the kernels clamp and guard instead of
+// failing.
 #include "codegen/CpuExecutable.h"
 
 #include <omp.h>
@@ -39,8 +40,8 @@ namespace kiln::codegen {
 struct CompiledFunction {
   /// A run-time check the interpreter makes and the kernels do not (they
   /// clamp gather indices and give 0 for an integer division by zero):
-  /// `op`'s operand in `slot` holds gather indices into a dim of size
-  /// `dim`, or integer divisors (`dim` < 0).
+  /// `op`'s operand in `slot` holds gather or scatter indices into a dim of
+  /// size `dim`, or integer divisors or pow exponents (`dim` < 0).
   struct HostCheck {
     const Op* op = nullptr;
     int slot = 0;
@@ -237,10 +238,10 @@ int64_t intAt(const void* p, DType t, int64_t i) {
   }
 }
 
-/// The host checks of `op` (a gather's indices, an integer divisor) whose
-/// operand is `operandSlot(i)`, or -1 when that operand is computed inside
-/// a fused group, where no buffer holds it (the kernel then clamps or gives
-/// 0 instead of failing).
+/// The host checks of `op` (a gather's or scatter's indices, an integer
+/// divisor or exponent) whose operand is `operandSlot(i)`, or -1 when that
+/// operand is computed inside a fused group, where no buffer holds it (the
+/// kernel then clamps or gives 0 instead of failing).
 void addHostChecks(const Op& op, const std::function<int(const Value*)>& operandSlot,
                    std::vector<CompiledFunction::HostCheck>& checks) {
   if (op.kind() == OpKind::Fused) {
@@ -251,7 +252,8 @@ void addHostChecks(const Op& op, const std::function<int(const Value*)>& operand
   }
   switch (op.kind()) {
     case OpKind::Gather:
-    case OpKind::GatherElements: {
+    case OpKind::GatherElements:
+    case OpKind::ScatterElements: {
       const int slot = operandSlot(op.operand(1));
       if (slot < 0) return;
       const std::vector<int64_t> data = staticDims(op.operand(0)->type().shape);
@@ -262,7 +264,8 @@ void addHostChecks(const Op& op, const std::function<int(const Value*)>& operand
     }
     case OpKind::Div:
     case OpKind::Rem:
-    case OpKind::Mod: {
+    case OpKind::Mod:
+    case OpKind::Pow: {
       if (isFloat(op.operand(1)->type().dtype)) return;
       const int slot = operandSlot(op.operand(1));
       if (slot >= 0) checks.push_back({&op, slot, 0, -1});
@@ -276,7 +279,9 @@ Status runHostCheck(const CompiledFunction::HostCheck& check, const void* data, 
   const int64_t n = numElements(type.shape);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t v = intAt(data, type.dtype, i);
-    if (check.dim < 0) {
+    if (check.dim < 0 && check.op->kind() == OpKind::Pow) {
+      if (v < 0) return check.op->emitError("integer pow with a negative exponent");
+    } else if (check.dim < 0) {
       if (v == 0)
         return check.op->emitError(check.op->kind() == OpKind::Div ? "integer division by zero"
                                                                    : "integer remainder by zero");

@@ -53,6 +53,37 @@ ExprPtr clampIndex(const ExprPtr& i, int64_t size) {
   return kir::max(kir::min(i, kir::index(std::max<int64_t>(size - 1, 0))), kir::index(0));
 }
 
+/// The constant `value` in dtype `t`.
+ExprPtr literal(DType t, int64_t value) {
+  return isFloat(t) ? kir::constant(t, static_cast<double>(value)) : kir::constantInt(t, value);
+}
+
+/// The value no element of dtype `t` is below: -inf for floats, the
+/// minimum of an integer type (0 for unsigned). Max reductions start there.
+ExprPtr lowestOf(DType t) {
+  if (isFloat(t)) return kir::constant(t, -std::numeric_limits<double>::infinity());
+  switch (t) {
+    case DType::I64: return kir::constantInt(t, std::numeric_limits<int64_t>::min());
+    case DType::I32: return kir::constantInt(t, std::numeric_limits<int32_t>::min());
+    case DType::I16: return kir::constantInt(t, std::numeric_limits<int16_t>::min());
+    case DType::I8: return kir::constantInt(t, std::numeric_limits<int8_t>::min());
+    default: return kir::constantInt(t, 0);  // u8, bool
+  }
+}
+
+/// The largest value of dtype `t` (+inf for floats); Min reductions start there.
+ExprPtr highestOf(DType t) {
+  if (isFloat(t)) return kir::constant(t, std::numeric_limits<double>::infinity());
+  switch (t) {
+    case DType::I64: return kir::constantInt(t, std::numeric_limits<int64_t>::max());
+    case DType::I32: return kir::constantInt(t, std::numeric_limits<int32_t>::max());
+    case DType::I16: return kir::constantInt(t, std::numeric_limits<int16_t>::max());
+    case DType::I8: return kir::constantInt(t, std::numeric_limits<int8_t>::max());
+    case DType::U8: return kir::constantInt(t, 255);
+    default: return kir::constantInt(t, 1);  // bool
+  }
+}
+
 ExprPtr inRange(const ExprPtr& i, int64_t size) {
   return kir::binary(kir::BinaryFn::And, kir::binary(kir::BinaryFn::Ge, i, kir::index(0)),
                      kir::binary(kir::BinaryFn::Lt, i, kir::index(size)));
@@ -252,6 +283,84 @@ Expected<ExprPtr> lowerGatherElements(const Op& op, LoweringContext& ctx, const 
   return ctx.operand(0, in);
 }
 
+/// scatter_elements as a gather: result element `index` is data's element
+/// combined with every update whose (normalized) index along `axis` is
+/// index[axis] and whose other coordinates are index's. Each update is
+/// found by a reduction over the `axis` dim of indices, so the cost is
+/// result elements x indices.shape[axis]. Without a reduction the last
+/// matching update wins (the interpreter writes them in order); with one,
+/// matching updates are combined (sum, product, max, min) and then with
+/// data, in another order than the interpreter's (floats may differ in the
+/// last bits). The executor checks the indices first, as for gathers.
+Expected<ExprPtr> lowerScatterElements(const Op& op, LoweringContext& ctx, const Index& index) {
+  const std::vector<int64_t> data = dimsOf(op.operand(0)), indices = dimsOf(op.operand(1));
+  const int64_t axis = normalizeAxis(op.getInt("axis"), data.size());
+  const std::string& reduction = op.getString("reduction");
+  const DType t = op.result()->type().dtype;
+  auto current = ctx.operand(0, index);
+  if (!current) return current;
+  if (indices[axis] == 0) return *current;
+  // Updates exist only where index lies within indices' shape (other dims).
+  ExprPtr covered;
+  for (size_t d = 0; d < data.size(); ++d) {
+    if (static_cast<int64_t>(d) == axis || indices[d] >= data[d]) continue;
+    ExprPtr ok = kir::binary(kir::BinaryFn::Lt, index[d], kir::index(indices[d]));
+    covered = covered ? kir::binary(kir::BinaryFn::And, covered, ok) : ok;
+  }
+  for (int64_t extent : indices)
+    if (extent == 0) return *current;
+  // Reads indices and updates at index with index[axis] replaced by the
+  // reduction variable `j`, other coordinates clamped to indices' shape.
+  auto readAt = [&](int j) -> Expected<std::pair<ExprPtr, ExprPtr>> {
+    Index at;
+    for (size_t d = 0; d < data.size(); ++d)
+      at.push_back(static_cast<int64_t>(d) == axis ? kir::var(j) : clampIndex(index[d], indices[d]));
+    auto raw = ctx.operand(1, at);
+    if (!raw) return raw.takeError();
+    auto update = ctx.operand(2, at);
+    if (!update) return update.takeError();
+    ExprPtr target = kir::cast(*raw, DType::I64);
+    target = kir::select(kir::binary(kir::BinaryFn::Lt, target, kir::index(0)), kir::add(target, kir::index(data[axis])),
+                         target);
+    ExprPtr match = kir::binary(kir::BinaryFn::Eq, target, index[axis]);
+    if (covered) match = kir::binary(kir::BinaryFn::And, covered, match);
+    return std::make_pair(match, *update);
+  };
+  const int j = ctx.newVars(1);
+  auto read = readAt(j);
+  if (!read) return read.takeError();
+  const auto& [match, update] = *read;
+  if (reduction == "none") {
+    // The last matching j, or -1.
+    ExprPtr last = kir::reduce(kir::ReduceKind::Max, j, {indices[axis]},
+                               kir::select(match, kir::var(j), kir::index(-1)));
+    Index at;
+    for (size_t d = 0; d < data.size(); ++d)
+      at.push_back(static_cast<int64_t>(d) == axis ? clampIndex(last, indices[d]) : clampIndex(index[d], indices[d]));
+    auto lastUpdate = ctx.operand(2, at);
+    if (!lastUpdate) return lastUpdate;
+    return kir::select(kir::binary(kir::BinaryFn::Ge, last, kir::index(0)), *lastUpdate, *current);
+  }
+  if (reduction == "add") {
+    ExprPtr sum = kir::reduce(kir::ReduceKind::Sum, j, {indices[axis]}, kir::select(match, update, literal(t, 0)));
+    return kir::binary(kir::BinaryFn::Add, *current, sum);
+  }
+  if (reduction == "mul") {
+    ExprPtr prod =
+        kir::reduce(kir::ReduceKind::Prod, j, {indices[axis]}, kir::select(match, update, literal(t, 1)));
+    return kir::binary(kir::BinaryFn::Mul, *current, prod);
+  }
+  if (reduction == "max") {
+    ExprPtr m = kir::reduce(kir::ReduceKind::Max, j, {indices[axis]}, kir::select(match, update, lowestOf(t)));
+    return kir::binary(kir::BinaryFn::Max, *current, m);
+  }
+  if (reduction == "min") {
+    ExprPtr m = kir::reduce(kir::ReduceKind::Min, j, {indices[axis]}, kir::select(match, update, highestOf(t)));
+    return kir::binary(kir::BinaryFn::Min, *current, m);
+  }
+  return op.emitError("unknown reduction '" + reduction + "' (expected none, add, mul, max or min)");
+}
+
 // --- Reductions ----------------------------------------------------------------------
 
 /// The input index of a reduction: kept dims from the result index, reduced
@@ -423,7 +532,56 @@ Expected<ExprPtr> lowerConv(const Op& op, LoweringContext& ctx, const Index& ind
   return kir::binary(kir::BinaryFn::Add, sum, *bias);
 }
 
-/// max_pool: padding never wins (it reads as -inf); NaN propagates.
+/// conv_transpose as a gather: the interpreter scatters input position i
+/// with tap k to output position i * stride - pad + k * dilation, so output
+/// position o gathers from each tap k the input at (o + pad - k * dilation)
+/// / stride where that divides exactly and lies inside x. A sum over the
+/// group's input channels and the taps; output_padding only sizes the
+/// result (its declared type).
+Expected<ExprPtr> lowerConvTranspose(const Op& op, LoweringContext& ctx, const Index& index) {
+  const std::vector<int64_t> x = dimsOf(op.operand(0)), w = dimsOf(op.operand(1));
+  const std::vector<int64_t> inDims(x.begin() + 2, x.end()), kernel(w.begin() + 2, w.end());
+  const int64_t groups = op.getInt("groups");
+  const int64_t groupIn = x[1] / groups, groupOut = w[1];
+  const Window window = readWindow(op, inDims.size());
+  const int first = ctx.newVars(1 + static_cast<int>(kernel.size()));
+  // x channel: the output channel's group, then the reduction variable.
+  const ExprPtr channel =
+      kir::add(kir::mul(kir::div(index[1], kir::index(groupOut)), kir::index(groupIn)), kir::var(first));
+  Index xi = {index[0], channel};
+  Index wi = {channel, kir::rem(index[1], kir::index(groupOut))};
+  ExprPtr inside;
+  for (size_t d = 0; d < inDims.size(); ++d) {
+    const ExprPtr tap = kir::var(first + 1 + static_cast<int>(d));
+    const ExprPtr t = kir::sub(kir::add(index[2 + d], kir::index(window.padBegin[d])),
+                               kir::mul(tap, kir::index(window.dilations[d])));
+    const ExprPtr pos = kir::div(t, kir::index(window.strides[d]));
+    ExprPtr ok = kir::binary(kir::BinaryFn::And, kir::binary(kir::BinaryFn::Ge, t, kir::index(0)),
+                             kir::binary(kir::BinaryFn::Lt, pos, kir::index(inDims[d])));
+    if (window.strides[d] != 1)
+      ok = kir::binary(kir::BinaryFn::And, ok,
+                       kir::binary(kir::BinaryFn::Eq, kir::rem(t, kir::index(window.strides[d])), kir::index(0)));
+    inside = inside ? kir::binary(kir::BinaryFn::And, inside, ok) : ok;
+    xi.push_back(clampIndex(pos, inDims[d]));
+    wi.push_back(tap);
+  }
+  auto xv = ctx.operand(0, xi);
+  if (!xv) return xv;
+  auto wv = ctx.operand(1, wi);
+  if (!wv) return wv;
+  const DType t = op.result()->type().dtype;
+  ExprPtr term = kir::binary(kir::BinaryFn::Mul, kir::select(inside, *xv, kir::constant(t, 0)), *wv);
+  std::vector<int64_t> extents = {groupIn};
+  extents.insert(extents.end(), kernel.begin(), kernel.end());
+  ExprPtr sum = kir::reduce(kir::ReduceKind::Sum, first, extents, term);
+  if (op.numOperands() < 3) return sum;
+  auto bias = ctx.operand(2, {index[1]});
+  if (!bias) return bias;
+  return kir::binary(kir::BinaryFn::Add, sum, *bias);
+}
+
+/// max_pool: padding never wins (it reads as -inf, or an integer type's
+/// minimum); NaN propagates.
 Expected<ExprPtr> lowerMaxPool(const Op& op, LoweringContext& ctx, const Index& index) {
   const std::vector<int64_t> x = dimsOf(op.operand(0));
   const std::vector<int64_t> inDims(x.begin() + 2, x.end());
@@ -435,8 +593,7 @@ Expected<ExprPtr> lowerMaxPool(const Op& op, LoweringContext& ctx, const Index& 
   auto v = ctx.operand(0, xi);
   if (!v) return v;
   const DType t = op.result()->type().dtype;
-  return kir::reduce(kir::ReduceKind::Max, first, kernel,
-                     kir::select(read.inside, *v, kir::constant(t, -std::numeric_limits<double>::infinity())));
+  return kir::reduce(kir::ReduceKind::Max, first, kernel, kir::select(read.inside, *v, lowestOf(t)));
 }
 
 /// avg_pool: the window's sum over the count of its real elements, or with
@@ -529,7 +686,7 @@ constexpr LowerFn Concat = lowerConcat;
 constexpr LowerFn Pad = lowerPad;
 constexpr LowerFn Gather = lowerGather;
 constexpr LowerFn GatherElements = lowerGatherElements;
-constexpr LowerFn ScatterElements = nullptr;  // writes data-dependent positions: not an element map
+constexpr LowerFn ScatterElements = lowerScatterElements;
 constexpr LowerFn ReduceSum = lowerReduce<ReduceKind::Sum>;
 constexpr LowerFn ReduceMean = lowerReduce<ReduceKind::Sum, true>;
 constexpr LowerFn ReduceMax = lowerReduce<ReduceKind::Max>;
@@ -539,7 +696,7 @@ constexpr LowerFn ArgMax = lowerArgReduce<ReduceKind::ArgMax>;
 constexpr LowerFn ArgMin = lowerArgReduce<ReduceKind::ArgMin>;
 constexpr LowerFn MatMul = lowerMatMul;
 constexpr LowerFn Conv = lowerConv;
-constexpr LowerFn ConvTranspose = nullptr;  // a scatter over outputs; needs its own loop shape
+constexpr LowerFn ConvTranspose = lowerConvTranspose;
 constexpr LowerFn MaxPool = lowerMaxPool;
 constexpr LowerFn AvgPool = lowerAvgPool;
 constexpr LowerFn RandomUniform = nullptr;  // the interpreter's generator is the reference; not ported yet
@@ -574,7 +731,6 @@ constexpr LowerFn kLowerings[] = {
 };
 static_assert(std::size(kLowerings) == kNumOpKinds);
 
-bool emitterHasDType(DType t) { return t != DType::F16 && t != DType::BF16; }
 }  // namespace
 
 LowerFn loweringFor(OpKind kind) { return kLowerings[static_cast<size_t>(kind)]; }
@@ -594,9 +750,6 @@ std::string whyNotLowerable(const Op& op) {
   }
   if (!loweringFor(op.kind())) return "no CPU lowering for '" + std::string(op.name()) + "' yet";
   auto check = [&](const Value* v) -> std::string {
-    if (!emitterHasDType(v->type().dtype))
-      return "'" + std::string(op.name()) + "' on " + std::string(dtypeName(v->type().dtype)) +
-             " (the CPU JIT does not handle f16/bf16 yet)";
     if (!v->type().isStatic()) return "'" + std::string(op.name()) + "' with a non-static type " + v->type().str();
     return {};
   };
@@ -604,12 +757,10 @@ std::string whyNotLowerable(const Op& op) {
     if (std::string why = check(v); !why.empty()) return why;
   for (const Value* v : op.results())
     if (std::string why = check(v); !why.empty()) return why;
-  if ((op.kind() == OpKind::Conv || op.kind() == OpKind::MaxPool || op.kind() == OpKind::AvgPool) &&
-      !isFloat(op.result()->type().dtype))
+  const OpKind k = op.kind();
+  if ((k == OpKind::Conv || k == OpKind::ConvTranspose || k == OpKind::AvgPool) && !isFloat(op.result()->type().dtype))
     return "'" + std::string(op.name()) + "' on " + std::string(dtypeName(op.result()->type().dtype)) +
-           " (windowed ops are lowered for floats only)";
-  if (op.kind() == OpKind::Pow && !isFloat(op.result()->type().dtype))
-    return "'pow' on " + std::string(dtypeName(op.result()->type().dtype)) + " (integer pow is not lowered yet)";
+           " (convolutions and average pooling are lowered for floats only)";
   return {};
 }
 

@@ -7,7 +7,8 @@
 // producers' lowerings, so the same functions serve both.
 //
 // Lowerings assume static shapes (the CPU executor specializes functions to
-// their inputs first) and float dtypes other than f16/bf16.
+// their inputs first). f16 and bf16 values are computed in f32 by the
+// emitter (rounded when stored), so lowerings treat them as any float.
 #pragma once
 
 #include <string>
