@@ -29,9 +29,14 @@
 // that pass on the interpreter but not compiled, since closing that gap is
 // what issue 4 asks. Every data set gets its own executor (one LLJIT each):
 // data sets differ in shapes, and the function is specialized to them.
+// --cache-dir DIR keeps compiled kernels in the disk cache (as `kiln run`
+// does by default), so a second run skips LLVM's O3 and code generation;
+// the summary's `time:` line says where the time went, and each PASS line
+// the case's compile time.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -41,6 +46,7 @@
 #include <vector>
 
 #include "codegen/CpuExecutable.h"
+#include "codegen/llvm/CpuJit.h"
 #include "frontend/onnx/OnnxImporter.h"
 #include "onnx.pb.h"
 #include "runtime/Interpreter.h"
@@ -65,9 +71,22 @@ struct Outcome {
   std::vector<std::string> unlowerable = {};
 };
 
+/// Where --jit spends its time, summed over the cases (seconds).
+struct Timings {
+  double import = 0, interpret = 0, createJit = 0, compile = 0, run = 0;
+  codegen::CompileReport compileParts;  // the executor's own breakdown of `compile`
+};
+
+/// Seconds since `start`.
+double since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 struct RunOptions {
+  Timings* timings = nullptr;  // --jit: summed into when given
   bool jit = false;
   int threads = 1;
+  std::string cacheDir;  // --jit: the disk kernel cache, or none
 };
 
 /// Why a value's type makes the case a skip, or "".
@@ -176,6 +195,7 @@ class CaseRunner {
     const std::string modelPath = (dir_ / "model.onnx").string();
 
     std::string note;
+    const double compileBefore = options_.timings ? options_.timings->compile : 0;
     const auto sets = dataSets(dir_);
     if (sets.empty()) return {Outcome::Fail, "no test_data_set_* folder"};
     for (const fs::path& set : sets) {
@@ -190,7 +210,9 @@ class CaseRunner {
       for (size_t k = 0; k < inputs->size(); ++k) byName[boundInputs_[k]] = (*inputs)[k];
 
       // Specialized to the data set's inputs as `kiln run` does (frontend/Model.h).
+      const auto importStart = std::chrono::steady_clock::now();
       auto specialized = loadModelForInputs(modelPath, options, byName);
+      if (options_.timings) options_.timings->import += since(importStart);
       if (!specialized) return {Outcome::Fail, specialized.error().str()};
       const Module* module = specialized->module.get();
       if (!specialized->frozenInputs.empty()) {
@@ -217,6 +239,7 @@ class CaseRunner {
           // over all data sets.
           RunOptions interpreterOnly = options_;
           interpreterOnly.jit = false;
+          interpreterOnly.timings = nullptr;
           outcome.interpreterPasses = CaseRunner(dir_, interpreterOnly).run().kind == Outcome::Pass;
           return outcome;
         }
@@ -227,26 +250,45 @@ class CaseRunner {
       if (std::string diff = compareAll(*results, *outputs); !diff.empty())
         return {Outcome::Fail, set.filename().string() + ": " + diff};
     }
-    return {Outcome::Pass, note.empty() ? std::to_string(sets.size()) + " data set(s)" : note};
+    std::string what = note.empty() ? std::to_string(sets.size()) + " data set(s)" : note;
+    if (options_.jit && options_.timings) {
+      // Compile time shows on the PASS line, so slow cases can be found.
+      const double ms = 1000 * (options_.timings->compile - compileBefore);
+      what += ", compiled in " + std::to_string(static_cast<int64_t>(ms + 0.5)) + " ms";
+    }
+    return {Outcome::Pass, what};
   }
 
  private:
   /// --jit, one data set: compiles `f` for `args` with no fallback, runs it
   /// and compares with the expected outputs and the interpreter's.
   Outcome runCompiled(const Function& f, const std::vector<Tensor>& args, const std::vector<DenseTensor>& want) {
+    Timings unused;
+    Timings& time = options_.timings ? *options_.timings : unused;
+    auto start = std::chrono::steady_clock::now();
     auto reference = interpret(f, args);
+    time.interpret += since(start);
     auto fail = [](std::string why) { return Outcome{Outcome::Fail, std::move(why)}; };
     codegen::CpuOptions cpuOptions;
     cpuOptions.threads = options_.threads;
+    cpuOptions.report = &time.compileParts;
+    cpuOptions.cacheDir = options_.cacheDir;
+    start = std::chrono::steady_clock::now();
     auto executor = codegen::CpuExecutor::create(f, cpuOptions);
+    time.createJit += since(start);
     if (!executor) return fail(executor.error().str());
-    if (Status s = (*executor)->prepare(args); !s) {
+    start = std::chrono::steady_clock::now();
+    Status prepared = (*executor)->prepare(args);
+    time.compile += since(start);
+    if (Status& s = prepared; !s) {
       if ((*executor)->unsupportedOps().empty()) return fail("compiling: " + s.error().str());
       Outcome o{Outcome::NotCompilable, s.error().str()};
       for (const std::string& why : (*executor)->unsupportedOps()) o.unlowerable.push_back(withoutLocation(why));
       return o;
     }
+    start = std::chrono::steady_clock::now();
     auto results = (*executor)->run(args);
+    time.run += since(start);
     if (!results) return fail("running: " + results.error().str());
     if (std::string diff = compareAll(*results, want); !diff.empty()) return fail(diff);
     if (reference && reference->size() == results->size()) {
@@ -272,10 +314,11 @@ std::string oneLine(std::string s) {
 
 int usage() {
   std::cerr << "usage: kiln-conformance [--data DIR] [--expected FILE] [--write-passing FILE] [--filter TEXT]\n"
-               "                        [--jit [--threads N]]\n"
+               "                        [--jit [--threads N] [--cache-dir DIR]]\n"
                "  Runs the ONNX backend test cases under DIR/{node,pytorch-converted,pytorch-operator,simple}\n"
                "  (default /usr/share/libonnx-testdata/data) on Kiln's interpreter, or with --jit compiled by\n"
-               "  the CPU JIT (no fallback; N threads per kernel, default 1) and checked against the interpreter.\n";
+               "  the CPU JIT (no fallback; N threads per kernel, default 1; compiled kernels cached in DIR, default\n"
+               "  none) and checked against the interpreter.\n";
   return 2;
 }
 
@@ -284,6 +327,8 @@ int usage() {
 int main(int argc, char** argv) {
   std::string dataDir = "/usr/share/libonnx-testdata/data", expectedFile, writeFile, filter;
   RunOptions options;
+  Timings timings;
+  options.timings = &timings;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -297,6 +342,12 @@ int main(int argc, char** argv) {
       filter = value();
     } else if (arg == "--jit") {
       options.jit = true;
+    } else if (arg == "--cache-dir") {
+      options.cacheDir = value();
+      if (options.cacheDir.empty()) {
+        std::cerr << "kiln-conformance: --cache-dir takes a folder\n";
+        return 2;
+      }
     } else if (arg == "--threads") {
       const std::string n = value();
       char* end = nullptr;
@@ -364,7 +415,7 @@ int main(int argc, char** argv) {
       if (options.jit && outcome.kind != Outcome::Pass && outcome.interpreterPasses) gap.push_back(name);
     }
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = since(start);
 
   int status = 0;
   if (!expectedFile.empty()) {
@@ -391,6 +442,12 @@ int main(int argc, char** argv) {
     for (const auto& [why, count] : reasons) std::cout << "  " << count << "  " << why << "\n";
     std::cout << gap.size() << " case(s) pass on the interpreter but not compiled" << (gap.empty() ? "" : ":") << "\n";
     for (const std::string& name : gap) std::cout << "  " << name << "\n";
+    const codegen::CompileReport& parts = timings.compileParts;
+    std::printf(
+        "time: import %.1f s, interpreter %.1f s, JIT creation %.1f s, compiling %.1f s (passes %.1f, lowering %.1f, "
+        "emit %.1f, O3 %.1f, codegen %.1f, link %.1f), running %.1f s\n",
+        timings.import, timings.interpret, timings.createJit, timings.compile, parts.passes, parts.lowering,
+        parts.emit, parts.optimize, parts.codegen, parts.link, timings.run);
     std::cout << passed << " passed compiled, " << failed << " failed compiled, " << notCompilable
               << " not compilable, " << skipped << " skipped";
   } else {
