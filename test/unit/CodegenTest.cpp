@@ -354,16 +354,18 @@ TEST(CodegenTest, LargeKernelsSplitAcrossThreads) {
 
 TEST(CodegenTest, UnsupportedOpsAreNamed) {
   auto m = parse(
-      "func @f(%x: f32[1,1,4,4], %w: f32[1,2,3,3]) -> f32[1,2,6,6] {\n  %y = random_normal() : f32[1,2,6,6]\n"
-      "  %r = random_uniform() : f32[1,2,6,6]\n  %s = add(%y, %r) : f32[1,2,6,6]\n  return %s\n}\n");
+      "func @f(%x: i32[1,1,4,4], %w: i32[1,2,3,3], %v: i32[2,1,3,3]) -> i32[1,2,6,6] {\n"
+      "  %y = conv_transpose(%x, %w) : i32[1,2,6,6]\n  %r = conv(%y, %v) {pads = [1, 1, 1, 1], groups = 2} : "
+      "i32[1,2,6,6]\n  return %r\n}\n");
   auto executor = CpuExecutor::create(*m->functions().front());
   ASSERT_TRUE(executor.ok());
   std::mt19937 rng(1);
-  Status s = (*executor)->prepare({randomTensor({DType::F32, staticShape({1, 1, 4, 4})}, rng),
-                                   randomTensor({DType::F32, staticShape({1, 2, 3, 3})}, rng)});
+  Status s = (*executor)->prepare({randomTensor({DType::I32, staticShape({1, 1, 4, 4})}, rng),
+                                   randomTensor({DType::I32, staticShape({1, 2, 3, 3})}, rng),
+                                   randomTensor({DType::I32, staticShape({2, 1, 3, 3})}, rng)});
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.error().message().find("'random_normal'"), std::string::npos) << s.error().str();
-  EXPECT_NE(s.error().message().find("'random_uniform'"), std::string::npos) << s.error().str();
+  EXPECT_NE(s.error().message().find("'conv_transpose' on i32"), std::string::npos) << s.error().str();
+  EXPECT_NE(s.error().message().find("'conv' on i32"), std::string::npos) << s.error().str();
   EXPECT_EQ((*executor)->unsupportedOps().size(), 2u);
 }
 

@@ -1,8 +1,10 @@
 // The lowerings that closed the CPU JIT's gap to the interpreter on the ONNX
 // conformance suite (docs/codegen.md section 2): scatter_elements with each
-// reduction, conv_transpose, integer pow, max_pool on integers, and f16/bf16
-// computed in f32. Each runs through the CpuExecutor and must match the
-// reference interpreter on the same inputs; the run-time errors the
+// reduction, conv_transpose, integer pow, max_pool on integers, f16/bf16
+// computed in f32, and random_uniform/random_normal. Each runs through the CpuExecutor and must match the
+// reference interpreter on the same inputs (random_uniform/normal bit for
+// bit in f64: the samples are a function of seed and index); the run-time
+// errors the
 // interpreter reports (a scatter index out of range, a negative integer
 // exponent) must be reported by the executor too.
 #include <gtest/gtest.h>
@@ -288,6 +290,27 @@ TEST(LoweringTest, HalfPrecisionSpecialValues) {
     expectJitMatchesInterpreter(std::string("func @f(%x: f32[11]) -> ") + to + "[11] {\n  %y = cast(%x) : " + to +
                                     "[11]\n  return %y\n}\n",
                                 {x}, 0);
+}
+
+TEST(LoweringTest, RandomSamplesAreTheInterpreters) {
+  // Odd element counts (normal pairs elements), several seeds (0, negative,
+  // large), f32 and f64; rtol 0 on f64: the same bits, up to libm.
+  for (const char* type : {"f64[3,5]", "f32[7]", "f64[]"})
+    for (int64_t seed : {int64_t{0}, int64_t{42}, int64_t{-7}, int64_t{1} << 40}) {
+      const std::string t = type, s = std::to_string(seed);
+      const double rtol = t.starts_with("f64") ? 1e-15 : 0;
+      expectJitMatchesInterpreter("func @f() -> " + t + " {\n  %y = random_uniform() {low = -3.0, high = 5.0, seed = " +
+                                      s + "} : " + t + "\n  return %y\n}\n",
+                                  {}, rtol);
+      expectJitMatchesInterpreter("func @f() -> " + t + " {\n  %y = random_normal() {mean = 1.0, std = 2.0, seed = " +
+                                      s + "} : " + t + "\n  return %y\n}\n",
+                                  {}, t.starts_with("f64") ? 1e-12 : 1e-6);
+    }
+  // Inside arithmetic, as dropout's mask would use it.
+  expectJitMatchesInterpreter(
+      "func @f(%x: f32[4,6]) -> f32[4,6] {\n  %r = random_uniform() {seed = 9} : f32[4,6]\n"
+      "  %y = mul(%x, %r) : f32[4,6]\n  return %y\n}\n",
+      {makeTensor(DType::F32, {4, 6}, [](int64_t i) { return i - 7.5; })});
 }
 
 }  // namespace
