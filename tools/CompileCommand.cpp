@@ -214,10 +214,11 @@ const Command& compileCommand() {
       kName,
       "compile a model for this CPU into a .kc file",
       "MODEL (-o OUT.kc | --emit=ir|kernel|llvm) [--input-shape NAME=2x3x8]...",
-      "Optimizes MODEL (-O2), lowers each op to a kernel and compiles the kernels with LLVM for this machine's\n"
-      "CPU. -o writes OUT.kc (the optimized module, kernel list, memory plan, object code and weights), which\n"
-      "kiln run OUT.kc runs without recompiling; --emit prints the optimized IR, the kernel IR, or the LLVM\n"
-      "IR after O3 instead. Every input needs a static shape: from the model, or from --input-shape.",
+      "Optimizes MODEL as kiln run does (-O3: fused kernels, oneDNN steps) and compiles its kernels with LLVM\n"
+      "for this machine's CPU. -o writes OUT.kc (the optimized module, kernel list, memory plan, object code\n"
+      "and weights), which kiln run OUT.kc runs without recompiling; --emit prints the optimized IR, the\n"
+      "kernel IR, or the LLVM IR after O3 of the -O2 pipeline (one kernel per op) instead. Every input needs\n"
+      "a static shape: from the model, or from --input-shape.",
       kOptions,
       &compile,
   };

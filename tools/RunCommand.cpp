@@ -346,14 +346,20 @@ Expected<codegen::CompiledArtifact> readArtifact(const std::string& path) {
 }
 
 /// The executor of a `.kc`: its stored kernels linked as they are, or, when
-/// they were built for another CPU, compiled again from its stored module
-/// with a notice.
+/// they were built for another CPU or do not match the kernels its module
+/// lowers to, compiled again from its stored module with a notice.
 Expected<std::unique_ptr<codegen::CpuExecutor>> artifactExecutor(const std::string& path,
                                                                  const codegen::CompiledArtifact& artifact,
                                                                  const codegen::CpuOptions& options) {
   const Function& f = *artifact.module->functions().front();
   std::string mismatch = codegen::targetMismatch(artifact, codegen::CpuJit::hostTarget());
-  if (mismatch.empty()) return codegen::CpuExecutor::createOptimized(f, &artifact.code, options);
+  if (mismatch.empty()) {
+    auto linked = codegen::CpuExecutor::createOptimized(f, &artifact.code, options);
+    if (linked) return linked;
+    // The module is what counts: code that does not fit it (a Kiln whose
+    // lowering changed since the file was written) is compiled again.
+    mismatch = linked.error().message();
+  }
   std::cerr << "kiln run: note: '" << path << "' cannot use its compiled code here (" << mismatch
             << "); recompiling its kernels from the stored module\n";
   return codegen::CpuExecutor::createOptimized(f, nullptr, options);

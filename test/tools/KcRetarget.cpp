@@ -1,10 +1,11 @@
 // kiln-kc-retarget: rewrites the target section of a .kc as if it had been
-// built on another CPU, for tests of what `kiln run` does with such a file
-// (a note, then the kernels compiled again from the stored module). The
-// file is read and written with codegen/CompiledArtifact.h, so its
-// checksums stay valid: only the target differs.
+// built on another CPU (or renames its first stored kernel, as if a
+// different Kiln had lowered it), for tests of what `kiln run` does with
+// such a file (a note, then the kernels compiled again from the stored
+// module). The file is read and written with codegen/CompiledArtifact.h, so
+// its checksums stay valid: only what is asked for differs.
 //
-//   kiln-kc-retarget IN.kc OUT.kc (--features F | --cpu NAME | --codegen V)
+//   kiln-kc-retarget IN.kc OUT.kc (--features F | --cpu NAME | --codegen V | --kernel-name N)
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -14,7 +15,7 @@
 
 int main(int argc, char** argv) {
   if (argc != 5) {
-    std::cerr << "usage: kiln-kc-retarget IN.kc OUT.kc (--features F | --cpu NAME | --codegen V)\n";
+    std::cerr << "usage: kiln-kc-retarget IN.kc OUT.kc (--features F | --cpu NAME | --codegen V | --kernel-name N)\n";
     return 2;
   }
   std::ifstream in(argv[1], std::ios::binary);
@@ -32,6 +33,8 @@ int main(int argc, char** argv) {
     artifact->target.cpu = value;
   } else if (option == "--codegen") {
     artifact->codegenVersion = value;
+  } else if (option == "--kernel-name" && !artifact->code.names.empty()) {
+    artifact->code.names[0] = value;
   } else {
     std::cerr << "kiln-kc-retarget: unknown option '" << option << "'\n";
     return 2;
