@@ -12,6 +12,7 @@
 #include <llvm/Support/BLAKE3.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <filesystem>
@@ -52,7 +53,7 @@ bool isKey(const std::string& key) {
 
 std::string contentHash(std::string_view data) { return llvm::toHex(hashBytes(data), /*LowerCase=*/true); }
 
-KernelCache::KernelCache(std::string dir) : dir_(std::move(dir)) {}
+KernelCache::KernelCache(std::string dir, uint64_t maxBytes) : dir_(std::move(dir)), maxBytes_(maxBytes) {}
 
 std::string KernelCache::entryPath(const std::string& key) const {
   return (std::filesystem::path(dir_) / (key + ".kobj")).string();
@@ -89,10 +90,14 @@ std::optional<std::string> KernelCache::lookup(const std::string& key) {
   } else {
     std::string_view payload(bytes.data() + kHeaderBytes, bytes.size() - kHeaderBytes);
     const auto hash = hashBytes(payload);
-    if (std::memcmp(hash.data(), bytes.data() + 24, kHashBytes) != 0)
+    if (std::memcmp(hash.data(), bytes.data() + 24, kHashBytes) != 0) {
       problem = "checksum mismatch";
-    else
+    } else {
+      // A hit counts as a use for trim(); a read-only folder keeps the old time.
+      std::error_code ec;
+      std::filesystem::last_write_time(path, std::filesystem::file_time_type::clock::now(), ec);
       return std::string(payload);
+    }
   }
   std::lock_guard lock(mutex_);
   notice("kernel cache entry '" + path + "' is damaged (" + problem + "); it is rebuilt");
@@ -143,6 +148,38 @@ void KernelCache::store(const std::string& key, std::string_view object) {
     std::filesystem::remove(temp, ec);
     std::lock_guard lock(mutex_);
     noticeUnusable(ok ? "cannot rename an entry into place" : "cannot write an entry");
+    return;
+  }
+  trim();
+}
+
+void KernelCache::trim() {
+  if (!enabled()) return;
+  struct Entry {
+    std::filesystem::file_time_type time;
+    uint64_t size;
+    std::filesystem::path path;
+  };
+  std::vector<Entry> entries;
+  uint64_t total = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(dir_, ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec)) {
+    if (it->path().extension() != ".kobj") continue;
+    std::error_code entryError;
+    const uint64_t size = it->file_size(entryError);
+    const auto time = it->last_write_time(entryError);
+    if (entryError) continue;  // removed by another process meanwhile
+    entries.push_back({time, size, it->path()});
+    total += size;
+  }
+  if (total <= maxBytes_) return;
+  // Oldest first; entries other processes remove at the same time are fine.
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.time < b.time; });
+  for (const Entry& e : entries) {
+    if (total <= maxBytes_ / 4 * 3) break;
+    std::error_code removeError;
+    if (std::filesystem::remove(e.path, removeError)) total -= e.size;
   }
 }
 

@@ -13,6 +13,10 @@
 // created, or that is read-only, gives one notice and compiling goes on
 // without it. Notices are collected, not printed, so the tool decides
 // where they go. The cache is safe to use from several threads.
+//
+// Size: after a store, when the entries take more than `maxBytes`, the
+// least recently used ones (by modification time, which a hit refreshes)
+// are removed until they take at most three quarters of it.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +35,10 @@ class KernelCache {
  public:
   /// A cache in `dir`; an empty `dir` disables it (every lookup misses,
   /// stores do nothing).
-  explicit KernelCache(std::string dir);
+  explicit KernelCache(std::string dir, uint64_t maxBytes = kDefaultMaxBytes);
+
+  /// The default size bound of the entries: 1 GiB.
+  static constexpr uint64_t kDefaultMaxBytes = uint64_t{1} << 30;
 
   bool enabled() const { return !dir_.empty(); }
   const std::string& dir() const { return dir_; }
@@ -44,6 +51,10 @@ class KernelCache {
   /// (once per cache), never an error.
   void store(const std::string& key, std::string_view object);
 
+  /// Removes the least recently used entries while they take more than
+  /// the bound (see above); store() calls it.
+  void trim();
+
   /// The notices since the last call (a damaged entry, an unusable folder).
   std::vector<std::string> takeNotices();
 
@@ -55,6 +66,7 @@ class KernelCache {
   void noticeUnusable(const std::string& why);
 
   std::string dir_;
+  uint64_t maxBytes_;
   std::mutex mutex_;
   std::vector<std::string> notices_;
   bool warnedUnusable_ = false;

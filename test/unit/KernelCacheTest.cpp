@@ -1,11 +1,13 @@
 // The disk kernel cache (codegen/KernelCache.h) and the CPU executor using
 // it: entries round-trip; a truncated, corrupted or foreign entry is a miss
 // with a notice and is removed; an unusable folder gives one notice and no
-// error; a second executor on the same model takes every module from the
+// error; the least recently used entries go when the cache outgrows its
+// bound; a second executor on the same model takes every module from the
 // cache and computes the same results; a damaged entry is rebuilt.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -133,6 +135,29 @@ TEST(KernelCacheTest, DisabledCacheDoesNothing) {
   EXPECT_FALSE(cache.enabled());
   cache.store(kKey, "object");
   EXPECT_FALSE(cache.lookup(kKey));
+  EXPECT_TRUE(cache.takeNotices().empty());
+}
+
+TEST(KernelCacheTest, LeastRecentlyUsedEntriesGoWhenOverTheBound) {
+  TempDir dir;
+  // Entries of 1,000 bytes plus a 56-byte header; the bound holds three.
+  KernelCache cache(dir.str(), 3500);
+  const std::string object(1000, 'o');
+  std::vector<std::string> keys;
+  for (int i = 0; i < 3; ++i) {
+    keys.push_back(contentHash("module " + std::to_string(i)));
+    cache.store(keys.back(), object);
+    // Distinct, increasing times, whatever the file system's resolution.
+    fs::last_write_time(cache.entryPath(keys.back()), fs::file_time_type::clock::now() - std::chrono::hours(10 - i));
+  }
+  EXPECT_TRUE(cache.lookup(keys[0]));  // a hit makes entry 0 the most recent
+  keys.push_back(contentHash("module 3"));
+  cache.store(keys.back(), object);  // four entries: over the bound
+  // Trimmed to at most 2625 bytes: the two least recently used (1 and 2) go.
+  EXPECT_TRUE(fs::exists(cache.entryPath(keys[0])));
+  EXPECT_FALSE(fs::exists(cache.entryPath(keys[1])));
+  EXPECT_FALSE(fs::exists(cache.entryPath(keys[2])));
+  EXPECT_TRUE(fs::exists(cache.entryPath(keys[3])));
   EXPECT_TRUE(cache.takeNotices().empty());
 }
 
