@@ -1,6 +1,7 @@
-// What the `kiln` subcommands share: how errors are printed.
+// What the `kiln` subcommands share: how errors are printed, JSON strings.
 #include "tools/KilnCommands.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 
@@ -33,6 +34,24 @@ std::string kernelCacheDir(const ParsedArgs& args) {
   if (std::string dir = env("XDG_CACHE_HOME"); !dir.empty()) return dir + "/kiln";
   if (std::string home = env("HOME"); !home.empty()) return home + "/.cache/kiln";
   return "";
+}
+
+std::string jsonString(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
 }
 
 void reportError(std::string_view command, const Error& error) {

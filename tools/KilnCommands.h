@@ -32,11 +32,15 @@ const Command& runCommand();
 const Command& compileCommand();
 const Command& checkCommand();
 const Command& convertCommand();
+const Command& devicesCommand();
 
 /// The folder of the disk cache of compiled kernels: `--cache-dir`, else
 /// $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; empty
 /// with `--no-cache` or when none of these is set.
 std::string kernelCacheDir(const ParsedArgs& args);
+
+/// `s` as a JSON string literal, quoted and escaped.
+std::string jsonString(std::string_view s);
 
 /// Prints `error` to stderr as `kiln <command>: error: message`, or with
 /// the error's own location (`file:line:col: error: ...`) when it has one.

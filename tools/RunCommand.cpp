@@ -26,6 +26,7 @@
 #include "passes/PassManager.h"
 #include "runtime/Interpreter.h"
 #include "runtime/Npy.h"
+#include "tools/DeviceSelection.h"
 #include "tools/KilnCommands.h"
 #include "tools/TensorPrinter.h"
 
@@ -38,7 +39,8 @@ constexpr std::string_view kName = "run";
 constexpr OptionSpec kOptions[] = {
     {"--input", "NAME=FILE.npy", "bind the model input NAME to the array in FILE.npy", true},
     {"--output-dir", "DIR", "write each output to DIR/<output name>.npy instead of printing it"},
-    {"--device", "cpu|cuda|auto", "where to run (default: cpu); cuda never falls back to the CPU"},
+    {"--device", "cpu|cuda[:N]|auto",
+     "where to run (default: cpu); cuda never falls back to the CPU, auto takes CUDA when usable"},
     {"--bench", "N", "after warm-up runs, time N runs and print the median, min and max in ms"},
     {"--warmup", "N", "untimed runs before the timed ones of --bench (default: 1)"},
     {"--json", "", "with --bench: print the timings as one JSON object"},
@@ -239,24 +241,6 @@ void printOutputs(const Function& f, const std::vector<Tensor>& outputs) {
   }
 }
 
-std::string jsonString(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (u < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", u);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
 std::string millis(double ms) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.4f", ms);
@@ -373,17 +357,14 @@ int run(const ParsedArgs& args) {
         kName, "unexpected argument '" + positionals[1] + "': inputs are bound by name, with --input NAME=FILE.npy");
   const std::string& modelPath = positionals[0];
 
-  const std::string device = args.get("--device") ? *args.get("--device") : "cpu";
-  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
-    reportError(kName, Error("--device " + device +
-                             ": CUDA is not supported by this build yet (it has no CUDA backend), and Kiln never "
-                             "falls back to the CPU on its own; use --device cpu"));
+  DeviceChoice device;
+  if (int status = selectDevice(kName, args.get("--device") ? *args.get("--device") : "cpu", device); status != kExitOk)
+    return status;
+  if (device.kind == DeviceChoice::Kind::Cuda) {
+    reportError(kName, Error("CUDA is usable on " + device.str() +
+                             ", but running models on CUDA is not implemented in Kiln yet; Kiln never falls back to "
+                             "the CPU on its own: use --device cpu"));
     return kExitError;
-  }
-  if (device == "auto") {
-    std::cerr << "kiln run: --device auto chose cpu (this build has no CUDA backend)\n";
-  } else if (device != "cpu") {
-    return usageError(kName, "unknown device '" + device + "' (valid devices: cpu, cuda, auto)");
   }
 
   std::optional<int64_t> benchRuns;
@@ -508,7 +489,7 @@ const Command& runCommand() {
   static const Command command{
       kName,
       "run a model on inputs from .npy files",
-      "MODEL [--input NAME=FILE.npy]... [--output-dir DIR] [--device cpu|cuda|auto] [--bench N [--json]]",
+      "MODEL [--input NAME=FILE.npy]... [--output-dir DIR] [--device cpu|cuda[:N]|auto] [--bench N [--json]]",
       "Runs MODEL (.onnx, .kiln, .kiln.txt, .kir, or .kc from kiln compile) with the CPU JIT, or on the reference "
       "interpreter with\n"
       "--interpret; a model with ops the JIT cannot compile yet runs on the interpreter, with a notice on\n"

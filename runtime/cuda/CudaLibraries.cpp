@@ -76,9 +76,7 @@ std::string soname(const std::string& stem) { return stem + ".so." + std::to_str
 
 int builtAgainstCudaVersion() { return KILN_CUDA_TOOLKIT_VERSION; }
 
-int requiredCudaVersion() {
-  return builtAgainstCudaVersion() > 0 ? builtAgainstCudaVersion() : kTargetCudaVersion;
-}
+int requiredCudaVersion() { return builtAgainstCudaVersion() > 0 ? builtAgainstCudaVersion() : kTargetCudaVersion; }
 
 std::string formatCudaVersion(int version) {
   if (version <= 0) return "none";
@@ -123,7 +121,8 @@ Expected<CudaLibrary> openCudaLibrary(const LibrarySpec& spec, const LibrarySear
     tried += "\n  " + file + (where.empty() ? "" : " " + where) + ": " + lastDlError();
   }
   std::string message = spec.description + " could not be loaded; tried:" + tried;
-  if (!spec.driver && options.cudaHome.empty()) message += "\n  ($CUDA_HOME is not set, so no toolkit folder but the default was searched)";
+  if (!spec.driver && options.cudaHome.empty())
+    message += "\n  ($CUDA_HOME is not set: set it to a CUDA toolkit to search there too)";
   if (!spec.hint.empty()) message += "\n" + spec.hint;
   return Error(message);
 }
@@ -193,11 +192,12 @@ std::string CudaDriverApi::errorString(CUresult result) const {
 
 Expected<const CudaDriverApi*> loadCudaDriver(const LibrarySearchOptions& options) {
   static LoadedTables<CudaDriverApi> tables;
-  LibrarySpec spec{"the CUDA driver library (libcuda.so.1)",
-                   {"libcuda.so.1"},
-                   true,
-                   "libcuda.so.1 comes with the NVIDIA driver: install the driver (nvidia-smi should then list the GPU); "
-                   "in a container, start it with the GPU exposed (docker run --gpus all)."};
+  LibrarySpec spec{
+      "the CUDA driver library (libcuda.so.1)",
+      {"libcuda.so.1"},
+      true,
+      "libcuda.so.1 comes with the NVIDIA driver: install the driver (nvidia-smi should then list the GPU); "
+      "in a container, start it with the GPU exposed (docker run --gpus all)."};
   auto library = openCudaLibrary(spec, options);
   if (!library) return library.takeError();
   return tables.get(std::move(*library), [](CudaDriverApi& api) -> Status {
@@ -239,7 +239,9 @@ std::string mathLibraryHint(const std::string& what) {
 
 Expected<const CudaMathLibrary*> loadCublas(const LibrarySearchOptions& options) {
   static LoadedTables<CudaMathLibrary> tables;
-  LibrarySpec spec{"cuBLAS (" + soname("libcublas") + ")", {soname("libcublas"), "libcublas.so"}, false,
+  LibrarySpec spec{"cuBLAS (" + soname("libcublas") + ")",
+                   {soname("libcublas"), "libcublas.so"},
+                   false,
                    mathLibraryHint("toolkit's cuBLAS (NVIDIA's libcublas package)")};
   auto library = openCudaLibrary(spec, options);
   if (!library) return library.takeError();
@@ -257,7 +259,9 @@ Expected<const CudaMathLibrary*> loadCublas(const LibrarySearchOptions& options)
 
 Expected<const CudaMathLibrary*> loadCublasLt(const LibrarySearchOptions& options) {
   static LoadedTables<CudaMathLibrary> tables;
-  LibrarySpec spec{"cuBLASLt (" + soname("libcublasLt") + ")", {soname("libcublasLt"), "libcublasLt.so"}, false,
+  LibrarySpec spec{"cuBLASLt (" + soname("libcublasLt") + ")",
+                   {soname("libcublasLt"), "libcublasLt.so"},
+                   false,
                    mathLibraryHint("toolkit's cuBLASLt (NVIDIA's libcublas package)")};
   auto library = openCudaLibrary(spec, options);
   if (!library) return library.takeError();
@@ -271,9 +275,12 @@ Expected<const CudaMathLibrary*> loadCublasLt(const LibrarySearchOptions& option
 
 Expected<const CudaMathLibrary*> loadCudnn(const LibrarySearchOptions& options) {
   static LoadedTables<CudaMathLibrary> tables;
-  LibrarySpec spec{"cuDNN (libcudnn.so.9)", {"libcudnn.so.9", "libcudnn.so"}, false,
+  LibrarySpec spec{"cuDNN (libcudnn.so.9)",
+                   {"libcudnn.so.9", "libcudnn.so"},
+                   false,
                    "cuDNN is optional: convolutions then use Kiln's own kernels. To use it, install cuDNN 9 for "
-                   "CUDA " + std::to_string(targetMajor()) + " or set CUDA_HOME to a toolkit that has it."};
+                   "CUDA " +
+                       std::to_string(targetMajor()) + " or set CUDA_HOME to a toolkit that has it."};
   auto library = openCudaLibrary(spec, options);
   if (!library) return library.takeError();
   return tables.get(std::move(*library), [](CudaMathLibrary& math) -> Status {

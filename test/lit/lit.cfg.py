@@ -22,3 +22,16 @@ config.environment["KILN_CACHE_DIR"] = os.path.join(config.test_exec_root, "kern
 import sys
 config.substitutions.append(("%python", sys.executable))
 config.substitutions.append(("%kiln_src", config.kiln_source_dir))
+
+# %fake_cuda is the fake CUDA driver of test/fake-cuda (a libcuda.so.1 whose
+# behaviour $KILN_FAKE_CUDA chooses), %fake_cuda_incomplete a copy lacking
+# an entry point; tests name them with KILN_CUDA_DRIVER. A test of the real
+# machine's driver state REQUIRES no-cuda-driver (or cuda-driver).
+config.substitutions.append(("%fake_cuda_incomplete", config.fake_cuda_driver_incomplete))
+config.substitutions.append(("%fake_cuda", config.fake_cuda_driver))
+import ctypes
+try:
+    ctypes.CDLL("libcuda.so.1")
+    config.available_features.add("cuda-driver")
+except OSError:
+    config.available_features.add("no-cuda-driver")

@@ -1,12 +1,12 @@
 // Run-time loading of the CUDA libraries (runtime/cuda/CudaLibraries.h):
 // the errors name the library and every place searched; NVRTC, where the
 // toolkit is installed, compiles a kernel to CUBIN and PTX with no GPU.
-#include "runtime/cuda/CudaLibraries.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
+
+#include "runtime/cuda/CudaLibraries.h"
 
 namespace kiln::cuda {
 namespace {
@@ -90,7 +90,9 @@ TEST(CudaLibrariesTest, NvrtcCompilesAKernelWithoutAGpu) {
   ASSERT_EQ(api.nvrtcGetCUBINSize(program, &cubinSize), NVRTC_SUCCESS);
   std::string cubin(cubinSize, '\0');
   ASSERT_EQ(api.nvrtcGetCUBIN(program, cubin.data()), NVRTC_SUCCESS);
-  EXPECT_EQ(cubin.substr(0, 4), "\x7f" "ELF");
+  EXPECT_EQ(cubin.substr(0, 4),
+            "\x7f"
+            "ELF");
   size_t ptxSize = 0;
   ASSERT_EQ(api.nvrtcGetPTXSize(program, &ptxSize), NVRTC_SUCCESS);
   std::string ptx(ptxSize, '\0');

@@ -1,0 +1,30 @@
+// `--device cpu|cuda|cuda:N|auto`, shared by the `kiln` commands that run
+// code on a device. `cuda` and `cuda:N` never fall back to the CPU: without
+// a usable device the command fails with the reason runtime/cuda/
+// CudaDevices.h gives (the same one `kiln devices` prints). `auto` picks
+// CUDA when it is usable, else the CPU, and says which on stderr.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "runtime/cuda/CudaDevices.h"
+
+namespace kiln::cli {
+
+/// The device a command runs on.
+struct DeviceChoice {
+  enum class Kind { Cpu, Cuda };
+  Kind kind = Kind::Cpu;
+  cuda::CudaDeviceInfo cuda;  // the CUDA device, when kind is Cuda
+  /// "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3)".
+  std::string str() const;
+};
+
+/// Resolves the `--device` value `spec` for `command`. Returns kExitOk and
+/// fills `choice`, or reports the problem and returns the exit status: a
+/// usage error (2) for a malformed value, an error (1) when CUDA is asked
+/// for and not usable.
+int selectDevice(std::string_view command, const std::string& spec, DeviceChoice& choice);
+
+}  // namespace kiln::cli
