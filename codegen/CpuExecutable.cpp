@@ -224,6 +224,12 @@ void splitLibraryAnchors(Function& f) {
 
 /// Below this much work per kernel, waking threads costs more than it saves.
 constexpr int64_t kParallelWork = 1 << 15;
+/// A oneDNN call below this many multiply-adds runs on one thread
+/// (omp_set_num_threads(1) around it): splitting a small product costs an
+/// OpenMP barrier, and on a loaded machine a wait for a descheduled thread.
+/// On the e2e models 2^17 measured no slower than letting oneDNN split every
+/// call, within the noise of this shared machine (docs/matmul.md).
+constexpr int64_t kLibraryParallelWork = 1 << 17;
 
 /// Element `i` of integer (or bool) data of dtype `t` at `p`.
 int64_t intAt(const void* p, DType t, int64_t i) {
@@ -461,6 +467,7 @@ Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<
         *op, [&](const Value* v) { return slots.at(v); }, step.checks);
     if (auto library = libraryKernelFor(*op)) {
       step.library = std::move(library);
+      step.parallel = step.library->work() >= kLibraryParallelWork;
       compiled->steps.push_back(std::move(step));
       continue;
     }
@@ -554,7 +561,6 @@ Expected<std::vector<Tensor>> CpuExecutor::run(const std::vector<Tensor>& inputs
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   CompiledFunction& cf = **c;
-  setDnnlThreads(threads_);
   for (size_t i = 0; i < cf.numArgs; ++i) cf.slotData[i] = const_cast<uint8_t*>(inputs[i].raw());
   std::map<int, Tensor> outputs;
   for (int s : cf.outputSlots) {
@@ -569,6 +575,7 @@ Expected<std::vector<Tensor>> CpuExecutor::run(const std::vector<Tensor>& inputs
     for (size_t i = 0; i < step.operands.size(); ++i) args[i] = cf.slotData[step.operands[i]];
     args[step.operands.size()] = cf.slotData[step.result];
     if (step.library) {
+      setDnnlThreads(step.parallel ? threads_ : 1);
       step.library->run(args);
       continue;
     }

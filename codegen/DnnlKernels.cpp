@@ -200,12 +200,14 @@ struct DnnlKernel::Impl {
   std::vector<Reorder> inputReorders;
   std::vector<Reorder> outputReorders;
   std::string description;
+  int64_t work = 0;
 };
 
 DnnlKernel::DnnlKernel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DnnlKernel::~DnnlKernel() = default;
 
 const std::string& DnnlKernel::description() const { return impl_->description; }
+int64_t DnnlKernel::work() const { return impl_->work; }
 
 Expected<std::unique_ptr<DnnlKernel>> DnnlKernel::create(const Op& op, const std::vector<bool>& constantOperands) {
   // The anchor, and how its operands map to the op's buffers.
@@ -273,6 +275,7 @@ Expected<std::unique_ptr<DnnlKernel>> DnnlKernel::create(const Op& op, const std
       const memory::desc amd = plainDesc(ad), bmd = plainDesc(bd), cmd = plainDesc(cd);
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, bmd, cmd), attr, engine);
       impl->primitive = dnnl::matmul(pd);
+      impl->work = numElements(anchor->result()->type().shape) * ad.back();
       impl->args[DNNL_ARG_SRC] = memory(amd, engine, DNNL_MEMORY_NONE);
       impl->args[DNNL_ARG_WEIGHTS] = memory(bmd, engine, DNNL_MEMORY_NONE);
       impl->args[DNNL_ARG_DST] = memory(cmd, engine, DNNL_MEMORY_NONE);
@@ -331,6 +334,7 @@ Expected<std::unique_ptr<DnnlKernel>> DnnlKernel::create(const Op& op, const std
       }
       if (!pd) pd.emplace(describe(xmd, wmd, ymd), attr, engine);
       impl->primitive = dnnl::convolution_forward(*pd);
+      impl->work = numElements(anchor->result()->type().shape) * numElements(anchor->operand(1)->type().shape) / w[0];
       // An operand whose chosen layout is not the plain one goes through a
       // reorder into memory of the kernel's own.
       auto bindInput = [&](int arg, const memory::desc& plain, const memory::desc& chosen, int buffer, bool constant) {

@@ -37,6 +37,10 @@ class DnnlKernel {
   /// Runs on the op's buffers: operands in order, then the result.
   void run(void* const* buffers) const;
 
+  /// Multiply-adds of the matmul or convolution, for deciding whether the
+  /// call is worth splitting across threads.
+  int64_t work() const;
+
   /// What runs, e.g. `onednn matmul [1,64]x[64,32] + binary_add, relu
   /// (gemm:jit)`: the implementation oneDNN chose is last.
   const std::string& description() const;
