@@ -13,22 +13,24 @@
 //   module   the specialized, optimized module as Kiln IR text, each constant
 //            and argument default of 64 bytes or more elided to a
 //            zero-element placeholder (`dense<f32[0]>[]`)
-//   kernels  text: one `name kernel-IR-hash` line per kernel, in step order
+//   kernels  text: one `name kernel-IR-hash` line per generated kernel, in
+//            step order (oneDNN steps are chosen again from the module)
 //   plan     text: the memory plan of the function (MemoryPlan::str())
 //   objects  u32 count, then per object file u64 size and its bytes
 //   weights  u32 count, then per elided tensor: u8 place (0: constant op,
 //            1: argument default), u64 index (among the function's
-//            constant ops, or argument), u8 dtype, u32 rank, i64 dims, u64
-//            size and the little-endian element bytes
+//            constant ops, or argument), the dtype's name (u8 length and
+//            bytes: "f32"), u32 rank, i64 dims, u64 size and the
+//            little-endian element bytes
 //
 // The loader checks everything before using it: the magic, a format
 // version it knows (a newer one is refused, naming both), every section's
 // size against what remains and its checksum, every count and index against
 // the module, each weight's type against the value it fills, and then the
 // module with the verifier. A truncated or corrupt file is a clear error,
-// never a crash. Bit-identical objects are not required across machines:
-// a file whose target differs from the host is recompiled from its module
-// by the caller (CpuExecutor::createOptimized without code).
+// never a crash. Object code is only used on a host of the same target: a
+// file built for another is recompiled from its module by the caller
+// (CpuExecutor::createOptimized without code; see targetMismatch).
 #pragma once
 
 #include <memory>
