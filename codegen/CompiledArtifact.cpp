@@ -273,7 +273,10 @@ Expected<CompiledArtifact> parseArtifact(std::string_view bytes, const std::stri
     if (!target.count(key)) return file.error("the target section has no '" + std::string(key) + "'");
   artifact.target = {target["triple"], target["cpu"], target["features"]};
   artifact.codegenVersion = target["codegen"];
-  artifact.optLevel = target["opt-level"] == "3" ? 3 : 2;
+  const std::string& level = target["opt-level"];
+  if (level.size() != 1 || level[0] < '0' || level[0] > '3')
+    return file.error("the target section's opt-level '" + level + "' is not 0, 1, 2 or 3");
+  artifact.optLevel = level[0] - '0';
 
   auto module = parseModule(sections[Section::Module], filename + " (module section)");
   if (!module) return module.takeError();

@@ -8,6 +8,7 @@
 // passes or LLVM.
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "codegen/CompiledArtifact.h"
@@ -31,6 +32,11 @@ constexpr OptionSpec kOptions[] = {
     {"--output", "OUT.kc", "write the compiled model to OUT.kc (run it with kiln run OUT.kc)", false, "-o"},
     {"--emit", "ir|kernel|llvm", "print the optimized IR, the kernel IR or the optimized LLVM IR instead"},
     {"--input-shape", "NAME=2x3x8", "the static shape of input NAME, for inputs with symbolic or unknown dims", true},
+    {"--device", "cpu|cuda|auto", "the device to compile for (default: cpu; CUDA is not implemented yet)"},
+    {"-O0", "", "pass pipeline -O0 (no passes: every type must already be static)"},
+    {"-O1", "", "pass pipeline -O1 (composite ops are not decomposed, so they cannot be compiled)"},
+    {"-O2", "", "pass pipeline -O2 (one kernel per op; the default of --emit)"},
+    {"-O3", "", "pass pipeline -O3 (fusion; the default of -o, as for kiln run)"},
     {"--threads", "N", "threads that compile kernels (default: all cores)"},
     {"--time-passes", "", "print the time of each pass and code generation phase to stderr"},
     {"--cache-dir", "DIR", "the kernel cache folder (default: $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln)"},
@@ -131,7 +137,26 @@ int compile(const ParsedArgs& args) {
   if (output && output->empty()) return usageError(kName, "-o needs a file name");
   if (args.has("--cache-dir") && args.has("--no-cache"))
     return usageError(kName, "--cache-dir and --no-cache contradict each other");
+  if (const std::string* device = args.get("--device")) {
+    if (device->rfind("cuda", 0) == 0) {
+      reportError(kName, Error("--device " + *device +
+                               ": compiling for CUDA is not implemented yet, and Kiln never compiles for the CPU "
+                               "instead on its own; use --device cpu"));
+      return kExitError;
+    }
+    if (*device == "auto") {
+      std::cerr << "kiln compile: --device auto chose cpu (compiling for CUDA is not implemented yet)\n";
+    } else if (*device != "cpu") {
+      return usageError(kName, "unknown device '" + *device + "' (valid devices: cpu, cuda, cuda:N, auto)");
+    }
+  }
   codegen::CpuOptions options;
+  std::optional<int> optLevel;
+  for (int level = 0; level <= 3; ++level) {
+    if (!args.has("-O" + std::to_string(level))) continue;
+    if (optLevel) return usageError(kName, "give one of -O0, -O1, -O2 and -O3");
+    optLevel = level;
+  }
   if (const std::string* n = args.get("--threads")) {
     auto value = parseInteger(*n, "--threads", 1, 4096);
     if (!value) return usageError(kName, value.error().message());
@@ -167,14 +192,17 @@ int compile(const ParsedArgs& args) {
     PassContext ctx;
     ctx.evaluator = &evaluator;
     PassManager pm({}, ctx);
-    if (Status s = pm.addOptLevel(2); !s) return reportError(kName, s.takeError()), kExitError;
+    if (Status s = pm.addOptLevel(optLevel.value_or(2)); !s) return reportError(kName, s.takeError()), kExitError;
     if (Status s = pm.run(**module, std::cerr); !s) return reportError(kName, s.takeError()), kExitError;
     std::cout << print(**module);
     return kExitOk;
   }
   // --emit shows the -O2 pipeline like --emit=ir above (one kernel per op);
   // a .kc is compiled like `kiln run` compiles (CpuOptions' default, -O3).
-  if (emit) options.optLevel = 2;
+  if (optLevel)
+    options.optLevel = *optLevel;
+  else if (emit)
+    options.optLevel = 2;
   auto executor = codegen::CpuExecutor::create(f, options);
   if (!executor) return reportError(kName, executor.takeError()), kExitError;
   auto finish = [&](int status) {
@@ -213,7 +241,7 @@ const Command& compileCommand() {
   static const Command command{
       kName,
       "compile a model for this CPU into a .kc file",
-      "MODEL (-o OUT.kc | --emit=ir|kernel|llvm) [--input-shape NAME=2x3x8]...",
+      "MODEL (-o OUT.kc | --emit=ir|kernel|llvm) [--input-shape NAME=2x3x8]... [-O0|-O1|-O2|-O3] [--device cpu]",
       "Optimizes MODEL as kiln run does (-O3: fused kernels, oneDNN steps) and compiles its kernels with LLVM\n"
       "for this machine's CPU. -o writes OUT.kc (the optimized module, kernel list, memory plan, object code\n"
       "and weights), which kiln run OUT.kc runs without recompiling; --emit prints the optimized IR, the\n"
