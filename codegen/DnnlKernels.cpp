@@ -1,12 +1,14 @@
-// oneDNN kernels of DnnlKernels.h. Every memory descriptor is plain
-// row-major (explicit strides), so oneDNN reads and writes the executor's
-// buffers with no reorders; `set_data_handle` binds each run's buffers to
-// memory objects made once. An epilogue is read as a chain from the
-// anchor's result: each op takes the running value as one operand and, for
-// a binary op, a region argument (possibly through a `broadcast`) or a
-// splat constant as the other. Anything else in the region (a value used
-// twice, an op with no post-op) makes create() fail, and the executor falls
-// back to a generated kernel.
+// oneDNN kernels of DnnlKernels.h. Buffers are described as plain
+// row-major (explicit strides); `set_data_handle` binds each run's buffers
+// to memory objects made once, and a convolution whose chosen layouts are
+// blocked reorders through memory of its own. An epilogue is read as a
+// chain from the anchor's result: each op takes the running value as one
+// operand and, for a binary op, a region argument (possibly through a
+// `broadcast`) or a splat constant as the other; where the running value
+// has several readers, the ops computing a known function of it alone
+// (GELU, SiLU) are found by evaluating them at sample points. Anything else
+// in the region makes create() fail, and the executor falls back to a
+// generated kernel.
 #include "codegen/DnnlKernels.h"
 
 #include <omp.h>
@@ -15,6 +17,7 @@
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
+#include <set>
 #include <unordered_map>
 
 namespace kiln::codegen {
@@ -67,28 +70,154 @@ struct PostOp {
   std::string name;
 };
 
+/// The value of scalar op `kind` at (a, b), or nullopt for ops that are not
+/// elementwise float functions of their operands.
+std::optional<double> evaluateScalar(OpKind kind, double a, double b) {
+  switch (kind) {
+    case OpKind::Add: return a + b;
+    case OpKind::Sub: return a - b;
+    case OpKind::Mul: return a * b;
+    case OpKind::Div: return a / b;
+    case OpKind::Max: return std::max(a, b);
+    case OpKind::Min: return std::min(a, b);
+    case OpKind::Pow: return std::pow(a, b);
+    case OpKind::Neg: return -a;
+    case OpKind::Abs: return std::fabs(a);
+    case OpKind::Exp: return std::exp(a);
+    case OpKind::Log: return std::log(a);
+    case OpKind::Sqrt: return std::sqrt(a);
+    case OpKind::Rsqrt: return 1 / std::sqrt(a);
+    case OpKind::Reciprocal: return 1 / a;
+    case OpKind::Tanh: return std::tanh(a);
+    case OpKind::Erf: return std::erf(a);
+    case OpKind::Sigmoid: return 1 / (1 + std::exp(-a));
+    case OpKind::Relu: return std::max(a, 0.0);
+    default: return std::nullopt;
+  }
+}
+
+/// A run of epilogue ops that computes one known function of the chain's
+/// value x alone (x feeds several of them, as in GELU's x * 0.5 * (1 +
+/// erf(x / sqrt 2))): the ops, the value they end in, and the post-op.
+struct ScalarSegment {
+  std::set<const Op*> ops;
+  const Value* result = nullptr;
+  algorithm alg = algorithm::undef;
+  std::string name;
+};
+
+/// Grows a segment from x over the region's ops in order (each op reading
+/// only x, segment values and splat constants); after each op, when only
+/// its result is used outside the segment, compares the segment as a
+/// function of x, at sample points, with the functions oneDNN has.
+std::optional<ScalarSegment> readScalarSegment(const Function& region, const Value* x) {
+  static const double kSamples[] = {-4.0, -2.5, -1.3, -0.7, -0.2, 0.0, 0.1, 0.5, 1.0, 1.7, 3.0, 5.0};
+  struct Known {
+    algorithm alg;
+    const char* name;
+    double (*f)(double);
+  };
+  static const Known kKnown[] = {
+      {algorithm::eltwise_gelu_erf, "gelu_erf", [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }},
+      {algorithm::eltwise_gelu_tanh, "gelu_tanh",
+       [](double v) { return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))); }},
+      {algorithm::eltwise_swish, "swish", [](double v) { return v / (1 + std::exp(-v)); }},
+  };
+  ScalarSegment segment;
+  std::vector<const Op*> order;
+  std::set<const Value*> values = {x};
+  bool started = x->isArgument();
+  for (const auto& opPtr : region.ops()) {
+    const Op& op = *opPtr;
+    if (!started) {
+      started = &op == x->definingOp();
+      continue;
+    }
+    if (op.kind() == OpKind::Return || op.kind() == OpKind::Constant || op.numResults() != 1 || op.numOperands() < 1 ||
+        op.numOperands() > 2 || !evaluateScalar(op.kind(), 0, 0))
+      continue;
+    bool readsSegment = false, scalarOnly = true;
+    for (const Value* v : op.operands()) {
+      if (values.count(v))
+        readsSegment = true;
+      else if (!splatOf(v))
+        scalarOnly = false;
+    }
+    if (!readsSegment || !scalarOnly) continue;
+    order.push_back(&op);
+    segment.ops.insert(&op);
+    values.insert(op.result());
+    // Only this op's result may leave the segment.
+    bool closed = true;
+    for (const Value* v : values) {
+      if (v == op.result()) continue;
+      for (const Op* user : v->users())
+        if (!segment.ops.count(user)) closed = false;
+    }
+    if (!closed) continue;
+    for (const Known& known : kKnown) {
+      bool matches = true;
+      for (double sample : kSamples) {
+        std::map<const Value*, double> at = {{x, sample}};
+        for (const Op* o : order) {
+          auto operand = [&](size_t i) {
+            return at.count(o->operand(i)) ? at[o->operand(i)] : *splatOf(o->operand(i));
+          };
+          at[o->result()] = *evaluateScalar(o->kind(), operand(0), o->numOperands() > 1 ? operand(1) : 0.0);
+        }
+        const double want = known.f(sample), got = at[op.result()];
+        if (!(std::fabs(got - want) <= 1e-6 * (1 + std::fabs(want)))) {
+          matches = false;
+          break;
+        }
+      }
+      if (matches) {
+        segment.result = op.result();
+        segment.alg = known.alg;
+        segment.name = known.name;
+        return segment;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 /// Reads the epilogue after `anchor` in `region` as post-ops; an error
 /// names the first op that does not fit.
 Expected<std::vector<PostOp>> readEpilogue(const Function& region, const Op& anchor, size_t rank) {
   std::vector<PostOp> postOps;
   const Value* current = anchor.result();
+  std::set<const Op*> consumed;  // ops of scalar segments already read
   for (const auto& opPtr : region.ops()) {
     const Op& op = *opPtr;
-    if (&op == &anchor) continue;
+    if (&op == &anchor || consumed.count(&op)) continue;
     if (op.kind() == OpKind::Return) {
       if (op.numOperands() != 1 || op.operand(0) != current)
         return Error("the epilogue does not return the end of its chain");
       continue;
     }
-    // Splat constants and broadcasts of arguments are read by the chain op
-    // that uses them; they must have no other use.
-    if (op.kind() == OpKind::Constant || op.kind() == OpKind::Broadcast) {
-      if (op.result()->users().size() != 1) return Error("a constant or broadcast with several uses");
+    // Splat constants and broadcasts of arguments are read by the chain ops
+    // that use them; a broadcast must have no other use.
+    if (op.kind() == OpKind::Constant) continue;
+    if (op.kind() == OpKind::Broadcast) {
+      if (op.result()->users().size() != 1) return Error("a broadcast with several uses");
       continue;
     }
     if (op.numResults() != 1 || op.result()->type().dtype != DType::F32)
       return Error("'" + std::string(op.name()) + "' is not an f32 elementwise op");
-    if (current->users().size() != 1) return Error("an epilogue value is used twice");
+    if (current->users().size() != 1) {
+      // Several ops read the value: GELU and the like, as one post-op.
+      std::optional<ScalarSegment> segment = readScalarSegment(region, current);
+      if (!segment || !segment->ops.count(&op)) return Error("an epilogue value is used twice");
+      PostOp p;
+      p.name = segment->name;
+      p.alg = segment->alg;
+      p.alpha = segment->alg == algorithm::eltwise_swish ? 1.0f : 0.0f;
+      postOps.push_back(std::move(p));
+      consumed = segment->ops;
+      current = segment->result;
+      continue;
+    }
     PostOp p;
     p.name = std::string(op.name());
     auto eltwise = [&](algorithm alg, float alpha = 0, float beta = 0) {

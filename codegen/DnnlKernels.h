@@ -2,11 +2,13 @@
 // matmul (batched, batch dims broadcast, 1-D operands) and N-d convolution
 // (strides, pads, dilations, groups, bias), each optionally with the
 // epilogue of a `matmul_epilogue` / `conv_epilogue` fused group as oneDNN
-// post-ops (elementwise: relu, tanh, sigmoid, exp, log, abs, sqrt, erf-GELU,
-// and x*a+b by splat constants; binary: add, sub, mul, div, max, min with a
+// post-ops (elementwise: relu, tanh, sigmoid, exp, log, abs, sqrt, x*a+b by
+// splat constants, and GELU (erf or tanh form) or SiLU recognized from the
+// ops that compute them; binary: add, sub, mul, div, max, min with a
 // tensor that broadcasts into the result). A primitive is created once per
-// op and shape set, with plain row-major layouts, so it reads and writes the
-// executor's buffers directly.
+// op and shape set. Matmuls use plain row-major layouts, so they read and
+// write the executor's buffers directly; convolutions take the blocked
+// layouts oneDNN prefers, with reorders in and out (constant weights once).
 //
 // Nothing of oneDNN leaks through this header. Debian's oneDNN runs its
 // parallel regions on OpenMP (libgomp); setDnnlThreads sets their size.

@@ -125,12 +125,31 @@ TEST(DnnlKernelsTest, EpiloguesBecomePostOps) {
   EXPECT_NE(ir.find("onednn conv [1,3,10,10]*[4,3,3,3] + relu"), std::string::npos) << ir;
 }
 
-/// An epilogue that is not a chain (GELU reads the product twice) still
-/// matches: the product goes to oneDNN and the rest is a generated kernel.
+/// GELU and SiLU read the product several times; the run of ops computing
+/// them from it is recognized (by its values at sample points) as one
+/// oneDNN post-op.
+TEST(DnnlKernelsTest, ScalarFunctionsOfTheProductBecomeOnePostOp) {
+  const char* cases[][2] = {{"gelu(%s)", "+ add, gelu_erf ("},
+                            {"gelu(%s) {approximate = \"tanh\"}", "+ add, gelu_tanh ("},
+                            {"silu(%s)", "+ add, swish ("}};
+  for (auto& c : cases) {
+    const std::string ir = expectMatches(
+        "func @f(%x: f32[8,64], %w: f32[64,12], %b: f32[12]) -> f32[8,12] {\n  %m = matmul(%x, %w) : f32[8,12]\n"
+        "  %s = add(%m, %b) : f32[8,12]\n  %g = " +
+            std::string(c[0]) + " : f32[8,12]\n  return %g\n}\n",
+        3);
+    EXPECT_NE(ir.find(c[1]), std::string::npos) << ir;
+    EXPECT_EQ(ir.find("kernel @"), std::string::npos) << ir;
+  }
+}
+
+/// An epilogue that is neither a chain nor a known function of the product
+/// (x + e^x) still matches: the product goes to oneDNN and the rest is a
+/// generated kernel.
 TEST(DnnlKernelsTest, EpilogueWithoutPostOpsStillMatches) {
   const std::string ir = expectMatches(
       "func @f(%x: f32[8,64], %w: f32[64,12]) -> f32[8,12] {\n  %m = matmul(%x, %w) : f32[8,12]\n"
-      "  %g = gelu(%m) : f32[8,12]\n  return %g\n}\n",
+      "  %e = exp(%m) : f32[8,12]\n  %g = add(%m, %e) : f32[8,12]\n  return %g\n}\n",
       3);
   EXPECT_NE(ir.find("library"), std::string::npos) << ir;
   EXPECT_NE(ir.find("kernel @"), std::string::npos) << ir;
