@@ -37,6 +37,7 @@ constexpr OptionSpec kOptions[] = {
     {"-O1", "", "pass pipeline -O1 (composite ops are not decomposed, so they cannot be compiled)"},
     {"-O2", "", "pass pipeline -O2 (one kernel per op; the default of --emit)"},
     {"-O3", "", "pass pipeline -O3 (fusion; the default of -o, as for kiln run)"},
+    {"--print-memory-plan", "", "with -o: print the memory plan stored in OUT.kc"},
     {"--threads", "N", "threads that compile kernels (default: all cores)"},
     {"--time-passes", "", "print the time of each pass and code generation phase to stderr"},
     {"--cache-dir", "DIR", "the kernel cache folder (default: $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln)"},
@@ -135,6 +136,8 @@ int compile(const ParsedArgs& args) {
   if (emit && *emit != "ir" && *emit != "kernel" && *emit != "llvm")
     return usageError(kName, "unknown --emit '" + *emit + "' (valid: ir, kernel, llvm)");
   if (output && output->empty()) return usageError(kName, "-o needs a file name");
+  if (args.has("--print-memory-plan") && !output)
+    return usageError(kName, "--print-memory-plan applies with -o OUT.kc");
   if (args.has("--cache-dir") && args.has("--no-cache"))
     return usageError(kName, "--cache-dir and --no-cache contradict each other");
   if (const std::string* device = args.get("--device")) {
@@ -223,6 +226,10 @@ int compile(const ParsedArgs& args) {
   const Function& optimized = *compiled->first->functions().front();
   auto plan = planMemory(optimized);
   if (!plan) return reportError(kName, plan.takeError()), finish(kExitError);
+  // The names the stored module's text gives the values.
+  const auto printedNames = printedValueNames(optimized);
+  for (MemoryPlan::Buffer& b : plan->buffers)
+    if (auto it = printedNames.find(b.value); it != printedNames.end()) b.name = it->second;
   codegen::CompiledArtifact artifact;
   artifact.target = codegen::CpuJit::hostTarget();
   artifact.optLevel = options.optLevel;
@@ -232,6 +239,8 @@ int compile(const ParsedArgs& args) {
   auto bytes = codegen::serializeArtifact(artifact);
   if (!bytes) return reportError(kName, bytes.takeError()), finish(kExitError);
   if (Status s = writeFileAtomically(*output, *bytes); !s) return reportError(kName, s.takeError()), finish(kExitError);
+  if (args.has("--print-memory-plan"))
+    std::cout << "memory plan @" << optimized.name() << ": " << plan->numKernels << " kernels\n" << artifact.memoryPlan;
   return finish(kExitOk);
 }
 
