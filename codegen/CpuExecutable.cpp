@@ -343,6 +343,73 @@ std::unique_ptr<Module> cloneFunction(const Function& f) {
   return module;
 }
 
+namespace {
+
+/// A copy of `source` whose arguments have `types` (static shapes), run
+/// through the pass pipeline of `optLevel`.
+Expected<std::unique_ptr<Module>> specializeAndOptimize(const Function& source, const std::vector<TensorType>& types,
+                                                        int optLevel, CompileReport* report) {
+  std::unique_ptr<Module> module = cloneFunction(source);
+  Module& m = *module;
+  Function& f = *m.functions().front();
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i].dtype != f.argument(i)->type().dtype)
+      return Error("input " + std::to_string(i) + " of '" + f.name() + "' is " + types[i].str() + ", expected " +
+                   f.argument(i)->type().str());
+    f.argument(i)->setType(types[i]);
+  }
+  static const InterpreterEvaluator evaluator;
+  PassContext passContext;
+  passContext.evaluator = &evaluator;
+  PassManagerOptions passOptions;
+  passOptions.timePasses = report != nullptr;
+  PassManager pm(passOptions, passContext);
+  KILN_TRY(pm.addOptLevel(optLevel));
+  std::ostringstream log;
+  const auto passStart = std::chrono::steady_clock::now();
+  KILN_TRY(pm.run(m, log));
+  KILN_TRY(verify(m));
+  if (report) {
+    report->passes += std::chrono::duration<double>(std::chrono::steady_clock::now() - passStart).count();
+    report->passTimings += log.str();
+  }
+  return module;
+}
+
+}  // namespace
+
+Expected<std::vector<kir::Kernel>> lowerToKernels(const Function& f, const std::vector<TensorType>& types,
+                                                  int optLevel) {
+  if (types.size() != f.numArguments())
+    return Error("function '" + f.name() + "' takes " + std::to_string(f.numArguments()) + " inputs, got " +
+                 std::to_string(types.size()));
+  auto module = specializeAndOptimize(f, types, optLevel, nullptr);
+  if (!module) return module.takeError();
+  Function& g = *(*module)->functions().front();
+  splitMultiResultGroups(g);
+  KILN_TRY(verify(**module));
+  std::vector<kir::Kernel> kernels;
+  std::vector<std::string> unsupported;
+  for (const auto& op : g.ops()) {
+    if (op->kind() == OpKind::Constant || op->kind() == OpKind::Return) continue;
+    if (std::string why = whyNotLowerable(*op); !why.empty()) {
+      unsupported.push_back(why + (op->loc().isPrinted() ? " at " + op->loc().str() : ""));
+      continue;
+    }
+    auto kernel = lowerOpToKernel(*op, "kiln_" + std::string(op->name()) + "_" + std::to_string(kernels.size()));
+    if (!kernel) return kernel.takeError();
+    kernels.push_back(std::move(*kernel));
+  }
+  if (!unsupported.empty()) {
+    std::sort(unsupported.begin(), unsupported.end());
+    unsupported.erase(std::unique(unsupported.begin(), unsupported.end()), unsupported.end());
+    std::string list;
+    for (const std::string& u : unsupported) list += (list.empty() ? "" : "; ") + u;
+    return Error("cannot lower '" + f.name() + "' to kernels: " + list);
+  }
+  return kernels;
+}
+
 CpuExecutor::CpuExecutor(std::unique_ptr<Module> module, CpuOptions options)
     : module_(std::move(module)),
       options_(options),
@@ -386,33 +453,11 @@ Expected<CompiledFunction*> CpuExecutor::compiled(const std::vector<Tensor>& inp
   if (auto it = cache_.find(shapes); it != cache_.end()) return it->second.get();
   unsupported_.clear();
 
-  // Specialize a copy to these shapes and optimize it.
-  std::unique_ptr<Module> module = cloneFunction(source);
-  Module& m = *module;
-  Function& f = *m.functions().front();
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].dtype() != f.argument(i)->type().dtype)
-      return Error("input " + std::to_string(i) + " of '" + f.name() + "' is " + inputs[i].type().str() +
-                   ", expected " + f.argument(i)->type().str());
-    f.argument(i)->setType(inputs[i].type());
-  }
-  static const InterpreterEvaluator evaluator;
-  PassContext passContext;
-  passContext.evaluator = &evaluator;
-  PassManagerOptions passOptions;
-  passOptions.timePasses = options_.report != nullptr;
-  PassManager pm(passOptions, passContext);
-  KILN_TRY(pm.addOptLevel(options_.optLevel));
-  std::ostringstream log;
-  const auto passStart = std::chrono::steady_clock::now();
-  KILN_TRY(pm.run(m, log));
-  KILN_TRY(verify(m));
-  if (options_.report) {
-    options_.report->passes += std::chrono::duration<double>(std::chrono::steady_clock::now() - passStart).count();
-    options_.report->passTimings += log.str();
-  }
-
-  auto compiled = finish(std::move(module), nullptr);
+  std::vector<TensorType> types;
+  for (const Tensor& t : inputs) types.push_back(t.type());
+  auto module = specializeAndOptimize(source, types, options_.optLevel, options_.report);
+  if (!module) return module.takeError();
+  auto compiled = finish(std::move(*module), nullptr);
   if (!compiled) return compiled.takeError();
   CompiledFunction* result = compiled->get();
   cache_.emplace(std::move(shapes), std::move(*compiled));

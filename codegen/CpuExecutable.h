@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/KernelIR.h"
 #include "ir/IR.h"
 #include "runtime/Tensor.h"
 
@@ -120,5 +121,14 @@ class CpuExecutor {
 
 /// A copy of `f` (ops, names, locations, argument defaults) in a new module.
 std::unique_ptr<Module> cloneFunction(const Function& f);
+
+/// The kernels of `f` specialized to argument `types` (static shapes) and
+/// optimized at `optLevel`, by the executor's pipeline (passes, then one
+/// kernel per op or single-result fused group) but with every op a
+/// generated kernel: matmul and conv become loop nests instead of oneDNN
+/// steps. The kernel list of a device without the CPU's libraries (the
+/// CUDA emitter, codegen/cuda/). Unlowerable ops are an error naming each.
+Expected<std::vector<kir::Kernel>> lowerToKernels(const Function& f, const std::vector<TensorType>& types,
+                                                  int optLevel);
 
 }  // namespace kiln::codegen

@@ -5,7 +5,9 @@
 // --input-shape NAME=2x3x8x8. The `.kc` (codegen/CompiledArtifact.h) holds
 // the optimized module, the kernel list, the memory plan, the kernels'
 // object code and the weights, and `kiln run OUT.kc` runs it without
-// passes or LLVM.
+// passes or LLVM. `--device cuda` prints what the CUDA backend makes of a
+// model (codegen/cuda/): its kernels as CUDA C++, or compiled by NVRTC for
+// --cuda-arch, which needs no GPU (the e2e-<model>-nvrtc tests).
 #include <iostream>
 #include <map>
 #include <optional>
@@ -13,6 +15,8 @@
 
 #include "codegen/CompiledArtifact.h"
 #include "codegen/CpuExecutable.h"
+#include "codegen/cuda/CudaEmitter.h"
+#include "codegen/cuda/NvrtcCompiler.h"
 #include "codegen/llvm/CpuJit.h"
 #include "frontend/Model.h"
 #include "ir/Printer.h"
@@ -20,6 +24,7 @@
 #include "passes/MemoryPlan.h"
 #include "passes/PassManager.h"
 #include "runtime/Interpreter.h"
+#include "runtime/cuda/CudaLibraries.h"
 #include "tools/KilnCommands.h"
 
 namespace kiln::cli {
@@ -30,9 +35,13 @@ constexpr std::string_view kName = "compile";
 
 constexpr OptionSpec kOptions[] = {
     {"--output", "OUT.kc", "write the compiled model to OUT.kc (run it with kiln run OUT.kc)", false, "-o"},
-    {"--emit", "ir|kernel|llvm", "print the optimized IR, the kernel IR or the optimized LLVM IR instead"},
+    {"--emit", "ir|kernel|llvm|cuda|ptx|cubin-size",
+     "print the optimized IR, the kernel IR, the optimized LLVM IR, the CUDA C++, NVRTC's PTX, or the size of "
+     "NVRTC's CUBIN instead"},
+    {"--cuda-arch", "sm_90", "the GPU architecture NVRTC compiles for with --device cuda (default: sm_90)"},
     {"--input-shape", "NAME=2x3x8", "the static shape of input NAME, for inputs with symbolic or unknown dims", true},
-    {"--device", "cpu|cuda|auto", "the device to compile for (default: cpu; CUDA is not implemented yet)"},
+    {"--device", "cpu|cuda|auto",
+     "the device to compile for (default: cpu; cuda: --emit=kernel|cuda|ptx|cubin-size, no GPU needed, no .kc yet)"},
     {"-O0", "", "pass pipeline -O0 (no passes: every type must already be static)"},
     {"-O1", "", "pass pipeline -O1 (composite ops are not decomposed, so they cannot be compiled)"},
     {"-O2", "", "pass pipeline -O2 (one kernel per op; the default of --emit)"},
@@ -124,6 +133,49 @@ std::optional<std::vector<Tensor>> compileInputs(const Function& f, const Parsed
   return std::nullopt;
 }
 
+/// --device cuda: the kernels of `f` for `inputs`' shapes at `optLevel`
+/// (default -O3, what a run executes; matmul and conv as generated kernels), printed as
+/// kernel IR or CUDA C++, or compiled by NVRTC for sm_<arch>: its PTX, or
+/// the number of kernels in its CUBIN and the sizes.
+int compileForCuda(const Function& f, const std::vector<Tensor>& inputs, const std::string& emit, int arch,
+                   int optLevel) {
+  std::vector<TensorType> types;
+  for (const Tensor& t : inputs) types.push_back(t.type());
+  auto kernels = codegen::lowerToKernels(f, types, optLevel);
+  if (!kernels) return reportError(kName, kernels.takeError()), kExitError;
+  if (emit == "kernel") {
+    for (size_t i = 0; i < kernels->size(); ++i) std::cout << (i ? "\n" : "") << kir::printKernel((*kernels)[i]);
+    return kExitOk;
+  }
+  auto source = codegen::emitCudaSource(*kernels);
+  if (!source) return reportError(kName, source.takeError()), kExitError;
+  if (emit == "cuda") {
+    std::cout << source->code;
+    return kExitOk;
+  }
+  auto nvrtc = cuda::loadNvrtc();
+  if (!nvrtc) return reportError(kName, nvrtc.takeError()), kExitError;
+  auto binary = codegen::compileCudaSource(**nvrtc, source->code, f.name() + ".cu", arch);
+  if (!binary) return reportError(kName, binary.takeError()), kExitError;
+  if (!binary->log.empty()) std::cerr << "kiln " << kName << ": note: NVRTC says:\n" << binary->log << "\n";
+  if (emit == "ptx") {
+    std::cout << binary->ptx;
+    return kExitOk;
+  }
+  std::vector<std::string> names;
+  for (const codegen::CudaLaunch& launch : source->launches) names.push_back(launch.name);
+  const size_t found = codegen::countKernelsInCubin(binary->cubin, names);
+  if (found != names.size()) {
+    reportError(kName, Error("the CUBIN NVRTC produced defines " + std::to_string(found) + " of the " +
+                             std::to_string(names.size()) + " kernels of '" + f.name() + "'"));
+    return kExitError;
+  }
+  std::cout << "compiled " << names.size() << " kernels of '" << f.name() << "' with NVRTC " << binary->nvrtcVersion
+            << " for sm_" << arch << ": CUBIN " << binary->cubin.size() << " bytes, PTX " << binary->ptx.size()
+            << " bytes\n";
+  return kExitOk;
+}
+
 int compile(const ParsedArgs& args) {
   const auto& positionals = args.positionals();
   if (positionals.size() != 1)
@@ -133,26 +185,43 @@ int compile(const ParsedArgs& args) {
   const std::string* output = args.get("--output");
   if (!emit && !output) return usageError(kName, "nothing to do: give -o OUT.kc or --emit=ir|kernel|llvm");
   if (emit && output) return usageError(kName, "give either -o OUT.kc or --emit, not both");
-  if (emit && *emit != "ir" && *emit != "kernel" && *emit != "llvm")
-    return usageError(kName, "unknown --emit '" + *emit + "' (valid: ir, kernel, llvm)");
+  if (emit && *emit != "ir" && *emit != "kernel" && *emit != "llvm" && *emit != "cuda" && *emit != "ptx" &&
+      *emit != "cubin-size")
+    return usageError(kName, "unknown --emit '" + *emit + "' (valid: ir, kernel, llvm, cuda, ptx, cubin-size)");
+  // --device: cpu, or cuda[:N] (no device is needed to compile for CUDA, so
+  // N is only checked for form); auto compiles for the CPU, since .kc
+  // files for CUDA do not exist yet.
+  std::string device = args.has("--device") ? *args.get("--device") : "cpu";
+  if (device == "auto") {
+    std::cerr << "kiln compile: --device auto chose cpu (compiling a .kc for CUDA is not implemented yet)\n";
+    device = "cpu";
+  }
+  const bool cuda = device == "cuda" || (device.rfind("cuda:", 0) == 0 && device.size() > 5 &&
+                                         device.find_first_not_of("0123456789", 5) == std::string::npos);
+  if (!cuda && device != "cpu")
+    return usageError(kName, "unknown device '" + device + "' (valid devices: cpu, cuda, cuda:N, auto)");
+  if (cuda && !emit) {
+    reportError(kName, Error("--device " + device +
+                             ": compiling a .kc for CUDA is not implemented yet (--emit=kernel|cuda|ptx|cubin-size "
+                             "show and compile the CUDA kernels), and Kiln never compiles for the CPU instead on its "
+                             "own; use --device cpu"));
+    return kExitError;
+  }
+  const bool cudaEmit = emit && (*emit == "cuda" || *emit == "ptx" || *emit == "cubin-size");
+  if (cudaEmit && !cuda) return usageError(kName, "--emit=" + *emit + " needs --device cuda");
+  if (cuda && *emit == "llvm") return usageError(kName, "--emit=llvm is for --device cpu");
+  if (args.has("--cuda-arch") && !cuda) return usageError(kName, "--cuda-arch needs --device cuda");
+  int cudaArch = 90;
+  if (const std::string* arch = args.get("--cuda-arch")) {
+    auto value = codegen::parseCudaArch(*arch);
+    if (!value) return usageError(kName, value.error().message());
+    cudaArch = *value;
+  }
   if (output && output->empty()) return usageError(kName, "-o needs a file name");
   if (args.has("--print-memory-plan") && !output)
     return usageError(kName, "--print-memory-plan applies with -o OUT.kc");
   if (args.has("--cache-dir") && args.has("--no-cache"))
     return usageError(kName, "--cache-dir and --no-cache contradict each other");
-  if (const std::string* device = args.get("--device")) {
-    if (device->rfind("cuda", 0) == 0) {
-      reportError(kName, Error("--device " + *device +
-                               ": compiling for CUDA is not implemented yet, and Kiln never compiles for the CPU "
-                               "instead on its own; use --device cpu"));
-      return kExitError;
-    }
-    if (*device == "auto") {
-      std::cerr << "kiln compile: --device auto chose cpu (compiling for CUDA is not implemented yet)\n";
-    } else if (*device != "cpu") {
-      return usageError(kName, "unknown device '" + *device + "' (valid devices: cpu, cuda, cuda:N, auto)");
-    }
-  }
   codegen::CpuOptions options;
   std::optional<int> optLevel;
   for (int level = 0; level <= 3; ++level) {
@@ -191,6 +260,7 @@ int compile(const ParsedArgs& args) {
   auto inputs = compileInputs(f, args);
   if (!inputs) return kExitError;
 
+  if (cuda && *emit != "ir") return compileForCuda(f, *inputs, *emit, cudaArch, optLevel.value_or(3));
   if (emit && *emit == "ir") {
     PassContext ctx;
     ctx.evaluator = &evaluator;
@@ -250,12 +320,16 @@ const Command& compileCommand() {
   static const Command command{
       kName,
       "compile a model for this CPU into a .kc file",
-      "MODEL (-o OUT.kc | --emit=ir|kernel|llvm) [--input-shape NAME=2x3x8]... [-O0|-O1|-O2|-O3] [--device cpu]",
+      "MODEL (-o OUT.kc | --emit=ir|kernel|llvm | --device cuda --emit=kernel|cuda|ptx|cubin-size) "
+      "[--input-shape NAME=2x3x8]... [-O0|-O1|-O2|-O3] [--device cpu|auto]",
       "Optimizes MODEL as kiln run does (-O3: fused kernels, oneDNN steps) and compiles its kernels with LLVM\n"
       "for this machine's CPU. -o writes OUT.kc (the optimized module, kernel list, memory plan, object code\n"
       "and weights), which kiln run OUT.kc runs without recompiling; --emit prints the optimized IR, the\n"
       "kernel IR, or the LLVM IR after O3 of the -O2 pipeline (one kernel per op) instead. Every input needs\n"
-      "a static shape: from the model, or from --input-shape.",
+      "a static shape: from the model, or from --input-shape.\n"
+      "--device cuda lowers the model (-O3 unless -O says) with every op a generated kernel and prints the kernel IR or\n"
+      "the CUDA C++ (--emit=cuda), or compiles it with NVRTC for --cuda-arch (no GPU needed) and prints the\n"
+      "PTX (--emit=ptx) or the number of kernels in the CUBIN and its size (--emit=cubin-size).",
       kOptions,
       &compile,
   };

@@ -1,0 +1,55 @@
+// Kernel IR to CUDA C++ (docs/codegen.md section 3): the same kernel
+// descriptions the LLVM emitter compiles for the CPU become one
+// `extern "C" __global__` function each, in one translation unit that NVRTC
+// compiles (codegen/cuda/NvrtcCompiler.h).
+//
+// Grid mapping: the kernel's parallel loop and the loops perfectly nested
+// in it that are marked parallel or vectorize (their iterations are
+// independent) are flattened into one index space of `workItems` elements,
+// which a grid-stride loop covers (`blockIdx.x * blockDim.x + threadIdx.x`,
+// stepping by `gridDim.x * blockDim.x`), so any grid size is correct and the
+// runtime picks one. Each thread computes whole result elements: reductions
+// are sequential loops inside a thread (no cooperation between threads yet),
+// other loops plain loops. A kernel without a parallel loop (a scalar
+// result) runs on thread 0 of block 0.
+//
+// The signature mirrors the CPU's (`void** buffers, const int64_t* sizes`):
+// one `__restrict__` pointer per buffer, typed by its dtype (inputs const),
+// then `sizes`, unused like on the CPU; `cuLaunchKernel` passes them as its
+// array of argument pointers. Scalar semantics follow the LLVM emitter and
+// the interpreter: max/min and max/min reductions propagate NaN, `mod`
+// takes the divisor's sign, round is half-to-even, integer division by zero
+// gives 0, float-to-integer casts truncate through i64. Math uses CUDA's
+// device functions (expf, tanhf, erff, ...; f64 overloads for f64). Index
+// arithmetic is i64 (`long long`), as in the kernel IR. f16/bf16 are not
+// lowered to kernel IR yet, so the emitter refuses them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "codegen/KernelIR.h"
+#include "ir/Support.h"
+
+namespace kiln::codegen {
+
+/// How one emitted kernel is launched: the size of its flattened grid
+/// index space (1 for a kernel without a parallel loop) and the block size
+/// its `__launch_bounds__` promises.
+struct CudaLaunch {
+  std::string name;
+  int64_t workItems = 1;
+  int blockSize = 256;
+};
+
+/// A translation unit holding `kernels`, and how to launch each.
+struct CudaSource {
+  std::string code;
+  std::vector<CudaLaunch> launches;
+};
+
+/// Emits `kernels` as CUDA C++. Errors name the kernel and what it uses
+/// that the emitter lacks (f16/bf16 buffers or values).
+Expected<CudaSource> emitCudaSource(const std::vector<kir::Kernel>& kernels);
+
+}  // namespace kiln::codegen

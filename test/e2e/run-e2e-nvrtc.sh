@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Compiles one end-to-end model's kernels for CUDA with NVRTC, which needs
+# no GPU: `kiln compile model.onnx --device cuda --cuda-arch sm_90
+# --emit=cubin-size`, with each input's shape taken from its input_<name>.npy.
+# Fails when any kernel fails to compile, when the CUBIN lacks a kernel, and
+# when NVRTC cannot be loaded (kiln names the library and the paths tried):
+# CI machines have the CUDA toolkit, so a missing NVRTC is a failure, not a
+# skip. The kernels are not run (that needs a GPU).
+#
+#   run-e2e-nvrtc.sh KILN MODEL_DIR [ARCH]
+set -euo pipefail
+if [[ $# -lt 2 || $# -gt 3 ]]; then
+  echo "usage: run-e2e-nvrtc.sh KILN MODEL_DIR [ARCH]" >&2
+  exit 2
+fi
+kiln=$1 model_dir=$2 arch=${3:-sm_90}
+
+# The shape in a .npy header, as 2x8 (or "scalar"), without NumPy.
+npy_shape() {
+  python3 - "$1" <<'PY'
+import ast, struct, sys
+data = open(sys.argv[1], "rb").read(4096)
+major = data[6]
+size, start = (struct.unpack_from("<H", data, 8)[0], 10) if major == 1 else (struct.unpack_from("<I", data, 8)[0], 12)
+shape = ast.literal_eval(data[start:start + size].decode("latin1"))["shape"]
+print("x".join(str(d) for d in shape) if shape else "scalar")
+PY
+}
+
+shapes=()
+for f in "$model_dir"/input_*.npy; do
+  name=$(basename "$f" .npy)
+  shapes+=(--input-shape "${name#input_}=$(npy_shape "$f")")
+done
+
+summary=$("$kiln" compile "$model_dir/model.onnx" "${shapes[@]}" --device cuda --cuda-arch "$arch" --emit=cubin-size)
+echo "$summary"
+# "compiled N kernels of 'F' with NVRTC V for sm_90: CUBIN B bytes, PTX P bytes", N and B above 0.
+if ! [[ $summary =~ ^compiled\ [1-9][0-9]*\ kernels\ .*\ for\ $arch:\ CUBIN\ [1-9][0-9]*\ bytes ]]; then
+  echo "run-e2e-nvrtc.sh: unexpected summary from kiln compile: $summary" >&2
+  exit 1
+fi

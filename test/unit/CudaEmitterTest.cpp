@@ -1,0 +1,415 @@
+// The CUDA emitter without a GPU. Two checks on the same cases (ops of
+// every kind and dtype, reductions with NaN, matmul, conv, pooling, fused
+// softmax and layer norm):
+//  - NVRTC compiles the emitted translation unit for sm_90, and the CUBIN
+//    defines every kernel;
+//  - the same CUDA C++ compiled as host C++ (a small shim defines
+//    __global__, blockIdx, ... and CUDA's few non-standard functions) and
+//    run with an emulated grid of 3 blocks of 4 threads, one thread after
+//    another, matches the interpreter. This checks the emitter's indexing,
+//    grid-stride mapping, reductions and scalar rules; it does not check
+//    CUDA's own math functions or the device's execution, which need a GPU.
+// Plus NVRTC's log in compile errors, the architecture checks and the CUBIN
+// symbol reader on bad input.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "codegen/CpuExecutable.h"
+#include "codegen/cuda/CudaEmitter.h"
+#include "codegen/cuda/NvrtcCompiler.h"
+#include "ir/Parser.h"
+#include "ir/Verifier.h"
+#include "runtime/Interpreter.h"
+#include "runtime/cuda/CudaLibraries.h"
+
+namespace kiln {
+namespace {
+
+/// Random values for `type`; integers small and, with `positive`, at least
+/// 1 (divisors, log and sqrt inputs).
+Tensor randomTensor(const TensorType& type, std::mt19937& rng, bool positive) {
+  Tensor t(type.dtype, staticDims(type.shape));
+  std::uniform_real_distribution<double> real(positive ? 0.5 : -2.0, 2.0);
+  std::uniform_int_distribution<int64_t> integer(positive ? 1 : -5, 5);
+  for (int64_t i = 0; i < t.numElements(); ++i) {
+    if (type.dtype == DType::Bool)
+      t.setInt(i, integer(rng) > 0);
+    else if (isFloat(type.dtype))
+      t.setDouble(i, real(rng));
+    else
+      t.setInt(i, type.dtype == DType::U8 ? std::abs(integer(rng)) : integer(rng));
+  }
+  return t;
+}
+
+struct Case {
+  std::string text;
+  std::vector<Tensor> inputs = {};  // random ones when empty
+  bool positive = false;
+};
+
+std::string unary(const std::string& op, const std::string& type, const std::string& result = "") {
+  const std::string r = result.empty() ? type : result;
+  return "func @f(%x: " + type + ") -> " + r + " {\n  %y = " + op + "(%x) : " + r + "\n  return %y\n}\n";
+}
+std::string binary(const std::string& op, const std::string& a, const std::string& b, const std::string& r) {
+  return "func @f(%a: " + a + ", %b: " + b + ") -> " + r + " {\n  %y = " + op + "(%a, %b) : " + r +
+         "\n  return %y\n}\n";
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> all;
+  for (const char* op : {"neg", "abs", "sign", "exp", "tanh", "sigmoid", "relu", "erf", "sin", "cos", "tan", "atan",
+                         "sinh", "cosh", "asinh", "floor", "ceil", "round"})
+    for (const char* type : {"f32[3,17]", "f32[]", "f64[5]"}) all.push_back({unary(op, type)});
+  for (const char* op : {"log", "sqrt", "rsqrt", "reciprocal", "acosh"}) all.push_back({unary(op, "f32[4,9]"), {}, true});
+  for (const char* op : {"neg", "abs", "sign", "relu"})
+    for (const char* type : {"i64[6]", "i32[2,3]", "i8[4]"}) all.push_back({unary(op, type)});
+  all.push_back({unary("not", "bool[2,5]")});
+  Tensor special(DType::F32, {6});
+  const double specials[] = {NAN, INFINITY, -INFINITY, 1.5, -0.0, -2.0};
+  for (int64_t i = 0; i < 6; ++i) special.setDouble(i, specials[i]);
+  for (const char* op : {"isnan", "isinf"}) all.push_back({unary(op, "f32[6]", "bool[6]"), {special}});
+  all.push_back({unary("relu", "f32[6]"), {special}});
+  for (const char* op : {"add", "sub", "mul", "div", "max", "min", "mod", "rem", "pow"}) {
+    all.push_back({binary(op, "f32[3,4]", "f32[4]", "f32[3,4]"), {}, std::string(op) == "pow"});
+    all.push_back({binary(op, "f64[2,1,5]", "f64[3,1]", "f64[2,3,5]"), {}, std::string(op) == "pow"});
+  }
+  Tensor other(DType::F32, {6});
+  const double others[] = {1.0, NAN, 0.0, NAN, 2.0, -INFINITY};
+  for (int64_t i = 0; i < 6; ++i) other.setDouble(i, others[i]);
+  for (const char* op : {"max", "min"}) all.push_back({binary(op, "f32[6]", "f32[6]", "f32[6]"), {special, other}});
+  for (const char* op : {"add", "sub", "mul", "div", "max", "min", "mod", "rem"})
+    for (const char* t : {"i64", "i32", "i8", "u8"}) {
+      const std::string a = std::string(t) + "[3,4]", b = std::string(t) + "[4]";
+      const bool divides = std::string(op) == "div" || std::string(op) == "mod" || std::string(op) == "rem";
+      auto m = parseModule(binary(op, a, b, a), "case.kir");
+      std::mt19937 rng(7);
+      all.push_back({binary(op, a, b, a),
+                     {randomTensor((*m)->functions().front()->argument(0)->type(), rng, false),
+                      randomTensor((*m)->functions().front()->argument(1)->type(), rng, divides)}});
+    }
+  for (const char* op : {"eq", "ne", "lt", "le", "gt", "ge"}) {
+    all.push_back({binary(op, "f32[3,4]", "f32[4]", "bool[3,4]")});
+    all.push_back({binary(op, "i32[5]", "i32[]", "bool[5]")});
+  }
+  for (const char* op : {"and", "or", "xor"}) all.push_back({binary(op, "bool[2,3]", "bool[3]", "bool[2,3]")});
+  all.push_back({"func @f(%c: bool[2,1], %a: f32[3], %b: f32[]) -> f32[2,3] {\n  %y = select(%c, %a, %b) : f32[2,3]\n"
+                 "  return %y\n}\n"});
+  const char* types[] = {"f32", "f64", "i64", "i32", "i16", "i8", "u8", "bool"};
+  for (const char* from : types)
+    for (const char* to : types)
+      if (std::string(from) != to)
+        all.push_back({unary("cast", std::string(from) + "[2,5]", std::string(to) + "[2,5]")});
+  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod"}) {
+    const std::string o = op;
+    all.push_back({"func @f(%x: f32[3,4,5]) -> f32[3,5] {\n  %y = " + o + "(%x) {axes = [1]} : f32[3,5]\n  return %y\n}\n"});
+    all.push_back({"func @f(%x: f32[3,4]) -> f32[] {\n  %y = " + o + "(%x) {axes = []} : f32[]\n  return %y\n}\n"});
+    all.push_back({"func @f(%x: i32[3,4]) -> i32[4] {\n  %y = " + o + "(%x) {axes = [0]} : i32[4]\n  return %y\n}\n"});
+  }
+  Tensor nans(DType::F32, {2, 4});
+  const double values[] = {1, 3, 3, 0, NAN, 2, NAN, -1};
+  for (int64_t i = 0; i < 8; ++i) nans.setDouble(i, values[i]);
+  for (const char* op : {"reduce_max", "reduce_min"})
+    all.push_back({"func @f(%x: f32[2,4]) -> f32[2] {\n  %y = " + std::string(op) +
+                       "(%x) {axes = [1]} : f32[2]\n  return %y\n}\n",
+                   {nans}});
+  for (const char* op : {"argmax", "argmin"})
+    for (const char* last : {"false", "true"})
+      all.push_back({"func @f(%x: f32[2,4]) -> i64[2] {\n  %y = " + std::string(op) +
+                         "(%x) {axis = 1, select_last_index = " + last + "} : i64[2]\n  return %y\n}\n",
+                     {nans}});
+  all.push_back({"func @f(%x: i32[3,4]) -> i64[1,4] {\n  %y = argmax(%x) {axis = 0, keepdims = true} : i64[1,4]\n"
+                 "  return %y\n}\n"});
+  all.push_back({binary("matmul", "f32[2,1,3,4]", "f32[3,4,2]", "f32[2,3,3,2]")});
+  all.push_back({binary("matmul", "f64[5,33]", "f64[33,7]", "f64[5,7]")});
+  all.push_back({"func @f(%x: f32[1,4,8,8], %w: f32[6,2,3,3]) -> f32[1,6,4,4] {\n"
+                 "  %y = conv(%x, %w) {strides = [2, 2], pads = [1, 1, 1, 1], groups = 2} : f32[1,6,4,4]\n"
+                 "  return %y\n}\n"});
+  all.push_back({"func @f(%x: f32[2,3,7,7]) -> f32[2,3,4,4] {\n"
+                 "  %y = max_pool(%x) {kernel = [3, 3], strides = [2, 2], pads = [1, 1, 1, 1]} : f32[2,3,4,4]\n"
+                 "  return %y\n}\n"});
+  all.push_back({"func @f(%x: f32[1,2,6,6]) -> f32[1,2,4,4] {\n  %y = avg_pool(%x) {kernel = [3, 3], strides = [2, 2], "
+                 "pads = [1, 1, 2, 2], count_include_pad = false} : f32[1,2,4,4]\n  return %y\n}\n"});
+  all.push_back({"func @f(%d: f32[4,3], %i: i64[2,2]) -> f32[2,2,3] {\n  %y = gather(%d, %i) {axis = 0} : f32[2,2,3]\n"
+                 "  return %y\n}\n",
+                 {[] {
+                    Tensor d(DType::F32, {4, 3});
+                    for (int64_t k = 0; k < 12; ++k) d.setDouble(k, 0.5 * k - 2);
+                    return d;
+                  }(),
+                  [] {
+                    Tensor i(DType::I64, {2, 2});
+                    for (int64_t k = 0; k < 4; ++k) i.setInt(k, (k * 3) % 4 - 1);  // -1 wraps to the last row
+                    return i;
+                  }()}});
+  all.push_back({"func @f(%x: f32[2,3]) -> f32[3,2] {\n  %y = transpose(%x) {perm = [1, 0]} : f32[3,2]\n"
+                 "  return %y\n}\n"});
+  // Composites fused into reduction groups at -O3: a kernel per group.
+  all.push_back({"func @f(%x: f32[3,7]) -> f32[3,7] {\n  %y = softmax(%x) {axis = -1} : f32[3,7]\n  return %y\n}\n"});
+  all.push_back({"func @f(%x: f32[2,6], %g: f32[6], %b: f32[6]) -> f32[2,6] {\n"
+                 "  %y = layer_norm(%x, %g, %b) {axis = -1} : f32[2,6]\n  return %y\n}\n"});
+  all.push_back({"func @f(%x: f32[4,5]) -> f32[4,5] {\n  %y = gelu(%x) : f32[4,5]\n  return %y\n}\n"});
+  return all;
+}
+
+/// A case lowered for CUDA: its kernels (by the CUDA path's pipeline, -O3,
+/// with unique names), its inputs and the interpreter's result.
+struct LoweredCase {
+  std::string text;
+  std::vector<std::string> argumentNames;
+  std::vector<Tensor> inputs;
+  Tensor expected;
+  std::vector<kir::Kernel> kernels;
+};
+
+std::vector<LoweredCase> lowerCases() {
+  std::vector<LoweredCase> lowered;
+  std::mt19937 rng(42);
+  int next = 0;
+  for (Case& c : cases()) {
+    auto m = parseModule(c.text, "case.kir");
+    EXPECT_TRUE(m.ok()) << c.text << (m.ok() ? "" : m.error().str());
+    if (!m) continue;
+    EXPECT_TRUE(verify(**m).ok()) << c.text;
+    const Function& f = *(*m)->functions().front();
+    LoweredCase l;
+    l.text = c.text;
+    l.inputs = c.inputs;
+    std::vector<TensorType> types;
+    for (size_t i = 0; i < f.numArguments(); ++i) {
+      if (c.inputs.empty()) l.inputs.push_back(randomTensor(f.argument(i)->type(), rng, c.positive));
+      l.argumentNames.push_back(f.argument(i)->name());
+      types.push_back(f.argument(i)->type());
+    }
+    auto want = interpret(f, l.inputs);
+    EXPECT_TRUE(want.ok()) << c.text << (want.ok() ? "" : want.error().str());
+    if (!want) continue;
+    l.expected = want->front();
+    auto kernels = codegen::lowerToKernels(f, types, 3);
+    EXPECT_TRUE(kernels.ok()) << c.text << (kernels.ok() ? "" : kernels.error().str());
+    if (!kernels) continue;
+    EXPECT_FALSE(kernels->empty()) << c.text;
+    for (kir::Kernel& k : *kernels) k.name = "case" + std::to_string(next++) + "_" + k.name;
+    l.kernels = std::move(*kernels);
+    lowered.push_back(std::move(l));
+  }
+  return lowered;
+}
+
+std::vector<kir::Kernel> allKernels(const std::vector<LoweredCase>& lowered) {
+  std::vector<kir::Kernel> kernels;
+  for (const LoweredCase& l : lowered) kernels.insert(kernels.end(), l.kernels.begin(), l.kernels.end());
+  return kernels;
+}
+
+TEST(CudaEmitterTest, NvrtcCompilesEveryCase) {
+  const std::vector<LoweredCase> lowered = lowerCases();
+  auto source = codegen::emitCudaSource(allKernels(lowered));
+  ASSERT_TRUE(source.ok()) << source.error().str();
+  auto nvrtc = cuda::loadNvrtc();
+  ASSERT_TRUE(nvrtc.ok()) << "NVRTC is required (CI machines have the CUDA toolkit): " << nvrtc.error().str();
+  auto binary = codegen::compileCudaSource(**nvrtc, source->code, "cases.cu", 90);
+  ASSERT_TRUE(binary.ok()) << binary.error().str();
+  EXPECT_EQ(binary->arch, 90);
+  EXPECT_NE(binary->ptx.find(".target sm_90"), std::string::npos);
+  std::vector<std::string> names;
+  for (const codegen::CudaLaunch& launch : source->launches) names.push_back(launch.name);
+  EXPECT_GT(names.size(), 200u);
+  EXPECT_EQ(codegen::countKernelsInCubin(binary->cubin, names), names.size());
+  EXPECT_EQ(codegen::countKernelsInCubin(binary->cubin, {"no_such_kernel"}), 0u);
+}
+
+/// CUDA's built-ins as host C++, so an emitted translation unit compiles
+/// with the host compiler; kiln_host_set picks the emulated thread.
+constexpr const char* kHostShim = R"(#include <math.h>
+#include <string.h>
+struct KilnDim3 { unsigned x = 0, y = 1, z = 1; };
+static KilnDim3 blockIdx, threadIdx, blockDim, gridDim;
+extern "C" void kiln_host_set(unsigned block, unsigned thread, unsigned blocks, unsigned threads) {
+  blockIdx.x = block; threadIdx.x = thread; gridDim.x = blocks; blockDim.x = threads;
+}
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+#define __restrict__ __restrict
+static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline double __longlong_as_double(long long i) { double d; memcpy(&d, &i, 8); return d; }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+)";
+
+/// Calls a kernel taking `args.size()` pointers (buffers, then sizes).
+void callKernel(void* fn, const std::vector<void*>& a) {
+  switch (a.size()) {
+    case 2: return reinterpret_cast<void (*)(void*, void*)>(fn)(a[0], a[1]);
+    case 3: return reinterpret_cast<void (*)(void*, void*, void*)>(fn)(a[0], a[1], a[2]);
+    case 4: return reinterpret_cast<void (*)(void*, void*, void*, void*)>(fn)(a[0], a[1], a[2], a[3]);
+    case 5: return reinterpret_cast<void (*)(void*, void*, void*, void*, void*)>(fn)(a[0], a[1], a[2], a[3], a[4]);
+    case 6:
+      return reinterpret_cast<void (*)(void*, void*, void*, void*, void*, void*)>(fn)(a[0], a[1], a[2], a[3], a[4],
+                                                                                        a[5]);
+    default: FAIL() << "a kernel with " << a.size() << " parameters";
+  }
+}
+
+void expectClose(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  for (int64_t i = 0; i < want.numElements(); ++i) {
+    if (isFloat(want.dtype())) {
+      const double g = got.getDouble(i), w = want.getDouble(i);
+      if (std::isnan(w) || std::isinf(w)) {
+        EXPECT_TRUE(std::isnan(w) ? std::isnan(g) : g == w) << what << " element " << i << ": " << g << " vs " << w;
+        continue;
+      }
+      EXPECT_NEAR(g, w, 1e-5 + 1e-4 * std::fabs(w)) << what << " element " << i;
+    } else {
+      EXPECT_EQ(got.getInt(i), want.getInt(i)) << what << " element " << i;
+    }
+  }
+}
+
+TEST(CudaEmitterTest, EmittedCudaRunAsHostCodeMatchesInterpreter) {
+  const std::vector<LoweredCase> lowered = lowerCases();
+  auto source = codegen::emitCudaSource(allKernels(lowered));
+  ASSERT_TRUE(source.ok()) << source.error().str();
+  const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "kiln-cuda-host";
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path cpp = dir / "kernels.cpp", so = dir / "kernels.so";
+  std::ofstream(cpp) << kHostShim << source->code;
+  const std::string command = std::string(KILN_HOST_CXX) + " -std=c++17 -O1 -shared -fPIC -w -o " + so.string() +
+                              " " + cpp.string() + " 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0) << "the emitted CUDA C++ does not compile as host C++: " << command;
+  void* library = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(library, nullptr) << dlerror();
+  auto setThread = reinterpret_cast<void (*)(unsigned, unsigned, unsigned, unsigned)>(dlsym(library, "kiln_host_set"));
+  ASSERT_NE(setThread, nullptr);
+
+  size_t launch = 0;
+  for (const LoweredCase& l : lowered) {
+    SCOPED_TRACE(l.text);
+    // Values by name: the arguments, then each kernel's result.
+    std::map<std::string, Tensor> values;
+    for (size_t i = 0; i < l.inputs.size(); ++i) values[l.argumentNames[i]] = l.inputs[i];
+    Tensor last;
+    for (const kir::Kernel& k : l.kernels) {
+      const codegen::CudaLaunch& info = source->launches[launch++];
+      void* fn = dlsym(library, info.name.c_str());
+      ASSERT_NE(fn, nullptr) << info.name;
+      std::vector<void*> args;
+      Tensor out;
+      for (const kir::Buffer& b : k.buffers) {
+        if (b.role == kir::Buffer::Role::Output) {
+          out = Tensor(b.dtype, b.shape);
+          args.push_back(out.raw());
+          continue;
+        }
+        auto it = values.find(b.name);
+        ASSERT_NE(it, values.end()) << "kernel " << k.name << " reads %" << b.name << ", which no earlier kernel made";
+        args.push_back(const_cast<uint8_t*>(it->second.raw()));
+      }
+      args.push_back(nullptr);  // sizes
+      // 3 blocks of 4 threads: fewer threads than elements, so the
+      // grid-stride loop takes several turns.
+      for (unsigned block = 0; block < 3; ++block)
+        for (unsigned thread = 0; thread < 4; ++thread) {
+          setThread(block, thread, 3, 4);
+          callKernel(fn, args);
+        }
+      values[k.buffers.back().name] = out;
+      last = out;
+    }
+    expectClose(last, l.expected, "the last kernel's result");
+  }
+  dlclose(library);
+}
+
+TEST(CudaEmitterTest, GridMappingAndLaunchSizes) {
+  auto m = parseModule(
+      "func @f(%x: f32[5,7,3]) -> (f32[5,7,3], f32[]) {\n  %e = exp(%x) : f32[5,7,3]\n"
+      "  %s = reduce_sum(%x) {axes = []} : f32[]\n  return %e, %s\n}\n",
+      "grid.kir");
+  ASSERT_TRUE(m.ok()) << m.error().str();
+  const Function& f = *(*m)->functions().front();
+  auto kernels = codegen::lowerToKernels(f, {f.argument(0)->type()}, 3);
+  ASSERT_TRUE(kernels.ok()) << kernels.error().str();
+  auto source = codegen::emitCudaSource(*kernels);
+  ASSERT_TRUE(source.ok()) << source.error().str();
+  ASSERT_EQ(source->launches.size(), 2u);
+  // exp: the 35 outer rows and the 3 inner elements, one index space.
+  EXPECT_EQ(source->launches[0].workItems, 105);
+  EXPECT_NE(source->code.find("t < 105LL; t += (long long)gridDim.x * blockDim.x"), std::string::npos);
+  EXPECT_NE(source->code.find("const long long i1 = t % 3LL;"), std::string::npos);
+  EXPECT_NE(source->code.find("const long long i0 = t / 3LL;"), std::string::npos);
+  // The scalar sum runs on one thread.
+  EXPECT_EQ(source->launches[1].workItems, 1);
+  EXPECT_NE(source->code.find("if (blockIdx.x != 0 || threadIdx.x != 0) return;"), std::string::npos);
+}
+
+TEST(CudaEmitterTest, RefusesHalfPrecision) {
+  kir::Kernel k;
+  k.name = "half";
+  k.buffers = {{"x", DType::F16, {4}, kir::Buffer::Role::Input}, {"y", DType::F16, {4}, kir::Buffer::Role::Output}};
+  auto source = codegen::emitCudaSource({k});
+  ASSERT_FALSE(source.ok());
+  EXPECT_NE(source.error().message().find("kernel 'half' has buffer %x of dtype f16"), std::string::npos)
+      << source.error().str();
+}
+
+TEST(CudaEmitterTest, CompileErrorCarriesNvrtcLogAndKernel) {
+  auto nvrtc = cuda::loadNvrtc();
+  ASSERT_TRUE(nvrtc.ok()) << nvrtc.error().str();
+  const std::string source =
+      "extern \"C\" __global__ void good(float* b0) { b0[0] = 1.0f; }\n"
+      "extern \"C\" __global__ void broken(\n    float* b0) {\n  b0[0] = undeclared_name;\n}\n";
+  auto binary = codegen::compileCudaSource(**nvrtc, source, "model.cu", 90);
+  ASSERT_FALSE(binary.ok());
+  const std::string message = binary.error().message();
+  EXPECT_NE(message.find("NVRTC"), std::string::npos) << message;
+  EXPECT_NE(message.find("failed to compile model.cu for sm_90 (NVRTC_ERROR_COMPILATION)"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("model.cu(4): error: identifier \"undeclared_name\" is undefined (in kernel broken)"),
+            std::string::npos)
+      << message;
+}
+
+TEST(CudaEmitterTest, Architectures) {
+  EXPECT_EQ(*codegen::parseCudaArch("sm_90"), 90);
+  EXPECT_EQ(*codegen::parseCudaArch("sm_80"), 80);
+  EXPECT_EQ(*codegen::parseCudaArch("sm_100"), 100);
+  for (const char* bad : {"90", "sm90", "sm_", "sm_9", "compute_90", "sm_090", "sm_9x", "sm_1000", ""}) {
+    auto arch = codegen::parseCudaArch(bad);
+    ASSERT_FALSE(arch.ok()) << bad;
+    EXPECT_NE(arch.error().message().find("expects a real GPU architecture such as sm_80 or sm_90, got '" +
+                                          std::string(bad) + "'"),
+              std::string::npos);
+  }
+  auto nvrtc = cuda::loadNvrtc();
+  ASSERT_TRUE(nvrtc.ok()) << nvrtc.error().str();
+  auto old = codegen::compileCudaSource(**nvrtc, "extern \"C\" __global__ void k() {}\n", "k.cu", 35);
+  ASSERT_FALSE(old.ok());
+  EXPECT_NE(old.error().message().find("cannot compile for sm_35; it supports "), std::string::npos)
+      << old.error().str();
+  EXPECT_NE(old.error().message().find("sm_90"), std::string::npos) << old.error().str();
+}
+
+TEST(CudaEmitterTest, CubinReaderRejectsGarbage) {
+  EXPECT_EQ(codegen::countKernelsInCubin("", {"k"}), 0u);
+  EXPECT_EQ(codegen::countKernelsInCubin("\x7f" "ELF not really an elf file at all, just text", {"k"}), 0u);
+  std::string truncated = "\x7f" "ELF";
+  truncated += std::string(60, '\xff');
+  truncated[4] = 2;
+  EXPECT_EQ(codegen::countKernelsInCubin(truncated, {"k"}), 0u);
+}
+
+}  // namespace
+}  // namespace kiln
