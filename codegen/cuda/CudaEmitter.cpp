@@ -41,6 +41,38 @@ template <typename T> KILN_DEVICE T kiln_srem(T x, T y) { return (y == T(0) || y
 template <typename T> KILN_DEVICE T kiln_smod(T x, T y) { return kiln_pymod(kiln_srem(x, y), y); }
 template <typename T> KILN_DEVICE T kiln_udiv(T x, T y) { return y == T(0) ? T(0) : T(x / y); }
 template <typename T> KILN_DEVICE T kiln_urem(T x, T y) { return y == T(0) ? T(0) : T(x % y); }
+// Integer x^y by squaring, wrapping (the executor rejects negative y first).
+template <typename T> KILN_DEVICE T kiln_ipow(T x, T y) {
+  unsigned long long r = 1, b = (unsigned long long)x, e = (unsigned long long)y;
+  for (; e != 0; e >>= 1, b *= b)
+    if (e & 1) r *= b;
+  return T(r);
+}
+// f16 and bf16 are computed in f32 and rounded to nearest even when stored
+// (bit arithmetic, so no cuda_fp16.h is needed); NaN stays a quiet NaN.
+KILN_DEVICE float kiln_bf16_to_f32(unsigned short h) { return __int_as_float((int)((unsigned int)h << 16)); }
+KILN_DEVICE unsigned short kiln_f32_to_bf16(float f) {
+  const unsigned int x = (unsigned int)__float_as_int(f);
+  if (f != f) return (unsigned short)((x >> 16) | 0x40u);
+  return (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+KILN_DEVICE float kiln_f16_to_f32(unsigned short h) {
+  const unsigned int sign = (unsigned int)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+  if (exponent == 0x1fu) return __int_as_float((int)(sign | 0x7f800000u | (mantissa << 13)));
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24
+    const float v = (float)mantissa * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  return __int_as_float((int)(sign | ((exponent + 112u) << 23) | (mantissa << 13)));
+}
+KILN_DEVICE unsigned short kiln_f32_to_f16(float f) {
+  const unsigned int x = (unsigned int)__float_as_int(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) return (unsigned short)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));  // NaN
+  if (ax >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);  // rounds to 65520 or more: inf
+  if (ax < 0x38800000u)  // below 2^-14: a subnormal, x / 2^-24 rounded to even
+    return (unsigned short)(sign | (unsigned int)rintf(__int_as_float((int)ax) * 16777216.0f));
+  return (unsigned short)(sign | ((ax + 0xc8000fffu + ((ax >> 13) & 1u)) >> 13));  // rebias and round
+}
 )";
 
 bool isUnsigned(DType t) { return t == DType::U8 || t == DType::Bool; }
@@ -51,27 +83,32 @@ bool isNarrow(DType t) { return t == DType::I16 || t == DType::I8 || t == DType:
 const char* valueType(DType t) {
   switch (t) {
     case DType::F64: return "double";
-    case DType::F32: return "float";
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16: return "float";
     case DType::I64: return "long long";
     case DType::I32: return "int";
     case DType::I16: return "short";
     case DType::I8: return "signed char";
     case DType::U8: return "unsigned char";
     case DType::Bool: return "bool";
-    case DType::F16:
-    case DType::BF16: break;
   }
   return "void";
 }
-/// The C++ type of an element in memory: bools are bytes.
-const char* memoryType(DType t) { return t == DType::Bool ? "unsigned char" : valueType(t); }
+bool isHalf(DType t) { return t == DType::F16 || t == DType::BF16; }
+/// The C++ type of an element in memory: bools are bytes, f16 and bf16
+/// their bits.
+const char* memoryType(DType t) {
+  if (isHalf(t)) return "unsigned short";
+  return t == DType::Bool ? "unsigned char" : valueType(t);
+}
 
 std::string paren(const std::string& s) { return "(" + s + ")"; }
 
 /// The shortest text that reads back as `v` in type `t` (f32 or f64), as a
 /// C++ literal; infinities and NaN through their bit patterns.
 std::string floatLiteral(DType t, double v) {
-  const bool f32 = t == DType::F32;
+  const bool f32 = t != DType::F64;  // f16/bf16 compute in f32
   if (std::isnan(v)) return f32 ? "__int_as_float(0x7fc00000)" : "__longlong_as_double(0x7ff8000000000000LL)";
   if (std::isinf(v)) {
     std::string inf = f32 ? "__int_as_float(0x7f800000)" : "__longlong_as_double(0x7ff0000000000000LL)";
@@ -113,10 +150,6 @@ class KernelEmitter {
   explicit KernelEmitter(const kir::Kernel& kernel) : kernel_(kernel) {}
 
   Expected<CudaLaunch> emit(std::string& out) {
-    for (const kir::Buffer& b : kernel_.buffers)
-      if (b.dtype == DType::F16 || b.dtype == DType::BF16)
-        return Error("kernel '" + kernel_.name + "' has buffer %" + b.name + " of dtype " +
-                     std::string(dtypeName(b.dtype)) + ", which the CUDA emitter does not handle yet (f16/bf16)");
     CudaLaunch launch;
     launch.name = identifier(kernel_.name);
     out_ = &out;
@@ -186,8 +219,10 @@ class KernelEmitter {
       auto value = emitExpr(*s.value);
       if (!value) return value.takeError();
       const DType t = kernel_.buffers[s.buffer].dtype;
-      line("b" + std::to_string(s.buffer) + "[" + *index + "] = " + (t == DType::Bool ? "(unsigned char)" + paren(*value) : *value) +
-           ";");
+      std::string stored = *value;
+      if (t == DType::Bool) stored = "(unsigned char)" + paren(*value);
+      if (isHalf(t)) stored = std::string(t == DType::F16 ? "kiln_f32_to_f16(" : "kiln_f32_to_bf16(") + *value + ")";
+      line("b" + std::to_string(s.buffer) + "[" + *index + "] = " + stored + ";");
       return {};
     }
     const std::string v = loopVar(s.var);
@@ -200,9 +235,6 @@ class KernelEmitter {
   }
 
   Expected<std::string> emitExpr(const Expr& e) {
-    if (e.type == DType::F16 || e.type == DType::BF16)
-      return Error("kernel '" + kernel_.name + "' computes on " + std::string(dtypeName(e.type)) +
-                   ", which the CUDA emitter does not handle yet");
     switch (e.kind) {
       case ExprKind::Const: return isFloat(e.type) ? floatLiteral(e.type, e.floatValue) : intLiteral(e.type, e.intValue);
       case ExprKind::Var: return loopVar(e.id);
@@ -210,6 +242,7 @@ class KernelEmitter {
         auto index = emitExpr(*e.args[0]);
         if (!index) return index.takeError();
         const std::string load = "b" + std::to_string(e.id) + "[" + *index + "]";
+        if (isHalf(e.type)) return std::string(e.type == DType::F16 ? "kiln_f16_to_f32(" : "kiln_bf16_to_f32(") + load + ")";
         return e.type == DType::Bool ? paren(load + " != 0") : load;
       }
       case ExprKind::Unary: {
@@ -246,7 +279,7 @@ class KernelEmitter {
 
   /// `fn` of f32 (with CUDA's `f` suffix) or f64.
   static std::string math(const char* fn, DType t, const std::string& x) {
-    return std::string(fn) + (t == DType::F32 ? "f" : "") + "(" + x + ")";
+    return std::string(fn) + (t != DType::F64 ? "f" : "") + "(" + x + ")";
   }
 
   Expected<std::string> emitUnary(UnaryFn fn, DType t, const std::string& x) {
@@ -269,7 +302,7 @@ class KernelEmitter {
       if (!d) return d.takeError();
       return emitCast(*d, DType::F64, t);
     }
-    const bool f32 = t == DType::F32;
+    const bool f32 = t != DType::F64;
     const std::string one = f32 ? "1.0f" : "1.0";
     switch (fn) {
       case UnaryFn::Neg: return paren("-" + x);
@@ -328,9 +361,9 @@ class KernelEmitter {
         case BinaryFn::Sub: return infix("-");
         case BinaryFn::Mul: return infix("*");
         case BinaryFn::Div: return infix("/");
-        case BinaryFn::Rem: return call(t == DType::F32 ? "fmodf" : "fmod");
-        case BinaryFn::Mod: return "kiln_pymod(" + call(t == DType::F32 ? "fmodf" : "fmod") + ", " + b + ")";
-        case BinaryFn::Pow: return call(t == DType::F32 ? "powf" : "pow");
+        case BinaryFn::Rem: return call(t != DType::F64 ? "fmodf" : "fmod");
+        case BinaryFn::Mod: return "kiln_pymod(" + call(t != DType::F64 ? "fmodf" : "fmod") + ", " + b + ")";
+        case BinaryFn::Pow: return call(t != DType::F64 ? "powf" : "pow");
         case BinaryFn::Max: return call("kiln_fmax");
         case BinaryFn::Min: return call("kiln_fmin");
         default: return Error("kernel '" + kernel_.name + "': a bitwise operation on floats");
@@ -353,8 +386,7 @@ class KernelEmitter {
       case BinaryFn::And: return t == DType::Bool ? infix("&&") : wrap(infix("&"));
       case BinaryFn::Or: return t == DType::Bool ? infix("||") : wrap(infix("|"));
       case BinaryFn::Xor: return t == DType::Bool ? infix("!=") : wrap(infix("^"));
-      case BinaryFn::Pow:
-        return Error("kernel '" + kernel_.name + "': integer pow is not lowered (the lowering refuses it)");
+      case BinaryFn::Pow: return call("kiln_ipow");
       default: break;
     }
     return Error("kernel '" + kernel_.name + "': unknown binary function");
@@ -363,6 +395,14 @@ class KernelEmitter {
   /// The interpreter's casts: float to integer truncates toward zero through
   /// i64 and then wraps, integers wrap, anything to bool is x != 0.
   static std::string emitCast(const std::string& x, DType from, DType to) {
+    if (from == to) return x;
+    if (isHalf(from)) from = DType::F32;  // held in f32
+    if (isHalf(to)) {
+      // Through f32 and rounded, as the interpreter stores f16/bf16.
+      const std::string f = emitCast(x, from, DType::F32);
+      return to == DType::F16 ? "kiln_f16_to_f32(kiln_f32_to_f16(" + f + "))"
+                              : "kiln_bf16_to_f32(kiln_f32_to_bf16(" + f + "))";
+    }
     if (from == to) return x;
     if (to == DType::Bool) return paren(x + " != 0");
     const std::string type = "(" + std::string(valueType(to)) + ")";

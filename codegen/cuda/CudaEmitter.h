@@ -21,8 +21,10 @@
 // takes the divisor's sign, round is half-to-even, integer division by zero
 // gives 0, float-to-integer casts truncate through i64. Math uses CUDA's
 // device functions (expf, tanhf, erff, ...; f64 overloads for f64). Index
-// arithmetic is i64 (`long long`), as in the kernel IR. f16/bf16 are not
-// lowered to kernel IR yet, so the emitter refuses them.
+// arithmetic is i64 (`long long`), as in the kernel IR. f16 and bf16 are
+// computed in f32 like on the CPU: loads widen, stores and casts round to
+// nearest even, by bit arithmetic in the prelude (no cuda_fp16.h, which
+// NVRTC cannot find without the toolkit's include path).
 #pragma once
 
 #include <string>
@@ -49,7 +51,7 @@ struct CudaSource {
 };
 
 /// Emits `kernels` as CUDA C++. Errors name the kernel and what it uses
-/// that the emitter lacks (f16/bf16 buffers or values).
+/// that the emitter lacks (kernel IR it cannot map to the grid).
 Expected<CudaSource> emitCudaSource(const std::vector<kir::Kernel>& kernels);
 
 }  // namespace kiln::codegen
