@@ -470,6 +470,9 @@ Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<
   auto compiled = std::make_unique<CompiledFunction>();
   compiled->module = std::move(optimized);
   Function& f = *compiled->module->functions().front();
+  // oneDNN plans a primitive's work split for the thread count current when
+  // it is created; a run may have left it at 1 (small calls run alone).
+  setDnnlThreads(threads_);
   splitMultiResultGroups(f);
   splitLibraryAnchors(f);
   KILN_TRY(verify(*compiled->module));
