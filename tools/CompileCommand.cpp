@@ -24,6 +24,7 @@
 #include "passes/MemoryPlan.h"
 #include "passes/PassManager.h"
 #include "runtime/Interpreter.h"
+#include "runtime/cuda/CudaDevices.h"
 #include "runtime/cuda/CudaLibraries.h"
 #include "tools/KilnCommands.h"
 
@@ -38,7 +39,8 @@ constexpr OptionSpec kOptions[] = {
     {"--emit", "ir|kernel|llvm|cuda|ptx|cubin-size",
      "print the optimized IR, the kernel IR, the optimized LLVM IR, the CUDA C++, NVRTC's PTX, or the size of "
      "NVRTC's CUBIN instead"},
-    {"--cuda-arch", "sm_90", "the GPU architecture NVRTC compiles for with --device cuda (default: sm_90)"},
+    {"--cuda-arch", "sm_90",
+     "the GPU architecture NVRTC compiles for with --device cuda (default: the device's, else sm_90)"},
     {"--input-shape", "NAME=2x3x8", "the static shape of input NAME, for inputs with symbolic or unknown dims", true},
     {"--device", "cpu|cuda|auto",
      "the device to compile for (default: cpu; cuda: --emit=kernel|cuda|ptx|cubin-size, no GPU needed, no .kc yet)"},
@@ -216,6 +218,33 @@ int compile(const ParsedArgs& args) {
     auto value = codegen::parseCudaArch(*arch);
     if (!value) return usageError(kName, value.error().message());
     cudaArch = *value;
+  } else if (cuda) {
+    // Without --cuda-arch: the architecture of the device named (cuda:N) or
+    // of the first usable one, when the driver shows any; else sm_90.
+    std::optional<int> index;
+    if (device.size() > 5) {
+      auto n = parseInteger(device.substr(5), "the N of --device cuda:N", 0, 1 << 20);
+      if (!n) return usageError(kName, n.error().message());
+      index = static_cast<int>(*n);
+    }
+    const cuda::CudaReport probe = cuda::probeCuda(cuda::LibrarySearchOptions::fromEnvironment(), index);
+    const cuda::CudaDeviceInfo* chosen = nullptr;
+    if (index && *index >= static_cast<int>(probe.devices.size()) && !probe.devices.empty()) {
+      reportError(kName, Error("--device " + device + ": there is no CUDA device " + std::to_string(*index) +
+                               ": this machine has " + std::to_string(probe.devices.size()) +
+                               " (give --cuda-arch to compile for an architecture without its device)"));
+      return kExitError;
+    }
+    for (const cuda::CudaDeviceInfo& d : probe.devices)
+      if (index ? d.index == *index : (d.usable() || !chosen)) {
+        chosen = &d;
+        if (index || d.usable()) break;
+      }
+    if (chosen) {
+      cudaArch = chosen->computeMajor * 10 + chosen->computeMinor;
+      std::cerr << "kiln compile: note: --cuda-arch defaults to sm_" << cudaArch << ", the architecture of cuda:"
+                << chosen->index << " (" << chosen->name << ")\n";
+    }
   }
   if (output && output->empty()) return usageError(kName, "-o needs a file name");
   if (args.has("--print-memory-plan") && !output)

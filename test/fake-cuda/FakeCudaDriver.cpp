@@ -60,6 +60,13 @@ bool validDevice(CUdevice dev) { return dev >= 0 && dev < deviceCount(); }
 
 extern "C" {
 
+// NVRTC opens libcuda.so.1 too (the fake, once loaded) and asks it for an
+// export table; the fake has none, as a driver too old for the request.
+CUresult cuGetExportTable(const void** table, const void* id) {
+  if (table) *table = nullptr;
+  return 801;  // CUDA_ERROR_NOT_SUPPORTED
+}
+
 CUresult cuGetErrorName(CUresult error, const char** str) {
   switch (error) {
     case kSuccess: *str = "CUDA_SUCCESS"; return kSuccess;
