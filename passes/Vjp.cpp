@@ -1,0 +1,765 @@
+// The VJP rules of the primitive ops: for y = op(x...), given dy = dL/dy,
+// each rule builds dL/dx for every operand that needs it, as new ops, reusing
+// the forward operands and result rather than recomputing them. Every op kind
+// of ir/Ops.def declares its VjpKind here (kVjpOf below); a missing
+// declaration fails to compile. Broadcasting operands get their gradient
+// summed back to their own shape (unbroadcast). Rules that need static
+// shapes (slice, concat, gather, conv) say so in their error.
+#include "passes/Vjp.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <numbers>
+#include <optional>
+
+#include "ir/ShapeRules.h"
+
+namespace kiln {
+
+namespace {
+
+constexpr int64_t kToEnd = std::numeric_limits<int64_t>::max();
+
+/// Builds the ops of one rule. Errors are sticky, as in Decompose.cpp: the
+/// first failure is kept and every later call returns null, so rules read as
+/// formulas and are checked once at the end.
+class Grad {
+ public:
+  Grad(Builder& b, const Op& op) : b_(b), op_(op) {}
+
+  Status status() const { return error_ ? Status(*error_) : Status::success(); }
+  void fail(const std::string& message) {
+    if (!error_) error_ = op_.emitError(message);
+  }
+
+  Value* emit(OpKind kind, std::vector<Value*> operands, AttrMap attrs = {}, std::vector<TensorType> declared = {}) {
+    if (error_) return nullptr;
+    for (Value* v : operands)
+      if (!v) return nullptr;
+    auto op = b_.build(kind, std::move(operands), std::move(attrs), std::move(declared));
+    if (!op) {
+      fail("cannot be differentiated: " + op.error().message());
+      return nullptr;
+    }
+    return (*op)->result(0);
+  }
+  Value* scalar(DType dtype, double v) {
+    if (error_) return nullptr;
+    uint64_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    Value*& cached = scalars_[{dtype, bits}];
+    if (!cached) cached = b_.scalar(dtype, v);
+    return cached;
+  }
+  Value* like(Value* x, double v) { return x ? scalar(x->type().dtype, v) : nullptr; }
+
+  Value* unary(OpKind k, Value* x) { return emit(k, {x}); }
+  Value* add(Value* a, Value* b) { return emit(OpKind::Add, {a, b}); }
+  Value* sub(Value* a, Value* b) { return emit(OpKind::Sub, {a, b}); }
+  Value* mul(Value* a, Value* b) { return emit(OpKind::Mul, {a, b}); }
+  Value* div(Value* a, Value* b) { return emit(OpKind::Div, {a, b}); }
+  Value* mul(Value* a, double c) { return mul(a, like(a, c)); }
+  Value* add(Value* a, double c) { return add(a, like(a, c)); }
+  Value* rsub(double c, Value* a) { return sub(like(a, c), a); }
+  Value* neg(Value* a) { return unary(OpKind::Neg, a); }
+  Value* select(Value* c, Value* a, Value* b) { return emit(OpKind::Select, {c, a, b}); }
+  /// `g` where `c`, else 0.
+  Value* where(Value* c, Value* g) { return select(c, g, like(g, 0.0)); }
+  Value* cmp(OpKind k, Value* a, Value* b) { return emit(k, {a, b}); }
+  Value* reduce(OpKind k, Value* x, std::vector<int64_t> axes, bool keepdims) {
+    return emit(k, {x}, {{"axes", Attribute(std::move(axes))}, {"keepdims", Attribute(keepdims)}});
+  }
+  Value* transpose(Value* x, std::vector<int64_t> perm) {
+    return emit(OpKind::Transpose, {x}, {{"perm", Attribute(std::move(perm))}});
+  }
+  Value* reshape(Value* x, Shape shape) {
+    if (!x) return nullptr;
+    return emit(OpKind::Reshape, {x}, {}, {TensorType{x->type().dtype, std::move(shape)}});
+  }
+  Value* broadcastTo(Value* x, const TensorType& type) {
+    if (!x) return nullptr;
+    return emit(OpKind::Broadcast, {x}, {}, {TensorType{x->type().dtype, type.shape}});
+  }
+  Value* cast(Value* x, DType dtype) {
+    if (!x) return nullptr;
+    return emit(OpKind::Cast, {x}, {}, {TensorType{dtype, x->type().shape}});
+  }
+  Value* slice(Value* x, std::vector<int64_t> starts, std::vector<int64_t> ends, std::vector<int64_t> steps) {
+    return emit(OpKind::Slice, {x},
+                {{"starts", Attribute(std::move(starts))},
+                 {"ends", Attribute(std::move(ends))},
+                 {"steps", Attribute(std::move(steps))}});
+  }
+  Value* pad(Value* x, std::vector<int64_t> pads) { return emit(OpKind::Pad, {x}, {{"pads", Attribute(pads)}}); }
+  /// A zero tensor of static `type`.
+  Value* zeros(const TensorType& type) {
+    if (error_) return nullptr;
+    return b_.constant(DenseTensor::zeros(type));
+  }
+  Value* unbroadcastTo(Value* g, const TensorType& target) {
+    if (!g || error_) return nullptr;
+    auto r = unbroadcast(b_, g, target);
+    if (!r) {
+      fail(r.error().message());
+      return nullptr;
+    }
+    return *r;
+  }
+  /// The static dims of `v`, or a failure naming what needed them.
+  std::optional<std::vector<int64_t>> dims(Value* v, const char* what) {
+    if (!v) return std::nullopt;
+    if (!v->type().isStatic()) {
+      fail(std::string("the gradient of ") + what + " needs static shapes, got " + v->type().str());
+      return std::nullopt;
+    }
+    return staticDims(v->type().shape);
+  }
+
+ private:
+  Builder& b_;
+  const Op& op_;
+  std::optional<Error> error_;
+  std::map<std::pair<DType, uint64_t>, Value*> scalars_;
+};
+
+using Grads = std::vector<Value*>;
+/// One rule: the gradients of `op`'s operands (null where none) given `dy`.
+using Rule = Grads (*)(Grad&, const Op&, Value* dy);
+
+Value* x0(const Op& op) { return op.operand(0); }
+Value* y0(const Op& op) { return op.result(0); }
+
+// --- Elementwise unary ------------------------------------------------------------
+// Each returns dx for y = f(x); `y` is reused where the derivative is a
+// function of it (exp, tanh, sigmoid, sqrt).
+
+Grads vjpNeg(Grad& g, const Op&, Value* dy) { return {g.neg(dy)}; }
+Grads vjpAbs(Grad& g, const Op& op, Value* dy) { return {g.mul(dy, g.unary(OpKind::Sign, x0(op)))}; }
+Grads vjpExp(Grad& g, const Op& op, Value* dy) { return {g.mul(dy, y0(op))}; }
+Grads vjpLog(Grad& g, const Op& op, Value* dy) { return {g.div(dy, x0(op))}; }
+Grads vjpSqrt(Grad& g, const Op& op, Value* dy) { return {g.div(g.mul(dy, 0.5), y0(op))}; }
+/// d x^-1/2 = -1/2 x^-3/2 = -1/2 y / x.
+Grads vjpRsqrt(Grad& g, const Op& op, Value* dy) { return {g.div(g.mul(g.mul(dy, -0.5), y0(op)), x0(op))}; }
+Grads vjpReciprocal(Grad& g, const Op& op, Value* dy) {
+  Value* y = y0(op);
+  return {g.neg(g.mul(dy, g.mul(y, y)))};
+}
+Grads vjpTanh(Grad& g, const Op& op, Value* dy) {
+  Value* y = y0(op);
+  return {g.mul(dy, g.rsub(1.0, g.mul(y, y)))};
+}
+Grads vjpSigmoid(Grad& g, const Op& op, Value* dy) {
+  Value* y = y0(op);
+  return {g.mul(dy, g.mul(y, g.rsub(1.0, y)))};
+}
+Grads vjpRelu(Grad& g, const Op& op, Value* dy) {
+  return {g.where(g.cmp(OpKind::Gt, x0(op), g.like(x0(op), 0.0)), dy)};
+}
+/// erf'(x) = 2/sqrt(pi) e^(-x^2).
+Grads vjpErf(Grad& g, const Op& op, Value* dy) {
+  Value* x = x0(op);
+  Value* e = g.unary(OpKind::Exp, g.neg(g.mul(x, x)));
+  return {g.mul(dy, g.mul(e, 2.0 / std::sqrt(std::numbers::pi)))};
+}
+Grads vjpSin(Grad& g, const Op& op, Value* dy) { return {g.mul(dy, g.unary(OpKind::Cos, x0(op)))}; }
+Grads vjpCos(Grad& g, const Op& op, Value* dy) { return {g.neg(g.mul(dy, g.unary(OpKind::Sin, x0(op))))}; }
+Grads vjpTan(Grad& g, const Op& op, Value* dy) {
+  Value* y = y0(op);
+  return {g.mul(dy, g.add(g.mul(y, y), 1.0))};
+}
+Grads vjpAsin(Grad& g, const Op& op, Value* dy) {
+  Value* x = x0(op);
+  return {g.mul(dy, g.unary(OpKind::Rsqrt, g.rsub(1.0, g.mul(x, x))))};
+}
+Grads vjpAcos(Grad& g, const Op& op, Value* dy) {
+  Value* x = x0(op);
+  return {g.neg(g.mul(dy, g.unary(OpKind::Rsqrt, g.rsub(1.0, g.mul(x, x)))))};
+}
+Grads vjpAtan(Grad& g, const Op& op, Value* dy) {
+  Value* x = x0(op);
+  return {g.div(dy, g.add(g.mul(x, x), 1.0))};
+}
+Grads vjpSinh(Grad& g, const Op& op, Value* dy) { return {g.mul(dy, g.unary(OpKind::Cosh, x0(op)))}; }
+Grads vjpCosh(Grad& g, const Op& op, Value* dy) { return {g.mul(dy, g.unary(OpKind::Sinh, x0(op)))}; }
+Grads vjpAsinh(Grad& g, const Op& op, Value* dy) {
+  Value* x = x0(op);
+  return {g.mul(dy, g.unary(OpKind::Rsqrt, g.add(g.mul(x, x), 1.0)))};
+}
+Grads vjpAcosh(Grad& g, const Op& op, Value* dy) {
+  Value* x = x0(op);
+  return {g.mul(dy, g.unary(OpKind::Rsqrt, g.add(g.mul(x, x), -1.0)))};
+}
+Grads vjpAtanh(Grad& g, const Op& op, Value* dy) {
+  Value* x = x0(op);
+  return {g.div(dy, g.rsub(1.0, g.mul(x, x)))};
+}
+
+// --- Elementwise binary and select -------------------------------------------------
+// Each computes the full-shape gradient and then sums it back over the dims
+// the operand was broadcast along.
+
+Grads binary(Grad& g, const Op& op, Value* da, Value* db) {
+  return {g.unbroadcastTo(da, op.operand(0)->type()), g.unbroadcastTo(db, op.operand(1)->type())};
+}
+Grads vjpAdd(Grad& g, const Op& op, Value* dy) { return binary(g, op, dy, dy); }
+Grads vjpSub(Grad& g, const Op& op, Value* dy) { return binary(g, op, dy, g.neg(dy)); }
+Grads vjpMul(Grad& g, const Op& op, Value* dy) {
+  return binary(g, op, g.mul(dy, op.operand(1)), g.mul(dy, op.operand(0)));
+}
+/// d(a/b) = da/b - a/b^2 db = (da - y db) / b.
+Grads vjpDiv(Grad& g, const Op& op, Value* dy) {
+  Value* da = g.div(dy, op.operand(1));
+  return binary(g, op, da, g.neg(g.mul(da, y0(op))));
+}
+/// d(a^b) = b a^(b-1) da + a^b log(a) db; the second term is 0 where a <= 0.
+Grads vjpPow(Grad& g, const Op& op, Value* dy) {
+  Value *a = op.operand(0), *b = op.operand(1);
+  Value* da = g.mul(dy, g.mul(b, g.emit(OpKind::Pow, {a, g.add(b, -1.0)})));
+  Value* positive = g.cmp(OpKind::Gt, a, g.like(a, 0.0));
+  Value* safeA = g.select(positive, a, g.like(a, 1.0));
+  Value* db = g.where(positive, g.mul(dy, g.mul(y0(op), g.unary(OpKind::Log, safeA))));
+  return binary(g, op, da, db);
+}
+/// The gradient goes to the operand that was chosen; ties go to `a`.
+Grads vjpMax(Grad& g, const Op& op, Value* dy) {
+  Value* takeA = g.cmp(OpKind::Ge, op.operand(0), op.operand(1));
+  return binary(g, op, g.where(takeA, dy), g.select(takeA, g.like(dy, 0.0), dy));
+}
+Grads vjpMin(Grad& g, const Op& op, Value* dy) {
+  Value* takeA = g.cmp(OpKind::Le, op.operand(0), op.operand(1));
+  return binary(g, op, g.where(takeA, dy), g.select(takeA, g.like(dy, 0.0), dy));
+}
+/// mod(a, b) = a - b floor(a/b): da = dy, db = -floor(a/b) dy.
+Grads vjpMod(Grad& g, const Op& op, Value* dy) {
+  Value* q = g.unary(OpKind::Floor, g.div(op.operand(0), op.operand(1)));
+  return binary(g, op, dy, g.neg(g.mul(dy, q)));
+}
+/// rem(a, b) = a - b trunc(a/b).
+Grads vjpRem(Grad& g, const Op& op, Value* dy) {
+  Value* q = g.div(op.operand(0), op.operand(1));
+  Value* trunc = g.select(g.cmp(OpKind::Lt, q, g.like(q, 0.0)), g.unary(OpKind::Ceil, q), g.unary(OpKind::Floor, q));
+  return binary(g, op, dy, g.neg(g.mul(dy, trunc)));
+}
+Grads vjpSelect(Grad& g, const Op& op, Value* dy) {
+  Value* c = op.operand(0);
+  Value* zero = g.like(dy, 0.0);
+  return {nullptr, g.unbroadcastTo(g.select(c, dy, zero), op.operand(1)->type()),
+          g.unbroadcastTo(g.select(c, zero, dy), op.operand(2)->type())};
+}
+
+// --- Casts and data movement --------------------------------------------------------
+
+/// Float to float casts pass the gradient back in the operand's dtype.
+Grads vjpCast(Grad& g, const Op& op, Value* dy) {
+  if (!isFloat(y0(op)->type().dtype)) return {nullptr};
+  return {g.cast(dy, x0(op)->type().dtype)};
+}
+Grads vjpBroadcast(Grad& g, const Op& op, Value* dy) { return {g.unbroadcastTo(dy, x0(op)->type())}; }
+Grads vjpReshape(Grad& g, const Op& op, Value* dy) { return {g.reshape(dy, x0(op)->type().shape)}; }
+Grads vjpTranspose(Grad& g, const Op& op, Value* dy) {
+  const auto& perm = op.getInts("perm");
+  std::vector<int64_t> inverse(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
+  return {g.transpose(dy, inverse)};
+}
+/// A slice with steps of +-1 is undone by zero padding (reversed first for -1).
+Grads vjpSlice(Grad& g, const Op& op, Value* dy) {
+  auto in = g.dims(x0(op), "slice");
+  auto out = g.dims(y0(op), "slice");
+  if (!in || !out) return {nullptr};
+  const auto &starts = op.getInts("starts"), &steps = op.getInts("steps");
+  size_t rank = in->size();
+  std::vector<int64_t> pads(2 * rank), revStarts(rank, 0), revEnds(rank, kToEnd), revSteps(rank, 1);
+  bool reversed = false;
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t dim = (*in)[d], n = (*out)[d], s = starts[d] < 0 ? starts[d] + dim : starts[d];
+    if (steps[d] == 1) {
+      s = std::clamp<int64_t>(s, 0, dim);
+      pads[d] = n ? s : 0;
+      pads[rank + d] = dim - pads[d] - n;
+    } else if (steps[d] == -1) {
+      s = std::clamp<int64_t>(s, -1, dim - 1);
+      pads[d] = n ? s - n + 1 : 0;
+      pads[rank + d] = dim - pads[d] - n;
+      revStarts[d] = -1;
+      revEnds[d] = std::numeric_limits<int64_t>::min();
+      revSteps[d] = -1;
+      reversed = true;
+    } else {
+      g.fail("the gradient of a slice with step " + std::to_string(steps[d]) +
+             " is not implemented (steps of 1 and -1 are)");
+      return {nullptr};
+    }
+  }
+  Value* grad = reversed ? g.slice(dy, revStarts, revEnds, revSteps) : dy;
+  return {g.pad(grad, pads)};
+}
+/// Each operand gets its own piece of dy along the axis.
+Grads vjpConcat(Grad& g, const Op& op, Value* dy) {
+  int64_t rank = y0(op)->type().rank();
+  int64_t axis = *normalizeAxis(op.getInt("axis"), rank);
+  Grads grads;
+  int64_t offset = 0;
+  for (Value* x : op.operands()) {
+    const Dim& d = x->type().shape[axis];
+    if (!d.isStatic()) {
+      g.fail("the gradient of concat needs static sizes along the axis, got " + x->type().str());
+      return Grads(op.numOperands(), nullptr);
+    }
+    std::vector<int64_t> starts(rank, 0), ends(rank, kToEnd), steps(rank, 1);
+    starts[axis] = offset;
+    ends[axis] = offset + d.size;
+    grads.push_back(g.slice(dy, starts, ends, steps));
+    offset += d.size;
+  }
+  return grads;
+}
+/// Constant padding is undone by the opposite padding (cropping what was
+/// padded, zero-filling what was cropped).
+Grads vjpPad(Grad& g, const Op& op, Value* dy) {
+  if (op.getString("mode") != "constant") {
+    g.fail("the gradient of pad mode '" + op.getString("mode") + "' is not implemented (mode 'constant' is)");
+    return {nullptr};
+  }
+  std::vector<int64_t> pads = op.getInts("pads");
+  for (int64_t& p : pads) p = -p;
+  return {g.pad(dy, pads)};
+}
+/// gather's adjoint adds dy's slices into zeros at the indices: a
+/// scatter_elements(add) over data viewed as [outer, dim, inner].
+Grads vjpGather(Grad& g, const Op& op, Value* dy) {
+  Value *data = op.operand(0), *indices = op.operand(1);
+  auto dataDims = g.dims(data, "gather");
+  auto indexDims = g.dims(indices, "gather");
+  if (!dataDims || !indexDims) return {nullptr, nullptr};
+  int64_t axis = *normalizeAxis(op.getInt("axis"), data->type().rank());
+  int64_t outer = 1, inner = 1, count = numElements(indices->type().shape);
+  for (int64_t d = 0; d < axis; ++d) outer *= (*dataDims)[d];
+  for (size_t d = axis + 1; d < dataDims->size(); ++d) inner *= (*dataDims)[d];
+  Shape viewed = staticShape({outer, count, inner});
+  Value* idx = g.reshape(indices, staticShape({1, count, 1}));
+  idx = g.broadcastTo(idx, TensorType{indices->type().dtype, viewed});
+  Value* zeros = g.zeros(TensorType{data->type().dtype, staticShape({outer, (*dataDims)[axis], inner})});
+  Value* summed = g.emit(OpKind::ScatterElements, {zeros, idx, g.reshape(dy, viewed)},
+                         {{"axis", Attribute(int64_t{1})}, {"reduction", Attribute("add")}});
+  return {g.reshape(summed, data->type().shape), nullptr};
+}
+Grads vjpGatherElements(Grad& g, const Op& op, Value* dy) {
+  Value* data = op.operand(0);
+  auto dims = g.dims(data, "gather_elements");
+  if (!dims) return {nullptr, nullptr};
+  Value* zeros = g.zeros(data->type());
+  return {g.emit(OpKind::ScatterElements, {zeros, op.operand(1), dy},
+                 {{"axis", Attribute(op.getInt("axis"))}, {"reduction", Attribute("add")}}),
+          nullptr};
+}
+/// Without a reduction: data's gradient is dy with the overwritten places
+/// zeroed, the updates' is dy gathered at the indices.
+Grads vjpScatterElements(Grad& g, const Op& op, Value* dy) {
+  if (op.getString("reduction") != "none") {
+    g.fail("the gradient of scatter_elements with reduction '" + op.getString("reduction") +
+           "' is not implemented (reduction 'none' is)");
+    return {nullptr, nullptr, nullptr};
+  }
+  Value *indices = op.operand(1), *updates = op.operand(2);
+  AttrMap axis{{"axis", Attribute(op.getInt("axis"))}};
+  auto dims = g.dims(updates, "scatter_elements");
+  if (!dims) return {nullptr, nullptr, nullptr};
+  Value* cleared = g.emit(OpKind::ScatterElements, {dy, indices, g.zeros(updates->type())}, axis);
+  return {cleared, nullptr, g.emit(OpKind::GatherElements, {dy, indices}, axis)};
+}
+
+// --- Reductions -------------------------------------------------------------------------
+
+/// The reduced axes of `op` (normalized; empty means all) and dy reshaped to
+/// keep them as 1s, ready to broadcast against the operand.
+std::pair<std::vector<int64_t>, Value*> keptGrad(Grad& g, const Op& op, Value* dy) {
+  int64_t rank = x0(op)->type().rank();
+  std::vector<int64_t> axes;
+  for (int64_t a : op.getInts("axes")) axes.push_back(*normalizeAxis(a, rank));
+  if (axes.empty())
+    for (int64_t a = 0; a < rank; ++a) axes.push_back(a);
+  if (op.getBool("keepdims")) return {axes, dy};
+  Shape kept = x0(op)->type().shape;
+  for (int64_t a : axes) kept[a] = Dim::fixed(1);
+  return {axes, g.reshape(dy, kept)};
+}
+Grads vjpReduceSum(Grad& g, const Op& op, Value* dy) {
+  return {g.broadcastTo(keptGrad(g, op, dy).second, x0(op)->type())};
+}
+Grads vjpReduceMean(Grad& g, const Op& op, Value* dy) {
+  auto [axes, kept] = keptGrad(g, op, dy);
+  auto dims = g.dims(x0(op), "reduce_mean");
+  if (!dims) return {nullptr};
+  double count = 1;
+  for (int64_t a : axes) count *= static_cast<double>((*dims)[a]);
+  return {g.broadcastTo(g.mul(kept, 1.0 / count), x0(op)->type())};
+}
+/// The gradient is shared evenly by the elements equal to the extreme.
+Grads vjpReduceExtreme(Grad& g, const Op& op, Value* dy) {
+  Value* x = x0(op);
+  auto [axes, kept] = keptGrad(g, op, dy);
+  Value* y = op.getBool("keepdims") ? y0(op) : g.reshape(y0(op), kept ? kept->type().shape : Shape{});
+  Value* hit = g.cast(g.cmp(OpKind::Eq, x, y), x->type().dtype);
+  Value* share = g.div(kept, g.reduce(OpKind::ReduceSum, hit, axes, true));
+  return {g.mul(hit, share)};
+}
+/// d prod = prod / x (operands containing 0 get NaN or inf there).
+Grads vjpReduceProd(Grad& g, const Op& op, Value* dy) {
+  auto [axes, kept] = keptGrad(g, op, dy);
+  Value* y = op.getBool("keepdims") ? y0(op) : g.reshape(y0(op), kept ? kept->type().shape : Shape{});
+  return {g.div(g.mul(kept, y), x0(op))};
+}
+
+// --- Contractions ------------------------------------------------------------------------
+
+/// The last two dims swapped.
+Value* swapLast(Grad& g, Value* x) {
+  int64_t rank = x->type().rank();
+  std::vector<int64_t> perm;
+  for (int64_t i = 0; i < rank; ++i) perm.push_back(i);
+  std::swap(perm[rank - 1], perm[rank - 2]);
+  return g.transpose(x, perm);
+}
+/// y = a @ b: da = dy @ b^T, db = a^T @ dy, summed over broadcast batch
+/// dims; a vector operand is viewed as a [1,k] row or a [k,1] column.
+Grads vjpMatMul(Grad& g, const Op& op, Value* dy) {
+  Value *a = op.operand(0), *b = op.operand(1);
+  bool vecA = a->type().rank() == 1, vecB = b->type().rank() == 1;
+  Value* a2 = vecA ? g.reshape(a, {Dim::fixed(1), a->type().shape[0]}) : a;
+  Value* b2 = vecB ? g.reshape(b, {b->type().shape[0], Dim::fixed(1)}) : b;
+  Shape dyShape = dy->type().shape;
+  if (vecA) dyShape.insert(dyShape.end() - (vecB ? 0 : 1), Dim::fixed(1));
+  if (vecB) dyShape.push_back(Dim::fixed(1));
+  Value* dy2 = (vecA || vecB) ? g.reshape(dy, dyShape) : dy;
+  Value* da = g.emit(OpKind::MatMul, {dy2, swapLast(g, b2)});
+  Value* db = g.emit(OpKind::MatMul, {swapLast(g, a2), dy2});
+  if (vecA) da = g.reshape(g.unbroadcastTo(da, a2->type()), a->type().shape);
+  if (vecB) db = g.reshape(g.unbroadcastTo(db, b2->type()), b->type().shape);
+  return {g.unbroadcastTo(da, a->type()), g.unbroadcastTo(db, b->type())};
+}
+/// conv with groups = 1: dx is the transposed convolution of dy by w (with
+/// output_padding restoring x's size); dw is the convolution of x by dy with
+/// N and C swapped, stride and dilation exchanged, cropped to the kernel.
+Grads vjpConv(Grad& g, const Op& op, Value* dy) {
+  Value *x = op.operand(0), *w = op.operand(1);
+  Grads none(op.numOperands(), nullptr);
+  if (op.getInt("groups") != 1) {
+    g.fail("the gradient of a grouped conv is not implemented (groups = 1 is)");
+    return none;
+  }
+  auto xd = g.dims(x, "conv");
+  auto wd = g.dims(w, "conv");
+  auto yd = g.dims(y0(op), "conv");
+  if (!xd || !wd || !yd) return none;
+  size_t spatial = xd->size() - 2;
+  auto attr = [&](const char* name, int64_t fill, size_t n) {
+    std::vector<int64_t> v = op.getInts(name);
+    if (v.empty()) v.assign(n, fill);
+    return v;
+  };
+  auto strides = attr("strides", 1, spatial), dilations = attr("dilations", 1, spatial),
+       pads = attr("pads", 0, 2 * spatial);
+  std::vector<int64_t> outputPadding(spatial);
+  for (size_t i = 0; i < spatial; ++i) {
+    int64_t k = (*wd)[i + 2], in = (*xd)[i + 2], out = (*yd)[i + 2];
+    outputPadding[i] = in - ((out - 1) * strides[i] + dilations[i] * (k - 1) + 1 - pads[i] - pads[spatial + i]);
+  }
+  Value* dx = g.emit(OpKind::ConvTranspose, {dy, w},
+                     {{"strides", Attribute(strides)},
+                      {"pads", Attribute(pads)},
+                      {"dilations", Attribute(dilations)},
+                      {"output_padding", Attribute(outputPadding)}});
+  std::vector<int64_t> swap01{1, 0};
+  for (size_t i = 0; i < spatial; ++i) swap01.push_back(static_cast<int64_t>(i + 2));
+  Value* dwFull =
+      g.emit(OpKind::Conv, {g.transpose(x, swap01), g.transpose(dy, swap01)},
+             {{"strides", Attribute(dilations)}, {"pads", Attribute(pads)}, {"dilations", Attribute(strides)}});
+  std::vector<int64_t> starts(spatial + 2, 0), ends(spatial + 2, kToEnd), steps(spatial + 2, 1);
+  for (size_t i = 0; i < spatial; ++i) ends[i + 2] = (*wd)[i + 2];
+  Value* dw = g.transpose(g.slice(dwFull, starts, ends, steps), swap01);
+  Grads grads{dx, dw};
+  if (op.numOperands() == 3) {
+    std::vector<int64_t> axes{0};
+    for (size_t i = 0; i < spatial; ++i) axes.push_back(static_cast<int64_t>(i + 2));
+    grads.push_back(g.reduce(OpKind::ReduceSum, dy, axes, false));
+  }
+  return grads;
+}
+
+/// Pooling's adjoint. Each kernel tap t reads, for every output position,
+/// one strided slice window_t of the padded input; the gradient of window_t
+/// (g_t) is placed back by a transposed convolution of the stacked g_t
+/// [N*C, taps, O...] with a one-hot kernel [taps, 1, K...] (tap t at its
+/// offset), then the padding is cropped. max_pool: g_t = dy where window_t
+/// equals the maximum, shared evenly by ties; avg_pool: g_t = dy / the
+/// window's divisor.
+Grads vjpPool(Grad& g, const Op& op, Value* dy, bool isMax) {
+  Value *x = x0(op), *y = y0(op);
+  auto xd = g.dims(x, isMax ? "max_pool" : "avg_pool");
+  auto yd = g.dims(y, isMax ? "max_pool" : "avg_pool");
+  if (!xd || !yd) return {nullptr};
+  size_t sp = xd->size() - 2, rank = xd->size();
+  auto attr = [&](const char* name, int64_t fill, size_t n) {
+    std::vector<int64_t> v = op.attr(name) ? op.getInts(name) : std::vector<int64_t>{};
+    if (v.empty()) v.assign(n, fill);
+    return v;
+  };
+  auto kernel = op.getInts("kernel"), strides = attr("strides", 1, sp), pads = attr("pads", 0, 2 * sp);
+  auto dilations = isMax ? attr("dilations", 1, sp) : std::vector<int64_t>(sp, 1);
+  DType dt = x->type().dtype;
+  // Pads of every dim (begins, ends) that make room for every window,
+  // including ceil_mode's partial last one; `span` is what the windows cover.
+  std::vector<int64_t> padAll(2 * rank, 0), extra(2 * rank, 0), span(sp), crop(2 * rank, 0);
+  for (size_t i = 0; i < sp; ++i) {
+    int64_t in = (*xd)[i + 2], out = (*yd)[i + 2];
+    span[i] = (out - 1) * strides[i] + dilations[i] * (kernel[i] - 1) + 1;
+    padAll[2 + i] = pads[i];
+    padAll[rank + 2 + i] = pads[sp + i];
+    extra[rank + 2 + i] = std::max<int64_t>(0, span[i] - in - pads[i] - pads[sp + i]);
+    crop[2 + i] = -pads[i];
+    crop[rank + 2 + i] = in + pads[i] - span[i];
+  }
+  auto padded = [&](Value* v, double value) {
+    Value* p = g.emit(OpKind::Pad, {v}, {{"pads", Attribute(padAll)}, {"value", Attribute(value)}});
+    return g.emit(OpKind::Pad, {p}, {{"pads", Attribute(extra)}, {"value", Attribute(0.0)}});
+  };
+  int64_t taps = 1;
+  for (int64_t k : kernel) taps *= k;
+  auto window = [&](Value* source, int64_t t) {
+    std::vector<int64_t> starts(rank, 0), ends(rank, kToEnd), steps(rank, 1);
+    for (size_t i = sp; i-- > 0;) {
+      starts[i + 2] = (t % kernel[i]) * dilations[i];
+      t /= kernel[i];
+      ends[i + 2] = starts[i + 2] + ((*yd)[i + 2] - 1) * strides[i] + 1;
+      steps[i + 2] = strides[i];
+    }
+    return g.slice(source, starts, ends, steps);
+  };
+  std::vector<Value*> parts;
+  if (isMax) {
+    // The lowest finite value (not -inf, which the text IR would have to
+    // spell) stands for padding, which never wins.
+    Value* source = padded(x, std::numeric_limits<double>::lowest());
+    std::vector<Value*> hits;
+    Value* total = nullptr;
+    for (int64_t t = 0; t < taps; ++t) {
+      hits.push_back(g.cast(g.cmp(OpKind::Eq, window(source, t), y), dt));
+      total = total ? g.add(total, hits.back()) : hits.back();
+    }
+    Value* share = g.div(dy, g.emit(OpKind::Max, {total, g.like(total, 1.0)}));
+    for (Value* hit : hits) parts.push_back(g.mul(hit, share));
+  } else {
+    // The divisor: real elements, or with count_include_pad those inside
+    // the padded input, of each window (constants that fold).
+    DenseTensor ones = DenseTensor::zeros(x->type());
+    for (int64_t i = 0; i < numElements(x->type().shape); ++i) ones.setDouble(i, 1.0);
+    Value* mask = padded(g.emit(OpKind::Constant, {}, {{"value", Attribute(std::move(ones))}}, {x->type()}),
+                         op.getBool("count_include_pad") ? 1.0 : 0.0);
+    Value* count = nullptr;
+    for (int64_t t = 0; t < taps; ++t) count = count ? g.add(count, window(mask, t)) : window(mask, t);
+    Value* share = g.div(dy, g.emit(OpKind::Max, {count, g.like(count, 1.0)}));
+    parts.assign(taps, share);
+  }
+  Shape stackedPart = y->type().shape;
+  stackedPart[0] = Dim::fixed((*xd)[0] * (*xd)[1]);
+  stackedPart[1] = Dim::fixed(1);
+  for (Value*& p : parts) p = g.reshape(p, stackedPart);
+  Value* stacked = parts.size() == 1 ? parts[0] : g.emit(OpKind::Concat, parts, {{"axis", Attribute(int64_t{1})}});
+  std::vector<int64_t> weightDims{taps, 1};
+  weightDims.insert(weightDims.end(), kernel.begin(), kernel.end());
+  DenseTensor oneHot = DenseTensor::zeros(TensorType{dt, staticShape(weightDims)});
+  for (int64_t t = 0; t < taps; ++t) oneHot.setDouble(t * taps + t, 1.0);
+  Value* weight = g.emit(OpKind::Constant, {}, {{"value", Attribute(std::move(oneHot))}},
+                         {TensorType{dt, staticShape(weightDims)}});
+  Value* placed = g.emit(OpKind::ConvTranspose, {stacked, weight},
+                         {{"strides", Attribute(strides)}, {"dilations", Attribute(dilations)}});
+  return {g.reshape(g.pad(placed, crop), x->type().shape)};
+}
+Grads vjpMaxPool(Grad& g, const Op& op, Value* dy) { return vjpPool(g, op, dy, true); }
+Grads vjpAvgPool(Grad& g, const Op& op, Value* dy) { return vjpPool(g, op, dy, false); }
+
+// --- The table ----------------------------------------------------------------------------
+
+struct VjpEntry {
+  VjpKind kind;
+  Rule rule;
+  bool declared = true;
+};
+constexpr VjpEntry rule(Rule r) { return {VjpKind::Rule, r}; }
+constexpr VjpEntry kUndeclared{VjpKind::Unsupported, nullptr, false};
+constexpr VjpEntry kNone{VjpKind::NotDifferentiable, nullptr};
+constexpr VjpEntry kDecompose{VjpKind::Decompose, nullptr};
+constexpr VjpEntry kMissing{VjpKind::Unsupported, nullptr};  // differentiable, no rule yet
+
+template <OpKind K>
+constexpr VjpEntry kVjpOf = kUndeclared;
+
+#define KILN_VJP(Enum, Entry) \
+  template <>                 \
+  constexpr VjpEntry kVjpOf<OpKind::Enum> = Entry;
+
+KILN_VJP(Neg, rule(vjpNeg))
+KILN_VJP(Abs, rule(vjpAbs))
+KILN_VJP(Sign, kNone)
+KILN_VJP(Exp, rule(vjpExp))
+KILN_VJP(Log, rule(vjpLog))
+KILN_VJP(Sqrt, rule(vjpSqrt))
+KILN_VJP(Rsqrt, rule(vjpRsqrt))
+KILN_VJP(Reciprocal, rule(vjpReciprocal))
+KILN_VJP(Tanh, rule(vjpTanh))
+KILN_VJP(Sigmoid, rule(vjpSigmoid))
+KILN_VJP(Relu, rule(vjpRelu))
+KILN_VJP(Erf, rule(vjpErf))
+KILN_VJP(Sin, rule(vjpSin))
+KILN_VJP(Cos, rule(vjpCos))
+KILN_VJP(Tan, rule(vjpTan))
+KILN_VJP(Asin, rule(vjpAsin))
+KILN_VJP(Acos, rule(vjpAcos))
+KILN_VJP(Atan, rule(vjpAtan))
+KILN_VJP(Sinh, rule(vjpSinh))
+KILN_VJP(Cosh, rule(vjpCosh))
+KILN_VJP(Asinh, rule(vjpAsinh))
+KILN_VJP(Acosh, rule(vjpAcosh))
+KILN_VJP(Atanh, rule(vjpAtanh))
+KILN_VJP(Floor, kNone)
+KILN_VJP(Ceil, kNone)
+KILN_VJP(Round, kNone)
+KILN_VJP(Not, kNone)
+KILN_VJP(IsNan, kNone)
+KILN_VJP(IsInf, kNone)
+KILN_VJP(Add, rule(vjpAdd))
+KILN_VJP(Sub, rule(vjpSub))
+KILN_VJP(Mul, rule(vjpMul))
+KILN_VJP(Div, rule(vjpDiv))
+KILN_VJP(Pow, rule(vjpPow))
+KILN_VJP(Max, rule(vjpMax))
+KILN_VJP(Min, rule(vjpMin))
+KILN_VJP(Mod, rule(vjpMod))
+KILN_VJP(Rem, rule(vjpRem))
+KILN_VJP(And, kNone)
+KILN_VJP(Or, kNone)
+KILN_VJP(Xor, kNone)
+KILN_VJP(Eq, kNone)
+KILN_VJP(Ne, kNone)
+KILN_VJP(Lt, kNone)
+KILN_VJP(Le, kNone)
+KILN_VJP(Gt, kNone)
+KILN_VJP(Ge, kNone)
+KILN_VJP(Select, rule(vjpSelect))
+KILN_VJP(Constant, kNone)
+KILN_VJP(Iota, kNone)
+KILN_VJP(Cast, rule(vjpCast))
+KILN_VJP(Broadcast, rule(vjpBroadcast))
+KILN_VJP(Reshape, rule(vjpReshape))
+KILN_VJP(Transpose, rule(vjpTranspose))
+KILN_VJP(Slice, rule(vjpSlice))
+KILN_VJP(Concat, rule(vjpConcat))
+KILN_VJP(Pad, rule(vjpPad))
+KILN_VJP(Gather, rule(vjpGather))
+KILN_VJP(GatherElements, rule(vjpGatherElements))
+KILN_VJP(ScatterElements, rule(vjpScatterElements))
+KILN_VJP(ReduceSum, rule(vjpReduceSum))
+KILN_VJP(ReduceMean, rule(vjpReduceMean))
+KILN_VJP(ReduceMax, rule(vjpReduceExtreme))
+KILN_VJP(ReduceMin, rule(vjpReduceExtreme))
+KILN_VJP(ReduceProd, rule(vjpReduceProd))
+KILN_VJP(ArgMax, kNone)
+KILN_VJP(ArgMin, kNone)
+KILN_VJP(MatMul, rule(vjpMatMul))
+KILN_VJP(Conv, rule(vjpConv))
+KILN_VJP(ConvTranspose, kMissing)
+KILN_VJP(MaxPool, rule(vjpMaxPool))
+KILN_VJP(AvgPool, rule(vjpAvgPool))
+KILN_VJP(RandomUniform, kNone)
+KILN_VJP(RandomNormal, kNone)
+KILN_VJP(Softmax, kDecompose)
+KILN_VJP(LogSoftmax, kDecompose)
+KILN_VJP(LayerNorm, kDecompose)
+KILN_VJP(BatchNorm, kDecompose)
+KILN_VJP(Gelu, kDecompose)
+KILN_VJP(Silu, kDecompose)
+KILN_VJP(LeakyRelu, kDecompose)
+KILN_VJP(Elu, kDecompose)
+KILN_VJP(Softplus, kDecompose)
+KILN_VJP(Rnn, kDecompose)
+KILN_VJP(Lstm, kDecompose)
+KILN_VJP(Gru, kDecompose)
+KILN_VJP(Attention, kDecompose)
+KILN_VJP(CrossEntropy, kDecompose)
+KILN_VJP(NllLoss, kDecompose)
+KILN_VJP(MseLoss, kDecompose)
+KILN_VJP(Fused, kMissing)
+KILN_VJP(Return, kNone)
+#undef KILN_VJP
+
+// Every op declares how it is differentiated; composites decompose.
+#define KILN_OP(Enum, Mnemonic, Class, ...)                                                                  \
+  static_assert(kVjpOf<OpKind::Enum>.declared, "declare the VJP of " Mnemonic " in passes/Vjp.cpp");         \
+  static_assert((OpClass::Class == OpClass::Composite) == (kVjpOf<OpKind::Enum>.kind == VjpKind::Decompose), \
+                "composite ops, and only they, are differentiated through their decomposition: " Mnemonic);
+#include "ir/Ops.def"
+
+constexpr VjpEntry kVjps[] = {
+#define KILN_OP(Enum, ...) kVjpOf<OpKind::Enum>,
+#include "ir/Ops.def"
+};
+static_assert(std::size(kVjps) == kNumOpKinds);
+
+}  // namespace
+
+VjpKind vjpKind(OpKind kind) { return kVjps[static_cast<size_t>(kind)].kind; }
+
+std::string_view vjpKindName(VjpKind kind) {
+  switch (kind) {
+    case VjpKind::Rule: return "rule";
+    case VjpKind::NotDifferentiable: return "not differentiable";
+    case VjpKind::Decompose: return "decompose";
+    case VjpKind::Unsupported: return "unsupported";
+  }
+  return "?";
+}
+
+Expected<Value*> unbroadcast(Builder& b, Value* g, const TensorType& target) {
+  const Shape& from = g->type().shape;
+  const Shape& to = target.shape;
+  if (from.size() < to.size())
+    return Error("gradient of type " + g->type().str() + " cannot be summed to " + target.str());
+  size_t lead = from.size() - to.size();
+  std::vector<int64_t> dropped, ones;
+  for (size_t d = 0; d < lead; ++d) dropped.push_back(static_cast<int64_t>(d));
+  for (size_t d = 0; d < to.size(); ++d)
+    if (to[d].isStatic() && to[d].size == 1 && !(from[lead + d].isStatic() && from[lead + d].size == 1))
+      ones.push_back(static_cast<int64_t>(lead + d));
+  Value* v = g;
+  if (!ones.empty()) {
+    auto r = b.value(OpKind::ReduceSum, {v}, {{"axes", Attribute(ones)}, {"keepdims", Attribute(true)}});
+    if (!r) return r.takeError();
+    v = *r;
+  }
+  if (!dropped.empty()) {
+    auto r = b.value(OpKind::ReduceSum, {v}, {{"axes", Attribute(dropped)}, {"keepdims", Attribute(false)}});
+    if (!r) return r.takeError();
+    v = *r;
+  }
+  return v;
+}
+
+Expected<std::vector<Value*>> applyVjp(Builder& b, const Op& op, Value* dy, const std::vector<bool>& needs) {
+  const VjpEntry& entry = kVjps[static_cast<size_t>(op.kind())];
+  if (entry.kind == VjpKind::NotDifferentiable) return std::vector<Value*>(op.numOperands(), nullptr);
+  if (entry.kind == VjpKind::Decompose) return op.emitError("is a composite op; decompose it before autodiff");
+  if (entry.kind != VjpKind::Rule)
+    return op.emitError("has no gradient rule yet (see docs/autodiff.md for the ops that have one)");
+  Grad g(b, op);
+  std::vector<Value*> grads = entry.rule(g, op, dy);
+  KILN_TRY(g.status());
+  grads.resize(op.numOperands(), nullptr);
+  for (size_t i = 0; i < grads.size(); ++i)
+    if (!needs[i] || !isFloat(op.operand(i)->type().dtype)) grads[i] = nullptr;
+  return grads;
+}
+
+}  // namespace kiln

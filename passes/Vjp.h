@@ -1,0 +1,49 @@
+// Vector-Jacobian products (VJP rules) of the ops of ir/Ops.def, one rule
+// function per op kind in passes/Vjp.cpp, registered in an array indexed by
+// OpKind and filled from the op table: an op added to Ops.def without a
+// declared VJP kind does not compile. The `autodiff` pass (passes/Autodiff.h)
+// walks a function backwards and asks each op for the gradients of its
+// operands given the gradient of its result.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "ir/Builder.h"
+#include "ir/IR.h"
+
+namespace kiln {
+
+/// How an op takes part in differentiation.
+enum class VjpKind : uint8_t {
+  /// A rule gives the gradient of each float operand.
+  Rule,
+  /// No gradient flows through it: its result is integer or bool, or it is
+  /// piecewise constant (sign, floor, ceil, round), or it has no operands
+  /// (constant, iota, random). Float operands of such ops get no gradient.
+  NotDifferentiable,
+  /// A composite op: autodiff decomposes it first and differentiates the
+  /// primitives (softmax, layer_norm, the losses, the recurrent ops...).
+  Decompose,
+  /// Differentiable in principle but without a rule yet: differentiating
+  /// through it is an error naming the op.
+  Unsupported,
+};
+
+VjpKind vjpKind(OpKind kind);
+std::string_view vjpKindName(VjpKind kind);
+
+/// The gradients of `op`'s operands given `dy`, the gradient of its (single)
+/// result, built with `b` (insertion point and location already set). One
+/// entry per operand; null where no gradient flows (integer operands, the
+/// condition of a select, or an operand whose `needs` entry is false).
+/// Each gradient has its operand's dtype and shape (broadcasting undone).
+/// An error names the op when the rule does not apply (an unsupported op,
+/// attributes or shapes the rule does not handle).
+Expected<std::vector<Value*>> applyVjp(Builder& b, const Op& op, Value* dy, const std::vector<bool>& needs);
+
+/// Sums `g` over the dims that broadcasting added or stretched so that it
+/// has the shape of `target` (the operand that was broadcast).
+Expected<Value*> unbroadcast(Builder& b, Value* g, const TensorType& target);
+
+}  // namespace kiln

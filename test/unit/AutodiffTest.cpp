@@ -1,0 +1,410 @@
+// The `autodiff` pass against central finite differences in float64 on the
+// reference interpreter. Each case is one op (or a small model) in f64 whose
+// output y is projected to a scalar loss sum(proj * y) by a random `proj`;
+// the autodiff'd function's "grad.<p>" results must match
+// (L(p + h e_i) - L(p - h e_i)) / 2h for every element i of every parameter
+// p. Shapes are drawn at random for the elementwise ops (broadcasting
+// included). Also: which ops are declared not differentiable, fan-out,
+// unused parameters, the default parameter choice and the errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+
+#include "ir/Parser.h"
+#include "ir/Printer.h"
+#include "ir/Verifier.h"
+#include "passes/Autodiff.h"
+#include "passes/Vjp.h"
+#include "runtime/Interpreter.h"
+
+namespace kiln {
+namespace {
+
+struct Range {
+  double lo, hi;
+};
+
+/// One finite-difference case: `body` computes %out of type `outType` from
+/// the arguments `args`; `params` are differentiated.
+struct Case {
+  std::string args;
+  std::string body;
+  std::string outType;
+  std::vector<std::string> params;
+  /// Value ranges by argument name; float arguments default to [-2, 2].
+  std::map<std::string, Range> ranges = {};
+  /// Integer arguments are drawn from [0, intMax).
+  int64_t intMax = 3;
+  /// The finite-difference step (relative to max(1, |x|)) and tolerance.
+  double step = 1e-6, rtol = 1e-5;
+};
+
+std::string caseText(const Case& c) {
+  return "func @f(" + c.args + ", %proj: " + c.outType + ") -> f64[] {\n" + c.body +
+         "\n  %p = mul(%out, %proj) : " + c.outType +
+         "\n  %loss = reduce_sum(%p) {axes = []} : f64[]\n  return %loss\n}\n";
+}
+
+std::vector<Tensor> randomInputs(const Function& f, const Case& c, std::mt19937& rng) {
+  std::vector<Tensor> inputs;
+  for (Value* arg : f.arguments()) {
+    Tensor t(arg->type().dtype, staticDims(arg->type().shape));
+    auto range = c.ranges.count(arg->name()) ? c.ranges.at(arg->name()) : Range{-2.0, 2.0};
+    for (int64_t i = 0; i < t.numElements(); ++i) {
+      if (t.dtype() == DType::Bool)
+        t.setInt(i, std::uniform_int_distribution<int>(0, 1)(rng));
+      else if (isInteger(t.dtype()))
+        t.setInt(i, std::uniform_int_distribution<int64_t>(0, c.intMax - 1)(rng));
+      else
+        t.setDouble(i, std::uniform_real_distribution<double>(range.lo, range.hi)(rng));
+    }
+    inputs.push_back(std::move(t));
+  }
+  return inputs;
+}
+
+double lossAt(const Function& f, const std::vector<Tensor>& inputs) {
+  auto r = interpret(f, inputs);
+  EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().str());
+  return r.ok() ? (*r)[0].getDouble(0) : NAN;
+}
+
+/// Differentiates the case and compares every gradient element with a
+/// central difference.
+void expectGradientsMatch(const Case& c, uint32_t seed = 7) {
+  std::string text = caseText(c);
+  SCOPED_TRACE(text);
+  auto original = parseModule(text, "autodiff-test.kir");
+  auto diffed = parseModule(text, "autodiff-test.kir");
+  ASSERT_TRUE(original.ok()) << original.error().str();
+  ASSERT_TRUE(diffed.ok());
+  Function& f = *(*original)->functions()[0];
+  Function& g = *(*diffed)->functions()[0];
+  Status s = differentiateFunction(g, AutodiffOptions{c.params, 0});
+  ASSERT_TRUE(s.ok()) << s.error().str();
+  Status v = verify(g);
+  ASSERT_TRUE(v.ok()) << v.error().str() << "\n" << print(g);
+  ASSERT_EQ(g.resultTypes().size(), 1 + c.params.size());
+
+  std::mt19937 rng(seed);
+  std::vector<Tensor> inputs = randomInputs(f, c, rng);
+  auto results = interpret(g, inputs);
+  ASSERT_TRUE(results.ok()) << results.error().str() << "\n" << print(g);
+  EXPECT_NEAR((*results)[0].getDouble(0), lossAt(f, inputs), 1e-12);
+
+  for (size_t p = 0; p < c.params.size(); ++p) {
+    EXPECT_EQ(g.resultName(1 + p), "grad." + c.params[p]);
+    size_t arg = 0;
+    while (f.argument(arg)->name() != c.params[p]) ++arg;
+    const Tensor& grad = (*results)[1 + p];
+    ASSERT_EQ(grad.shape(), inputs[arg].shape()) << c.params[p];
+    for (int64_t i = 0; i < grad.numElements(); ++i) {
+      std::vector<Tensor> plus = inputs, minus = inputs;
+      double x = inputs[arg].getDouble(i), h = c.step * std::max(1.0, std::abs(x));
+      plus[arg].setDouble(i, x + h);
+      minus[arg].setDouble(i, x - h);
+      double fd = (lossAt(f, plus) - lossAt(f, minus)) / (2 * h);
+      EXPECT_NEAR(grad.getDouble(i), fd, c.rtol * (0.1 + std::abs(fd)))
+          << "d loss / d " << c.params[p] << "[" << i << "]\n"
+          << print(g);
+    }
+  }
+}
+
+std::string typeStr(const std::vector<int64_t>& dims) {
+  std::string s = "f64[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+std::vector<int64_t> randomDims(std::mt19937& rng) {
+  std::vector<int64_t> dims(std::uniform_int_distribution<int>(0, 3)(rng));
+  for (int64_t& d : dims) d = std::uniform_int_distribution<int64_t>(1, 4)(rng);
+  return dims;
+}
+
+// --- Elementwise ----------------------------------------------------------------
+
+TEST(AutodiffTest, UnaryOpsMatchFiniteDifferencesOverRandomShapes) {
+  std::map<std::string, Range> domains = {
+      {"log", {0.2, 2}},   {"sqrt", {0.2, 2}},  {"rsqrt", {0.2, 2}},  {"reciprocal", {0.3, 2}}, {"tan", {-1, 1}},
+      {"asin", {-.8, .8}}, {"acos", {-.8, .8}}, {"atanh", {-.8, .8}}, {"acosh", {1.2, 3}},
+  };
+  std::mt19937 rng(1);
+  for (std::string op :
+       {"neg", "abs", "exp", "log",  "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid", "relu",  "erf",
+        "sin", "cos", "tan", "asin", "acos", "atan",  "sinh",       "cosh", "asinh",   "acosh", "atanh"}) {
+    for (int trial = 0; trial < 2; ++trial) {
+      std::string t = typeStr(randomDims(rng));
+      Case c{"%x: " + t, "  %out = " + op + "(%x) : " + t, t, {"x"}};
+      if (domains.count(op)) c.ranges["x"] = domains[op];
+      expectGradientsMatch(c, rng());
+    }
+  }
+}
+
+/// Shapes of `b` that broadcast against `a`: a suffix of it with some dims set to 1.
+std::vector<int64_t> broadcastPartner(const std::vector<int64_t>& a, std::mt19937& rng) {
+  size_t drop = std::uniform_int_distribution<size_t>(0, a.size())(rng);
+  std::vector<int64_t> b(a.begin() + drop, a.end());
+  for (int64_t& d : b)
+    if (std::uniform_int_distribution<int>(0, 2)(rng) == 0) d = 1;
+  return b;
+}
+
+TEST(AutodiffTest, BinaryOpsMatchFiniteDifferencesWithBroadcasting) {
+  std::mt19937 rng(2);
+  for (std::string op : {"add", "sub", "mul", "div", "pow", "max", "min", "mod", "rem"}) {
+    for (int trial = 0; trial < 3; ++trial) {
+      std::vector<int64_t> a = randomDims(rng), b = broadcastPartner(a, rng);
+      if (trial == 1) std::swap(a, b);
+      std::vector<int64_t> out = a.size() >= b.size() ? a : b;
+      const auto& shorter = a.size() >= b.size() ? b : a;
+      for (size_t i = 0; i < shorter.size(); ++i)
+        out[out.size() - shorter.size() + i] = std::max(out[out.size() - shorter.size() + i], shorter[i]);
+      Case c{"%a: " + typeStr(a) + ", %b: " + typeStr(b),
+             "  %out = " + op + "(%a, %b) : " + typeStr(out),
+             typeStr(out),
+             {"a", "b"}};
+      if (op == "div") c.ranges["b"] = {0.5, 2};
+      if (op == "pow") c.ranges["a"] = {0.3, 2};
+      // a / b stays between integers, away from mod's and rem's jumps.
+      if (op == "mod" || op == "rem") c.ranges = {{"a", {2.2, 2.8}}, {"b", {-1.05, -1.0}}};
+      expectGradientsMatch(c, rng());
+    }
+  }
+}
+
+TEST(AutodiffTest, SelectRoutesTheGradientByTheCondition) {
+  expectGradientsMatch(
+      {"%c: bool[3,4], %x: f64[3,4], %y: f64[4]", "  %out = select(%c, %x, %y) : f64[3,4]", "f64[3,4]", {"x", "y"}});
+}
+
+/// The f32 middle rounds at 1e-7, so the step is larger and the tolerance looser.
+TEST(AutodiffTest, FloatCastPassesTheGradientBack) {
+  expectGradientsMatch({"%x: f64[3,2]",
+                        "  %c = cast(%x) : f32[3,2]\n  %e = exp(%c) : f32[3,2]\n  %out = cast(%e) : f64[3,2]",
+                        "f64[3,2]",
+                        {"x"},
+                        {},
+                        3,
+                        1e-3,
+                        1e-3});
+}
+
+// --- Data movement ----------------------------------------------------------------
+
+TEST(AutodiffTest, LayoutOpsMatchFiniteDifferences) {
+  expectGradientsMatch({"%x: f64[3,1]", "  %out = broadcast(%x) : f64[2,3,4]", "f64[2,3,4]", {"x"}});
+  expectGradientsMatch({"%x: f64[2,6]", "  %out = reshape(%x) : f64[3,2,2]", "f64[3,2,2]", {"x"}});
+  expectGradientsMatch(
+      {"%x: f64[2,3,4]", "  %out = transpose(%x) {perm = [2, 0, 1]} : f64[4,2,3]", "f64[4,2,3]", {"x"}});
+  expectGradientsMatch({"%x: f64[4,5]",
+                        "  %out = slice(%x) {starts = [1, -4], ends = [3, 100], steps = [1, 1]} : f64[2,4]",
+                        "f64[2,4]",
+                        {"x"}});
+  expectGradientsMatch({"%x: f64[4,5]",
+                        "  %out = slice(%x) {starts = [3, 0], ends = [0, 5], steps = [-1, 1]} : f64[3,5]",
+                        "f64[3,5]",
+                        {"x"}});
+  expectGradientsMatch(
+      {"%a: f64[2,3], %b: f64[2,1]", "  %out = concat(%a, %b, %a) {axis = 1} : f64[2,7]", "f64[2,7]", {"a", "b"}});
+  expectGradientsMatch({"%x: f64[3,4]", "  %out = pad(%x) {pads = [1, -1, 0, 2]} : f64[4,5]", "f64[4,5]", {"x"}});
+}
+
+TEST(AutodiffTest, GatherAndScatterMatchFiniteDifferences) {
+  // Repeated indices add their gradients.
+  expectGradientsMatch(
+      {"%x: f64[2,4,3], %i: i64[5]", "  %out = gather(%x, %i) {axis = 1} : f64[2,5,3]", "f64[2,5,3]", {"x"}, {}, 4});
+  expectGradientsMatch(
+      {"%x: f64[5,3], %i: i64[2,2]", "  %out = gather(%x, %i) : f64[2,2,3]", "f64[2,2,3]", {"x"}, {}, 5});
+  expectGradientsMatch({"%x: f64[3,4], %i: i64[3,6]",
+                        "  %out = gather_elements(%x, %i) {axis = 1} : f64[3,6]",
+                        "f64[3,6]",
+                        {"x"},
+                        {},
+                        4});
+  // Distinct indices per row (a permutation of iota would need more setup:
+  // one column written per row keeps them distinct).
+  expectGradientsMatch({"%x: f64[3,4], %i: i64[3,1], %u: f64[3,1]",
+                        "  %out = scatter_elements(%x, %i, %u) {axis = 1} : f64[3,4]",
+                        "f64[3,4]",
+                        {"x", "u"},
+                        {},
+                        4});
+}
+
+// --- Reductions and contractions ----------------------------------------------------
+
+TEST(AutodiffTest, ReductionsMatchFiniteDifferences) {
+  for (std::string op : {"reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod"}) {
+    expectGradientsMatch({"%x: f64[2,3,4]", "  %out = " + op + "(%x) {axes = [-1, 0]} : f64[3]", "f64[3]", {"x"}});
+    expectGradientsMatch(
+        {"%x: f64[2,3,4]", "  %out = " + op + "(%x) {axes = [1], keepdims = true} : f64[2,1,4]", "f64[2,1,4]", {"x"}});
+    expectGradientsMatch({"%x: f64[3,2]", "  %out = " + op + "(%x) {axes = []} : f64[]", "f64[]", {"x"}});
+  }
+}
+
+TEST(AutodiffTest, MatMulMatchesFiniteDifferencesBatchedAndBroadcast) {
+  expectGradientsMatch({"%a: f64[3,4], %b: f64[4,2]", "  %out = matmul(%a, %b) : f64[3,2]", "f64[3,2]", {"a", "b"}});
+  expectGradientsMatch(
+      {"%a: f64[2,3,4], %b: f64[4,2]", "  %out = matmul(%a, %b) : f64[2,3,2]", "f64[2,3,2]", {"a", "b"}});
+  expectGradientsMatch(
+      {"%a: f64[2,1,3,4], %b: f64[3,4,2]", "  %out = matmul(%a, %b) : f64[2,3,3,2]", "f64[2,3,3,2]", {"a", "b"}});
+  expectGradientsMatch({"%a: f64[4], %b: f64[2,4,3]", "  %out = matmul(%a, %b) : f64[2,3]", "f64[2,3]", {"a", "b"}});
+  expectGradientsMatch({"%a: f64[2,3,4], %b: f64[4]", "  %out = matmul(%a, %b) : f64[2,3]", "f64[2,3]", {"a", "b"}});
+  expectGradientsMatch({"%a: f64[4], %b: f64[4]", "  %out = matmul(%a, %b) : f64[]", "f64[]", {"a", "b"}});
+}
+
+TEST(AutodiffTest, ConvMatchesFiniteDifferences) {
+  expectGradientsMatch({"%x: f64[2,2,5,5], %w: f64[3,2,3,3], %b: f64[3]",
+                        "  %out = conv(%x, %w, %b) : f64[2,3,3,3]",
+                        "f64[2,3,3,3]",
+                        {"x", "w", "b"}});
+  // Stride, padding and dilation, with a size the stride does not divide.
+  expectGradientsMatch({"%x: f64[1,2,6,5], %w: f64[2,2,2,3]",
+                        "  %out = conv(%x, %w) {strides = [2, 2], pads = [1, 0, 0, 1], dilations = [1, 2]} : "
+                        "f64[1,2,3,1]",
+                        "f64[1,2,3,1]",
+                        {"x", "w"}});
+  expectGradientsMatch({"%x: f64[2,3,7], %w: f64[2,3,3]",
+                        "  %out = conv(%x, %w) {strides = [3]} : f64[2,2,2]",
+                        "f64[2,2,2]",
+                        {"x", "w"}});
+}
+
+TEST(AutodiffTest, PoolingMatchesFiniteDifferences) {
+  expectGradientsMatch({"%x: f64[2,2,4,4]",
+                        "  %out = max_pool(%x) {kernel = [2, 2], strides = [2, 2]} : f64[2,2,2,2]",
+                        "f64[2,2,2,2]",
+                        {"x"}});
+  // Overlapping windows, padding, dilation and ceil_mode's partial window.
+  expectGradientsMatch(
+      {"%x: f64[1,2,6,6]",
+       "  %out = max_pool(%x) {kernel = [3, 2], strides = [2, 1], pads = [1, 0, 1, 1], dilations = [1, 2], "
+       "ceil_mode = true} : f64[1,2,4,5]",
+       "f64[1,2,4,5]",
+       {"x"}});
+  expectGradientsMatch(
+      {"%x: f64[2,3,7]", "  %out = max_pool(%x) {kernel = [3], strides = [2]} : f64[2,3,3]", "f64[2,3,3]", {"x"}});
+  expectGradientsMatch({"%x: f64[2,2,4,5]",
+                        "  %out = avg_pool(%x) {kernel = [2, 2], strides = [2, 2]} : f64[2,2,2,2]",
+                        "f64[2,2,2,2]",
+                        {"x"}});
+  for (std::string countPad : {"false", "true"})
+    expectGradientsMatch({"%x: f64[1,2,6,6]",
+                          "  %out = avg_pool(%x) {kernel = [3, 3], strides = [2, 2], pads = [1, 1, 1, 1], "
+                          "ceil_mode = true, count_include_pad = " +
+                              countPad + "} : f64[1,2,4,4]",
+                          "f64[1,2,4,4]",
+                          {"x"}});
+}
+
+// --- Composites through their decompositions ---------------------------------------------
+
+TEST(AutodiffTest, CompositesAreDifferentiatedThroughTheirDecompositions) {
+  expectGradientsMatch({"%x: f64[3,5]", "  %out = softmax(%x) : f64[3,5]", "f64[3,5]", {"x"}});
+  expectGradientsMatch({"%x: f64[3,5]", "  %out = log_softmax(%x) {axis = 0} : f64[3,5]", "f64[3,5]", {"x"}});
+  expectGradientsMatch({"%x: f64[2,3,4], %s: f64[4], %b: f64[4]",
+                        "  %out = layer_norm(%x, %s, %b) : f64[2,3,4]",
+                        "f64[2,3,4]",
+                        {"x", "s", "b"}});
+  expectGradientsMatch({"%x: f64[3,4]", "  %out = gelu(%x) : f64[3,4]", "f64[3,4]", {"x"}});
+  expectGradientsMatch({"%x: f64[4,5], %y: i64[4]", "  %out = cross_entropy(%x, %y) : f64[]", "f64[]", {"x"}, {}, 5});
+  expectGradientsMatch({"%x: f64[4,3], %t: f64[4,3]", "  %out = mse_loss(%x, %t) : f64[]", "f64[]", {"x", "t"}});
+}
+
+/// A two-layer MLP with an MSE loss: the gradient of every weight and bias.
+TEST(AutodiffTest, MlpWithMseLossMatchesFiniteDifferences) {
+  expectGradientsMatch({"%x: f64[4,6], %w1: f64[6,5], %b1: f64[5], %w2: f64[5,3], %b2: f64[3], %t: f64[4,3]",
+                        "  %h = matmul(%x, %w1) : f64[4,5]\n"
+                        "  %hb = add(%h, %b1) : f64[4,5]\n"
+                        "  %r = relu(%hb) : f64[4,5]\n"
+                        "  %o = matmul(%r, %w2) : f64[4,3]\n"
+                        "  %ob = add(%o, %b2) : f64[4,3]\n"
+                        "  %out = mse_loss(%ob, %t) : f64[]",
+                        "f64[]",
+                        {"w1", "b1", "w2", "b2"}});
+}
+
+// --- Graph structure and errors ----------------------------------------------------------
+
+TEST(AutodiffTest, FanOutSumsAndUnusedParametersGetZeros) {
+  expectGradientsMatch({"%x: f64[3], %unused: f64[2,2]",
+                        "  %a = mul(%x, %x) : f64[3]\n  %b = sin(%x) : f64[3]\n  %out = add(%a, %b) : f64[3]",
+                        "f64[3]",
+                        {"x", "unused"}});
+}
+
+TEST(AutodiffTest, NonDifferentiableOpsAreDeclared) {
+  for (OpKind k : {OpKind::Sign,        OpKind::Floor,    OpKind::Ceil,
+                   OpKind::Round,       OpKind::Not,      OpKind::IsNan,
+                   OpKind::IsInf,       OpKind::And,      OpKind::Or,
+                   OpKind::Xor,         OpKind::Eq,       OpKind::Ne,
+                   OpKind::Lt,          OpKind::Le,       OpKind::Gt,
+                   OpKind::Ge,          OpKind::Constant, OpKind::Iota,
+                   OpKind::ArgMax,      OpKind::ArgMin,   OpKind::RandomUniform,
+                   OpKind::RandomNormal})
+    EXPECT_EQ(vjpKind(k), VjpKind::NotDifferentiable) << opName(k);
+  for (OpKind k : {OpKind::ConvTranspose, OpKind::Fused}) EXPECT_EQ(vjpKind(k), VjpKind::Unsupported) << opName(k);
+  for (OpKind k : {OpKind::Softmax, OpKind::LayerNorm, OpKind::Lstm, OpKind::CrossEntropy})
+    EXPECT_EQ(vjpKind(k), VjpKind::Decompose) << opName(k);
+  for (OpKind k : {OpKind::Exp, OpKind::MatMul, OpKind::Conv, OpKind::MaxPool, OpKind::AvgPool, OpKind::Gather,
+                   OpKind::Select, OpKind::Cast})
+    EXPECT_EQ(vjpKind(k), VjpKind::Rule) << opName(k);
+  // A path through argmax carries no gradient: the result is zeros.
+  expectGradientsMatch({"%x: f64[3,4]",
+                        "  %i = argmax(%x) {axis = 1} : i64[3]\n  %c = cast(%i) : f64[3]\n"
+                        "  %f = floor(%x) : f64[3,4]\n  %s = reduce_sum(%f) {axes = [1]} : f64[3]\n"
+                        "  %out = add(%c, %s) : f64[3]",
+                        "f64[3]",
+                        {"x"}});
+}
+
+std::string errorOf(const std::string& text, AutodiffOptions options = {}) {
+  auto m = parseModule(text, "e.kir");
+  EXPECT_TRUE(m.ok());
+  if (!m.ok()) return "";
+  Status s = differentiateFunction(*(*m)->functions()[0], options);
+  EXPECT_FALSE(s.ok());
+  return s.ok() ? "" : s.error().str();
+}
+
+TEST(AutodiffTest, ErrorsNameTheProblem) {
+  EXPECT_NE(errorOf("func @f(%w: f32[3] = dense<f32[3]>[1, 2, 3]) -> f32[3] {\n %e = exp(%w) : f32[3]\n return %e\n}")
+                .find("is f32[3], expected a scalar f32[] or f64[]"),
+            std::string::npos);
+  EXPECT_NE(errorOf("func @f(%w: i64[] = dense<i64[]>[1]) -> i64[] {\n return %w\n}").find("expected a scalar"),
+            std::string::npos);
+  EXPECT_NE(errorOf("func @f(%x: f32[3]) -> f32[] {\n %s = reduce_sum(%x) {axes = []} : f32[]\n return %s\n}")
+                .find("no parameters to differentiate"),
+            std::string::npos);
+  EXPECT_NE(errorOf("func @f(%x: f32[3]) -> f32[] {\n %s = reduce_sum(%x) {axes = []} : f32[]\n return %s\n}",
+                    AutodiffOptions{std::vector<std::string>{"y"}, 0})
+                .find("has no argument %y"),
+            std::string::npos);
+  std::string pool = errorOf(
+      "func @f(%x: f32[1,1,4,4], %w: f32[1,1,2,2]) -> f32[] {\n %p = conv_transpose(%x, %w) : f32[1,1,5,5]\n"
+      " %s = reduce_sum(%p) {axes = []} : f32[]\n return %s\n}",
+      AutodiffOptions{std::vector<std::string>{"x"}, 0});
+  EXPECT_NE(pool.find("conv_transpose"), std::string::npos) << pool;
+  EXPECT_NE(pool.find("has no gradient rule yet"), std::string::npos) << pool;
+}
+
+TEST(AutodiffTest, FailureLeavesNoBackwardOps) {
+  auto m = parseModule(
+      "func @f(%x: f32[1,1,4,4], %w: f32[1,1,2,2]) -> f32[] {\n %e = exp(%x) : f32[1,1,4,4]\n"
+      " %p = conv_transpose(%e, %w) : f32[1,1,5,5]\n %s = reduce_sum(%p) {axes = []} : f32[]\n return %s\n}",
+      "e.kir");
+  ASSERT_TRUE(m.ok());
+  Function& f = *(*m)->functions()[0];
+  std::string before = print(f);
+  EXPECT_FALSE(differentiateFunction(f, AutodiffOptions{std::vector<std::string>{"x"}, 0}).ok());
+  EXPECT_EQ(print(f), before);
+}
+
+}  // namespace
+}  // namespace kiln
