@@ -379,7 +379,7 @@ Expected<std::unique_ptr<Module>> specializeAndOptimize(const Function& source, 
 }  // namespace
 
 Expected<std::vector<kir::Kernel>> lowerToKernels(const Function& f, const std::vector<TensorType>& types,
-                                                  int optLevel) {
+                                                  int optLevel, std::unique_ptr<Module>* optimized) {
   if (types.size() != f.numArguments())
     return Error("function '" + f.name() + "' takes " + std::to_string(f.numArguments()) + " inputs, got " +
                  std::to_string(types.size()));
@@ -407,6 +407,7 @@ Expected<std::vector<kir::Kernel>> lowerToKernels(const Function& f, const std::
     for (const std::string& u : unsupported) list += (list.empty() ? "" : "; ") + u;
     return Error("cannot lower '" + f.name() + "' to kernels: " + list);
   }
+  if (optimized) *optimized = std::move(*module);
   return kernels;
 }
 

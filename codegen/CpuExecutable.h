@@ -128,7 +128,10 @@ std::unique_ptr<Module> cloneFunction(const Function& f);
 /// generated kernel: matmul and conv become loop nests instead of oneDNN
 /// steps. The kernel list of a device without the CPU's libraries (the
 /// CUDA emitter, codegen/cuda/). Unlowerable ops are an error naming each.
+/// With `optimized`, it receives the optimized module: kernel i is the i-th
+/// op of its function that is neither a `constant` nor the `return`, and
+/// that kernel's buffers are the op's operands, then its result.
 Expected<std::vector<kir::Kernel>> lowerToKernels(const Function& f, const std::vector<TensorType>& types,
-                                                  int optLevel);
+                                                  int optLevel, std::unique_ptr<Module>* optimized = nullptr);
 
 }  // namespace kiln::codegen

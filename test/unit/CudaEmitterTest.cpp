@@ -9,6 +9,8 @@
 //    another, matches the interpreter. This checks the emitter's indexing,
 //    grid-stride mapping, reductions and scalar rules; it does not check
 //    CUDA's own math functions or the device's execution, which need a GPU.
+// The end-to-end models' kernels run the same way, step by step, against
+// PyTorch's outputs.
 // Plus NVRTC's log in compile errors, the architecture checks and the CUBIN
 // symbol reader on bad input.
 #include <dlfcn.h>
@@ -24,9 +26,11 @@
 #include "codegen/CpuExecutable.h"
 #include "codegen/cuda/CudaEmitter.h"
 #include "codegen/cuda/NvrtcCompiler.h"
+#include "frontend/Model.h"
 #include "ir/Parser.h"
 #include "ir/Verifier.h"
 #include "runtime/Interpreter.h"
+#include "runtime/Npy.h"
 #include "runtime/cuda/CudaLibraries.h"
 
 namespace kiln {
@@ -265,18 +269,19 @@ static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 )";
 
-/// Calls a kernel taking `args.size()` pointers (buffers, then sizes).
+/// Calls `fn` as a function of exactly `a.size()` pointers.
+template <size_t... I>
+void callWithPointers(void* fn, const std::vector<void*>& a, std::index_sequence<I...>) {
+  using Fn = void (*)(decltype((void)I, static_cast<void*>(nullptr))...);
+  reinterpret_cast<Fn>(fn)(a[I]...);
+}
+
+/// Calls a kernel taking `a.size()` pointers (buffers, then sizes), up to 40.
 void callKernel(void* fn, const std::vector<void*>& a) {
-  switch (a.size()) {
-    case 2: return reinterpret_cast<void (*)(void*, void*)>(fn)(a[0], a[1]);
-    case 3: return reinterpret_cast<void (*)(void*, void*, void*)>(fn)(a[0], a[1], a[2]);
-    case 4: return reinterpret_cast<void (*)(void*, void*, void*, void*)>(fn)(a[0], a[1], a[2], a[3]);
-    case 5: return reinterpret_cast<void (*)(void*, void*, void*, void*, void*)>(fn)(a[0], a[1], a[2], a[3], a[4]);
-    case 6:
-      return reinterpret_cast<void (*)(void*, void*, void*, void*, void*, void*)>(fn)(a[0], a[1], a[2], a[3], a[4],
-                                                                                        a[5]);
-    default: FAIL() << "a kernel with " << a.size() << " parameters";
-  }
+  const bool called = [&]<size_t... N>(std::index_sequence<N...>) {
+    return ((a.size() == N ? (callWithPointers(fn, a, std::make_index_sequence<N>{}), true) : false) || ...);
+  }(std::make_index_sequence<41>{});
+  ASSERT_TRUE(called) << "a kernel with " << a.size() << " parameters";
 }
 
 void expectClose(const Tensor& got, const Tensor& want, const std::string& what) {
@@ -347,6 +352,121 @@ TEST(CudaEmitterTest, EmittedCudaRunAsHostCodeMatchesInterpreter) {
       last = out;
     }
     expectClose(last, l.expected, "the last kernel's result");
+  }
+  dlclose(library);
+}
+
+/// Loads the host .so built from `source` (with the shim) in `dir`.
+void* buildHostLibrary(const std::string& source, const std::string& dir) {
+  const std::filesystem::path folder = std::filesystem::path(testing::TempDir()) / dir;
+  std::filesystem::create_directories(folder);
+  const std::filesystem::path cpp = folder / "kernels.cpp", so = folder / "kernels.so";
+  std::ofstream(cpp) << kHostShim << source;
+  const std::string command = std::string(KILN_HOST_CXX) + " -std=c++17 -O1 -shared -fPIC -w -o " + so.string() +
+                              " " + cpp.string() + " 2>&1";
+  EXPECT_EQ(std::system(command.c_str()), 0) << "the emitted CUDA C++ does not compile as host C++: " << command;
+  void* library = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  EXPECT_NE(library, nullptr) << dlerror();
+  return library;
+}
+
+/// Every end-to-end model's CUDA kernels (the kernel list `kiln compile
+/// --device cuda` compiles, at -O3: fused groups, matmul and conv as loop
+/// nests), run as host code on the emulated grid in step order, give
+/// PyTorch's outputs (rtol 1e-4, atol 1e-5, as the e2e tests).
+TEST(CudaEmitterTest, EndToEndModelsRunAsHostCodeMatchPyTorch) {
+  static const InterpreterEvaluator evaluator;
+  struct Model {
+    std::string name;
+    std::unique_ptr<Module> optimized;
+    std::vector<kir::Kernel> kernels;
+    std::map<std::string, Tensor> inputs;
+    std::map<std::string, Tensor> expected;
+  };
+  std::vector<Model> models;
+  std::vector<kir::Kernel> all;
+  for (const char* name : {"mlp", "cnn", "rnn", "lstm", "gru", "transformer", "gpt"}) {
+    SCOPED_TRACE(name);
+    Model m;
+    m.name = name;
+    const std::filesystem::path dir = std::filesystem::path(KILN_SOURCE_DIR) / "test" / "e2e" / name;
+    LoadOptions options;
+    options.evaluator = &evaluator;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      const std::string file = entry.path().filename().string();
+      for (const char* prefix : {"input_", "expected_"}) {
+        if (file.rfind(prefix, 0) != 0 || entry.path().extension() != ".npy") continue;
+        auto t = readNpy(entry.path().string());
+        ASSERT_TRUE(t.ok()) << t.error().str();
+        const std::string value = file.substr(std::string(prefix).size(), file.size() - std::string(prefix).size() - 4);
+        (std::string(prefix) == "input_" ? m.inputs : m.expected)[value] = *t;
+        if (std::string(prefix) == "input_") options.inputShapes[value] = t->shape();
+      }
+    }
+    auto module = loadModel((dir / "model.onnx").string(), options);
+    ASSERT_TRUE(module.ok()) << module.error().str();
+    const Function& f = *(*module)->functions().front();
+    std::vector<TensorType> types;
+    for (size_t i = 0; i < f.numArguments(); ++i) {
+      ASSERT_TRUE(m.inputs.count(f.argument(i)->name())) << f.argument(i)->name();
+      types.push_back(m.inputs.at(f.argument(i)->name()).type());
+    }
+    auto kernels = codegen::lowerToKernels(f, types, 3, &m.optimized);
+    ASSERT_TRUE(kernels.ok()) << kernels.error().str();
+    for (kir::Kernel& k : *kernels) k.name = m.name + "_" + k.name;
+    m.kernels = std::move(*kernels);
+    all.insert(all.end(), m.kernels.begin(), m.kernels.end());
+    models.push_back(std::move(m));
+  }
+  auto source = codegen::emitCudaSource(all);
+  ASSERT_TRUE(source.ok()) << source.error().str();
+  void* library = buildHostLibrary(source->code, "kiln-cuda-e2e");
+  ASSERT_NE(library, nullptr);
+  auto setThread = reinterpret_cast<void (*)(unsigned, unsigned, unsigned, unsigned)>(dlsym(library, "kiln_host_set"));
+  ASSERT_NE(setThread, nullptr);
+
+  for (Model& m : models) {
+    SCOPED_TRACE(m.name);
+    const Function& g = *m.optimized->functions().front();
+    std::map<const Value*, Tensor> values;
+    for (size_t i = 0; i < g.numArguments(); ++i) values[g.argument(i)] = m.inputs.at(g.argument(i)->name());
+    size_t next = 0;
+    for (const auto& op : g.ops()) {
+      if (op->kind() == OpKind::Constant) {
+        values[op->result()] = Tensor::fromDense(op->getTensor("value"));
+        continue;
+      }
+      if (op->kind() == OpKind::Return) {
+        ASSERT_EQ(op->numOperands(), m.expected.size());
+        for (size_t i = 0; i < op->numOperands(); ++i) {
+          const std::string name = g.resultName(i);
+          ASSERT_TRUE(m.expected.count(name)) << "no expected_" << name << ".npy";
+          const Tensor& want = m.expected.at(name);
+          const Tensor& got = values.at(op->operand(i));
+          ASSERT_EQ(got.shape(), want.shape());
+          for (int64_t e = 0; e < want.numElements(); ++e)
+            ASSERT_NEAR(got.getDouble(e), want.getDouble(e), 1e-5 + 1e-4 * std::fabs(want.getDouble(e)))
+                << name << " element " << e;
+        }
+        continue;
+      }
+      ASSERT_LT(next, m.kernels.size());
+      const kir::Kernel& k = m.kernels[next++];
+      void* fn = dlsym(library, k.name.c_str());
+      ASSERT_NE(fn, nullptr) << k.name;
+      std::vector<void*> args;
+      for (const Value* v : op->operands()) args.push_back(const_cast<uint8_t*>(values.at(v).raw()));
+      Tensor out(op->result()->type().dtype, staticDims(op->result()->type().shape));
+      args.push_back(out.raw());
+      args.push_back(nullptr);  // sizes
+      for (unsigned block = 0; block < 3; ++block)
+        for (unsigned thread = 0; thread < 4; ++thread) {
+          setThread(block, thread, 3, 4);
+          callKernel(fn, args);
+        }
+      values[op->result()] = out;
+    }
+    EXPECT_EQ(next, m.kernels.size());
   }
   dlclose(library);
 }
