@@ -301,19 +301,36 @@ void expectClose(const Tensor& got, const Tensor& want, const std::string& what)
   }
 }
 
+/// `source` with the shim compiled by the host compiler into a shared
+/// library, loaded; null (with a failure) when it does not compile. Each
+/// call works in a fresh temporary folder (tests of several build trees
+/// may run at once), removed once the library is loaded.
+void* buildHostLibrary(const std::string& source) {
+  std::string pattern = (std::filesystem::path(testing::TempDir()) / "kiln-cuda-host-XXXXXX").string();
+  if (!mkdtemp(pattern.data())) {
+    ADD_FAILURE() << "cannot create a temporary folder from " << pattern;
+    return nullptr;
+  }
+  const std::filesystem::path dir = pattern, cpp = dir / "kernels.cpp", so = dir / "kernels.so";
+  std::ofstream(cpp) << kHostShim << source;
+  const std::string command = std::string(KILN_HOST_CXX) + " -std=c++17 -O1 -shared -fPIC -w -o " + so.string() +
+                              " " + cpp.string() + " 2>&1";
+  void* library = nullptr;
+  if (std::system(command.c_str()) != 0)
+    ADD_FAILURE() << "the emitted CUDA C++ does not compile as host C++: " << command;
+  else if (!(library = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL)))
+    ADD_FAILURE() << dlerror();
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+  return library;
+}
+
 TEST(CudaEmitterTest, EmittedCudaRunAsHostCodeMatchesInterpreter) {
   const std::vector<LoweredCase> lowered = lowerCases();
   auto source = codegen::emitCudaSource(allKernels(lowered));
   ASSERT_TRUE(source.ok()) << source.error().str();
-  const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "kiln-cuda-host";
-  std::filesystem::create_directories(dir);
-  const std::filesystem::path cpp = dir / "kernels.cpp", so = dir / "kernels.so";
-  std::ofstream(cpp) << kHostShim << source->code;
-  const std::string command = std::string(KILN_HOST_CXX) + " -std=c++17 -O1 -shared -fPIC -w -o " + so.string() +
-                              " " + cpp.string() + " 2>&1";
-  ASSERT_EQ(std::system(command.c_str()), 0) << "the emitted CUDA C++ does not compile as host C++: " << command;
-  void* library = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-  ASSERT_NE(library, nullptr) << dlerror();
+  void* library = buildHostLibrary(source->code);
+  ASSERT_NE(library, nullptr);
   auto setThread = reinterpret_cast<void (*)(unsigned, unsigned, unsigned, unsigned)>(dlsym(library, "kiln_host_set"));
   ASSERT_NE(setThread, nullptr);
 
@@ -354,20 +371,6 @@ TEST(CudaEmitterTest, EmittedCudaRunAsHostCodeMatchesInterpreter) {
     expectClose(last, l.expected, "the last kernel's result");
   }
   dlclose(library);
-}
-
-/// Loads the host .so built from `source` (with the shim) in `dir`.
-void* buildHostLibrary(const std::string& source, const std::string& dir) {
-  const std::filesystem::path folder = std::filesystem::path(testing::TempDir()) / dir;
-  std::filesystem::create_directories(folder);
-  const std::filesystem::path cpp = folder / "kernels.cpp", so = folder / "kernels.so";
-  std::ofstream(cpp) << kHostShim << source;
-  const std::string command = std::string(KILN_HOST_CXX) + " -std=c++17 -O1 -shared -fPIC -w -o " + so.string() +
-                              " " + cpp.string() + " 2>&1";
-  EXPECT_EQ(std::system(command.c_str()), 0) << "the emitted CUDA C++ does not compile as host C++: " << command;
-  void* library = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-  EXPECT_NE(library, nullptr) << dlerror();
-  return library;
 }
 
 /// Every end-to-end model's CUDA kernels (the kernel list `kiln compile
@@ -420,7 +423,7 @@ TEST(CudaEmitterTest, EndToEndModelsRunAsHostCodeMatchPyTorch) {
   }
   auto source = codegen::emitCudaSource(all);
   ASSERT_TRUE(source.ok()) << source.error().str();
-  void* library = buildHostLibrary(source->code, "kiln-cuda-e2e");
+  void* library = buildHostLibrary(source->code);
   ASSERT_NE(library, nullptr);
   auto setThread = reinterpret_cast<void (*)(unsigned, unsigned, unsigned, unsigned)>(dlsym(library, "kiln_host_set"));
   ASSERT_NE(setThread, nullptr);
