@@ -30,8 +30,9 @@ class Grad {
   Grad(Builder& b, const Op& op) : b_(b), op_(op) {}
 
   Status status() const { return error_ ? Status(*error_) : Status::success(); }
+  /// Records why the rule does not apply (the first reason wins).
   void fail(const std::string& message) {
-    if (!error_) error_ = op_.emitError(message);
+    if (!error_) error_ = op_.emitError("cannot be differentiated: " + message);
   }
 
   Value* emit(OpKind kind, std::vector<Value*> operands, AttrMap attrs = {}, std::vector<TensorType> declared = {}) {
@@ -40,7 +41,7 @@ class Grad {
       if (!v) return nullptr;
     auto op = b_.build(kind, std::move(operands), std::move(attrs), std::move(declared));
     if (!op) {
-      fail("cannot be differentiated: " + op.error().message());
+      fail(op.error().message());
       return nullptr;
     }
     return (*op)->result(0);
@@ -264,36 +265,48 @@ Grads vjpTranspose(Grad& g, const Op& op, Value* dy) {
   for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
   return {g.transpose(dy, inverse)};
 }
-/// A slice with steps of +-1 is undone by zero padding (reversed first for -1).
+/// A slice is undone axis by axis: dy is reversed along negative steps, a
+/// step of |s| > 1 spreads its elements s apart (a trailing axis of s - 1
+/// zeros, flattened), and zero padding puts the result back in place.
 Grads vjpSlice(Grad& g, const Op& op, Value* dy) {
   auto in = g.dims(x0(op), "slice");
   auto out = g.dims(y0(op), "slice");
   if (!in || !out) return {nullptr};
   const auto &starts = op.getInts("starts"), &steps = op.getInts("steps");
   size_t rank = in->size();
+  for (int64_t n : *out)
+    if (n == 0) return {g.zeros(x0(op)->type())};
   std::vector<int64_t> pads(2 * rank), revStarts(rank, 0), revEnds(rank, kToEnd), revSteps(rank, 1);
   bool reversed = false;
   for (size_t d = 0; d < rank; ++d) {
-    int64_t dim = (*in)[d], n = (*out)[d], s = starts[d] < 0 ? starts[d] + dim : starts[d];
-    if (steps[d] == 1) {
-      s = std::clamp<int64_t>(s, 0, dim);
-      pads[d] = n ? s : 0;
-      pads[rank + d] = dim - pads[d] - n;
-    } else if (steps[d] == -1) {
-      s = std::clamp<int64_t>(s, -1, dim - 1);
-      pads[d] = n ? s - n + 1 : 0;
-      pads[rank + d] = dim - pads[d] - n;
+    int64_t dim = (*in)[d], n = (*out)[d], step = steps[d], s = starts[d] < 0 ? starts[d] + dim : starts[d];
+    int64_t first = step > 0 ? std::clamp<int64_t>(s, 0, dim) : std::clamp<int64_t>(s, -1, dim - 1) + (n - 1) * step;
+    pads[d] = first;
+    pads[rank + d] = dim - first - ((n - 1) * std::abs(step) + 1);
+    if (step < 0) {
       revStarts[d] = -1;
       revEnds[d] = std::numeric_limits<int64_t>::min();
       revSteps[d] = -1;
       reversed = true;
-    } else {
-      g.fail("the gradient of a slice with step " + std::to_string(steps[d]) +
-             " is not implemented (steps of 1 and -1 are)");
-      return {nullptr};
     }
   }
   Value* grad = reversed ? g.slice(dy, revStarts, revEnds, revSteps) : dy;
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t stride = std::abs(steps[d]), n = (*out)[d];
+    if (stride == 1 || n == 1) continue;
+    // [.., n, ..] -> [.., n, 1, ..] -> [.., n, stride, ..] -> [.., n * stride, ..] -> first (n-1)*stride+1.
+    Shape shape = grad->type().shape;
+    Shape split = shape;
+    split.insert(split.begin() + d + 1, Dim::fixed(1));
+    std::vector<int64_t> spread(2 * (rank + 1), 0);
+    spread[rank + 1 + d + 1] = stride - 1;
+    Value* spreadOut = g.pad(g.reshape(grad, split), spread);
+    shape[d] = Dim::fixed(n * stride);
+    std::vector<int64_t> sliceStarts(rank, 0), sliceEnds(rank, kToEnd), sliceSteps(rank, 1);
+    sliceEnds[d] = (n - 1) * stride + 1;
+    grad = g.slice(g.reshape(spreadOut, shape), sliceStarts, sliceEnds, sliceSteps);
+    if (!grad) return {nullptr};
+  }
   return {g.pad(grad, pads)};
 }
 /// Each operand gets its own piece of dy along the axis.
@@ -440,46 +453,121 @@ Grads vjpMatMul(Grad& g, const Op& op, Value* dy) {
   if (vecB) db = g.reshape(g.unbroadcastTo(db, b2->type()), b->type().shape);
   return {g.unbroadcastTo(da, a->type()), g.unbroadcastTo(db, b->type())};
 }
-/// conv with groups = 1: dx is the transposed convolution of dy by w (with
-/// output_padding restoring x's size); dw is the convolution of x by dy with
-/// N and C swapped, stride and dilation exchanged, cropped to the kernel.
-Grads vjpConv(Grad& g, const Op& op, Value* dy) {
-  Value *x = op.operand(0), *w = op.operand(1);
-  Grads none(op.numOperands(), nullptr);
-  if (op.getInt("groups") != 1) {
-    g.fail("the gradient of a grouped conv is not implemented (groups = 1 is)");
-    return none;
-  }
-  auto xd = g.dims(x, "conv");
-  auto wd = g.dims(w, "conv");
-  auto yd = g.dims(y0(op), "conv");
-  if (!xd || !wd || !yd) return none;
-  size_t spatial = xd->size() - 2;
+/// The spatial attributes of a conv or conv_transpose, defaults filled in.
+struct ConvWindow {
+  std::vector<int64_t> strides, dilations, pads;
+};
+ConvWindow convWindow(const Op& op, size_t spatial) {
   auto attr = [&](const char* name, int64_t fill, size_t n) {
     std::vector<int64_t> v = op.getInts(name);
     if (v.empty()) v.assign(n, fill);
     return v;
   };
-  auto strides = attr("strides", 1, spatial), dilations = attr("dilations", 1, spatial),
-       pads = attr("pads", 0, 2 * spatial);
+  return {attr("strides", 1, spatial), attr("dilations", 1, spatial), attr("pads", 0, 2 * spatial)};
+}
+std::vector<int64_t> swapBatchAndChannels(size_t rank) {
+  std::vector<int64_t> perm{1, 0};
+  for (size_t i = 2; i < rank; ++i) perm.push_back(static_cast<int64_t>(i));
+  return perm;
+}
+/// `v` with dims 2.. cut to `dims`' sizes.
+Value* cropSpatial(Grad& g, Value* v, const std::vector<int64_t>& dims) {
+  std::vector<int64_t> starts(dims.size(), 0), ends(dims.size(), kToEnd), steps(dims.size(), 1);
+  for (size_t i = 2; i < dims.size(); ++i) ends[i] = dims[i];
+  return g.slice(v, starts, ends, steps);
+}
+/// The weight gradient of one group: the convolution of dy^T [M,N,...] by
+/// x^T [C,N,...] (conv) or of x^T by dy^T (conv_transpose) with stride and
+/// dilation exchanged, cropped to the kernel and put in w's layout.
+Value* convWeightGrad(Grad& g, Value* x, Value* dy, const ConvWindow& win, const std::vector<int64_t>& wDims,
+                      bool transposed) {
+  auto perm = swapBatchAndChannels(wDims.size());
+  Value* input = transposed ? g.transpose(dy, perm) : g.transpose(x, perm);
+  Value* kernel = transposed ? g.transpose(x, perm) : g.transpose(dy, perm);
+  Value* full = g.emit(
+      OpKind::Conv, {input, kernel},
+      {{"strides", Attribute(win.dilations)}, {"pads", Attribute(win.pads)}, {"dilations", Attribute(win.strides)}});
+  // conv: [C, M, K'] -> [M, C, K]; conv_transpose: [M, C, K'] -> [C, M, K].
+  return g.transpose(cropSpatial(g, full, wDims), perm);
+}
+/// Slices [g*n, (g+1)*n) of dim `axis` of `v`.
+Value* groupSlice(Grad& g, Value* v, int64_t axis, int64_t group, int64_t n) {
+  int64_t rank = v->type().rank();
+  std::vector<int64_t> starts(rank, 0), ends(rank, kToEnd), steps(rank, 1);
+  starts[axis] = group * n;
+  ends[axis] = (group + 1) * n;
+  return g.slice(v, starts, ends, steps);
+}
+/// y = conv(x, w [M, C/G, K...], b). dx is the transposed convolution of dy
+/// by the same w and groups (output_padding restoring x's size); dw is computed per group (convWeightGrad); db sums dy
+/// over N and the spatial dims.
+Grads vjpConv(Grad& g, const Op& op, Value* dy) {
+  Value *x = op.operand(0), *w = op.operand(1);
+  Grads none(op.numOperands(), nullptr);
+  auto xd = g.dims(x, "conv");
+  auto wd = g.dims(w, "conv");
+  auto yd = g.dims(y0(op), "conv");
+  if (!xd || !wd || !yd) return none;
+  size_t spatial = xd->size() - 2;
+  int64_t groups = op.getInt("groups"), cg = (*wd)[1], mg = (*wd)[0] / groups;
+  ConvWindow win = convWindow(op, spatial);
   std::vector<int64_t> outputPadding(spatial);
   for (size_t i = 0; i < spatial; ++i) {
     int64_t k = (*wd)[i + 2], in = (*xd)[i + 2], out = (*yd)[i + 2];
-    outputPadding[i] = in - ((out - 1) * strides[i] + dilations[i] * (k - 1) + 1 - pads[i] - pads[spatial + i]);
+    outputPadding[i] =
+        in - ((out - 1) * win.strides[i] + win.dilations[i] * (k - 1) + 1 - win.pads[i] - win.pads[spatial + i]);
   }
   Value* dx = g.emit(OpKind::ConvTranspose, {dy, w},
-                     {{"strides", Attribute(strides)},
-                      {"pads", Attribute(pads)},
-                      {"dilations", Attribute(dilations)},
-                      {"output_padding", Attribute(outputPadding)}});
-  std::vector<int64_t> swap01{1, 0};
-  for (size_t i = 0; i < spatial; ++i) swap01.push_back(static_cast<int64_t>(i + 2));
-  Value* dwFull =
-      g.emit(OpKind::Conv, {g.transpose(x, swap01), g.transpose(dy, swap01)},
-             {{"strides", Attribute(dilations)}, {"pads", Attribute(pads)}, {"dilations", Attribute(strides)}});
-  std::vector<int64_t> starts(spatial + 2, 0), ends(spatial + 2, kToEnd), steps(spatial + 2, 1);
-  for (size_t i = 0; i < spatial; ++i) ends[i + 2] = (*wd)[i + 2];
-  Value* dw = g.transpose(g.slice(dwFull, starts, ends, steps), swap01);
+                     {{"strides", Attribute(win.strides)},
+                      {"pads", Attribute(win.pads)},
+                      {"dilations", Attribute(win.dilations)},
+                      {"output_padding", Attribute(outputPadding)},
+                      {"groups", Attribute(groups)}});
+  std::vector<Value*> dws;
+  std::vector<int64_t> groupW = *wd;
+  groupW[0] = mg;
+  for (int64_t gi = 0; gi < groups; ++gi) {
+    Value* xg = groups > 1 ? groupSlice(g, x, 1, gi, cg) : x;
+    Value* dyg = groups > 1 ? groupSlice(g, dy, 1, gi, mg) : dy;
+    dws.push_back(convWeightGrad(g, xg, dyg, win, groupW, false));
+  }
+  Value* dw = dws.size() == 1 ? dws[0] : g.emit(OpKind::Concat, dws, {{"axis", Attribute(int64_t{0})}});
+  Grads grads{dx, dw};
+  if (op.numOperands() == 3) {
+    std::vector<int64_t> axes{0};
+    for (size_t i = 0; i < spatial; ++i) axes.push_back(static_cast<int64_t>(i + 2));
+    grads.push_back(g.reduce(OpKind::ReduceSum, dy, axes, false));
+  }
+  return grads;
+}
+/// y = conv_transpose(x, w [C, M/G, K...], b), the adjoint of a conv: dx is
+/// the convolution of dy by w (cropped to x's size where output_padding
+/// reaches past a stride), dw per group as for conv with the roles of x and
+/// dy exchanged, db sums dy.
+Grads vjpConvTranspose(Grad& g, const Op& op, Value* dy) {
+  Value *x = op.operand(0), *w = op.operand(1);
+  Grads none(op.numOperands(), nullptr);
+  auto xd = g.dims(x, "conv_transpose");
+  auto wd = g.dims(w, "conv_transpose");
+  if (!xd || !wd) return none;
+  size_t spatial = xd->size() - 2;
+  int64_t groups = op.getInt("groups"), cg = (*wd)[0] / groups, mg = (*wd)[1];
+  ConvWindow win = convWindow(op, spatial);
+  Value* dxFull = g.emit(OpKind::Conv, {dy, w},
+                         {{"strides", Attribute(win.strides)},
+                          {"pads", Attribute(win.pads)},
+                          {"dilations", Attribute(win.dilations)},
+                          {"groups", Attribute(groups)}});
+  Value* dx = cropSpatial(g, dxFull, *xd);
+  std::vector<int64_t> groupW = *wd;
+  groupW[0] = cg;
+  std::vector<Value*> dws;
+  for (int64_t gi = 0; gi < groups; ++gi) {
+    Value* xg = groups > 1 ? groupSlice(g, x, 1, gi, cg) : x;
+    Value* dyg = groups > 1 ? groupSlice(g, dy, 1, gi, mg) : dy;
+    dws.push_back(convWeightGrad(g, xg, dyg, win, groupW, true));
+  }
+  Value* dw = dws.size() == 1 ? dws[0] : g.emit(OpKind::Concat, dws, {{"axis", Attribute(int64_t{0})}});
   Grads grads{dx, dw};
   if (op.numOperands() == 3) {
     std::vector<int64_t> axes{0};
@@ -670,7 +758,7 @@ KILN_VJP(ArgMax, kNone)
 KILN_VJP(ArgMin, kNone)
 KILN_VJP(MatMul, rule(vjpMatMul))
 KILN_VJP(Conv, rule(vjpConv))
-KILN_VJP(ConvTranspose, kMissing)
+KILN_VJP(ConvTranspose, rule(vjpConvTranspose))
 KILN_VJP(MaxPool, rule(vjpMaxPool))
 KILN_VJP(AvgPool, rule(vjpAvgPool))
 KILN_VJP(RandomUniform, kNone)

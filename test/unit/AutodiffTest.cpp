@@ -212,6 +212,15 @@ TEST(AutodiffTest, LayoutOpsMatchFiniteDifferences) {
                         {"x"}});
   expectGradientsMatch(
       {"%a: f64[2,3], %b: f64[2,1]", "  %out = concat(%a, %b, %a) {axis = 1} : f64[2,7]", "f64[2,7]", {"a", "b"}});
+  // Steps of 2 and -3 spread the gradient apart.
+  expectGradientsMatch({"%x: f64[7,8]",
+                        "  %out = slice(%x) {starts = [1, -1], ends = [100, 0], steps = [2, -3]} : f64[3,3]",
+                        "f64[3,3]",
+                        {"x"}});
+  expectGradientsMatch({"%x: f64[2,9]",
+                        "  %out = slice(%x) {starts = [0, 2], ends = [2, 8], steps = [1, 4]} : f64[2,2]",
+                        "f64[2,2]",
+                        {"x"}});
   expectGradientsMatch({"%x: f64[3,4]", "  %out = pad(%x) {pads = [1, -1, 0, 2]} : f64[4,5]", "f64[4,5]", {"x"}});
 }
 
@@ -273,6 +282,28 @@ TEST(AutodiffTest, ConvMatchesFiniteDifferences) {
   expectGradientsMatch({"%x: f64[2,3,7], %w: f64[2,3,3]",
                         "  %out = conv(%x, %w) {strides = [3]} : f64[2,2,2]",
                         "f64[2,2,2]",
+                        {"x", "w"}});
+}
+
+TEST(AutodiffTest, GroupedConvAndConvTransposeMatchFiniteDifferences) {
+  expectGradientsMatch({"%x: f64[2,4,5,5], %w: f64[6,2,3,3], %b: f64[6]",
+                        "  %out = conv(%x, %w, %b) {groups = 2, strides = [2, 1], pads = [1, 0, 1, 1]} : f64[2,6,3,4]",
+                        "f64[2,6,3,4]",
+                        {"x", "w", "b"}});
+  // Depthwise.
+  expectGradientsMatch({"%x: f64[1,3,6], %w: f64[3,1,3]",
+                        "  %out = conv(%x, %w) {groups = 3, dilations = [2]} : f64[1,3,2]",
+                        "f64[1,3,2]",
+                        {"x", "w"}});
+  expectGradientsMatch({"%x: f64[2,3,3,3], %w: f64[3,2,2,3], %b: f64[2]",
+                        "  %out = conv_transpose(%x, %w, %b) : f64[2,2,4,5]",
+                        "f64[2,2,4,5]",
+                        {"x", "w", "b"}});
+  // Stride, padding, dilation, output_padding and groups.
+  expectGradientsMatch({"%x: f64[1,4,3,4], %w: f64[4,3,3,2]",
+                        "  %out = conv_transpose(%x, %w) {strides = [2, 3], pads = [1, 0, 0, 1], dilations = [1, 2], "
+                        "output_padding = [1, 2], groups = 2} : f64[1,6,7,13]",
+                        "f64[1,6,7,13]",
                         {"x", "w"}});
 }
 
@@ -349,11 +380,12 @@ TEST(AutodiffTest, NonDifferentiableOpsAreDeclared) {
                    OpKind::ArgMax,      OpKind::ArgMin,   OpKind::RandomUniform,
                    OpKind::RandomNormal})
     EXPECT_EQ(vjpKind(k), VjpKind::NotDifferentiable) << opName(k);
-  for (OpKind k : {OpKind::ConvTranspose, OpKind::Fused}) EXPECT_EQ(vjpKind(k), VjpKind::Unsupported) << opName(k);
+  // fused ops come after autodiff in every pipeline.
+  EXPECT_EQ(vjpKind(OpKind::Fused), VjpKind::Unsupported);
   for (OpKind k : {OpKind::Softmax, OpKind::LayerNorm, OpKind::Lstm, OpKind::CrossEntropy})
     EXPECT_EQ(vjpKind(k), VjpKind::Decompose) << opName(k);
-  for (OpKind k : {OpKind::Exp, OpKind::MatMul, OpKind::Conv, OpKind::MaxPool, OpKind::AvgPool, OpKind::Gather,
-                   OpKind::Select, OpKind::Cast})
+  for (OpKind k : {OpKind::Exp, OpKind::MatMul, OpKind::Conv, OpKind::ConvTranspose, OpKind::MaxPool, OpKind::AvgPool,
+                   OpKind::Gather, OpKind::Select, OpKind::Cast})
     EXPECT_EQ(vjpKind(k), VjpKind::Rule) << opName(k);
   // A path through argmax carries no gradient: the result is zeros.
   expectGradientsMatch({"%x: f64[3,4]",
@@ -386,18 +418,21 @@ TEST(AutodiffTest, ErrorsNameTheProblem) {
                     AutodiffOptions{std::vector<std::string>{"y"}, 0})
                 .find("has no argument %y"),
             std::string::npos);
-  std::string pool = errorOf(
-      "func @f(%x: f32[1,1,4,4], %w: f32[1,1,2,2]) -> f32[] {\n %p = conv_transpose(%x, %w) : f32[1,1,5,5]\n"
+  std::string unsupported = errorOf(
+      "func @f(%x: f32[1,1,4,4]) -> f32[] {\n"
+      " %p = pad(%x) {pads = [0, 0, 1, 1, 0, 0, 1, 1], mode = \"reflect\"} : f32[1,1,6,6]\n"
       " %s = reduce_sum(%p) {axes = []} : f32[]\n return %s\n}",
       AutodiffOptions{std::vector<std::string>{"x"}, 0});
-  EXPECT_NE(pool.find("conv_transpose"), std::string::npos) << pool;
-  EXPECT_NE(pool.find("has no gradient rule yet"), std::string::npos) << pool;
+  EXPECT_NE(unsupported.find("'pad' cannot be differentiated"), std::string::npos) << unsupported;
+  EXPECT_NE(unsupported.find("the gradient of pad mode 'reflect' is not implemented"), std::string::npos)
+      << unsupported;
 }
 
 TEST(AutodiffTest, FailureLeavesNoBackwardOps) {
   auto m = parseModule(
-      "func @f(%x: f32[1,1,4,4], %w: f32[1,1,2,2]) -> f32[] {\n %e = exp(%x) : f32[1,1,4,4]\n"
-      " %p = conv_transpose(%e, %w) : f32[1,1,5,5]\n %s = reduce_sum(%p) {axes = []} : f32[]\n return %s\n}",
+      "func @f(%x: f32[1,1,4,4]) -> f32[] {\n %e = exp(%x) : f32[1,1,4,4]\n"
+      " %p = pad(%e) {pads = [0, 0, 1, 1, 0, 0, 1, 1], mode = \"reflect\"} : f32[1,1,6,6]\n %s = reduce_sum(%p) {axes "
+      "= []} : f32[]\n return %s\n}",
       "e.kir");
   ASSERT_TRUE(m.ok());
   Function& f = *(*m)->functions()[0];
