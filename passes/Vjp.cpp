@@ -368,16 +368,19 @@ Grads vjpGatherElements(Grad& g, const Op& op, Value* dy) {
                  {{"axis", Attribute(op.getInt("axis"))}, {"reduction", Attribute("add")}}),
           nullptr};
 }
-/// Without a reduction: data's gradient is dy with the overwritten places
-/// zeroed, the updates' is dy gathered at the indices.
+/// The updates' gradient is dy gathered at the indices. Without a
+/// reduction, data's is dy with the overwritten places zeroed; with
+/// reduction add, dy itself.
 Grads vjpScatterElements(Grad& g, const Op& op, Value* dy) {
-  if (op.getString("reduction") != "none") {
-    g.fail("the gradient of scatter_elements with reduction '" + op.getString("reduction") +
-           "' is not implemented (reduction 'none' is)");
+  const std::string& reduction = op.getString("reduction");
+  if (reduction != "none" && reduction != "add") {
+    g.fail("the gradient of scatter_elements with reduction '" + reduction +
+           "' is not implemented (reductions 'none' and 'add' are)");
     return {nullptr, nullptr, nullptr};
   }
   Value *indices = op.operand(1), *updates = op.operand(2);
   AttrMap axis{{"axis", Attribute(op.getInt("axis"))}};
+  if (reduction == "add") return {dy, nullptr, g.emit(OpKind::GatherElements, {dy, indices}, axis)};
   auto dims = g.dims(updates, "scatter_elements");
   if (!dims) return {nullptr, nullptr, nullptr};
   Value* cleared = g.emit(OpKind::ScatterElements, {dy, indices, g.zeros(updates->type())}, axis);

@@ -244,6 +244,13 @@ TEST(AutodiffTest, GatherAndScatterMatchFiniteDifferences) {
                         {"x", "u"},
                         {},
                         4});
+  // With reduction add, repeated indices each receive their update's gradient.
+  expectGradientsMatch({"%x: f64[3,4], %i: i64[3,5], %u: f64[3,5]",
+                        "  %out = scatter_elements(%x, %i, %u) {axis = 1, reduction = \"add\"} : f64[3,4]",
+                        "f64[3,4]",
+                        {"x", "u"},
+                        {},
+                        4});
 }
 
 // --- Reductions and contractions ----------------------------------------------------
