@@ -53,6 +53,14 @@ bool isReduce(OpKind k) {
          k == OpKind::ReduceProd;
 }
 
+/// An integer div, rem, mod or pow: ops whose second operand the CPU
+/// executor checks on the host (division by zero, negative exponent).
+bool isHostCheckedArithmetic(const Op& op) {
+  const OpKind k = op.kind();
+  if (k != OpKind::Div && k != OpKind::Rem && k != OpKind::Mod && k != OpKind::Pow) return false;
+  return !isFloat(op.operand(1)->type().dtype);
+}
+
 /// The group an op starts in, alone.
 Group initialGroup(const Op& op, int index) {
   Group g;
@@ -61,6 +69,13 @@ Group initialGroup(const Op& op, int index) {
   if (op.numResults() != 1 || op.region()) return g;
   const Shape& out = op.result()->type().shape;
   if (!isComparable(out)) return g;
+  // An integer division, remainder or power fails on a zero divisor or a
+  // negative exponent. The executor checks that operand on the host before
+  // the kernel runs, which needs it in a buffer; inside a group it would be
+  // computed in registers and the kernel would give 0 instead of the error.
+  // So these ops stay kernels of their own, and their operands are always
+  // materialized (a group result when computed by a group).
+  if (isHostCheckedArithmetic(op)) return g;
   // A reshape reads its input at the flat index it writes, so it is an
   // elementwise op over its result shape: it heads a group that reads a
   // tensor in another shape. Transposes and slices remap indices, which
