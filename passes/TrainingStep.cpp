@@ -1,0 +1,308 @@
+#include "passes/TrainingStep.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "ir/Builder.h"
+#include "passes/Autodiff.h"
+
+namespace kiln {
+
+namespace {
+
+/// Declares `var` as the value `expr` (an Expected<Value*>) builds, or
+/// returns its error.
+#define KILN_TRY_VALUE(var, expr)              \
+  auto var##_or = (expr);                      \
+  if (!var##_or.ok()) return var##_or.error(); \
+  Value* var = *var##_or
+
+Status checkOptions(const Function& f, const TrainingStepOptions& o) {
+  auto bad = [&](const std::string& what) { return Error("training step of @" + f.name() + ": " + what, f.loc()); };
+  const OptimizerConfig& opt = o.optimizer;
+  if (o.loss.reduction != "mean" && o.loss.reduction != "sum")
+    return bad("loss reduction '" + o.loss.reduction + "', expected 'mean' or 'sum'");
+  if (!(o.loss.labelSmoothing >= 0.0 && o.loss.labelSmoothing <= 1.0))
+    return bad("label smoothing " + std::to_string(o.loss.labelSmoothing) + ", expected a value in [0, 1]");
+  if (o.loss.labelSmoothing != 0.0 && o.loss.kind != LossKind::CrossEntropy)
+    return bad("label smoothing applies only to the cross-entropy loss");
+  if (!(opt.weightDecay >= 0.0)) return bad("weight decay " + std::to_string(opt.weightDecay) + ", expected >= 0");
+  if (opt.kind == OptimizerKind::Sgd) {
+    if (!(opt.momentum >= 0.0)) return bad("momentum " + std::to_string(opt.momentum) + ", expected >= 0");
+    if (opt.nesterov && (opt.momentum <= 0.0 || opt.dampening != 0.0))
+      return bad("Nesterov momentum requires a momentum > 0 and zero dampening (as in torch.optim.SGD)");
+  } else {
+    if (!(opt.beta1 >= 0.0 && opt.beta1 < 1.0)) return bad("beta1 " + std::to_string(opt.beta1) + ", expected [0, 1)");
+    if (!(opt.beta2 >= 0.0 && opt.beta2 < 1.0)) return bad("beta2 " + std::to_string(opt.beta2) + ", expected [0, 1)");
+    if (!(opt.eps >= 0.0)) return bad("eps " + std::to_string(opt.eps) + ", expected >= 0");
+  }
+  if (o.loss.outputIndex >= f.resultTypes().size())
+    return bad("output index " + std::to_string(o.loss.outputIndex) + ", but the function has " +
+               std::to_string(f.resultTypes().size()) + " results");
+  return Status();
+}
+
+/// A new argument `type` named `name`, defaulting to zeros when static.
+Value* stateArgument(Function& f, const TensorType& type, const std::string& name) {
+  Value* arg = f.addArgument(type, name);
+  if (type.isStatic())
+    f.setArgumentDefault(f.numArguments() - 1, std::make_shared<const DenseTensor>(DenseTensor::zeros(type)));
+  return arg;
+}
+
+}  // namespace
+
+Status buildTrainingStep(Function& f, const TrainingStepOptions& options) {
+  if (Status s = checkOptions(f, options); !s.ok()) return s;
+  Op* ret = f.returnOp();
+  if (!ret) return Error("function @" + f.name() + " has no return", f.loc());
+  Value* output = ret->operand(options.loss.outputIndex);
+  const TensorType outType = output->type();
+  if (!isFloat(outType.dtype))
+    return Error("training step of @" + f.name() + ": the output (result " + std::to_string(options.loss.outputIndex) +
+                     ") is " + outType.str() + ", expected a float tensor",
+                 f.loc());
+  const bool classLoss = options.loss.kind != LossKind::Mse;
+  if (classLoss && outType.rank() < 2)
+    return Error("training step of @" + f.name() + ": the output is " + outType.str() +
+                     ", expected [N, C, ...] scores for the " +
+                     (options.loss.kind == LossKind::Nll ? "NLL" : "cross-entropy") + " loss",
+                 f.loc());
+
+  // Which arguments are parameters.
+  std::vector<std::string> paramNames;
+  if (options.parameters) {
+    paramNames = *options.parameters;
+  } else {
+    for (size_t i = 0; i < f.numArguments(); ++i)
+      if (f.argumentDefault(i) && isFloat(f.argument(i)->type().dtype)) paramNames.push_back(f.argument(i)->name());
+    if (paramNames.empty())
+      return Error("training step of @" + f.name() +
+                       ": no parameters (no float argument has a default; name them, or lift ONNX weight constants "
+                       "with liftConstantsToParameters)",
+                   f.loc());
+  }
+  std::vector<Value*> params;
+  for (const std::string& name : paramNames) {
+    Value* found = nullptr;
+    for (Value* a : f.arguments())
+      if (a->name() == name) found = a;
+    if (!found) return Error("training step of @" + f.name() + ": no argument %" + name + " to train", f.loc());
+    if (found->type().dtype != outType.dtype)
+      return Error("training step of @" + f.name() + ": parameter %" + name + " is " + found->type().str() +
+                       ", expected the output's dtype " + outType.str(),
+                   f.loc());
+    params.push_back(found);
+  }
+
+  // The loss on a new "labels" argument; the loss becomes the only result.
+  TensorType labelType = outType;
+  if (classLoss) {
+    labelType.dtype = DType::I64;
+    labelType.shape.erase(labelType.shape.begin() + 1);
+  }
+  Value* labels = f.addArgument(labelType, "labels");
+  Value* lr = f.addArgument(TensorType{outType.dtype, {}}, "lr");
+  Builder b(f);
+  AttrMap lossAttrs = {{"reduction", Attribute(options.loss.reduction)}};
+  OpKind lossKind = OpKind::MseLoss;
+  if (options.loss.kind == LossKind::CrossEntropy) {
+    lossKind = OpKind::CrossEntropy;
+    lossAttrs["ignore_index"] = Attribute(options.loss.ignoreIndex);
+    lossAttrs["label_smoothing"] = Attribute(options.loss.labelSmoothing);
+  } else if (options.loss.kind == LossKind::Nll) {
+    lossKind = OpKind::NllLoss;
+    lossAttrs["ignore_index"] = Attribute(options.loss.ignoreIndex);
+  }
+  KILN_TRY_VALUE(lossOp, b.value(lossKind, {output, labels}, lossAttrs, {TensorType{outType.dtype, {}}}));
+  ret->setOperands({lossOp});
+  f.setResultTypes({lossOp->type()});
+  f.setResultName(0, "loss");
+
+  if (Status s = differentiateFunction(f, AutodiffOptions{paramNames, 0}); !s.ok()) return s;
+  Value* loss = nullptr;
+  // Decomposition replaced the composite loss op: read the loss again.
+  ret = f.returnOp();
+  loss = ret->operand(0);
+  std::vector<Value*> grads;
+  for (size_t i = 0; i < params.size(); ++i) grads.push_back(ret->operand(1 + i));
+
+  // The optimizer update, before the return.
+  Builder u(f);
+  const DType dt = outType.dtype;
+  const OptimizerConfig& opt = options.optimizer;
+  auto c = [&](double v) { return u.scalar(dt, v); };
+  auto op2 = [&](OpKind k, Value* x, Value* y) { return u.value(k, {x, y}); };
+  std::vector<Value*> newParams, stateArgs, newState;
+  std::vector<std::string> stateNames;
+
+  if (opt.kind == OptimizerKind::Sgd) {
+    Value* step = nullptr;
+    Value* first = nullptr;
+    std::vector<Value*> bufArgs;
+    if (opt.momentum != 0.0) {
+      for (Value* p : params) bufArgs.push_back(stateArgument(f, p->type(), p->name() + ".momentum_buffer"));
+      step = stateArgument(f, TensorType{dt, {}}, "step");
+      KILN_TRY_VALUE(isFirst, op2(OpKind::Eq, step, c(0.0)));
+      first = isFirst;
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      Value* p = params[i];
+      Value* g = grads[i];
+      if (opt.weightDecay != 0.0) {
+        KILN_TRY_VALUE(decay, op2(OpKind::Mul, p, c(opt.weightDecay)));
+        KILN_TRY_VALUE(gd, op2(OpKind::Add, g, decay));
+        g = gd;
+      }
+      if (opt.momentum != 0.0) {
+        // buf = g on the first step, else momentum * buf + (1 - dampening) * g.
+        Value* buf = bufArgs[i];
+        KILN_TRY_VALUE(mb, op2(OpKind::Mul, buf, c(opt.momentum)));
+        KILN_TRY_VALUE(dg, op2(OpKind::Mul, g, c(1.0 - opt.dampening)));
+        KILN_TRY_VALUE(later, op2(OpKind::Add, mb, dg));
+        KILN_TRY_VALUE(newBuf, u.value(OpKind::Select, {first, g, later}));
+        stateArgs.push_back(buf);
+        newState.push_back(newBuf);
+        stateNames.push_back(buf->name());
+        if (opt.nesterov) {
+          KILN_TRY_VALUE(mn, op2(OpKind::Mul, newBuf, c(opt.momentum)));
+          KILN_TRY_VALUE(gn, op2(OpKind::Add, g, mn));
+          g = gn;
+        } else {
+          g = newBuf;
+        }
+      }
+      KILN_TRY_VALUE(delta, op2(OpKind::Mul, g, lr));
+      KILN_TRY_VALUE(np, op2(OpKind::Sub, p, delta));
+      newParams.push_back(np);
+    }
+    if (step) {
+      KILN_TRY_VALUE(next, op2(OpKind::Add, step, c(1.0)));
+      stateArgs.push_back(step);
+      newState.push_back(next);
+      stateNames.push_back("step");
+    }
+  } else {
+    // torch.optim.Adam / AdamW (single-tensor form, PyTorch 1.13).
+    std::vector<Value*> avgs, sqs;
+    for (Value* p : params) avgs.push_back(stateArgument(f, p->type(), p->name() + ".exp_avg"));
+    for (Value* p : params) sqs.push_back(stateArgument(f, p->type(), p->name() + ".exp_avg_sq"));
+    Value* step = stateArgument(f, TensorType{dt, {}}, "step");
+    KILN_TRY_VALUE(t, op2(OpKind::Add, step, c(1.0)));
+    KILN_TRY_VALUE(b1t, op2(OpKind::Pow, c(opt.beta1), t));
+    KILN_TRY_VALUE(b2t, op2(OpKind::Pow, c(opt.beta2), t));
+    KILN_TRY_VALUE(bc1, op2(OpKind::Sub, c(1.0), b1t));
+    KILN_TRY_VALUE(bc2, op2(OpKind::Sub, c(1.0), b2t));
+    KILN_TRY_VALUE(stepSize, op2(OpKind::Div, lr, bc1));
+    KILN_TRY_VALUE(bc2Sqrt, u.value(OpKind::Sqrt, {bc2}));
+    std::vector<Value*> newAvgs, newSqs;
+    for (size_t i = 0; i < params.size(); ++i) {
+      Value* p = params[i];
+      Value* g = grads[i];
+      if (opt.weightDecay != 0.0 && opt.kind == OptimizerKind::Adam) {
+        KILN_TRY_VALUE(decay, op2(OpKind::Mul, p, c(opt.weightDecay)));
+        KILN_TRY_VALUE(gd, op2(OpKind::Add, g, decay));
+        g = gd;
+      }
+      if (opt.weightDecay != 0.0 && opt.kind == OptimizerKind::AdamW) {
+        // param.mul_(1 - lr * weight_decay)
+        KILN_TRY_VALUE(lw, op2(OpKind::Mul, lr, c(opt.weightDecay)));
+        KILN_TRY_VALUE(keep, op2(OpKind::Sub, c(1.0), lw));
+        KILN_TRY_VALUE(pd, op2(OpKind::Mul, p, keep));
+        p = pd;
+      }
+      KILN_TRY_VALUE(m1, op2(OpKind::Mul, avgs[i], c(opt.beta1)));
+      KILN_TRY_VALUE(m2, op2(OpKind::Mul, g, c(1.0 - opt.beta1)));
+      KILN_TRY_VALUE(m, op2(OpKind::Add, m1, m2));
+      KILN_TRY_VALUE(v1, op2(OpKind::Mul, sqs[i], c(opt.beta2)));
+      KILN_TRY_VALUE(gg, op2(OpKind::Mul, g, g));
+      KILN_TRY_VALUE(v2, op2(OpKind::Mul, gg, c(1.0 - opt.beta2)));
+      KILN_TRY_VALUE(v, op2(OpKind::Add, v1, v2));
+      // denom = sqrt(v) / sqrt(bc2) + eps; p -= step_size * m / denom.
+      KILN_TRY_VALUE(sv, u.value(OpKind::Sqrt, {v}));
+      KILN_TRY_VALUE(sd, op2(OpKind::Div, sv, bc2Sqrt));
+      KILN_TRY_VALUE(denom, op2(OpKind::Add, sd, c(opt.eps)));
+      KILN_TRY_VALUE(ratio, op2(OpKind::Div, m, denom));
+      KILN_TRY_VALUE(delta, op2(OpKind::Mul, ratio, stepSize));
+      KILN_TRY_VALUE(np, op2(OpKind::Sub, p, delta));
+      newParams.push_back(np);
+      newAvgs.push_back(m);
+      newSqs.push_back(v);
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      stateArgs.push_back(avgs[i]);
+      newState.push_back(newAvgs[i]);
+      stateNames.push_back(avgs[i]->name());
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      stateArgs.push_back(sqs[i]);
+      newState.push_back(newSqs[i]);
+      stateNames.push_back(sqs[i]->name());
+    }
+    stateArgs.push_back(step);
+    newState.push_back(t);
+    stateNames.push_back("step");
+  }
+
+  // Results: loss, new params, new state.
+  std::vector<Value*> results = {loss};
+  std::vector<TensorType> types = {loss->type()};
+  std::vector<std::string> names = {"loss"};
+  for (size_t i = 0; i < params.size(); ++i) {
+    results.push_back(newParams[i]);
+    types.push_back(params[i]->type());
+    names.push_back(params[i]->name());
+  }
+  for (size_t i = 0; i < newState.size(); ++i) {
+    results.push_back(newState[i]);
+    types.push_back(stateArgs[i]->type());
+    names.push_back(stateNames[i]);
+  }
+  ret->setOperands(results);
+  f.setResultTypes(types);
+  for (size_t i = 0; i < names.size(); ++i) f.setResultName(i, names[i]);
+
+  // Argument order: params, state, batch, labels, lr. Every argument that is
+  // not a parameter or state is moved to the end (a new argument takes its
+  // uses and the old one is erased), in its order; state then follows the
+  // parameters.
+  std::vector<Value*> trailing;
+  for (Value* a : f.arguments()) {
+    bool isParam = std::find(params.begin(), params.end(), a) != params.end();
+    bool isState = std::find(stateArgs.begin(), stateArgs.end(), a) != stateArgs.end();
+    if (!isParam && !isState) trailing.push_back(a);
+  }
+  // State args were appended after the batch; moving the batch, labels and
+  // lr behind them gives the documented order.
+  for (Value* old : trailing) {
+    size_t index = 0;
+    while (f.argument(index) != old) ++index;
+    std::shared_ptr<const DenseTensor> def;
+    if (const DenseTensor* d = f.argumentDefault(index)) def = std::make_shared<const DenseTensor>(*d);
+    Value* moved = f.addArgument(old->type(), old->name());
+    if (def) f.setArgumentDefault(f.numArguments() - 1, def);
+    old->replaceAllUsesWith(moved);
+    f.eraseArgument(index);
+  }
+  return Status();
+}
+
+size_t liftConstantsToParameters(Function& f) {
+  std::vector<Op*> constants;
+  for (const auto& op : f.ops())
+    if (op->kind() == OpKind::Constant && !op->result()->name().empty() && op->result()->type().rank() > 0 &&
+        isFloat(op->result()->type().dtype))
+      constants.push_back(op.get());
+  for (Op* op : constants) {
+    Value* arg = f.addArgument(op->result()->type(), op->result()->name());
+    f.setArgumentDefault(f.numArguments() - 1, std::make_shared<const DenseTensor>(op->getTensor("value")));
+    op->result()->replaceAllUsesWith(arg);
+    f.erase(op);
+  }
+  return constants.size();
+}
+
+#undef KILN_TRY_VALUE
+
+}  // namespace kiln
