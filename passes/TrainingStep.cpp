@@ -96,6 +96,17 @@ Status buildTrainingStep(Function& f, const TrainingStepOptions& options) {
     params.push_back(found);
   }
 
+  // The new arguments' names must be free.
+  std::vector<std::string> newNames = {"labels", "lr", "step"};
+  for (const std::string& p : paramNames)
+    for (const char* suffix : {".momentum_buffer", ".exp_avg", ".exp_avg_sq"}) newNames.push_back(p + suffix);
+  for (Value* a : f.arguments())
+    if (std::find(newNames.begin(), newNames.end(), a->name()) != newNames.end())
+      return Error("training step of @" + f.name() + ": it already has an argument %" + a->name() +
+                       ", a name the training step gives to a new argument (labels, lr, step, <param>.momentum_buffer, "
+                       "<param>.exp_avg, <param>.exp_avg_sq)",
+                   f.loc());
+
   // The loss on a new "labels" argument; the loss becomes the only result.
   TensorType labelType = outType;
   if (classLoss) {

@@ -425,6 +425,14 @@ TEST(TrainingStepTest, Errors) {
   LossConfig out1 = mse();
   out1.outputIndex = 1;
   expectError(opts(out1, {}), "output index 1, but the function has 1 results");
+  auto clash = parseModule(
+      "func @f(%x: f64[2,3], %w: f64[3,2], %lr: f64[]) -> f64[2,2] {\n"
+      "  %y = matmul(%x, %w) : f64[2,2]\n  return %y\n}\n",
+      "clash.kir");
+  ASSERT_TRUE(clash.ok());
+  Status s = buildTrainingStep(*(*clash)->functions()[0], {mse(), {}, std::vector<std::string>{"w"}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().str().find("already has an argument %lr"), std::string::npos) << s.error().str();
 }
 
 }  // namespace
