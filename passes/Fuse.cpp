@@ -199,8 +199,9 @@ class FunctionFuser {
   }
 
   /// True when some path leaves groups `a` or `b` and comes back into
-  /// them through an op outside both: the merged group would then have to
-  /// run both before and after that op. Paths run forward in program order,
+  /// them through an op outside both, or through any member of another
+  /// group that such a path reaches: the merged group would then have to
+  /// run both before and after that op or group. Paths run forward in program order,
   /// so the search stops at the last member.
   bool createsCycle(int a, int b) {
     auto inside = [&](const Op* op) {
@@ -221,7 +222,14 @@ class FunctionFuser {
             if (!inside(op)) reentered = true;
             continue;
           }
-          if (seen.insert(user).second) work.push_back(user);
+          if (!seen.insert(user).second) continue;
+          work.push_back(user);
+          // Another group runs as one kernel: once a path reaches one of its
+          // members, the results of all of them come after it. (Checking
+          // single ops only lets two groups that are each free of outside
+          // paths need each other's results.)
+          for (int m : groups_[find(it->second)].members)
+            if (seen.insert(body_[m]).second) work.push_back(body_[m]);
         }
     };
     bool reentered = false;
