@@ -20,6 +20,7 @@
 #include "ir/Verifier.h"
 #include "passes/Autodiff.h"
 #include "passes/PassManager.h"
+#include "passes/TrainingStep.h"
 #include "runtime/Interpreter.h"
 
 namespace kiln {
@@ -29,23 +30,6 @@ namespace {
 std::string toF64(std::string text) {
   for (size_t pos = 0; (pos = text.find("f32[", pos)) != std::string::npos; pos += 4) text.replace(pos, 4, "f64[");
   return text;
-}
-
-/// Makes each named float constant with at least one dim (an ONNX
-/// initializer that is not a graph input) an argument with that default, so
-/// that autodiff's default choice of parameters finds the weights.
-void liftInitializers(Function& f) {
-  std::vector<Op*> constants;
-  for (const auto& op : f.ops())
-    if (op->kind() == OpKind::Constant && !op->result()->name().empty() && op->result()->type().rank() > 0 &&
-        isFloat(op->result()->type().dtype))
-      constants.push_back(op.get());
-  for (Op* op : constants) {
-    Value* arg = f.addArgument(op->result()->type(), op->result()->name());
-    f.setArgumentDefault(f.numArguments() - 1, std::make_shared<const DenseTensor>(op->getTensor("value")));
-    op->result()->replaceAllUsesWith(arg);
-    f.erase(op);
-  }
 }
 
 /// The e2e model `name` at -O2 in f64, with its first output projected to
@@ -59,7 +43,7 @@ std::unique_ptr<Module> modelWithLoss(const std::string& name,
   auto m = importOnnx(std::string(KILN_SOURCE_DIR) + "/test/e2e/" + name + "/model.onnx", options);
   EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().str());
   if (!m.ok()) return nullptr;
-  liftInitializers(*(*m)->functions()[0]);
+  liftConstantsToParameters(*(*m)->functions()[0]);
   PassManager pm({}, PassContext{&evaluator});
   Status added = pm.addOptLevel(2);
   EXPECT_TRUE(added.ok());
