@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <numbers>
 
 #include "ir/Builder.h"
 #include "passes/Autodiff.h"
@@ -37,6 +38,20 @@ Status checkOptions(const Function& f, const TrainingStepOptions& o) {
     if (!(opt.beta2 >= 0.0 && opt.beta2 < 1.0)) return bad("beta2 " + std::to_string(opt.beta2) + ", expected [0, 1)");
     if (!(opt.eps >= 0.0)) return bad("eps " + std::to_string(opt.eps) + ", expected >= 0");
   }
+  const LrScheduleConfig& sch = o.schedule;
+  if (sch.kind == LrScheduleKind::Step) {
+    if (sch.stepSize < 1) return bad("lr schedule step size " + std::to_string(sch.stepSize) + ", expected >= 1");
+    if (!(sch.gamma > 0.0 && std::isfinite(sch.gamma)))
+      return bad("lr schedule gamma " + std::to_string(sch.gamma) + ", expected a finite value > 0");
+  } else if (sch.kind == LrScheduleKind::CosineWarmup) {
+    if (sch.warmupSteps < 0)
+      return bad("lr schedule warm-up steps " + std::to_string(sch.warmupSteps) + ", expected >= 0");
+    if (sch.totalSteps <= sch.warmupSteps)
+      return bad("lr schedule total steps " + std::to_string(sch.totalSteps) +
+                 ", expected more than the warm-up steps (" + std::to_string(sch.warmupSteps) + ")");
+    if (!(sch.minLr >= 0.0 && std::isfinite(sch.minLr)))
+      return bad("lr schedule minimum lr " + std::to_string(sch.minLr) + ", expected a finite value >= 0");
+  }
   if (o.loss.outputIndex >= f.resultTypes().size())
     return bad("output index " + std::to_string(o.loss.outputIndex) + ", but the function has " +
                std::to_string(f.resultTypes().size()) + " results");
@@ -49,6 +64,42 @@ Value* stateArgument(Function& f, const TensorType& type, const std::string& nam
   if (type.isStatic())
     f.setArgumentDefault(f.numArguments() - 1, std::make_shared<const DenseTensor>(DenseTensor::zeros(type)));
   return arg;
+}
+
+/// The learning rate at step `t` (the step counter argument) as graph ops on
+/// the base rate `lr`; the formulas are TrainingStep.h's LrScheduleConfig.
+Expected<Value*> scheduledLr(Builder& u, const LrScheduleConfig& sch, Value* lr, Value* t) {
+  const DType dt = lr->type().dtype;
+  auto c = [&](double v) { return u.scalar(dt, v); };
+  auto op2 = [&](OpKind k, Value* x, Value* y) { return u.value(k, {x, y}); };
+  if (sch.kind == LrScheduleKind::Step) {
+    // lr * gamma^floor(t / step_size); t and step_size are whole numbers, so
+    // the quotient rounds below the next integer while t < 2^24 in f32.
+    KILN_TRY_VALUE(q, op2(OpKind::Div, t, c(static_cast<double>(sch.stepSize))));
+    KILN_TRY_VALUE(k, u.value(OpKind::Floor, {q}));
+    KILN_TRY_VALUE(factor, op2(OpKind::Pow, c(sch.gamma), k));
+    return op2(OpKind::Mul, lr, factor);
+  }
+  if (sch.kind != LrScheduleKind::CosineWarmup) return lr;
+  const double warmup = static_cast<double>(sch.warmupSteps);
+  const double span = static_cast<double>(sch.totalSteps - sch.warmupSteps);
+  // progress = min((t - warmup) / span, 1): clamps at totalSteps.
+  KILN_TRY_VALUE(since, op2(OpKind::Sub, t, c(warmup)));
+  KILN_TRY_VALUE(frac, op2(OpKind::Div, since, c(span)));
+  KILN_TRY_VALUE(progress, op2(OpKind::Min, frac, c(1.0)));
+  KILN_TRY_VALUE(angle, op2(OpKind::Mul, progress, c(std::numbers::pi)));
+  KILN_TRY_VALUE(cosine, u.value(OpKind::Cos, {angle}));
+  KILN_TRY_VALUE(onePlus, op2(OpKind::Add, cosine, c(1.0)));
+  KILN_TRY_VALUE(half, op2(OpKind::Mul, onePlus, c(0.5)));
+  KILN_TRY_VALUE(range, op2(OpKind::Sub, lr, c(sch.minLr)));
+  KILN_TRY_VALUE(scaled, op2(OpKind::Mul, range, half));
+  KILN_TRY_VALUE(annealed, op2(OpKind::Add, scaled, c(sch.minLr)));
+  if (sch.warmupSteps == 0) return annealed;
+  // Linear warm-up from 0: lr * t / warmup for t < warmup.
+  KILN_TRY_VALUE(ramp, op2(OpKind::Div, t, c(warmup)));
+  KILN_TRY_VALUE(warm, op2(OpKind::Mul, lr, ramp));
+  KILN_TRY_VALUE(inWarmup, op2(OpKind::Lt, t, c(warmup)));
+  return u.value(OpKind::Select, {inWarmup, warm, annealed});
 }
 
 }  // namespace
@@ -157,6 +208,12 @@ Status buildTrainingStep(Function& f, const TrainingStepOptions& options) {
       step = stateArgument(f, TensorType{dt, {}}, "step");
       KILN_TRY_VALUE(isFirst, op2(OpKind::Eq, step, c(0.0)));
       first = isFirst;
+    } else if (options.schedule.kind != LrScheduleKind::Constant) {
+      step = stateArgument(f, TensorType{dt, {}}, "step");
+    }
+    if (step) {
+      KILN_TRY_VALUE(scheduled, scheduledLr(u, options.schedule, lr, step));
+      lr = scheduled;
     }
     for (size_t i = 0; i < params.size(); ++i) {
       Value* p = params[i];
@@ -200,6 +257,8 @@ Status buildTrainingStep(Function& f, const TrainingStepOptions& options) {
     for (Value* p : params) avgs.push_back(stateArgument(f, p->type(), p->name() + ".exp_avg"));
     for (Value* p : params) sqs.push_back(stateArgument(f, p->type(), p->name() + ".exp_avg_sq"));
     Value* step = stateArgument(f, TensorType{dt, {}}, "step");
+    KILN_TRY_VALUE(scheduled, scheduledLr(u, options.schedule, lr, step));
+    lr = scheduled;
     KILN_TRY_VALUE(t, op2(OpKind::Add, step, c(1.0)));
     KILN_TRY_VALUE(b1t, op2(OpKind::Pow, c(opt.beta1), t));
     KILN_TRY_VALUE(b2t, op2(OpKind::Pow, c(opt.beta2), t));
@@ -297,6 +356,15 @@ Status buildTrainingStep(Function& f, const TrainingStepOptions& options) {
     f.eraseArgument(index);
   }
   return Status();
+}
+
+double scheduledLearningRate(const LrScheduleConfig& s, double lr, int64_t t) {
+  if (s.kind == LrScheduleKind::Step) return lr * std::pow(s.gamma, static_cast<double>(t / s.stepSize));
+  if (s.kind != LrScheduleKind::CosineWarmup) return lr;
+  if (t < s.warmupSteps) return lr * static_cast<double>(t) / static_cast<double>(s.warmupSteps);
+  double progress =
+      std::min(1.0, static_cast<double>(t - s.warmupSteps) / static_cast<double>(s.totalSteps - s.warmupSteps));
+  return s.minLr + (lr - s.minLr) * (1.0 + std::cos(std::numbers::pi * progress)) / 2.0;
 }
 
 size_t liftConstantsToParameters(Function& f) {

@@ -8,11 +8,13 @@
 // mse_loss, the composites of ir/Ops.def), the backward graph of the
 // `autodiff` pass (passes/Autodiff.h) and the optimizer's update ops, which
 // follow torch.optim.SGD / Adam / AdamW (PyTorch 1.13) formula for formula.
-// The learning rate is a scalar argument so that the caller applies any
-// schedule. The optimizer state arguments default to zeros, so a first step
-// needs no state from the caller; feeding each step's new params and state
-// back as the next step's arguments continues training. docs/training.md
-// describes the design and what is not done.
+// The learning rate is a scalar argument, the BASE learning rate; a
+// non-constant schedule (LrScheduleConfig) computes the lr used at step t
+// from the "step" state argument as graph ops, so the caller passes the same
+// lr every step. The optimizer state arguments default to zeros, so a first
+// step needs no state from the caller; feeding each step's new params and
+// state back as the next step's arguments continues training.
+// docs/training.md describes the design and what is not done.
 #pragma once
 
 #include <optional>
@@ -54,27 +56,67 @@ struct OptimizerConfig {
   double eps = 1e-8;
 };
 
+enum class LrScheduleKind { Constant, Step, CosineWarmup };
+
+/// The learning rate used at step t (0-based: t = the "step" argument, the
+/// number of steps already taken), with `lr` the base learning rate argument:
+///  - Constant:     lr.
+///  - Step:         lr * gamma^floor(t / stepSize); torch.optim.lr_scheduler
+///                  .StepLR(step_size, gamma) with scheduler.step() called
+///                  after each optimizer.step().
+///  - CosineWarmup: lr * t / warmupSteps for t < warmupSteps, then
+///                  minLr + (lr - minLr) * (1 + cos(pi * (t - warmupSteps) /
+///                  (totalSteps - warmupSteps))) / 2, and minLr for
+///                  t >= totalSteps; torch LambdaLR with that factor (so the
+///                  first warm-up step uses lr 0, as transformers'
+///                  get_cosine_schedule_with_warmup); after the warm-up it is
+///                  CosineAnnealingLR's closed form (T_max = totalSteps -
+///                  warmupSteps, eta_min = minLr).
+struct LrScheduleConfig {
+  LrScheduleKind kind = LrScheduleKind::Constant;
+  /// Step: >= 1.
+  int64_t stepSize = 1;
+  /// Step: finite, > 0.
+  double gamma = 0.1;
+  /// CosineWarmup: 0 <= warmupSteps < totalSteps.
+  int64_t warmupSteps = 0;
+  int64_t totalSteps = 0;
+  /// CosineWarmup: finite, >= 0.
+  double minLr = 0.0;
+};
+
 struct TrainingStepOptions {
   LossConfig loss;
   OptimizerConfig optimizer;
   /// The arguments to train, by name. When unset: every float argument with
   /// a default value (see liftConstantsToParameters for ONNX weights).
   std::optional<std::vector<std::string>> parameters;
+  /// The learning-rate schedule (graph ops on the "step" argument). Last, so
+  /// that aggregate initializers {loss, optimizer, parameters} keep working.
+  LrScheduleConfig schedule = {};
 };
 
 /// Rewrites `f` into its training step. Arguments, in order: the parameters
 /// (in their original order, defaults kept), the optimizer state (defaults
 /// zeros; SGD with momentum: "<p>.momentum_buffer" each and a step counter
 /// "step"; Adam/AdamW: "<p>.exp_avg", "<p>.exp_avg_sq" each and "step"; plain
-/// SGD: none), the other original arguments (the batch), "labels" (i64 of
-/// the output's shape without dim 1 for cross-entropy and NLL, the output's
-/// type for MSE) and "lr" (a scalar of the output's float type). Results:
+/// SGD: "step" alone when the schedule is not constant, else none; "step" is a
+/// scalar of the output's float type counting the steps taken, 0 at first),
+/// the other original arguments (the batch), "labels" (i64 of the output's
+/// shape without dim 1 for cross-entropy and NLL, the output's type for MSE)
+/// and "lr" (a scalar of the output's float type: the base learning rate the
+/// schedule scales). Results:
 /// "loss", then each new parameter and each new state value, named like the
 /// argument it replaces. Errors name what was wrong (an output index out of
 /// range, a non-float output, a bad option value, no or unknown
 /// parameters) leave `f` unchanged; an error from autodiff (an op without a
 /// VJP rule) leaves it with the loss op added.
 Status buildTrainingStep(Function& f, const TrainingStepOptions& options);
+
+/// The learning rate `schedule` gives at step `t` (0-based) for base rate
+/// `lr`, in double precision: what the step's graph ops compute, for a caller
+/// that reports the current lr.
+double scheduledLearningRate(const LrScheduleConfig& schedule, double lr, int64_t t);
 
 /// Makes each named float constant with at least one dim (an ONNX weight
 /// the importer turned into a constant because it is not a graph input) an

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numbers>
 #include <random>
 #include <string>
 
@@ -127,6 +128,55 @@ double referenceStep(const Function& lossFn, std::vector<Tensor> inputs, RefStat
   return loss;
 }
 
+/// The lr of steps 0..steps-1 as torch.optim.lr_scheduler (1.13) sets it
+/// with scheduler.step() after each optimizer.step(), transcribed from its
+/// recursive get_lr: StepLR multiplies the group's lr by gamma when
+/// last_epoch > 0 and last_epoch % step_size == 0; the warm-up + cosine
+/// schedule is LambdaLR (lr = base * lambda(last_epoch)) with lambda(t) =
+/// t / warmup for t < warmup, else (min_lr + (base - min_lr) * (1 +
+/// cos(pi * min(1, (t - warmup) / (total - warmup)))) / 2) / base.
+std::vector<double> torchSchedulerLrs(const LrScheduleConfig& s, double base, int64_t steps) {
+  std::vector<double> lrs;
+  double lr = base;
+  for (int64_t t = 0; t < steps; ++t) {
+    if (s.kind == LrScheduleKind::Step) {
+      if (t > 0 && t % s.stepSize == 0) lr *= s.gamma;
+    } else if (s.kind == LrScheduleKind::CosineWarmup) {
+      double lambda;
+      if (t < s.warmupSteps) {
+        lambda = double(t) / double(std::max<int64_t>(1, s.warmupSteps));
+      } else {
+        double progress = std::min(1.0, double(t - s.warmupSteps) / double(s.totalSteps - s.warmupSteps));
+        lambda = (s.minLr + (base - s.minLr) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress))) / base;
+      }
+      lr = base * lambda;
+    }
+    lrs.push_back(lr);
+  }
+  return lrs;
+}
+
+/// torch.optim.lr_scheduler.CosineAnnealingLR(T_max, eta_min)'s recursive
+/// get_lr (1.13) for last_epoch 0..steps-1: the annealing part of the warm-up
+/// schedule, checked against the LambdaLR form above.
+std::vector<double> torchCosineAnnealingLrs(double base, int64_t tMax, double etaMin, int64_t steps) {
+  std::vector<double> lrs;
+  double lr = base;
+  for (int64_t e = 0; e < steps; ++e) {
+    if (e == 0) {
+      lr = base;
+    } else if ((e - 1 - tMax) % (2 * tMax) == 0) {
+      lr = lr + (base - etaMin) * (1 - std::cos(std::numbers::pi / double(tMax))) / 2;
+    } else {
+      lr = (1 + std::cos(std::numbers::pi * double(e) / double(tMax))) /
+               (1 + std::cos(std::numbers::pi * double(e - 1) / double(tMax))) * (lr - etaMin) +
+           etaMin;
+    }
+    lrs.push_back(lr);
+  }
+  return lrs;
+}
+
 std::unique_ptr<Module> buildStep(const TrainingStepOptions& options, const std::string& dtype = "f64") {
   auto m = parseModule(withDType(kMlp, dtype), "mlp.kir");
   EXPECT_TRUE(m.ok()) << m.error().str();
@@ -200,10 +250,14 @@ std::vector<Tensor> expectStepsMatch(const TrainingStepOptions& options, int ste
   inputs.push_back(lossInputs[5]);
   EXPECT_EQ(f.numArguments(), 4 + numState + 3);
   EXPECT_EQ(f.resultTypes().size(), 1 + 4 + numState);
+  const bool scheduled = options.schedule.kind != LrScheduleKind::Constant;
+  const std::vector<double> torchLr = torchSchedulerLrs(options.schedule, 0.1, steps);
   for (int step = 0; step < steps; ++step) {
-    double lr = 0.1 / (1 + step);  // a schedule applied by the caller
+    // A constant schedule: the caller applies one (0.1 / (1 + t)); else the
+    // step's graph ops apply `options.schedule` to the base lr 0.1.
+    double lr = scheduled ? torchLr[step] : 0.1 / (1 + step);
     Tensor lrT(DType::F64, {});
-    lrT.setDouble(0, lr);
+    lrT.setDouble(0, scheduled ? 0.1 : lr);
     if (step == 0)
       inputs.push_back(lrT);
     else
@@ -265,7 +319,80 @@ void expectJitAndF32Match(const TrainingStepOptions& options, const std::vector<
     }
 }
 
-TrainingStepOptions opts(LossConfig loss, OptimizerConfig opt) { return TrainingStepOptions{loss, opt, kParams}; }
+TrainingStepOptions opts(LossConfig loss, OptimizerConfig opt, LrScheduleConfig schedule = {}) {
+  return TrainingStepOptions{loss, opt, kParams, schedule};
+}
+
+LrScheduleConfig stepLr(int64_t stepSize, double gamma) {
+  LrScheduleConfig s{LrScheduleKind::Step};
+  s.stepSize = stepSize;
+  s.gamma = gamma;
+  return s;
+}
+
+LrScheduleConfig cosineWarmup(int64_t warmup, int64_t total, double minLr) {
+  LrScheduleConfig s{LrScheduleKind::CosineWarmup};
+  s.warmupSteps = warmup;
+  s.totalSteps = total;
+  s.minLr = minLr;
+  return s;
+}
+
+/// The scheduled lr the step's graph ops compute at steps 0..steps-1, read
+/// from one plain-SGD step of (x, w) -> mse(x + w, 0) at x = 0.5, w = 0
+/// (gradient 1, so the new w is -lr_t), run with "step" = t, base lr `base`,
+/// in `dtype` on the interpreter and on the CPU JIT.
+void expectScheduledLrs(const LrScheduleConfig& schedule, double base, int64_t steps, const std::string& dtype,
+                        double rtol) {
+  auto m = parseModule(withDType("func @f(%x: f64[1,1], %w: f64[1,1]) -> f64[1,1] {\n"
+                                 "  %y = add(%x, %w) : f64[1,1]\n  return %y\n}\n",
+                                 dtype),
+                       "lr.kir");
+  ASSERT_TRUE(m.ok()) << m.error().str();
+  Function& f = *(*m)->functions()[0];
+  TrainingStepOptions o{LossConfig{LossKind::Mse}, OptimizerConfig{}, std::vector<std::string>{"w"}, schedule};
+  Status s = buildTrainingStep(f, o);
+  ASSERT_TRUE(s.ok()) << s.error().str();
+  ASSERT_TRUE(verify(f).ok()) << print(f);
+  // Plain SGD has a step counter only when the schedule needs one.
+  const bool hasStep = schedule.kind != LrScheduleKind::Constant;
+  std::vector<std::string> args;
+  for (Value* a : f.arguments()) args.push_back(a->name());
+  if (hasStep) {
+    ASSERT_EQ(args, (std::vector<std::string>{"w", "step", "x", "labels", "lr"}));
+    ASSERT_EQ(f.resultName(2), "step");
+    ASSERT_TRUE(f.argumentDefault(1));
+    EXPECT_EQ(f.argumentDefault(1)->getDouble(0), 0.0);
+  } else {
+    ASSERT_EQ(args, (std::vector<std::string>{"w", "x", "labels", "lr"}));
+  }
+  auto executor = codegen::CpuExecutor::create(f, {.optLevel = 3});
+  ASSERT_TRUE(executor.ok()) << executor.error().str();
+  const DType dt = dtype == "f32" ? DType::F32 : DType::F64;
+  auto scalar = [&](std::vector<int64_t> dims, double v) {
+    Tensor t(dt, dims);
+    t.setDouble(0, v);
+    return t;
+  };
+  const std::vector<double> want = torchSchedulerLrs(schedule, base, steps);
+  for (int64_t t = 0; t < steps; ++t) {
+    std::vector<Tensor> in = {scalar({1, 1}, 0.0)};
+    if (hasStep) in.push_back(scalar({}, double(t)));
+    for (Tensor v : {scalar({1, 1}, 0.5), scalar({1, 1}, 0.0), scalar({}, base)}) in.push_back(v);
+    auto got = interpret(f, in);
+    ASSERT_TRUE(got.ok()) << got.error().str();
+    auto jit = (*executor)->run(in);
+    ASSERT_TRUE(jit.ok()) << jit.error().str();
+    std::string at = dtype + " step " + std::to_string(t);
+    const double tol = rtol * (1e-6 * base + want[t]);
+    EXPECT_NEAR(-(*got)[1].getDouble(0), want[t], tol) << "interpreter, " << at;
+    EXPECT_NEAR(-(*jit)[1].getDouble(0), want[t], tol) << "JIT, " << at;
+    EXPECT_NEAR(scheduledLearningRate(schedule, base, t), want[t], 1e-12 * base) << "scheduledLearningRate, " << at;
+    if (hasStep) {
+      EXPECT_EQ((*got)[2].getDouble(0), double(t + 1)) << "step counter, " << at;
+    }
+  }
+}
 
 LossConfig mse() { return LossConfig{LossKind::Mse}; }
 LossConfig ce(double smoothing = 0.0, int64_t ignore = -100) {
@@ -361,6 +488,45 @@ TEST(TrainingStepTest, NllLossWithSumReduction) {
   EXPECT_EQ((*got)[9].getDouble(0), 1.0) << "step counter";
 }
 
+TEST(TrainingStepTest, TorchSchedulerTranscriptionsAgree) {
+  // The LambdaLR form of the warm-up + cosine schedule equals torch's
+  // recursive CosineAnnealingLR (T_max = total - warmup) from the warm-up's
+  // end to total; StepLR's recursive form equals lr * gamma^floor(t / size).
+  const std::vector<double> lambda = torchSchedulerLrs(cosineWarmup(5, 25, 0.01), 0.5, 26);
+  const std::vector<double> annealing = torchCosineAnnealingLrs(0.5, 20, 0.01, 21);
+  for (int64_t t = 5; t <= 25; ++t) EXPECT_NEAR(lambda[t], annealing[t - 5], 1e-12) << "t = " << t;
+  EXPECT_EQ(lambda[0], 0.0);
+  EXPECT_NEAR(lambda[2], 0.2, 1e-15);
+  EXPECT_NEAR(lambda[25], 0.01, 1e-15);
+  const std::vector<double> step = torchSchedulerLrs(stepLr(3, 0.5), 2.0, 10);
+  EXPECT_EQ(step, (std::vector<double>{2, 2, 2, 1, 1, 1, 0.5, 0.5, 0.5, 0.25}));
+}
+
+TEST(TrainingStepTest, ScheduledLrPerStep) {
+  // Every step index from 0, across the warm-up's end, the cosine and the
+  // clamp after totalSteps; StepLR across several decays.
+  expectScheduledLrs(cosineWarmup(4, 20, 0.001), 0.1, 26, "f64", 1e-12);
+  expectScheduledLrs(cosineWarmup(0, 7, 0.0), 0.1, 9, "f64", 1e-12);
+  expectScheduledLrs(stepLr(3, 0.5), 0.1, 12, "f64", 1e-12);
+  expectScheduledLrs(cosineWarmup(4, 20, 0.001), 0.1, 26, "f32", 1e-5);
+  expectScheduledLrs(stepLr(7, 0.9), 0.1, 40, "f32", 1e-5);
+  expectScheduledLrs(LrScheduleConfig{}, 0.1, 3, "f64", 1e-12);
+}
+
+TEST(TrainingStepTest, ScheduledSgdMomentumAndAdamW) {
+  // The whole step with the schedule in the graph, against the reference
+  // optimizers fed torch's scheduled lr.
+  OptimizerConfig sgd{OptimizerKind::Sgd, 0.9, 0.0, false, 0.01};
+  auto o = opts(mse(), sgd, stepLr(2, 0.5));
+  expectJitAndF32Match(o, expectStepsMatch(o, 5));
+  OptimizerConfig adamw{OptimizerKind::AdamW};
+  adamw.weightDecay = 0.01;
+  auto a = opts(ce(), adamw, cosineWarmup(2, 5, 0.01));
+  expectJitAndF32Match(a, expectStepsMatch(a, 7));
+  auto plain = opts(mse(), OptimizerConfig{}, cosineWarmup(1, 3, 0.0));
+  expectStepsMatch(plain, 4);
+}
+
 TEST(TrainingStepTest, LayoutNamesAndDefaultParameters) {
   auto m = parseModule(kMlp, "mlp.kir");
   ASSERT_TRUE(m.ok());
@@ -423,6 +589,11 @@ TEST(TrainingStepTest, Errors) {
   LossConfig out1 = mse();
   out1.outputIndex = 1;
   expectError(opts(out1, {}), "output index 1, but the function has 1 results");
+  expectError(opts(mse(), {}, stepLr(0, 0.5)), "lr schedule step size 0, expected >= 1");
+  expectError(opts(mse(), {}, stepLr(2, 0.0)), "lr schedule gamma 0.000000, expected a finite value > 0");
+  expectError(opts(mse(), {}, cosineWarmup(5, 5, 0.0)), "lr schedule total steps 5, expected more than the warm-up");
+  expectError(opts(mse(), {}, cosineWarmup(-1, 5, 0.0)), "lr schedule warm-up steps -1, expected >= 0");
+  expectError(opts(mse(), {}, cosineWarmup(1, 5, -0.1)), "lr schedule minimum lr -0.100000");
   auto clash = parseModule(
       "func @f(%x: f64[2,3], %w: f64[3,2], %lr: f64[]) -> f64[2,2] {\n"
       "  %y = matmul(%x, %w) : f64[2,2]\n  return %y\n}\n",
