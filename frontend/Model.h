@@ -42,6 +42,13 @@ struct LoadOptions {
   /// input whose declared type does not admit the shape keeps its declared
   /// type (binding the tensor then reports the mismatch).
   std::map<std::string, std::vector<int64_t>> inputShapes;
+  /// For training: the ONNX importer folds no op that reads a weight (a
+  /// named float constant of rank >= 1, what liftConstantsToParameters
+  /// lifts), so each weight stays one constant that can become a parameter.
+  /// Folded, Gemm's transB makes an unnamed transposed copy of the weight,
+  /// and a training step built from it would leave that weight untrained.
+  /// The pass pipeline's canonicalize folds those ops for inference anyway.
+  bool keepWeights = false;
 };
 
 /// Reads the model at `path`. Errors name the file and, where there is one,

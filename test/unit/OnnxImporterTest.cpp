@@ -10,6 +10,7 @@
 
 #include "frontend/onnx/OnnxImporter.h"
 #include "onnx.pb.h"
+#include "passes/TrainingStep.h"
 #include "runtime/Interpreter.h"
 
 namespace kiln {
@@ -555,6 +556,23 @@ TEST(OnnxImporter, ParseOnnxTensorTypedFieldsAndErrors) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message().find("UINT32"), std::string::npos);
   EXPECT_FALSE(parseOnnxTensor("\x0a\xff", "truncated").ok());
+}
+
+/// LoadOptions::keepWeights: the CNN's Linear layers are Gemm with transB,
+/// whose transpose of the weight folds at import into an unnamed constant;
+/// kept, every weight stays a named constant that liftConstantsToParameters
+/// makes a parameter (8: conv1, conv2, fc1, fc2, weight and bias each).
+TEST(OnnxImporterTest, KeepWeightsLeavesEveryWeightLiftable) {
+  const std::string path = std::string(KILN_SOURCE_DIR) + "/test/e2e/cnn/model.onnx";
+  InterpreterEvaluator evaluator;
+  for (bool keep : {false, true}) {
+    LoadOptions options;
+    options.evaluator = &evaluator;
+    options.keepWeights = keep;
+    auto m = importOnnx(path, options);
+    ASSERT_TRUE(m.ok()) << m.error().str();
+    EXPECT_EQ(liftConstantsToParameters(*(*m)->functions().front()), keep ? 8u : 6u) << "keepWeights " << keep;
+  }
 }
 
 }  // namespace
