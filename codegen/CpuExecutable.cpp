@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -197,26 +198,34 @@ void splitMultiResultGroups(Function& f) {
 /// Takes the matmul or conv out of each epilogue group that oneDNN should
 /// run but whose epilogue has no post-ops (GELU reads the product twice):
 /// the contraction becomes a library step of its own and the rest of the
-/// group an `elementwise` group reading its result.
+/// group an `elementwise` group reading its result. The parts of a split
+/// multi-result group (splitMultiResultGroups) each hold a copy of the same
+/// contraction: it becomes one step that all of them read (a training
+/// step's matmul feeds both the forward epilogue and its backward).
 void splitLibraryAnchors(Function& f) {
   std::vector<Op*> groups;
   for (const auto& op : f.ops())
     if (op->kind() == OpKind::Fused && op->numResults() == 1)
       if (const Op* anchor = contractionOf(*op); anchor && prefersLibrary(*anchor) && !DnnlKernel::create(*op))
         groups.push_back(op.get());
+  std::map<std::pair<std::string, std::vector<Value*>>, Value*> products;
   for (Op* group : groups) {
     Function& region = *group->region();
     Op* anchor = const_cast<Op*>(contractionOf(*group));
     std::vector<Value*> operands;
     for (const Value* v : anchor->operands()) operands.push_back(group->operand(v->index()));
-    Op* product = f.insert(group, Op::create(anchor->kind(), std::move(operands), {anchor->result()->type()},
-                                             anchor->attrs(), anchor->loc()));
-    product->result()->setName(anchor->result()->name());
+    Value*& product = products[{anchor->result()->name(), operands}];
+    if (!product) {  // names are unique in a function: the same name is a copy of the same op
+      Op* op = f.insert(group, Op::create(anchor->kind(), std::move(operands), {anchor->result()->type()},
+                                          anchor->attrs(), anchor->loc()));
+      op->result()->setName(anchor->result()->name());
+      product = op->result();
+    }
     Value* input = region.addArgument(anchor->result()->type(), anchor->result()->name());
     anchor->result()->replaceAllUsesWith(input);
     region.erase(anchor);
     std::vector<Value*> groupOperands(group->operands().begin(), group->operands().end());
-    groupOperands.push_back(product->result());
+    groupOperands.push_back(product);
     group->setOperands(std::move(groupOperands));
     group->setAttr("kind", Attribute("elementwise"));
   }
@@ -606,6 +615,63 @@ Status CpuExecutor::prepare(const std::vector<Tensor>& inputs) {
   return {};
 }
 
+namespace {
+
+/// The profile's entries for `cf`'s steps, with no time yet: each names the
+/// op's result and says what runs (the oneDNN primitive, or the op or the
+/// fused ops with the result's type).
+std::vector<StepProfile::Entry> profileEntries(const CompiledFunction& cf) {
+  std::vector<StepProfile::Entry> entries;
+  for (const CompiledFunction::Step& step : cf.steps) {
+    StepProfile::Entry e;
+    e.name = "%" + step.op->result()->name();
+    if (step.library) {
+      e.what = step.library->description();
+    } else {
+      e.what = std::string(step.op->name());
+      if (const Function* body = step.op->region()) {
+        e.what += "(";
+        bool first = true;
+        for (const auto& inner : body->ops()) {
+          if (inner->kind() == OpKind::Return) continue;
+          e.what += (first ? "" : " ") + std::string(inner->name());
+          first = false;
+        }
+        e.what += ")";
+      }
+      e.what += " -> " + step.op->result()->type().str();
+    }
+    entries.push_back(std::move(e));
+  }
+  return entries;
+}
+
+}  // namespace
+
+std::string StepProfile::format(size_t limit) const {
+  std::vector<const Entry*> sorted;
+  double total = 0;
+  for (const Entry& e : entries) {
+    sorted.push_back(&e);
+    total += e.seconds;
+  }
+  std::stable_sort(sorted.begin(), sorted.end(), [](const Entry* a, const Entry* b) { return a->seconds > b->seconds; });
+  std::ostringstream out;
+  char line[96];
+  std::snprintf(line, sizeof line, "%8s %6s %10s  %s\n", "total ms", "share", "ms/call", "step");
+  out << line;
+  for (size_t i = 0; i < sorted.size() && i < limit; ++i) {
+    const Entry& e = *sorted[i];
+    std::snprintf(line, sizeof line, "%8.2f %5.1f%% %10.4f  ", e.seconds * 1e3, total > 0 ? 100 * e.seconds / total : 0.0,
+                  e.calls ? e.seconds * 1e3 / static_cast<double>(e.calls) : 0.0);
+    out << line << e.name << " = " << e.what << "\n";
+  }
+  if (sorted.size() > limit) out << "(" << sorted.size() - limit << " more steps)\n";
+  std::snprintf(line, sizeof line, "%8.2f ms in %zu steps\n", total * 1e3, entries.size());
+  out << line;
+  return out.str();
+}
+
 Expected<std::vector<Tensor>> CpuExecutor::run(const std::vector<Tensor>& inputs) {
   auto c = compiled(inputs);
   if (!c) return c.takeError();
@@ -617,19 +683,21 @@ Expected<std::vector<Tensor>> CpuExecutor::run(const std::vector<Tensor>& inputs
     Tensor& t = outputs[s] = Tensor(type.dtype, staticDims(type.shape));
     cf.slotData[s] = t.raw();
   }
-  for (const CompiledFunction::Step& step : cf.steps) {
+  StepProfile* profile = options_.profile;
+  if (profile && profile->entries.size() != cf.steps.size()) profile->entries = profileEntries(cf);
+  for (size_t k = 0; k < cf.steps.size(); ++k) {
+    const CompiledFunction::Step& step = cf.steps[k];
     for (const CompiledFunction::HostCheck& check : step.checks)
       KILN_TRY(runHostCheck(check, cf.slotData[check.slot], cf.slotTypes[check.slot]));
     void** args = cf.buffers.data();
     for (size_t i = 0; i < step.operands.size(); ++i) args[i] = cf.slotData[step.operands[i]];
     args[step.operands.size()] = cf.slotData[step.result];
+    const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     if (step.library) {
       setDnnlThreads(step.parallel ? threads_ : 1);
       step.library->run(args);
-      continue;
-    }
-    const KernelFn fn = step.fn;
-    if (step.parallel && threads_ > 1) {
+    } else if (step.parallel && threads_ > 1) {
+      const KernelFn fn = step.fn;
       const int64_t extent = step.parallelExtent;
 #pragma omp parallel num_threads(threads_)
       {
@@ -638,7 +706,11 @@ Expected<std::vector<Tensor>> CpuExecutor::run(const std::vector<Tensor>& inputs
         if (begin < end) fn(args, nullptr, begin, end);
       }
     } else {
-      fn(args, nullptr, 0, step.parallelExtent);
+      step.fn(args, nullptr, 0, step.parallelExtent);
+    }
+    if (profile) {
+      profile->entries[k].seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      ++profile->entries[k].calls;
     }
   }
   std::vector<Tensor> results;

@@ -33,6 +33,26 @@ class KernelCache;
 struct CompileReport;
 struct CompiledFunction;
 
+/// Time spent in each step of a compiled function, added up over the runs
+/// of an executor given it (CpuOptions::profile; `kiln-train-bench
+/// --profile`). One entry per step, in step order; a run of another compiled
+/// shape set starts the table again. Timing each step adds two clock reads
+/// per step and nothing when no profile is given.
+struct StepProfile {
+  struct Entry {
+    /// The op the step computes: its result's name and its op name (or
+    /// "fused"), and for oneDNN calls the primitive's description.
+    std::string name;
+    std::string what;
+    double seconds = 0;
+    int64_t calls = 0;
+  };
+  std::vector<Entry> entries;
+  /// The table sorted by time, largest first, with each step's share and
+  /// milliseconds per call; at most `limit` rows.
+  std::string format(size_t limit = 40) const;
+};
+
 struct CpuOptions {
   /// Threads that split parallel loops and oneDNN calls and compile kernels;
   /// 0 means one per hardware thread.
@@ -46,6 +66,8 @@ struct CpuOptions {
   /// When given, compile times are added to it (`--time-passes`), with the
   /// pass manager's timing table.
   CompileReport* report = nullptr;
+  /// When given, each run adds its steps' times to it.
+  StepProfile* profile = nullptr;
 };
 
 /// The code of a compiled function's kernels, in step order: what a `.kc`

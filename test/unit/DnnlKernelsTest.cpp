@@ -155,5 +155,23 @@ TEST(DnnlKernelsTest, EpilogueWithoutPostOpsStillMatches) {
   EXPECT_NE(ir.find("kernel @"), std::string::npos) << ir;
 }
 
+/// A fused group with two results, both reading one matmul through
+/// epilogues without post-ops (a training step's forward product feeding
+/// its backward): split per result, the matmul runs once, as one library
+/// step both parts read, instead of two ops of one name (which failed
+/// verification).
+TEST(DnnlKernelsTest, MultiResultGroupSharesItsContraction) {
+  const std::string ir = expectMatches(
+      "func @f(%x: f32[64,32], %w: f32[32,48], %c: f32[64,48]) -> (f32[64,48], f32[64,48]) {\n"
+      "  %mm = matmul(%x, %w) : f32[64,48]\n  %a = mul(%mm, %mm) : f32[64,48]\n"
+      "  %b = add(%mm, %c) : f32[64,48]\n  %d = mul(%b, %mm) : f32[64,48]\n  return %a, %d\n}\n",
+      3);
+  size_t libraries = 0, kernels = 0;
+  for (size_t pos = 0; (pos = ir.find("library %", pos)) != std::string::npos; ++pos) ++libraries;
+  for (size_t pos = 0; (pos = ir.find("kernel @", pos)) != std::string::npos; ++pos) ++kernels;
+  EXPECT_EQ(libraries, 1u) << ir;
+  EXPECT_EQ(kernels, 2u) << ir;
+}
+
 }  // namespace
 }  // namespace kiln
