@@ -48,6 +48,18 @@ MODELS = [("mlp", "mlp", 64), ("cnn", "cnn", 64), ("rnn", "rnn", 64), ("lstm", "
           ("transformer-dynamic", "transformer", 16), ("gpt-dynamic", "gpt", 16)]
 RTOL, ATOL = 1e-3, 1e-4
 SYSTEMS = ("kiln", "torch", "ort")
+# Training-step rows: (model in export-e2e-models.py, name in the table, batch). One step is forward,
+# F.cross_entropy (the GPT's over its token scores against the next tokens), zero_grad, backward and
+# optimizer.step(), from the same weights and batch in both systems.
+TRAIN_MODELS = [("mlp", "mlp", 256), ("cnn", "cnn", 64), ("gpt-dynamic", "gpt", 8)]
+TRAIN_SYSTEMS = ("kiln", "torch")
+TRAIN_LR = 0.01
+# The losses of the first TRAIN_CHECK_STEPS steps must agree to TRAIN_LOSS_RTOL, and so must how far each has
+# fallen from the first (to TRAIN_DROP_RTOL of PyTorch's drop): at lr 0.01 the losses move by less than 1e-3 per
+# step, so a weight left untrained would pass the first test alone.
+TRAIN_LOSS_RTOL = 1e-4
+TRAIN_DROP_RTOL = 0.02
+TRAIN_CHECK_STEPS = 5
 
 
 def load_export_module():
@@ -78,6 +90,31 @@ def batch_inputs(inputs, axes, batch, seed):
         else:  # token ids of the GPT: below the vocabulary size of the example
             result[name] = rng.integers(0, int(value.max()) + 1, size=shape, dtype=np.int64)
     return result
+
+
+def train_batch(module, inputs, axes, batch, seed):
+    """A training batch: the model's inputs at `batch` and int64 labels. The GPT (integer token input) gets a
+    sequence of T + 1 tokens: the first T are its input, the last T its labels (the next tokens); the others
+    get random classes below their output width."""
+    import torch
+    rng = np.random.default_rng(seed)
+    if len(inputs) == 1 and not next(iter(inputs.values())).dtype.is_floating_point:
+        name, example = next(iter(inputs.items()))
+        with torch.no_grad():
+            vocab = module(example).shape[-1]
+        tokens = rng.integers(0, vocab, size=(batch, example.shape[1] + 1), dtype=np.int64)
+        return {name: np.ascontiguousarray(tokens[:, :-1])}, np.ascontiguousarray(tokens[:, 1:])
+    batched = batch_inputs(inputs, axes, batch, seed)
+    with torch.no_grad():
+        classes = module(*[torch.from_numpy(v) for v in batched.values()]).shape[-1]
+    return batched, rng.integers(0, classes, size=(batch,), dtype=np.int64)
+
+
+def torch_optimizer(module, name):
+    import torch
+    if name == "sgd":
+        return torch.optim.SGD(module.parameters(), lr=TRAIN_LR, momentum=0.9)
+    return torch.optim.AdamW(module.parameters(), lr=TRAIN_LR)  # weight decay 0.01, PyTorch's default
 
 
 # --- Workers: PyTorch and ONNX Runtime, each in its own process ------------------------------------------------
@@ -125,6 +162,28 @@ def worker_main(system):
                 for name, value in zip(req["output_names"], outputs):
                     np.save(os.path.join(req["output_dir"], name + ".npy"), np.asarray(value))
                 reply = {"ok": True}
+            elif req["cmd"] == "train_load":
+                import torch.nn.functional as F
+                module = modules[req["model"]]
+                module.load_state_dict(torch.load(req["state"]))
+                module.train()  # none of the timed models has dropout or batch norm, so this changes no value
+                optimizer = torch_optimizer(module, req["optimizer"])
+                args = tuple(torch.from_numpy(np.load(p)) for p in req["inputs"].values())
+                labels = torch.from_numpy(np.load(req["labels"]))
+
+                def run(module=module, args=args, labels=labels, optimizer=optimizer, F=F):
+                    scores = module(*args)
+                    if scores.dim() == 3:  # [B, T, V] token scores against [B, T] next tokens
+                        loss = F.cross_entropy(scores.reshape(-1, scores.shape[-1]), labels.reshape(-1))
+                    else:
+                        loss = F.cross_entropy(scores, labels)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    return loss.detach()
+                loaded[key] = run
+                losses = [float(run()) for _ in range(req["steps"])]
+                reply = {"ok": True, "losses": losses}
             else:
                 run = loaded[key]
                 for _ in range(req["warmup"]):
@@ -204,6 +263,23 @@ def kiln_bench(kiln, config, runs, warmup):
     if proc.returncode != 0:
         return {"ok": False, "error": kiln_error(proc)}
     return {"ok": True, "median_ms": json.loads(proc.stdout)["median_ms"]}
+
+
+def kiln_train_command(train_bench, config):
+    cmd = [train_bench, config["onnx"], "--threads", "2", "--labels", config["labels"], "--optimizer",
+           config["optimizer"], "--lr", str(TRAIN_LR), "--json"]
+    for name, path in config["inputs"].items():
+        cmd += ["--input", f"{name}={path}"]
+    return cmd
+
+
+def kiln_train(train_bench, config, steps, warmup):
+    """Runs kiln-train-bench: `steps` timed steps after `warmup` ones; its JSON reply (median_ms, losses)."""
+    proc = subprocess.run(kiln_train_command(train_bench, config) + ["--steps", str(steps), "--warmup", str(warmup)],
+                          capture_output=True, text=True, env=KILN_ENV)
+    if proc.returncode != 0:
+        return {"ok": False, "error": kiln_error(proc)}
+    return dict(json.loads(proc.stdout), ok=True)
 
 
 # --- The driver -----------------------------------------------------------------------------------------------------
@@ -289,6 +365,12 @@ def main():
                         help="run Kiln with OMP_WAIT_POLICY=PASSIVE too (its kernels run on OpenMP; see README.md)")
     parser.add_argument("--models", default=",".join(m[1] for m in MODELS), help="comma-separated subset")
     parser.add_argument("--batches", default="", help="comma-separated batch sizes instead of 1 and each model's large one")
+    parser.add_argument("--tables", default="inference,training",
+                        help="which tables: inference (kiln run, PyTorch, ORT), training (training steps, Kiln and "
+                        "PyTorch); default both")
+    parser.add_argument("--optimizers", default="sgd",
+                        help="training rows' optimizers: sgd (momentum 0.9), adamw; comma-separated (default sgd)")
+    parser.add_argument("--kiln-train-bench", help="the kiln-train-bench binary (default: beside --kiln's build)")
     parser.add_argument("--output", help="also write the report to this file")
     parser.add_argument("--worker", choices=("torch", "ort"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -297,14 +379,24 @@ def main():
     if args.rounds * args.runs < 20:
         parser.error(f"--rounds x --runs is {args.rounds * args.runs}: at least 20 timed runs are required")
     kiln = os.path.abspath(args.kiln)
+    train_bench = os.path.abspath(args.kiln_train_bench or os.path.join(os.path.dirname(kiln), "kiln-train-bench"))
+    tables = args.tables.split(",")
+    optimizers = args.optimizers.split(",")
+    if set(tables) - {"inference", "training"}:
+        parser.error(f"--tables {args.tables}: expected inference, training or both")
+    if set(optimizers) - {"sgd", "adamw"}:
+        parser.error(f"--optimizers {args.optimizers}: expected sgd, adamw or both")
+    if "training" in tables and not os.access(train_bench, os.X_OK):
+        parser.error(f"no kiln-train-bench binary at {train_bench}: build the repository or pass --kiln-train-bench")
     if args.kiln_omp_passive:
         KILN_ENV["OMP_WAIT_POLICY"] = "PASSIVE"
     if not os.access(kiln, os.X_OK):
         parser.error(f"no kiln binary at {kiln}: build the repository or pass --kiln PATH")
     wanted = args.models.split(",")
-    unknown = set(wanted) - {m[1] for m in MODELS}
+    known = [m[1] for m in MODELS]
+    unknown = set(wanted) - set(known)
     if unknown:
-        parser.error(f"unknown models {sorted(unknown)}; known: {', '.join(m[1] for m in MODELS)}")
+        parser.error(f"unknown models {sorted(unknown)}; known: {', '.join(known)}")
 
     import torch
     started = time.time()
@@ -312,10 +404,12 @@ def main():
     export = load_export_module()
     models = e2e_models(export)
     work = tempfile.mkdtemp(prefix="kiln-bench-")
-    configs = []
-    for source, name, large in MODELS:
-        if name not in wanted:
-            continue
+    exported = {}
+
+    def export_model(source, name):
+        """The model's ONNX file (dynamic batch) and PyTorch weights, once per model."""
+        if source in exported:
+            return exported[source]
         module, example, output_names, axes = models[source]
         folder = os.path.join(work, name)
         os.makedirs(folder)
@@ -330,6 +424,15 @@ def main():
                               do_constant_folding=True)
         state = os.path.join(folder, "state.pt")
         torch.save(module.state_dict(), state)
+        exported[source] = (folder, onnx_path, state)
+        return exported[source]
+
+    configs = []
+    for source, name, large in MODELS if "inference" in tables else []:
+        if name not in wanted:
+            continue
+        module, example, output_names, axes = models[source]
+        folder, onnx_path, state = export_model(source, name)
         batches = [int(b) for b in args.batches.split(",")] if args.batches else [1, large]
         for batch in batches:
             inputs = {}
@@ -339,8 +442,29 @@ def main():
             configs.append({"key": f"{name}/{batch}", "model": source, "name": name, "batch": batch, "onnx": onnx_path,
                             "state": state, "inputs": inputs, "output_names": output_names, "failed": {},
                             "rounds": {s: [] for s in SYSTEMS}})
+    train_configs = []
+    for source, name, batch in TRAIN_MODELS if "training" in tables else []:
+        if name not in wanted:
+            continue
+        module, example, _, axes = models[source]
+        folder, onnx_path, state = export_model(source, name)
+        module.load_state_dict(torch.load(state))
+        batch_values, labels = train_batch(module, example, axes, batch, seed=1000 + batch)
+        inputs = {}
+        for input_name, value in batch_values.items():
+            inputs[input_name] = os.path.join(folder, f"train{batch}_{input_name}.npy")
+            np.save(inputs[input_name], value)
+        labels_path = os.path.join(folder, f"train{batch}_labels.npy")
+        np.save(labels_path, labels)
+        for optimizer in optimizers:
+            train_configs.append({"key": f"train/{name}/{batch}/{optimizer}", "model": source, "name": name,
+                                  "batch": batch, "optimizer": optimizer, "onnx": onnx_path, "state": state,
+                                  "inputs": inputs, "labels": labels_path, "failed": {},
+                                  "rounds": {s: [] for s in TRAIN_SYSTEMS}})
 
-    workers = {"torch": Worker("torch", torch_env()), "ort": Worker("ort", ort_env())}
+    workers = {"torch": Worker("torch", torch_env())}
+    if configs:
+        workers["ort"] = Worker("ort", ort_env())
     try:
         # Agreement first: each system runs each configuration once; Kiln and ORT are compared with PyTorch.
         for c in configs:
@@ -368,6 +492,26 @@ def main():
                             c.setdefault("agreement", {})[system] = worst
             status = ", ".join(f"{s} FAILED ({e})" for s, e in c["failed"].items()) or "all agree"
             print(f"[check] {c['key']}: {status}", file=sys.stderr, flush=True)
+        # Training agreement: the losses of the first steps from the same weights and batch (each step's loss
+        # depends on every earlier step's gradients and update).
+        for c in train_configs:
+            kiln_reply = kiln_train(train_bench, c, TRAIN_CHECK_STEPS, 0)
+            torch_reply = workers["torch"].call(cmd="train_load", key=c["key"], model=c["model"], state=c["state"],
+                                                optimizer=c["optimizer"], inputs=c["inputs"], labels=c["labels"],
+                                                steps=TRAIN_CHECK_STEPS)
+            for system, reply in (("kiln", kiln_reply), ("torch", torch_reply)):
+                if not reply["ok"]:
+                    c["failed"][system] = reply["error"]
+            if kiln_reply["ok"] and torch_reply["ok"]:
+                got, want = np.array(kiln_reply["losses"]), np.array(torch_reply["losses"])
+                c["losses"] = (got, want)
+                drop_got, drop_want = got[0] - got[1:], want[0] - want[1:]
+                if not np.allclose(got, want, rtol=TRAIN_LOSS_RTOL, atol=0) or not np.allclose(
+                        drop_got, drop_want, rtol=TRAIN_DROP_RTOL, atol=1e-6):
+                    c["failed"]["kiln"] = f"losses {got.tolist()} do not match PyTorch's {want.tolist()}"
+            status = ", ".join(f"{s} FAILED ({e})" for s, e in c["failed"].items()) or (
+                f"losses agree ({' '.join(f'{v:.4f}' for v in c['losses'][1])})")
+            print(f"[check] {c['key']}: {status}", file=sys.stderr, flush=True)
 
         for r in range(args.rounds):
             for c in configs:
@@ -379,6 +523,21 @@ def main():
                     time.sleep(args.pause)
                     if system == "kiln":
                         reply = kiln_bench(kiln, c, args.runs, args.warmup)
+                        median = reply.get("median_ms")
+                    else:
+                        reply = workers[system].call(cmd="bench", key=c["key"], runs=args.runs, warmup=args.warmup)
+                        median = statistics.median(reply["times_ms"]) if reply["ok"] else None
+                    if reply["ok"]:
+                        c["rounds"][system].append(median)
+                    else:
+                        c["failed"][system] = reply["error"]
+            for c in train_configs:
+                for system in TRAIN_SYSTEMS:
+                    if system in c["failed"]:
+                        continue
+                    time.sleep(args.pause)
+                    if system == "kiln":
+                        reply = kiln_train(train_bench, c, args.runs, args.warmup)
                         median = reply.get("median_ms")
                     else:
                         reply = workers[system].call(cmd="bench", key=c["key"], runs=args.runs, warmup=args.warmup)
@@ -401,27 +560,56 @@ def main():
     lines.append(f"- Load average (1 min) {load_before[0]:.1f} before the run, {load_after[0]:.1f} after: other "
                  "processes on the machine take cores from all three systems, and 2-thread OpenMP runs suffer most")
     lines += versions(kiln) + [""]
-    lines.append("| model | batch | Kiln ms | PyTorch ms | ORT ms | Kiln/PyTorch | Kiln/ORT |")
-    lines.append("|---|---:|---:|---:|---:|---:|---:|")
-    ratios_torch, ratios_ort, notes = [], [], []
-    for c in configs:
-        ms = {s: (statistics.median(c["rounds"][s]) if s not in c["failed"] and c["rounds"][s] else None)
-              for s in SYSTEMS}
-        vs_torch = ms["kiln"] / ms["torch"] if ms["kiln"] and ms["torch"] else None
-        vs_ort = ms["kiln"] / ms["ort"] if ms["kiln"] and ms["ort"] else None
-        ratios_torch.append(vs_torch)
-        ratios_ort.append(vs_ort)
-        lines.append(f"| {c['name']} | {c['batch']} | {fmt_ms(ms['kiln'])} | {fmt_ms(ms['torch'])} | {fmt_ms(ms['ort'])} | "
-                     f"{fmt(vs_torch, 2)} | {fmt(vs_ort, 2)} |")
-        for system, error in c["failed"].items():
-            notes.append(f"- {c['key']}: {system} failed: {error}")
-    complete = [(a, b) for a, b in zip(ratios_torch, ratios_ort) if a and b]
-    g_torch, g_ort = geomean([a for a, _ in complete]), geomean([b for _, b in complete])
-    counted = len(complete)
-    lines.append(f"| **geometric mean** | | | | | **{fmt(g_torch, 2)}** | **{fmt(g_ort, 2)}** |")
-    lines.append("")
-    lines.append(f"Ratios below 1 mean Kiln is faster. Geometric means over the {counted} of {len(configs)} "
-                 "configurations where every system ran.")
+    notes = []
+    if configs:
+        lines.append("| model | batch | Kiln ms | PyTorch ms | ORT ms | Kiln/PyTorch | Kiln/ORT |")
+        lines.append("|---|---:|---:|---:|---:|---:|---:|")
+        ratios_torch, ratios_ort = [], []
+        for c in configs:
+            ms = {s: (statistics.median(c["rounds"][s]) if s not in c["failed"] and c["rounds"][s] else None)
+                  for s in SYSTEMS}
+            vs_torch = ms["kiln"] / ms["torch"] if ms["kiln"] and ms["torch"] else None
+            vs_ort = ms["kiln"] / ms["ort"] if ms["kiln"] and ms["ort"] else None
+            ratios_torch.append(vs_torch)
+            ratios_ort.append(vs_ort)
+            lines.append(f"| {c['name']} | {c['batch']} | {fmt_ms(ms['kiln'])} | {fmt_ms(ms['torch'])} | "
+                         f"{fmt_ms(ms['ort'])} | {fmt(vs_torch, 2)} | {fmt(vs_ort, 2)} |")
+            for system, error in c["failed"].items():
+                notes.append(f"- {c['key']}: {system} failed: {error}")
+        complete = [(a, b) for a, b in zip(ratios_torch, ratios_ort) if a and b]
+        g_torch, g_ort = geomean([a for a, _ in complete]), geomean([b for _, b in complete])
+        lines.append(f"| **geometric mean** | | | | | **{fmt(g_torch, 2)}** | **{fmt(g_ort, 2)}** |")
+        lines.append("")
+        lines.append(f"Ratios below 1 mean Kiln is faster. Geometric means over the {len(complete)} of "
+                     f"{len(configs)} configurations where every system ran.")
+    if train_configs:
+        if configs:
+            lines.append("")
+        lines.append("Training step (forward, cross-entropy, backward, optimizer update; Kiln: kiln-train-bench, "
+                     f"one compiled step function; PyTorch: eager autograd and torch.optim; lr {TRAIN_LR}):")
+        lines.append("")
+        lines.append("| model | batch | optimizer | Kiln ms | PyTorch ms | Kiln/PyTorch | first losses (PyTorch) |")
+        lines.append("|---|---:|---|---:|---:|---:|---|")
+        ratios = []
+        for c in train_configs:
+            ms = {s: (statistics.median(c["rounds"][s]) if s not in c["failed"] and c["rounds"][s] else None)
+                  for s in TRAIN_SYSTEMS}
+            ratio = ms["kiln"] / ms["torch"] if ms["kiln"] and ms["torch"] else None
+            ratios.append(ratio)
+            losses = " ".join(f"{v:.4f}" for v in c["losses"][1]) if "losses" in c else ""
+            label = {"sgd": "SGD momentum 0.9", "adamw": "AdamW"}[c["optimizer"]]
+            lines.append(f"| {c['name']} | {c['batch']} | {label} | {fmt_ms(ms['kiln'])} | {fmt_ms(ms['torch'])} | "
+                         f"{fmt(ratio, 2)} | {losses} |")
+            for system, error in c["failed"].items():
+                notes.append(f"- {c['key']}: {system} failed: {error}")
+        done = [r for r in ratios if r]
+        lines.append(f"| **geometric mean** | | | | | **{fmt(geomean(done), 2)}** | |")
+        lines.append("")
+        lines.append(f"Ratios below 1 mean Kiln is faster; geometric mean over the {len(done)} of "
+                     f"{len(train_configs)} configurations where both ran. Kiln's and PyTorch's losses agreed over "
+                     f"the first {TRAIN_CHECK_STEPS} steps (rtol {TRAIN_LOSS_RTOL}, and their drop from the first step's loss "
+                     f"to rtol {TRAIN_DROP_RTOL}) before timing; a configuration "
+                     "where they did not is listed under Failures and not timed.")
     if notes:
         lines += ["", "Failures:"] + notes
     report = "\n".join(lines) + "\n"
