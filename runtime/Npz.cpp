@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -355,12 +356,25 @@ Expected<std::vector<NpzArray>> parseNpz(std::string_view bytes, const std::stri
 }
 
 Expected<std::vector<NpzArray>> readNpz(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return Error("cannot read '" + path + "': it is a folder, not a .npz file");
   std::ifstream in(path, std::ios::binary);
   if (!in) return Error("cannot open '" + path + "': " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  std::string bytes;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!ec && std::filesystem::is_regular_file(path, ec)) {
+    // One read of the whole file: training sets are often hundreds of MB.
+    bytes.resize(static_cast<size_t>(size));
+    if (!in.read(bytes.data(), static_cast<std::streamsize>(size)) || in.peek() != EOF)
+      return Error("cannot read '" + path + "': it changed size while being read");
+  } else {
+    std::ostringstream ss;  // a pipe or a device: read until its end
+    ss << in.rdbuf();
+    bytes = std::move(ss).str();
+  }
   if (in.bad()) return Error("cannot read '" + path + "': " + std::strerror(errno));
-  return parseNpz(ss.str(), path);
+  return parseNpz(bytes, path);
 }
 
 Expected<std::string> serializeNpz(const std::vector<NpzArray>& arrays, bool forceZip64) {

@@ -267,6 +267,10 @@ TEST(NpzTest, FilesRoundTripAndErrorsNameThePath) {
   auto missing = readNpz((dir / "missing.npz").string());
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.error().message().find("missing.npz"), std::string::npos);
+  auto folder = readNpz(dir.string());
+  ASSERT_FALSE(folder.ok());
+  EXPECT_NE(folder.error().message().find("it is a folder, not a .npz file"), std::string::npos)
+      << folder.error().message();
 
   // A bad array: an error naming the path, and the existing file is kept.
   Status s = writeNpz(path, {{"x", filled(DType::F32, {3})}, {"x", filled(DType::F32, {3})}});
