@@ -112,10 +112,11 @@ std::vector<std::string> kernelHashes(const std::vector<kir::Kernel>& kernels) {
   return hashes;
 }
 
-/// The matmul or conv that `op` computes: `op` itself, or the anchor of a
-/// `matmul_epilogue` / `conv_epilogue` group; null for other ops.
+/// The matmul, conv or conv_transpose that `op` computes: `op` itself, or
+/// the anchor of a `matmul_epilogue` / `conv_epilogue` group; null for
+/// other ops.
 const Op* contractionOf(const Op& op) {
-  if (op.kind() == OpKind::MatMul || op.kind() == OpKind::Conv) return &op;
+  if (op.kind() == OpKind::MatMul || op.kind() == OpKind::Conv || op.kind() == OpKind::ConvTranspose) return &op;
   if (op.kind() != OpKind::Fused || !op.region() || !op.attr("kind")) return nullptr;
   const std::string& kind = op.getString("kind");
   if (kind != "matmul_epilogue" && kind != "conv_epilogue") return nullptr;

@@ -310,6 +310,12 @@ dnnl::engine& cpuEngine() {
 
 }  // namespace
 
+/// What oneDNN chose for a convolution or deconvolution.
+struct ConvDescs {
+  dnnl::memory::desc src, weights, dst;
+  std::string impl;
+};
+
 struct DnnlKernel::Impl {
   /// A copy between a buffer's plain layout and the blocked layout the
   /// primitive chose, into or out of memory the kernel owns.
@@ -403,6 +409,12 @@ Expected<std::unique_ptr<DnnlKernel>> DnnlKernel::create(const Op& op, const std
       if (!postOps.empty() && cd.size() != dstDims.size()) return Error("post-ops on a matmul of 1-D operands");
       const memory::desc amd = plainDesc(ad), bmd = plainDesc(bd), cmd = plainDesc(cd);
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, bmd, cmd), attr, engine);
+      // Some post-op combinations (binary ops on a batched product) have only
+      // oneDNN's reference implementation, slower than its optimized matmul
+      // followed by a generated kernel for the epilogue (6 ms against 0.05 ms
+      // on the GPT's backward products): refused, the executor splits them.
+      if (!postOps.empty() && std::string(pd.impl_info_str()).rfind("ref", 0) == 0)
+        return Error("oneDNN has only its reference implementation for this matmul with these post-ops");
       impl->primitive = dnnl::matmul(pd);
       impl->work = numElements(anchor->result()->type().shape) * ad.back();
       impl->args[DNNL_ARG_SRC] = memory(amd, engine, DNNL_MEMORY_NONE);
@@ -423,47 +435,93 @@ Expected<std::unique_ptr<DnnlKernel>> DnnlKernel::create(const Op& op, const std
         if (v.empty()) v.assign(n, fill);
         return v;
       };
+      // conv_transpose (a conv's input gradient) is oneDNN's deconvolution.
+      const bool transposed = anchor->kind() == OpKind::ConvTranspose;
       const std::vector<int64_t> strides = intsOr("strides", 1, k), dilations = intsOr("dilations", 1, k);
       const std::vector<int64_t> pads = intsOr("pads", 0, 2 * k);
+      const std::vector<int64_t> outputPadding = transposed ? intsOr("output_padding", 0, k) : std::vector<int64_t>(k);
       memory::dims dnnlDilations, padL, padR;
       for (size_t d = 0; d < k; ++d) {
         dnnlDilations.push_back(dilations[d] - 1);
         padL.push_back(pads[d]);
-        padR.push_back(pads[k + d]);
+        // A deconvolution's output size counts the end padding less its
+        // output_padding (ONNX ConvTranspose's extra rows at the end).
+        padR.push_back(pads[k + d] - outputPadding[d]);
       }
-      // Groups: weights [M, C/g, k...] read as [g, M/g, C/g, k...], the same
-      // row-major memory.
+      // Groups: conv weights [M, C/g, k...] read as [g, M/g, C/g, k...], the
+      // same row-major memory. A deconvolution's weights are [C, M/g, k...]:
+      // oneDNN's [M, C, k...] (or [g, M/g, C/g, k...]) with strides that
+      // read Kiln's memory.
+      const int64_t taps = numElements(anchor->operand(1)->type().shape) / (w[0] * w[1]);
+      const int64_t outChannels = transposed ? w[1] * groups : w[0];
       memory::dims wd(w.begin(), w.end());
-      if (groups > 1) {
-        wd.insert(wd.begin(), groups);
-        wd[1] /= groups;
+      memory::desc wmd;
+      if (!transposed) {
+        if (groups > 1) {
+          wd.insert(wd.begin(), groups);
+          wd[1] /= groups;
+        }
+        wmd = plainDesc(wd);
+      } else {
+        const int64_t groupIn = w[0] / groups, groupOut = w[1];
+        wd = {groupOut, groupIn};
+        memory::dims wStrides = {taps, groupOut * taps};
+        for (size_t d = 0; d < k; ++d) {
+          wd.push_back(w[2 + d]);
+          int64_t inner = 1;
+          for (size_t e = d + 1; e < k; ++e) inner *= w[2 + e];
+          wStrides.push_back(inner);
+        }
+        if (groups > 1) {
+          wd.insert(wd.begin(), groups);
+          wStrides.insert(wStrides.begin(), groupIn * groupOut * taps);
+        } else {
+          wd[0] = outChannels;
+        }
+        wmd = memory::desc(wd, memory::data_type::f32, wStrides);
       }
-      const memory::desc xmd = plainDesc(x), wmd = plainDesc(wd), ymd = plainDesc(dstDims);
+      const memory::desc xmd = plainDesc(x), ymd = plainDesc(dstDims);
       const bool hasBias = anchor->numOperands() > 2;
-      const memory::desc bmd = hasBias ? plainDesc({w[0]}) : memory::desc();
+      const memory::desc bmd = hasBias ? plainDesc({outChannels}) : memory::desc();
       const memory::dims strideDims(strides.begin(), strides.end());
-      auto describe = [&](const memory::desc& src, const memory::desc& weights, const memory::desc& dst) {
-        return dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, algorithm::convolution_direct, src,
-                                               weights, bmd, dst, strideDims, dnnlDilations, padL, padR);
-      };
+      const memory::desc anyX(x, memory::data_type::f32, memory::format_tag::any);
+      const memory::desc anyW(wd, memory::data_type::f32, memory::format_tag::any);
+      const memory::desc anyY(dstDims, memory::data_type::f32, memory::format_tag::any);
       // Layouts of oneDNN's choosing (blocked channels, for its direct
       // convolution kernels), with the input and output reordered, beat the
       // plain layouts (its gemm-based convolution) at batch 1 and 64 on the
       // CNN (docs/matmul.md); the plain ones remain for what it refuses.
-      std::optional<dnnl::convolution_forward::primitive_desc> pd;
-      {
-        const memory::desc anyX(x, memory::data_type::f32, memory::format_tag::any);
-        const memory::desc anyW(wd, memory::data_type::f32, memory::format_tag::any);
-        const memory::desc anyY(dstDims, memory::data_type::f32, memory::format_tag::any);
+      auto choose = [&]<typename Primitive>(auto describe) {
+        std::optional<typename Primitive::primitive_desc> pd;
         try {
           pd.emplace(describe(anyX, anyW, anyY), attr, engine);
         } catch (const dnnl::error&) {
           pd.reset();
         }
+        if (!pd) pd.emplace(describe(xmd, wmd, ymd), attr, engine);
+        impl->primitive = Primitive(*pd);
+        return ConvDescs{pd->src_desc(), pd->weights_desc(), pd->dst_desc(), pd->impl_info_str()};
+      };
+      ConvDescs chosen;
+      if (transposed) {
+        chosen = choose.template operator()<dnnl::deconvolution_forward>(
+            [&](const memory::desc& src, const memory::desc& weights, const memory::desc& dst) {
+              return dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                       algorithm::deconvolution_direct, src, weights, bmd, dst,
+                                                       strideDims, dnnlDilations, padL, padR);
+            });
+      } else {
+        chosen = choose.template operator()<dnnl::convolution_forward>(
+            [&](const memory::desc& src, const memory::desc& weights, const memory::desc& dst) {
+              return dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                     algorithm::convolution_direct, src, weights, bmd, dst,
+                                                     strideDims, dnnlDilations, padL, padR);
+            });
       }
-      if (!pd) pd.emplace(describe(xmd, wmd, ymd), attr, engine);
-      impl->primitive = dnnl::convolution_forward(*pd);
-      impl->work = numElements(anchor->result()->type().shape) * numElements(anchor->operand(1)->type().shape) / w[0];
+      // Multiply-adds: each input element of a deconvolution meets M/g x taps
+      // weights; each output element of a conv, C/g x taps.
+      impl->work = transposed ? numElements(anchor->operand(0)->type().shape) * w[1] * taps
+                              : numElements(anchor->result()->type().shape) * w[1] * taps;
       // An operand whose chosen layout is not the plain one goes through a
       // reorder into memory of the kernel's own.
       auto bindInput = [&](int arg, const memory::desc& plain, const memory::desc& chosen, int buffer, bool constant) {
@@ -485,27 +543,27 @@ Expected<std::unique_ptr<DnnlKernel>> DnnlKernel::create(const Op& op, const std
         const int buffer = operandBuffer[operand];
         return buffer < static_cast<int>(constantOperands.size()) && constantOperands[buffer];
       };
-      bindInput(DNNL_ARG_SRC, xmd, pd->src_desc(), operandBuffer[0], isConstant(0));
-      bindInput(DNNL_ARG_WEIGHTS, wmd, pd->weights_desc(), operandBuffer[1], isConstant(1));
+      bindInput(DNNL_ARG_SRC, xmd, chosen.src, operandBuffer[0], isConstant(0));
+      bindInput(DNNL_ARG_WEIGHTS, wmd, chosen.weights, operandBuffer[1], isConstant(1));
       if (hasBias) {
         impl->args[DNNL_ARG_BIAS] = memory(bmd, engine, DNNL_MEMORY_NONE);
         impl->bindings.push_back({DNNL_ARG_BIAS, operandBuffer[2]});
       }
-      if (pd->dst_desc() == ymd) {
+      if (chosen.dst == ymd) {
         impl->args[DNNL_ARG_DST] = memory(ymd, engine, DNNL_MEMORY_NONE);
         impl->bindings.push_back({DNNL_ARG_DST, resultBuffer});
       } else {
         Impl::Reorder r;
         r.plain = memory(ymd, engine, DNNL_MEMORY_NONE);
-        r.blocked = memory(pd->dst_desc(), engine);
+        r.blocked = memory(chosen.dst, engine);
         r.primitive = dnnl::reorder(r.blocked, r.plain);
         r.buffer = resultBuffer;
         impl->args[DNNL_ARG_DST] = r.blocked;
         impl->outputReorders.push_back(std::move(r));
       }
       const std::string layouts = impl->inputReorders.empty() && impl->outputReorders.empty() ? "" : ", blocked";
-      impl->description =
-          "onednn conv " + dimsText(x) + "*" + dimsText(wd) + postText + " (" + pd->impl_info_str() + layouts + ")";
+      impl->description = std::string(transposed ? "onednn deconv " : "onednn conv ") + dimsText(x) + "*" +
+                          dimsText(wd) + postText + " (" + chosen.impl + layouts + ")";
     }
     for (size_t i = 0; i < postOps.size(); ++i) {
       if (!postOps[i].binary) continue;

@@ -101,6 +101,41 @@ TEST(DnnlKernelsTest, ConvGoesToOneDnnAndMatches) {
   }
 }
 
+/// Binary post-ops on a batched product with broadcast weights have only
+/// oneDNN's reference implementation, many times slower than its matmul
+/// with a generated epilogue kernel: the group is split so.
+TEST(DnnlKernelsTest, ReferenceImplementationsAreRefused) {
+  const std::string ir = expectMatches(
+      "func @f(%x: f32[8,8,128], %w: f32[1,128,32], %a: f32[32], %b: f32[8,8,1]) -> f32[8,8,32] {\n"
+      "  %m = matmul(%x, %w) : f32[8,8,32]\n  %p = mul(%m, %a) : f32[8,8,32]\n"
+      "  %q = mul(%p, %b) : f32[8,8,32]\n  return %q\n}\n",
+      3);
+  EXPECT_NE(ir.find("library %m: onednn matmul"), std::string::npos) << ir;
+  EXPECT_EQ(ir.find("(ref"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("kernel @"), std::string::npos) << ir;
+}
+
+/// conv_transpose (a conv's input gradient, and the placing of pooling
+/// gradients) runs as oneDNN's deconvolution: strides, pads with
+/// output_padding, groups, dilations, 1-d, bias; its weights [C, M/g, K...]
+/// are read through strides.
+TEST(DnnlKernelsTest, ConvTransposeGoesToOneDnnAndMatches) {
+  const char* cases[] = {
+      "func @f(%x: f32[2,4,5,5], %w: f32[4,3,3,3], %b: f32[3]) -> f32[2,3,10,10] {\n"
+      "  %y = conv_transpose(%x, %w, %b) {strides = [2, 2], pads = [1, 1, 1, 1], output_padding = [1, 1]} : "
+      "f32[2,3,10,10]\n  return %y\n}\n",
+      "func @f(%x: f32[1,4,6,6], %w: f32[4,2,3,3]) -> f32[1,4,10,10] {\n"
+      "  %y = conv_transpose(%x, %w) {dilations = [2, 2], groups = 2} : f32[1,4,10,10]\n  return %y\n}\n",
+      "func @f(%x: f32[1,2,7], %w: f32[2,3,3]) -> f32[1,3,9] {\n  %y = conv_transpose(%x, %w) : f32[1,3,9]\n"
+      "  return %y\n}\n",
+      "func @f(%x: f32[8,4,7,7], %w: f32[4,1,2,2]) -> f32[8,1,14,14] {\n"
+      "  %y = conv_transpose(%x, %w) {strides = [2, 2]} : f32[8,1,14,14]\n  return %y\n}\n"};
+  for (const char* text : cases) {
+    const std::string ir = expectMatches(text);
+    EXPECT_NE(ir.find("library %y: onednn deconv"), std::string::npos) << ir;
+  }
+}
+
 /// At -O3 an epilogue group whose ops are a chain becomes post-ops of one
 /// oneDNN call.
 TEST(DnnlKernelsTest, EpiloguesBecomePostOps) {
