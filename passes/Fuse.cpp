@@ -6,6 +6,7 @@
 // group defines and something outside it uses become the fused op's
 // results, so they are still materialized.
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <queue>
@@ -42,6 +43,29 @@ struct Group {
 /// same axes (softmax's max then sum, layer norm's mean then variance) runs
 /// in the same row loop; a third would rarely pay for its register pressure.
 constexpr int kMaxReductionsPerGroup = 2;
+
+/// A reduction whose result is read back over its input space (softmax's
+/// `x - max`, a second reduction of `exp(x - max)`) is recomputed for each
+/// element that reads it, since a fused group lowers by composition
+/// (docs/codegen.md section 2): a row of extent E costs E^2, and E^3 where
+/// a second reduction reads the first. Up to this extent that beats
+/// materializing the reduced values between kernels; above it (a
+/// language model's cross-entropy over its vocabulary, a layer norm over a
+/// wide model) the reduction ends its group and the readers that broadcast
+/// it come in the next kernel.
+constexpr int64_t kMaxRecomputedExtent = 16;
+
+/// The number of elements one reduced value of a Reduction group combines;
+/// symbolic dims count as large.
+int64_t reducedExtent(const Group& g) {
+  int64_t extent = 1;
+  for (int64_t a : g.axes) {
+    const Dim& d = g.space[a];
+    if (!d.isStatic()) return std::numeric_limits<int64_t>::max();
+    extent *= d.size;
+  }
+  return extent;
+}
 
 /// True when every dim is known, so that two spaces can be compared.
 bool isComparable(const Shape& s) {
@@ -113,11 +137,14 @@ Group mergedShape(const Group& producer, const Group& consumer, const std::vecto
   if (p == K::Elementwise && c == K::Elementwise) return producer.space == consumer.space ? producer : none;
   if (p == K::Elementwise && c == K::Reduction)
     return producer.space == consumer.space || producer.space == consumer.reduced ? consumer : none;
-  if (p == K::Reduction && c == K::Elementwise)
-    return consumer.space == producer.space || consumer.space == producer.reduced ? producer : none;
+  if (p == K::Reduction && c == K::Elementwise) {
+    if (consumer.space == producer.reduced) return producer;
+    return consumer.space == producer.space && reducedExtent(producer) <= kMaxRecomputedExtent ? producer : none;
+  }
   if (p == K::Reduction && c == K::Reduction) {
     if (producer.space != consumer.space || producer.reduced != consumer.reduced || producer.axes != consumer.axes ||
-        producer.reductions + consumer.reductions > kMaxReductionsPerGroup)
+        producer.reductions + consumer.reductions > kMaxReductionsPerGroup ||
+        reducedExtent(producer) > kMaxRecomputedExtent)
       return none;
     Group g = producer;
     g.reductions += consumer.reductions;
