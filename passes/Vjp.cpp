@@ -584,7 +584,8 @@ Grads vjpConvTranspose(Grad& g, const Op& op, Value* dy) {
 /// one strided slice window_t of the padded input; the gradient of window_t
 /// (g_t) is placed back by a transposed convolution of the stacked g_t
 /// [N*C, taps, O...] with a one-hot kernel [taps, 1, K...] (tap t at its
-/// offset), then the padding is cropped. max_pool: g_t = dy where window_t
+/// offset), or, when the windows tile the input, by a transpose; then the
+/// padding is cropped. max_pool: g_t = dy where window_t
 /// equals the maximum, shared evenly by ties; avg_pool: g_t = dy / the
 /// window's divisor.
 Grads vjpPool(Grad& g, const Op& op, Value* dy, bool isMax) {
@@ -659,6 +660,25 @@ Grads vjpPool(Grad& g, const Op& op, Value* dy, bool isMax) {
   stackedPart[1] = Dim::fixed(1);
   for (Value*& p : parts) p = g.reshape(p, stackedPart);
   Value* stacked = parts.size() == 1 ? parts[0] : g.emit(OpKind::Concat, parts, {{"axis", Attribute(int64_t{1})}});
+  // Windows that tile the input (strides equal to the kernel, no
+  // dilation): each position is in one window at one tap, so placing is a
+  // transpose of [N*C, K..., O...] to [N*C, O1, K1, O2, K2, ...], which
+  // costs a copy where the transposed convolution costs a multiply per tap.
+  bool tiles = true;
+  for (size_t i = 0; i < sp; ++i) tiles = tiles && strides[i] == kernel[i] && dilations[i] == 1;
+  if (tiles) {
+    Shape split = {Dim::fixed((*xd)[0] * (*xd)[1])}, placedShape = {split[0], Dim::fixed(1)};
+    std::vector<int64_t> perm = {0};
+    for (size_t i = 0; i < sp; ++i) split.push_back(Dim::fixed(kernel[i]));
+    for (size_t i = 0; i < sp; ++i) {
+      split.push_back(Dim::fixed((*yd)[i + 2]));
+      perm.push_back(static_cast<int64_t>(1 + sp + i));
+      perm.push_back(static_cast<int64_t>(1 + i));
+      placedShape.push_back(Dim::fixed(span[i]));
+    }
+    Value* placed = g.reshape(g.transpose(g.reshape(stacked, split), perm), placedShape);
+    return {g.reshape(g.pad(placed, crop), x->type().shape)};
+  }
   std::vector<int64_t> weightDims{taps, 1};
   weightDims.insert(weightDims.end(), kernel.begin(), kernel.end());
   DenseTensor oneHot = DenseTensor::zeros(TensorType{dt, staticShape(weightDims)});
