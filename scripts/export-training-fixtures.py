@@ -1,0 +1,215 @@
+#!/usr/bin/python3
+"""Writes the PyTorch reference runs that Kiln's training steps must match
+(issue 6 item 6; test/unit/TrainingMatchTest.cpp compares them).
+
+For the MLP, the CNN, the LSTM and the small GPT of scripts/export-e2e-models.py
+(the same classes, imported from that script), with fixed seeds: a fixed
+batch and integer labels, the cross-entropy loss, and two optimizers,
+
+  sgd:    torch.optim.SGD(lr, momentum=0.9, weight_decay=0.1)
+  adamw:  torch.optim.AdamW(lr, weight_decay=1.0)   (betas 0.9/0.999, eps 1e-8)
+
+(weight decays larger than usual so that lr * weight_decay, the relative
+change decay makes in one step, stays above the test's rtol 1e-4: a wrong
+decay formula then fails the one-step comparison, not only the 100 steps)
+
+trained 100 steps on that one batch in float32 (the models have no dropout
+or batch norm, so training and eval mode compute the same). For each model,
+test/training-match/<model>/ receives:
+
+  input_<name>.npy       the batch, by ONNX graph input name
+  labels.npy             int64 labels
+  model.onnx             the initial model, only where the e2e model
+                         (test/e2e/<model>/model.onnx) is not exactly it: the
+                         script checks that it is for the MLP, CNN and LSTM
+  <opt>-step1.onnx       the model after one step, exported by the same
+                         torch.onnx.export call as the initial one, so that
+                         its initializers (names and layouts: transposed
+                         MatMul weights, the LSTM's gate order and
+                         concatenated biases) are those of the initial model
+  <opt>-losses.npy       float64 [100]: the loss computed by each of the 100 steps
+
+The loss: F.cross_entropy(logits, labels) for the MLP and the CNN. The LSTM
+and the GPT produce [N, T, C]; their loss is per position over the last
+axis, F.cross_entropy(out.transpose(1, 2), labels) with labels [N, T] (the
+mean over all N*T positions), which is what Kiln computes on the model's
+output transposed to [N, C, T]. For the GPT the labels are the next tokens.
+
+The GPT's layer norms all start as weight 1, bias 0; torch.onnx.export (eval
+mode) merges initializers of equal value into one (Identity nodes), which
+would tie the ten layer-norm parameters together in the ONNX model. The
+script perturbs them (and so exports its own initial GPT model).
+
+Re-running the script rewrites the same files (fixed seeds, deterministic
+CPU kernels). It needs Debian's python3-torch (1.13), python3-onnx, python3-numpy:
+
+  /usr/bin/python3 scripts/export-training-fixtures.py [OUT_DIR]   # default: test/training-match
+"""
+import importlib.util
+import os
+import sys
+
+import numpy as np
+import onnx
+import onnx.numpy_helper
+import torch
+import torch.nn.functional as F
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+STEPS = 100
+
+# Per model: the learning rates of SGD and AdamW. Chosen so that 100 steps
+# lower the loss substantially without driving it near zero (where a relative
+# comparison of losses means little).
+LEARNING_RATES = {
+    "mlp": {"sgd": 2e-3, "adamw": 5e-4},
+    "cnn": {"sgd": 1e-3, "adamw": 2e-4},
+    "lstm": {"sgd": 0.01, "adamw": 5e-3},
+    "gpt": {"sgd": 0.02, "adamw": 1e-3},
+}
+SGD_MOMENTUM = 0.9
+SGD_WEIGHT_DECAY = 0.1
+ADAMW_WEIGHT_DECAY = 1.0
+
+
+def load_e2e_module():
+    path = os.path.join(ROOT, "scripts", "export-e2e-models.py")
+    spec = importlib.util.spec_from_file_location("export_e2e_models", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def e2e_models(e2e):
+    """The e2e models with their exact initial weights (export-e2e-models.py
+    seeds the global generator with 0, then builds the models in order), by
+    name: (module, output names, dynamic axes)."""
+    torch.manual_seed(0)
+    found = {}
+    for name, module, _, output_names, dynamic_axes in e2e.models():
+        found[name] = (module, output_names, dynamic_axes)
+    return found
+
+
+def export(module, inputs, output_names, dynamic_axes, path):
+    """The call of export-e2e-models.py, so that initializer names and
+    layouts are the same."""
+    training = module.training
+    module.eval()
+    torch.onnx.export(module, tuple(inputs.values()), path, input_names=list(inputs), output_names=output_names,
+                      dynamic_axes=dynamic_axes, opset_version=17, do_constant_folding=True)
+    module.train(training)
+
+
+def initializers(path):
+    return {i.name: onnx.numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer}
+
+
+def same_initializers(a, b):
+    return a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]) for k in a)
+
+
+def loss_of(name, module, inputs, labels):
+    out = module(*inputs.values())
+    if isinstance(out, tuple):
+        out = out[0]
+    if out.dim() == 3:
+        out = out.transpose(1, 2)  # [N, T, C] -> [N, C, T]: classes on axis 1
+    return F.cross_entropy(out, labels)
+
+
+def make_optimizer(kind, params, lr):
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=SGD_MOMENTUM, weight_decay=SGD_WEIGHT_DECAY)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=ADAMW_WEIGHT_DECAY)
+
+
+def batch(name, gen):
+    """A fixed small batch and its labels."""
+    if name == "mlp":
+        return {"x": torch.randn(8, 64, generator=gen)}, torch.randint(0, 10, (8,), generator=gen)
+    if name == "cnn":
+        return {"x": torch.randn(4, 3, 28, 28, generator=gen)}, torch.randint(0, 10, (4,), generator=gen)
+    if name == "lstm":
+        inputs = {"x": torch.randn(4, 5, 8, generator=gen), "h0": 0.5 * torch.randn(2, 4, 16, generator=gen),
+                  "c0": 0.5 * torch.randn(2, 4, 16, generator=gen)}
+        return inputs, torch.randint(0, 16, (4, 5), generator=gen)
+    tokens = torch.randint(0, 64, (4, 9), generator=gen)
+    return {"idx": tokens[:, :8].contiguous()}, tokens[:, 1:].contiguous()
+
+
+def write_model(name, e2e, out_dir):
+    folder = os.path.join(out_dir, name)
+    os.makedirs(folder, exist_ok=True)
+    gen = torch.Generator().manual_seed(4321)
+    inputs, labels = batch(name, gen)
+    if name == "gpt":
+        torch.manual_seed(7)
+        module, output_names, dynamic_axes = e2e.GPT(), ["logits"], {}
+        with torch.no_grad():
+            for pname, p in module.named_parameters():
+                if ".ln" in pname or pname.startswith("ln_f"):
+                    p.add_(0.1 * torch.randn(p.shape))
+        initial_path = os.path.join(folder, "model.onnx")
+        export(module, inputs, output_names, dynamic_axes, initial_path)
+        onnx.checker.check_model(onnx.load(initial_path), full_check=True)
+        graph = onnx.load(initial_path).graph
+        floats = {i.name for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
+        if any(n.op_type == "Identity" and n.input[0] in floats for n in graph.node):
+            raise SystemExit("error: the GPT's ONNX export still merges float initializers (Identity nodes)")
+    else:
+        module, output_names, dynamic_axes = e2e_models(e2e)[name]
+        initial_path = os.path.join(ROOT, "test", "e2e", name, "model.onnx")
+        check_path = os.path.join(folder, "initial-check.onnx")
+        export(module, inputs, output_names, dynamic_axes, check_path)
+        same = same_initializers(initializers(check_path), initializers(initial_path))
+        os.remove(check_path)
+        if not same:
+            raise SystemExit(f"error: test/e2e/{name}/model.onnx does not hold {name}'s initial weights; "
+                             "re-run scripts/export-e2e-models.py")
+    initial = initializers(initial_path)
+    for input_name, value in inputs.items():
+        np.save(os.path.join(folder, f"input_{input_name}.npy"), value.numpy())
+    np.save(os.path.join(folder, "labels.npy"), labels.numpy())
+    state = {k: v.clone() for k, v in module.state_dict().items()}
+    summary = []
+    for kind, lr in LEARNING_RATES[name].items():
+        module.load_state_dict(state)
+        module.train()
+        optimizer = make_optimizer(kind, module.parameters(), lr)
+        losses = []
+        for step in range(STEPS):
+            optimizer.zero_grad()
+            loss = loss_of(name, module, inputs, labels)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            if step == 0:
+                step1_path = os.path.join(folder, f"{kind}-step1.onnx")
+                export(module, inputs, output_names, dynamic_axes, step1_path)
+                after = initializers(step1_path)
+                if after.keys() != initial.keys():
+                    raise SystemExit(f"error: {name}: the model after one step exports other initializers: "
+                                     f"{sorted(after)} instead of {sorted(initial)}")
+        np.save(os.path.join(folder, f"{kind}-losses.npy"), np.array(losses, dtype=np.float64))
+        summary.append(f"{kind} lr {lr}: loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+    size = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
+    print(f"{name}: {'; '.join(summary)}; {size / 1024:.0f} KiB")
+    return size
+
+
+def main():
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "test", "training-match")
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    e2e = load_e2e_module()
+    total = sum(write_model(name, e2e, out_dir) for name in LEARNING_RATES)
+    print(f"total: {total / 1024:.0f} KiB")
+    if total > 1536 * 1024:
+        print("error: the training fixtures exceed 1.5 MB", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,293 @@
+// Kiln's training steps against PyTorch (issue 6 item 6): for the MLP, the
+// CNN, the LSTM and the small GPT of test/e2e, the fixtures of
+// test/training-match/<model>/ (written by scripts/export-training-fixtures.py
+// with python3-torch 1.13) hold a fixed batch and labels, the parameters after
+// one step of torch.optim.SGD (momentum 0.9, weight decay 0.1) and of
+// torch.optim.AdamW (weight decay 1.0), re-exported to ONNX so that they
+// carry the initial model's initializer names and layouts, and the losses of
+// 100 steps on that batch. Each test imports the initial ONNX model with its
+// weights kept (LoadOptions::keepWeights) and lifted to parameters, builds
+// the training step (buildTrainingStep, cross-entropy, same optimizer
+// settings) and checks:
+//
+//  - one step on the reference interpreter and on the CPU JIT (the default
+//    -O3 pipeline): the loss and every parameter, by initializer name,
+//    within rtol 1e-4 (plus an atol, see kStepAtol);
+//  - 100 steps on the JIT, each step's results fed back as the next step's
+//    parameters and state: each of the 100 losses within 1e-3 relative
+//    (kLossRtol: stricter than the issue's 1e-2; the largest difference
+//    measured is 2.3e-5, and a momentum of 0.855 instead of 0.9 fails it).
+//
+// The LSTM and the GPT output [N, T, C]; their loss is the cross-entropy per
+// position over C, so the test transposes the output to [N, C, T] (classes
+// on axis 1, as buildTrainingStep's cross_entropy and PyTorch's expect),
+// which is what the script computes with out.transpose(1, 2).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "codegen/CpuExecutable.h"
+#include "frontend/Model.h"
+#include "ir/Builder.h"
+#include "ir/Verifier.h"
+#include "passes/TrainingStep.h"
+#include "runtime/Interpreter.h"
+#include "runtime/Npy.h"
+
+namespace kiln {
+namespace {
+
+/// The absolute part of the one-step parameter tolerance, |got - want| <=
+/// 1e-4 |want| + kStepAtol, for elements near zero, where a relative bound
+/// alone asks for more than float32 gives: a parameter near 0 after the step
+/// (p - lr g crossing zero) carries the rounding error of p and lr g, about
+/// 1e-7 times their size (~0.1 to 1), and Adam's first step, lr g / (|g| +
+/// eps), moves an element whose gradient is zero in exact arithmetic by up
+/// to lr times rounding noise over eps.
+constexpr double kStepAtol = 1e-6;
+/// The 100-step losses: each within this relative difference.
+constexpr double kLossRtol = 1e-3;
+constexpr int kSteps = 100;
+
+/// One model's fixtures and settings; the learning rates and optimizer
+/// settings are those of scripts/export-training-fixtures.py.
+struct MatchCase {
+  std::string model;
+  /// The initial model: test/e2e/<model>/model.onnx, or the fixture's own.
+  std::string initialModel;
+  std::vector<std::string> inputs;
+  /// The output is [N, T, C], the loss per position over C.
+  bool perPosition = false;
+  double sgdLr = 0;
+  double adamwLr = 0;
+  /// The float initializers of the ONNX model: all are trained.
+  size_t numParams = 0;
+  /// Elements whose gradient is zero in exact arithmetic, so that the
+  /// computed one is rounding noise: the key biases of attention (adding a
+  /// constant to every key adds q.b to a whole row of scores, which softmax
+  /// ignores). SGD moves them by lr times that noise, which the tolerance
+  /// absorbs; Adam's first step moves each by lr g / (|g| + eps), up to lr
+  /// either way whatever the noise, so under AdamW these elements are only
+  /// held to that bound (|got - want| <= 2 lr), not to PyTorch's values.
+  struct Range {
+    std::string param;
+    int64_t begin, end;
+  };
+  std::vector<Range> zeroGradient = {};
+};
+
+const std::string kSource = KILN_SOURCE_DIR;
+
+MatchCase matchCase(const std::string& model) {
+  std::string e2e = kSource + "/test/e2e/" + model + "/model.onnx";
+  if (model == "mlp") return {model, e2e, {"x"}, false, 2e-3, 5e-4, 4};
+  if (model == "cnn") return {model, e2e, {"x"}, false, 1e-3, 2e-4, 8};
+  if (model == "lstm") return {model, e2e, {"x", "h0", "c0"}, true, 0.01, 5e-3, 6};
+  // qkv.bias is [q, k, v] of d_model = 32 each.
+  return {model,   kSource + "/test/training-match/gpt/model.onnx",
+          {"idx"}, true,
+          0.02,    1e-3,
+          29,      {{"blocks.0.attn.qkv.bias", 32, 64}, {"blocks.1.attn.qkv.bias", 32, 64}}};
+}
+
+std::string fixture(const std::string& model, const std::string& file) {
+  return kSource + "/test/training-match/" + model + "/" + file;
+}
+
+/// Reads a fixture .npy, failing (never skipping) when it is missing.
+Tensor readFixture(const std::string& path) {
+  auto t = readNpy(path);
+  EXPECT_TRUE(t.ok()) << path << ": " << (t.ok() ? "" : t.error().str());
+  return t.ok() ? std::move(*t) : Tensor();
+}
+
+/// The model at `path`, specialized to `inputs`, with its weights as
+/// parameters (arguments with defaults named like the ONNX initializers).
+std::unique_ptr<Module> loadWithWeightsAsParameters(const std::string& path,
+                                                    const std::map<std::string, DenseTensor>& inputs) {
+  static const InterpreterEvaluator evaluator;
+  LoadOptions options;
+  options.evaluator = &evaluator;
+  options.keepWeights = true;
+  auto m = loadModelForInputs(path, options, inputs);
+  EXPECT_TRUE(m.ok()) << path << ": " << (m.ok() ? "" : m.error().str());
+  if (!m.ok()) return nullptr;
+  EXPECT_TRUE(m->frozenInputs.empty()) << path << ": inputs were fixed at import";
+  liftConstantsToParameters(*m->module->functions()[0]);
+  return std::move(m->module);
+}
+
+/// The lifted parameters of `f` by name.
+std::map<std::string, const DenseTensor*> parametersOf(const Function& f) {
+  std::map<std::string, const DenseTensor*> params;
+  for (size_t i = 0; i < f.numArguments(); ++i)
+    if (const DenseTensor* d = f.argumentDefault(i)) params[f.argument(i)->name()] = d;
+  return params;
+}
+
+/// For the report: the largest relative difference over elements not near
+/// zero (|want| >= 1e-3), and the largest difference as a fraction of the
+/// one-step tolerance (1 is the bound).
+struct Worst {
+  double rel = 0, ofTolerance = 0;
+  std::string where;
+  void add(double got, double want, const std::string& what) {
+    double diff = std::abs(got - want);
+    if (std::abs(want) >= 1e-3) rel = std::max(rel, diff / std::abs(want));
+    double frac = diff / (1e-4 * std::abs(want) + kStepAtol);
+    if (frac > ofTolerance) ofTolerance = frac, where = what;
+  }
+};
+
+void expectMatchesPyTorch(const std::string& model, const std::string& optimizer) {
+  MatchCase c = matchCase(model);
+  std::map<std::string, DenseTensor> batch;
+  std::vector<Tensor> batchTensors;
+  for (const std::string& name : c.inputs) {
+    batchTensors.push_back(readFixture(fixture(model, "input_" + name + ".npy")));
+    batch[name] = batchTensors.back().toDense();
+  }
+  Tensor labels = readFixture(fixture(model, "labels.npy"));
+  Tensor losses = readFixture(fixture(model, optimizer + "-losses.npy"));
+  ASSERT_EQ(losses.numElements(), kSteps) << optimizer << "-losses.npy";
+
+  auto m = loadWithWeightsAsParameters(c.initialModel, batch);
+  auto after = loadWithWeightsAsParameters(fixture(model, optimizer + "-step1.onnx"), batch);
+  ASSERT_TRUE(m && after);
+  Function& f = *m->functions()[0];
+  std::map<std::string, const DenseTensor*> want = parametersOf(*after->functions()[0]);
+  std::vector<std::string> params;
+  for (const auto& [name, value] : parametersOf(f)) {
+    ASSERT_TRUE(want.count(name)) << "the model after one step has no parameter " << name;
+    params.push_back(name);
+  }
+  ASSERT_EQ(params.size(), want.size()) << "the models before and after one step have other parameters";
+  ASSERT_EQ(params.size(), c.numParams) << "parameters of " << c.initialModel;
+
+  if (c.perPosition) {
+    // [N, T, C] -> [N, C, T]: the class axis where cross_entropy reads it.
+    Value* out = f.returnOp()->operand(0);
+    Builder b(f);
+    auto transposed = b.value(OpKind::Transpose, {out}, {{"perm", Attribute(std::vector<int64_t>{0, 2, 1})}});
+    ASSERT_TRUE(transposed.ok()) << transposed.error().str();
+    std::string name = f.resultName(0);
+    f.returnOp()->setOperands({*transposed});
+    f.setResultTypes({(*transposed)->type()});
+    f.setResultName(0, name);
+  }
+  TrainingStepOptions options;
+  options.parameters = params;
+  if (optimizer == "sgd") {
+    options.optimizer = OptimizerConfig{OptimizerKind::Sgd, /*momentum=*/0.9, 0.0, false, /*weightDecay=*/0.1};
+  } else {
+    options.optimizer.kind = OptimizerKind::AdamW;
+    options.optimizer.weightDecay = 1.0;
+  }
+  double lr = optimizer == "sgd" ? c.sgdLr : c.adamwLr;
+  Status built = buildTrainingStep(f, options);
+  ASSERT_TRUE(built.ok()) << built.error().str();
+  Status verified = verify(f);
+  ASSERT_TRUE(verified.ok()) << verified.error().str();
+
+  // Arguments: parameters and state (their defaults), the batch, labels, lr.
+  std::vector<Tensor> inputs;
+  size_t numCarried = 0;
+  for (size_t i = 0; i < f.numArguments(); ++i) {
+    const std::string& name = f.argument(i)->name();
+    if (const DenseTensor* d = f.argumentDefault(i)) {
+      inputs.push_back(Tensor::fromDense(*d));
+      ++numCarried;
+    } else if (name == "labels") {
+      inputs.push_back(labels);
+    } else if (name == "lr") {
+      Tensor t(f.argument(i)->type().dtype, {});
+      t.setDouble(0, lr);
+      inputs.push_back(t);
+    } else {
+      auto it = std::find(c.inputs.begin(), c.inputs.end(), name);
+      ASSERT_NE(it, c.inputs.end()) << "unexpected argument " << name;
+      inputs.push_back(batchTensors[it - c.inputs.begin()]);
+    }
+  }
+  ASSERT_EQ(f.resultTypes().size(), 1 + numCarried);
+
+  // One thread: the machines that run the tests are shared, and at this
+  // size waking threads costs more than it saves. The kernel cache of the
+  // build tree, where ctest names one, makes a second run skip LLVM.
+  const char* cacheDir = std::getenv("KILN_CACHE_DIR");
+  auto executor = codegen::CpuExecutor::create(f, {.threads = 1, .cacheDir = cacheDir ? cacheDir : ""});
+  ASSERT_TRUE(executor.ok()) << executor.error().str();
+  auto interpreted = interpret(f, inputs);
+  ASSERT_TRUE(interpreted.ok()) << interpreted.error().str();
+  auto jitted = (*executor)->run(inputs);
+  ASSERT_TRUE(jitted.ok()) << jitted.error().str();
+
+  // One step: the loss and every parameter.
+  for (const auto& [engine, results] : {std::pair{"interpreter", &*interpreted}, std::pair{"JIT", &*jitted}}) {
+    Worst worst;
+    double loss = (*results)[0].getDouble(0), wantLoss = losses.getDouble(0);
+    EXPECT_NEAR(loss, wantLoss, 1e-4 * std::abs(wantLoss)) << engine << ": loss of step 1";
+    worst.add(loss, wantLoss, "loss");
+    size_t compared = 0;
+    for (size_t r = 1; r < results->size(); ++r) {
+      auto it = want.find(f.resultName(r));
+      if (it == want.end()) continue;  // optimizer state
+      Tensor expected = Tensor::fromDense(*it->second);
+      const Tensor& got = (*results)[r];
+      ASSERT_EQ(got.shape(), expected.shape()) << f.resultName(r);
+      int failures = 0;
+      for (int64_t i = 0; i < got.numElements(); ++i) {
+        double g = got.getDouble(i), w = expected.getDouble(i);
+        std::string what = f.resultName(r) + "[" + std::to_string(i) + "]";
+        if (optimizer == "adamw" && std::any_of(c.zeroGradient.begin(), c.zeroGradient.end(), [&](const auto& z) {
+              return z.param == f.resultName(r) && i >= z.begin && i < z.end;
+            })) {
+          EXPECT_LE(std::abs(g - w), 2 * lr) << engine << ": " << what << " (zero gradient) after step 1";
+          continue;
+        }
+        worst.add(g, w, what);
+        if (std::abs(g - w) > 1e-4 * std::abs(w) + kStepAtol && failures++ < 5)
+          ADD_FAILURE() << engine << ": " << what << " after step 1 is " << g << ", PyTorch's " << w;
+      }
+      ++compared;
+    }
+    EXPECT_EQ(compared, params.size());
+    std::printf("%s %s %s, step 1: largest relative difference %.3g, largest difference %.3g of the tolerance (%s)\n",
+                model.c_str(), optimizer.c_str(), engine, worst.rel, worst.ofTolerance, worst.where.c_str());
+  }
+
+  // 100 steps on the JIT.
+  double worstLoss = 0;
+  int worstStep = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    auto results = step == 0 ? std::move(jitted) : (*executor)->run(inputs);
+    ASSERT_TRUE(results.ok()) << "step " << step + 1 << ": " << results.error().str();
+    double loss = (*results)[0].getDouble(0), wantLoss = losses.getDouble(step);
+    EXPECT_NEAR(loss, wantLoss, kLossRtol * std::abs(wantLoss)) << "loss of step " << step + 1;
+    double rel = std::abs(loss - wantLoss) / std::abs(wantLoss);
+    if (rel > worstLoss) worstLoss = rel, worstStep = step + 1;
+    for (size_t k = 0; k < numCarried; ++k) inputs[k] = std::move((*results)[1 + k]);
+  }
+  std::printf("%s %s, %d steps: largest relative loss difference %.3g (step %d; loss %.4f -> %.4f)\n", model.c_str(),
+              optimizer.c_str(), kSteps, worstLoss, worstStep, losses.getDouble(0), losses.getDouble(kSteps - 1));
+}
+
+TEST(TrainingMatchTest, MlpSgd) { expectMatchesPyTorch("mlp", "sgd"); }
+TEST(TrainingMatchTest, MlpAdamW) { expectMatchesPyTorch("mlp", "adamw"); }
+TEST(TrainingMatchTest, CnnSgd) { expectMatchesPyTorch("cnn", "sgd"); }
+TEST(TrainingMatchTest, CnnAdamW) { expectMatchesPyTorch("cnn", "adamw"); }
+TEST(TrainingMatchTest, LstmSgd) { expectMatchesPyTorch("lstm", "sgd"); }
+TEST(TrainingMatchTest, LstmAdamW) { expectMatchesPyTorch("lstm", "adamw"); }
+TEST(TrainingMatchTest, GptSgd) { expectMatchesPyTorch("gpt", "sgd"); }
+TEST(TrainingMatchTest, GptAdamW) { expectMatchesPyTorch("gpt", "adamw"); }
+
+}  // namespace
+}  // namespace kiln
