@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "codegen/DnnlKernels.h"
@@ -174,23 +175,41 @@ void eraseDeadOps(Function& region) {
 /// needs: the lowering composes one result per kernel, so ops shared by
 /// two results (a residual add feeding a layer norm) are computed by both
 /// kernels, which is cheap next to writing and reading an extra buffer.
+/// A result that another result is computed from is in a buffer anyway,
+/// so the later part reads it instead (a training step's bias gradient
+/// reduces the activation gradient the group also returns, and the new
+/// parameter reads the new momentum: recomputed, each part repeated the
+/// whole chain over the batch).
 void splitMultiResultGroups(Function& f) {
   std::vector<Op*> groups;
   for (const auto& op : f.ops())
     if (op->kind() == OpKind::Fused && op->region() && op->numResults() > 1) groups.push_back(op.get());
   for (Op* group : groups) {
+    std::vector<Value*> parts;
     for (size_t i = 0; i < group->numResults(); ++i) {
       std::unique_ptr<Function> region = group->region()->clone();
       Op* ret = region->returnOp();
-      ret->setOperands({ret->operand(i)});
+      std::vector<Value*> resultValues(ret->operands().begin(), ret->operands().end());
+      ret->setOperands({resultValues[i]});
       region->setResultTypes({group->result(i)->type()});
       eraseDeadOps(*region);
       std::vector<Value*> operands(group->operands().begin(), group->operands().end());
+      std::set<const Value*> live;
+      for (const auto& op : region->ops())
+        for (Value* r : op->results()) live.insert(r);
+      for (size_t j = 0; j < i; ++j) {
+        Value* earlier = resultValues[j];
+        if (earlier == resultValues[i] || earlier->isArgument() || !live.count(earlier)) continue;
+        earlier->replaceAllUsesWith(region->addArgument(earlier->type(), earlier->name()));
+        operands.push_back(parts[j]);
+      }
+      eraseDeadOps(*region);
       Op* part = f.insert(group, Op::create(OpKind::Fused, std::move(operands), {group->result(i)->type()},
                                             group->attrs(), group->loc()));
       part->setRegion(std::move(region));
       part->result()->setName(group->result(i)->name());
       group->result(i)->replaceAllUsesWith(part->result());
+      parts.push_back(part->result());
     }
     f.erase(group);
   }

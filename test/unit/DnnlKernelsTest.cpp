@@ -115,6 +115,20 @@ TEST(DnnlKernelsTest, ReferenceImplementationsAreRefused) {
   EXPECT_NE(ir.find("kernel @"), std::string::npos) << ir;
 }
 
+/// A group returning exp(x) and its row sums is split into one kernel per
+/// result; the sum's kernel reads the exp's buffer instead of computing
+/// every exp again.
+TEST(DnnlKernelsTest, SplitGroupReadsAnEarlierResult) {
+  const std::string ir = expectMatches(
+      "func @f(%x: f32[8,64]) -> (f32[8,64], f32[8,1]) {\n  %m = reduce_max(%x) {axes = [1], keepdims = true} : "
+      "f32[8,1]\n  %d = sub(%x, %m) : f32[8,64]\n  %e = exp(%d) : f32[8,64]\n"
+      "  %s = reduce_sum(%e) {axes = [1], keepdims = true} : f32[8,1]\n  return %e, %s\n}\n",
+      3);
+  size_t exps = 0;
+  for (size_t pos = 0; (pos = ir.find("exp(", pos)) != std::string::npos; ++pos) ++exps;
+  EXPECT_EQ(exps, 1u) << ir;
+}
+
 /// conv_transpose (a conv's input gradient, and the placing of pooling
 /// gradients) runs as oneDNN's deconvolution: strides, pads with
 /// output_padding, groups, dilations, 1-d, bias; its weights [C, M/g, K...]
