@@ -585,7 +585,8 @@ Grads vjpConvTranspose(Grad& g, const Op& op, Value* dy) {
 /// (g_t) is placed back by a transposed convolution of the stacked g_t
 /// [N*C, taps, O...] with a one-hot kernel [taps, 1, K...] (tap t at its
 /// offset), or, when the windows tile the input, by a transpose; then the
-/// padding is cropped. max_pool: g_t = dy where window_t
+/// padding is cropped (windows that tile it exactly need none of this: see
+/// below). max_pool: g_t = dy where window_t
 /// equals the maximum, shared evenly by ties; avg_pool: g_t = dy / the
 /// window's divisor.
 Grads vjpPool(Grad& g, const Op& op, Value* dy, bool isMax) {
@@ -602,6 +603,39 @@ Grads vjpPool(Grad& g, const Op& op, Value* dy, bool isMax) {
   auto kernel = op.getInts("kernel"), strides = attr("strides", 1, sp), pads = attr("pads", 0, 2 * sp);
   auto dilations = isMax ? attr("dilations", 1, sp) : std::vector<int64_t>(sp, 1);
   DType dt = x->type().dtype;
+  // Windows that tile the input exactly (strides equal to the kernel, no
+  // dilation or padding, each size a multiple of the kernel's): every
+  // position is in one window, so the gradient is elementwise over x, with
+  // y and dy repeated over each window by a broadcast between reshapes
+  // (which fuse), and max_pool's ties counted by a reduction over each
+  // window's taps. No slices, concatenation or placing.
+  bool exactTiles = true;
+  for (size_t i = 0; i < sp; ++i)
+    exactTiles = exactTiles && strides[i] == kernel[i] && dilations[i] == 1 && pads[i] == 0 && pads[sp + i] == 0 &&
+                 (*xd)[i + 2] == (*yd)[i + 2] * kernel[i];
+  if (exactTiles) {
+    Shape split = {Dim::fixed((*xd)[0]), Dim::fixed((*xd)[1])}, windows = split;
+    std::vector<int64_t> tapAxes;
+    for (size_t i = 0; i < sp; ++i) {
+      split.push_back(Dim::fixed((*yd)[i + 2]));
+      split.push_back(Dim::fixed(1));
+      windows.push_back(Dim::fixed((*yd)[i + 2]));
+      windows.push_back(Dim::fixed(kernel[i]));
+      tapAxes.push_back(static_cast<int64_t>(3 + 2 * i));
+    }
+    auto repeat = [&](Value* v) {
+      return g.reshape(g.broadcastTo(g.reshape(v, split), TensorType{dt, windows}), x->type().shape);
+    };
+    if (isMax) {
+      Value* hit = g.cast(g.cmp(OpKind::Eq, x, repeat(y)), dt);
+      Value* count = g.reduce(OpKind::ReduceSum, g.reshape(hit, windows), tapAxes, false);
+      Value* share = g.div(dy, g.emit(OpKind::Max, {count, g.like(count, 1.0)}));
+      return {g.mul(hit, repeat(share))};
+    }
+    int64_t size = 1;
+    for (int64_t k : kernel) size *= k;
+    return {g.div(repeat(dy), g.like(dy, static_cast<double>(size)))};
+  }
   // Pads of every dim (begins, ends) that make room for every window,
   // including ceil_mode's partial last one; `span` is what the windows cover.
   std::vector<int64_t> padAll(2 * rank, 0), extra(2 * rank, 0), span(sp), crop(2 * rank, 0);
