@@ -270,6 +270,10 @@ Expected<std::vector<Tensor>> interpretOp(const Op& op, std::span<const Tensor* 
 }
 
 Expected<std::vector<Tensor>> interpret(const Function& f, std::vector<Tensor> inputs) {
+  return interpret(f, std::move(inputs), OpObserver());
+}
+
+Expected<std::vector<Tensor>> interpret(const Function& f, std::vector<Tensor> inputs, const OpObserver& observer) {
   SymbolSizes symbols;
   KILN_TRY(bindArguments(f, inputs, symbols));
 
@@ -314,6 +318,7 @@ Expected<std::vector<Tensor>> interpret(const Function& f, std::vector<Tensor> i
                             op.result(r)->type().str() + " needs " + *symbol + " = " +
                             std::to_string(symbols.at(*symbol)));
     }
+    if (observer) KILN_TRY(observer(op, *results));
     for (Value* v : op.operands())
       if (--usesLeft[v] == 0) values.erase(v);
     for (size_t r = 0; r < results->size(); ++r) define(op.result(r), std::move((*results)[r]));

@@ -4,6 +4,7 @@
 // math accumulates in double.
 #pragma once
 
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -16,6 +17,12 @@ namespace kiln {
 /// Runs `f` on `inputs` (one per argument, matching its types; symbolic dims
 /// bound consistently) and returns one tensor per result.
 Expected<std::vector<Tensor>> interpret(const Function& f, std::vector<Tensor> inputs);
+
+/// Called with each op and its results as the interpreter runs it; an error
+/// it returns stops the run and is returned (`kiln train --check-numerics`
+/// names the first op that produces a non-finite value this way).
+using OpObserver = std::function<Status(const Op& op, const std::vector<Tensor>& results)>;
+Expected<std::vector<Tensor>> interpret(const Function& f, std::vector<Tensor> inputs, const OpObserver& observer);
 
 /// Runs a single op on concrete operands.
 Expected<std::vector<Tensor>> interpretOp(const Op& op, std::span<const Tensor* const> operands);
