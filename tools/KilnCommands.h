@@ -33,6 +33,7 @@ const Command& compileCommand();
 const Command& checkCommand();
 const Command& convertCommand();
 const Command& devicesCommand();
+const Command& trainCommand();
 
 /// The folder of the disk cache of compiled kernels: `--cache-dir`, else
 /// $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; empty

@@ -20,12 +20,12 @@ using namespace kiln::cli;
 
 constexpr const char* kVersion = "0.1.0";
 
-const Command* const kCommands[] = {&runCommand(),   &compileCommand(), &checkCommand(),
-                                    &convertCommand(), &devicesCommand()};
+const Command* const kCommands[] = {&runCommand(),     &compileCommand(), &checkCommand(),
+                                    &convertCommand(), &devicesCommand(), &trainCommand()};
 
 /// Commands of DESIGN.md that later backends bring; named here so that a
 /// user trying one learns it is planned rather than mistyped.
-constexpr std::string_view kPlannedCommands[] = {"train", "bench"};
+constexpr std::string_view kPlannedCommands[] = {"bench"};
 
 std::string commandList() {
   std::string list;

@@ -22,6 +22,10 @@ config.environment["KILN_CACHE_DIR"] = os.path.join(config.test_exec_root, "kern
 import sys
 config.substitutions.append(("%python", sys.executable))
 config.substitutions.append(("%kiln_src", config.kiln_source_dir))
+# %numpy_python is Debian's python3, with the NumPy and ONNX that
+# scripts/install-deps installs (%python may be another interpreter), for
+# fixtures written at test time.
+config.substitutions.append(("%numpy_python", "/usr/bin/python3"))
 
 # %fake_cuda is the fake CUDA driver of test/fake-cuda (a libcuda.so.1 whose
 # behaviour $KILN_FAKE_CUDA chooses), %fake_cuda_incomplete a copy lacking

@@ -1,0 +1,1262 @@
+// `kiln train`: trains a model on arrays from a .npz file. The model's
+// weights become the parameters of one training-step function
+// (passes/TrainingStep.h: forward, loss, backward and optimizer update as
+// graph ops), which the CPU JIT compiles once per batch size it meets: the
+// batch size, and the size of the last, partial batch of an epoch unless
+// --drop-last drops it. The loop feeds each step's new parameters and
+// optimizer state back as the next step's arguments.
+//
+// Everything that can be checked before training is: the files, the arrays'
+// names, dtypes and per-sample shapes against the model's input and output,
+// labels in range, non-finite inputs, the batch size against the data, the
+// output and checkpoint paths. Each problem is one line naming the file,
+// what was wrong and what was expected, and nothing is trained or written.
+//
+// Batches: each epoch visits the samples in an order drawn from --seed and
+// the epoch number alone (no generator state is carried between epochs), so
+// a checkpoint needs only the step count to resume exactly. The next batch
+// is gathered on a background thread while the current step runs (double
+// buffering; --no-overlap gathers in line, with the same batches).
+//
+// Numerics: a non-finite loss stops training with the step number. With
+// --check-numerics every result of every step is checked, and on the first
+// non-finite value the step is run again on the reference interpreter op by
+// op to name the first op whose result is not finite.
+//
+// docs/cli.md documents the command, docs/training.md the loop.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <future>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+
+#include "codegen/CpuExecutable.h"
+#include "frontend/Model.h"
+#include "frontend/onnx/OnnxImporter.h"
+#include "frontend/onnx/OnnxTraining.h"
+#include "ir/Verifier.h"
+#include "passes/PassManager.h"
+#include "passes/TrainingStep.h"
+#include "runtime/Interpreter.h"
+#include "runtime/Npz.h"
+#include "tools/DeviceSelection.h"
+#include "tools/KilnCommands.h"
+
+namespace kiln::cli {
+
+namespace {
+
+constexpr std::string_view kName = "train";
+
+constexpr OptionSpec kOptions[] = {
+    {"--data", "FILE.npz", "the training data: arrays x (the model's input) and y (the labels)"},
+    {"--data-keys", "X,Y", "the names of the input and label arrays in the .npz files (default: x,y)"},
+    {"--eval", "FILE.npz",
+     "evaluate on this data after each epoch: loss, and accuracy and a confusion matrix for "
+     "class losses"},
+    {"--loss", "cross_entropy|nll|mse", "the loss on the model's first output (default: cross_entropy)"},
+    {"--label-smoothing", "X", "cross_entropy: label smoothing in [0, 1] (default: 0)"},
+    {"--optimizer", "sgd|adam|adamw", "the optimizer, with torch.optim's formulas (default: sgd)"},
+    {"--lr", "X", "the learning rate (required for sgd; default 0.001 for adam and adamw)"},
+    {"--momentum", "X", "sgd: momentum (default: 0)"},
+    {"--nesterov", "", "sgd: Nesterov momentum"},
+    {"--weight-decay", "X", "sgd, adam: L2 penalty; adamw: decoupled decay (default: 0, adamw 0.01)"},
+    {"--betas", "B1,B2", "adam, adamw: the moment decay rates (default: 0.9,0.999)"},
+    {"--eps", "X", "adam, adamw: the denominator's epsilon (default: 1e-8)"},
+    {"--lr-schedule", "constant|step|cosine", "the learning rate over the steps (default: constant)"},
+    {"--lr-step-size", "N", "step schedule: multiply the rate by --lr-gamma every N steps"},
+    {"--lr-gamma", "X", "step schedule: the factor (default: 0.1)"},
+    {"--warmup-steps", "N", "cosine schedule: steps of linear warm-up from 0 (default: 0)"},
+    {"--min-lr", "X", "cosine schedule: the rate at the last step (default: 0)"},
+    {"--batch-size", "N", "samples per step (default: 32)"},
+    {"--epochs", "N", "passes over the data (default: 1)"},
+    {"--steps", "N", "optimizer steps in all, instead of --epochs (counted from the start, also with --resume)"},
+    {"--seed", "N", "the seed of the shuffled sample order (default: 0)"},
+    {"--no-shuffle", "", "visit the samples in file order"},
+    {"--drop-last", "", "drop each epoch's last batch when it is smaller than --batch-size"},
+    {"--device", "cpu|cuda[:N]|auto", "where to train (default: cpu); cuda never falls back to the CPU"},
+    {"--threads", "N", "CPU JIT: threads that split each kernel (default: all cores)"},
+    {"--output", "OUT", "write the trained model (an ONNX model as .onnx with its initializers' names kept)", false,
+     "-o"},
+    {"--checkpoint-every", "N", "write a checkpoint every N steps (needs --checkpoint-dir)"},
+    {"--checkpoint-dir", "DIR", "where checkpoints go, as DIR/step-N.npz"},
+    {"--resume", "CKPT.npz", "continue from a checkpoint of this model and data (same batch size, seed, shuffling)"},
+    {"--check-numerics", "", "check every value of every step; name the op that first produces a NaN or Inf"},
+    {"--no-overlap", "", "gather each batch in line instead of on a background thread during the previous step"},
+    {"--log-every", "N", "when stderr is not a terminal: a progress line every N steps (default: about 10 lines)"},
+    {"--help", "", "show this help", false, "-h"},
+};
+
+using Clock = std::chrono::steady_clock;
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string shortest(double v) {
+  if (std::isnan(v)) return "nan";  // printf's sign of a NaN means nothing to a user
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+std::string shapeString(const std::vector<int64_t>& dims, size_t from = 0) {
+  std::string s = "[";
+  for (size_t i = from; i < dims.size(); ++i) s += (i > from ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+std::string dimsString(const Shape& shape, size_t from = 0) {
+  std::string s = "[";
+  for (size_t i = from; i < shape.size(); ++i) s += (i > from ? "," : "") + shape[i].str();
+  return s + "]";
+}
+
+/// The NumPy name of a dtype, for advice on converting an array.
+std::string numpyName(DType dtype) {
+  switch (dtype) {
+    case DType::F64: return "float64";
+    case DType::F32: return "float32";
+    case DType::F16: return "float16";
+    case DType::BF16: return "bfloat16";
+    case DType::I64: return "int64";
+    case DType::I32: return "int32";
+    case DType::I16: return "int16";
+    case DType::I8: return "int8";
+    case DType::U8: return "uint8";
+    case DType::Bool: return "bool";
+  }
+  return "?";
+}
+
+/// A whole, finite decimal number.
+Expected<double> parseNumber(const std::string& text, std::string_view what) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(v))
+    return Error(std::string(what) + " expects a finite number, got '" + text + "'");
+  return v;
+}
+
+/// A copy of `t` converted element by element to `dtype`.
+Tensor convertTensor(const Tensor& t, DType dtype) {
+  Tensor out(dtype, t.shape());
+  const int64_t n = t.numElements();
+  if (isFloat(dtype))
+    for (int64_t i = 0; i < n; ++i) out.setDouble(i, t.getDouble(i));
+  else
+    for (int64_t i = 0; i < n; ++i) out.setInt(i, t.getInt(i));
+  return out;
+}
+
+/// `flat` as an index into `shape`: "17" or "3, 5".
+std::string indexString(int64_t flat, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> index(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    index[d] = shape[d] ? flat % shape[d] : 0;
+    flat = shape[d] ? flat / shape[d] : 0;
+  }
+  std::string s;
+  for (size_t d = 0; d < index.size(); ++d) s += (d ? ", " : "") + std::to_string(index[d]);
+  return s;
+}
+
+/// The index of the first non-finite element of a float tensor, or -1.
+int64_t firstNonFinite(const Tensor& t) {
+  if (!isFloat(t.dtype())) return -1;
+  const int64_t n = t.numElements();
+  if (t.dtype() == DType::F32) {
+    const float* p = t.data<float>();
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(p[i])) return i;
+    return -1;
+  }
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(t.getDouble(i))) return i;
+  return -1;
+}
+
+// ---------------------------------------------------------------------------
+// Options
+
+struct TrainOptions {
+  std::string modelPath, dataPath, evalPath, outputPath, checkpointDir, resumePath;
+  std::string xKey = "x", yKey = "y";
+  TrainingStepOptions step;
+  double lr = 0;
+  int64_t batchSize = 32;
+  std::optional<int64_t> epochs, steps;
+  uint64_t seed = 0;
+  bool shuffle = true, dropLast = false, overlap = true, checkNumerics = false;
+  int64_t checkpointEvery = 0;
+  std::optional<int64_t> logEvery;
+  codegen::CpuOptions cpu;
+};
+
+/// Fills `o` from the command line; a usage error's message otherwise.
+std::optional<std::string> parseOptions(const ParsedArgs& args, TrainOptions& o) {
+  const auto& positionals = args.positionals();
+  if (positionals.empty()) return "missing the MODEL to train";
+  if (positionals.size() > 1) return "unexpected argument '" + positionals[1] + "': the data is given with --data";
+  o.modelPath = positionals[0];
+  if (!args.get("--data")) return "missing --data FILE.npz (the training data)";
+  o.dataPath = *args.get("--data");
+  if (const std::string* v = args.get("--eval")) o.evalPath = *v;
+  if (const std::string* keys = args.get("--data-keys")) {
+    const size_t comma = keys->find(',');
+    if (comma == std::string::npos || comma == 0 || comma + 1 == keys->size() ||
+        keys->find(',', comma + 1) != std::string::npos)
+      return "--data-keys expects X,Y (the input and label array names), got '" + *keys + "'";
+    o.xKey = keys->substr(0, comma);
+    o.yKey = keys->substr(comma + 1);
+    if (o.xKey == o.yKey) return "--data-keys names the same array '" + o.xKey + "' twice";
+  }
+
+  auto number = [&](std::string_view name, double& out) -> std::optional<std::string> {
+    if (const std::string* v = args.get(name)) {
+      auto parsed = parseNumber(*v, name);
+      if (!parsed) return parsed.error().message();
+      out = *parsed;
+    }
+    return std::nullopt;
+  };
+  auto integer = [&](std::string_view name, int64_t minValue,
+                     std::optional<int64_t>& out) -> std::optional<std::string> {
+    if (const std::string* v = args.get(name)) {
+      auto parsed = parseInteger(*v, name, minValue, int64_t{1} << 40);
+      if (!parsed) return parsed.error().message();
+      out = *parsed;
+    }
+    return std::nullopt;
+  };
+
+  const std::string loss = args.get("--loss") ? *args.get("--loss") : "cross_entropy";
+  if (loss == "cross_entropy")
+    o.step.loss.kind = LossKind::CrossEntropy;
+  else if (loss == "nll")
+    o.step.loss.kind = LossKind::Nll;
+  else if (loss == "mse")
+    o.step.loss.kind = LossKind::Mse;
+  else
+    return "--loss expects cross_entropy, nll or mse, got '" + loss + "'";
+  if (auto e = number("--label-smoothing", o.step.loss.labelSmoothing)) return e;
+  if (args.has("--label-smoothing") && o.step.loss.kind != LossKind::CrossEntropy)
+    return "--label-smoothing applies to --loss cross_entropy only";
+  if (o.step.loss.labelSmoothing < 0 || o.step.loss.labelSmoothing > 1)
+    return "--label-smoothing expects a value in [0, 1], got " + *args.get("--label-smoothing");
+
+  const std::string optimizer = args.get("--optimizer") ? *args.get("--optimizer") : "sgd";
+  OptimizerConfig& opt = o.step.optimizer;
+  if (optimizer == "sgd")
+    opt.kind = OptimizerKind::Sgd;
+  else if (optimizer == "adam")
+    opt.kind = OptimizerKind::Adam;
+  else if (optimizer == "adamw")
+    opt.kind = OptimizerKind::AdamW;
+  else
+    return "--optimizer expects sgd, adam or adamw, got '" + optimizer + "'";
+  const bool sgd = opt.kind == OptimizerKind::Sgd;
+  for (std::string_view sgdOnly : {"--momentum", "--nesterov"})
+    if (!sgd && args.has(sgdOnly)) return std::string(sgdOnly) + " applies to --optimizer sgd only";
+  for (std::string_view adamOnly : {"--betas", "--eps"})
+    if (sgd && args.has(adamOnly)) return std::string(adamOnly) + " applies to --optimizer adam and adamw only";
+  if (!args.get("--lr") && sgd) return "--optimizer sgd needs a learning rate: --lr X";
+  o.lr = sgd ? 0 : 1e-3;
+  if (auto e = number("--lr", o.lr)) return e;
+  if (o.lr <= 0) return "--lr expects a positive learning rate, got " + *args.get("--lr");
+  if (opt.kind == OptimizerKind::AdamW) opt.weightDecay = 0.01;  // torch.optim.AdamW's default
+  if (auto e = number("--weight-decay", opt.weightDecay)) return e;
+  if (opt.weightDecay < 0) return "--weight-decay expects a value >= 0, got " + *args.get("--weight-decay");
+  if (auto e = number("--momentum", opt.momentum)) return e;
+  if (opt.momentum < 0) return "--momentum expects a value >= 0, got " + *args.get("--momentum");
+  opt.nesterov = args.has("--nesterov");
+  if (opt.nesterov && opt.momentum == 0) return "--nesterov needs --momentum greater than 0";
+  if (const std::string* betas = args.get("--betas")) {
+    const size_t comma = betas->find(',');
+    auto b1 = parseNumber(comma == std::string::npos ? *betas : betas->substr(0, comma), "--betas");
+    auto b2 = parseNumber(comma == std::string::npos ? "" : betas->substr(comma + 1), "--betas");
+    if (!b1 || !b2 || *b1 < 0 || *b1 >= 1 || *b2 < 0 || *b2 >= 1)
+      return "--betas expects B1,B2, two numbers in [0, 1), got '" + *betas + "'";
+    opt.beta1 = *b1;
+    opt.beta2 = *b2;
+  }
+  if (auto e = number("--eps", opt.eps)) return e;
+  if (opt.eps < 0) return "--eps expects a value >= 0, got " + *args.get("--eps");
+
+  LrScheduleConfig& schedule = o.step.schedule;
+  const std::string scheduleName = args.get("--lr-schedule") ? *args.get("--lr-schedule") : "constant";
+  if (scheduleName == "constant")
+    schedule.kind = LrScheduleKind::Constant;
+  else if (scheduleName == "step")
+    schedule.kind = LrScheduleKind::Step;
+  else if (scheduleName == "cosine")
+    schedule.kind = LrScheduleKind::CosineWarmup;
+  else
+    return "--lr-schedule expects constant, step or cosine, got '" + scheduleName + "'";
+  for (std::string_view stepOnly : {"--lr-step-size", "--lr-gamma"})
+    if (args.has(stepOnly) && schedule.kind != LrScheduleKind::Step)
+      return std::string(stepOnly) + " applies to --lr-schedule step only";
+  for (std::string_view cosineOnly : {"--warmup-steps", "--min-lr"})
+    if (args.has(cosineOnly) && schedule.kind != LrScheduleKind::CosineWarmup)
+      return std::string(cosineOnly) + " applies to --lr-schedule cosine only";
+  std::optional<int64_t> stepSize, warmup;
+  if (auto e = integer("--lr-step-size", 1, stepSize)) return e;
+  if (schedule.kind == LrScheduleKind::Step && !stepSize) return "--lr-schedule step needs --lr-step-size N";
+  schedule.stepSize = stepSize.value_or(1);
+  if (auto e = number("--lr-gamma", schedule.gamma)) return e;
+  if (schedule.gamma <= 0) return "--lr-gamma expects a factor > 0, got " + *args.get("--lr-gamma");
+  if (auto e = integer("--warmup-steps", 0, warmup)) return e;
+  schedule.warmupSteps = warmup.value_or(0);
+  if (auto e = number("--min-lr", schedule.minLr)) return e;
+  if (schedule.minLr < 0) return "--min-lr expects a rate >= 0, got " + *args.get("--min-lr");
+
+  std::optional<int64_t> batch, seed, every, threads;
+  if (auto e = integer("--batch-size", 1, batch)) return e;
+  if (batch) o.batchSize = *batch;
+  if (auto e = integer("--epochs", 1, o.epochs)) return e;
+  if (auto e = integer("--steps", 1, o.steps)) return e;
+  if (o.epochs && o.steps) return "--epochs and --steps contradict each other: give one";
+  if (!o.steps && !o.epochs) o.epochs = 1;
+  if (auto e = integer("--seed", 0, seed)) return e;
+  if (seed) o.seed = static_cast<uint64_t>(*seed);
+  o.shuffle = !args.has("--no-shuffle");
+  if (seed && !o.shuffle) return "--seed chooses the shuffled order, and --no-shuffle turns shuffling off";
+  o.dropLast = args.has("--drop-last");
+  o.overlap = !args.has("--no-overlap");
+  o.checkNumerics = args.has("--check-numerics");
+  if (auto e = integer("--log-every", 1, o.logEvery)) return e;
+  if (auto e = integer("--threads", 1, threads)) return e;
+  if (threads) o.cpu.threads = static_cast<int>(std::min<int64_t>(*threads, 4096));
+  o.cpu.cacheDir = kernelCacheDir(args);
+
+  if (const std::string* out = args.get("--output")) {
+    if (out->empty()) return "-o needs a file name";
+    o.outputPath = *out;
+  }
+  std::optional<int64_t> checkpointEvery;
+  if (auto e = integer("--checkpoint-every", 1, checkpointEvery)) return e;
+  if (const std::string* dir = args.get("--checkpoint-dir")) o.checkpointDir = *dir;
+  if (checkpointEvery && o.checkpointDir.empty()) return "--checkpoint-every needs --checkpoint-dir DIR";
+  if (!checkpointEvery && !o.checkpointDir.empty()) return "--checkpoint-dir needs --checkpoint-every N";
+  o.checkpointEvery = checkpointEvery.value_or(0);
+  if (const std::string* resume = args.get("--resume")) o.resumePath = *resume;
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------
+// The model
+
+/// The model at `path` with its weights as arguments with defaults (ONNX
+/// float initializers declared as inputs; other formats' named constants
+/// lifted), specialized (ONNX) to `shapes`, verified, shapes inferred.
+Expected<std::unique_ptr<Module>> loadTrainable(const std::string& path,
+                                                const std::map<std::string, std::vector<int64_t>>& shapes) {
+  static const InterpreterEvaluator evaluator;
+  LoadOptions options;
+  options.evaluator = &evaluator;
+  options.inputShapes = shapes;
+  auto format = modelFormatOf(path);
+  if (!format) return format.takeError();
+  std::unique_ptr<Module> module;
+  if (*format == ModelFormat::Onnx) {
+    auto bytes = readFileBounded(path, (int64_t{1} << 31) - 1);
+    if (!bytes) return bytes.takeError();
+    auto declared = declareFloatInitializersAsInputs(*bytes, path);
+    if (!declared) return declared.takeError();
+    std::string dir = std::filesystem::path(path).parent_path().string();
+    auto imported = importOnnxBytes(*declared, path, dir.empty() ? "." : dir, options);
+    if (!imported) return imported.takeError();
+    module = std::move(*imported);
+  } else {
+    auto loaded = loadModel(path, options);
+    if (!loaded) return loaded.takeError();
+    module = std::move(*loaded);
+  }
+  if (module->functions().empty()) return Error(path + ": the model holds no function to train");
+  Function& f = *module->functions().front();
+  // Other formats keep symbolic dims; autodiff and the JIT need static ones.
+  for (Value* a : f.arguments()) {
+    auto it = shapes.find(a->name());
+    if (it == shapes.end() || a->type().rank() != static_cast<int64_t>(it->second.size())) continue;
+    a->setType(TensorType{a->type().dtype, staticShape(it->second)});
+  }
+  liftConstantsToParameters(f);
+  KILN_TRY(verify(*module));
+  PassContext ctx;
+  ctx.evaluator = &evaluator;
+  PassManager pm({}, ctx);
+  KILN_TRY(pm.addPipeline("infer-shapes"));
+  KILN_TRY(pm.run(*module, std::cerr));
+  return module;
+}
+
+/// What the loop needs to know of the model's signature.
+struct ModelSignature {
+  std::vector<std::string> params;  // trained arguments, in argument order
+  size_t dataArg = 0;               // the argument the x array feeds
+  TensorType input, output;
+  std::string inputName, outputName;
+};
+
+Expected<ModelSignature> signatureOf(const Function& f, const std::string& path) {
+  ModelSignature s;
+  if (f.resultTypes().empty()) return Error(path + ": the model has no output to put a loss on");
+  s.output = f.resultTypes()[0];
+  s.outputName = f.resultName(0).empty() ? "output 0" : "'" + f.resultName(0) + "'";
+  if (!isFloat(s.output.dtype))
+    return Error(path + ": the model's output " + s.outputName + " is " + s.output.str() +
+                 "; a loss needs a float output");
+  std::vector<std::string> data;
+  for (size_t i = 0; i < f.numArguments(); ++i) {
+    const Value* a = f.argument(i);
+    if (f.argumentDefault(i)) {
+      if (a->type().dtype == s.output.dtype) s.params.push_back(a->name());
+      continue;
+    }
+    data.push_back(a->name().empty() ? "#" + std::to_string(i) : a->name());
+    s.dataArg = i;
+  }
+  if (data.size() != 1) {
+    std::string list;
+    for (const std::string& d : data) list += (list.empty() ? "" : ", ") + d;
+    return Error(path + ": kiln train feeds one model input from the data's x array, but the model has " +
+                 std::to_string(data.size()) + " inputs without a default" + (list.empty() ? "" : " (" + list + ")"));
+  }
+  if (s.params.empty())
+    return Error(path + ": the model has no weights to train (no " + std::string(dtypeName(s.output.dtype)) +
+                 " initializer or argument with a default)");
+  s.input = f.argument(s.dataArg)->type();
+  s.inputName = data[0];
+  if (s.input.rank() < 1) return Error(path + ": the model's input '" + s.inputName + "' is a scalar; no batch dim");
+  if (s.output.rank() < 1) return Error(path + ": the model's output " + s.outputName + " is a scalar; no batch dim");
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// The data
+
+struct Dataset {
+  std::string file;
+  Tensor x, y;  // converted to what the step takes
+  int64_t size = 0;
+};
+
+/// Reads `file` and checks it against the model: every error names the file
+/// and says what was expected.
+Expected<Dataset> loadDataset(const std::string& file, const TrainOptions& o, const ModelSignature& sig) {
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) return Error(file + ": no such file");
+  auto arrays = readNpz(file);
+  if (!arrays) return arrays.takeError();  // runtime/Npz's errors name the file
+  std::string present;
+  const Tensor *x = nullptr, *y = nullptr;
+  for (const NpzArray& a : *arrays) {
+    present += (present.empty() ? "" : ", ") + a.name;
+    if (a.name == o.xKey) x = &a.tensor;
+    if (a.name == o.yKey) y = &a.tensor;
+  }
+  for (const auto& [key, found] : {std::pair{o.xKey, x}, std::pair{o.yKey, y}})
+    if (!found)
+      return Error(file + ": no array '" + key + "' (the file holds: " + (present.empty() ? "nothing" : present) +
+                   "); name the input and label arrays with --data-keys X,Y");
+  if (x->rank() == 0) return Error(file + ": '" + o.xKey + "' is a scalar; expected one sample per row");
+  if (y->rank() == 0) return Error(file + ": '" + o.yKey + "' is a scalar; expected one label per sample");
+  Dataset d;
+  d.file = file;
+  d.size = x->shape()[0];
+  if (x->shape()[0] != y->shape()[0])
+    return Error(file + ": '" + o.xKey + "' holds " + std::to_string(x->shape()[0]) + " samples but '" + o.yKey +
+                 "' holds " + std::to_string(y->shape()[0]) + " labels; expected one label per sample");
+  if (d.size == 0) return Error(file + ": the dataset is empty ('" + o.xKey + "' holds 0 samples)");
+
+  // x: the input's dtype, per-sample shape its dims after the batch dim.
+  const std::string xDesc = "'" + o.xKey + "' (" + numpyName(x->dtype()) + shapeString(x->shape()) + ")";
+  if (!isFloat(x->dtype()) || !isFloat(sig.input.dtype)) {
+    if (x->dtype() != sig.input.dtype)
+      return Error(file + ": " + xDesc + " does not match the model's input '" + sig.inputName + "' of type " +
+                   sig.input.str() + "; convert it with x.astype(numpy." + numpyName(sig.input.dtype) + ")");
+  }
+  if (x->rank() != sig.input.rank()) {
+    return Error(file + ": " + xDesc + " holds samples of shape " + shapeString(x->shape(), 1) +
+                 ", but the model's input '" + sig.inputName + "' (" + sig.input.str() + ") expects samples of shape " +
+                 dimsString(sig.input.shape, 1));
+  }
+  for (int64_t k = 1; k < x->rank(); ++k) {
+    const Dim& dim = sig.input.shape[k];
+    if (dim.isStatic() && dim.size != x->shape()[k])
+      return Error(file + ": " + xDesc + " holds samples of shape " + shapeString(x->shape(), 1) +
+                   ", but the model's input '" + sig.inputName + "' (" + sig.input.str() +
+                   ") expects samples of shape " + dimsString(sig.input.shape, 1));
+  }
+  if (x->dtype() != sig.input.dtype) {
+    std::cerr << "kiln train: note: " << file << ": '" << o.xKey << "' is " << numpyName(x->dtype())
+              << ", converted to the model input's " << numpyName(sig.input.dtype) << "\n";
+    d.x = convertTensor(*x, sig.input.dtype);
+  } else {
+    d.x = *x;
+  }
+  if (int64_t bad = firstNonFinite(d.x); bad >= 0)
+    return Error(file + ": '" + o.xKey + "' holds a non-finite value (" + shortest(d.x.getDouble(bad)) + ") at [" +
+                 indexString(bad, d.x.shape()) + "]; every input must be finite");
+
+  // y: class indices for cross-entropy and NLL, targets like the output for MSE.
+  const bool classLoss = o.step.loss.kind != LossKind::Mse;
+  const std::string lossName = o.step.loss.kind == LossKind::CrossEntropy ? "cross_entropy"
+                               : o.step.loss.kind == LossKind::Nll        ? "nll"
+                                                                          : "mse";
+  const std::string yDesc = "'" + o.yKey + "' (" + numpyName(y->dtype()) + shapeString(y->shape()) + ")";
+  Shape expected(sig.output.shape.begin() + 1, sig.output.shape.end());
+  if (classLoss) {
+    if (sig.output.rank() < 2)
+      return Error(o.modelPath + ": --loss " + lossName + " needs an output of shape [batch, classes, ...], but " +
+                   sig.outputName + " is " + sig.output.str());
+    expected.erase(expected.begin());
+    if (!isInteger(y->dtype()))
+      return Error(file + ": " + yDesc + " holds " + numpyName(y->dtype()) + " labels, but --loss " + lossName +
+                   " takes integer class indices; convert them with y.astype(numpy.int64)");
+  } else if (!isFloat(y->dtype())) {
+    return Error(file + ": " + yDesc + " holds " + numpyName(y->dtype()) + " targets, but --loss mse takes " +
+                 numpyName(sig.output.dtype) + " targets like the output; convert them with y.astype(numpy." +
+                 numpyName(sig.output.dtype) + ")");
+  }
+  bool shapeOk = y->rank() == static_cast<int64_t>(expected.size()) + 1;
+  for (size_t k = 0; shapeOk && k < expected.size(); ++k)
+    shapeOk = !expected[k].isStatic() || expected[k].size == y->shape()[k + 1];
+  if (!shapeOk)
+    return Error(file + ": " + yDesc + " holds labels of shape " + shapeString(y->shape(), 1) + ", but --loss " +
+                 lossName + " on the model's output " + sig.outputName + " (" + sig.output.str() +
+                 ") expects labels of shape " + dimsString(expected) + " per sample" +
+                 (classLoss ? " (the classes are dim 1 of the output, as for PyTorch's cross_entropy)" : ""));
+  const DType yType = classLoss ? DType::I64 : sig.output.dtype;
+  if (y->dtype() != yType && !classLoss)
+    std::cerr << "kiln train: note: " << file << ": '" << o.yKey << "' is " << numpyName(y->dtype())
+              << ", converted to the model output's " << numpyName(yType) << "\n";
+  d.y = y->dtype() == yType ? *y : convertTensor(*y, yType);
+  if (classLoss) {
+    const Dim& classes = sig.output.shape[1];
+    if (!classes.isStatic())
+      return Error(o.modelPath + ": the model's output " + sig.outputName + " (" + sig.output.str() +
+                   ") has no fixed number of classes (dim 1), so labels cannot be checked");
+    const int64_t* labels = d.y.data<int64_t>();
+    for (int64_t i = 0; i < d.y.numElements(); ++i)
+      if (labels[i] < 0 || labels[i] >= classes.size)
+        return Error(file + ": label " + o.yKey + "[" + indexString(i, d.y.shape()) +
+                     "] = " + std::to_string(labels[i]) + " is outside [0, " + std::to_string(classes.size) +
+                     "): the model's output " + sig.outputName + " has " + std::to_string(classes.size) + " classes");
+  } else if (int64_t bad = firstNonFinite(d.y); bad >= 0) {
+    return Error(file + ": '" + o.yKey + "' holds a non-finite target (" + shortest(d.y.getDouble(bad)) + ") at [" +
+                 indexString(bad, d.y.shape()) + "]");
+  }
+  return d;
+}
+
+/// Rows `rows` of `t` (a dataset array) as one batch tensor.
+Tensor gatherRows(const Tensor& t, const std::vector<int64_t>& rows) {
+  std::vector<int64_t> shape = t.shape();
+  shape[0] = static_cast<int64_t>(rows.size());
+  Tensor out(t.dtype(), shape);
+  const size_t rowBytes = t.numBytes() / static_cast<size_t>(t.shape()[0]);
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::memcpy(out.raw() + i * rowBytes, t.raw() + static_cast<size_t>(rows[i]) * rowBytes, rowBytes);
+  return out;
+}
+
+/// The sample order of each epoch: a Fisher-Yates shuffle driven by a
+/// generator seeded from (seed, epoch) alone, so any epoch's order can be
+/// recomputed (resume) without replaying the ones before it.
+std::vector<int64_t> epochOrder(int64_t n, bool shuffle, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  if (!shuffle) return order;
+  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32), static_cast<uint32_t>(epoch),
+                    static_cast<uint32_t>(static_cast<uint64_t>(epoch) >> 32)};
+  std::mt19937_64 rng(seq);
+  for (int64_t i = n - 1; i > 0; --i) std::swap(order[i], order[rng() % static_cast<uint64_t>(i + 1)]);
+  return order;
+}
+
+/// Which samples each step takes.
+struct BatchPlan {
+  int64_t samples, batchSize, stepsPerEpoch;
+  bool shuffle, dropLast;
+  uint64_t seed;
+
+  int64_t epochOf(int64_t step) const { return step / stepsPerEpoch; }
+  int64_t sizeOf(int64_t step) const {
+    const int64_t start = (step % stepsPerEpoch) * batchSize;
+    return std::min(batchSize, samples - start);
+  }
+};
+
+struct Batch {
+  int64_t step = 0;
+  Tensor x, y;
+};
+
+/// Gathers batches in step order, keeping the current epoch's order.
+class BatchGatherer {
+ public:
+  BatchGatherer(const Dataset& data, const BatchPlan& plan) : data_(data), plan_(plan) {}
+  Batch gather(int64_t step) {
+    const int64_t epoch = plan_.epochOf(step);
+    if (epoch != orderEpoch_) {
+      order_ = epochOrder(plan_.samples, plan_.shuffle, plan_.seed, epoch);
+      orderEpoch_ = epoch;
+    }
+    const int64_t start = (step % plan_.stepsPerEpoch) * plan_.batchSize;
+    std::vector<int64_t> rows(order_.begin() + start, order_.begin() + start + plan_.sizeOf(step));
+    return Batch{step, gatherRows(data_.x, rows), gatherRows(data_.y, rows)};
+  }
+
+ private:
+  const Dataset& data_;
+  const BatchPlan& plan_;
+  std::vector<int64_t> order_;
+  int64_t orderEpoch_ = -1;
+};
+
+// ---------------------------------------------------------------------------
+// Compiled programs, one per batch size
+
+using Runner = std::function<Expected<std::vector<Tensor>>(const std::vector<Tensor>&)>;
+
+struct Program {
+  std::unique_ptr<Module> forward;  // the model specialized to the batch size
+  std::unique_ptr<Module> step;     // its training step
+  std::unique_ptr<codegen::CpuExecutor> stepExecutor, forwardExecutor;
+  Runner runStep, runForward;
+};
+
+class Trainer {
+ public:
+  Trainer(const TrainOptions& o, const ModelSignature& sig) : o_(o), sig_(sig) {}
+
+  /// The training step for batches of `batch` samples, built and compiled
+  /// on first use.
+  Expected<Program*> program(int64_t batch) {
+    auto it = programs_.find(batch);
+    if (it != programs_.end()) return it->second.get();
+    auto p = std::make_unique<Program>();
+    std::vector<int64_t> shape;
+    for (const Dim& d : sig_.input.shape) shape.push_back(d.isStatic() ? d.size : 0);
+    shape[0] = batch;
+    auto forward = loadTrainable(o_.modelPath, {{sig_.inputName, shape}});
+    if (!forward) return forward.takeError();
+    p->forward = std::move(*forward);
+    p->step = std::make_unique<Module>();
+    p->step->addFunction(p->forward->functions().front()->clone());
+    TrainingStepOptions options = o_.step;
+    options.parameters = sig_.params;
+    KILN_TRY(buildTrainingStep(*p->step->functions().front(), options));
+    return programs_.emplace(batch, std::move(p)).first->second.get();
+  }
+
+  /// Compiles `f` for `inputs`; when the JIT cannot lower some op yet, the
+  /// interpreter runs it instead, with a notice naming the ops.
+  Expected<Runner> compile(const Function& f, const std::vector<Tensor>& inputs,
+                           std::unique_ptr<codegen::CpuExecutor>& executor) {
+    auto created = codegen::CpuExecutor::create(f, o_.cpu);
+    if (!created) return created.takeError();
+    executor = std::move(*created);
+    Status prepared = executor->prepare(inputs);
+    for (const std::string& notice : executor->takeNotices()) std::cerr << "kiln train: note: " << notice << "\n";
+    if (!prepared) {
+      if (executor->unsupportedOps().empty()) return prepared.takeError();
+      std::cerr << "kiln train: note: the CPU JIT cannot compile @" << f.name()
+                << " yet, so it runs on the reference interpreter:";
+      for (const std::string& op : executor->unsupportedOps()) std::cerr << "\n  " << op;
+      std::cerr << "\n";
+      executor.reset();
+      return Runner([&f](const std::vector<Tensor>& in) { return interpret(f, in); });
+    }
+    codegen::CpuExecutor* e = executor.get();
+    return Runner([e](const std::vector<Tensor>& in) { return e->run(in); });
+  }
+
+  const TrainOptions& o_;
+  const ModelSignature& sig_;
+  std::map<int64_t, std::unique_ptr<Program>> programs_;
+};
+
+// ---------------------------------------------------------------------------
+// Numerics
+
+/// Describes `op` for a message: "'exp' (%h) at model.onnx: node '/Exp'".
+std::string describeOp(const Op& op) {
+  std::string s = "'" + std::string(op.name()) + "'";
+  if (!op.result(0)->name().empty()) s += " (%" + op.result(0)->name() + ")";
+  if (!op.loc().isUnknown()) s += " at " + op.loc().str();
+  return s;
+}
+
+/// Runs the step on the interpreter op by op and names the first op whose
+/// result holds a non-finite value.
+std::string findNonFiniteOp(const Function& step, const std::vector<Tensor>& inputs) {
+  std::string found;
+  size_t index = 0;
+  auto observer = [&](const Op& op, const std::vector<Tensor>& results) -> Status {
+    ++index;
+    for (const Tensor& r : results) {
+      if (int64_t bad = firstNonFinite(r); bad >= 0) {
+        found = "first produced by " + describeOp(op) + " (op " + std::to_string(index) +
+                " of the training step): " + shortest(r.getDouble(bad)) + " at [" + indexString(bad, r.shape()) +
+                "] of its " + r.type().str() + " result";
+        return Error("stop");
+      }
+    }
+    return Status::success();
+  };
+  auto r = interpret(step, inputs, observer);
+  if (!found.empty()) return found;
+  if (!r) return "the interpreter's re-run of the step failed: " + r.error().message();
+  return "but the interpreter's re-run of the same step gives finite values everywhere (a difference between the "
+         "CPU JIT and the interpreter)";
+}
+
+// ---------------------------------------------------------------------------
+// Progress
+
+class Progress {
+ public:
+  Progress(int64_t total, int64_t first, int64_t stepsPerEpoch, std::optional<int64_t> logEvery)
+      : total_(total), first_(first), stepsPerEpoch_(stepsPerEpoch), tty_(isatty(fileno(stderr)) != 0) {
+    every_ = logEvery.value_or(std::max<int64_t>(1, (total - first) / 10));
+    start_ = last_ = Clock::now();
+  }
+
+  /// After step `step` (0-based) of `samples` samples with loss `loss`.
+  void stepDone(int64_t step, int64_t samples, double loss) {
+    samples_ += samples;
+    lossSum_ += loss;
+    ++lossCount_;
+    const int64_t done = step + 1;
+    const auto now = Clock::now();
+    if (tty_) {
+      if (now - last_ < std::chrono::milliseconds(100) && done != total_) return;
+      std::cerr << "\r" << line(done) << "\033[K" << std::flush;
+      drawn_ = true;
+    } else {
+      if (done % every_ != 0 && done != total_) return;
+      std::cerr << line(done) << "\n";
+    }
+    last_ = now;
+    lossSum_ = 0;
+    lossCount_ = 0;
+  }
+
+  /// Ends the updating line before other output.
+  void breakLine() {
+    if (tty_ && drawn_) std::cerr << "\n";
+    drawn_ = false;
+  }
+
+  /// Time not spent training (compiling, evaluating), left out of
+  /// samples/s and the ETA.
+  void exclude(Clock::duration d) { excluded_ += d; }
+  /// Seconds spent training so far.
+  double seconds() const { return std::chrono::duration<double>(Clock::now() - start_ - excluded_).count(); }
+  double samplesPerSecond() const { return samples_ / std::max(seconds(), 1e-9); }
+  void setLearningRate(double lr) { lr_ = lr; }
+  int64_t samples() const { return samples_; }
+
+ private:
+  std::string line(int64_t done) const {
+    const double elapsed = seconds();
+    const double eta = done > first_ ? elapsed / static_cast<double>(done - first_) * (total_ - done) : 0;
+    return "step " + std::to_string(done) + "/" + std::to_string(total_) + " epoch " +
+           std::to_string((done - 1) / stepsPerEpoch_ + 1) + " loss " + fixed(lossSum_ / std::max(lossCount_, 1), 6) +
+           " lr " + shortest(lr_) + " samples/s " + fixed(samplesPerSecond(), 1) + " eta " + fixed(eta, 1) + "s";
+  }
+
+  int64_t total_, first_, stepsPerEpoch_;
+  bool tty_;
+  int64_t every_;
+  Clock::time_point start_, last_;
+  Clock::duration excluded_{};
+  double lr_ = 0;
+  int64_t samples_ = 0;
+  double lossSum_ = 0;
+  int lossCount_ = 0;
+  bool drawn_ = false;
+};
+
+// ---------------------------------------------------------------------------
+// Evaluation
+
+struct EvalResult {
+  double loss = 0;
+  int64_t correct = 0, counted = 0;
+  std::vector<std::vector<int64_t>> confusion;  // [true][predicted]
+};
+
+/// Adds the loss and predictions of `out` (the model's output on a batch)
+/// against `labels` to `r`; losses are summed per label position.
+void accumulateEval(const Tensor& out, const Tensor& labels, const TrainOptions& o, EvalResult& r) {
+  const int64_t n = out.shape()[0];
+  if (o.step.loss.kind == LossKind::Mse) {
+    for (int64_t i = 0; i < out.numElements(); ++i) {
+      const double d = out.getDouble(i) - labels.getDouble(i);
+      r.loss += d * d;
+    }
+    r.counted += out.numElements();
+    return;
+  }
+  const int64_t classes = out.shape()[1];
+  const int64_t inner = out.numElements() / std::max<int64_t>(1, n * classes);
+  if (r.confusion.empty()) r.confusion.assign(classes, std::vector<int64_t>(classes, 0));
+  const double eps = o.step.loss.labelSmoothing;
+  std::vector<double> logits(classes);
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t k = 0; k < inner; ++k) {
+      for (int64_t c = 0; c < classes; ++c) logits[c] = out.getDouble((b * classes + c) * inner + k);
+      const int64_t label = labels.getInt(b * inner + k);
+      const int64_t predicted = std::max_element(logits.begin(), logits.end()) - logits.begin();
+      if (o.step.loss.kind == LossKind::Nll) {
+        r.loss -= logits[label];
+      } else {
+        const double m = logits[predicted];
+        double sum = 0;
+        for (double v : logits) sum += std::exp(v - m);
+        const double logSum = m + std::log(sum);
+        double smooth = 0;
+        for (double v : logits) smooth += logSum - v;
+        r.loss += (1 - eps) * (logSum - logits[label]) + eps / classes * smooth;
+      }
+      r.correct += predicted == label;
+      ++r.counted;
+      ++r.confusion[label][predicted];
+    }
+  }
+}
+
+std::string formatConfusion(const std::vector<std::vector<int64_t>>& m) {
+  size_t width = 4;
+  for (const auto& row : m)
+    for (int64_t v : row) width = std::max(width, std::to_string(v).size() + 1);
+  width = std::max(width, std::to_string(m.size()).size() + 1);
+  auto cell = [&](const std::string& s, size_t w) { return std::string(w > s.size() ? w - s.size() : 0, ' ') + s; };
+  std::string out = "confusion matrix (rows: true class, columns: predicted class):\n";
+  out += cell("true\\pred", 9);
+  for (size_t c = 0; c < m.size(); ++c) out += cell(std::to_string(c), width);
+  out += "\n";
+  for (size_t t = 0; t < m.size(); ++t) {
+    out += cell(std::to_string(t), 9);
+    for (int64_t v : m[t]) out += cell(std::to_string(v), width);
+    out += "\n";
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Checkpoints and the trained model
+
+constexpr int64_t kCheckpointVersion = 1;
+constexpr std::string_view kCheckpointMeta = "kiln.train_state";
+
+/// Names and values of the step's leading arguments (parameters, then
+/// optimizer state), as the checkpoint stores them.
+struct TrainState {
+  std::vector<std::string> names;
+  std::vector<Tensor> values;
+};
+
+std::vector<int64_t> checkpointMeta(const TrainOptions& o, int64_t step, int64_t samples) {
+  return {kCheckpointVersion, step, static_cast<int64_t>(o.seed), o.batchSize, o.shuffle, o.dropLast, samples};
+}
+
+Status writeCheckpoint(const std::string& path, const TrainState& state, const std::vector<int64_t>& meta) {
+  std::vector<NpzArray> arrays;
+  for (size_t i = 0; i < state.names.size(); ++i) arrays.push_back({state.names[i], state.values[i]});
+  Tensor m(DType::I64, {static_cast<int64_t>(meta.size())});
+  for (size_t i = 0; i < meta.size(); ++i) m.setInt(static_cast<int64_t>(i), meta[i]);
+  arrays.push_back({std::string(kCheckpointMeta), m});
+  return writeNpz(path, arrays);
+}
+
+/// Loads a checkpoint into `state` and returns the step it was written at;
+/// every disagreement with this run is an error naming it.
+Expected<int64_t> readCheckpoint(const std::string& path, const TrainOptions& o, int64_t samples, TrainState& state) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return Error(path + ": no such checkpoint file");
+  auto arrays = readNpz(path);
+  if (!arrays) return Error(path + ": not a readable checkpoint: " + arrays.error().message());
+  std::map<std::string, const Tensor*> byName;
+  for (const NpzArray& a : *arrays) byName[a.name] = &a.tensor;
+  auto metaIt = byName.find(std::string(kCheckpointMeta));
+  if (metaIt == byName.end() || metaIt->second->dtype() != DType::I64 || metaIt->second->numElements() != 7)
+    return Error(path + ": not a kiln train checkpoint (no " + std::string(kCheckpointMeta) + " array)");
+  const Tensor& meta = *metaIt->second;
+  if (meta.getInt(0) != kCheckpointVersion)
+    return Error(path + ": checkpoint format " + std::to_string(meta.getInt(0)) + ", this kiln reads format " +
+                 std::to_string(kCheckpointVersion));
+  const std::vector<int64_t> mine = checkpointMeta(o, 0, samples);
+  const char* what[] = {
+      "", "", "--seed", "--batch-size", "shuffling (--no-shuffle)", "--drop-last", "the number of training samples"};
+  for (size_t i = 2; i < mine.size(); ++i)
+    if (meta.getInt(static_cast<int64_t>(i)) != mine[i])
+      return Error(path + ": the checkpoint was written with " + what[i] + " " +
+                   std::to_string(meta.getInt(static_cast<int64_t>(i))) + ", this run has " + std::to_string(mine[i]) +
+                   "; resuming needs the same data and batching to continue exactly");
+  for (size_t i = 0; i < state.names.size(); ++i) {
+    auto it = byName.find(state.names[i]);
+    if (it == byName.end())
+      return Error(path + ": the checkpoint has no '" + state.names[i] + "' (written for another model or optimizer?)");
+    if (it->second->type() != state.values[i].type())
+      return Error(path + ": '" + state.names[i] + "' is " + it->second->type().str() + " in the checkpoint, " +
+                   state.values[i].type().str() + " in this run's training step");
+    state.values[i] = *it->second;
+  }
+  if (byName.size() != state.names.size() + 1)
+    return Error(path + ": the checkpoint holds " + std::to_string(byName.size() - 1) +
+                 " arrays, this run's training step " + std::to_string(state.names.size()) +
+                 " (written for another model or optimizer?)");
+  return meta.getInt(1);
+}
+
+/// Writes the model at o.modelPath with trained `params` to o.outputPath:
+/// ONNX by replacing the initializers' values in a copy of the file, other
+/// formats through saveModel after setting the weights' values.
+Status writeTrainedModel(const TrainOptions& o, const std::map<std::string, DenseTensor>& params) {
+  auto format = modelFormatOf(o.modelPath);
+  if (!format) return format.takeError();
+  if (*format == ModelFormat::Onnx) return writeOnnxWithInitializers(o.modelPath, params, o.outputPath);
+  static const InterpreterEvaluator evaluator;
+  LoadOptions options;
+  options.evaluator = &evaluator;
+  auto module = loadModel(o.modelPath, options);
+  if (!module) return module.takeError();
+  Function& f = *(*module)->functions().front();
+  std::set<std::string> done;
+  for (size_t i = 0; i < f.numArguments(); ++i) {
+    auto it = params.find(f.argument(i)->name());
+    if (it == params.end() || !f.argumentDefault(i)) continue;
+    f.setArgumentDefault(i, std::make_shared<const DenseTensor>(it->second));
+    done.insert(it->first);
+  }
+  for (const auto& op : f.ops()) {
+    if (op->kind() != OpKind::Constant) continue;
+    auto it = params.find(op->result()->name());
+    if (it == params.end() || done.count(it->first)) continue;
+    op->setAttr("value", Attribute(it->second));
+    done.insert(it->first);
+  }
+  for (const auto& [name, value] : params)
+    if (!done.count(name)) return Error(o.modelPath + ": no weight named '" + name + "' to write the trained value to");
+  return saveModel(**module, o.outputPath);
+}
+
+// ---------------------------------------------------------------------------
+
+int fail(const Error& e) {
+  reportError(kName, e);
+  return kExitError;
+}
+
+int run(const ParsedArgs& args) {
+  TrainOptions o;
+  if (auto problem = parseOptions(args, o)) return usageError(kName, *problem);
+
+  DeviceChoice device;
+  if (int status = selectDevice(kName, args.get("--device") ? *args.get("--device") : "cpu", device); status != kExitOk)
+    return status;
+  if (device.kind == DeviceChoice::Kind::Cuda) {
+    if (args.get("--device") && *args.get("--device") == "auto") {
+      std::cerr << "kiln train: note: CUDA is usable on " << device.str()
+                << ", but training on CUDA is not implemented in this build; --device auto trains on the cpu\n";
+    } else {
+      return fail(Error("CUDA is usable on " + device.str() +
+                        ", but training on CUDA is not implemented in this build; Kiln never falls back to the CPU "
+                        "on its own: use --device cpu"));
+    }
+  }
+
+  // Output paths are checked before anything runs.
+  auto inFormat = modelFormatOf(o.modelPath);
+  if (!inFormat) return fail(inFormat.takeError());
+  if (!o.outputPath.empty()) {
+    auto outFormat = modelFormatOf(o.outputPath);
+    if (!outFormat) return fail(Error("-o " + o.outputPath + ": " + outFormat.error().message()));
+    if (*inFormat == ModelFormat::Onnx && *outFormat != ModelFormat::Onnx)
+      return fail(Error("-o " + o.outputPath +
+                        ": an ONNX model is written back as ONNX (a .onnx file) with its "
+                        "graph unchanged; convert it afterwards with kiln convert"));
+    const std::filesystem::path parent = std::filesystem::path(o.outputPath).parent_path();
+    std::error_code ec;
+    if (!parent.empty() && !std::filesystem::is_directory(parent, ec))
+      return fail(Error("-o " + o.outputPath + ": the folder '" + parent.string() + "' does not exist"));
+  }
+
+  // The model, unspecialized, for its signature.
+  auto model = loadTrainable(o.modelPath, {});
+  if (!model) return fail(model.takeError());
+  auto sig = signatureOf(*(*model)->functions().front(), o.modelPath);
+  if (!sig) return fail(sig.takeError());
+
+  // The data, checked against the model's input.
+  auto train = loadDataset(o.dataPath, o, *sig);
+  if (!train) return fail(train.takeError());
+  const Dim& batchDim = sig->input.shape[0];
+  if (batchDim.isStatic() && batchDim.size != o.batchSize)
+    return fail(Error(o.modelPath + ": the model's input '" + sig->inputName + "' (" + sig->input.str() +
+                      ") has a fixed batch size of " + std::to_string(batchDim.size) + "; pass --batch-size " +
+                      std::to_string(batchDim.size) + " (or export the model with a dynamic batch dim)"));
+  BatchPlan plan{train->size, o.batchSize, 0, o.shuffle, o.dropLast, o.seed};
+  if (o.dropLast && o.batchSize > train->size)
+    return fail(Error(o.dataPath + ": --batch-size " + std::to_string(o.batchSize) +
+                      " with --drop-last leaves no "
+                      "batch: the data holds " +
+                      std::to_string(train->size) + " samples"));
+  plan.stepsPerEpoch = o.dropLast ? train->size / o.batchSize : (train->size + o.batchSize - 1) / o.batchSize;
+  const int64_t remainder = train->size % o.batchSize;
+  if (batchDim.isStatic() && !o.dropLast && remainder != 0)
+    return fail(Error(o.modelPath + ": the model's input '" + sig->inputName + "' has a fixed batch size of " +
+                      std::to_string(batchDim.size) + ", and " + o.dataPath + " holds " + std::to_string(train->size) +
+                      " samples, which leaves a last batch of " + std::to_string(remainder) + "; pass --drop-last"));
+  std::optional<Dataset> evalData;
+  if (!o.evalPath.empty()) {
+    auto loaded = loadDataset(o.evalPath, o, *sig);
+    if (!loaded) return fail(loaded.takeError());
+    if (batchDim.isStatic() && loaded->size % batchDim.size != 0)
+      return fail(Error(o.evalPath + ": " + std::to_string(loaded->size) + " samples do not split into batches of " +
+                        std::to_string(batchDim.size) + ", the model's fixed batch size"));
+    evalData = std::move(*loaded);
+  }
+  const int64_t totalSteps = o.steps ? *o.steps : *o.epochs * plan.stepsPerEpoch;
+  o.step.schedule.totalSteps = totalSteps;
+  if (o.step.schedule.kind == LrScheduleKind::CosineWarmup && o.step.schedule.warmupSteps >= totalSteps)
+    return usageError(kName, "--warmup-steps " + std::to_string(o.step.schedule.warmupSteps) +
+                                 " leaves no cosine part: this run has " + std::to_string(totalSteps) + " steps");
+
+  // The step for the full batch size; its leading arguments are the state.
+  Trainer trainer(o, *sig);
+  auto first = trainer.program(std::min(o.batchSize, train->size));
+  if (!first) return fail(first.takeError());
+  const Function& stepFn = *(*first)->step->functions().front();
+  const size_t numState = stepFn.resultTypes().size() - 1;
+  TrainState state;
+  for (size_t i = 0; i < numState; ++i) {
+    state.names.push_back(stepFn.argument(i)->name());
+    state.values.push_back(Tensor::fromDense(*stepFn.argumentDefault(i)));
+  }
+
+  int64_t startStep = 0;
+  if (!o.resumePath.empty()) {
+    auto resumed = readCheckpoint(o.resumePath, o, train->size, state);
+    if (!resumed) return fail(resumed.takeError());
+    startStep = *resumed;
+    if (startStep > totalSteps)
+      return fail(Error(o.resumePath + ": the checkpoint is at step " + std::to_string(startStep) + ", past the " +
+                        std::to_string(totalSteps) + " steps this run asks for"));
+    std::cerr << "kiln train: resuming at step " << startStep << " from " << o.resumePath << "\n";
+  }
+  if (o.checkpointEvery) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.checkpointDir, ec);
+    if (ec || !std::filesystem::is_directory(o.checkpointDir))
+      return fail(Error("--checkpoint-dir " + o.checkpointDir + ": cannot create the folder: " +
+                        (ec ? ec.message() : std::string("a file of that name exists"))));
+  }
+
+  Tensor lr(sig->output.dtype, {});
+  lr.setDouble(0, o.lr);
+
+  // The step's inputs: state, then by name the batch, labels and lr, and the
+  // defaults of any other argument.
+  auto stepInputs = [&](const Function& f, std::vector<Tensor> leading, Batch& batch) {
+    std::vector<Tensor> in = std::move(leading);
+    for (size_t i = in.size(); i < f.numArguments(); ++i) {
+      const std::string& name = f.argument(i)->name();
+      if (name == "labels")
+        in.push_back(std::move(batch.y));
+      else if (name == "lr")
+        in.push_back(lr);
+      else if (name == sig->inputName)
+        in.push_back(std::move(batch.x));
+      else
+        in.push_back(Tensor::fromDense(*f.argumentDefault(i)));
+    }
+    return in;
+  };
+
+  // One evaluation pass over `evalData` with the current parameters.
+  auto evaluate = [&]() -> Expected<EvalResult> {
+    EvalResult r;
+    BatchPlan evalPlan{evalData->size, o.batchSize, (evalData->size + o.batchSize - 1) / o.batchSize, false, false, 0};
+    BatchGatherer gatherer(*evalData, evalPlan);
+    for (int64_t k = 0; k < evalPlan.stepsPerEpoch; ++k) {
+      Batch batch = gatherer.gather(k);
+      auto p = trainer.program(evalPlan.sizeOf(k));
+      if (!p) return p.takeError();
+      const Function& f = *(*p)->forward->functions().front();
+      std::vector<Tensor> in;
+      size_t param = 0;
+      for (size_t i = 0; i < f.numArguments(); ++i) {
+        if (i == sig->dataArg)
+          in.push_back(batch.x);
+        else if (param < sig->params.size() && f.argument(i)->name() == sig->params[param])
+          in.push_back(state.values[param++]);
+        else
+          in.push_back(Tensor::fromDense(*f.argumentDefault(i)));
+      }
+      if (!(*p)->runForward) {
+        auto runner = trainer.compile(f, in, (*p)->forwardExecutor);
+        if (!runner) return runner.takeError();
+        (*p)->runForward = std::move(*runner);
+      }
+      auto out = (*p)->runForward(in);
+      if (!out) return out.takeError();
+      accumulateEval((*out)[0], batch.y, o, r);
+    }
+    return r;
+  };
+  const bool classLoss = o.step.loss.kind != LossKind::Mse;
+  std::optional<EvalResult> lastEval;
+  auto printEval = [&](const EvalResult& r, const std::string& when) {
+    std::cout << "eval " << when << ": loss " << fixed(r.loss / std::max<int64_t>(1, r.counted), 6);
+    if (classLoss)
+      std::cout << " accuracy " << fixed(static_cast<double>(r.correct) / std::max<int64_t>(1, r.counted), 4) << " ("
+                << r.correct << "/" << r.counted << ")";
+    std::cout << "\n" << std::flush;
+  };
+
+  BatchGatherer gatherer(*train, plan);
+  Progress progress(totalSteps, startStep, plan.stepsPerEpoch, o.logEvery);
+  std::future<Batch> next;
+  auto launch = [&](int64_t step) {
+    if (step >= totalSteps) return;
+    next = o.overlap ? std::async(std::launch::async, [&gatherer, step] { return gatherer.gather(step); })
+                     : std::async(std::launch::deferred, [&gatherer, step] { return gatherer.gather(step); });
+  };
+  launch(startStep);
+  double epochLoss = 0;
+  int64_t epochSteps = 0;
+  double lastLoss = NAN;
+  for (int64_t k = startStep; k < totalSteps; ++k) {
+    Batch batch = next.get();
+    launch(k + 1);  // gathered while this step runs
+    const int64_t size = batch.x.shape()[0];
+    const auto compileStart = Clock::now();
+    auto p = trainer.program(size);
+    if (!p) return fail(p.takeError());
+    const Function& f = *(*p)->step->functions().front();
+    std::vector<Tensor> in = stepInputs(f, std::move(state.values), batch);
+    if (!(*p)->runStep) {
+      auto runner = trainer.compile(f, in, (*p)->stepExecutor);
+      if (!runner) return fail(runner.takeError());
+      (*p)->runStep = std::move(*runner);
+    }
+    progress.exclude(Clock::now() - compileStart);
+    auto out = (*p)->runStep(in);
+    if (!out) return fail(out.takeError());
+    const double loss = (*out)[0].getDouble(0);
+    const int64_t epoch = plan.epochOf(k);
+    const std::string where = "step " + std::to_string(k + 1) + " (epoch " + std::to_string(epoch + 1) + ")";
+    std::string bad;
+    if (!std::isfinite(loss)) bad = "the loss is " + shortest(loss);
+    if (o.checkNumerics && bad.empty())
+      for (size_t i = 1; i < out->size() && bad.empty(); ++i)
+        if (int64_t at = firstNonFinite((*out)[i]); at >= 0)
+          bad = "the new value of '" + f.resultName(i) + "' holds " + shortest((*out)[i].getDouble(at)) + " at [" +
+                indexString(at, (*out)[i].shape()) + "]";
+    if (!bad.empty()) {
+      progress.breakLine();
+      if (next.valid()) next.wait();
+      std::string message = where + ": " + bad;
+      if (o.checkNumerics)
+        message += "; " + findNonFiniteOp(f, in);
+      else
+        message += " (--check-numerics names the op that produces it)";
+      return fail(Error(message + "; training stopped" + (o.outputPath.empty() ? "" : ", nothing written")));
+    }
+    state.values.assign(std::make_move_iterator(out->begin() + 1), std::make_move_iterator(out->end()));
+    lastLoss = loss;
+    epochLoss += loss;
+    ++epochSteps;
+    progress.setLearningRate(scheduledLearningRate(o.step.schedule, o.lr, k));
+    progress.stepDone(k, size, loss);
+
+    if (o.checkpointEvery && (k + 1) % o.checkpointEvery == 0) {
+      const std::string path =
+          (std::filesystem::path(o.checkpointDir) / ("step-" + std::to_string(k + 1) + ".npz")).string();
+      if (Status s = writeCheckpoint(path, state, checkpointMeta(o, k + 1, train->size)); !s) {
+        progress.breakLine();
+        if (next.valid()) next.wait();
+        return fail(s.takeError());
+      }
+    }
+    const bool epochEnd = (k + 1) % plan.stepsPerEpoch == 0 || k + 1 == totalSteps;
+    if (epochEnd) {
+      progress.breakLine();
+      std::cout << "epoch " << epoch + 1 << ": mean loss " << fixed(epochLoss / std::max<int64_t>(1, epochSteps), 6)
+                << " over " << epochSteps << " steps\n"
+                << std::flush;
+      epochLoss = 0;
+      epochSteps = 0;
+      if (evalData) {
+        const auto evalStart = Clock::now();
+        auto r = evaluate();
+        progress.exclude(Clock::now() - evalStart);
+        if (!r) {
+          if (next.valid()) next.wait();
+          return fail(r.takeError());
+        }
+        printEval(*r, "after epoch " + std::to_string(epoch + 1));
+        lastEval = std::move(*r);
+      }
+    }
+  }
+  progress.breakLine();
+  if (evalData && !lastEval) {  // resumed at the end: nothing trained
+    auto r = evaluate();
+    if (!r) return fail(r.takeError());
+    printEval(*r, "at step " + std::to_string(totalSteps));
+    lastEval = std::move(*r);
+  }
+  std::cout << "trained " << totalSteps - startStep << (totalSteps - startStep == 1 ? " step (" : " steps (")
+            << progress.samples() << " samples) in " << fixed(progress.seconds(), 2)
+            << " s (not counting compilation and evaluation), " << fixed(progress.samplesPerSecond(), 1)
+            << " samples/s; final loss " << fixed(lastLoss, 6) << "\n";
+  if (lastEval && classLoss) std::cout << formatConfusion(lastEval->confusion);
+
+  if (!o.outputPath.empty()) {
+    std::map<std::string, DenseTensor> params;
+    for (size_t i = 0; i < sig->params.size(); ++i) params[sig->params[i]] = state.values[i].toDense();
+    if (Status s = writeTrainedModel(o, params); !s) return fail(s.takeError());
+    std::cout << "wrote " << o.outputPath << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+const Command& trainCommand() {
+  static const Command command{
+      kName,
+      "train a model on arrays from a .npz file",
+      "MODEL --data FILE.npz [--loss NAME] [--optimizer NAME] [--lr X] [--batch-size N] [--epochs N | --steps N] "
+      "[-o OUT]",
+      "Trains MODEL (.onnx, .kiln, .kiln.txt, .kir) on the arrays x (inputs, one sample per row) and y (labels)\n"
+      "of FILE.npz: its weights (ONNX float initializers; arguments with a default) are updated by one\n"
+      "compiled training step per batch (forward, loss, backward and optimizer update as graph ops).\n"
+      "Everything about the data is checked against the model before training starts. Progress goes to\n"
+      "stderr (an updating line on a terminal, else plain lines); epoch summaries, --eval results, the\n"
+      "confusion matrix and the final summary to stdout. -o writes the trained model in the input's format.",
+      kOptions,
+      &run,
+  };
+  return command;
+}
+
+}  // namespace kiln::cli
