@@ -43,6 +43,7 @@
 #include "frontend/Model.h"
 #include "frontend/onnx/OnnxImporter.h"
 #include "frontend/onnx/OnnxTraining.h"
+#include "ir/Builder.h"
 #include "ir/Verifier.h"
 #include "passes/PassManager.h"
 #include "passes/TrainingStep.h"
@@ -65,6 +66,9 @@ constexpr OptionSpec kOptions[] = {
      "class losses"},
     {"--loss", "cross_entropy|nll|mse", "the loss on the model's first output (default: cross_entropy)"},
     {"--label-smoothing", "X", "cross_entropy: label smoothing in [0, 1] (default: 0)"},
+    {"--classes-last", "",
+     "cross_entropy, nll: the classes are the output's last dim ([N, T, C] logits of a "
+     "sequence model, labels [N, T]) instead of dim 1"},
     {"--optimizer", "sgd|adam|adamw", "the optimizer, with torch.optim's formulas (default: sgd)"},
     {"--lr", "X", "the learning rate (required for sgd; default 0.001 for adam and adamw)"},
     {"--momentum", "X", "sgd: momentum (default: 0)"},
@@ -200,6 +204,8 @@ struct TrainOptions {
   std::optional<int64_t> epochs, steps;
   uint64_t seed = 0;
   bool shuffle = true, dropLast = false, overlap = true, checkNumerics = false;
+  /// The class axis of cross_entropy and nll is the output's last, not 1.
+  bool classesLast = false;
   int64_t checkpointEvery = 0;
   std::optional<int64_t> logEvery;
   codegen::CpuOptions cpu;
@@ -254,6 +260,8 @@ std::optional<std::string> parseOptions(const ParsedArgs& args, TrainOptions& o)
   if (auto e = number("--label-smoothing", o.step.loss.labelSmoothing)) return e;
   if (args.has("--label-smoothing") && o.step.loss.kind != LossKind::CrossEntropy)
     return "--label-smoothing applies to --loss cross_entropy only";
+  o.classesLast = args.has("--classes-last");
+  if (o.classesLast && o.step.loss.kind == LossKind::Mse) return "--classes-last applies to class losses, not mse";
   if (o.step.loss.labelSmoothing < 0 || o.step.loss.labelSmoothing > 1)
     return "--label-smoothing expects a value in [0, 1], got " + *args.get("--label-smoothing");
 
@@ -522,7 +530,7 @@ Expected<Dataset> loadDataset(const std::string& file, const TrainOptions& o, co
     if (sig.output.rank() < 2)
       return Error(o.modelPath + ": --loss " + lossName + " needs an output of shape [batch, classes, ...], but " +
                    sig.outputName + " is " + sig.output.str());
-    expected.erase(expected.begin());
+    expected.erase(o.classesLast ? expected.end() - 1 : expected.begin());
     if (!isInteger(y->dtype()))
       return Error(file + ": " + yDesc + " holds " + numpyName(y->dtype()) + " labels, but --loss " + lossName +
                    " takes integer class indices; convert them with y.astype(numpy.int64)");
@@ -538,17 +546,21 @@ Expected<Dataset> loadDataset(const std::string& file, const TrainOptions& o, co
     return Error(file + ": " + yDesc + " holds labels of shape " + shapeString(y->shape(), 1) + ", but --loss " +
                  lossName + " on the model's output " + sig.outputName + " (" + sig.output.str() +
                  ") expects labels of shape " + dimsString(expected) + " per sample" +
-                 (classLoss ? " (the classes are dim 1 of the output, as for PyTorch's cross_entropy)" : ""));
+                 (!classLoss      ? ""
+                  : o.classesLast ? " (--classes-last: the classes are the output's last dim)"
+                                  : " (the classes are dim 1 of the output, as for PyTorch's cross_entropy; "
+                                    "--classes-last takes them from the last dim)"));
   const DType yType = classLoss ? DType::I64 : sig.output.dtype;
   if (y->dtype() != yType && !classLoss)
     std::cerr << "kiln train: note: " << file << ": '" << o.yKey << "' is " << numpyName(y->dtype())
               << ", converted to the model output's " << numpyName(yType) << "\n";
   d.y = y->dtype() == yType ? *y : convertTensor(*y, yType);
   if (classLoss) {
-    const Dim& classes = sig.output.shape[1];
+    const Dim& classes = o.classesLast ? sig.output.shape.back() : sig.output.shape[1];
     if (!classes.isStatic())
       return Error(o.modelPath + ": the model's output " + sig.outputName + " (" + sig.output.str() +
-                   ") has no fixed number of classes (dim 1), so labels cannot be checked");
+                   ") has no fixed number of classes (dim " + (o.classesLast ? "-1" : "1") +
+                   "), so labels cannot be checked");
     const int64_t* labels = d.y.data<int64_t>();
     for (int64_t i = 0; i < d.y.numElements(); ++i)
       if (labels[i] < 0 || labels[i] >= classes.size)
@@ -657,6 +669,23 @@ class Trainer {
     p->forward = std::move(*forward);
     p->step = std::make_unique<Module>();
     p->step->addFunction(p->forward->functions().front()->clone());
+    Function& f = *p->step->functions().front();
+    if (o_.classesLast && f.resultTypes()[0].rank() > 2) {
+      // [N, T..., C] -> [N, C, T...]: the class axis where the loss ops read
+      // it, as PyTorch's cross_entropy(logits.transpose(1, 2), labels).
+      const int64_t rank = f.resultTypes()[0].rank();
+      std::vector<int64_t> perm = {0, rank - 1};
+      for (int64_t d = 1; d < rank - 1; ++d) perm.push_back(d);
+      Builder b(f);
+      auto transposed = b.value(OpKind::Transpose, {f.returnOp()->operand(0)}, {{"perm", Attribute(perm)}});
+      if (!transposed) return transposed.takeError();
+      std::vector<Value*> results(f.returnOp()->operands().begin(), f.returnOp()->operands().end());
+      results[0] = *transposed;
+      std::vector<TensorType> types = f.resultTypes();
+      types[0] = (*transposed)->type();
+      f.returnOp()->setOperands(results);
+      f.setResultTypes(types);
+    }
     TrainingStepOptions options = o_.step;
     options.parameters = sig_.params;
     KILN_TRY(buildTrainingStep(*p->step->functions().front(), options));
@@ -756,9 +785,10 @@ class Progress {
     lossCount_ = 0;
   }
 
-  /// Ends the updating line before other output.
+  /// Erases the updating line before other output, which then takes its
+  /// place; the next step draws it again below.
   void breakLine() {
-    if (tty_ && drawn_) std::cerr << "\n";
+    if (tty_ && drawn_) std::cerr << "\r\033[K" << std::flush;
     drawn_ = false;
   }
 
@@ -813,14 +843,19 @@ void accumulateEval(const Tensor& out, const Tensor& labels, const TrainOptions&
     r.counted += out.numElements();
     return;
   }
-  const int64_t classes = out.shape()[1];
+  // Element (sample b, class c, position k): [N, C, inner...] or, with
+  // --classes-last, [N, inner..., C].
+  const int64_t classes = o.classesLast ? out.shape().back() : out.shape()[1];
   const int64_t inner = out.numElements() / std::max<int64_t>(1, n * classes);
+  auto at = [&](int64_t b, int64_t c, int64_t k) {
+    return o.classesLast ? (b * inner + k) * classes + c : (b * classes + c) * inner + k;
+  };
   if (r.confusion.empty()) r.confusion.assign(classes, std::vector<int64_t>(classes, 0));
   const double eps = o.step.loss.labelSmoothing;
   std::vector<double> logits(classes);
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t k = 0; k < inner; ++k) {
-      for (int64_t c = 0; c < classes; ++c) logits[c] = out.getDouble((b * classes + c) * inner + k);
+      for (int64_t c = 0; c < classes; ++c) logits[c] = out.getDouble(at(b, c, k));
       const int64_t label = labels.getInt(b * inner + k);
       const int64_t predicted = std::max_element(logits.begin(), logits.end()) - logits.begin();
       if (o.step.loss.kind == LossKind::Nll) {
@@ -1228,7 +1263,13 @@ int run(const ParsedArgs& args) {
             << progress.samples() << " samples) in " << fixed(progress.seconds(), 2)
             << " s (not counting compilation and evaluation), " << fixed(progress.samplesPerSecond(), 1)
             << " samples/s; final loss " << fixed(lastLoss, 6) << "\n";
-  if (lastEval && classLoss) std::cout << formatConfusion(lastEval->confusion);
+  // A wider table reads worse than none (a language model's vocabulary).
+  constexpr size_t kMaxConfusionClasses = 32;
+  if (lastEval && classLoss && lastEval->confusion.size() <= kMaxConfusionClasses)
+    std::cout << formatConfusion(lastEval->confusion);
+  else if (lastEval && classLoss)
+    std::cout << "(no confusion matrix: " << lastEval->confusion.size() << " classes, more than "
+              << kMaxConfusionClasses << ")\n";
 
   if (!o.outputPath.empty()) {
     std::map<std::string, DenseTensor> params;

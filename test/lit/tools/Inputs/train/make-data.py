@@ -65,3 +65,10 @@ save("mse-shape.npz", x=x[:10], y=np.zeros((10, 3), np.float32))
 # Inputs that make log.kir's x @ w negative: a NaN in the first step.
 save("negative-inputs.npz", x=-np.abs(x[:8]) - 0.1, y=y[:8])
 save("small.npz", x=x[:6], y=y[:6])
+# Per-position classes for seq.kir (--classes-last): the quadrant of each
+# position's 2-d point, learnable by a linear map.
+sx = rng.uniform(-1, 1, size=(48, 3, 2)).astype(np.float32)
+sx += np.sign(sx) * 0.2
+sy = ((sx[..., 0] > 0).astype(np.int64) + 2 * (sx[..., 1] > 0)).astype(np.int64)
+save("seq.npz", x=sx[:32], y=sy[:32])
+save("seq-eval.npz", x=sx[32:], y=sy[32:])
