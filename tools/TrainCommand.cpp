@@ -61,6 +61,9 @@ constexpr std::string_view kName = "train";
 constexpr OptionSpec kOptions[] = {
     {"--data", "FILE.npz", "the training data: arrays x (the model's input) and y (the labels)"},
     {"--data-keys", "X,Y", "the names of the input and label arrays in the .npz files (default: x,y)"},
+    {"--zero-inputs", "NAME,...",
+     "model inputs besides the one x feeds that take zeros at every step (an RNN's initial "
+     "state, as PyTorch's default); their dims named like x's batch dim take the batch size"},
     {"--eval", "FILE.npz",
      "evaluate on this data after each epoch: loss, and accuracy and a confusion matrix for "
      "class losses"},
@@ -198,6 +201,7 @@ int64_t firstNonFinite(const Tensor& t) {
 struct TrainOptions {
   std::string modelPath, dataPath, evalPath, outputPath, checkpointDir, resumePath;
   std::string xKey = "x", yKey = "y";
+  std::vector<std::string> zeroInputs;
   TrainingStepOptions step;
   double lr = 0;
   int64_t batchSize = 32;
@@ -228,6 +232,16 @@ std::optional<std::string> parseOptions(const ParsedArgs& args, TrainOptions& o)
     o.xKey = keys->substr(0, comma);
     o.yKey = keys->substr(comma + 1);
     if (o.xKey == o.yKey) return "--data-keys names the same array '" + o.xKey + "' twice";
+  }
+
+  if (const std::string* names = args.get("--zero-inputs")) {
+    for (size_t start = 0; start <= names->size();) {
+      const size_t comma = std::min(names->find(',', start), names->size());
+      const std::string name = names->substr(start, comma - start);
+      if (name.empty()) return "--zero-inputs expects NAME,... (model input names), got '" + *names + "'";
+      o.zeroInputs.push_back(name);
+      start = comma + 1;
+    }
   }
 
   auto number = [&](std::string_view name, double& out) -> std::optional<std::string> {
@@ -416,9 +430,19 @@ struct ModelSignature {
   size_t dataArg = 0;               // the argument the x array feeds
   TensorType input, output;
   std::string inputName, outputName;
+  /// --zero-inputs: name -> declared type.
+  std::map<std::string, TensorType> zeroInputs;
+
+  /// The static shape of zero input `name` for batches of `batch`.
+  std::vector<int64_t> zeroShape(const std::string& name, int64_t batch) const {
+    std::vector<int64_t> shape;
+    for (const Dim& d : zeroInputs.at(name).shape) shape.push_back(d.isStatic() ? d.size : batch);
+    return shape;
+  }
 };
 
-Expected<ModelSignature> signatureOf(const Function& f, const std::string& path) {
+Expected<ModelSignature> signatureOf(const Function& f, const std::string& path,
+                                     const std::vector<std::string>& zeroInputs) {
   ModelSignature s;
   if (f.resultTypes().empty()) return Error(path + ": the model has no output to put a loss on");
   s.output = f.resultTypes()[0];
@@ -427,20 +451,32 @@ Expected<ModelSignature> signatureOf(const Function& f, const std::string& path)
     return Error(path + ": the model's output " + s.outputName + " is " + s.output.str() +
                  "; a loss needs a float output");
   std::vector<std::string> data;
+  std::string all;
   for (size_t i = 0; i < f.numArguments(); ++i) {
     const Value* a = f.argument(i);
     if (f.argumentDefault(i)) {
       if (a->type().dtype == s.output.dtype) s.params.push_back(a->name());
       continue;
     }
-    data.push_back(a->name().empty() ? "#" + std::to_string(i) : a->name());
+    const std::string name = a->name().empty() ? "#" + std::to_string(i) : a->name();
+    all += (all.empty() ? "" : ", ") + name + " (" + a->type().str() + ")";
+    if (std::find(zeroInputs.begin(), zeroInputs.end(), name) != zeroInputs.end()) {
+      s.zeroInputs[name] = a->type();
+      continue;
+    }
+    data.push_back(name);
     s.dataArg = i;
   }
+  for (const std::string& name : zeroInputs)
+    if (!s.zeroInputs.count(name))
+      return Error(path + ": --zero-inputs names '" + name + "', which is not an input without a default of the " +
+                   "model (those are: " + (all.empty() ? "none" : all) + ")");
   if (data.size() != 1) {
     std::string list;
     for (const std::string& d : data) list += (list.empty() ? "" : ", ") + d;
     return Error(path + ": kiln train feeds one model input from the data's x array, but the model has " +
-                 std::to_string(data.size()) + " inputs without a default" + (list.empty() ? "" : " (" + list + ")"));
+                 std::to_string(data.size()) + " inputs without a default" + (list.empty() ? "" : " (" + list + ")") +
+                 (data.size() > 1 ? "; give the others zeros with --zero-inputs NAME,..." : ""));
   }
   if (s.params.empty())
     return Error(path + ": the model has no weights to train (no " + std::string(dtypeName(s.output.dtype)) +
@@ -448,6 +484,14 @@ Expected<ModelSignature> signatureOf(const Function& f, const std::string& path)
   s.input = f.argument(s.dataArg)->type();
   s.inputName = data[0];
   if (s.input.rank() < 1) return Error(path + ": the model's input '" + s.inputName + "' is a scalar; no batch dim");
+  // A zero input's dims are static or the batch dim's symbol.
+  const Dim& batchDim = s.input.shape[0];
+  for (const auto& [name, type] : s.zeroInputs)
+    for (const Dim& d : type.shape)
+      if (!d.isStatic() && !(batchDim.isSymbolic() && d.isSymbolic() && d.symbol == batchDim.symbol))
+        return Error(path + ": --zero-inputs: input '" + name + "' (" + type.str() + ") has dim " + d.str() +
+                     ", which is neither fixed nor the batch dim of '" + s.inputName + "' (" + s.input.str() +
+                     "), so its size is unknown");
   if (s.output.rank() < 1) return Error(path + ": the model's output " + s.outputName + " is a scalar; no batch dim");
   return s;
 }
@@ -664,7 +708,9 @@ class Trainer {
     std::vector<int64_t> shape;
     for (const Dim& d : sig_.input.shape) shape.push_back(d.isStatic() ? d.size : 0);
     shape[0] = batch;
-    auto forward = loadTrainable(o_.modelPath, {{sig_.inputName, shape}});
+    std::map<std::string, std::vector<int64_t>> shapes = {{sig_.inputName, shape}};
+    for (const auto& [name, type] : sig_.zeroInputs) shapes[name] = sig_.zeroShape(name, batch);
+    auto forward = loadTrainable(o_.modelPath, shapes);
     if (!forward) return forward.takeError();
     p->forward = std::move(*forward);
     p->step = std::make_unique<Module>();
@@ -1036,7 +1082,7 @@ int run(const ParsedArgs& args) {
   // The model, unspecialized, for its signature.
   auto model = loadTrainable(o.modelPath, {});
   if (!model) return fail(model.takeError());
-  auto sig = signatureOf(*(*model)->functions().front(), o.modelPath);
+  auto sig = signatureOf(*(*model)->functions().front(), o.modelPath, o.zeroInputs);
   if (!sig) return fail(sig.takeError());
 
   // The data, checked against the model's input.
@@ -1110,6 +1156,7 @@ int run(const ParsedArgs& args) {
   // The step's inputs: state, then by name the batch, labels and lr, and the
   // defaults of any other argument.
   auto stepInputs = [&](const Function& f, std::vector<Tensor> leading, Batch& batch) {
+    const int64_t batchSize = batch.x.shape()[0];
     std::vector<Tensor> in = std::move(leading);
     for (size_t i = in.size(); i < f.numArguments(); ++i) {
       const std::string& name = f.argument(i)->name();
@@ -1119,6 +1166,8 @@ int run(const ParsedArgs& args) {
         in.push_back(lr);
       else if (name == sig->inputName)
         in.push_back(std::move(batch.x));
+      else if (sig->zeroInputs.count(name))
+        in.push_back(Tensor(f.argument(i)->type().dtype, sig->zeroShape(name, batchSize)));
       else
         in.push_back(Tensor::fromDense(*f.argumentDefault(i)));
     }
@@ -1140,6 +1189,8 @@ int run(const ParsedArgs& args) {
       for (size_t i = 0; i < f.numArguments(); ++i) {
         if (i == sig->dataArg)
           in.push_back(batch.x);
+        else if (sig->zeroInputs.count(f.argument(i)->name()))
+          in.push_back(Tensor(f.argument(i)->type().dtype, sig->zeroShape(f.argument(i)->name(), evalPlan.sizeOf(k))));
         else if (param < sig->params.size() && f.argument(i)->name() == sig->params[param])
           in.push_back(state.values[param++]);
         else
