@@ -1132,6 +1132,13 @@ int run(const ParsedArgs& args) {
     state.values.push_back(Tensor::fromDense(*stepFn.argumentDefault(i)));
   }
 
+  // The state by name: the step names each parameter like the model's weight.
+  std::map<std::string, size_t> stateIndex;
+  for (size_t i = 0; i < numState; ++i) stateIndex[state.names[i]] = i;
+  for (const std::string& name : sig->params)
+    if (!stateIndex.count(name))
+      return fail(Error(o.modelPath + ": the training step has no parameter '" + name + "'"));
+
   int64_t startStep = 0;
   if (!o.resumePath.empty()) {
     auto resumed = readCheckpoint(o.resumePath, o, train->size, state);
@@ -1185,14 +1192,13 @@ int run(const ParsedArgs& args) {
       if (!p) return p.takeError();
       const Function& f = *(*p)->forward->functions().front();
       std::vector<Tensor> in;
-      size_t param = 0;
       for (size_t i = 0; i < f.numArguments(); ++i) {
         if (i == sig->dataArg)
           in.push_back(batch.x);
         else if (sig->zeroInputs.count(f.argument(i)->name()))
           in.push_back(Tensor(f.argument(i)->type().dtype, sig->zeroShape(f.argument(i)->name(), evalPlan.sizeOf(k))));
-        else if (param < sig->params.size() && f.argument(i)->name() == sig->params[param])
-          in.push_back(state.values[param++]);
+        else if (auto it = stateIndex.find(f.argument(i)->name()); it != stateIndex.end())
+          in.push_back(state.values[it->second]);
         else
           in.push_back(Tensor::fromDense(*f.argumentDefault(i)));
       }
@@ -1324,7 +1330,7 @@ int run(const ParsedArgs& args) {
 
   if (!o.outputPath.empty()) {
     std::map<std::string, DenseTensor> params;
-    for (size_t i = 0; i < sig->params.size(); ++i) params[sig->params[i]] = state.values[i].toDense();
+    for (const std::string& name : sig->params) params[name] = state.values[stateIndex.at(name)].toDense();
     if (Status s = writeTrainedModel(o, params); !s) return fail(s.takeError());
     std::cout << "wrote " << o.outputPath << "\n";
   }
