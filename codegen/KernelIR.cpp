@@ -101,6 +101,17 @@ ExprPtr add(ExprPtr a, ExprPtr b) {
   if (ca && cb) return index(x + y);
   if (ca && x == 0) return b;
   if (cb && y == 0) return a;
+  // (v / c) * c + rem(v, c) is v: an offset unravelled and linearized
+  // again (a reshape that keeps a run of dims).
+  if (a->kind == ExprKind::Binary && a->binary == BinaryFn::Mul && b->kind == ExprKind::Binary &&
+      b->binary == BinaryFn::Rem) {
+    const ExprPtr& q = a->args[0];
+    int64_t m, c, r;
+    if (q->kind == ExprKind::Binary && q->binary == BinaryFn::Div && constValue(a->args[1], m) &&
+        constValue(q->args[1], c) && constValue(b->args[1], r) && m == c && c == r && q->args[0] == b->args[0] &&
+        q->args[0]->type == DType::I64)
+      return q->args[0];
+  }
   return binary(BinaryFn::Add, std::move(a), std::move(b));
 }
 

@@ -30,10 +30,87 @@ Index broadcastIndex(const Index& index, const std::vector<int64_t>& shape) {
   return out;
 }
 
-/// Row-major linear offset of `index` in `shape`.
+Index unravel(const ExprPtr& linear, const std::vector<int64_t>& shape);
+
+bool indexConstant(const ExprPtr& e, int64_t& out) {
+  if (e->kind != kir::ExprKind::Const || e->type != DType::I64) return false;
+  out = e->intValue;
+  return true;
+}
+
+/// Structural equality of two expressions.
+bool sameExpr(const ExprPtr& a, const ExprPtr& b) {
+  if (a == b) return true;
+  if (a->kind != b->kind || a->type != b->type || a->intValue != b->intValue || a->floatValue != b->floatValue ||
+      a->id != b->id || a->unary != b->unary || a->binary != b->binary || a->reduce != b->reduce ||
+      a->selectLast != b->selectLast || a->extents != b->extents || a->args.size() != b->args.size())
+    return false;
+  for (size_t i = 0; i < a->args.size(); ++i)
+    if (!sameExpr(a->args[i], b->args[i])) return false;
+  return true;
+}
+
+/// The offset `linear` when `index` is unravel(linear, shape), else null. A
+/// reshape reads its input at the unravelled offset of the index it
+/// writes; read from a buffer of the same row-major layout, the divisions
+/// and remainders of the unravelling cancel, and the load is at `linear`
+/// (a plain copy that vectorizes, instead of a division chain per element).
+ExprPtr unraveledOffset(const Index& index, const std::vector<int64_t>& shape) {
+  if (index.size() != shape.size() || shape.empty()) return nullptr;
+  ExprPtr linear;
+  int64_t stride = 1;
+  for (size_t d = shape.size(); d-- > 0 && !linear;) {
+    if (shape[d] != 1 || d == 0) {
+      ExprPtr q = index[d];
+      if (d > 0) {
+        int64_t size = 0;
+        if (q->kind != kir::ExprKind::Binary || q->binary != kir::BinaryFn::Rem || !indexConstant(q->args[1], size) ||
+            size != shape[d])
+          return nullptr;
+        q = q->args[0];
+      }
+      if (stride == 1) {
+        linear = q;
+      } else {
+        int64_t by = 0;
+        if (q->kind != kir::ExprKind::Binary || q->binary != kir::BinaryFn::Div || !indexConstant(q->args[1], by) ||
+            by != stride)
+          return nullptr;
+        linear = q->args[0];
+      }
+    }
+    stride *= shape[d];
+  }
+  const Index expected = unravel(linear, shape);
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (!sameExpr(index[d], expected[d])) return nullptr;
+  return linear;
+}
+
+/// Row-major linear offset of `index` in `shape`. A run of dims whose
+/// index is an unravelled offset (a reshape's input index, see
+/// reshapeIndex) contributes that offset, without its divisions.
 ExprPtr linearize(const Index& index, const std::vector<int64_t>& shape) {
   ExprPtr offset = kir::index(0);
-  for (size_t d = 0; d < shape.size(); ++d) offset = kir::add(kir::mul(offset, kir::index(shape[d])), index[d]);
+  for (size_t a = 0; a < shape.size();) {
+    size_t b = shape.size();
+    ExprPtr run;
+    for (; b > a + 1; --b) {
+      run = unraveledOffset(Index(index.begin() + static_cast<std::ptrdiff_t>(a),
+                                  index.begin() + static_cast<std::ptrdiff_t>(b)),
+                            std::vector<int64_t>(shape.begin() + static_cast<std::ptrdiff_t>(a),
+                                                 shape.begin() + static_cast<std::ptrdiff_t>(b)));
+      if (run) break;
+    }
+    if (!run) {
+      run = index[a];
+      b = a + 1;
+    }
+    int64_t size = 1;
+    for (size_t d = a; d < b; ++d) size *= shape[d];
+    offset = kir::add(kir::mul(offset, kir::index(size)), run);
+    a = b;
+  }
   return offset;
 }
 
@@ -161,8 +238,44 @@ Expected<ExprPtr> lowerBroadcast(const Op& op, LoweringContext& ctx, const Index
   return ctx.operand(0, broadcastIndex(index, dimsOf(op.operand(0))));
 }
 
+/// The input index of a reshape from `in` to `out` dims read at `index`.
+/// The dims split into runs with equal products on both sides ([N, C, 28]
+/// and [N, C, 14, 2]: [N], [C], [28] = [14, 2]), and each run is unravelled
+/// on its own, so a dim that a reshape keeps costs no division and a split
+/// one a division by its inner size, instead of unravelling the whole flat
+/// offset.
+Index reshapeIndex(const Index& index, const std::vector<int64_t>& out, const std::vector<int64_t>& in) {
+  Index result;
+  size_t i = 0, j = 0;
+  while (i < out.size() || j < in.size()) {
+    const size_t i0 = i, j0 = j;
+    int64_t outSize = 1, inSize = 1;
+    // Take at least one dim from each side that has one left; unit dims
+    // join the current run.
+    if (i < out.size()) outSize *= out[i++];
+    if (j < in.size()) inSize *= in[j++];
+    while (outSize != inSize || (i < out.size() && out[i] == 1) || (j < in.size() && in[j] == 1)) {
+      if (i < out.size() && (outSize < inSize || (outSize == inSize && out[i] == 1)))
+        outSize *= out[i++];
+      else if (j < in.size())
+        inSize *= in[j++];
+      else
+        break;
+    }
+    if (outSize != inSize) return unravel(linearize(index, out), in);  // not expected: products of equal totals
+    const Index part(index.begin() + static_cast<std::ptrdiff_t>(i0), index.begin() + static_cast<std::ptrdiff_t>(i));
+    const std::vector<int64_t> outDims(out.begin() + static_cast<std::ptrdiff_t>(i0),
+                                       out.begin() + static_cast<std::ptrdiff_t>(i));
+    const std::vector<int64_t> inDims(in.begin() + static_cast<std::ptrdiff_t>(j0),
+                                      in.begin() + static_cast<std::ptrdiff_t>(j));
+    const Index mapped = unravel(linearize(part, outDims), inDims);
+    result.insert(result.end(), mapped.begin(), mapped.end());
+  }
+  return result;
+}
+
 Expected<ExprPtr> lowerReshape(const Op& op, LoweringContext& ctx, const Index& index) {
-  return ctx.operand(0, unravel(linearize(index, dimsOf(op.result())), dimsOf(op.operand(0))));
+  return ctx.operand(0, reshapeIndex(index, dimsOf(op.result()), dimsOf(op.operand(0))));
 }
 
 Expected<ExprPtr> lowerTranspose(const Op& op, LoweringContext& ctx, const Index& index) {
