@@ -216,6 +216,7 @@ class FunctionFuser {
       for (Value* v : body_[m]->operands())
         if (Op* def = v->definingOp(); def && index_.count(def) && find(index_[def]) == p) crossing.push_back(body_[m]);
     Group merged = mergedShape(groups_[p], groups_[c], crossing);
+    if (merged.kind == GroupKind::None && readThroughLayout(p, c, crossing)) merged = groups_[c];
     if (merged.kind == GroupKind::None || createsCycle(p, c)) return;
     merged.members = groups_[p].members;
     merged.members.insert(merged.members.end(), groups_[c].members.begin(), groups_[c].members.end());
@@ -223,6 +224,33 @@ class FunctionFuser {
     parent_[c] = p;
     groups_[p] = std::move(merged);
     groups_[c] = Group{};
+  }
+
+  /// True when elementwise group `c` reads elementwise group `p`, of
+  /// another space, only through reshapes and broadcasts, which compose as
+  /// index maps: `p` then runs inside `c` at `c`'s index, once per element
+  /// of `c` when `p` has as many elements, or more often when a broadcast
+  /// repeats it, which only a group of reshapes and broadcasts (loads, no
+  /// arithmetic) may be. A pooling gradient's y repeated over each window,
+  /// reshape -> broadcast -> reshape, then costs no buffers of its own.
+  bool readThroughLayout(int p, int c, const std::vector<const Op*>& crossing) {
+    const Group &producer = groups_[p], &consumer = groups_[c];
+    if (producer.kind != GroupKind::Elementwise || consumer.kind != GroupKind::Elementwise) return false;
+    for (const Op* op : crossing)
+      if (op->kind() != OpKind::Reshape && op->kind() != OpKind::Broadcast) return false;
+    auto elements = [](const Shape& s) {
+      int64_t n = 1;
+      for (const Dim& d : s) {
+        if (!d.isStatic()) return int64_t{-1};
+        n *= d.size;
+      }
+      return n;
+    };
+    const int64_t produced = elements(producer.space);
+    if (produced < 0 || produced == elements(consumer.space)) return produced >= 0;
+    for (int m : producer.members)
+      if (body_[m]->kind() != OpKind::Reshape && body_[m]->kind() != OpKind::Broadcast) return false;
+    return true;
   }
 
   /// True when some path leaves groups `a` or `b` and comes back into
