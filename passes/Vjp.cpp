@@ -155,8 +155,12 @@ Grads vjpSigmoid(Grad& g, const Op& op, Value* dy) {
   Value* y = y0(op);
   return {g.mul(dy, g.mul(y, g.rsub(1.0, y)))};
 }
+/// relu'(x) = [x > 0] = [relu(x) > 0], read from the output: then the
+/// backward needs no pre-activation, so a conv or matmul with a relu
+/// epilogue (one oneDNN call with a post-op) stays one call in a training
+/// step instead of also running without the relu for the backward's mask.
 Grads vjpRelu(Grad& g, const Op& op, Value* dy) {
-  return {g.where(g.cmp(OpKind::Gt, x0(op), g.like(x0(op), 0.0)), dy)};
+  return {g.where(g.cmp(OpKind::Gt, y0(op), g.like(y0(op), 0.0)), dy)};
 }
 /// erf'(x) = 2/sqrt(pi) e^(-x^2).
 Grads vjpErf(Grad& g, const Op& op, Value* dy) {
