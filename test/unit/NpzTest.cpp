@@ -1,7 +1,8 @@
 // Tests of runtime/Npz: the .npz archives `kiln train --data` reads. The
 // fixtures under test/unit/data/npz were written by NumPy 1.24
 // (make-fixtures.py there): numpy.savez (stored members), savez_compressed
-// (deflated), positional names, an empty archive, and zip64 records. Then
+// (deflated), positional names, an empty archive, zip64 records, and data
+// descriptors (an archive written to a file NumPy could not seek in). Then
 // round trips through our writer, and every way an archive can be damaged:
 // truncation at every offset, flipped bytes, and hand-patched headers, each
 // of which must be an error naming the problem, never a crash or a misread.
@@ -194,6 +195,24 @@ TEST(NpzTest, ReadsZip64Records) {
   EXPECT_EQ((*arrays)[1].tensor.getDouble(0), 1.5);
 }
 
+/// Written to a file NumPy cannot seek in: the local headers have zero
+/// sizes and CRCs, the real ones follow the data in data descriptors; the
+/// reader takes them from the central directory.
+TEST(NpzTest, ReadsDataDescriptors) {
+  std::string zip = fixture("streamed.npz");
+  ASSERT_EQ(get16(zip, 6), 8);    // flag bit 3 in the first local header
+  ASSERT_EQ(get32(zip, 18), 0u);  // and no compressed size there
+  auto arrays = parseNpz(zip, "streamed.npz");
+  ASSERT_TRUE(arrays.ok()) << arrays.error().message();
+  ASSERT_EQ(arrays->size(), 2u);
+  EXPECT_EQ((*arrays)[0].name, "a");
+  ASSERT_EQ((*arrays)[0].tensor.dtype(), DType::I16);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ((*arrays)[0].tensor.getInt(i), i);
+  EXPECT_EQ((*arrays)[1].name, "b");
+  EXPECT_EQ((*arrays)[1].tensor.shape(), (std::vector<int64_t>{2, 2}));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ((*arrays)[1].tensor.getDouble(i), 1.0);
+}
+
 TEST(NpzTest, PositionalNamesAndEmptyArchive) {
   auto arrays = readNpz(fixturePath("positional.npz"));
   ASSERT_TRUE(arrays.ok()) << arrays.error().message();
@@ -294,7 +313,7 @@ TEST(NpzTest, NotAZipFile) {
 }
 
 TEST(NpzTest, EveryTruncationIsAnError) {
-  for (const char* name : {"stored.npz", "compressed.npz", "zip64.npz"}) {
+  for (const char* name : {"stored.npz", "compressed.npz", "zip64.npz", "streamed.npz"}) {
     std::string zip = fixture(name);
     for (size_t n = 0; n < zip.size(); ++n) {
       std::string message = parseError(std::string_view(zip).substr(0, n));

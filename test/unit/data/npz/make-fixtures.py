@@ -2,6 +2,7 @@
 """Writes the .npz fixtures of test/unit/NpzTest.cpp with NumPy (1.24 made
 the committed ones): run it in this folder with /usr/bin/python3. The
 arrays hold small, exactly representable values the test asserts."""
+import io
 import zipfile
 
 import numpy as np
@@ -26,6 +27,25 @@ np.savez_compressed("compressed.npz", **arrays())
 # Positional arrays get NumPy's names arr_0, arr_1.
 np.savez("positional.npz", np.array([1, 2], dtype=np.int64), np.array([3.0], dtype=np.float32))
 np.savez("empty-archive.npz")
+
+
+class Unseekable(io.RawIOBase):
+    """A file NumPy cannot seek in, like a pipe: zipfile then writes each
+    member's sizes and CRC in a data descriptor after its data (flag bit 3)
+    and leaves them zero in the local header."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def writable(self):
+        return True
+
+    def write(self, b):
+        return self.f.write(b)
+
+
+with open("streamed.npz", "wb") as f:
+    np.savez_compressed(Unseekable(f), a=np.arange(3, dtype=np.int16), b=np.ones((2, 2), dtype=np.float32))
 # Zip64 records on small arrays: Python's zipfile writes them past
 # ZIP64_LIMIT (2 GiB - 1), so lowering the limit makes NumPy write a zip64
 # extra field in every central directory entry and the zip64 end records,
