@@ -3,7 +3,9 @@
 OUT_DIR on first use, then `kiln train` with --eval) and checks what it
 prints: the held-out accuracy of the last evaluation must be at least
 MIN_ACCURACY, and a 10x10 confusion matrix must follow, whose entries sum
-to the test set's size and whose diagonal agrees with that accuracy.
+to the test set's size and whose diagonal agrees with that accuracy; and
+the trained model written by -o, run by `kiln run` on the test set, must
+reach the same accuracy.
 
     check-digits.py KILN OUT_DIR [MIN_ACCURACY]    (default 0.95)
 """
@@ -57,5 +59,20 @@ if abs(np.trace(matrix) / test_size - accuracy) > 1e-4:
              f"the printed one is {accuracy:.4f}")
 if accuracy < min_accuracy:
     sys.exit(f"check-digits: held-out accuracy {accuracy:.4f}, expected at least {min_accuracy}")
-print(f"check-digits: held-out accuracy {accuracy:.4f} >= {min_accuracy}, confusion matrix of {test_size} samples, "
-      f"{seconds:.1f} s")
+
+# The trained model kiln train wrote (-o) classifies the test set as well
+# when `kiln run` runs it (one sample of slack: its batch differs from the
+# evaluation's, which may round a near tie the other way).
+test = np.load(os.path.join(out_dir, "test.npz"))
+x_path = os.path.join(out_dir, "test-x.npy")
+np.save(x_path, test["x"])
+run_dir = os.path.join(out_dir, "kiln-run")
+subprocess.run([kiln, "run", os.path.join(out_dir, "cnn-trained.onnx"), "--input", f"x={x_path}", "--output-dir",
+                run_dir], check=True, stdout=subprocess.DEVNULL)
+predicted = np.load(os.path.join(run_dir, "logits.npy")).argmax(axis=1)
+run_accuracy = float((predicted == test["y"]).mean())
+if abs(run_accuracy - accuracy) > 1.5 / test_size:
+    sys.exit(f"check-digits: kiln run of the trained model gives accuracy {run_accuracy:.4f}, "
+             f"kiln train printed {accuracy:.4f}")
+print(f"check-digits: held-out accuracy {accuracy:.4f} >= {min_accuracy} (kiln run of the trained model: "
+      f"{run_accuracy:.4f}), confusion matrix of {test_size} samples, {seconds:.1f} s")
