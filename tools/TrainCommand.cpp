@@ -51,10 +51,13 @@
 #include "runtime/Npz.h"
 #include "tools/DeviceSelection.h"
 #include "tools/KilnCommands.h"
+#include "tools/TrainData.h"
 
 namespace kiln::cli {
 
 namespace {
+
+using namespace train;
 
 constexpr std::string_view kName = "train";
 
@@ -111,42 +114,6 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
-std::string shortest(double v) {
-  if (std::isnan(v)) return "nan";  // printf's sign of a NaN means nothing to a user
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
-
-std::string shapeString(const std::vector<int64_t>& dims, size_t from = 0) {
-  std::string s = "[";
-  for (size_t i = from; i < dims.size(); ++i) s += (i > from ? "," : "") + std::to_string(dims[i]);
-  return s + "]";
-}
-
-std::string dimsString(const Shape& shape, size_t from = 0) {
-  std::string s = "[";
-  for (size_t i = from; i < shape.size(); ++i) s += (i > from ? "," : "") + shape[i].str();
-  return s + "]";
-}
-
-/// The NumPy name of a dtype, for advice on converting an array.
-std::string numpyName(DType dtype) {
-  switch (dtype) {
-    case DType::F64: return "float64";
-    case DType::F32: return "float32";
-    case DType::F16: return "float16";
-    case DType::BF16: return "bfloat16";
-    case DType::I64: return "int64";
-    case DType::I32: return "int32";
-    case DType::I16: return "int16";
-    case DType::I8: return "int8";
-    case DType::U8: return "uint8";
-    case DType::Bool: return "bool";
-  }
-  return "?";
-}
-
 /// A whole, finite decimal number.
 Expected<double> parseNumber(const std::string& text, std::string_view what) {
   char* end = nullptr;
@@ -155,44 +122,6 @@ Expected<double> parseNumber(const std::string& text, std::string_view what) {
   if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(v))
     return Error(std::string(what) + " expects a finite number, got '" + text + "'");
   return v;
-}
-
-/// A copy of `t` converted element by element to `dtype`.
-Tensor convertTensor(const Tensor& t, DType dtype) {
-  Tensor out(dtype, t.shape());
-  const int64_t n = t.numElements();
-  if (isFloat(dtype))
-    for (int64_t i = 0; i < n; ++i) out.setDouble(i, t.getDouble(i));
-  else
-    for (int64_t i = 0; i < n; ++i) out.setInt(i, t.getInt(i));
-  return out;
-}
-
-/// `flat` as an index into `shape`: "17" or "3, 5".
-std::string indexString(int64_t flat, const std::vector<int64_t>& shape) {
-  std::vector<int64_t> index(shape.size());
-  for (size_t d = shape.size(); d-- > 0;) {
-    index[d] = shape[d] ? flat % shape[d] : 0;
-    flat = shape[d] ? flat / shape[d] : 0;
-  }
-  std::string s;
-  for (size_t d = 0; d < index.size(); ++d) s += (d ? ", " : "") + std::to_string(index[d]);
-  return s;
-}
-
-/// The index of the first non-finite element of a float tensor, or -1.
-int64_t firstNonFinite(const Tensor& t) {
-  if (!isFloat(t.dtype())) return -1;
-  const int64_t n = t.numElements();
-  if (t.dtype() == DType::F32) {
-    const float* p = t.data<float>();
-    for (int64_t i = 0; i < n; ++i)
-      if (!std::isfinite(p[i])) return i;
-    return -1;
-  }
-  for (int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(t.getDouble(i))) return i;
-  return -1;
 }
 
 // ---------------------------------------------------------------------------
@@ -495,193 +424,6 @@ Expected<ModelSignature> signatureOf(const Function& f, const std::string& path,
   if (s.output.rank() < 1) return Error(path + ": the model's output " + s.outputName + " is a scalar; no batch dim");
   return s;
 }
-
-// ---------------------------------------------------------------------------
-// The data
-
-struct Dataset {
-  std::string file;
-  Tensor x, y;  // converted to what the step takes
-  int64_t size = 0;
-};
-
-/// Reads `file` and checks it against the model: every error names the file
-/// and says what was expected.
-Expected<Dataset> loadDataset(const std::string& file, const TrainOptions& o, const ModelSignature& sig) {
-  std::error_code ec;
-  if (!std::filesystem::exists(file, ec)) return Error(file + ": no such file");
-  auto arrays = readNpz(file);
-  if (!arrays) return arrays.takeError();  // runtime/Npz's errors name the file
-  std::string present;
-  const Tensor *x = nullptr, *y = nullptr;
-  for (const NpzArray& a : *arrays) {
-    present += (present.empty() ? "" : ", ") + a.name;
-    if (a.name == o.xKey) x = &a.tensor;
-    if (a.name == o.yKey) y = &a.tensor;
-  }
-  for (const auto& [key, found] : {std::pair{o.xKey, x}, std::pair{o.yKey, y}})
-    if (!found)
-      return Error(file + ": no array '" + key + "' (the file holds: " + (present.empty() ? "nothing" : present) +
-                   "); name the input and label arrays with --data-keys X,Y");
-  if (x->rank() == 0) return Error(file + ": '" + o.xKey + "' is a scalar; expected one sample per row");
-  if (y->rank() == 0) return Error(file + ": '" + o.yKey + "' is a scalar; expected one label per sample");
-  Dataset d;
-  d.file = file;
-  d.size = x->shape()[0];
-  if (x->shape()[0] != y->shape()[0])
-    return Error(file + ": '" + o.xKey + "' holds " + std::to_string(x->shape()[0]) + " samples but '" + o.yKey +
-                 "' holds " + std::to_string(y->shape()[0]) + " labels; expected one label per sample");
-  if (d.size == 0) return Error(file + ": the dataset is empty ('" + o.xKey + "' holds 0 samples)");
-
-  // x: the input's dtype, per-sample shape its dims after the batch dim.
-  const std::string xDesc = "'" + o.xKey + "' (" + numpyName(x->dtype()) + shapeString(x->shape()) + ")";
-  if (!isFloat(x->dtype()) || !isFloat(sig.input.dtype)) {
-    if (x->dtype() != sig.input.dtype)
-      return Error(file + ": " + xDesc + " does not match the model's input '" + sig.inputName + "' of type " +
-                   sig.input.str() + "; convert it with x.astype(numpy." + numpyName(sig.input.dtype) + ")");
-  }
-  if (x->rank() != sig.input.rank()) {
-    return Error(file + ": " + xDesc + " holds samples of shape " + shapeString(x->shape(), 1) +
-                 ", but the model's input '" + sig.inputName + "' (" + sig.input.str() + ") expects samples of shape " +
-                 dimsString(sig.input.shape, 1));
-  }
-  for (int64_t k = 1; k < x->rank(); ++k) {
-    const Dim& dim = sig.input.shape[k];
-    if (dim.isStatic() && dim.size != x->shape()[k])
-      return Error(file + ": " + xDesc + " holds samples of shape " + shapeString(x->shape(), 1) +
-                   ", but the model's input '" + sig.inputName + "' (" + sig.input.str() +
-                   ") expects samples of shape " + dimsString(sig.input.shape, 1));
-  }
-  if (x->dtype() != sig.input.dtype) {
-    std::cerr << "kiln train: note: " << file << ": '" << o.xKey << "' is " << numpyName(x->dtype())
-              << ", converted to the model input's " << numpyName(sig.input.dtype) << "\n";
-    d.x = convertTensor(*x, sig.input.dtype);
-  } else {
-    d.x = *x;
-  }
-  if (int64_t bad = firstNonFinite(d.x); bad >= 0)
-    return Error(file + ": '" + o.xKey + "' holds a non-finite value (" + shortest(d.x.getDouble(bad)) + ") at [" +
-                 indexString(bad, d.x.shape()) + "]; every input must be finite");
-
-  // y: class indices for cross-entropy and NLL, targets like the output for MSE.
-  const bool classLoss = o.step.loss.kind != LossKind::Mse;
-  const std::string lossName = o.step.loss.kind == LossKind::CrossEntropy ? "cross_entropy"
-                               : o.step.loss.kind == LossKind::Nll        ? "nll"
-                                                                          : "mse";
-  const std::string yDesc = "'" + o.yKey + "' (" + numpyName(y->dtype()) + shapeString(y->shape()) + ")";
-  Shape expected(sig.output.shape.begin() + 1, sig.output.shape.end());
-  if (classLoss) {
-    if (sig.output.rank() < 2)
-      return Error(o.modelPath + ": --loss " + lossName + " needs an output of shape [batch, classes, ...], but " +
-                   sig.outputName + " is " + sig.output.str());
-    expected.erase(o.classesLast ? expected.end() - 1 : expected.begin());
-    if (!isInteger(y->dtype()))
-      return Error(file + ": " + yDesc + " holds " + numpyName(y->dtype()) + " labels, but --loss " + lossName +
-                   " takes integer class indices; convert them with y.astype(numpy.int64)");
-  } else if (!isFloat(y->dtype())) {
-    return Error(file + ": " + yDesc + " holds " + numpyName(y->dtype()) + " targets, but --loss mse takes " +
-                 numpyName(sig.output.dtype) + " targets like the output; convert them with y.astype(numpy." +
-                 numpyName(sig.output.dtype) + ")");
-  }
-  bool shapeOk = y->rank() == static_cast<int64_t>(expected.size()) + 1;
-  for (size_t k = 0; shapeOk && k < expected.size(); ++k)
-    shapeOk = !expected[k].isStatic() || expected[k].size == y->shape()[k + 1];
-  if (!shapeOk)
-    return Error(file + ": " + yDesc + " holds labels of shape " + shapeString(y->shape(), 1) + ", but --loss " +
-                 lossName + " on the model's output " + sig.outputName + " (" + sig.output.str() +
-                 ") expects labels of shape " + dimsString(expected) + " per sample" +
-                 (!classLoss      ? ""
-                  : o.classesLast ? " (--classes-last: the classes are the output's last dim)"
-                                  : " (the classes are dim 1 of the output, as for PyTorch's cross_entropy; "
-                                    "--classes-last takes them from the last dim)"));
-  const DType yType = classLoss ? DType::I64 : sig.output.dtype;
-  if (y->dtype() != yType && !classLoss)
-    std::cerr << "kiln train: note: " << file << ": '" << o.yKey << "' is " << numpyName(y->dtype())
-              << ", converted to the model output's " << numpyName(yType) << "\n";
-  d.y = y->dtype() == yType ? *y : convertTensor(*y, yType);
-  if (classLoss) {
-    const Dim& classes = o.classesLast ? sig.output.shape.back() : sig.output.shape[1];
-    if (!classes.isStatic())
-      return Error(o.modelPath + ": the model's output " + sig.outputName + " (" + sig.output.str() +
-                   ") has no fixed number of classes (dim " + (o.classesLast ? "-1" : "1") +
-                   "), so labels cannot be checked");
-    const int64_t* labels = d.y.data<int64_t>();
-    for (int64_t i = 0; i < d.y.numElements(); ++i)
-      if (labels[i] < 0 || labels[i] >= classes.size)
-        return Error(file + ": label " + o.yKey + "[" + indexString(i, d.y.shape()) +
-                     "] = " + std::to_string(labels[i]) + " is outside [0, " + std::to_string(classes.size) +
-                     "): the model's output " + sig.outputName + " has " + std::to_string(classes.size) + " classes");
-  } else if (int64_t bad = firstNonFinite(d.y); bad >= 0) {
-    return Error(file + ": '" + o.yKey + "' holds a non-finite target (" + shortest(d.y.getDouble(bad)) + ") at [" +
-                 indexString(bad, d.y.shape()) + "]");
-  }
-  return d;
-}
-
-/// Rows `rows` of `t` (a dataset array) as one batch tensor.
-Tensor gatherRows(const Tensor& t, const std::vector<int64_t>& rows) {
-  std::vector<int64_t> shape = t.shape();
-  shape[0] = static_cast<int64_t>(rows.size());
-  Tensor out(t.dtype(), shape);
-  const size_t rowBytes = t.numBytes() / static_cast<size_t>(t.shape()[0]);
-  for (size_t i = 0; i < rows.size(); ++i)
-    std::memcpy(out.raw() + i * rowBytes, t.raw() + static_cast<size_t>(rows[i]) * rowBytes, rowBytes);
-  return out;
-}
-
-/// The sample order of each epoch: a Fisher-Yates shuffle driven by a
-/// generator seeded from (seed, epoch) alone, so any epoch's order can be
-/// recomputed (resume) without replaying the ones before it.
-std::vector<int64_t> epochOrder(int64_t n, bool shuffle, uint64_t seed, int64_t epoch) {
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) order[i] = i;
-  if (!shuffle) return order;
-  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32), static_cast<uint32_t>(epoch),
-                    static_cast<uint32_t>(static_cast<uint64_t>(epoch) >> 32)};
-  std::mt19937_64 rng(seq);
-  for (int64_t i = n - 1; i > 0; --i) std::swap(order[i], order[rng() % static_cast<uint64_t>(i + 1)]);
-  return order;
-}
-
-/// Which samples each step takes.
-struct BatchPlan {
-  int64_t samples, batchSize, stepsPerEpoch;
-  bool shuffle, dropLast;
-  uint64_t seed;
-
-  int64_t epochOf(int64_t step) const { return step / stepsPerEpoch; }
-  int64_t sizeOf(int64_t step) const {
-    const int64_t start = (step % stepsPerEpoch) * batchSize;
-    return std::min(batchSize, samples - start);
-  }
-};
-
-struct Batch {
-  int64_t step = 0;
-  Tensor x, y;
-};
-
-/// Gathers batches in step order, keeping the current epoch's order.
-class BatchGatherer {
- public:
-  BatchGatherer(const Dataset& data, const BatchPlan& plan) : data_(data), plan_(plan) {}
-  Batch gather(int64_t step) {
-    const int64_t epoch = plan_.epochOf(step);
-    if (epoch != orderEpoch_) {
-      order_ = epochOrder(plan_.samples, plan_.shuffle, plan_.seed, epoch);
-      orderEpoch_ = epoch;
-    }
-    const int64_t start = (step % plan_.stepsPerEpoch) * plan_.batchSize;
-    std::vector<int64_t> rows(order_.begin() + start, order_.begin() + start + plan_.sizeOf(step));
-    return Batch{step, gatherRows(data_.x, rows), gatherRows(data_.y, rows)};
-  }
-
- private:
-  const Dataset& data_;
-  const BatchPlan& plan_;
-  std::vector<int64_t> order_;
-  int64_t orderEpoch_ = -1;
-};
 
 // ---------------------------------------------------------------------------
 // Compiled programs, one per batch size
@@ -1086,28 +828,31 @@ int run(const ParsedArgs& args) {
   if (!sig) return fail(sig.takeError());
 
   // The data, checked against the model's input.
-  auto train = loadDataset(o.dataPath, o, *sig);
-  if (!train) return fail(train.takeError());
+  const DataSpec spec{o.modelPath,    o.xKey,          o.yKey,           sig->input,   sig->output,
+                      sig->inputName, sig->outputName, o.step.loss.kind, o.classesLast};
+  auto trainData = loadDataset(o.dataPath, spec);
+  if (!trainData) return fail(trainData.takeError());
   const Dim& batchDim = sig->input.shape[0];
   if (batchDim.isStatic() && batchDim.size != o.batchSize)
     return fail(Error(o.modelPath + ": the model's input '" + sig->inputName + "' (" + sig->input.str() +
                       ") has a fixed batch size of " + std::to_string(batchDim.size) + "; pass --batch-size " +
                       std::to_string(batchDim.size) + " (or export the model with a dynamic batch dim)"));
-  BatchPlan plan{train->size, o.batchSize, 0, o.shuffle, o.dropLast, o.seed};
-  if (o.dropLast && o.batchSize > train->size)
+  BatchPlan plan{trainData->size, o.batchSize, 0, o.shuffle, o.dropLast, o.seed};
+  if (o.dropLast && o.batchSize > trainData->size)
     return fail(Error(o.dataPath + ": --batch-size " + std::to_string(o.batchSize) +
                       " with --drop-last leaves no "
                       "batch: the data holds " +
-                      std::to_string(train->size) + " samples"));
-  plan.stepsPerEpoch = o.dropLast ? train->size / o.batchSize : (train->size + o.batchSize - 1) / o.batchSize;
-  const int64_t remainder = train->size % o.batchSize;
+                      std::to_string(trainData->size) + " samples"));
+  plan.stepsPerEpoch = o.dropLast ? trainData->size / o.batchSize : (trainData->size + o.batchSize - 1) / o.batchSize;
+  const int64_t remainder = trainData->size % o.batchSize;
   if (batchDim.isStatic() && !o.dropLast && remainder != 0)
     return fail(Error(o.modelPath + ": the model's input '" + sig->inputName + "' has a fixed batch size of " +
-                      std::to_string(batchDim.size) + ", and " + o.dataPath + " holds " + std::to_string(train->size) +
-                      " samples, which leaves a last batch of " + std::to_string(remainder) + "; pass --drop-last"));
+                      std::to_string(batchDim.size) + ", and " + o.dataPath + " holds " +
+                      std::to_string(trainData->size) + " samples, which leaves a last batch of " +
+                      std::to_string(remainder) + "; pass --drop-last"));
   std::optional<Dataset> evalData;
   if (!o.evalPath.empty()) {
-    auto loaded = loadDataset(o.evalPath, o, *sig);
+    auto loaded = loadDataset(o.evalPath, spec);
     if (!loaded) return fail(loaded.takeError());
     if (batchDim.isStatic() && loaded->size % batchDim.size != 0)
       return fail(Error(o.evalPath + ": " + std::to_string(loaded->size) + " samples do not split into batches of " +
@@ -1122,7 +867,7 @@ int run(const ParsedArgs& args) {
 
   // The step for the full batch size; its leading arguments are the state.
   Trainer trainer(o, *sig);
-  auto first = trainer.program(std::min(o.batchSize, train->size));
+  auto first = trainer.program(std::min(o.batchSize, trainData->size));
   if (!first) return fail(first.takeError());
   const Function& stepFn = *(*first)->step->functions().front();
   const size_t numState = stepFn.resultTypes().size() - 1;
@@ -1141,7 +886,7 @@ int run(const ParsedArgs& args) {
 
   int64_t startStep = 0;
   if (!o.resumePath.empty()) {
-    auto resumed = readCheckpoint(o.resumePath, o, train->size, state);
+    auto resumed = readCheckpoint(o.resumePath, o, trainData->size, state);
     if (!resumed) return fail(resumed.takeError());
     startStep = *resumed;
     if (startStep > totalSteps)
@@ -1223,7 +968,7 @@ int run(const ParsedArgs& args) {
     std::cout << "\n" << std::flush;
   };
 
-  BatchGatherer gatherer(*train, plan);
+  BatchGatherer gatherer(*trainData, plan);
   Progress progress(totalSteps, startStep, plan.stepsPerEpoch, o.logEvery);
   std::future<Batch> next;
   auto launch = [&](int64_t step) {
@@ -1282,7 +1027,7 @@ int run(const ParsedArgs& args) {
     if (o.checkpointEvery && (k + 1) % o.checkpointEvery == 0) {
       const std::string path =
           (std::filesystem::path(o.checkpointDir) / ("step-" + std::to_string(k + 1) + ".npz")).string();
-      if (Status s = writeCheckpoint(path, state, checkpointMeta(o, k + 1, train->size)); !s) {
+      if (Status s = writeCheckpoint(path, state, checkpointMeta(o, k + 1, trainData->size)); !s) {
         progress.breakLine();
         if (next.valid()) next.wait();
         return fail(s.takeError());

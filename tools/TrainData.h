@@ -1,0 +1,100 @@
+// The training data of `kiln train` (tools/TrainCommand.cpp): reading the
+// x and y arrays of a .npz file and checking them against the model before
+// anything trains, with one error line per problem naming the file, what is
+// wrong and what was expected; and batching: each epoch's sample order (a
+// shuffle seeded by (seed, epoch) alone, so that a resumed run can
+// recompute any epoch's order) and the gather of a batch's rows.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/IR.h"
+#include "passes/TrainingStep.h"
+#include "runtime/Tensor.h"
+
+namespace kiln::cli::train {
+
+/// What the data must fit.
+struct DataSpec {
+  std::string modelPath;     // named in errors about the model
+  std::string xKey, yKey;    // the arrays' names in the .npz
+  TensorType input, output;  // the fed input's and the loss output's types
+  std::string inputName;     // the fed input, as the model names it
+  std::string outputName;    // "'logits'" or "output 0"
+  LossKind loss = LossKind::CrossEntropy;
+  bool classesLast = false;  // class losses: classes are the output's last dim
+};
+
+/// One .npz file's samples, converted to the types the step takes.
+struct Dataset {
+  std::string file;
+  Tensor x, y;  // converted to what the step takes
+  int64_t size = 0;
+};
+
+/// Reads `file` and checks it against `spec`: the arrays exist, have one row
+/// per sample, x's per-sample shape and dtype fit the input (float64 or
+/// float16 converted with a note), labels are integer classes in range for
+/// class losses (widened to int64) or finite targets shaped like the output
+/// for MSE, and every input is finite.
+Expected<Dataset> loadDataset(const std::string& file, const DataSpec& spec);
+
+/// Rows `rows` of `t` (a dataset array) as one batch tensor.
+Tensor gatherRows(const Tensor& t, const std::vector<int64_t>& rows);
+
+/// The sample order of epoch `epoch`: 0..n-1, or with `shuffle` a
+/// Fisher-Yates shuffle driven by mt19937_64 seeded with (seed, epoch).
+std::vector<int64_t> epochOrder(int64_t n, bool shuffle, uint64_t seed, int64_t epoch);
+
+/// Which samples each step takes.
+struct BatchPlan {
+  int64_t samples, batchSize, stepsPerEpoch;
+  bool shuffle, dropLast;
+  uint64_t seed;
+
+  int64_t epochOf(int64_t step) const { return step / stepsPerEpoch; }
+  int64_t sizeOf(int64_t step) const {
+    const int64_t start = (step % stepsPerEpoch) * batchSize;
+    return std::min(batchSize, samples - start);
+  }
+};
+
+/// The inputs and labels of one step.
+struct Batch {
+  int64_t step = 0;
+  Tensor x, y;
+};
+
+/// Gathers batches in step order, keeping the current epoch's order.
+class BatchGatherer {
+ public:
+  BatchGatherer(const Dataset& data, const BatchPlan& plan) : data_(data), plan_(plan) {}
+  Batch gather(int64_t step) {
+    const int64_t epoch = plan_.epochOf(step);
+    if (epoch != orderEpoch_) {
+      order_ = epochOrder(plan_.samples, plan_.shuffle, plan_.seed, epoch);
+      orderEpoch_ = epoch;
+    }
+    const int64_t start = (step % plan_.stepsPerEpoch) * plan_.batchSize;
+    std::vector<int64_t> rows(order_.begin() + start, order_.begin() + start + plan_.sizeOf(step));
+    return Batch{step, gatherRows(data_.x, rows), gatherRows(data_.y, rows)};
+  }
+
+ private:
+  const Dataset& data_;
+  const BatchPlan& plan_;
+  std::vector<int64_t> order_;
+  int64_t orderEpoch_ = -1;
+};
+
+/// `v` as printf's %.6g, "nan" for any NaN.
+std::string shortest(double v);
+/// `flat` as an index into `shape`: "17" or "3, 5".
+std::string indexString(int64_t flat, const std::vector<int64_t>& shape);
+/// The index of the first non-finite element of a float tensor, or -1.
+int64_t firstNonFinite(const Tensor& t);
+
+}  // namespace kiln::cli::train
