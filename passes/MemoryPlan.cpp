@@ -27,6 +27,12 @@ std::string valueRef(const std::string& name) {
 
 }  // namespace
 
+const MemoryPlan::Alias* MemoryPlan::aliasOfResult(size_t result) const {
+  for (const Alias& a : aliases)
+    if (a.result == result) return &a;
+  return nullptr;
+}
+
 const MemoryPlan::Buffer* MemoryPlan::find(const Value* v) const {
   for (const Buffer& b : buffers)
     if (b.value == v) return &b;
@@ -40,6 +46,13 @@ std::string MemoryPlan::str() const {
        << "]";
     if (b.inPlaceOf >= 0) os << ", in place of " << valueRef(buffers[b.inPlaceOf].name);
     os << "\n";
+  }
+  for (const Alias& a : aliases) {
+    os << "result " << a.result << " -> argument " << valueRef(a.argumentName) << ": ";
+    if (a.inPlace)
+      os << "in place\n";
+    else
+      os << "copied after the last kernel (" << a.whyCopied << ")\n";
   }
   os << "peak " << peak << " bytes, no reuse " << noReuseTotal << " bytes\n";
   return os.str();

@@ -6,12 +6,24 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "ir/IR.h"
 
 namespace kiln {
+
+/// A donated argument (XLA's input_output_alias, JAX's donate_argnums):
+/// result `result` of the function is to end up in the memory of argument
+/// `argument`, whose old value the caller gives up. The two must have the
+/// same type. A training step donates each parameter and state argument to
+/// the result that replaces it, so parameters stay in one buffer across
+/// steps (docs/training.md).
+struct ResultAlias {
+  size_t result = 0;
+  size_t argument = 0;
+};
 
 /// Where the intermediates of one function live in one arena.
 struct MemoryPlan {
@@ -36,9 +48,29 @@ struct MemoryPlan {
     int inPlaceOf = -1;
   };
 
+  /// How a donated argument receives its result.
+  struct Alias {
+    size_t result = 0;
+    size_t argument = 0;
+    std::string argumentName;
+    /// True: the kernel computing the result writes it straight into the
+    /// argument's memory (no kernel after it, nor the function's results,
+    /// reads the argument's old value; the kernel itself reads it only at
+    /// the element it writes, see ReadsInPlace), or the result is the
+    /// argument itself.
+    /// False: the result is computed elsewhere (an arena buffer live to the
+    /// end, or a caller's output when another result returns it too) and
+    /// copied into the argument after the last kernel.
+    bool inPlace = false;
+    /// Why not in place: e.g. "kernel 7 reads %w after kernel 5 writes it".
+    std::string whyCopied;
+  };
+
   std::string function;  // the function's name
   /// In order of definition.
   std::vector<Buffer> buffers;
+  /// The donated arguments planMemory was given, in their order.
+  std::vector<Alias> aliases;
   /// The number of kernels: top-level ops other than constants and `return`.
   int numKernels = 0;
   /// The arena size: the end of the highest buffer, rounded to kAlignment.
@@ -49,14 +81,29 @@ struct MemoryPlan {
 
   /// The buffer of `v`, or null when `v` is not in the arena.
   const Buffer* find(const Value* v) const;
+  /// The alias of result `result`, or null when it has none.
+  const Alias* aliasOfResult(size_t result) const;
   /// One line per buffer (`%name: offset O, size S, live [a, b]`, plus `, in
-  /// place of %x`), then `peak P bytes, no reuse T bytes`.
+  /// place of %x`), one per alias (`result R -> argument %a: in place` or
+  /// `: copied after the last kernel (why)`), then `peak P bytes, no reuse
+  /// T bytes`.
   std::string str() const;
 };
 
+/// Whether kernel `op` reads its operand `operand` only at the element it
+/// writes, when it writes it, so that its result may go into that operand's
+/// memory. The code generator knows its kernels' loops and may answer; by
+/// default a kernel that mayRunInPlace (an elementwise op or group) does,
+/// for an operand of the result's element count.
+using ReadsInPlace = std::function<bool(const Op& op, size_t operand)>;
+
 /// Plans the arena of `f`: each top-level op other than a constant or the
 /// `return` is one kernel, in order. An error names the first value whose
-/// shape is not static.
-Expected<MemoryPlan> planMemory(const Function& f);
+/// shape is not static. With `aliases`, each donated argument receives its
+/// result in place where that is safe, else by a copy after the last kernel
+/// (MemoryPlan::Alias); an error names a bad alias (an index out of range,
+/// an argument or result named twice, types that differ).
+Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias>& aliases = {},
+                                const ReadsInPlace& readsInPlace = nullptr);
 
 }  // namespace kiln

@@ -1,6 +1,7 @@
 // The `plan-memory` pass and planMemory: live ranges of the intermediates
-// over the kernel sequence, in-place reuse by elementwise kernels, and
-// largest-first packing into one arena (docs/codegen.md §4).
+// over the kernel sequence, in-place reuse by elementwise kernels,
+// largest-first packing into one arena, and donated arguments written in
+// place or copied at the end (docs/codegen.md §4).
 //
 // The plan is an artifact beside the IR, not in it: the pass attaches
 // nothing (an `arena_offset` attribute would have to be declared for every
@@ -79,17 +80,118 @@ int64_t lowestFreeOffset(const Group& g, const std::vector<const Group*>& placed
   return candidate;
 }
 
+std::string kernelRef(const Op& op, int index) {
+  const std::string& name = op.result()->name();
+  return "kernel " + std::to_string(index) + " (" + std::string(op.name()) + (name.empty() ? "" : " %" + name) + ")";
+}
+
+Status checkAliases(const Function& f, const std::vector<ResultAlias>& aliases) {
+  const size_t numResults = f.returnOp() ? f.returnOp()->numOperands() : 0;
+  std::unordered_set<size_t> results, arguments;
+  for (const ResultAlias& a : aliases) {
+    const std::string what = "donated argument " + std::to_string(a.argument) + " for result " +
+                             std::to_string(a.result) + " of @" + f.name() + ": ";
+    if (a.result >= numResults)
+      return Error(what + "the function has " + std::to_string(numResults) + " results", f.loc());
+    if (a.argument >= f.numArguments())
+      return Error(what + "the function has " + std::to_string(f.numArguments()) + " arguments", f.loc());
+    if (!results.insert(a.result).second) return Error(what + "the result already has an argument", f.loc());
+    if (!arguments.insert(a.argument).second)
+      return Error(what + "the argument is already donated to another result", f.loc());
+    const TensorType& arg = f.argument(a.argument)->type();
+    const TensorType& result = f.returnOp()->operand(a.result)->type();
+    if (!(arg == result))
+      return Error(
+          what + "the argument is " + arg.str() + " but the result is " + result.str() + ", expected the same type",
+          f.loc());
+  }
+  return Status();
+}
+
 }  // namespace
 
-Expected<MemoryPlan> planMemory(const Function& f) {
+Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias>& aliases,
+                                const ReadsInPlace& readsInPlace) {
   MemoryPlan plan;
   plan.function = f.name();
+  if (Status s = checkAliases(f, aliases); !s.ok()) return s.error();
 
   // Values returned are the caller's output buffers, even when later
-  // kernels also read them.
+  // kernels also read them; a result that goes into a donated argument is
+  // not returned to the caller.
   std::unordered_set<const Value*> returned;
-  if (const Op* ret = f.returnOp())
-    for (const Value* v : ret->operands()) returned.insert(v);
+  std::unordered_set<const Value*> readAtEnd;  // arguments a result reads
+  const Op* ret = f.returnOp();
+  if (ret) {
+    for (size_t i = 0; i < ret->numOperands(); ++i) {
+      const Value* v = ret->operand(i);
+      if (v->isArgument()) readAtEnd.insert(v);
+      bool donated = false;
+      for (const ResultAlias& a : aliases) donated = donated || a.result == i;
+      if (!donated) returned.insert(v);
+    }
+  }
+
+  // Donated arguments: the result's kernel writes into the argument when no
+  // later kernel reads the argument's old value (and it reads the argument
+  // itself only elementwise, in place), else the result is copied in after
+  // the last kernel.
+  std::unordered_map<const Value*, int> kernelOf;
+  std::unordered_map<const Value*, std::vector<int>> argumentReaders;
+  std::vector<const Op*> kernelOps;
+  for (const auto& op : f.ops()) {
+    if (!isKernel(*op)) continue;
+    const int k = static_cast<int>(kernelOps.size());
+    kernelOps.push_back(op.get());
+    for (const Value* v : op->results()) kernelOf[v] = k;
+    for (const Value* v : op->operands())
+      if (v->isArgument()) argumentReaders[v].push_back(k);
+  }
+  std::unordered_set<const Value*> inPlaceValues;
+  for (const ResultAlias& a : aliases) {
+    const Value* v = ret->operand(a.result);
+    const Value* arg = f.argument(a.argument);
+    MemoryPlan::Alias alias{a.result, a.argument, arg->name(), false, ""};
+    auto kernel = kernelOf.find(v);
+    const std::string argRef = "%" + arg->name();
+    if (v == arg) {
+      alias.inPlace = true;  // the result is the argument: nothing to write
+    } else if (kernel == kernelOf.end()) {
+      alias.whyCopied =
+          "the result is " + std::string(v->isArgument() ? "an argument" : "a constant") + ", not computed by a kernel";
+    } else if (returned.count(v)) {
+      alias.whyCopied = "another result returns the same value";
+    } else if (inPlaceValues.count(v)) {
+      alias.whyCopied = "the same value goes in place into another argument";
+    } else if (readAtEnd.count(arg)) {
+      alias.whyCopied = "a result returns the old value of " + argRef;
+    } else {
+      const int writer = kernel->second;
+      const Op& def = *kernelOps[writer];
+      for (int reader : argumentReaders[arg]) {
+        if (reader > writer) {
+          alias.whyCopied = kernelRef(*kernelOps[reader], reader) + " reads " + argRef + " after " +
+                            kernelRef(def, writer) + " writes the result";
+          break;
+        }
+        bool atWrittenElement = true;
+        for (size_t i = 0; i < def.numOperands(); ++i) {
+          if (def.operand(i) != arg) continue;
+          atWrittenElement =
+              atWrittenElement &&
+              (readsInPlace ? readsInPlace(def, i)
+                            : mayRunInPlace(def) && numElements(arg->type().shape) == numElements(v->type().shape));
+        }
+        if (reader == writer && !atWrittenElement) {
+          alias.whyCopied = kernelRef(def, writer) + " reads " + argRef + " at other elements than it writes";
+          break;
+        }
+      }
+      alias.inPlace = alias.whyCopied.empty();
+      if (alias.inPlace) inPlaceValues.insert(v);
+    }
+    plan.aliases.push_back(std::move(alias));
+  }
 
   // Live ranges: a buffer is born at the kernel that defines it and dies at
   // the last kernel that reads it; one nobody reads still takes memory while
@@ -105,7 +207,7 @@ Expected<MemoryPlan> planMemory(const Function& f) {
       if (it != bufferOf.end()) plan.buffers[it->second].last = k;
     }
     for (const Value* v : op->results()) {
-      if (returned.count(v)) continue;
+      if (returned.count(v) || inPlaceValues.count(v)) continue;
       MemoryPlan::Buffer b;
       b.value = v;
       b.name = v->name().empty() ? std::string(op->name()) + "#" + std::to_string(v->index()) : v->name();
@@ -125,6 +227,12 @@ Expected<MemoryPlan> planMemory(const Function& f) {
     }
   }
   plan.numKernels = static_cast<int>(kernels.size());
+  // A donated argument's result that is copied in lives to the end.
+  for (const MemoryPlan::Alias& a : plan.aliases) {
+    if (a.inPlace) continue;
+    auto it = bufferOf.find(ret->operand(a.result));
+    if (it != bufferOf.end()) plan.buffers[it->second].last = plan.numKernels - 1;
+  }
 
   // In place: an elementwise kernel writes its result over an input that
   // dies there, when the two have the same element count and size. The
