@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <set>
@@ -70,7 +71,15 @@ struct CompiledFunction {
   std::vector<void*> slotData;
   /// The slots a run allocates: results of steps that the function returns.
   std::vector<int> outputSlots;
+  /// Step results written straight into a donated argument: (slot, argument).
+  std::vector<std::pair<int, size_t>> inPlaceSlots;
+  /// Results copied into their donated arguments after the last step:
+  /// (source slot, argument).
+  std::vector<std::pair<int, size_t>> finalCopies;
+  /// Per result: true when it goes into a donated argument.
+  std::vector<bool> donated;
   std::unique_ptr<uint8_t, decltype(&std::free)> arena{nullptr, &std::free};
+  MemoryPlan plan;  // of `module`'s function
   int64_t arenaBytes = 0;
   std::vector<void*> buffers;  // per-step scratch for kernel arguments
   std::vector<kir::Kernel> kernels;
@@ -180,6 +189,7 @@ void eraseDeadOps(Function& region) {
 /// reduces the activation gradient the group also returns, and the new
 /// parameter reads the new momentum: recomputed, each part repeated the
 /// whole chain over the batch).
+/// Each part keeps only the operands its region uses.
 void splitMultiResultGroups(Function& f) {
   std::vector<Op*> groups;
   for (const auto& op : f.ops())
@@ -193,6 +203,8 @@ void splitMultiResultGroups(Function& f) {
       ret->setOperands({resultValues[i]});
       region->setResultTypes({group->result(i)->type()});
       eraseDeadOps(*region);
+      // Only the operands this part reads: a kernel's operands are what it
+      // reads, which donated arguments rely on (sinkDonatedResults).
       std::vector<Value*> operands(group->operands().begin(), group->operands().end());
       std::set<const Value*> live;
       for (const auto& op : region->ops())
@@ -204,6 +216,11 @@ void splitMultiResultGroups(Function& f) {
         operands.push_back(parts[j]);
       }
       eraseDeadOps(*region);
+      for (size_t a = region->numArguments(); a-- > 0;) {
+        if (region->argument(a)->hasUses()) continue;
+        region->eraseArgument(a);
+        operands.erase(operands.begin() + static_cast<std::ptrdiff_t>(a));
+      }
       Op* part = f.insert(group, Op::create(OpKind::Fused, std::move(operands), {group->result(i)->type()},
                                             group->attrs(), group->loc()));
       part->setRegion(std::move(region));
@@ -248,6 +265,106 @@ void splitLibraryAnchors(Function& f) {
     groupOperands.push_back(product);
     group->setOperands(std::move(groupOperands));
     group->setAttr("kind", Attribute("elementwise"));
+  }
+}
+
+/// Calls `visit` on every load in `e`.
+void forEachLoad(const kir::ExprPtr& e, const std::function<void(const kir::Expr&)>& visit) {
+  if (e->kind == kir::ExprKind::Load) visit(*e);
+  for (const kir::ExprPtr& a : e->args) forEachLoad(a, visit);
+}
+
+/// The i64 index expression `e` with the loop variables in `zero` (loops of
+/// extent 1) replaced by 0 and folded, so that `%i0 * 32 + %i1` over
+/// `%i0 in 0..1` reads as `%i1`.
+kir::ExprPtr withZeroVars(const kir::ExprPtr& e, const std::set<int>& zero) {
+  if (e->kind == kir::ExprKind::Var) return zero.count(e->id) ? kir::index(0) : e;
+  if (e->kind != kir::ExprKind::Binary || e->type != DType::I64) return e;
+  kir::ExprPtr a = withZeroVars(e->args[0], zero), b = withZeroVars(e->args[1], zero);
+  switch (e->binary) {
+    case kir::BinaryFn::Add: return kir::add(a, b);
+    case kir::BinaryFn::Sub: return kir::sub(a, b);
+    case kir::BinaryFn::Mul: return kir::mul(a, b);
+    case kir::BinaryFn::Div: return kir::div(a, b);
+    case kir::BinaryFn::Rem: return kir::rem(a, b);
+    default: return kir::binary(e->binary, a, b);
+  }
+}
+
+/// Whether `kernel` reads buffer `input` only at the element it is about to
+/// write: the output is written by one store, and every load of `input` is
+/// in that store's value at the store's index. Such a kernel may write its
+/// result over `input` (a donated argument, passes/MemoryPlan.h).
+bool readsOnlyAtStoredIndex(const kir::Kernel& kernel, size_t input) {
+  const int output = static_cast<int>(kernel.buffers.size()) - 1;
+  int stores = 0;
+  bool ok = true;
+  std::set<int> zero;
+  std::function<void(const std::vector<kir::StmtPtr>&)> walk = [&](const std::vector<kir::StmtPtr>& body) {
+    for (const kir::StmtPtr& s : body) {
+      if (s->kind == kir::Stmt::Kind::For) {
+        if (s->extent == 1) zero.insert(s->var);
+        walk(s->body);
+        continue;
+      }
+      if (s->buffer == output) ++stores;
+      const std::string at = kir::printExpr(withZeroVars(s->index, zero));
+      forEachLoad(s->index, [&](const kir::Expr& l) { ok = ok && l.id != static_cast<int>(input); });
+      forEachLoad(s->value, [&](const kir::Expr& l) {
+        if (l.id == static_cast<int>(input))
+          ok = ok && s->buffer == output && kir::printExpr(withZeroVars(l.args[0], zero)) == at;
+      });
+    }
+  };
+  walk(kernel.body);
+  return ok && stores == 1;
+}
+
+/// Moves the op computing each donated argument's result after the last op
+/// that reads the argument's old value, when no op in between needs the
+/// result: splitMultiResultGroups gives an optimizer update one kernel per
+/// result (new momentum, new parameter), each recomputing from the old
+/// state, and the kernel writing the new state must come after the one that
+/// reads the old state to write it in place (passes/MemoryPlan.h).
+void sinkDonatedResults(Function& f, const std::vector<ResultAlias>& aliases) {
+  const Op* ret = f.returnOp();
+  if (!ret) return;
+  for (const ResultAlias& a : aliases) {
+    if (a.result >= ret->numOperands() || a.argument >= f.numArguments()) continue;  // planMemory reports it
+    Value* v = ret->operand(a.result);
+    const Value* arg = f.argument(a.argument);
+    if (v->isArgument() || v->definingOp()->kind() == OpKind::Constant) continue;
+    Op* writer = v->definingOp();
+    // The last reader of the argument after the writer; blocked when an op
+    // that (transitively) uses the result comes before it.
+    std::set<const Value*> dependent = {v};
+    Op* lastReader = nullptr;
+    Op* afterLastReader = nullptr;
+    bool after = false, dependentSeen = false, blocked = false;
+    for (const auto& op : f.ops()) {
+      if (op.get() == writer) {
+        after = true;
+        continue;
+      }
+      if (!after) continue;
+      if (lastReader && !afterLastReader) afterLastReader = op.get();
+      if (op->kind() == OpKind::Return) break;
+      bool readsArg = false, readsDependent = false;
+      for (const Value* x : op->operands()) {
+        readsArg = readsArg || x == arg;
+        readsDependent = readsDependent || dependent.count(x) > 0;
+      }
+      if (readsDependent) {
+        dependentSeen = true;
+        for (const Value* r : op->results()) dependent.insert(r);
+      }
+      if (readsArg) {
+        blocked = blocked || dependentSeen;
+        lastReader = op.get();
+        afterLastReader = nullptr;
+      }
+    }
+    if (lastReader && !blocked) f.moveBefore(writer, afterLastReader);
   }
 }
 
@@ -505,6 +622,7 @@ Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<
   setDnnlThreads(threads_);
   splitMultiResultGroups(f);
   splitLibraryAnchors(f);
+  sinkDonatedResults(f, options_.aliases);
   KILN_TRY(verify(*compiled->module));
 
   // Slots: arguments, then constants, then op results in order.
@@ -569,9 +687,34 @@ Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<
   for (const kir::Kernel& k : compiled->kernels) compiled->code.names.push_back(k.name);
 
   // The arena: each step's result at its planned offset, except results
-  // the function returns, which each run allocates for the caller.
-  auto plan = planMemory(f);
+  // the function returns, which each run allocates for the caller, and
+  // results written in place into donated arguments.
+  // A donated argument takes its result in place only from a generated
+  // kernel that reads it at the element it writes; oneDNN's steps never.
+  std::map<const Op*, const kir::Kernel*> kernelOf;
+  {
+    size_t nextKernel = 0;
+    for (const CompiledFunction::Step& step : compiled->steps)
+      if (!step.library) kernelOf[step.op] = &compiled->kernels[nextKernel++];
+  }
+  const ReadsInPlace readsInPlace = [&](const Op& op, size_t operand) {
+    auto it = kernelOf.find(&op);
+    return it != kernelOf.end() && readsOnlyAtStoredIndex(*it->second, operand);
+  };
+  auto plan = planMemory(f, options_.aliases, readsInPlace);
   if (!plan) return plan.takeError();
+  compiled->plan = *plan;
+  std::map<const Value*, size_t> inPlaceArgument;
+  compiled->donated.assign(compiled->results.size(), false);
+  for (const MemoryPlan::Alias& a : plan->aliases) {
+    compiled->donated[a.result] = true;
+    const Value* v = f.returnOp()->operand(a.result);
+    if (v == f.argument(a.argument)) continue;
+    if (a.inPlace)
+      inPlaceArgument[v] = a.argument;
+    else
+      compiled->finalCopies.push_back({compiled->results[a.result], a.argument});
+  }
   compiled->arenaBytes = std::max<int64_t>(plan->peak, MemoryPlan::kAlignment);
   compiled->arena.reset(static_cast<uint8_t*>(std::aligned_alloc(MemoryPlan::kAlignment, compiled->arenaBytes)));
   if (!compiled->arena) return Error("cannot allocate the " + std::to_string(compiled->arenaBytes) + "-byte arena");
@@ -581,7 +724,9 @@ Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<
   size_t maxBuffers = 0;
   for (const CompiledFunction::Step& step : compiled->steps) {
     maxBuffers = std::max(maxBuffers, step.operands.size() + 1);
-    if (const MemoryPlan::Buffer* b = plan->find(step.op->result()))
+    if (auto it = inPlaceArgument.find(step.op->result()); it != inPlaceArgument.end())
+      compiled->inPlaceSlots.push_back({step.result, it->second});
+    else if (const MemoryPlan::Buffer* b = plan->find(step.op->result()))
       compiled->slotData[step.result] = compiled->arena.get() + b->offset;
     else
       compiled->outputSlots.push_back(step.result);
@@ -693,10 +838,29 @@ std::string StepProfile::format(size_t limit) const {
 }
 
 Expected<std::vector<Tensor>> CpuExecutor::run(const std::vector<Tensor>& inputs) {
+  if (!options_.aliases.empty()) {
+    std::vector<Tensor> donated = inputs;
+    auto results = runInPlace(donated);
+    if (!results) return results;
+    for (const ResultAlias& a : options_.aliases) (*results)[a.result] = std::move(donated[a.argument]);
+    return results;
+  }
   auto c = compiled(inputs);
   if (!c) return c.takeError();
-  CompiledFunction& cf = **c;
+  return execute(**c, inputs);
+}
+
+Expected<std::vector<Tensor>> CpuExecutor::runInPlace(std::vector<Tensor>& inputs) {
+  auto c = compiled(inputs);
+  if (!c) return c.takeError();
+  return execute(**c, inputs);
+}
+
+Expected<std::vector<Tensor>> CpuExecutor::execute(CompiledFunction& cf, const std::vector<Tensor>& inputs) {
+  // Arguments are only read, except donated ones, which only runInPlace
+  // (whose caller gives up their old values) or run's private copy reach.
   for (size_t i = 0; i < cf.numArgs; ++i) cf.slotData[i] = const_cast<uint8_t*>(inputs[i].raw());
+  for (const auto& [slot, argument] : cf.inPlaceSlots) cf.slotData[slot] = cf.slotData[argument];
   std::map<int, Tensor> outputs;
   for (int s : cf.outputSlots) {
     const TensorType& type = cf.slotTypes[s];
@@ -733,14 +897,48 @@ Expected<std::vector<Tensor>> CpuExecutor::run(const std::vector<Tensor>& inputs
       ++profile->entries[k].calls;
     }
   }
+  // Each output tensor is moved to its last result and copied to earlier
+  // ones (a value returned twice).
+  std::map<int, size_t> lastUse;
+  for (size_t r = 0; r < cf.results.size(); ++r)
+    if (!cf.donated[r]) lastUse[cf.results[r]] = r;
   std::vector<Tensor> results;
-  for (int s : cf.results) {
-    if (s < static_cast<int>(cf.numArgs))
+  for (size_t r = 0; r < cf.results.size(); ++r) {
+    const int s = cf.results[r];
+    if (cf.donated[r])
+      results.emplace_back();
+    else if (s < static_cast<int>(cf.numArgs))
       results.push_back(inputs[s]);
     else if (s < static_cast<int>(cf.numArgs + cf.constants.size()))
       results.push_back(cf.constants[s - cf.numArgs]);
+    else if (lastUse.at(s) == r)
+      results.push_back(std::move(outputs.at(s)));
     else
       results.push_back(outputs.at(s));
+  }
+  // After the results are taken: a result may return an argument's old
+  // value, which a copy below overwrites.
+  if (!cf.finalCopies.empty()) {
+    // A copy whose source is an argument that another copy overwrites (two
+    // donated arguments swapping values) reads it from a staged copy.
+    std::vector<std::vector<uint8_t>> staged;
+    staged.reserve(cf.finalCopies.size());
+    std::vector<const void*> sources;
+    for (const auto& [source, argument] : cf.finalCopies) {
+      const void* from = cf.slotData[source];
+      for (const auto& other : cf.finalCopies)
+        if (source == static_cast<int>(other.second)) {
+          const uint8_t* bytes = static_cast<const uint8_t*>(from);
+          staged.emplace_back(bytes, bytes + inputs[argument].numBytes());
+          from = staged.back().data();
+          break;
+        }
+      sources.push_back(from);
+    }
+    for (size_t i = 0; i < cf.finalCopies.size(); ++i) {
+      const size_t argument = cf.finalCopies[i].second;
+      std::memcpy(cf.slotData[argument], sources[i], inputs[argument].numBytes());
+    }
   }
   return results;
 }
@@ -764,6 +962,12 @@ Expected<std::string> CpuExecutor::llvmIR(const std::vector<Tensor>& inputs) {
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   return jit_->optimizedIR((*c)->kernels);
+}
+
+Expected<MemoryPlan> CpuExecutor::memoryPlan(const std::vector<Tensor>& inputs) {
+  auto c = compiled(inputs);
+  if (!c) return c.takeError();
+  return (*c)->plan;
 }
 
 size_t CpuExecutor::numKernels(const std::vector<Tensor>& inputs) {

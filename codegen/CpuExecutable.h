@@ -24,6 +24,7 @@
 
 #include "codegen/KernelIR.h"
 #include "ir/IR.h"
+#include "passes/MemoryPlan.h"
 #include "runtime/Tensor.h"
 
 namespace kiln::codegen {
@@ -68,6 +69,12 @@ struct CpuOptions {
   CompileReport* report = nullptr;
   /// When given, each run adds its steps' times to it.
   StepProfile* profile = nullptr;
+  /// Donated arguments (passes/MemoryPlan.h): runInPlace writes result
+  /// `result` into the tensor of argument `argument`, in place where the
+  /// memory plan finds that safe, else by a copy after the last kernel. A
+  /// training step donates its parameters and state
+  /// (trainingStepAliases in passes/TrainingStep.h).
+  std::vector<ResultAlias> aliases = {};
 };
 
 /// The code of a compiled function's kernels, in step order: what a `.kc`
@@ -104,13 +111,34 @@ class CpuExecutor {
   /// empty when it failed for another reason.
   const std::vector<std::string>& unsupportedOps() const { return unsupported_; }
 
-  /// Runs on `inputs`, compiling first when needed.
+  /// Runs on `inputs`, compiling first when needed. With donated arguments
+  /// (CpuOptions::aliases) it copies `inputs` and runs runInPlace on the
+  /// copy, so the results are the same and `inputs` are left alone.
   Expected<std::vector<Tensor>> run(const std::vector<Tensor>& inputs);
+
+  /// Runs on `inputs` and writes each donated argument's result into
+  /// `inputs[argument]`'s memory (the caller gives up its old value); that
+  /// result's entry in the returned vector is an empty Tensor, the other
+  /// results are as run() returns them. A training loop keeps parameters
+  /// and optimizer state in `inputs` across steps with no per-step
+  /// allocation or copy of them:
+  ///
+  ///   CpuOptions o; o.aliases = trainingStepAliases(step);
+  ///   auto exec = CpuExecutor::create(step, o);
+  ///   for (...) { set batch, labels in inputs; loss = (*exec->runInPlace(inputs))[0]; }
+  ///
+  /// On an error the donated tensors may hold partly updated values.
+  Expected<std::vector<Tensor>> runInPlace(std::vector<Tensor>& inputs);
 
   /// The kernel IR and the optimized LLVM IR of the compiled kernels for
   /// `inputs`' shapes (`kiln compile --emit=kernel|llvm`).
   Expected<std::string> kernelIR(const std::vector<Tensor>& inputs);
   Expected<std::string> llvmIR(const std::vector<Tensor>& inputs);
+
+  /// The memory plan compiled for `inputs`' shapes, with how each donated
+  /// argument receives its result (in place or copied, and why), for tests
+  /// and `--print-memory-plan`.
+  Expected<MemoryPlan> memoryPlan(const std::vector<Tensor>& inputs);
 
   /// Steps (generated kernels and oneDNN calls) compiled for `inputs`'
   /// shapes, for tests.
@@ -130,6 +158,8 @@ class CpuExecutor {
   /// Builds the steps of `optimized` and binds their kernels: linked from
   /// `code` when given, else compiled.
   Expected<std::unique_ptr<CompiledFunction>> finish(std::unique_ptr<Module> optimized, const KernelCode* code);
+  /// Runs the steps of `cf` on `inputs`, writing donated arguments.
+  Expected<std::vector<Tensor>> execute(CompiledFunction& cf, const std::vector<Tensor>& inputs);
 
   std::unique_ptr<Module> module_;  // a private copy of the function
   CpuOptions options_;
@@ -153,7 +183,7 @@ std::unique_ptr<Module> cloneFunction(const Function& f);
 /// With `optimized`, it receives the optimized module: kernel i is the i-th
 /// op of its function that is neither a `constant` nor the `return`, and
 /// that kernel's buffers are the op's operands, then its result.
-Expected<std::vector<kir::Kernel>> lowerToKernels(const Function& f, const std::vector<TensorType>& types,
-                                                  int optLevel, std::unique_ptr<Module>* optimized = nullptr);
+Expected<std::vector<kir::Kernel>> lowerToKernels(const Function& f, const std::vector<TensorType>& types, int optLevel,
+                                                  std::unique_ptr<Module>* optimized = nullptr);
 
 }  // namespace kiln::codegen

@@ -367,6 +367,18 @@ double scheduledLearningRate(const LrScheduleConfig& s, double lr, int64_t t) {
   return s.minLr + (lr - s.minLr) * (1.0 + std::cos(std::numbers::pi * progress)) / 2.0;
 }
 
+std::vector<ResultAlias> trainingStepAliases(const Function& step) {
+  std::vector<ResultAlias> aliases;
+  const Op* ret = step.returnOp();
+  if (!ret) return aliases;
+  for (size_t r = 1; r < ret->numOperands() && r - 1 < step.numArguments(); ++r) {
+    const Value* arg = step.argument(r - 1);
+    if (step.resultName(r) != arg->name() || !(ret->operand(r)->type() == arg->type())) break;
+    aliases.push_back({r, r - 1});
+  }
+  return aliases;
+}
+
 size_t liftConstantsToParameters(Function& f) {
   std::vector<Op*> constants;
   for (const auto& op : f.ops())

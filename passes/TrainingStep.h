@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "ir/IR.h"
+#include "passes/MemoryPlan.h"
 
 namespace kiln {
 
@@ -117,6 +118,13 @@ Status buildTrainingStep(Function& f, const TrainingStepOptions& options);
 /// `lr`, in double precision: what the step's graph ops compute, for a caller
 /// that reports the current lr.
 double scheduledLearningRate(const LrScheduleConfig& schedule, double lr, int64_t t);
+
+/// The donated arguments of a training step built by buildTrainingStep:
+/// each new parameter and state result (1..) into the argument it replaces
+/// (0..), found by name and type, for CpuOptions::aliases
+/// (codegen/CpuExecutable.h) so that parameters and state are updated in
+/// place across steps.
+std::vector<ResultAlias> trainingStepAliases(const Function& step);
 
 /// Makes each named float constant with at least one dim (an ONNX weight
 /// the importer turned into a constant because it is not a graph input) an
