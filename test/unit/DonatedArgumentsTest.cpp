@@ -129,6 +129,26 @@ TEST(DonatedArgumentsTest, OldValueReadAfterTheNewOneIsWrittenIsCopied) {
       << plan;
 }
 
+TEST(DonatedArgumentsTest, ExecutorMovesTheWriterAfterAnIndependentReader) {
+  // %r reads the old %w after %nw is computed but does not need %nw: the
+  // plan alone must copy, the executor moves %nw's kernel after %r's and
+  // writes it in place.
+  const char* text =
+      "func @f(%w: f32[64], %g: f32[64]) -> (f32[64], f32[64]) {\n"
+      "  %nw = sub(%w, %g) : f32[64]\n"
+      "  %r = mul(%w, %g) : f32[64]\n"
+      "  return %nw, %r\n"
+      "}\n";
+  auto m = parse(text);
+  ASSERT_TRUE(m);
+  auto plan = planMemory(*m->functions()[0], {{0, 0}});
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->aliases.size(), 1u);
+  EXPECT_FALSE(plan->aliases[0].inPlace);
+  EXPECT_EQ(plan->aliases[0].whyCopied, "kernel 1 (mul %r) reads %w after kernel 0 (sub %nw) writes the result");
+  EXPECT_EQ(expectDonationMatches(text, {{0, 0}}, 2), "result 0: in place\n");
+}
+
 TEST(DonatedArgumentsTest, KernelReadingTheArgumentOtherThanElementwiseIsCopied) {
   // A matmul reads all of %w for each element it writes.
   const char* text =
