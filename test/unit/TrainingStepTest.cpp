@@ -502,6 +502,76 @@ TEST(TrainingStepTest, TorchSchedulerTranscriptionsAgree) {
   EXPECT_EQ(step, (std::vector<double>{2, 2, 2, 1, 1, 1, 0.5, 0.5, 0.5, 0.25}));
 }
 
+TEST(TrainingStepTest, SchedulesMatchTorchsSchedulers) {
+  // The lr of each step as torch 1.13's schedulers set it (scheduler.step()
+  // after each optimizer.step(), base lr 0.1), printed by
+  // scripts/print-lr-schedules.py: StepLR(step_size=3, gamma=0.5); LambdaLR
+  // with the warm-up + cosine factor (warm-up 4, total 20, min lr 0.001);
+  // CosineAnnealingLR(T_max=16, eta_min=0.001) from the warm-up's end.
+  const std::vector<double> stepLrTorch = {0.1,   0.1,   0.1,   0.05,   0.05,   0.05,
+                                           0.025, 0.025, 0.025, 0.0125, 0.0125, 0.0125};
+  const std::vector<double> lambdaTorch = {0.0,
+                                           0.025,
+                                           0.05,
+                                           0.07500000000000001,
+                                           0.1,
+                                           0.09904887137995991,
+                                           0.0962320368593087,
+                                           0.091657745808976,
+                                           0.0855017856687341,
+                                           0.07800072653447031,
+                                           0.06944282990207196,
+                                           0.06015697093979836,
+                                           0.0505,
+                                           0.04084302906020166,
+                                           0.03155717009792806,
+                                           0.022999273465529706,
+                                           0.0154982143312659,
+                                           0.009342254191024007,
+                                           0.004767963140691307,
+                                           0.0019511286200400938,
+                                           0.001,
+                                           0.001,
+                                           0.001,
+                                           0.001,
+                                           0.001,
+                                           0.001};
+  const std::vector<double> cosineTorch = {0.1,
+                                           0.09904887137995991,
+                                           0.0962320368593087,
+                                           0.09165774580897601,
+                                           0.0855017856687341,
+                                           0.07800072653447031,
+                                           0.06944282990207194,
+                                           0.060156970939798354,
+                                           0.050499999999999996,
+                                           0.04084302906020165,
+                                           0.03155717009792806,
+                                           0.022999273465529702,
+                                           0.0154982143312659,
+                                           0.009342254191024003,
+                                           0.004767963140691305,
+                                           0.0019511286200400934,
+                                           0.001};
+  const LrScheduleConfig step = stepLr(3, 0.5), warm = cosineWarmup(4, 20, 0.001);
+  const std::vector<double> stepOurs = torchSchedulerLrs(step, 0.1, 12);
+  const std::vector<double> warmOurs = torchSchedulerLrs(warm, 0.1, 26);
+  for (int64_t t = 0; t < 12; ++t) {
+    EXPECT_NEAR(stepOurs[t], stepLrTorch[t], 1e-15) << "StepLR, t = " << t;
+    EXPECT_NEAR(scheduledLearningRate(step, 0.1, t), stepLrTorch[t], 1e-15) << "StepLR, t = " << t;
+  }
+  for (int64_t t = 0; t < 26; ++t) {
+    EXPECT_NEAR(warmOurs[t], lambdaTorch[t], 1e-15) << "LambdaLR, t = " << t;
+    EXPECT_NEAR(scheduledLearningRate(warm, 0.1, t), lambdaTorch[t], 1e-15) << "LambdaLR, t = " << t;
+  }
+  for (int64_t t = 4; t <= 20; ++t)
+    EXPECT_NEAR(scheduledLearningRate(warm, 0.1, t), cosineTorch[t - 4], 1e-15) << "CosineAnnealingLR, t = " << t;
+  // The graph ops on these configurations: ScheduledLrPerStep compares them
+  // with torchSchedulerLrs, which matches torch above.
+  expectScheduledLrs(step, 0.1, 12, "f64", 1e-12);
+  expectScheduledLrs(warm, 0.1, 26, "f64", 1e-12);
+}
+
 TEST(TrainingStepTest, ScheduledLrPerStep) {
   // Every step index from 0, across the warm-up's end, the cosine and the
   // clamp after totalSteps; StepLR across several decays.
