@@ -7,6 +7,7 @@
 // shapes (slice, concat, gather, conv) say so in their error.
 #include "passes/Vjp.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -98,6 +99,11 @@ class Grad {
   Value* zeros(const TensorType& type) {
     if (error_) return nullptr;
     return b_.constant(DenseTensor::zeros(type));
+  }
+  /// A constant tensor.
+  Value* constant(DenseTensor t) {
+    if (error_) return nullptr;
+    return b_.constant(std::move(t));
   }
   Value* unbroadcastTo(Value* g, const TensorType& target) {
     if (!g || error_) return nullptr;
@@ -333,16 +339,51 @@ Grads vjpConcat(Grad& g, const Op& op, Value* dy) {
   }
   return grads;
 }
+/// The input index that output index `i` of a padded dim reads in modes
+/// reflect and edge (the interpreter's Pad, runtime/LayoutKernels.cpp).
+int64_t paddedSource(int64_t i, int64_t begin, int64_t dim, bool edge) {
+  int64_t s = i - begin;
+  if (s >= 0 && s < dim) return s;
+  if (edge) return std::clamp<int64_t>(s, 0, dim - 1);
+  if (dim == 1) return 0;
+  const int64_t period = 2 * (dim - 1);  // mirror without repeating the edge
+  s = ((s % period) + period) % period;
+  return s >= dim ? period - s : s;
+}
+
 /// Constant padding is undone by the opposite padding (cropping what was
-/// padded, zero-filling what was cropped).
+/// padded, zero-filling what was cropped). Reflect and edge padding read
+/// each dim through its own index map (out[i, j] = x[m0(i), m1(j)]), so the
+/// adjoint sums dy back one padded dim at a time: a scatter_elements(add)
+/// along the dim into zeros, at the map's indices (constants).
 Grads vjpPad(Grad& g, const Op& op, Value* dy) {
-  if (op.getString("mode") != "constant") {
-    g.fail("the gradient of pad mode '" + op.getString("mode") + "' is not implemented (mode 'constant' is)");
-    return {nullptr};
-  }
+  const std::string& mode = op.getString("mode");
   std::vector<int64_t> pads = op.getInts("pads");
-  for (int64_t& p : pads) p = -p;
-  return {g.pad(dy, pads)};
+  if (mode == "constant") {
+    for (int64_t& p : pads) p = -p;
+    return {g.pad(dy, pads)};
+  }
+  Value* x = x0(op);
+  auto in = g.dims(x, "pad");
+  auto out = g.dims(y0(op), "pad");
+  if (!in || !out) return {nullptr};
+  const size_t rank = in->size();
+  const DType dtype = x->type().dtype;
+  std::vector<int64_t> shape = *out;
+  Value* grad = dy;
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t begin = pads[d], end = pads[rank + d];
+    if (begin == 0 && end == 0) continue;
+    std::vector<int64_t> mapShape(rank, 1);
+    mapShape[d] = shape[d];
+    DenseTensor map = DenseTensor::zeros(TensorType{DType::I64, staticShape(mapShape)});
+    for (int64_t i = 0; i < shape[d]; ++i) map.setInt(i, paddedSource(i, begin, (*in)[d], mode == "edge"));
+    Value* indices = g.broadcastTo(g.constant(std::move(map)), TensorType{DType::I64, staticShape(shape)});
+    shape[d] = (*in)[d];
+    grad = g.emit(OpKind::ScatterElements, {g.zeros(TensorType{dtype, staticShape(shape)}), indices, grad},
+                  {{"axis", Attribute(static_cast<int64_t>(d))}, {"reduction", Attribute("add")}});
+  }
+  return {grad};
 }
 /// gather's adjoint adds dy's slices into zeros at the indices: a
 /// scatter_elements(add) over data viewed as [outer, dim, inner].
@@ -374,21 +415,60 @@ Grads vjpGatherElements(Grad& g, const Op& op, Value* dy) {
 }
 /// The updates' gradient is dy gathered at the indices. Without a
 /// reduction, data's is dy with the overwritten places zeroed; with
-/// reduction add, dy itself.
+/// reduction add, dy itself. Mul, max and min follow PyTorch's
+/// scatter_reduce (include_self=True) backward:
+///  - mul: out[p] = data[p] * prod of the updates at p. data's gradient is
+///    dy times that product (a scatter of the updates into ones, no
+///    division); an update's is dy[p] times the product of everything else
+///    at p: out[p] / u where u != 0, and, where u == 0, the product of the
+///    nonzero others when u is the only zero at p, else 0 (zeros counted by
+///    a scatter add).
+///  - max / min: dy[p] is split evenly among data[p] and the updates equal
+///    to out[p] (ties share it, as PyTorch does).
 Grads vjpScatterElements(Grad& g, const Op& op, Value* dy) {
   const std::string& reduction = op.getString("reduction");
-  if (reduction != "none" && reduction != "add") {
-    g.fail("the gradient of scatter_elements with reduction '" + reduction +
-           "' is not implemented (reductions 'none' and 'add' are)");
-    return {nullptr, nullptr, nullptr};
-  }
-  Value *indices = op.operand(1), *updates = op.operand(2);
+  Value *data = op.operand(0), *indices = op.operand(1), *updates = op.operand(2), *out = y0(op);
   AttrMap axis{{"axis", Attribute(op.getInt("axis"))}};
-  if (reduction == "add") return {dy, nullptr, g.emit(OpKind::GatherElements, {dy, indices}, axis)};
-  auto dims = g.dims(updates, "scatter_elements");
-  if (!dims) return {nullptr, nullptr, nullptr};
-  Value* cleared = g.emit(OpKind::ScatterElements, {dy, indices, g.zeros(updates->type())}, axis);
-  return {cleared, nullptr, g.emit(OpKind::GatherElements, {dy, indices}, axis)};
+  auto scatter = [&](Value* into, Value* values, const char* how) {
+    AttrMap attrs = axis;
+    attrs["reduction"] = Attribute(how);
+    return g.emit(OpKind::ScatterElements, {into, indices, values}, attrs);
+  };
+  auto gather = [&](Value* v) { return g.emit(OpKind::GatherElements, {v, indices}, axis); };
+  if (reduction == "add") return {dy, nullptr, gather(dy)};
+  if (reduction == "none") {
+    auto dims = g.dims(updates, "scatter_elements");
+    if (!dims) return {nullptr, nullptr, nullptr};
+    Value* cleared = g.emit(OpKind::ScatterElements, {dy, indices, g.zeros(updates->type())}, axis);
+    return {cleared, nullptr, gather(dy)};
+  }
+  if (!g.dims(data, "scatter_elements") || !g.dims(updates, "scatter_elements")) return {nullptr, nullptr, nullptr};
+  Value* zerosData = g.zeros(data->type());
+  if (reduction == "mul") {
+    Value* ones = g.add(zerosData, 1.0);
+    Value* product = scatter(ones, updates, "mul");  // the updates' product at each place
+    Value* dData = g.mul(dy, product);
+    Value* isZero = g.cmp(OpKind::Eq, updates, g.like(updates, 0.0));
+    Value* nonzero = g.select(isZero, g.like(updates, 1.0), updates);
+    Value* othersTimesU = scatter(data, nonzero, "mul");  // data times the nonzero updates
+    Value* zeroCount = gather(scatter(zerosData, g.select(isZero, g.like(updates, 1.0), g.like(updates, 0.0)), "add"));
+    Value* atPlace = gather(othersTimesU);
+    Value* noZeros = g.cmp(OpKind::Eq, zeroCount, g.like(updates, 0.0));
+    Value* oneZero = g.cmp(OpKind::Eq, zeroCount, g.like(updates, 1.0));
+    // u != 0: the product without u; u == 0: the others' product when u is the only zero.
+    Value* withoutU = g.select(isZero, g.where(oneZero, atPlace), g.where(noZeros, g.div(atPlace, nonzero)));
+    return {dData, nullptr, g.mul(gather(dy), withoutU)};
+  }
+  if (reduction == "max" || reduction == "min") {
+    Value* dataIsOut = g.cmp(OpKind::Eq, data, out);
+    Value* updateIsOut = g.cmp(OpKind::Eq, updates, gather(out));
+    auto indicator = [&](Value* c, Value* like) { return g.select(c, g.like(like, 1.0), g.like(like, 0.0)); };
+    Value* count = scatter(indicator(dataIsOut, data), indicator(updateIsOut, updates), "add");
+    Value* share = g.div(dy, count);
+    return {g.where(dataIsOut, share), nullptr, g.where(updateIsOut, gather(share))};
+  }
+  g.fail("the gradient of scatter_elements with reduction '" + reduction + "' is not implemented");
+  return {nullptr, nullptr, nullptr};
 }
 
 // --- Reductions -------------------------------------------------------------------------

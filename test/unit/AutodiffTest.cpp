@@ -253,6 +253,120 @@ TEST(AutodiffTest, GatherAndScatterMatchFiniteDifferences) {
                         4});
 }
 
+/// A random pad of `dims` in `mode`: pads in [-1, dim - 1] for reflect
+/// (which needs fewer than dim), [-1, 3] for edge, every result dim >= 1.
+TEST(AutodiffTest, ReflectAndEdgePadMatchFiniteDifferencesOverRandomShapes) {
+  std::mt19937 rng(23);
+  for (int trial = 0; trial < 10; ++trial) {
+    for (std::string mode : {"reflect", "edge"}) {
+      std::vector<int64_t> dims(std::uniform_int_distribution<int>(1, 3)(rng));
+      for (int64_t& d : dims) d = std::uniform_int_distribution<int64_t>(1, 4)(rng);
+      const size_t rank = dims.size();
+      std::vector<int64_t> pads(2 * rank), out(rank);
+      for (size_t d = 0; d < rank; ++d) {
+        const int64_t hi = mode == "reflect" ? dims[d] - 1 : 3;
+        do {
+          pads[d] = std::uniform_int_distribution<int64_t>(-1, hi)(rng);
+          pads[rank + d] = std::uniform_int_distribution<int64_t>(-1, hi)(rng);
+          out[d] = dims[d] + pads[d] + pads[rank + d];
+        } while (out[d] < 1);
+      }
+      std::string padList;
+      for (size_t i = 0; i < pads.size(); ++i) padList += (i ? ", " : "") + std::to_string(pads[i]);
+      expectGradientsMatch({"%x: " + typeStr(dims),
+                            "  %out = pad(%x) {pads = [" + padList + "], mode = \"" + mode + "\"} : " + typeStr(out),
+                            typeStr(out),
+                            {"x"}});
+    }
+  }
+}
+
+TEST(AutodiffTest, ScatterReductionsMulMaxMinMatchFiniteDifferences) {
+  std::mt19937 rng(29);
+  for (int trial = 0; trial < 6; ++trial) {
+    for (std::string reduction : {"mul", "max", "min"}) {
+      const int64_t rows = std::uniform_int_distribution<int64_t>(1, 3)(rng);
+      const int64_t cols = std::uniform_int_distribution<int64_t>(1, 4)(rng);
+      const int64_t k = std::uniform_int_distribution<int64_t>(1, 6)(rng);
+      const int64_t axis = trial % 2;
+      // Axis 1: indices [rows, k] into cols; axis 0: [k, cols] into rows.
+      std::vector<int64_t> data = {rows, cols},
+                           idx = axis ? std::vector<int64_t>{rows, k} : std::vector<int64_t>{k, cols};
+      Case c{"%x: " + typeStr(data) + ", %i: i64[" + std::to_string(idx[0]) + "," + std::to_string(idx[1]) +
+                 "], %u: " + typeStr(idx),
+             "  %out = scatter_elements(%x, %i, %u) {axis = " + std::to_string(axis) + ", reduction = \"" + reduction +
+                 "\"} : " + typeStr(data),
+             typeStr(data),
+             {"x", "u"},
+             {},
+             axis ? cols : rows};
+      // Products of factors away from zero; max and min of distinct values.
+      if (reduction == "mul") c.ranges = {{"x", {0.5, 1.5}}, {"u", {-1.5, -0.5}}};
+      expectGradientsMatch(c, 100 + trial);
+    }
+  }
+}
+
+/// The gradient of `text` (a function of %x and %u returning the loss) at
+/// `x` and `u` with the indices `i`, for hand-computed checks.
+std::vector<Tensor> gradientsAt(const std::string& text, const std::vector<Tensor>& inputs) {
+  auto m = parseModule(text, "ties.kir");
+  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().str());
+  if (!m.ok()) return {};
+  Function& g = *(*m)->functions()[0];
+  Status s = differentiateFunction(g, AutodiffOptions{std::vector<std::string>{"x", "u"}, 0});
+  EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().str());
+  auto r = interpret(g, inputs);
+  EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().str());
+  return r.ok() ? *r : std::vector<Tensor>{};
+}
+
+Tensor values(DType dtype, std::vector<int64_t> shape, const std::vector<double>& v) {
+  Tensor t(dtype, shape);
+  for (size_t i = 0; i < v.size(); ++i) t.setDouble(static_cast<int64_t>(i), v[i]);
+  return t;
+}
+
+std::vector<double> elements(const Tensor& t) {
+  std::vector<double> v;
+  for (int64_t i = 0; i < t.numElements(); ++i) v.push_back(t.getDouble(i));
+  return v;
+}
+
+TEST(AutodiffTest, ScatterMaxTiesShareTheGradientAndMulHandlesZeros) {
+  auto text = [](const std::string& reduction) {
+    return "func @f(%x: f64[1,3], %i: i64[1,5], %u: f64[1,5]) -> f64[] {\n"
+           "  %s = scatter_elements(%x, %i, %u) {axis = 1, reduction = \"" +
+           reduction +
+           "\"} : f64[1,3]\n"
+           "  %l = reduce_sum(%s) {axes = []} : f64[]\n  return %l\n}\n";
+  };
+  Tensor i = values(DType::I64, {1, 5}, {1, 1, 2, 0, 0});
+  // max: place 1 holds 5 in data and in update 0 (each gets 1/2); place 2
+  // holds 2 in data and update 2 (1/2 each); place 0: data 1 < updates
+  // 0.5 and 0.25, so data keeps it.
+  auto max = gradientsAt(text("max"),
+                         {values(DType::F64, {1, 3}, {1, 5, 2}), i, values(DType::F64, {1, 5}, {5, 3, 2, 0.5, 0.25})});
+  ASSERT_EQ(max.size(), 3u);
+  EXPECT_EQ(elements(max[1]), (std::vector<double>{1, 0.5, 0.5}));
+  EXPECT_EQ(elements(max[2]), (std::vector<double>{0.5, 0, 0.5, 0, 0}));
+  // min: place 0 is 0.25 from update 4 alone.
+  auto min = gradientsAt(text("min"),
+                         {values(DType::F64, {1, 3}, {1, 5, 2}), i, values(DType::F64, {1, 5}, {5, 3, 2, 0.5, 0.25})});
+  ASSERT_EQ(min.size(), 3u);
+  EXPECT_EQ(elements(min[1]), (std::vector<double>{0, 0, 0.5}));
+  EXPECT_EQ(elements(min[2]), (std::vector<double>{0, 1, 0.5, 0, 1}));
+  // mul with zeros: place 0 = 2 * 0 * 5 (update 3 is the only zero: its
+  // gradient is 2 * 5 = 10, update 4's is 0, data's 0); place 1 = 3 * 0 * 0
+  // (two zeros: every gradient 0); place 2 = 4 * 7.
+  Tensor j = values(DType::I64, {1, 5}, {1, 1, 2, 0, 0});
+  auto mul =
+      gradientsAt(text("mul"), {values(DType::F64, {1, 3}, {2, 3, 4}), j, values(DType::F64, {1, 5}, {0, 0, 7, 0, 5})});
+  ASSERT_EQ(mul.size(), 3u);
+  EXPECT_EQ(elements(mul[1]), (std::vector<double>{0, 0, 7}));
+  EXPECT_EQ(elements(mul[2]), (std::vector<double>{0, 0, 4, 10, 0}));
+}
+
 // --- Reductions and contractions ----------------------------------------------------
 
 TEST(AutodiffTest, ReductionsMatchFiniteDifferences) {
@@ -426,19 +540,19 @@ TEST(AutodiffTest, ErrorsNameTheProblem) {
                 .find("has no argument %y"),
             std::string::npos);
   std::string unsupported = errorOf(
-      "func @f(%x: f32[1,1,4,4]) -> f32[] {\n"
-      " %p = pad(%x) {pads = [0, 0, 1, 1, 0, 0, 1, 1], mode = \"reflect\"} : f32[1,1,6,6]\n"
+      "func @f(%x: f32[1,1,N,4]) -> f32[] {\n"
+      " %p = pad(%x) {pads = [0, 0, 1, 1, 0, 0, 1, 1], mode = \"reflect\"} : f32[1,1,?,6]\n"
       " %s = reduce_sum(%p) {axes = []} : f32[]\n return %s\n}",
       AutodiffOptions{std::vector<std::string>{"x"}, 0});
   EXPECT_NE(unsupported.find("'pad' cannot be differentiated"), std::string::npos) << unsupported;
-  EXPECT_NE(unsupported.find("the gradient of pad mode 'reflect' is not implemented"), std::string::npos)
+  EXPECT_NE(unsupported.find("the gradient of pad needs static shapes, got f32[1,1,N,4]"), std::string::npos)
       << unsupported;
 }
 
 TEST(AutodiffTest, FailureLeavesNoBackwardOps) {
   auto m = parseModule(
-      "func @f(%x: f32[1,1,4,4]) -> f32[] {\n %e = exp(%x) : f32[1,1,4,4]\n"
-      " %p = pad(%e) {pads = [0, 0, 1, 1, 0, 0, 1, 1], mode = \"reflect\"} : f32[1,1,6,6]\n %s = reduce_sum(%p) {axes "
+      "func @f(%x: f32[1,1,N,4]) -> f32[] {\n %e = exp(%x) : f32[1,1,N,4]\n"
+      " %p = pad(%e) {pads = [0, 0, 1, 1, 0, 0, 1, 1], mode = \"reflect\"} : f32[1,1,?,6]\n %s = reduce_sum(%p) {axes "
       "= []} : f32[]\n return %s\n}",
       "e.kir");
   ASSERT_TRUE(m.ok());
