@@ -428,7 +428,9 @@ Expected<ModelSignature> signatureOf(const Function& f, const std::string& path,
 // ---------------------------------------------------------------------------
 // Compiled programs, one per batch size
 
-using Runner = std::function<Expected<std::vector<Tensor>>(const std::vector<Tensor>&)>;
+/// Runs a compiled program; a training step that donates its parameters and
+/// state (runInPlace) leaves their new values in its inputs.
+using Runner = std::function<Expected<std::vector<Tensor>>(std::vector<Tensor>&)>;
 
 struct Program {
   std::unique_ptr<Module> forward;  // the model specialized to the batch size
@@ -482,9 +484,13 @@ class Trainer {
 
   /// Compiles `f` for `inputs`; when the JIT cannot lower some op yet, the
   /// interpreter runs it instead, with a notice naming the ops.
+  /// With `donate` (a training step), the executor updates the parameters
+  /// and state in place (trainingStepAliases, CpuExecutor::runInPlace).
   Expected<Runner> compile(const Function& f, const std::vector<Tensor>& inputs,
-                           std::unique_ptr<codegen::CpuExecutor>& executor) {
-    auto created = codegen::CpuExecutor::create(f, o_.cpu);
+                           std::unique_ptr<codegen::CpuExecutor>& executor, bool donate = false) {
+    codegen::CpuOptions cpu = o_.cpu;
+    if (donate) cpu.aliases = trainingStepAliases(f);
+    auto created = codegen::CpuExecutor::create(f, cpu);
     if (!created) return created.takeError();
     executor = std::move(*created);
     Status prepared = executor->prepare(inputs);
@@ -499,7 +505,8 @@ class Trainer {
       return Runner([&f](const std::vector<Tensor>& in) { return interpret(f, in); });
     }
     codegen::CpuExecutor* e = executor.get();
-    return Runner([e](const std::vector<Tensor>& in) { return e->run(in); });
+    if (donate) return Runner([e](std::vector<Tensor>& in) { return e->runInPlace(in); });
+    return Runner([e](std::vector<Tensor>& in) { return e->run(in); });
   }
 
   const TrainOptions& o_;
@@ -990,13 +997,18 @@ int run(const ParsedArgs& args) {
     const Function& f = *(*p)->step->functions().front();
     std::vector<Tensor> in = stepInputs(f, std::move(state.values), batch);
     if (!(*p)->runStep) {
-      auto runner = trainer.compile(f, in, (*p)->stepExecutor);
+      // In place, except with --check-numerics, which re-runs a failing
+      // step from its old inputs.
+      auto runner = trainer.compile(f, in, (*p)->stepExecutor, !o.checkNumerics);
       if (!runner) return fail(runner.takeError());
       (*p)->runStep = std::move(*runner);
     }
     progress.exclude(Clock::now() - compileStart);
     auto out = (*p)->runStep(in);
     if (!out) return fail(out.takeError());
+    // Results donated to their arguments (empty in `out`) are in `in`.
+    for (size_t i = 1; i < out->size(); ++i)
+      if ((*out)[i].numBytes() == 0) (*out)[i] = std::move(in[i - 1]);
     const double loss = (*out)[0].getDouble(0);
     const int64_t epoch = plan.epochOf(k);
     const std::string where = "step " + std::to_string(k + 1) + " (epoch " + std::to_string(epoch + 1) + ")";
