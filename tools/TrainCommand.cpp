@@ -983,6 +983,13 @@ int run(const ParsedArgs& args) {
     next = o.overlap ? std::async(std::launch::async, [&gatherer, step] { return gatherer.gather(step); })
                      : std::async(std::launch::deferred, [&gatherer, step] { return gatherer.gather(step); });
   };
+  // Stops the run on an error: the progress line erased, the gather in
+  // flight finished.
+  auto stop = [&](const Error& e) {
+    progress.breakLine();
+    if (next.valid()) next.wait();
+    return fail(e);
+  };
   launch(startStep);
   double epochLoss = 0;
   int64_t epochSteps = 0;
@@ -993,19 +1000,20 @@ int run(const ParsedArgs& args) {
     const int64_t size = batch.x.shape()[0];
     const auto compileStart = Clock::now();
     auto p = trainer.program(size);
-    if (!p) return fail(p.takeError());
+    if (!p) return stop(p.takeError());
     const Function& f = *(*p)->step->functions().front();
     std::vector<Tensor> in = stepInputs(f, std::move(state.values), batch);
     if (!(*p)->runStep) {
+      progress.breakLine();  // compiling may print notices
       // In place, except with --check-numerics, which re-runs a failing
       // step from its old inputs.
       auto runner = trainer.compile(f, in, (*p)->stepExecutor, !o.checkNumerics);
-      if (!runner) return fail(runner.takeError());
+      if (!runner) return stop(runner.takeError());
       (*p)->runStep = std::move(*runner);
     }
     progress.exclude(Clock::now() - compileStart);
     auto out = (*p)->runStep(in);
-    if (!out) return fail(out.takeError());
+    if (!out) return stop(out.takeError());
     // Results donated to their arguments (empty in `out`) are in `in`.
     for (size_t i = 1; i < out->size(); ++i)
       if ((*out)[i].numBytes() == 0) (*out)[i] = std::move(in[i - 1]);
@@ -1020,14 +1028,12 @@ int run(const ParsedArgs& args) {
           bad = "the new value of '" + f.resultName(i) + "' holds " + shortest((*out)[i].getDouble(at)) + " at [" +
                 indexString(at, (*out)[i].shape()) + "]";
     if (!bad.empty()) {
-      progress.breakLine();
-      if (next.valid()) next.wait();
       std::string message = where + ": " + bad;
       if (o.checkNumerics)
         message += "; " + findNonFiniteOp(f, in);
       else
         message += " (--check-numerics names the op that produces it)";
-      return fail(Error(message + "; training stopped" + (o.outputPath.empty() ? "" : ", nothing written")));
+      return stop(Error(message + "; training stopped" + (o.outputPath.empty() ? "" : ", nothing written")));
     }
     state.values.assign(std::make_move_iterator(out->begin() + 1), std::make_move_iterator(out->end()));
     lastLoss = loss;
@@ -1039,11 +1045,8 @@ int run(const ParsedArgs& args) {
     if (o.checkpointEvery && (k + 1) % o.checkpointEvery == 0) {
       const std::string path =
           (std::filesystem::path(o.checkpointDir) / ("step-" + std::to_string(k + 1) + ".npz")).string();
-      if (Status s = writeCheckpoint(path, state, checkpointMeta(o, k + 1, trainData->size)); !s) {
-        progress.breakLine();
-        if (next.valid()) next.wait();
-        return fail(s.takeError());
-      }
+      if (Status s = writeCheckpoint(path, state, checkpointMeta(o, k + 1, trainData->size)); !s)
+        return stop(s.takeError());
     }
     const bool epochEnd = (k + 1) % plan.stepsPerEpoch == 0 || k + 1 == totalSteps;
     if (epochEnd) {
@@ -1057,10 +1060,7 @@ int run(const ParsedArgs& args) {
         const auto evalStart = Clock::now();
         auto r = evaluate();
         progress.exclude(Clock::now() - evalStart);
-        if (!r) {
-          if (next.valid()) next.wait();
-          return fail(r.takeError());
-        }
+        if (!r) return stop(r.takeError());
         printEval(*r, "after epoch " + std::to_string(epoch + 1));
         lastEval = std::move(*r);
       }
