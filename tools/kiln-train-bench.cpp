@@ -243,6 +243,18 @@ int runBench(int argc, char** argv) {
     std::memcpy(flat.raw(), labels.raw(), labels.numBytes());
     labels = std::move(flat);
   }
+  // Cross-entropy's labels index dim 1 of the scores; PyTorch refuses one
+  // outside [0, C) (other than ignore_index), and so does this tool, where
+  // the compiled loss would silently count it as a zero score.
+  if (const TensorType scores = f.resultTypes().front(); scores.rank() >= 2 && scores.shape[1].isStatic()) {
+    const int64_t classes = scores.shape[1].size;
+    for (int64_t i = 0; i < labels.numElements(); ++i) {
+      const int64_t label = labels.getInt(i);
+      if ((label < 0 || label >= classes) && label != stepOptions.loss.ignoreIndex)
+        return fail("--labels " + *args.get("--labels") + ": label " + std::to_string(label) + " at " +
+                    std::to_string(i) + " is outside [0, " + std::to_string(classes) + "), the model's classes");
+    }
+  }
   if (Status s = buildTrainingStep(f, stepOptions); !s) return fail(modelPath + ": " + s.takeError().message());
   if (const std::string* path = args.get("--save-step"))
     if (Status s = saveModel(module, *path); !s) return fail(s.takeError().message());
