@@ -13,7 +13,8 @@ batch and integer labels, the cross-entropy loss, and two optimizers,
 change decay makes in one step, stays above the test's rtol 1e-4: a wrong
 decay formula then fails the one-step comparison, not only the 100 steps)
 
-trained 100 steps on that one batch in float32 (the models have no dropout
+and for the MLP also SGD with Nesterov momentum and StepLR and Adam with a
+warm-up cosine schedule (see the settings below), trained 100 steps on that one batch in float32 (the models have no dropout
 or batch norm, so training and eval mode compute the same). For each model,
 test/training-match/<model>/ receives:
 
@@ -46,6 +47,7 @@ CPU kernels). It needs Debian's python3-torch (1.13), python3-onnx, python3-nump
   /usr/bin/python3 scripts/export-training-fixtures.py [OUT_DIR]   # default: test/training-match
 """
 import importlib.util
+import math
 import os
 import sys
 
@@ -62,7 +64,7 @@ STEPS = 100
 # lower the loss substantially without driving it near zero (where a relative
 # comparison of losses means little).
 LEARNING_RATES = {
-    "mlp": {"sgd": 2e-3, "adamw": 5e-4},
+    "mlp": {"sgd": 2e-3, "adamw": 5e-4, "nesterov-steplr": 2e-3, "adam-cosine": 2e-3},
     "cnn": {"sgd": 1e-3, "adamw": 2e-4},
     "lstm": {"sgd": 0.01, "adamw": 5e-3},
     "gpt": {"sgd": 0.02, "adamw": 1e-3},
@@ -70,6 +72,15 @@ LEARNING_RATES = {
 SGD_MOMENTUM = 0.9
 SGD_WEIGHT_DECAY = 0.1
 ADAMW_WEIGHT_DECAY = 1.0
+# The MLP's two further runs, which check the other optimizer variants and
+# Kiln's learning-rate schedules (passes/TrainingStep.h) against torch's:
+#   nesterov-steplr: SGD(momentum=0.9, nesterov=True, weight_decay=0.1) with
+#                    StepLR(step_size=25, gamma=0.5)
+#   adam-cosine:     Adam(weight_decay=0.1) (L2 in the gradient) with the
+#                    warm-up cosine as a LambdaLR: lr * t / 10 for t < 10,
+#                    then from lr down to 1e-4 over the remaining 90 steps
+STEP_SIZE, GAMMA = 25, 0.5
+WARMUP, TOTAL, MIN_LR = 10, 100, 1e-4
 
 
 def load_e2e_module():
@@ -119,9 +130,24 @@ def loss_of(name, module, inputs, labels):
 
 
 def make_optimizer(kind, params, lr):
+    """The optimizer of run `kind`, and its scheduler (None: constant lr)."""
     if kind == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=SGD_MOMENTUM, weight_decay=SGD_WEIGHT_DECAY)
-    return torch.optim.AdamW(params, lr=lr, weight_decay=ADAMW_WEIGHT_DECAY)
+        return torch.optim.SGD(params, lr=lr, momentum=SGD_MOMENTUM, weight_decay=SGD_WEIGHT_DECAY), None
+    if kind == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=ADAMW_WEIGHT_DECAY), None
+    if kind == "nesterov-steplr":
+        optimizer = torch.optim.SGD(params, lr=lr, momentum=SGD_MOMENTUM, nesterov=True, weight_decay=SGD_WEIGHT_DECAY)
+        return optimizer, torch.optim.lr_scheduler.StepLR(optimizer, step_size=STEP_SIZE, gamma=GAMMA)
+    assert kind == "adam-cosine"
+    optimizer = torch.optim.Adam(params, lr=lr, weight_decay=SGD_WEIGHT_DECAY)
+
+    def factor(t):
+        if t < WARMUP:
+            return t / WARMUP
+        progress = min(1.0, (t - WARMUP) / (TOTAL - WARMUP))
+        return (MIN_LR + (lr - MIN_LR) * (1 + math.cos(math.pi * progress)) / 2) / lr
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 def batch(name, gen):
@@ -176,13 +202,15 @@ def write_model(name, e2e, out_dir):
     for kind, lr in LEARNING_RATES[name].items():
         module.load_state_dict(state)
         module.train()
-        optimizer = make_optimizer(kind, module.parameters(), lr)
+        optimizer, scheduler = make_optimizer(kind, module.parameters(), lr)
         losses = []
         for step in range(STEPS):
             optimizer.zero_grad()
             loss = loss_of(name, module, inputs, labels)
             loss.backward()
             optimizer.step()
+            if scheduler:
+                scheduler.step()
             losses.append(loss.item())
             if step == 0:
                 step1_path = os.path.join(folder, f"{kind}-step1.onnx")

@@ -3,7 +3,9 @@
 // test/training-match/<model>/ (written by scripts/export-training-fixtures.py
 // with python3-torch 1.13) hold a fixed batch and labels, the parameters after
 // one step of torch.optim.SGD (momentum 0.9, weight decay 0.1) and of
-// torch.optim.AdamW (weight decay 1.0), re-exported to ONNX so that they
+// torch.optim.AdamW (weight decay 1.0), and for the MLP also of SGD with
+// Nesterov momentum and StepLR and of Adam with a warm-up cosine schedule
+// (runOptions), re-exported to ONNX so that they
 // carry the initial model's initializer names and layouts, and the losses of
 // 100 steps on that batch. Each test imports the initial ONNX model with its
 // weights kept (LoadOptions::keepWeights) and lifted to parameters, builds
@@ -66,8 +68,8 @@ struct MatchCase {
   std::vector<std::string> inputs;
   /// The output is [N, T, C], the loss per position over C.
   bool perPosition = false;
-  double sgdLr = 0;
-  double adamwLr = 0;
+  /// The runs (optimizer and schedule, see runOptions) and their learning rates.
+  std::map<std::string, double> learningRates;
   /// The float initializers of the ONNX model: all are trained.
   size_t numParams = 0;
   /// Elements whose gradient is zero in exact arithmetic, so that the
@@ -88,14 +90,62 @@ const std::string kSource = KILN_SOURCE_DIR;
 
 MatchCase matchCase(const std::string& model) {
   std::string e2e = kSource + "/test/e2e/" + model + "/model.onnx";
-  if (model == "mlp") return {model, e2e, {"x"}, false, 2e-3, 5e-4, 4};
-  if (model == "cnn") return {model, e2e, {"x"}, false, 1e-3, 2e-4, 8};
-  if (model == "lstm") return {model, e2e, {"x", "h0", "c0"}, true, 0.01, 5e-3, 6};
-  // qkv.bias is [q, k, v] of d_model = 32 each.
-  return {model,   kSource + "/test/training-match/gpt/model.onnx",
-          {"idx"}, true,
-          0.02,    1e-3,
-          29,      {{"blocks.0.attn.qkv.bias", 32, 64}, {"blocks.1.attn.qkv.bias", 32, 64}}};
+  MatchCase c;
+  c.model = model;
+  c.initialModel = e2e;
+  c.inputs = {"x"};
+  if (model == "mlp") {
+    c.learningRates = {{"sgd", 2e-3}, {"adamw", 5e-4}, {"nesterov-steplr", 2e-3}, {"adam-cosine", 2e-3}};
+    c.numParams = 4;
+  } else if (model == "cnn") {
+    c.learningRates = {{"sgd", 1e-3}, {"adamw", 2e-4}};
+    c.numParams = 8;
+  } else if (model == "lstm") {
+    c.inputs = {"x", "h0", "c0"};
+    c.perPosition = true;
+    c.learningRates = {{"sgd", 0.01}, {"adamw", 5e-3}};
+    c.numParams = 6;
+  } else {
+    c.initialModel = kSource + "/test/training-match/gpt/model.onnx";
+    c.inputs = {"idx"};
+    c.perPosition = true;
+    c.learningRates = {{"sgd", 0.02}, {"adamw", 1e-3}};
+    c.numParams = 29;
+    // qkv.bias is [q, k, v] of d_model = 32 each.
+    c.zeroGradient = {{"blocks.0.attn.qkv.bias", 32, 64}, {"blocks.1.attn.qkv.bias", 32, 64}};
+  }
+  return c;
+}
+
+/// The optimizer and schedule of a run of the fixture script:
+///   sgd              SGD(momentum=0.9, weight_decay=0.1)
+///   adamw            AdamW(weight_decay=1.0)
+///   nesterov-steplr  SGD(momentum=0.9, nesterov=True, weight_decay=0.1),
+///                    StepLR(step_size=25, gamma=0.5)
+///   adam-cosine      Adam(weight_decay=0.1), the warm-up cosine (10 warm-up
+///                    steps of 100, down to 1e-4) as a LambdaLR
+TrainingStepOptions runOptions(const std::string& run) {
+  TrainingStepOptions options;
+  OptimizerConfig& o = options.optimizer;
+  if (run == "sgd" || run == "nesterov-steplr") {
+    o.kind = OptimizerKind::Sgd;
+    o.momentum = 0.9;
+    o.weightDecay = 0.1;
+    o.nesterov = run == "nesterov-steplr";
+    if (o.nesterov) options.schedule = {LrScheduleKind::Step, /*stepSize=*/25, /*gamma=*/0.5};
+  } else if (run == "adamw") {
+    o.kind = OptimizerKind::AdamW;
+    o.weightDecay = 1.0;
+  } else {
+    EXPECT_EQ(run, "adam-cosine");
+    o.kind = OptimizerKind::Adam;
+    o.weightDecay = 0.1;
+    options.schedule.kind = LrScheduleKind::CosineWarmup;
+    options.schedule.warmupSteps = 10;
+    options.schedule.totalSteps = 100;
+    options.schedule.minLr = 1e-4;
+  }
+  return options;
 }
 
 std::string fixture(const std::string& model, const std::string& file) {
@@ -147,7 +197,7 @@ struct Worst {
   }
 };
 
-void expectMatchesPyTorch(const std::string& model, const std::string& optimizer) {
+void expectMatchesPyTorch(const std::string& model, const std::string& run) {
   MatchCase c = matchCase(model);
   std::map<std::string, DenseTensor> batch;
   std::vector<Tensor> batchTensors;
@@ -156,11 +206,11 @@ void expectMatchesPyTorch(const std::string& model, const std::string& optimizer
     batch[name] = batchTensors.back().toDense();
   }
   Tensor labels = readFixture(fixture(model, "labels.npy"));
-  Tensor losses = readFixture(fixture(model, optimizer + "-losses.npy"));
-  ASSERT_EQ(losses.numElements(), kSteps) << optimizer << "-losses.npy";
+  Tensor losses = readFixture(fixture(model, run + "-losses.npy"));
+  ASSERT_EQ(losses.numElements(), kSteps) << run << "-losses.npy";
 
   auto m = loadWithWeightsAsParameters(c.initialModel, batch);
-  auto after = loadWithWeightsAsParameters(fixture(model, optimizer + "-step1.onnx"), batch);
+  auto after = loadWithWeightsAsParameters(fixture(model, run + "-step1.onnx"), batch);
   ASSERT_TRUE(m && after);
   Function& f = *m->functions()[0];
   std::map<std::string, const DenseTensor*> want = parametersOf(*after->functions()[0]);
@@ -183,15 +233,11 @@ void expectMatchesPyTorch(const std::string& model, const std::string& optimizer
     f.setResultTypes({(*transposed)->type()});
     f.setResultName(0, name);
   }
-  TrainingStepOptions options;
+  TrainingStepOptions options = runOptions(run);
   options.parameters = params;
-  if (optimizer == "sgd") {
-    options.optimizer = OptimizerConfig{OptimizerKind::Sgd, /*momentum=*/0.9, 0.0, false, /*weightDecay=*/0.1};
-  } else {
-    options.optimizer.kind = OptimizerKind::AdamW;
-    options.optimizer.weightDecay = 1.0;
-  }
-  double lr = optimizer == "sgd" ? c.sgdLr : c.adamwLr;
+  ASSERT_TRUE(c.learningRates.count(run)) << model << " has no run " << run;
+  double lr = c.learningRates.at(run);
+  bool adam = options.optimizer.kind != OptimizerKind::Sgd;
   Status built = buildTrainingStep(f, options);
   ASSERT_TRUE(built.ok()) << built.error().str();
   Status verified = verify(f);
@@ -247,7 +293,7 @@ void expectMatchesPyTorch(const std::string& model, const std::string& optimizer
       for (int64_t i = 0; i < got.numElements(); ++i) {
         double g = got.getDouble(i), w = expected.getDouble(i);
         std::string what = f.resultName(r) + "[" + std::to_string(i) + "]";
-        if (optimizer == "adamw" && std::any_of(c.zeroGradient.begin(), c.zeroGradient.end(), [&](const auto& z) {
+        if (adam && std::any_of(c.zeroGradient.begin(), c.zeroGradient.end(), [&](const auto& z) {
               return z.param == f.resultName(r) && i >= z.begin && i < z.end;
             })) {
           EXPECT_LE(std::abs(g - w), 2 * lr) << engine << ": " << what << " (zero gradient) after step 1";
@@ -261,7 +307,7 @@ void expectMatchesPyTorch(const std::string& model, const std::string& optimizer
     }
     EXPECT_EQ(compared, params.size());
     std::printf("%s %s %s, step 1: largest relative difference %.3g, largest difference %.3g of the tolerance (%s)\n",
-                model.c_str(), optimizer.c_str(), engine, worst.rel, worst.ofTolerance, worst.where.c_str());
+                model.c_str(), run.c_str(), engine, worst.rel, worst.ofTolerance, worst.where.c_str());
   }
 
   // 100 steps on the JIT.
@@ -277,11 +323,13 @@ void expectMatchesPyTorch(const std::string& model, const std::string& optimizer
     for (size_t k = 0; k < numCarried; ++k) inputs[k] = std::move((*results)[1 + k]);
   }
   std::printf("%s %s, %d steps: largest relative loss difference %.3g (step %d; loss %.4f -> %.4f)\n", model.c_str(),
-              optimizer.c_str(), kSteps, worstLoss, worstStep, losses.getDouble(0), losses.getDouble(kSteps - 1));
+              run.c_str(), kSteps, worstLoss, worstStep, losses.getDouble(0), losses.getDouble(kSteps - 1));
 }
 
 TEST(TrainingMatchTest, MlpSgd) { expectMatchesPyTorch("mlp", "sgd"); }
 TEST(TrainingMatchTest, MlpAdamW) { expectMatchesPyTorch("mlp", "adamw"); }
+TEST(TrainingMatchTest, MlpNesterovStepLR) { expectMatchesPyTorch("mlp", "nesterov-steplr"); }
+TEST(TrainingMatchTest, MlpAdamCosineWarmup) { expectMatchesPyTorch("mlp", "adam-cosine"); }
 TEST(TrainingMatchTest, CnnSgd) { expectMatchesPyTorch("cnn", "sgd"); }
 TEST(TrainingMatchTest, CnnAdamW) { expectMatchesPyTorch("cnn", "adamw"); }
 TEST(TrainingMatchTest, LstmSgd) { expectMatchesPyTorch("lstm", "sgd"); }
