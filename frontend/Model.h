@@ -42,18 +42,28 @@ struct LoadOptions {
   /// input whose declared type does not admit the shape keeps its declared
   /// type (binding the tensor then reports the mismatch).
   std::map<std::string, std::vector<int64_t>> inputShapes;
-  /// For training: the ONNX importer folds no op that reads a weight (a
-  /// named float constant of rank >= 1, what liftConstantsToParameters
-  /// lifts), so each weight stays one constant that can become a parameter.
-  /// Folded, Gemm's transB makes an unnamed transposed copy of the weight,
-  /// and a training step built from it would leave that weight untrained.
-  /// The pass pipeline's canonicalize folds those ops for inference anyway.
-  bool keepWeights = false;
 };
 
 /// Reads the model at `path`. Errors name the file and, where there is one,
 /// the node; a model that uses unsupported ops fails with all of them listed.
 Expected<std::unique_ptr<Module>> loadModel(const std::string& path, const LoadOptions& options = {});
+
+/// The model at `path` loaded for training: its weights are arguments with
+/// defaults, so that a training step (passes/TrainingStep.h) trains them.
+/// ONNX: every float initializer of rank >= 1 is declared a graph input
+/// before import (frontend/onnx/OnnxTraining.h), so it stays one argument
+/// named and shaped as in the file, and constant folding cannot rewrite it
+/// (Gemm's transB would fold W into an unnamed W^T that nothing trains).
+/// Other formats: their named float constants are lifted
+/// (liftConstantsToParameters). Graph inputs named in `shapes` are
+/// specialized to those static shapes (ONNX at import, so shapes computed
+/// from a dynamic batch fold); then the module is verified and its shapes
+/// inferred. `evaluator` folds constant ops during import and inference
+/// (runtime/Interpreter.h's InterpreterEvaluator). `kiln train`,
+/// kiln-train-bench and the PyTorch-match test load models this one way.
+Expected<std::unique_ptr<Module>> loadTrainableModel(const std::string& path,
+                                                     const std::map<std::string, std::vector<int64_t>>& shapes,
+                                                     const OpEvaluator& evaluator);
 
 /// A model specialized to the inputs it will run on.
 struct SpecializedModel {

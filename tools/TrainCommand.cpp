@@ -41,7 +41,6 @@
 
 #include "codegen/CpuExecutable.h"
 #include "frontend/Model.h"
-#include "frontend/onnx/OnnxImporter.h"
 #include "frontend/onnx/OnnxTraining.h"
 #include "ir/Builder.h"
 #include "ir/Verifier.h"
@@ -309,48 +308,11 @@ std::optional<std::string> parseOptions(const ParsedArgs& args, TrainOptions& o)
 // ---------------------------------------------------------------------------
 // The model
 
-/// The model at `path` with its weights as arguments with defaults (ONNX
-/// float initializers declared as inputs; other formats' named constants
-/// lifted), specialized (ONNX) to `shapes`, verified, shapes inferred.
+/// The model at `path` for training (frontend/Model.h loadTrainableModel).
 Expected<std::unique_ptr<Module>> loadTrainable(const std::string& path,
                                                 const std::map<std::string, std::vector<int64_t>>& shapes) {
   static const InterpreterEvaluator evaluator;
-  LoadOptions options;
-  options.evaluator = &evaluator;
-  options.inputShapes = shapes;
-  auto format = modelFormatOf(path);
-  if (!format) return format.takeError();
-  std::unique_ptr<Module> module;
-  if (*format == ModelFormat::Onnx) {
-    auto bytes = readFileBounded(path, (int64_t{1} << 31) - 1);
-    if (!bytes) return bytes.takeError();
-    auto declared = declareFloatInitializersAsInputs(*bytes, path);
-    if (!declared) return declared.takeError();
-    std::string dir = std::filesystem::path(path).parent_path().string();
-    auto imported = importOnnxBytes(*declared, path, dir.empty() ? "." : dir, options);
-    if (!imported) return imported.takeError();
-    module = std::move(*imported);
-  } else {
-    auto loaded = loadModel(path, options);
-    if (!loaded) return loaded.takeError();
-    module = std::move(*loaded);
-  }
-  if (module->functions().empty()) return Error(path + ": the model holds no function to train");
-  Function& f = *module->functions().front();
-  // Other formats keep symbolic dims; autodiff and the JIT need static ones.
-  for (Value* a : f.arguments()) {
-    auto it = shapes.find(a->name());
-    if (it == shapes.end() || a->type().rank() != static_cast<int64_t>(it->second.size())) continue;
-    a->setType(TensorType{a->type().dtype, staticShape(it->second)});
-  }
-  liftConstantsToParameters(f);
-  KILN_TRY(verify(*module));
-  PassContext ctx;
-  ctx.evaluator = &evaluator;
-  PassManager pm({}, ctx);
-  KILN_TRY(pm.addPipeline("infer-shapes"));
-  KILN_TRY(pm.run(*module, std::cerr));
-  return module;
+  return loadTrainableModel(path, shapes, evaluator);
 }
 
 /// What the loop needs to know of the model's signature.

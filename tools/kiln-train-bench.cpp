@@ -1,7 +1,7 @@
 // kiln-train-bench: times Kiln's training step on a model, for bench/run.py's
 // training rows (issue 6 item 8). It loads an ONNX (or any Kiln-readable)
-// model specialized to the batch given as .npy files, lifts its weight
-// constants to parameters (passes/TrainingStep.h liftConstantsToParameters),
+// model specialized to the batch given as .npy files with its weights as
+// parameters, as `kiln train` does (frontend/Model.h loadTrainableModel),
 // builds the one-function training step (buildTrainingStep: cross-entropy
 // loss, then SGD with momentum or AdamW), compiles it with the CPU executor
 // (codegen/CpuExecutable.h, -O3 by default) and runs warm-up steps and timed
@@ -195,7 +195,6 @@ int runBench(int argc, char** argv) {
   }
 
   // The batch.
-  std::map<std::string, DenseTensor> given;
   std::map<std::string, Tensor> batch;
   for (const std::string& binding : args.all("--input")) {
     const size_t eq = binding.find('=');
@@ -203,7 +202,6 @@ int runBench(int argc, char** argv) {
       return usage("--input '" + binding + "' is not NAME=FILE.npy");
     auto t = readNpy(binding.substr(eq + 1));
     if (!t) return fail(t.takeError().message());
-    given[binding.substr(0, eq)] = t->toDense();
     batch[binding.substr(0, eq)] = std::move(*t);
   }
   auto labelsRead = readNpy(*args.get("--labels"));
@@ -212,27 +210,15 @@ int runBench(int argc, char** argv) {
   if (labels.dtype() != DType::I64) return fail("--labels " + *args.get("--labels") + " is " + labels.type().str() +
                                                 ", expected int64 class indices");
 
-  // The model, specialized to the batch's shapes, as `kiln run` loads it.
+  // The model for training, specialized to the batch's shapes, as `kiln
+  // train` loads it (frontend/Model.h loadTrainableModel).
   static const InterpreterEvaluator evaluator;
-  LoadOptions loadOptions;
-  loadOptions.evaluator = &evaluator;
-  loadOptions.keepWeights = true;
-  auto specialized = loadModelForInputs(modelPath, loadOptions, given);
-  if (!specialized) return fail(specialized.takeError().message());
-  if (!specialized->frozenInputs.empty())
-    return fail(modelPath + ": input '" + specialized->frozenInputs[0] +
-                "' would be fixed at import time (the model computes shapes from its values); a training step "
-                "needs the batch as arguments");
-  Module& module = *specialized->module;
-  if (module.functions().empty()) return fail(modelPath + ": the model holds no function");
-  PassContext ctx;
-  ctx.evaluator = &evaluator;
-  PassManager pm({}, ctx);
-  if (Status s = verify(module); !s) return fail(s.takeError().message());
-  if (Status s = pm.addPipeline("infer-shapes"); !s) return fail(s.takeError().message());
-  if (Status s = pm.run(module, std::cerr); !s) return fail(s.takeError().message());
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& [name, t] : batch) shapes[name] = t.shape();
+  auto loaded = loadTrainableModel(modelPath, shapes, evaluator);
+  if (!loaded) return fail(loaded.takeError().message());
+  Module& module = **loaded;
   Function& f = *module.functions().front();
-  const size_t lifted = liftConstantsToParameters(f);
   size_t numParams = 0;  // buildTrainingStep's default choice: float arguments with defaults
   for (size_t i = 0; i < f.numArguments(); ++i)
     if (f.argumentDefault(i) && isFloat(f.argument(i)->type().dtype)) ++numParams;
@@ -317,10 +303,9 @@ int runBench(int argc, char** argv) {
   const double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
   if (args.has("--json")) {
     std::cout << "{\"model\": " << jsonString(modelPath) << ", \"optimizer\": \"" << optimizer
-              << "\", \"parameters\": " << numParams << ", \"lifted\": " << lifted << ", \"steps\": " << n
-              << ", \"median_ms\": " << millis(median) << ", \"min_ms\": " << millis(sorted.front())
-              << ", \"max_ms\": " << millis(sorted.back()) << ", \"compile_ms\": " << millis(compileMs)
-              << ", \"losses\": [";
+              << "\", \"parameters\": " << numParams << ", \"steps\": " << n << ", \"median_ms\": " << millis(median)
+              << ", \"min_ms\": " << millis(sorted.front()) << ", \"max_ms\": " << millis(sorted.back())
+              << ", \"compile_ms\": " << millis(compileMs) << ", \"losses\": [";
     for (size_t i = 0; i < losses.size(); ++i) {
       char buf[32];
       std::snprintf(buf, sizeof buf, "%.9g", losses[i]);

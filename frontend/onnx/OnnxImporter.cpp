@@ -568,11 +568,6 @@ Expected<std::vector<Value*>> NodeContextImpl::emitMulti(OpKind kind, std::vecto
       foldable = false;
       break;
     }
-    const TensorType& t = def->result()->type();
-    if (importer_.options_.keepWeights && !def->result()->name().empty() && t.rank() > 0 && isFloat(t.dtype)) {
-      foldable = false;  // a weight to train (LoadOptions::keepWeights)
-      break;
-    }
     constants.push_back(&def->getTensor("value"));
   }
   // Bound the work too: a contraction of large constants may have a small

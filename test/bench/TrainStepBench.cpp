@@ -18,7 +18,7 @@
 #include <sstream>
 
 #include "codegen/CpuExecutable.h"
-#include "frontend/onnx/OnnxImporter.h"
+#include "frontend/Model.h"
 #include "passes/PassManager.h"
 #include "passes/TrainingStep.h"
 #include "runtime/Interpreter.h"
@@ -45,14 +45,10 @@ int fail(const std::string& what) {
 }
 
 int benchMain(int steps) {
-  LoadOptions load;
   InterpreterEvaluator evaluator;
-  load.evaluator = &evaluator;
-  load.inputShapes = {{"idx", {2, 8}}};
-  auto m = importOnnx(std::string(KILN_SOURCE_DIR) + "/test/e2e/gpt/model.onnx", load);
+  auto m = loadTrainableModel(std::string(KILN_SOURCE_DIR) + "/test/e2e/gpt/model.onnx", {{"idx", {2, 8}}}, evaluator);
   if (!m) return fail(m.error().str());
   Function& f = *(*m)->functions()[0];
-  liftConstantsToParameters(f);
   PassManager pm({}, PassContext{&evaluator});
   if (Status s = pm.addOptLevel(2); !s.ok()) return fail(s.error().str());
   std::ostringstream log;

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <string>
 
-#include "frontend/onnx/OnnxImporter.h"
+#include "frontend/Model.h"
 #include "ir/Builder.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
@@ -36,14 +36,10 @@ std::string toF64(std::string text) {
 /// a scalar loss by a new argument %proj; null (with a failure) on error.
 std::unique_ptr<Module> modelWithLoss(const std::string& name,
                                       const std::map<std::string, std::vector<int64_t>>& shapes) {
-  LoadOptions options;
   InterpreterEvaluator evaluator;
-  options.evaluator = &evaluator;
-  options.inputShapes = shapes;
-  auto m = importOnnx(std::string(KILN_SOURCE_DIR) + "/test/e2e/" + name + "/model.onnx", options);
+  auto m = loadTrainableModel(std::string(KILN_SOURCE_DIR) + "/test/e2e/" + name + "/model.onnx", shapes, evaluator);
   EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().str());
   if (!m.ok()) return nullptr;
-  liftConstantsToParameters(*(*m)->functions()[0]);
   PassManager pm({}, PassContext{&evaluator});
   Status added = pm.addOptLevel(2);
   EXPECT_TRUE(added.ok());

@@ -7,8 +7,8 @@
 // Nesterov momentum and StepLR and of Adam with a warm-up cosine schedule
 // (runOptions), re-exported to ONNX so that they
 // carry the initial model's initializer names and layouts, and the losses of
-// 100 steps on that batch. Each test imports the initial ONNX model with its
-// weights kept (LoadOptions::keepWeights) and lifted to parameters, builds
+// 100 steps on that batch. Each test loads the initial ONNX model with its
+// initializers as parameters (loadTrainableModel, as `kiln train`), builds
 // the training step (buildTrainingStep, cross-entropy, same optimizer
 // settings) and checks:
 //
@@ -160,19 +160,16 @@ Tensor readFixture(const std::string& path) {
 }
 
 /// The model at `path`, specialized to `inputs`, with its weights as
-/// parameters (arguments with defaults named like the ONNX initializers).
+/// parameters (arguments with defaults named like the ONNX initializers), as
+/// `kiln train` loads it.
 std::unique_ptr<Module> loadWithWeightsAsParameters(const std::string& path,
                                                     const std::map<std::string, DenseTensor>& inputs) {
   static const InterpreterEvaluator evaluator;
-  LoadOptions options;
-  options.evaluator = &evaluator;
-  options.keepWeights = true;
-  auto m = loadModelForInputs(path, options, inputs);
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& [name, t] : inputs) shapes[name] = staticDims(t.type.shape);
+  auto m = loadTrainableModel(path, shapes, evaluator);
   EXPECT_TRUE(m.ok()) << path << ": " << (m.ok() ? "" : m.error().str());
-  if (!m.ok()) return nullptr;
-  EXPECT_TRUE(m->frozenInputs.empty()) << path << ": inputs were fixed at import";
-  liftConstantsToParameters(*m->module->functions()[0]);
-  return std::move(m->module);
+  return m.ok() ? std::move(*m) : nullptr;
 }
 
 /// The lifted parameters of `f` by name.
@@ -263,6 +260,16 @@ void expectMatchesPyTorch(const std::string& model, const std::string& run) {
       inputs.push_back(batchTensors[it - c.inputs.begin()]);
     }
   }
+  // Result r > 0 is the new value of the argument of its name (the step
+  // keeps the model's argument order, where the batch may come first).
+  std::vector<size_t> feedBack(f.resultTypes().size(), 0);
+  for (size_t r = 1; r < feedBack.size(); ++r) {
+    size_t i = 0;
+    while (i < f.numArguments() && f.argument(i)->name() != f.resultName(r)) ++i;
+    ASSERT_LT(i, f.numArguments()) << "the step's result " << f.resultName(r) << " replaces no argument";
+    ASSERT_TRUE(f.argumentDefault(i)) << "the step's result " << f.resultName(r) << " replaces an input";
+    feedBack[r] = i;
+  }
   ASSERT_EQ(f.resultTypes().size(), 1 + numCarried);
 
   // One thread: the machines that run the tests are shared, and at this
@@ -320,7 +327,7 @@ void expectMatchesPyTorch(const std::string& model, const std::string& run) {
     EXPECT_NEAR(loss, wantLoss, kLossRtol * std::abs(wantLoss)) << "loss of step " << step + 1;
     double rel = std::abs(loss - wantLoss) / std::abs(wantLoss);
     if (rel > worstLoss) worstLoss = rel, worstStep = step + 1;
-    for (size_t k = 0; k < numCarried; ++k) inputs[k] = std::move((*results)[1 + k]);
+    for (size_t r = 1; r < feedBack.size(); ++r) inputs[feedBack[r]] = std::move((*results)[r]);
   }
   std::printf("%s %s, %d steps: largest relative loss difference %.3g (step %d; loss %.4f -> %.4f)\n", model.c_str(),
               run.c_str(), kSteps, worstLoss, worstStep, losses.getDouble(0), losses.getDouble(kSteps - 1));
