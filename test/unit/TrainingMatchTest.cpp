@@ -260,8 +260,8 @@ void expectMatchesPyTorch(const std::string& model, const std::string& run) {
       inputs.push_back(batchTensors[it - c.inputs.begin()]);
     }
   }
-  // Result r > 0 is the new value of the argument of its name (the step
-  // keeps the model's argument order, where the batch may come first).
+  // Result r > 0 is the new value of the argument of its name: results
+  // follow `params` (by name), arguments the model's order of its weights.
   std::vector<size_t> feedBack(f.resultTypes().size(), 0);
   for (size_t r = 1; r < feedBack.size(); ++r) {
     size_t i = 0;
