@@ -5,12 +5,13 @@
 // builds the one-function training step (buildTrainingStep: cross-entropy
 // loss, then SGD with momentum or AdamW), compiles it with the CPU executor
 // (codegen/CpuExecutable.h, -O3 by default) and runs warm-up steps and timed
-// steps, each step's new parameters and optimizer state moved into the next
-// step's arguments as a training loop does (the same batch every step; only
-// the executor's run is timed). It prints the median, min and max step time
-// and the loss of every step, as text or, with --json, one JSON object like
-// `kiln run --bench --json`; --profile adds the time of each compiled step
-// (StepProfile) on stderr.
+// steps the way `kiln train` runs them: parameters and optimizer state are
+// donated arguments (trainingStepAliases, CpuOptions::aliases), which each
+// step updates in place (CpuExecutor::runInPlace) for the next (the same
+// batch every step; only the executor's run is timed). It prints the
+// median, min and max step time and the loss of every step, as text or, with
+// --json, one JSON object like `kiln run --bench --json`; --profile adds the
+// time of each compiled step (StepProfile) on stderr.
 //
 // Language models: an output of rank 3, [B, T, V] token scores, is flattened
 // to [B*T, V] before the loss and the labels, [B, T] next tokens, to [B*T],
@@ -269,16 +270,9 @@ int runBench(int argc, char** argv) {
       return fail("'" + a->name() + "' is " + t.type().str() + ", the training step expects " + want.str());
     inputs.push_back(std::move(t));
   }
-  // Result r > 0 is the new value of the argument of its name.
-  std::vector<size_t> feedBack(f.resultTypes().size(), 0);
-  for (size_t r = 1; r < feedBack.size(); ++r) {
-    const std::string& name = f.resultName(r);
-    size_t i = 0;
-    while (i < f.numArguments() && f.argument(i)->name() != name) ++i;
-    if (i == f.numArguments()) return fail("the training step's result '" + name + "' replaces no argument");
-    feedBack[r] = i;
-  }
-
+  // Parameters and optimizer state are donated: each step writes their new
+  // values into `inputs` (runInPlace), as `kiln train` runs its step.
+  cpu.aliases = trainingStepAliases(f);
   auto executor = codegen::CpuExecutor::create(f, cpu);
   if (!executor) return fail(executor.takeError().message());
   const auto compileStart = std::chrono::steady_clock::now();
@@ -290,12 +284,11 @@ int runBench(int argc, char** argv) {
   for (int64_t k = 0; k < warmup + steps; ++k) {
     if (k == warmup) profile.entries.clear();  // only the timed steps
     const auto start = std::chrono::steady_clock::now();
-    auto outputs = (*executor)->run(inputs);
+    auto outputs = (*executor)->runInPlace(inputs);
     const auto stop = std::chrono::steady_clock::now();
     if (!outputs) return fail("step " + std::to_string(k + 1) + ": " + outputs.takeError().message());
     if (k >= warmup) times.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
     losses.push_back((*outputs)[0].getDouble(0));
-    for (size_t r = 1; r < outputs->size(); ++r) inputs[feedBack[r]] = std::move((*outputs)[r]);
   }
   std::vector<double> sorted = times;
   std::sort(sorted.begin(), sorted.end());
