@@ -196,11 +196,15 @@ Expected<std::string> serializeNpy(const Tensor& t) {
 Status writeNpy(const std::string& path, const Tensor& t) {
   auto bytes = serializeNpy(t);
   if (!bytes) return bytes.takeError();
+  return writeBytesAtomically(path, *bytes);
+}
+
+Status writeBytesAtomically(const std::string& path, std::string_view bytes) {
   std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary);
     if (!out) return Error("cannot write '" + path + "': " + std::strerror(errno));
-    out.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     if (!out.flush()) {
       std::remove(tmp.c_str());
       return Error("cannot write '" + path + "': " + std::strerror(errno));

@@ -20,4 +20,10 @@ Expected<std::string> serializeNpy(const Tensor& t);
 /// Writes atomically (temporary file, then rename).
 Status writeNpy(const std::string& path, const Tensor& t);
 
+/// Runtime-internal (writeNpy, writeNpz): writes `bytes` to `path + ".tmp"`
+/// and renames it to `path`, so a reader never sees a partly written file
+/// and an existing one is untouched on error; the temporary file is removed
+/// on failure. Errors read "cannot write '<path>': <reason>".
+Status writeBytesAtomically(const std::string& path, std::string_view bytes);
+
 }  // namespace kiln

@@ -487,21 +487,7 @@ Expected<std::string> serializeNpz(const std::vector<NpzArray>& arrays, bool for
 Status writeNpz(const std::string& path, const std::vector<NpzArray>& arrays) {
   auto bytes = serializeNpz(arrays);
   if (!bytes) return Error("cannot write '" + path + "': " + bytes.error().message());
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    if (!out) return Error("cannot write '" + path + "': " + std::strerror(errno));
-    out.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
-    if (!out.flush()) {
-      std::remove(tmp.c_str());
-      return Error("cannot write '" + path + "': " + std::strerror(errno));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return Error("cannot write '" + path + "': " + std::strerror(errno));
-  }
-  return Status::success();
+  return writeBytesAtomically(path, *bytes);
 }
 
 }  // namespace kiln
