@@ -585,6 +585,28 @@ Value* groupSlice(Grad& g, Value* v, int64_t axis, int64_t group, int64_t n) {
   ends[axis] = (group + 1) * n;
   return g.slice(v, starts, ends, steps);
 }
+/// The gradients of a conv or conv_transpose after dx: dw, one
+/// convWeightGrad per group (x's groups of `cg` channels, dy's of `mg`) with
+/// the groups' kernels `groupW` concatenated, and db (when there is a bias)
+/// dy summed over N and the spatial dims.
+Grads withParamGrads(Grad& g, const Op& op, Value* x, Value* dy, Value* dx, const ConvWindow& win,
+                     const std::vector<int64_t>& groupW, int64_t groups, int64_t cg, int64_t mg, bool transposed) {
+  std::vector<Value*> dws;
+  for (int64_t gi = 0; gi < groups; ++gi) {
+    Value* xg = groups > 1 ? groupSlice(g, x, 1, gi, cg) : x;
+    Value* dyg = groups > 1 ? groupSlice(g, dy, 1, gi, mg) : dy;
+    dws.push_back(convWeightGrad(g, xg, dyg, win, groupW, transposed));
+  }
+  Value* dw = dws.size() == 1 ? dws[0] : g.emit(OpKind::Concat, dws, {{"axis", Attribute(int64_t{0})}});
+  Grads grads{dx, dw};
+  if (op.numOperands() == 3) {
+    std::vector<int64_t> axes{0};
+    for (size_t i = 2; i < groupW.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+    grads.push_back(g.reduce(OpKind::ReduceSum, dy, axes, false));
+  }
+  return grads;
+}
+
 /// y = conv(x, w [M, C/G, K...], b). dx is the transposed convolution of dy
 /// by the same w and groups (output_padding restoring x's size); dw is computed per group (convWeightGrad); db sums dy
 /// over N and the spatial dims.
@@ -610,22 +632,9 @@ Grads vjpConv(Grad& g, const Op& op, Value* dy) {
                       {"dilations", Attribute(win.dilations)},
                       {"output_padding", Attribute(outputPadding)},
                       {"groups", Attribute(groups)}});
-  std::vector<Value*> dws;
   std::vector<int64_t> groupW = *wd;
   groupW[0] = mg;
-  for (int64_t gi = 0; gi < groups; ++gi) {
-    Value* xg = groups > 1 ? groupSlice(g, x, 1, gi, cg) : x;
-    Value* dyg = groups > 1 ? groupSlice(g, dy, 1, gi, mg) : dy;
-    dws.push_back(convWeightGrad(g, xg, dyg, win, groupW, false));
-  }
-  Value* dw = dws.size() == 1 ? dws[0] : g.emit(OpKind::Concat, dws, {{"axis", Attribute(int64_t{0})}});
-  Grads grads{dx, dw};
-  if (op.numOperands() == 3) {
-    std::vector<int64_t> axes{0};
-    for (size_t i = 0; i < spatial; ++i) axes.push_back(static_cast<int64_t>(i + 2));
-    grads.push_back(g.reduce(OpKind::ReduceSum, dy, axes, false));
-  }
-  return grads;
+  return withParamGrads(g, op, x, dy, dx, win, groupW, groups, cg, mg, false);
 }
 /// y = conv_transpose(x, w [C, M/G, K...], b), the adjoint of a conv: dx is
 /// the convolution of dy by w (cropped to x's size where output_padding
@@ -648,20 +657,7 @@ Grads vjpConvTranspose(Grad& g, const Op& op, Value* dy) {
   Value* dx = cropSpatial(g, dxFull, *xd);
   std::vector<int64_t> groupW = *wd;
   groupW[0] = cg;
-  std::vector<Value*> dws;
-  for (int64_t gi = 0; gi < groups; ++gi) {
-    Value* xg = groups > 1 ? groupSlice(g, x, 1, gi, cg) : x;
-    Value* dyg = groups > 1 ? groupSlice(g, dy, 1, gi, mg) : dy;
-    dws.push_back(convWeightGrad(g, xg, dyg, win, groupW, true));
-  }
-  Value* dw = dws.size() == 1 ? dws[0] : g.emit(OpKind::Concat, dws, {{"axis", Attribute(int64_t{0})}});
-  Grads grads{dx, dw};
-  if (op.numOperands() == 3) {
-    std::vector<int64_t> axes{0};
-    for (size_t i = 0; i < spatial; ++i) axes.push_back(static_cast<int64_t>(i + 2));
-    grads.push_back(g.reduce(OpKind::ReduceSum, dy, axes, false));
-  }
-  return grads;
+  return withParamGrads(g, op, x, dy, dx, win, groupW, groups, cg, mg, true);
 }
 
 /// Pooling's adjoint. Each kernel tap t reads, for every output position,
