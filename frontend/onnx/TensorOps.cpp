@@ -604,8 +604,10 @@ Status convertTrilu(NodeContext& ctx) {
   // Keep element (i, j) when j - i >= k (upper) or j - i <= k (lower).
   KILN_TRY(checkGeneratedSize(ctx, staticShape({rows.size, cols.size}), "the triangle mask"));
   DenseTensor mask = DenseTensor::zeros(TensorType{DType::Bool, staticShape({rows.size, cols.size})});
-  for (int64_t i = 0; i < rows.size; ++i)
-    for (int64_t j = 0; j < cols.size; ++j) mask.setInt(i * cols.size + j, upper ? (j - i >= k) : (j - i <= k));
+  // An empty matrix may still have a huge dim; loop only when it has elements.
+  if (mask.numElements() != 0)
+    for (int64_t i = 0; i < rows.size; ++i)
+      for (int64_t j = 0; j < cols.size; ++j) mask.setInt(i * cols.size + j, upper ? (j - i >= k) : (j - i <= k));
   return setOutput0(ctx, ctx.emit(OpKind::Select, {ctx.constant(std::move(mask)), x, ctx.scalar(x->type().dtype, 0)}));
 }
 
@@ -629,8 +631,13 @@ Status convertEyeLike(NodeContext& ctx) {
   const auto dims = staticDims(x->type().shape);
   KILN_TRY(checkGeneratedSize(ctx, x->type().shape, "the identity matrix"));
   DenseTensor eye = DenseTensor::zeros(TensorType{dtype, x->type().shape});
-  for (int64_t i = 0; i < dims[0]; ++i)
-    if (i + k >= 0 && i + k < dims[1]) eye.setDouble(i * dims[1] + i + k, 1.0);
+  // Rows i with 0 <= i + k < cols hold a one; the bounds keep the loop within
+  // the matrix even when one dim is 0 and the other huge.
+  if (k > -dims[0] && k < dims[1]) {
+    const int64_t first = std::max<int64_t>(0, -k);
+    const int64_t last = std::min(dims[0], dims[1] - k);
+    for (int64_t i = first; i < last; ++i) eye.setDouble(i * dims[1] + i + k, 1.0);
+  }
   ctx.setOutput(0, ctx.constant(std::move(eye)));
   return {};
 }

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "frontend/onnx/OnnxImporter.h"
 #include "onnx.pb.h"
@@ -602,6 +603,34 @@ TEST(OnnxImporterTest, LoadTrainableModelMakesEveryInitializerAParameter) {
   }
   EXPECT_EQ(f.argument(0)->name(), input.name());
   EXPECT_EQ(f.argument(0)->type().str(), (TensorType{DType::F32, staticShape(inputDims)}.str()));
+}
+
+TEST(OnnxImporter, EyeLikeAndTriluOfEmptyMatricesWithAHugeDimImportAtOnce) {
+  // The fuzzer's EyeLike of bool[1317011455, 0] looped over every row; an
+  // empty matrix has nothing to fill, whatever its other dim.
+  for (const char* op : {"EyeLike", "Trilu"}) {
+    auto m = makeModel(14);
+    addInput(m, "x", {int64_t{1} << 40, 0});
+    addNode(m, op, {"x"}, {"y"});
+    addOutput(m, "y");
+    auto module = importModel(m);
+    ASSERT_TRUE(module.ok()) << op << ": " << module.error().str();
+    EXPECT_EQ((*module)->functions().front()->resultTypes()[0].str(), "f32[1099511627776,0]") << op;
+  }
+  // The diagonal offset k anywhere, the extremes included: ones at (i, i + k).
+  for (int64_t k : {std::numeric_limits<int64_t>::min(), int64_t{-3}, int64_t{-1}, int64_t{0}, int64_t{2},
+                    int64_t{4}, std::numeric_limits<int64_t>::max()}) {
+    auto m = makeModel(13);
+    addInput(m, "x", {3, 4});
+    setInt(addNode(m, "EyeLike", {"x"}, {"y"}), "k", k);
+    addOutput(m, "y");
+    auto module = importModel(m);
+    ASSERT_TRUE(module.ok()) << "k = " << k << ": " << module.error().str();
+    std::vector<double> expected(12, 0.0);
+    for (int64_t i = 0; i < 3; ++i)
+      if (k > -3 && k < 4 && i + k >= 0 && i + k < 4) expected[static_cast<size_t>(i * 4 + i + k)] = 1.0;
+    EXPECT_EQ(values(run(**module, {f32({3, 4}, std::vector<double>(12, 0.0))})[0]), expected) << "k = " << k;
+  }
 }
 
 }  // namespace
