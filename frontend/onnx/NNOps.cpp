@@ -11,6 +11,7 @@
 #include <limits>
 #include <numeric>
 
+#include "frontend/onnx/ConverterSupport.h"
 #include "frontend/onnx/NNEmitter.h"
 #include "frontend/onnx/NNOpsInternal.h"
 
@@ -286,6 +287,10 @@ Value *maxPoolIndices(NNEmitter &e, Value *x, const std::vector<int64_t> &kernel
   Value *padded =
       e.emit(OpKind::Pad, {x}, {{"pads", Attribute(pads)}, {"value", Attribute(lowestOf(x->type().dtype))}});
 
+  // The table below maps every (tap, output position) pair.
+  Shape tableShape = staticShape(kernel);
+  for (size_t i = 0; i < count; ++i) tableShape.push_back(Dim::fixed(yDims[i + 2]));
+  if (Status s = checkGeneratedSize(e.ctx(), tableShape, "the table of window positions"); !s) return e.fail(s.takeError());
   int64_t taps = std::accumulate(kernel.begin(), kernel.end(), int64_t{1}, std::multiplies<>());
   int64_t positions = 1;
   for (size_t i = 0; i < count; ++i) positions *= yDims[i + 2];
@@ -635,6 +640,9 @@ Status convertMeanVarianceNormalization(NodeContext &ctx) {
 
 /// LRN across channels: x / (bias + alpha / size * sum of x^2 over the
 /// channels c - floor((size-1)/2) .. c + ceil((size-1)/2))^beta.
+/// The widest LRN window imported (one slice and add per channel of it).
+constexpr int64_t kMaxLrnWindow = 4096;
+
 Status convertLRN(NodeContext &ctx) {
   NNEmitter e(ctx);
   e.expectOnlyAttributes({"alpha", "beta", "bias", "size"});
@@ -646,14 +654,26 @@ Status convertLRN(NodeContext &ctx) {
   if (!expectMinRank(e, x, 3, "X")) return e.status();
   if (size < 1) return ctx.error("attribute 'size' = " + str(size) + "; expected a positive window size");
   int64_t rank = x->type().rank();
+  // The window reaches `before` channels back and `after` forward. Past C - 1
+  // either way it reads only padding, so a window wider than the channels is
+  // cut to them (alpha is still divided by the size asked for).
+  int64_t before = (size - 1) / 2, after = size - 1 - (size - 1) / 2;
+  if (const Dim &channels = x->type().shape[1]; channels.isStatic()) {
+    before = std::min(before, std::max<int64_t>(channels.size - 1, 0));
+    after = std::min(after, std::max<int64_t>(channels.size - 1, 0));
+  }
+  const int64_t window = before + after + 1;
+  if (window > kMaxLrnWindow)
+    return ctx.error("attribute 'size' = " + str(size) + " sums windows of " + str(window) +
+                     " channels; Kiln imports LRN windows of at most " + str(kMaxLrnWindow));
   std::vector<int64_t> pads(static_cast<size_t>(2 * rank), 0);
-  pads[1] = (size - 1) / 2;
-  pads[static_cast<size_t>(rank + 1)] = size - 1 - (size - 1) / 2;
+  pads[1] = before;
+  pads[static_cast<size_t>(rank + 1)] = after;
   Value *squares = e.emit(OpKind::Pad, {e.mul(x, x)}, {{"pads", Attribute(pads)}});
   Value *sum = nullptr;
-  for (int64_t k = 0; k < size; ++k) {
-    // Channels [k, k + C) of the padded squares, whose length is C + size - 1.
-    int64_t end = k == size - 1 ? kSliceToEnd : k - (size - 1);
+  for (int64_t k = 0; k < window; ++k) {
+    // Channels [k, k + C) of the padded squares, whose length is C + window - 1.
+    int64_t end = k == window - 1 ? kSliceToEnd : k - (window - 1);
     Value *window = e.sliceAxis(squares, 1, k, end);
     sum = sum ? e.add(sum, window) : window;
   }

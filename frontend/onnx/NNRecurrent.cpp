@@ -267,6 +267,9 @@ std::vector<Value *> viaComposite(NNEmitter &e, const Recurrence &rec) {
   return e.emitMulti(kind, operands, rec.cell == Cell::Lstm ? 3 : 2, attrs);
 }
 
+/// The longest sequence unrolled (about 20 Kiln ops a step).
+constexpr int64_t kMaxUnrolledSteps = 8192;
+
 /// Unrolls `rec` over its static sequence length: [Y, Y_h(, Y_c)] in layout 0.
 std::vector<Value *> unrolled(NNEmitter &e, const Recurrence &rec, bool wantY) {
   size_t numStates = rec.cell == Cell::Lstm ? 2 : 1;
@@ -281,6 +284,11 @@ std::vector<Value *> unrolled(NNEmitter &e, const Recurrence &rec, bool wantY) {
     return none;
   }
   int64_t seq = xType.shape[0].size;
+  if (seq > kMaxUnrolledSteps) {
+    e.fail("unrolls one step per element of the sequence, at most " + std::to_string(kMaxUnrolledSteps) +
+           "; X has type " + xType.str());
+    return none;
+  }
   int64_t h = rec.hidden;
   int64_t gh = rec.gates * h;
   Dim batch = xType.shape[1];

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "frontend/onnx/ConverterSupport.h"
 #include "frontend/onnx/NNEmitter.h"
 #include "frontend/onnx/NNOpsInternal.h"
 
@@ -220,9 +221,10 @@ Status resize(NNEmitter &e, const ResizeAttrs &a, Value *x, std::vector<int64_t>
       double span = a.transform == "tf_crop_and_resize" ? roiEnd - roiStart : 1.0;
       out = static_cast<int64_t>(std::floor(static_cast<double>(in[i]) * span * scale));
     }
-    if (out < 1 || out > (int64_t{1} << 31))
+    // Each output element gets its taps in an index table built here.
+    if (out < 1 || out > kMaxGeneratedElements)
       return ctx.error("axis " + std::to_string(axes[i]) + " would be resized to " + std::to_string(out) +
-                       " elements; expected between 1 and 2^31");
+                       " elements; expected between 1 and " + std::to_string(kMaxGeneratedElements));
     y = resizeAxis(e, a, y, axes[i], in[i], out, scale, roiStart, roiEnd);
   }
   e.setOutput(0, y);

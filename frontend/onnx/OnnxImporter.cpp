@@ -45,6 +45,9 @@ constexpr int64_t kMaxElements = int64_t{1} << 40;
 constexpr int64_t kMaxFoldedElements = int64_t{1} << 20;
 /// ... and so are ops whose constant operands hold more elements in all.
 constexpr int64_t kMaxFoldedOperandElements = int64_t{1} << 22;
+/// The most Kiln ops one ONNX node may expand to (an LSTM unrolled over a
+/// few thousand steps stays far below).
+constexpr int64_t kMaxOpsPerNode = int64_t{1} << 18;
 
 std::string inQuotes(std::string_view s) { return "'" + std::string(s) + "'"; }
 
@@ -433,6 +436,7 @@ class NodeContextImpl final : public NodeContext {
   const onnx::NodeProto& node_;
   size_t index_;
   int64_t opset_;
+  int64_t emitted_ = 0;  // ops this node has built so far, against kMaxOpsPerNode
 };
 
 /// Imports one ModelProto into a Module.
@@ -549,6 +553,12 @@ Expected<std::vector<Value*>> NodeContextImpl::emitMulti(OpKind kind, std::vecto
     if (spec.required && !attrs.count(std::string(spec.name)))
       return error("internal: '" + std::string(info.mnemonic) + "' needs attribute '" + std::string(spec.name) + "'");
 
+  // A converter that unrolls or expands (recurrences, windows, resizes) is
+  // bounded by what the node asks for; a malformed node must not make it
+  // build ops without end.
+  if (++emitted_ > kMaxOpsPerNode)
+    return error("expands to more than " + std::to_string(kMaxOpsPerNode) +
+                 " Kiln ops; its attributes or input shapes are too large to import");
   Builder& b = *importer_.builder_;
   b.setLocation(Location::named(nodeLabel(node_, index_), importer_.filename_));
   auto built = b.build(kind, operands, std::move(attrs), std::move(declared));

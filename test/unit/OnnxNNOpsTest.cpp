@@ -381,5 +381,82 @@ TEST(OnnxNNOps, MaxPoolIndicesNeedAStaticShape) {
   EXPECT_NE(error.find("Indices output of MaxPool needs a static input shape"), std::string::npos) << error;
 }
 
+TEST(OnnxNNOps, LrnWindowWiderThanTheChannelsIsCutToThem) {
+  // size 5 and size 10^12 over 3 channels: both windows cover every channel,
+  // so only the divisor alpha / size differs. The huge one built a slice per
+  // channel of the window before.
+  for (int64_t size : {int64_t{5}, int64_t{1000000000000}}) {
+    onnx::ModelProto m = makeModel(13);
+    addInput(m, "x", {1, 3, 1, 1});
+    addOutput(m, "y");
+    auto* n = addNode(m, "LRN", {"x"}, {"y"});
+    setInt(n, "size", size);
+    setFloat(n, "alpha", 2.0f);
+    setFloat(n, "beta", 1.0f);
+    setFloat(n, "bias", 1.0f);
+    auto module = importModel(m);
+    ASSERT_TRUE(module.ok()) << module.error().str();
+    std::vector<double> x{1, 2, 3};
+    std::vector<double> want;
+    // Channel c sums c - 2 .. c + 2 (size 5) or everything (size 10^12): all three here.
+    for (double v : x) want.push_back(v / (1.0 + 2.0 / static_cast<double>(size) * 14.0));
+    expectNear(values(run(**module, {f32({1, 3, 1, 1}, x)})[0]), want);
+  }
+  // A window as wide as asked over unknown channels is refused, not built.
+  onnx::ModelProto m = makeModel(13);
+  addInput(m, "x", {1, -1, 1, 1});
+  addOutput(m, "y");
+  setInt(addNode(m, "LRN", {"x"}, {"y"}), "size", 1000000);
+  std::string error = errorOf(importModel(m));
+  EXPECT_NE(error.find("Kiln imports LRN windows of at most 4096"), std::string::npos) << error;
+}
+
+TEST(OnnxNNOps, ExpansionsAreBoundedBeforeTheyAreBuilt) {
+  // An RNN that must be unrolled over a billion steps.
+  onnx::ModelProto rnn = scalarRnn("RNN", 1000000000, 1, 1.0f, 1.0f);
+  auto* n = addNode(rnn, "RNN", {"X", "W", "R"}, {"Y", "Y_h"});
+  setInt(n, "hidden_size", 1);
+  setFloat(n, "clip", 1.5f);
+  std::string error = errorOf(importModel(rnn));
+  EXPECT_NE(error.find("unrolls one step per element of the sequence, at most 8192"), std::string::npos) << error;
+
+  // A resize to 2^30 elements along one axis.
+  onnx::ModelProto resize = makeModel(13);
+  addInput(resize, "x", {1, 1, 1, 4});
+  addInitializer(resize, "scales", {4}, {1.0f, 1.0f, 1.0f, 268435456.0f});
+  addOutput(resize, "y");
+  addNode(resize, "Resize", {"x", "", "scales"}, {"y"});
+  error = errorOf(importModel(resize));
+  EXPECT_NE(error.find("would be resized to 1073741824 elements; expected between 1 and 16777216"), std::string::npos)
+      << error;
+
+  // MaxPool indices of a 4096x4096 window at 4096x4096 positions.
+  onnx::ModelProto pool = makeModel(12);
+  addInput(pool, "x", {1, 1, 8191, 8191});
+  addOutput(pool, "y");
+  addOutput(pool, "i");
+  setInts(addNode(pool, "MaxPool", {"x"}, {"y", "i"}), "kernel_shape", {4096, 4096});
+  error = errorOf(importModel(pool));
+  EXPECT_NE(error.find("the table of window positions would have more than 16777216 elements"), std::string::npos)
+      << error;
+  // Within those bounds a node still may not expand without end: a
+  // bidirectional LSTM with clipping unrolled over 8000 steps would build
+  // about 1.5 million ops.
+  onnx::ModelProto lstm = makeModel(14);
+  addInput(lstm, "X", {8000, 1, 1});
+  addInitializer(lstm, "W", {2, 4, 1}, std::vector<float>(8, 1.0f));
+  addInitializer(lstm, "R", {2, 4, 1}, std::vector<float>(8, 1.0f));
+  addOutput(lstm, "Y");
+  auto* cell = addNode(lstm, "LSTM", {"X", "W", "R"}, {"Y"});
+  setInt(cell, "hidden_size", 1);
+  setFloat(cell, "clip", 1.5f);
+  auto* direction = cell->add_attribute();
+  direction->set_name("direction");
+  direction->set_type(onnx::AttributeProto::STRING);
+  direction->set_s("bidirectional");
+  error = errorOf(importModel(lstm));
+  EXPECT_NE(error.find("expands to more than 262144 Kiln ops"), std::string::npos) << error;
+}
+
 }  // namespace
 }  // namespace kiln
