@@ -52,6 +52,8 @@ Status checkOptions(const Function& f, const TrainingStepOptions& o) {
     if (!(sch.minLr >= 0.0 && std::isfinite(sch.minLr)))
       return bad("lr schedule minimum lr " + std::to_string(sch.minLr) + ", expected a finite value >= 0");
   }
+  if (o.batchNorm.mode == BatchNormMode::Train && !(o.batchNorm.momentum > 0.0 && o.batchNorm.momentum <= 1.0))
+    return bad("batch norm momentum " + std::to_string(o.batchNorm.momentum) + ", expected a value in (0, 1]");
   if (o.loss.outputIndex >= f.resultTypes().size())
     return bad("output index " + std::to_string(o.loss.outputIndex) + ", but the function has " +
                std::to_string(f.resultTypes().size()) + " results");
@@ -102,6 +104,122 @@ Expected<Value*> scheduledLr(Builder& u, const LrScheduleConfig& sch, Value* lr,
   return u.value(OpKind::Select, {inWarmup, warm, annealed});
 }
 
+/// The running statistics of the function's batch_norm ops: each mean or
+/// variance operand that is an argument, with the argument moved to the end
+/// of the argument list (so that, as state, it follows the parameters) and
+/// erased from `paramNames`; with BatchNormMode::Train also the statistic's
+/// new value, built after the op.
+struct RunningStatistic {
+  Value* arg = nullptr;
+  Value* updated = nullptr;
+};
+
+/// Moves argument `arg` to the end of `f`'s arguments, default kept; returns
+/// the new argument, which has taken every use.
+Value* moveArgumentToEnd(Function& f, Value* arg) {
+  size_t index = 0;
+  while (f.argument(index) != arg) ++index;
+  std::shared_ptr<const DenseTensor> def;
+  if (const DenseTensor* d = f.argumentDefault(index)) def = std::make_shared<const DenseTensor>(*d);
+  Value* moved = f.addArgument(arg->type(), arg->name());
+  if (def) f.setArgumentDefault(f.numArguments() - 1, def);
+  arg->replaceAllUsesWith(moved);
+  f.eraseArgument(index);
+  return moved;
+}
+
+/// Train mode for one batch_norm op x[N, C, d...]: it normalizes with the
+/// batch's mean and biased variance over every dim but 1 (new reduce ops
+/// before it), and the running statistics it read become
+/// running * (1 - momentum) + batch * momentum, the variance's with the
+/// unbiased batch variance (torch.nn.functional.batch_norm, training=True).
+Status trainBatchNorm(Function& f, Op* bn, const BatchNormConfig& config, std::vector<RunningStatistic>& stats) {
+  Value* x = bn->operand(0);
+  const TensorType& xType = x->type();
+  const std::string where = "training step of @" + f.name() + ": batch_norm of " + xType.str();
+  if (xType.rank() < 2) return Error(where + ": expected an input [N, C, ...]", bn->loc());
+  if (!xType.isStatic())
+    return Error(where + " in train mode needs a static input shape (the unbiased variance divides by N - 1)",
+                 bn->loc());
+  const int64_t count = numElements(xType.shape) / xType.shape[1].size;
+  if (count < 2)
+    return Error(where + " in train mode sees 1 value per channel, which has no variance (PyTorch refuses it "
+                     "too); train with batches of at least 2 samples (kiln train --drop-last drops a last batch of 1)",
+                 bn->loc());
+  const DType dt = xType.dtype;
+  std::vector<int64_t> axes = {0};
+  for (int64_t a = 2; a < xType.rank(); ++a) axes.push_back(a);
+  const AttrMap reduce = {{"axes", Attribute(axes)}, {"keepdims", Attribute(true)}};
+  const TensorType channels{dt, {xType.shape[1]}};
+  Builder b(f);
+  b.setLocation(bn->loc());
+  b.setInsertionPoint(bn);
+  KILN_TRY_VALUE(meanKept, b.value(OpKind::ReduceMean, {x}, reduce));
+  KILN_TRY_VALUE(centered, b.value(OpKind::Sub, {x, meanKept}));
+  KILN_TRY_VALUE(squares, b.value(OpKind::Mul, {centered, centered}));
+  KILN_TRY_VALUE(varKept, b.value(OpKind::ReduceMean, {squares}, reduce));
+  KILN_TRY_VALUE(mean, b.value(OpKind::Reshape, {meanKept}, {}, {channels}));
+  KILN_TRY_VALUE(var, b.value(OpKind::Reshape, {varKept}, {}, {channels}));
+  Value* running[2] = {bn->operand(3), bn->operand(4)};
+  bn->setOperand(3, mean);
+  bn->setOperand(4, var);
+  // The updates, after the op.
+  Op* next = nullptr;
+  for (auto it = f.ops().begin(); it != f.ops().end(); ++it)
+    if (it->get() == bn) next = std::next(it)->get();
+  b.setInsertionPoint(next);
+  const double m = config.momentum;
+  const double unbiased = static_cast<double>(count) / static_cast<double>(count - 1);
+  for (int k = 0; k < 2; ++k) {
+    auto stat = std::find_if(stats.begin(), stats.end(), [&](const RunningStatistic& s) { return s.arg == running[k]; });
+    if (stat == stats.end()) continue;  // not an argument: nothing to update
+    if (stat->updated)
+      return Error(where + ": its running " + (k == 0 ? "mean" : "variance") + " %" + stat->arg->name() +
+                       " is also another batch_norm's; train mode updates each running statistic once",
+                   bn->loc());
+    KILN_TRY_VALUE(kept, b.value(OpKind::Mul, {stat->arg, b.scalar(dt, 1.0 - m)}));
+    KILN_TRY_VALUE(batch, b.value(OpKind::Mul, {k == 0 ? mean : var, b.scalar(dt, k == 0 ? m : m * unbiased)}));
+    KILN_TRY_VALUE(updated, b.value(OpKind::Add, {kept, batch}));
+    stat->updated = updated;
+  }
+  return Status();
+}
+
+/// Takes the batch_norm ops' running statistics out of `paramNames` and,
+/// in train mode, rewrites the ops (trainBatchNorm). Returns the running
+/// statistics that are state (train mode only), in argument order.
+Expected<std::vector<RunningStatistic>> prepareBatchNorms(Function& f, const BatchNormConfig& config,
+                                                          std::vector<std::string>& paramNames) {
+  std::vector<Op*> bns;
+  std::vector<Value*> statArgs;
+  for (const auto& op : f.ops()) {
+    if (op->kind() != OpKind::BatchNorm) continue;
+    bns.push_back(op.get());
+    for (size_t k : {size_t{3}, size_t{4}}) {
+      Value* v = op->operand(k);
+      if (v->isArgument() && std::find(statArgs.begin(), statArgs.end(), v) == statArgs.end()) statArgs.push_back(v);
+    }
+  }
+  std::vector<RunningStatistic> stats;
+  for (Value* a : f.arguments())
+    if (std::find(statArgs.begin(), statArgs.end(), a) != statArgs.end()) {
+      paramNames.erase(std::remove(paramNames.begin(), paramNames.end(), a->name()), paramNames.end());
+      if (config.mode == BatchNormMode::Train) stats.push_back({a, nullptr});
+    }
+  if (config.mode != BatchNormMode::Train) return stats;
+  // Running statistics read by other ops would see their old values there.
+  for (RunningStatistic& s : stats)
+    for (const Op* user : s.arg->users())
+      if (user->kind() != OpKind::BatchNorm)
+        return Error("training step of @" + f.name() + ": the running statistic %" + s.arg->name() + " of a batch_norm "
+                         "is also read by '" + std::string(opName(user->kind())) +
+                         "'; train mode cannot update it (freeze the batch norms instead)",
+                     user->loc());
+  for (RunningStatistic& s : stats) s.arg = moveArgumentToEnd(f, s.arg);
+  for (Op* bn : bns) KILN_TRY(trainBatchNorm(f, bn, config, stats));
+  return stats;
+}
+
 }  // namespace
 
 Status buildTrainingStep(Function& f, const TrainingStepOptions& options) {
@@ -134,6 +252,12 @@ Status buildTrainingStep(Function& f, const TrainingStepOptions& options) {
                        "with liftConstantsToParameters)",
                    f.loc());
   }
+  auto runningStats = prepareBatchNorms(f, options.batchNorm, paramNames);
+  if (!runningStats) return runningStats.takeError();
+  if (paramNames.empty())
+    return Error("training step of @" + f.name() + ": no parameters left to train (the ones named are batch norms' "
+                     "running statistics, which are never trained)",
+                 f.loc());
   std::vector<Value*> params;
   for (const std::string& name : paramNames) {
     Value* found = nullptr;
@@ -324,6 +448,11 @@ Status buildTrainingStep(Function& f, const TrainingStepOptions& options) {
     types.push_back(params[i]->type());
     names.push_back(params[i]->name());
   }
+  for (const RunningStatistic& stat : *runningStats) {
+    results.push_back(stat.updated);
+    types.push_back(stat.arg->type());
+    names.push_back(stat.arg->name());
+  }
   for (size_t i = 0; i < newState.size(); ++i) {
     results.push_back(newState[i]);
     types.push_back(stateArgs[i]->type());
@@ -340,21 +469,14 @@ Status buildTrainingStep(Function& f, const TrainingStepOptions& options) {
   std::vector<Value*> trailing;
   for (Value* a : f.arguments()) {
     bool isParam = std::find(params.begin(), params.end(), a) != params.end();
-    bool isState = std::find(stateArgs.begin(), stateArgs.end(), a) != stateArgs.end();
+    bool isState = std::find(stateArgs.begin(), stateArgs.end(), a) != stateArgs.end() ||
+                   std::any_of(runningStats->begin(), runningStats->end(),
+                               [&](const RunningStatistic& s) { return s.arg == a; });
     if (!isParam && !isState) trailing.push_back(a);
   }
   // State args were appended after the batch; moving the batch, labels and
   // lr behind them gives the documented order.
-  for (Value* old : trailing) {
-    size_t index = 0;
-    while (f.argument(index) != old) ++index;
-    std::shared_ptr<const DenseTensor> def;
-    if (const DenseTensor* d = f.argumentDefault(index)) def = std::make_shared<const DenseTensor>(*d);
-    Value* moved = f.addArgument(old->type(), old->name());
-    if (def) f.setArgumentDefault(f.numArguments() - 1, def);
-    old->replaceAllUsesWith(moved);
-    f.eraseArgument(index);
-  }
+  for (Value* old : trailing) moveArgumentToEnd(f, old);
   return Status();
 }
 

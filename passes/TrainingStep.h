@@ -86,6 +86,24 @@ struct LrScheduleConfig {
   double minLr = 0.0;
 };
 
+/// How batch_norm ops train. Their running mean and variance (operands 3
+/// and 4) are never trained by gradient:
+///  - Train (PyTorch's model.train()): each batch is normalized with its own
+///    mean and biased variance over every dim but 1, and the running
+///    statistics, when they are arguments, become state updated as
+///    running * (1 - momentum) + batch * momentum, with the unbiased batch
+///    variance (torch.nn.BatchNorm's momentum, 0.1 by default; an ONNX
+///    export's momentum attribute is 1 - that).
+///  - Frozen (model.eval() for the batch norms, as when fine-tuning): the
+///    running statistics normalize, and stay as they are.
+enum class BatchNormMode { Train, Frozen };
+
+struct BatchNormConfig {
+  BatchNormMode mode = BatchNormMode::Train;
+  /// Train: in (0, 1].
+  double momentum = 0.1;
+};
+
 struct TrainingStepOptions {
   LossConfig loss;
   OptimizerConfig optimizer;
@@ -95,10 +113,16 @@ struct TrainingStepOptions {
   /// The learning-rate schedule (graph ops on the "step" argument). Last, so
   /// that aggregate initializers {loss, optimizer, parameters} keep working.
   LrScheduleConfig schedule = {};
+  /// batch_norm ops (see BatchNormConfig).
+  BatchNormConfig batchNorm = {};
 };
 
 /// Rewrites `f` into its training step. Arguments, in order: the parameters
-/// (in their original order, defaults kept), the optimizer state (defaults
+/// (in their original order, defaults kept; a batch_norm's running
+/// statistics are never among them, even when named), the batch
+/// normalization state (with BatchNormMode::Train, each running mean and
+/// variance argument of a batch_norm, in argument order, defaults kept), the
+/// optimizer state (defaults
 /// zeros; SGD with momentum: "<p>.momentum_buffer" each and a step counter
 /// "step"; Adam/AdamW: "<p>.exp_avg", "<p>.exp_avg_sq" each and "step"; plain
 /// SGD: "step" alone when the schedule is not constant, else none; "step" is a
@@ -107,8 +131,8 @@ struct TrainingStepOptions {
 /// shape without dim 1 for cross-entropy and NLL, the output's type for MSE)
 /// and "lr" (a scalar of the output's float type: the base learning rate the
 /// schedule scales). Results:
-/// "loss", then each new parameter and each new state value, named like the
-/// argument it replaces. Errors name what was wrong (an output index out of
+/// "loss", then each new parameter and each new state value (batch
+/// normalization, then optimizer), named like the argument it replaces. Errors name what was wrong (an output index out of
 /// range, a non-float output, a bad option value, no or unknown
 /// parameters) leave `f` unchanged; an error from autodiff (an op without a
 /// VJP rule) leaves it with the loss op added.

@@ -68,6 +68,7 @@ LEARNING_RATES = {
     "cnn": {"sgd": 1e-3, "adamw": 2e-4},
     "lstm": {"sgd": 0.01, "adamw": 5e-3},
     "gpt": {"sgd": 0.02, "adamw": 1e-3},
+    "bncnn": {"sgd": 0.02, "adamw": 2e-3},
 }
 SGD_MOMENTUM = 0.9
 SGD_WEIGHT_DECAY = 0.1
@@ -81,6 +82,26 @@ ADAMW_WEIGHT_DECAY = 1.0
 #                    then from lr down to 1e-4 over the remaining 90 steps
 STEP_SIZE, GAMMA = 25, 0.5
 WARMUP, TOTAL, MIN_LR = 10, 100, 1e-4
+
+
+class BnCnn(torch.nn.Module):
+    """A small CNN with batch norms (2-d after the convolution, 1-d after the
+    hidden linear layer): the one fixture trained in train mode, where each
+    batch is normalized with its own statistics and the running ones are
+    updated (momentum 0.1, the running variance with the unbiased batch
+    variance)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.fc1 = torch.nn.Linear(4 * 4 * 4, 16)
+        self.bn1 = torch.nn.BatchNorm1d(16)
+        self.fc2 = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn(self.conv(x))), 2)
+        return self.fc2(F.relu(self.bn1(self.fc1(torch.flatten(x, 1)))))
 
 
 def load_e2e_module():
@@ -104,11 +125,16 @@ def e2e_models(e2e):
 
 def export(module, inputs, output_names, dynamic_axes, path):
     """The call of export-e2e-models.py, so that initializer names and
-    layouts are the same."""
+    layouts are the same. A model with batch norms is exported with
+    TrainingMode.PRESERVE in eval mode: BatchNormalization nodes with the
+    running statistics as initializers (TrainingMode.EVAL would fold each
+    batch norm into the convolution before it)."""
     training = module.training
     module.eval()
+    has_bn = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in module.modules())
+    mode = torch.onnx.TrainingMode.PRESERVE if has_bn else torch.onnx.TrainingMode.EVAL
     torch.onnx.export(module, tuple(inputs.values()), path, input_names=list(inputs), output_names=output_names,
-                      dynamic_axes=dynamic_axes, opset_version=17, do_constant_folding=True)
+                      dynamic_axes=dynamic_axes, opset_version=17, do_constant_folding=True, training=mode)
     module.train(training)
 
 
@@ -156,6 +182,8 @@ def batch(name, gen):
         return {"x": torch.randn(8, 64, generator=gen)}, torch.randint(0, 10, (8,), generator=gen)
     if name == "cnn":
         return {"x": torch.randn(4, 3, 28, 28, generator=gen)}, torch.randint(0, 10, (4,), generator=gen)
+    if name == "bncnn":
+        return {"x": torch.randn(8, 1, 8, 8, generator=gen)}, torch.randint(0, 10, (8,), generator=gen)
     if name == "lstm":
         inputs = {"x": torch.randn(4, 5, 8, generator=gen), "h0": 0.5 * torch.randn(2, 4, 16, generator=gen),
                   "c0": 0.5 * torch.randn(2, 4, 16, generator=gen)}
@@ -183,6 +211,18 @@ def write_model(name, e2e, out_dir):
         floats = {i.name for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
         if any(n.op_type == "Identity" and n.input[0] in floats for n in graph.node):
             raise SystemExit("error: the GPT's ONNX export still merges float initializers (Identity nodes)")
+    elif name == "bncnn":
+        torch.manual_seed(11)
+        module, output_names, dynamic_axes = BnCnn(), ["logits"], {}
+        with torch.no_grad():  # running statistics other than PyTorch's initial zeros and ones
+            for bn in (module.bn, module.bn1):
+                bn.running_mean.copy_(0.1 * torch.randn(bn.running_mean.shape))
+                bn.running_var.copy_(1 + 0.2 * torch.rand(bn.running_var.shape))
+        initial_path = os.path.join(folder, "model.onnx")
+        export(module, inputs, output_names, dynamic_axes, initial_path)
+        ops = [n.op_type for n in onnx.load(initial_path).graph.node]
+        if ops.count("BatchNormalization") != 2:
+            raise SystemExit(f"error: the batch-norm CNN exports {ops}, not two BatchNormalization nodes")
     else:
         module, output_names, dynamic_axes = e2e_models(e2e)[name]
         initial_path = os.path.join(ROOT, "test", "e2e", name, "model.onnx")
@@ -197,6 +237,7 @@ def write_model(name, e2e, out_dir):
     for input_name, value in inputs.items():
         np.save(os.path.join(folder, f"input_{input_name}.npy"), value.numpy())
     np.save(os.path.join(folder, "labels.npy"), labels.numpy())
+    # The state dict holds the batch norms' running statistics and counters too.
     state = {k: v.clone() for k, v in module.state_dict().items()}
     summary = []
     for kind, lr in LEARNING_RATES[name].items():
@@ -227,11 +268,13 @@ def write_model(name, e2e, out_dir):
 
 
 def main():
-    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "test", "training-match")
+    args = sys.argv[1:]
+    out_dir = args.pop(0) if args else os.path.join(ROOT, "test", "training-match")
+    names = args or list(LEARNING_RATES)  # the models to write: all by default
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
     e2e = load_e2e_module()
-    total = sum(write_model(name, e2e, out_dir) for name in LEARNING_RATES)
+    total = sum(write_model(name, e2e, out_dir) for name in names)
     print(f"total: {total / 1024:.0f} KiB")
     if total > 1536 * 1024:
         print("error: the training fixtures exceed 1.5 MB", file=sys.stderr)

@@ -86,6 +86,11 @@ constexpr OptionSpec kOptions[] = {
     {"--lr-gamma", "X", "step schedule: the factor (default: 0.1)"},
     {"--warmup-steps", "N", "cosine schedule: steps of linear warm-up from 0 (default: 0)"},
     {"--min-lr", "X", "cosine schedule: the rate at the last step (default: 0)"},
+    {"--batch-norm", "train|frozen",
+     "batch norms: normalize each batch with its own statistics and update the running ones, as PyTorch's "
+     "model.train() (default: train), or keep normalizing with the model's running statistics"},
+    {"--bn-momentum", "X", "batch norm train mode: the running statistics' update rate, torch.nn.BatchNorm's momentum "
+     "(default: 0.1)"},
     {"--batch-size", "N", "samples per step (default: 32)"},
     {"--epochs", "N", "passes over the data (default: 1)"},
     {"--steps", "N", "optimizer steps in all, instead of --epochs (counted from the start, also with --resume)"},
@@ -271,6 +276,19 @@ std::optional<std::string> parseOptions(const ParsedArgs& args, TrainOptions& o)
   schedule.warmupSteps = warmup.value_or(0);
   if (auto e = number("--min-lr", schedule.minLr)) return e;
   if (schedule.minLr < 0) return "--min-lr expects a rate >= 0, got " + *args.get("--min-lr");
+
+  const std::string batchNorm = args.get("--batch-norm") ? *args.get("--batch-norm") : "train";
+  if (batchNorm == "train")
+    o.step.batchNorm.mode = BatchNormMode::Train;
+  else if (batchNorm == "frozen")
+    o.step.batchNorm.mode = BatchNormMode::Frozen;
+  else
+    return "--batch-norm expects train or frozen, got '" + batchNorm + "'";
+  if (args.has("--bn-momentum") && o.step.batchNorm.mode != BatchNormMode::Train)
+    return "--bn-momentum applies to --batch-norm train only";
+  if (auto e = number("--bn-momentum", o.step.batchNorm.momentum)) return e;
+  if (!(o.step.batchNorm.momentum > 0 && o.step.batchNorm.momentum <= 1))
+    return "--bn-momentum expects a value in (0, 1], got " + *args.get("--bn-momentum");
 
   std::optional<int64_t> batch, seed, every, threads;
   if (auto e = integer("--batch-size", 1, batch)) return e;
@@ -846,12 +864,14 @@ int run(const ParsedArgs& args) {
     state.values.push_back(Tensor::fromDense(*stepFn.argumentDefault(i)));
   }
 
-  // The state by name: the step names each parameter like the model's weight.
+  // The state by name: the step names each parameter (and batch norm running
+  // statistic) like the model's weight. What it updates goes to -o; frozen
+  // running statistics are not state and stay as they are.
   std::map<std::string, size_t> stateIndex;
   for (size_t i = 0; i < numState; ++i) stateIndex[state.names[i]] = i;
+  std::vector<std::string> updated;
   for (const std::string& name : sig->params)
-    if (!stateIndex.count(name))
-      return fail(Error(o.modelPath + ": the training step has no parameter '" + name + "'"));
+    if (stateIndex.count(name)) updated.push_back(name);
 
   int64_t startStep = 0;
   if (!o.resumePath.empty()) {
@@ -1049,7 +1069,7 @@ int run(const ParsedArgs& args) {
 
   if (!o.outputPath.empty()) {
     std::map<std::string, DenseTensor> params;
-    for (const std::string& name : sig->params) params[name] = state.values[stateIndex.at(name)].toDense();
+    for (const std::string& name : updated) params[name] = state.values[stateIndex.at(name)].toDense();
     if (Status s = writeTrainedModel(o, params); !s) return fail(s.takeError());
     std::cout << "wrote " << o.outputPath << "\n";
   }

@@ -1,5 +1,6 @@
 // Kiln's training steps against PyTorch (issue 6 item 6): for the MLP, the
-// CNN, the LSTM and the small GPT of test/e2e, the fixtures of
+// CNN, the LSTM and the small GPT of test/e2e, and a small CNN with batch
+// norms trained in train mode (bncnn), the fixtures of
 // test/training-match/<model>/ (written by scripts/export-training-fixtures.py
 // with python3-torch 1.13) hold a fixed batch and labels, the parameters after
 // one step of torch.optim.SGD (momentum 0.9, weight decay 0.1) and of
@@ -70,12 +71,13 @@ struct MatchCase {
   bool perPosition = false;
   /// The runs (optimizer and schedule, see runOptions) and their learning rates.
   std::map<std::string, double> learningRates;
-  /// The float initializers of the ONNX model: all are trained.
+  /// The float initializers of the ONNX model: all are trained, except
+  /// batch norms' running statistics, which the step updates as state.
   size_t numParams = 0;
   /// Elements whose gradient is zero in exact arithmetic, so that the
   /// computed one is rounding noise: the key biases of attention (adding a
   /// constant to every key adds q.b to a whole row of scores, which softmax
-  /// ignores). SGD moves them by lr times that noise, which the tolerance
+  /// ignores) and biases right before a batch norm in train mode. SGD moves them by lr times that noise, which the tolerance
   /// absorbs; Adam's first step moves each by lr g / (|g| + eps), up to lr
   /// either way whatever the noise, so under AdamW these elements are only
   /// held to that bound (|got - want| <= 2 lr), not to PyTorch's values.
@@ -105,6 +107,16 @@ MatchCase matchCase(const std::string& model) {
     c.perPosition = true;
     c.learningRates = {{"sgd", 0.01}, {"adamw", 5e-3}};
     c.numParams = 6;
+  } else if (model == "bncnn") {
+    // Conv, BatchNorm2d, ReLU, max pool, Linear, BatchNorm1d, ReLU, Linear,
+    // trained in train mode: 10 parameters and the 4 running statistics,
+    // which are compared after one step like the parameters.
+    c.initialModel = kSource + "/test/training-match/bncnn/model.onnx";
+    c.learningRates = {{"sgd", 0.02}, {"adamw", 2e-3}};
+    c.numParams = 14;
+    // A bias right before a batch norm shifts a channel by a constant, which
+    // the batch's mean removes again: its gradient is zero.
+    c.zeroGradient = {{"conv.bias", 0, 4}, {"fc1.bias", 0, 16}};
   } else {
     c.initialModel = kSource + "/test/training-match/gpt/model.onnx";
     c.inputs = {"idx"};
@@ -341,6 +353,8 @@ TEST(TrainingMatchTest, CnnSgd) { expectMatchesPyTorch("cnn", "sgd"); }
 TEST(TrainingMatchTest, CnnAdamW) { expectMatchesPyTorch("cnn", "adamw"); }
 TEST(TrainingMatchTest, LstmSgd) { expectMatchesPyTorch("lstm", "sgd"); }
 TEST(TrainingMatchTest, LstmAdamW) { expectMatchesPyTorch("lstm", "adamw"); }
+TEST(TrainingMatchTest, BatchNormCnnSgd) { expectMatchesPyTorch("bncnn", "sgd"); }
+TEST(TrainingMatchTest, BatchNormCnnAdamW) { expectMatchesPyTorch("bncnn", "adamw"); }
 TEST(TrainingMatchTest, GptSgd) { expectMatchesPyTorch("gpt", "sgd"); }
 TEST(TrainingMatchTest, GptAdamW) { expectMatchesPyTorch("gpt", "adamw"); }
 

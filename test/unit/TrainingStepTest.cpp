@@ -620,6 +620,120 @@ TEST(TrainingStepTest, LayoutNamesAndDefaultParameters) {
   EXPECT_EQ(f.argumentDefault(12)->getDouble(0), 0.0);
 }
 
+/// x[4,2] -> batch_norm(x, g, b, mean, var) -> out: the batch norm's
+/// parameters and running statistics all have defaults.
+std::unique_ptr<Module> batchNormModel(const std::string& batch = "4") {
+  auto m = parseModule("func @bn(%x: f64[" + batch +
+                           ",2], %g: f64[2], %b: f64[2], %mean: f64[2], %var: f64[2]) -> f64[" + batch +
+                           ",2] {\n"
+                           "  %y = batch_norm(%x, %g, %b, %mean, %var) {epsilon = 0.0} : f64[" +
+                           batch +
+                           ",2]\n"
+                           "  return %y\n}\n",
+                       "bn.kir");
+  EXPECT_TRUE(m.ok()) << m.error().str();
+  if (!m.ok()) return nullptr;
+  Function& f = *(*m)->functions()[0];
+  const double values[4][2] = {{1.0, 1.0}, {0.0, 0.0}, {0.5, -0.5}, {2.0, 3.0}};  // g, b, mean, var
+  for (size_t i = 1; i < 5; ++i) {
+    DenseTensor t = DenseTensor::zeros(f.argument(i)->type());
+    for (int64_t c = 0; c < 2; ++c) t.setDouble(c, values[i - 1][c]);
+    f.setArgumentDefault(i, std::make_shared<const DenseTensor>(std::move(t)));
+  }
+  return std::move(*m);
+}
+
+TEST(TrainingStepTest, BatchNormTrainModeUsesBatchStatisticsAndUpdatesTheRunningOnes) {
+  auto m = batchNormModel();
+  ASSERT_TRUE(m);
+  Function& f = *m->functions()[0];
+  TrainingStepOptions options{mse(), OptimizerConfig{}, std::nullopt};
+  options.batchNorm.momentum = 0.25;
+  Status s = buildTrainingStep(f, options);
+  ASSERT_TRUE(s.ok()) << s.error().str();
+  ASSERT_TRUE(verify(f).ok());
+  // Parameters, then the running statistics as state (never trained).
+  std::vector<std::string> args;
+  for (Value* a : f.arguments()) args.push_back(a->name());
+  EXPECT_EQ(args, (std::vector<std::string>{"g", "b", "mean", "var", "x", "labels", "lr"}));
+  ASSERT_EQ(f.resultTypes().size(), 5u);
+  EXPECT_EQ(f.resultName(3), "mean");
+  EXPECT_EQ(f.resultName(4), "var");
+  EXPECT_EQ(trainingStepAliases(f).size(), 4u);
+
+  // Channel 0 holds 1, 2, 3, 6 (mean 3, biased variance 3.5, unbiased 14/3),
+  // channel 1 holds 5, 7, 5, 7 (mean 6, biased variance 1, unbiased 4/3).
+  Tensor x(DType::F64, {4, 2});
+  const double xs[8] = {1, 5, 2, 7, 3, 5, 6, 7};
+  for (int64_t i = 0; i < 8; ++i) x.setDouble(i, xs[i]);
+  Tensor labels(DType::F64, {4, 2});  // zeros: the loss is the mean square of the output
+  Tensor lr(DType::F64, {});
+  lr.setDouble(0, 0.0);  // no parameter moves, so the output is the normalized batch
+  std::vector<Tensor> in;
+  for (size_t i = 0; i < 4; ++i) in.push_back(Tensor::fromDense(*f.argumentDefault(i)));
+  in.push_back(x);
+  in.push_back(labels);
+  in.push_back(lr);
+  auto out = interpret(f, in);
+  ASSERT_TRUE(out.ok()) << out.error().str();
+  // Normalized with the batch's statistics each channel has mean square 1
+  // (with the running ones it would not): loss = 1.
+  EXPECT_NEAR((*out)[0].getDouble(0), 1.0, 1e-12);
+  // running * 0.75 + batch * 0.25, the variance's unbiased.
+  EXPECT_NEAR((*out)[3].getDouble(0), 0.5 * 0.75 + 3.0 * 0.25, 1e-12);
+  EXPECT_NEAR((*out)[3].getDouble(1), -0.5 * 0.75 + 6.0 * 0.25, 1e-12);
+  EXPECT_NEAR((*out)[4].getDouble(0), 2.0 * 0.75 + 14.0 / 3.0 * 0.25, 1e-12);
+  EXPECT_NEAR((*out)[4].getDouble(1), 3.0 * 0.75 + 4.0 / 3.0 * 0.25, 1e-12);
+}
+
+TEST(TrainingStepTest, BatchNormFrozenModeKeepsTheRunningStatistics) {
+  auto m = batchNormModel();
+  ASSERT_TRUE(m);
+  Function& f = *m->functions()[0];
+  TrainingStepOptions options{mse(), OptimizerConfig{}, std::nullopt};
+  options.batchNorm.mode = BatchNormMode::Frozen;
+  Status s = buildTrainingStep(f, options);
+  ASSERT_TRUE(s.ok()) << s.error().str();
+  // The statistics are neither trained nor state: inputs with their defaults.
+  std::vector<std::string> results;
+  for (size_t r = 0; r < f.resultTypes().size(); ++r) results.push_back(f.resultName(r));
+  EXPECT_EQ(results, (std::vector<std::string>{"loss", "g", "b"}));
+  std::vector<std::string> args;
+  for (Value* a : f.arguments()) args.push_back(a->name());
+  EXPECT_EQ(args, (std::vector<std::string>{"g", "b", "x", "mean", "var", "labels", "lr"}));
+  EXPECT_EQ(f.argumentDefault(3)->getDouble(0), 0.5);
+}
+
+TEST(TrainingStepTest, BatchNormErrors) {
+  {
+    // A batch of one sample per channel has no variance.
+    auto m = batchNormModel("1");
+    ASSERT_TRUE(m);
+    Status s = buildTrainingStep(*m->functions()[0], {mse(), OptimizerConfig{}, std::nullopt});
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.error().str().find("sees 1 value per channel"), std::string::npos) << s.error().str();
+  }
+  {
+    // Only running statistics named: nothing to train.
+    auto m = batchNormModel();
+    ASSERT_TRUE(m);
+    Status s = buildTrainingStep(*m->functions()[0],
+                                 {mse(), OptimizerConfig{}, std::vector<std::string>{"mean", "var"}});
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.error().str().find("no parameters left to train"), std::string::npos) << s.error().str();
+  }
+  {
+    TrainingStepOptions options{mse(), OptimizerConfig{}, std::nullopt};
+    options.batchNorm.momentum = 0.0;
+    auto m = batchNormModel();
+    ASSERT_TRUE(m);
+    Status s = buildTrainingStep(*m->functions()[0], options);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.error().str().find("batch norm momentum 0.000000, expected a value in (0, 1]"), std::string::npos)
+        << s.error().str();
+  }
+}
+
 TEST(TrainingStepTest, LiftsOnnxWeightConstants) {
   auto m = parseModule(
       "func @f(%x: f64[2,3]) -> f64[2,2] {\n"

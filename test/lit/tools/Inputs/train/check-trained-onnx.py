@@ -1,9 +1,10 @@
 """Checks that a model `kiln train -o` wrote is the original ONNX model with
 only its trained initializers' values changed: the same nodes, inputs,
 outputs, opsets and initializer names, types and shapes, and every float
-initializer holding new values.
+initializer holding new values, except those named after --unchanged, which
+must hold their old values.
 
-    check-trained-onnx.py ORIGINAL.onnx TRAINED.onnx
+    check-trained-onnx.py [--unchanged NAME,...] ORIGINAL.onnx TRAINED.onnx
 """
 import sys
 
@@ -11,7 +12,12 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-original, trained = onnx.load(sys.argv[1]), onnx.load(sys.argv[2])
+args = sys.argv[1:]
+unchanged = set()
+if args[0] == "--unchanged":
+    unchanged = set(args[1].split(","))
+    args = args[2:]
+original, trained = onnx.load(args[0]), onnx.load(args[1])
 onnx.checker.check_model(trained)
 assert original.opset_import == trained.opset_import, "opsets differ"
 for field in ("node", "input", "output", "value_info"):
@@ -22,7 +28,9 @@ changed = 0
 for a, b in zip(original.graph.initializer, trained.graph.initializer):
     assert (a.data_type, list(a.dims)) == (b.data_type, list(b.dims)), f"{a.name}: type or shape differs"
     va, vb = numpy_helper.to_array(a), numpy_helper.to_array(b)
-    if a.data_type == onnx.TensorProto.FLOAT:
+    if a.name in unchanged:
+        assert np.array_equal(va, vb), f"{a.name}: changed"
+    elif a.data_type == onnx.TensorProto.FLOAT:
         assert np.all(np.isfinite(vb)), f"{a.name}: non-finite trained values"
         assert not np.array_equal(va, vb), f"{a.name}: not trained"
         changed += 1

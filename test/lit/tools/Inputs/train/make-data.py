@@ -72,3 +72,10 @@ sx += np.sign(sx) * 0.2
 sy = ((sx[..., 0] > 0).astype(np.int64) + 2 * (sx[..., 1] > 0)).astype(np.int64)
 save("seq.npz", x=sx[:32], y=sy[:32])
 save("seq-eval.npz", x=sx[32:], y=sy[32:])
+
+# For the batch-norm CNN of test/training-match/bncnn (x [N, 1, 8, 8], 10
+# classes): 32 samples, four batches of its fixed 8. Its own generator, so
+# that the arrays above stay as they were.
+bn_rng = np.random.default_rng(8)
+save("bn.npz", x=bn_rng.standard_normal((32, 1, 8, 8)).astype(np.float32),
+     y=bn_rng.integers(0, 10, 32).astype(np.int64))
