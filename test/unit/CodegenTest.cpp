@@ -12,65 +12,25 @@
 #include "codegen/CpuExecutable.h"
 #include "codegen/KernelIR.h"
 #include "codegen/Lowering.h"
-#include "ir/Parser.h"
-#include "ir/Verifier.h"
 #include "runtime/Interpreter.h"
 #include "runtime/ThreadPool.h"
+#include "test/unit/TestSupport.h"
 
 namespace kiln {
 namespace {
 
 using codegen::CpuExecutor;
 
-std::unique_ptr<Module> parse(const std::string& text) {
-  auto m = parseModule(text, "test.kir");
-  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().str());
-  if (!m) return nullptr;
-  Status s = verify(**m);
-  EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().str());
-  return std::move(*m);
-}
-
-/// Random values for a tensor of `type`; integers small (and, for
-/// `positive`, at least 1 so divisors are never zero).
-Tensor randomTensor(const TensorType& type, std::mt19937& rng, bool positive = false) {
-  Tensor t(type.dtype, staticDims(type.shape));
-  std::uniform_real_distribution<double> real(positive ? 0.5 : -2.0, 2.0);
-  std::uniform_int_distribution<int64_t> integer(positive ? 1 : -5, 5);
-  for (int64_t i = 0; i < t.numElements(); ++i) {
-    if (type.dtype == DType::Bool)
-      t.setInt(i, integer(rng) > 0);
-    else if (isFloat(type.dtype))
-      t.setDouble(i, real(rng));
-    else
-      t.setInt(i, type.dtype == DType::U8 ? std::abs(integer(rng)) : integer(rng));
-  }
-  return t;
-}
-
-void expectClose(const Tensor& got, const Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.dtype(), want.dtype()) << what;
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  for (int64_t i = 0; i < want.numElements(); ++i) {
-    if (isFloat(want.dtype())) {
-      const double g = got.getDouble(i), w = want.getDouble(i);
-      if (std::isnan(w) || std::isinf(w)) {
-        EXPECT_TRUE(std::isnan(w) ? std::isnan(g) : g == w) << what << " element " << i << ": " << g << " vs " << w;
-        continue;
-      }
-      EXPECT_NEAR(g, w, 1e-5 + 1e-4 * std::fabs(w)) << what << " element " << i;
-    } else {
-      EXPECT_EQ(got.getInt(i), want.getInt(i)) << what << " element " << i;
-    }
-  }
-}
+using test::expectClose;
+using test::parseVerified;
+using test::randomTensor;
 
 /// Runs `text`'s first function on the JIT and on the interpreter with the
 /// given inputs (random ones of the argument types when empty).
 void expectJitMatchesInterpreter(const std::string& text, std::vector<Tensor> inputs = {}, bool positive = false,
                                  int optLevel = 2) {
   SCOPED_TRACE(text);
-  auto m = parse(text);
+  auto m = parseVerified(text);
   ASSERT_TRUE(m);
   const Function& f = *m->functions().front();
   std::mt19937 rng(42);
@@ -136,7 +96,7 @@ TEST(CodegenTest, BinaryOpsBroadcast) {
     for (const char* t : {"i64", "i32", "i8", "u8"}) {
       const std::string a = std::string(t) + "[3,4]", b = std::string(t) + "[4]";
       const bool divides = std::string(op) == "div" || std::string(op) == "mod" || std::string(op) == "rem";
-      auto m = parse(binaryFunction(op, a, b, a));
+      auto m = parseVerified(binaryFunction(op, a, b, a));
       std::mt19937 rng(7);
       std::vector<Tensor> in = {randomTensor(m->functions().front()->argument(0)->type(), rng),
                                 randomTensor(m->functions().front()->argument(1)->type(), rng, divides)};
@@ -218,7 +178,7 @@ TEST(CodegenTest, GatherAndIota) {
   expectJitMatchesInterpreter("func @f() -> f32[4,2] {\n  %y = iota() {axis = 0} : f32[4,2]\n  return %y\n}\n");
   // An index out of range is the interpreter's error, not a wild read.
   indices.setInt(0, 9);
-  auto m = parse(
+  auto m = parseVerified(
       "func @f(%d: f32[4,3], %i: i64[2,2]) -> f32[2,2,3] {\n  %y = gather(%d, %i) {axis = 0} : f32[2,2,3]\n"
       "  return %y\n}\n");
   auto executor = CpuExecutor::create(*m->functions().front());
@@ -319,7 +279,7 @@ TEST(CodegenTest, FusedGroupsLowerByComposition) {
       "func @f(%x: f32[2,3,8], %s: f32[8], %b: f32[8]) -> f32[2,3,8] {\n"
       "  %y = layer_norm(%x, %s, %b) : f32[2,3,8]\n  return %y\n}\n",
       {}, false, 3);
-  auto m = parse(mlp);
+  auto m = parseVerified(mlp);
   auto executor = CpuExecutor::create(*m->functions().front(), {.optLevel = 3});
   ASSERT_TRUE(executor.ok());
   std::mt19937 rng(5);
@@ -329,7 +289,7 @@ TEST(CodegenTest, FusedGroupsLowerByComposition) {
 }
 
 TEST(CodegenTest, SymbolicDimsRecompilePerShape) {
-  auto m = parse(
+  auto m = parseVerified(
       "func @f(%x: f32[N,3], %y: f32[3]) -> f32[N,3] {\n  %s = add(%x, %y) : f32[N,3]\n  %r = relu(%s) : f32[N,3]\n"
       "  return %r\n}\n");
   const Function& f = *m->functions().front();
@@ -353,7 +313,7 @@ TEST(CodegenTest, LargeKernelsSplitAcrossThreads) {
 }
 
 TEST(CodegenTest, UnsupportedOpsAreNamed) {
-  auto m = parse(
+  auto m = parseVerified(
       "func @f(%x: i32[1,1,4,4], %w: i32[1,2,3,3], %v: i32[2,1,3,3]) -> i32[1,2,6,6] {\n"
       "  %y = conv_transpose(%x, %w) : i32[1,2,6,6]\n  %r = conv(%y, %v) {pads = [1, 1, 1, 1], groups = 2} : "
       "i32[1,2,6,6]\n  return %r\n}\n");
@@ -370,7 +330,7 @@ TEST(CodegenTest, UnsupportedOpsAreNamed) {
 }
 
 TEST(CodegenTest, KernelPrinter) {
-  auto m = parse(binaryFunction("add", "f32[2,3]", "f32[3]", "f32[2,3]"));
+  auto m = parseVerified(binaryFunction("add", "f32[2,3]", "f32[3]", "f32[2,3]"));
   auto kernel = codegen::lowerOpToKernel(*m->functions().front()->ops().front(), "add");
   ASSERT_TRUE(kernel.ok()) << kernel.error().str();
   EXPECT_EQ(kir::printKernel(*kernel),

@@ -5,30 +5,19 @@
 // still report bad operands, also inside fused groups.
 #include <gtest/gtest.h>
 
-#include <random>
+#include <cmath>
 
 #include "codegen/CpuExecutable.h"
-#include "ir/Parser.h"
 #include "runtime/Interpreter.h"
+#include "test/unit/TestSupport.h"
 
 namespace kiln {
 namespace {
 
 using codegen::CpuExecutor;
 
-std::unique_ptr<Module> parse(const std::string& text) {
-  auto m = parseModule(text, "test.kir");
-  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().str());
-  return m ? std::move(*m) : nullptr;
-}
-
-Tensor randomTensor(const std::vector<int64_t>& shape, int seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> real(-1.0, 1.0);
-  Tensor t(DType::F32, shape);
-  for (int64_t i = 0; i < t.numElements(); ++i) t.setDouble(i, real(rng));
-  return t;
-}
+using test::parseOk;
+using test::randomF32;
 
 /// A chain of elementwise ops (planned in place, at -O2 one kernel each)
 /// and a reduction, with an intermediate returned beside the final result.
@@ -39,7 +28,7 @@ constexpr const char* kChain =
     "  %s = reduce_sum(%e) {axes = [1]} : f32[16]\n  return %b, %s\n}\n";
 
 TEST(CpuExecutorArenaTest, RunsReuseTheArenaAndMatchTheInterpreter) {
-  auto m = parse(kChain);
+  auto m = parseOk(kChain);
   ASSERT_TRUE(m);
   const Function& f = *m->functions().front();
   for (int optLevel : {2, 3}) {
@@ -47,7 +36,7 @@ TEST(CpuExecutorArenaTest, RunsReuseTheArenaAndMatchTheInterpreter) {
     ASSERT_TRUE(executor.ok()) << executor.error().str();
     std::vector<std::vector<Tensor>> kept;
     for (int seed = 0; seed < 3; ++seed) {
-      std::vector<Tensor> in = {randomTensor({16, 32}, seed), randomTensor({16, 32}, seed + 10)};
+      std::vector<Tensor> in = {randomF32({16, 32}, seed), randomF32({16, 32}, seed + 10)};
       auto want = interpret(f, in);
       ASSERT_TRUE(want.ok());
       auto got = (*executor)->run(in);
@@ -61,14 +50,14 @@ TEST(CpuExecutorArenaTest, RunsReuseTheArenaAndMatchTheInterpreter) {
     }
     // Results are the caller's: later runs did not overwrite earlier ones.
     EXPECT_NE(kept[0][1].getDouble(0), kept[1][1].getDouble(0));
-    auto again = (*executor)->run({randomTensor({16, 32}, 0), randomTensor({16, 32}, 10)});
+    auto again = (*executor)->run({randomF32({16, 32}, 0), randomF32({16, 32}, 10)});
     ASSERT_TRUE(again.ok());
     for (int64_t i = 0; i < 16; ++i) EXPECT_EQ(kept[0][1].getDouble(i), (*again)[1].getDouble(i));
   }
 }
 
 TEST(CpuExecutorArenaTest, HostChecksReportBadOperandsInsideFusedGroups) {
-  auto m = parse(
+  auto m = parseOk(
       "func @f(%t: f32[5,4], %i: i64[3], %b: f32[3,4]) -> f32[3,4] {\n"
       "  %g = gather(%t, %i) {axis = 0} : f32[3,4]\n  %s = add(%g, %b) : f32[3,4]\n  %r = relu(%s) : f32[3,4]\n"
       "  return %r\n}\n");
@@ -79,12 +68,12 @@ TEST(CpuExecutorArenaTest, HostChecksReportBadOperandsInsideFusedGroups) {
   idx.setInt(2, 0);
   auto executor = CpuExecutor::create(*m->functions().front(), {.threads = 2});
   ASSERT_TRUE(executor.ok());
-  auto got = (*executor)->run({randomTensor({5, 4}, 1), idx, randomTensor({3, 4}, 2)});
+  auto got = (*executor)->run({randomF32({5, 4}, 1), idx, randomF32({3, 4}, 2)});
   ASSERT_FALSE(got.ok());
   EXPECT_NE(got.error().message().find("index 7 is out of range for dim 0 of size 5"), std::string::npos)
       << got.error().message();
 
-  auto div = parse(
+  auto div = parseOk(
       "func @f(%x: i32[6], %y: i32[6]) -> i32[6] {\n  %q = div(%x, %y) : i32[6]\n  %r = add(%q, %x) : i32[6]\n"
       "  return %r\n}\n");
   ASSERT_TRUE(div);

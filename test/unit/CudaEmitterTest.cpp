@@ -28,30 +28,17 @@
 #include "codegen/cuda/NvrtcCompiler.h"
 #include "frontend/Model.h"
 #include "ir/Parser.h"
-#include "ir/Verifier.h"
 #include "runtime/Interpreter.h"
 #include "runtime/Npy.h"
 #include "runtime/cuda/CudaLibraries.h"
+#include "test/unit/TestSupport.h"
 
 namespace kiln {
 namespace {
 
-/// Random values for `type`; integers small and, with `positive`, at least
-/// 1 (divisors, log and sqrt inputs).
-Tensor randomTensor(const TensorType& type, std::mt19937& rng, bool positive) {
-  Tensor t(type.dtype, staticDims(type.shape));
-  std::uniform_real_distribution<double> real(positive ? 0.5 : -2.0, 2.0);
-  std::uniform_int_distribution<int64_t> integer(positive ? 1 : -5, 5);
-  for (int64_t i = 0; i < t.numElements(); ++i) {
-    if (type.dtype == DType::Bool)
-      t.setInt(i, integer(rng) > 0);
-    else if (isFloat(type.dtype))
-      t.setDouble(i, real(rng));
-    else
-      t.setInt(i, type.dtype == DType::U8 ? std::abs(integer(rng)) : integer(rng));
-  }
-  return t;
-}
+using test::expectClose;
+using test::parseVerified;
+using test::randomTensor;
 
 struct Case {
   std::string text;
@@ -196,11 +183,9 @@ std::vector<LoweredCase> lowerCases() {
   std::mt19937 rng(42);
   int next = 0;
   for (Case& c : cases()) {
-    auto m = parseModule(c.text, "case.kir");
-    EXPECT_TRUE(m.ok()) << c.text << (m.ok() ? "" : m.error().str());
+    auto m = parseVerified(c.text, "case.kir");
     if (!m) continue;
-    EXPECT_TRUE(verify(**m).ok()) << c.text;
-    const Function& f = *(*m)->functions().front();
+    const Function& f = *m->functions().front();
     LoweredCase l;
     l.text = c.text;
     l.inputs = c.inputs;
@@ -282,23 +267,6 @@ void callKernel(void* fn, const std::vector<void*>& a) {
     return ((a.size() == N ? (callWithPointers(fn, a, std::make_index_sequence<N>{}), true) : false) || ...);
   }(std::make_index_sequence<41>{});
   ASSERT_TRUE(called) << "a kernel with " << a.size() << " parameters";
-}
-
-void expectClose(const Tensor& got, const Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.dtype(), want.dtype()) << what;
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  for (int64_t i = 0; i < want.numElements(); ++i) {
-    if (isFloat(want.dtype())) {
-      const double g = got.getDouble(i), w = want.getDouble(i);
-      if (std::isnan(w) || std::isinf(w)) {
-        EXPECT_TRUE(std::isnan(w) ? std::isnan(g) : g == w) << what << " element " << i << ": " << g << " vs " << w;
-        continue;
-      }
-      EXPECT_NEAR(g, w, 1e-5 + 1e-4 * std::fabs(w)) << what << " element " << i;
-    } else {
-      EXPECT_EQ(got.getInt(i), want.getInt(i)) << what << " element " << i;
-    }
-  }
 }
 
 /// `source` with the shim compiled by the host compiler into a shared

@@ -13,12 +13,12 @@
 #include <set>
 #include <string>
 
-#include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
 #include "passes/Decompose.h"
 #include "passes/Pass.h"
 #include "runtime/Interpreter.h"
+#include "test/unit/TestSupport.h"
 
 namespace kiln {
 namespace {
@@ -52,11 +52,7 @@ struct Tolerance {
   double rtol, atol;
 };
 
-std::unique_ptr<Module> parseOk(const std::string& text) {
-  auto m = parseModule(text, "decompose-test.kir");
-  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().str()) << "\n" << text;
-  return m.ok() ? std::move(*m) : nullptr;
-}
+using test::parseOk;
 
 /// Runs the `decompose` pass as kiln-opt would.
 Expected<bool> runDecompose(Module& m) { return createDecomposePass()->run(m, PassContext{}); }

@@ -8,9 +8,8 @@
 #include <random>
 
 #include "codegen/CpuExecutable.h"
-#include "ir/Parser.h"
-#include "ir/Verifier.h"
 #include "runtime/Interpreter.h"
+#include "test/unit/TestSupport.h"
 
 namespace kiln {
 namespace {
@@ -22,11 +21,9 @@ using codegen::CpuExecutor;
 /// to a few hundred terms, and returns the JIT's --emit=kernel text.
 std::string expectMatches(const std::string& text, int optLevel = 2) {
   SCOPED_TRACE(text);
-  auto parsed = parseModule(text, "test.kir");
-  EXPECT_TRUE(parsed.ok()) << (parsed.ok() ? "" : parsed.error().str());
-  if (!parsed) return {};
-  EXPECT_TRUE(verify(**parsed).ok());
-  const Function& f = *(*parsed)->functions().front();
+  auto m = test::parseVerified(text);
+  if (!m) return {};
+  const Function& f = *m->functions().front();
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> real(-1.0, 1.0);
   std::vector<Tensor> inputs;

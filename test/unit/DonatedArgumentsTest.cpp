@@ -9,14 +9,13 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 
 #include "codegen/CpuExecutable.h"
-#include "ir/Parser.h"
 #include "passes/MemoryPlan.h"
 #include "passes/TrainingStep.h"
 #include "runtime/Interpreter.h"
+#include "test/unit/TestSupport.h"
 
 namespace kiln {
 namespace {
@@ -24,19 +23,8 @@ namespace {
 using codegen::CpuExecutor;
 using codegen::CpuOptions;
 
-std::unique_ptr<Module> parse(const std::string& text) {
-  auto m = parseModule(text, "donate.kir");
-  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().str());
-  return m ? std::move(*m) : nullptr;
-}
-
-Tensor randomTensor(const std::vector<int64_t>& shape, int seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> real(-1.0, 1.0);
-  Tensor t(DType::F32, shape);
-  for (int64_t i = 0; i < t.numElements(); ++i) t.setDouble(i, real(rng));
-  return t;
-}
+using test::parseOk;
+using test::randomF32;
 
 bool sameBytes(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && a.dtype() == b.dtype() && a.numBytes() == b.numBytes() &&
@@ -48,12 +36,12 @@ bool sameBytes(const Tensor& a, const Tensor& b) {
 /// the interpreter's (at rtol 1e-5); run() with donation gives the same and
 /// leaves its inputs alone. Returns the plan's alias lines.
 std::string expectDonationMatches(const std::string& text, const std::vector<ResultAlias>& aliases, int optLevel) {
-  auto m = parse(text);
+  auto m = parseOk(text);
   if (!m) return "";
   const Function& f = *m->functions()[0];
   std::vector<Tensor> inputs;
   for (size_t i = 0; i < f.numArguments(); ++i)
-    inputs.push_back(randomTensor(staticDims(f.argument(i)->type().shape), static_cast<int>(7 + i)));
+    inputs.push_back(randomF32(staticDims(f.argument(i)->type().shape), static_cast<int>(7 + i)));
   auto want = interpret(f, inputs);
   EXPECT_TRUE(want.ok()) << want.error().str();
   if (!want.ok()) return "";
@@ -139,7 +127,7 @@ TEST(DonatedArgumentsTest, ExecutorMovesTheWriterAfterAnIndependentReader) {
       "  %r = mul(%w, %g) : f32[64]\n"
       "  return %nw, %r\n"
       "}\n";
-  auto m = parse(text);
+  auto m = parseOk(text);
   ASSERT_TRUE(m);
   auto plan = planMemory(*m->functions()[0], {{0, 0}});
   ASSERT_TRUE(plan.ok());
@@ -189,7 +177,7 @@ TEST(DonatedArgumentsTest, ResultsReturningArgumentsSwapAndKeepOldValues) {
 }
 
 TEST(DonatedArgumentsTest, BadAliasesAreErrors) {
-  auto m = parse(
+  auto m = parseOk(
       "func @f(%a: f32[16], %b: f32[8]) -> (f32[16], f32[16]) {\n"
       "  %s = exp(%a) : f32[16]\n"
       "  return %s, %s\n"
@@ -211,7 +199,7 @@ TEST(DonatedArgumentsTest, BadAliasesAreErrors) {
   options.aliases = {{0, 1}};
   auto executor = CpuExecutor::create(f, options);
   ASSERT_TRUE(executor.ok());
-  std::vector<Tensor> inputs = {randomTensor({16}, 1), randomTensor({8}, 2)};
+  std::vector<Tensor> inputs = {randomF32({16}, 1), randomF32({8}, 2)};
   auto r = (*executor)->runInPlace(inputs);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().str().find("expected the same type"), std::string::npos) << r.error().str();
@@ -234,7 +222,7 @@ const char* kMlp =
 /// state is written after the new parameter reads the old state). Returns
 /// how many aliases the plan writes in place.
 int expectTrainingInPlaceMatches(const OptimizerConfig& optimizer, int steps) {
-  auto m = parse(kMlp);
+  auto m = parseOk(kMlp);
   if (!m) return -1;
   Function& f = *m->functions()[0];
   TrainingStepOptions options{LossConfig{LossKind::CrossEntropy}, optimizer, std::nullopt};
@@ -260,10 +248,10 @@ int expectTrainingInPlaceMatches(const OptimizerConfig& optimizer, int steps) {
       lr.setDouble(0, 0.05);
       inputs.push_back(lr);
     } else {
-      inputs.push_back(randomTensor(staticDims(f.argument(i)->type().shape), static_cast<int>(i)));
+      inputs.push_back(randomF32(staticDims(f.argument(i)->type().shape), static_cast<int>(i)));
     }
   }
-  for (size_t p = 0; p < 4; ++p) inputs[p] = randomTensor(staticDims(f.argument(p)->type().shape), 40 + p);
+  for (size_t p = 0; p < 4; ++p) inputs[p] = randomF32(staticDims(f.argument(p)->type().shape), 40 + p);
 
   auto plain = CpuExecutor::create(f, {.optLevel = 3});
   CpuOptions donating;

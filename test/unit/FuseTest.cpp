@@ -15,20 +15,16 @@
 #include <sstream>
 #include <string>
 
-#include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
 #include "passes/PassManager.h"
 #include "runtime/Interpreter.h"
+#include "test/unit/TestSupport.h"
 
 namespace kiln {
 namespace {
 
-std::unique_ptr<Module> parseOk(const std::string& text) {
-  auto m = parseModule(text, "fuse-test.kir");
-  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().str()) << "\n" << text;
-  return m.ok() ? std::move(*m) : nullptr;
-}
+using test::parseOk;
 
 Status runPipeline(Module& m, std::string_view pipeline) {
   static const InterpreterEvaluator evaluator;

@@ -14,19 +14,15 @@
 #include "frontend/FileIO.h"
 #include "frontend/KilnFormat.h"
 #include "ir/Builder.h"
-#include "ir/Parser.h"
 #include "ir/Printer.h"
+#include "test/unit/TestSupport.h"
 
 namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::unique_ptr<Module> parseIR(std::string_view text) {
-  auto m = parseModule(text, "test.kir");
-  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().str());
-  return m.ok() ? std::move(*m) : nullptr;
-}
+using test::parseOk;
 
 /// Serializes `m` and reads it back under the file name `m.kiln`.
 std::string roundTrip(const Module& m, bool text) {
@@ -112,19 +108,19 @@ constexpr std::string_view kEverything =
 )";
 
 TEST(KilnFormatTest, RoundTripsEveryAttributeKindAndDtypeBinary) {
-  auto m = parseIR(kEverything);
+  auto m = parseOk(kEverything);
   ASSERT_TRUE(m);
   EXPECT_EQ(roundTrip(*m, /*text=*/false), print(*m));
 }
 
 TEST(KilnFormatTest, RoundTripsEveryAttributeKindAndDtypeText) {
-  auto m = parseIR(kEverything);
+  auto m = parseOk(kEverything);
   ASSERT_TRUE(m);
   EXPECT_EQ(roundTrip(*m, /*text=*/true), print(*m));
 }
 
 TEST(KilnFormatTest, ReadBackKeepsDefaultsResultNamesAndLocations) {
-  auto m = parseIR(kEverything);
+  auto m = parseOk(kEverything);
   ASSERT_TRUE(m);
   auto bytes = serializeKilnModel(*m, false);
   ASSERT_TRUE(bytes.ok());
@@ -142,7 +138,7 @@ TEST(KilnFormatTest, ReadBackKeepsDefaultsResultNamesAndLocations) {
 }
 
 TEST(KilnFormatTest, UnnamedValuesReadBackUnderThePrintersNumbers) {
-  auto m = parseIR(
+  auto m = parseOk(
       "func @f(%a: f32[2]) -> f32[2] {\n"
       "  %0 = neg(%a) : f32[2]\n"
       "  %x = exp(%0) : f32[2]\n"
@@ -161,7 +157,7 @@ TEST(KilnFormatTest, UnnamedValuesReadBackUnderThePrintersNumbers) {
 }
 
 TEST(KilnFormatTest, TextWriterUsesReadableNumbers) {
-  auto m = parseIR(
+  auto m = parseOk(
       "func @f(%a: f32[2]) -> f32[2] {\n"
       "  %c = constant() {value = dense<f32[2]>[0.1, -2.5]} : f32[2]\n"
       "  %s = add(%a, %c) : f32[2] loc(\"fc\")\n"
@@ -229,7 +225,7 @@ TEST(KilnFormatTest, TextKeepsNanPayloadsThroughRawData) {
 
 TEST(KilnFormatTest, FilesRoundTripThroughDiskInBothForms) {
   TempDir dir;
-  auto m = parseIR(kEverything);
+  auto m = parseOk(kEverything);
   ASSERT_TRUE(m);
   for (const char* name : {"m.kiln", "m.kiln.txt"}) {
     std::string path = dir / name;
@@ -248,7 +244,7 @@ TEST(KilnFormatTest, FilesRoundTripThroughDiskInBothForms) {
 
 TEST(KilnFormatTest, ExternalDataRoundTrips) {
   TempDir dir;
-  auto m = parseIR(kEverything);
+  auto m = parseOk(kEverything);
   ASSERT_TRUE(m);
   for (const char* name : {"ext.kiln", "ext.kiln.txt"}) {
     std::string path = dir / name;
@@ -267,7 +263,7 @@ TEST(KilnFormatTest, ExternalDataRoundTrips) {
 }
 
 TEST(KilnFormatTest, WriterRefusesUnknownExtensionsAndInvalidIR) {
-  auto m = parseIR("func @f(%a: f32[2]) -> f32[2] {\n  return %a\n}\n");
+  auto m = parseOk("func @f(%a: f32[2]) -> f32[2] {\n  return %a\n}\n");
   ASSERT_TRUE(m);
   Status s = writeKilnModel(*m, "/tmp/model.onnx");
   ASSERT_FALSE(s.ok());
@@ -367,7 +363,7 @@ TEST(KilnFormatTest, MalformedFilesAreOneLineErrors) {
 }
 
 TEST(KilnFormatTest, TruncatedBinaryModelsNeverCrash) {
-  auto m = parseIR(kEverything);
+  auto m = parseOk(kEverything);
   ASSERT_TRUE(m);
   auto bytes = serializeKilnModel(*m, false);
   ASSERT_TRUE(bytes.ok());
@@ -564,7 +560,7 @@ TEST(KilnFormatTest, ExternalDataStaysInsideTheModelFolder) {
 TEST(KilnFormatTest, FusedOpsAreNeitherWrittenNorRead) {
   // Regions exist only after fusion, a compilation step; model files hold
   // the graph before it.
-  auto m = parseIR(
+  auto m = parseOk(
       "func @f(%x: f32[2]) -> f32[2] {\n"
       "  %y = fused(%x) {kind = \"elementwise\"} : f32[2] {\n"
       "  ^(%a: f32[2]):\n"

@@ -14,23 +14,16 @@
 
 #include "codegen/CpuExecutable.h"
 #include "codegen/Lowering.h"
-#include "ir/Parser.h"
-#include "ir/Verifier.h"
 #include "runtime/Interpreter.h"
+#include "test/unit/TestSupport.h"
 
 namespace kiln {
 namespace {
 
 using codegen::CpuExecutor;
 
-std::unique_ptr<Module> parse(const std::string& text) {
-  auto m = parseModule(text, "test.kir");
-  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().str());
-  if (!m) return nullptr;
-  Status s = verify(**m);
-  EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().str());
-  return std::move(*m);
-}
+using test::expectClose;
+using test::parseVerified;
 
 /// A tensor of `type` with values from `value(i)`.
 template <typename Fn>
@@ -60,7 +53,7 @@ Tensor randomInts(DType dtype, const std::vector<int64_t>& shape, int64_t lo, in
 /// (1e-4, the bound; f16 gets one f16 ulp), integers exactly.
 void expectJitMatchesInterpreter(const std::string& text, const std::vector<Tensor>& inputs, double rtol = 1e-4) {
   SCOPED_TRACE(text);
-  auto m = parse(text);
+  auto m = parseVerified(text);
   ASSERT_TRUE(m);
   const Function& f = *m->functions().front();
   auto want = interpret(f, inputs);
@@ -72,28 +65,13 @@ void expectJitMatchesInterpreter(const std::string& text, const std::vector<Tens
   auto got = (*executor)->run(inputs);
   ASSERT_TRUE(got.ok()) << got.error().str();
   ASSERT_EQ(got->size(), want->size());
-  for (size_t r = 0; r < want->size(); ++r) {
-    const Tensor &g = (*got)[r], &w = (*want)[r];
-    ASSERT_EQ(g.type(), w.type());
-    for (int64_t i = 0; i < w.numElements(); ++i) {
-      if (!isFloat(w.dtype())) {
-        EXPECT_EQ(g.getInt(i), w.getInt(i)) << "element " << i;
-        continue;
-      }
-      const double a = g.getDouble(i), b = w.getDouble(i);
-      if (std::isnan(b) || std::isinf(b)) {
-        EXPECT_TRUE(std::isnan(b) ? std::isnan(a) : a == b) << "element " << i << ": " << a << " vs " << b;
-        continue;
-      }
-      EXPECT_NEAR(a, b, 1e-5 + rtol * std::fabs(b)) << "element " << i;
-    }
-  }
+  for (size_t r = 0; r < want->size(); ++r) expectClose((*got)[r], (*want)[r], "result " + std::to_string(r), rtol);
 }
 
 /// The error the JIT run gives for `inputs` (prepare must succeed), and
 /// that the interpreter fails too.
 std::string jitRunError(const std::string& text, const std::vector<Tensor>& inputs) {
-  auto m = parse(text);
+  auto m = parseVerified(text);
   if (!m) return "";
   const Function& f = *m->functions().front();
   EXPECT_FALSE(interpret(f, inputs).ok()) << "the interpreter should refuse these inputs";
@@ -146,7 +124,7 @@ TEST(LoweringTest, ScatterElementsNoneLastDuplicateWins) {
   const Tensor indices = makeTensor(DType::I64, {3}, [](int64_t) { return 1; });
   const Tensor updates = makeTensor(DType::F32, {3}, [](int64_t i) { return 10 * (i + 1); });
   expectJitMatchesInterpreter(text, {data, indices, updates});
-  auto m = parse(text);
+  auto m = parseVerified(text);
   auto executor = CpuExecutor::create(*m->functions().front(), {.threads = 1});
   ASSERT_TRUE(executor.ok());
   auto got = (*executor)->run({data, indices, updates});

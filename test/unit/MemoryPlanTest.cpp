@@ -13,17 +13,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ir/Parser.h"
 #include "passes/MemoryPlan.h"
+#include "test/unit/TestSupport.h"
 
 namespace kiln {
 namespace {
 
-std::unique_ptr<Module> parseOk(const std::string& text) {
-  auto m = parseModule(text, "memory-plan-test.kir");
-  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().str()) << "\n" << text;
-  return m.ok() ? std::move(*m) : nullptr;
-}
+using test::parseOk;
 
 int64_t alignUp(int64_t n) {
   return (n + MemoryPlan::kAlignment - 1) / MemoryPlan::kAlignment * MemoryPlan::kAlignment;
@@ -202,12 +198,13 @@ TEST(MemoryPlanTest, PrintsOneLinePerBuffer) {
 }
 
 TEST(MemoryPlanTest, SymbolicShapeIsAnErrorNamingTheValue) {
-  auto m = parseOk(R"(func @f(%x: f32[N]) -> f32[N] {
+  const char* text = R"(func @f(%x: f32[N]) -> f32[N] {
   %a = exp(%x) : f32[N]
   %b = neg(%a) : f32[N]
   return %b
 }
-)");
+)";
+  auto m = parseOk(text, "memory-plan-test.kir");
   ASSERT_TRUE(m);
   Expected<MemoryPlan> plan = planMemory(*m->functions()[0]);
   ASSERT_FALSE(plan.ok());

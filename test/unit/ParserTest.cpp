@@ -11,16 +11,12 @@
 
 #include "ir/Parser.h"
 #include "ir/Printer.h"
+#include "test/unit/TestSupport.h"
 
 namespace kiln {
 namespace {
 
-/// Parses `text`, failing the test with the parser's message on error.
-std::unique_ptr<Module> parseOk(std::string_view text) {
-  auto m = parseModule(text, "test.kir");
-  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().str());
-  return m.ok() ? std::move(*m) : nullptr;
-}
+using test::parseOk;
 
 /// The full `file:line:col: error: message` text of a parse that must fail.
 std::string parseError(std::string_view text, int firstLine = 1) {

@@ -1,0 +1,48 @@
+// Helpers shared by the unit tests that parse text IR, make random inputs
+// and compare what the CPU JIT (or the CUDA emitter's host build) computes
+// with what the reference interpreter computes. Each helper reports
+// problems as GoogleTest failures in the calling test, so a test that
+// uses one fails exactly as it did with its own copy. The interpreter's
+// op-by-op helpers are in InterpreterTestSupport.h.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/IR.h"
+#include "runtime/Tensor.h"
+
+namespace kiln::test {
+
+/// Parses `text` (error locations name `fileName`); on an error, fails the
+/// test with the parser's message and the text, and returns null. The
+/// module is not verified.
+std::unique_ptr<Module> parseOk(std::string_view text, std::string_view fileName = "test.kir");
+
+/// parseOk, then the verifier: a module that does not verify fails the test
+/// with the verifier's message and the text (and is still returned).
+std::unique_ptr<Module> parseVerified(std::string_view text, std::string_view fileName = "test.kir");
+
+/// Random values for a tensor of `type` (static shape) drawn from `rng`:
+/// floats uniform in [-2, 2), integers in [-5, 5] (u8: their magnitude),
+/// bools true for positive draws. With `positive`, floats are in [0.5, 2)
+/// and integers in [1, 5], so divisors are never zero and log and sqrt
+/// inputs are in their domain.
+Tensor randomTensor(const TensorType& type, std::mt19937& rng, bool positive = false);
+
+/// An f32 tensor of `shape` with values uniform in [-1, 1) from a generator
+/// seeded with `seed`: the same seed gives the same tensor.
+Tensor randomF32(const std::vector<int64_t>& shape, int seed);
+
+/// Checks that `got` has `want`'s dtype and shape (fatal to this check when
+/// not) and its values: floats within atol + rtol * |want| (NaN matches NaN,
+/// an infinity only itself), integers and bools exactly. Failures name
+/// `what` and the element.
+void expectClose(const Tensor& got, const Tensor& want, const std::string& what, double rtol = 1e-4,
+                 double atol = 1e-5);
+
+}  // namespace kiln::test
