@@ -21,6 +21,7 @@
 #include "ir/Verifier.h"
 #include "passes/TrainingStep.h"
 #include "runtime/Interpreter.h"
+#include "test/unit/TestSupport.h"
 
 namespace kiln {
 namespace {
@@ -177,22 +178,64 @@ std::vector<double> torchCosineAnnealingLrs(double base, int64_t tMax, double et
   return lrs;
 }
 
-std::unique_ptr<Module> buildStep(const TrainingStepOptions& options, const std::string& dtype = "f64") {
-  auto m = parseModule(withDType(kMlp, dtype), "mlp.kir");
-  EXPECT_TRUE(m.ok()) << m.error().str();
-  if (!m.ok()) return nullptr;
-  Function& f = *(*m)->functions()[0];
+/// `text` (kMlp or a variant) made a training step by `options` and
+/// verified; null, with a failure, when any of that fails.
+std::unique_ptr<Module> buildStep(const TrainingStepOptions& options, const std::string& text = kMlp) {
+  auto m = test::parseOk(text, "mlp.kir");
+  if (!m) return nullptr;
+  Function& f = *m->functions()[0];
   Status s = buildTrainingStep(f, options);
   EXPECT_TRUE(s.ok()) << s.error().str();
   if (!s.ok()) return nullptr;
   Status v = verify(f);
   EXPECT_TRUE(v.ok()) << v.error().str() << "\n" << print(f);
   if (!v.ok()) return nullptr;
-  return std::move(*m);
+  return m;
+}
+
+/// The reference's state before the first step: the parameters of the loss
+/// function's inputs (x, w1, b1, w2, b2, labels), optimizer buffers zero.
+RefState referenceStart(const std::vector<Tensor>& lossInputs) {
+  RefState ref;
+  for (size_t p = 0; p < 4; ++p) {
+    std::vector<double> w;
+    for (int64_t i = 0; i < lossInputs[1 + p].numElements(); ++i) w.push_back(lossInputs[1 + p].getDouble(i));
+    ref.params.push_back(w);
+    ref.buf.push_back(std::vector<double>(w.size(), 0.0));
+    ref.m.push_back(std::vector<double>(w.size(), 0.0));
+    ref.v.push_back(std::vector<double>(w.size(), 0.0));
+  }
+  return ref;
+}
+
+/// The first step's inputs but the lr: the parameters (from the loss
+/// inputs), the optimizer state (its defaults), x and the labels. Empty,
+/// with a failure, when a state argument has no default.
+std::vector<Tensor> stepInputs(const Function& step, const std::vector<Tensor>& lossInputs) {
+  std::vector<Tensor> inputs(lossInputs.begin() + 1, lossInputs.begin() + 5);
+  for (size_t i = 4; step.argument(i)->name() != "x"; ++i) {
+    const DenseTensor* d = step.argumentDefault(i);
+    EXPECT_TRUE(d) << "state argument %" << step.argument(i)->name() << " has no default";
+    if (!d) return {};
+    inputs.push_back(Tensor::fromDense(*d));
+  }
+  inputs.push_back(lossInputs[0]);
+  inputs.push_back(lossInputs[5]);
+  return inputs;
 }
 
 void expectNear(double got, double want, double rtol, const std::string& what) {
   EXPECT_NEAR(got, want, rtol * (1e-2 + std::abs(want))) << what;
+}
+
+/// A step's loss and new parameters (`got`) against the reference's loss
+/// and `ref.params` after the same step, at rtol 1e-5; `at` names the step.
+void expectStepMatchesReference(const std::vector<Tensor>& got, double wantLoss, const RefState& ref,
+                                const std::string& at) {
+  expectNear(got[0].getDouble(0), wantLoss, 1e-5, "loss, " + at);
+  for (size_t p = 0; p < 4; ++p)
+    for (size_t i = 0; i < ref.params[p].size(); ++i)
+      expectNear(got[1 + p].getDouble(i), ref.params[p][i], 1e-5, kParams[p] + "[" + std::to_string(i) + "], " + at);
 }
 
 /// Runs `steps` training steps on the interpreter, feeding results back, and
@@ -203,10 +246,9 @@ std::vector<Tensor> expectStepsMatch(const TrainingStepOptions& options, int ste
   auto m = buildStep(options);
   if (!m) return lastInputs;
   const Function& f = *m->functions()[0];
-  auto lossModule = parseModule(lossFunction(options.loss), "loss.kir");
-  EXPECT_TRUE(lossModule.ok()) << lossModule.error().str() << "\n" << lossFunction(options.loss);
-  if (!lossModule.ok()) return lastInputs;
-  const Function& lossFn = *(*lossModule)->functions()[0];
+  auto lossModule = test::parseOk(lossFunction(options.loss), "loss.kir");
+  if (!lossModule) return lastInputs;
+  const Function& lossFn = *lossModule->functions()[0];
 
   std::mt19937 rng(5);
   std::uniform_real_distribution<double> uni(-1.0, 1.0);
@@ -225,29 +267,12 @@ std::vector<Tensor> expectStepsMatch(const TrainingStepOptions& options, int ste
     for (int64_t i = 0; i < 4; ++i) l.setInt(i, labels[i]);
     lossInputs.push_back(l);
   }
-  RefState ref;
-  for (size_t p = 0; p < 4; ++p) {
-    std::vector<double> w;
-    for (int64_t i = 0; i < lossInputs[1 + p].numElements(); ++i) w.push_back(lossInputs[1 + p].getDouble(i));
-    ref.params.push_back(w);
-    ref.buf.push_back(std::vector<double>(w.size(), 0.0));
-    ref.m.push_back(std::vector<double>(w.size(), 0.0));
-    ref.v.push_back(std::vector<double>(w.size(), 0.0));
-  }
+  RefState ref = referenceStart(lossInputs);
 
-  // Step inputs: params (from the loss inputs), state (defaults), x, labels, lr.
-  std::vector<Tensor> inputs;
-  for (size_t p = 0; p < 4; ++p) inputs.push_back(lossInputs[1 + p]);
-  size_t numState = 0;
-  while (f.argument(4 + numState)->name() != "x") {
-    const DenseTensor* d = f.argumentDefault(4 + numState);
-    EXPECT_TRUE(d) << "state argument %" << f.argument(4 + numState)->name() << " has no default";
-    if (!d) return lastInputs;
-    inputs.push_back(Tensor::fromDense(*d));
-    ++numState;
-  }
-  inputs.push_back(lossInputs[0]);
-  inputs.push_back(lossInputs[5]);
+  // Step inputs: params, state, x, labels, and the lr pushed at step 0.
+  std::vector<Tensor> inputs = stepInputs(f, lossInputs);
+  if (inputs.empty()) return lastInputs;
+  const size_t numState = inputs.size() - 6;
   EXPECT_EQ(f.numArguments(), 4 + numState + 3);
   EXPECT_EQ(f.resultTypes().size(), 1 + 4 + numState);
   const bool scheduled = options.schedule.kind != LrScheduleKind::Constant;
@@ -267,12 +292,7 @@ std::vector<Tensor> expectStepsMatch(const TrainingStepOptions& options, int ste
     EXPECT_TRUE(got.ok()) << got.error().str();
     if (!got.ok()) return lastInputs;
     double wantLoss = referenceStep(lossFn, lossInputs, ref, options.optimizer, lr);
-    std::string at = "step " + std::to_string(step + 1);
-    expectNear((*got)[0].getDouble(0), wantLoss, 1e-5, "loss, " + at);
-    for (size_t p = 0; p < 4; ++p)
-      for (size_t i = 0; i < ref.params[p].size(); ++i)
-        expectNear((*got)[1 + p].getDouble(i), ref.params[p][i], 1e-5,
-                   kParams[p] + "[" + std::to_string(i) + "], " + at);
+    expectStepMatchesReference(*got, wantLoss, ref, "step " + std::to_string(step + 1));
     for (size_t k = 0; k < 4 + numState; ++k) inputs[k] = (*got)[1 + k];
   }
   return lastInputs;
@@ -282,7 +302,7 @@ std::vector<Tensor> expectStepsMatch(const TrainingStepOptions& options, int ste
 /// interpreter at 1e-4.
 void expectJitAndF32Match(const TrainingStepOptions& options, const std::vector<Tensor>& inputs, int optLevel = 3) {
   auto m = buildStep(options);
-  auto m32 = buildStep(options, "f32");
+  auto m32 = buildStep(options, withDType(kMlp, "f32"));
   ASSERT_TRUE(m && m32);
   const Function& f = *m->functions()[0];
   auto want = interpret(f, inputs);
@@ -442,19 +462,17 @@ TEST(TrainingStepTest, NllLossWithSumReduction) {
   // The step's model must produce log-probabilities; build it from text.
   std::string text = kMlp;
   text.replace(text.find("  return %out"), 13, "  %lp = log_softmax(%out) {axis = 1} : f64[4,3]\n  return %lp");
-  auto lm = parseModule(text, "mlp-lp.kir");
-  ASSERT_TRUE(lm.ok()) << lm.error().str();
-  Function& f = *(*lm)->functions()[0];
-  ASSERT_TRUE(buildTrainingStep(f, opts(nll, OptimizerConfig{OptimizerKind::Sgd, 0.5})).ok());
-  ASSERT_TRUE(verify(f).ok());
-  auto lossModule = parseModule(lossFunction(nll), "loss.kir");
-  ASSERT_TRUE(lossModule.ok()) << lossModule.error().str();
+  auto lm = buildStep(opts(nll, OptimizerConfig{OptimizerKind::Sgd, 0.5}), text);
+  ASSERT_TRUE(lm);
+  const Function& f = *lm->functions()[0];
+  auto lossModule = test::parseOk(lossFunction(nll), "loss.kir");
+  ASSERT_TRUE(lossModule);
   // One step by hand: the loss must equal the reference loss at the
   // starting point, and the first momentum buffer equals the gradient, so
   // the first step is plain SGD.
   std::mt19937 rng(3);
   std::vector<Tensor> lossInputs;
-  for (Value* a : (*lossModule)->functions()[0]->arguments()) {
+  for (Value* a : lossModule->functions()[0]->arguments()) {
     Tensor t(a->type().dtype, staticDims(a->type().shape));
     for (int64_t i = 0; i < t.numElements(); ++i) {
       if (t.dtype() == DType::I64)
@@ -464,27 +482,16 @@ TEST(TrainingStepTest, NllLossWithSumReduction) {
     }
     lossInputs.push_back(t);
   }
-  RefState ref;
-  for (size_t p = 0; p < 4; ++p) {
-    std::vector<double> w;
-    for (int64_t i = 0; i < lossInputs[1 + p].numElements(); ++i) w.push_back(lossInputs[1 + p].getDouble(i));
-    ref.params.push_back(w);
-    ref.buf.push_back(std::vector<double>(w.size(), 0.0));
-  }
-  std::vector<Tensor> inputs(lossInputs.begin() + 1, lossInputs.begin() + 5);
-  for (size_t i = 4; i < 9; ++i) inputs.push_back(Tensor::fromDense(*f.argumentDefault(i)));
-  inputs.push_back(lossInputs[0]);
-  inputs.push_back(lossInputs[5]);
+  RefState ref = referenceStart(lossInputs);
+  std::vector<Tensor> inputs = stepInputs(f, lossInputs);
+  ASSERT_EQ(inputs.size(), 11u) << "params, 4 momentum buffers, step, x, labels";
   Tensor lr(DType::F64, {});
   lr.setDouble(0, 0.05);
   inputs.push_back(lr);
   auto got = interpret(f, inputs);
   ASSERT_TRUE(got.ok()) << got.error().str();
-  double want = referenceStep(*(*lossModule)->functions()[0], lossInputs, ref, {OptimizerKind::Sgd, 0.5}, 0.05);
-  expectNear((*got)[0].getDouble(0), want, 1e-5, "loss");
-  for (size_t p = 0; p < 4; ++p)
-    for (size_t i = 0; i < ref.params[p].size(); ++i)
-      expectNear((*got)[1 + p].getDouble(i), ref.params[p][i], 1e-5, kParams[p]);
+  double want = referenceStep(*lossModule->functions()[0], lossInputs, ref, {OptimizerKind::Sgd, 0.5}, 0.05);
+  expectStepMatchesReference(*got, want, ref, "the one step");
   EXPECT_EQ((*got)[9].getDouble(0), 1.0) << "step counter";
 }
 
