@@ -41,6 +41,7 @@
 
 #include "codegen/CpuExecutable.h"
 #include "frontend/Model.h"
+#include "frontend/onnx/OnnxImporter.h"
 #include "frontend/onnx/OnnxTraining.h"
 #include "ir/Builder.h"
 #include "ir/Verifier.h"
@@ -341,6 +342,9 @@ struct ModelSignature {
   std::string inputName, outputName;
   /// --zero-inputs: name -> declared type.
   std::map<std::string, TensorType> zeroInputs;
+  /// The training data's sample shape (x's dims after the first): the fed
+  /// input's dims after the batch dim, symbolic ones included.
+  std::vector<int64_t> sampleShape;
 
   /// The static shape of zero input `name` for batches of `batch`.
   std::vector<int64_t> zeroShape(const std::string& name, int64_t batch) const {
@@ -405,6 +409,61 @@ Expected<ModelSignature> signatureOf(const Function& f, const std::string& path,
   return s;
 }
 
+/// The model specialized to the first batch, for a model that does not
+/// import with a dynamic batch dim, and its data inputs' declared types.
+struct SpecializedSignature {
+  std::unique_ptr<Module> module;
+  std::vector<std::pair<std::string, TensorType>> declared;
+};
+
+/// Loads the ONNX model of `o` with its one fed input specialized to the
+/// first batch of the training data (x's sample shape, min(batch size,
+/// samples) rows) and --zero-inputs to theirs. The caller reports an error
+/// after the unspecialized import's.
+Expected<SpecializedSignature> loadSpecializedToFirstBatch(const TrainOptions& o) {
+  auto declared = readOnnxDataInputs(o.modelPath);
+  if (!declared) return declared.takeError();
+  const std::pair<std::string, TensorType>* fed = nullptr;
+  for (const auto& input : *declared)
+    if (std::find(o.zeroInputs.begin(), o.zeroInputs.end(), input.first) == o.zeroInputs.end()) {
+      if (fed) return Error("the model has several inputs without a default; give all but one zeros with --zero-inputs");
+      fed = &input;
+    }
+  if (!fed || fed->second.rank() < 1) return Error("the model has no input with a batch dim for the data");
+  auto arrays = readNpz(o.dataPath);
+  if (!arrays) return arrays.takeError();
+  const Tensor* x = nullptr;
+  for (const NpzArray& a : *arrays)
+    if (a.name == o.xKey) x = &a.tensor;
+  if (!x) return Error(o.dataPath + " has no array '" + o.xKey + "'");
+  const TensorType& type = fed->second;
+  bool fits = x->rank() == type.rank() && x->shape()[0] > 0;
+  for (int64_t k = 1; fits && k < type.rank(); ++k)
+    fits = !type.shape[k].isStatic() || type.shape[k].size == x->shape()[k];
+  if (!fits)
+    return Error(o.dataPath + ": '" + o.xKey + "' (" + shapeString(x->shape()) + ") does not fit the model's input '" +
+                 fed->first + "' (" + type.str() + ")");
+  const int64_t batch = std::min(o.batchSize, x->shape()[0]);
+  const Dim& batchDim = type.shape[0];
+  std::map<std::string, std::vector<int64_t>> shapes;
+  shapes[fed->first] = x->shape();
+  shapes[fed->first][0] = batch;
+  for (const auto& input : *declared) {
+    if (&input == fed) continue;
+    std::vector<int64_t> shape;
+    for (const Dim& d : input.second.shape) {
+      if (!d.isStatic() && !(batchDim.isSymbolic() && d.isSymbolic() && d.symbol == batchDim.symbol))
+        return Error("--zero-inputs: input '" + input.first + "' (" + input.second.str() + ") has dim " + d.str() +
+                     ", which is neither fixed nor the batch dim of '" + fed->first + "'");
+      shape.push_back(d.isStatic() ? d.size : batch);
+    }
+    shapes[input.first] = shape;
+  }
+  auto module = loadTrainable(o.modelPath, shapes);
+  if (!module) return module.takeError();
+  return SpecializedSignature{std::move(*module), std::move(*declared)};
+}
+
 // ---------------------------------------------------------------------------
 // Compiled programs, one per batch size
 
@@ -429,9 +488,8 @@ class Trainer {
     auto it = programs_.find(batch);
     if (it != programs_.end()) return it->second.get();
     auto p = std::make_unique<Program>();
-    std::vector<int64_t> shape;
-    for (const Dim& d : sig_.input.shape) shape.push_back(d.isStatic() ? d.size : 0);
-    shape[0] = batch;
+    std::vector<int64_t> shape = {batch};
+    shape.insert(shape.end(), sig_.sampleShape.begin(), sig_.sampleShape.end());
     std::map<std::string, std::vector<int64_t>> shapes = {{sig_.inputName, shape}};
     for (const auto& [name, type] : sig_.zeroInputs) shapes[name] = sig_.zeroShape(name, batch);
     auto forward = loadTrainable(o_.modelPath, shapes);
@@ -808,17 +866,33 @@ int run(const ParsedArgs& args) {
       return fail(Error("-o " + o.outputPath + ": the folder '" + parent.string() + "' does not exist"));
   }
 
-  // The model, unspecialized, for its signature.
+  // The model, unspecialized, for its signature; an ONNX model whose shapes
+  // are computed from a dynamic batch imports only specialized, to the first
+  // batch, with its declared input types kept for the signature.
   auto model = loadTrainable(o.modelPath, {});
+  std::vector<std::pair<std::string, TensorType>> declared;
+  if (!model && *inFormat == ModelFormat::Onnx) {
+    auto specialized = loadSpecializedToFirstBatch(o);
+    if (!specialized)
+      return fail(Error(model.error().message() + "; specialized to the first batch of the training data, it does " +
+                        "not load either: " + specialized.error().message()));
+    model = std::move(specialized->module);
+    declared = std::move(specialized->declared);
+  }
   if (!model) return fail(model.takeError());
   auto sig = signatureOf(*(*model)->functions().front(), o.modelPath, o.zeroInputs);
   if (!sig) return fail(sig.takeError());
+  for (const auto& [name, type] : declared) {
+    if (name == sig->inputName) sig->input = type;
+    if (sig->zeroInputs.count(name)) sig->zeroInputs[name] = type;
+  }
 
   // The data, checked against the model's input.
   const DataSpec spec{o.modelPath,    o.xKey,          o.yKey,           sig->input,   sig->output,
                       sig->inputName, sig->outputName, o.step.loss.kind, o.classesLast};
   auto trainData = loadDataset(o.dataPath, spec);
   if (!trainData) return fail(trainData.takeError());
+  sig->sampleShape.assign(trainData->x.shape().begin() + 1, trainData->x.shape().end());
   const Dim& batchDim = sig->input.shape[0];
   if (batchDim.isStatic() && batchDim.size != o.batchSize)
     return fail(Error(o.modelPath + ": the model's input '" + sig->inputName + "' (" + sig->input.str() +
@@ -841,6 +915,11 @@ int run(const ParsedArgs& args) {
   if (!o.evalPath.empty()) {
     auto loaded = loadDataset(o.evalPath, spec);
     if (!loaded) return fail(loaded.takeError());
+    const std::vector<int64_t> evalSample(loaded->x.shape().begin() + 1, loaded->x.shape().end());
+    if (evalSample != sig->sampleShape)
+      return fail(Error(o.evalPath + ": '" + o.xKey + "' holds samples of shape " + shapeString(loaded->x.shape(), 1) +
+                        ", the training data samples of shape " + shapeString(trainData->x.shape(), 1) +
+                        "; the model is compiled for one sample shape"));
     if (batchDim.isStatic() && loaded->size % batchDim.size != 0)
       return fail(Error(o.evalPath + ": " + std::to_string(loaded->size) + " samples do not split into batches of " +
                         std::to_string(batchDim.size) + ", the model's fixed batch size"));

@@ -13,13 +13,13 @@
 
 namespace kiln::cli::train {
 
-namespace {
-
-std::string shapeString(const std::vector<int64_t>& dims, size_t from = 0) {
+std::string shapeString(const std::vector<int64_t>& dims, size_t from) {
   std::string s = "[";
   for (size_t i = from; i < dims.size(); ++i) s += (i > from ? "," : "") + std::to_string(dims[i]);
   return s + "]";
 }
+
+namespace {
 
 std::string dimsString(const Shape& shape, size_t from = 0) {
   std::string s = "[";

@@ -90,6 +90,8 @@ class BatchGatherer {
   int64_t orderEpoch_ = -1;
 };
 
+/// `dims` from index `from` on as "[3,28,28]".
+std::string shapeString(const std::vector<int64_t>& dims, size_t from = 0);
 /// `v` as printf's %.6g, "nan" for any NaN.
 std::string shortest(double v);
 /// `flat` as an index into `shape`: "17" or "3, 5".

@@ -860,6 +860,24 @@ Expected<std::vector<UnsupportedOnnxOp>> findUnsupportedOnnxOps(const std::strin
   return collectUnsupported(model->graph(), *opsets);
 }
 
+Expected<std::vector<std::pair<std::string, TensorType>>> readOnnxDataInputs(const std::string& path) {
+  auto bytes = readWholeFile(path, kMaxModelBytes, "ONNX model");
+  if (!bytes) return bytes.takeError();
+  auto model = parseModel(*bytes, path);
+  if (!model) return model.takeError();
+  std::set<std::string> initialized;
+  for (const onnx::TensorProto& t : model->graph().initializer()) initialized.insert(t.name());
+  std::vector<std::pair<std::string, TensorType>> inputs;
+  for (int i = 0; i < model->graph().input_size(); ++i) {
+    const onnx::ValueInfoProto& input = model->graph().input(i);
+    if (initialized.count(input.name())) continue;
+    auto type = typeFromValueInfo(input, "graph input " + std::to_string(i) + " " + inQuotes(input.name()));
+    if (!type) return Error(path + ": " + type.error().message());
+    inputs.emplace_back(input.name(), *type);
+  }
+  return inputs;
+}
+
 Expected<DenseTensor> parseOnnxTensor(std::string_view bytes, std::string_view what) {
   if (static_cast<int64_t>(bytes.size()) > kMaxModelBytes)
     return Error(std::string(what) + ": too large for a protobuf message (2 GiB)");

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "frontend/Model.h"
@@ -45,6 +46,13 @@ struct UnsupportedOnnxOp {
 /// The ops of the model at `path` that the importer does not support (empty
 /// when all are); an error only when the file itself cannot be read.
 Expected<std::vector<UnsupportedOnnxOp>> findUnsupportedOnnxOps(const std::string& path);
+
+/// The graph inputs of the `.onnx` file at `path` that have no initializer
+/// (the model's data inputs), in order, with their declared types (symbolic
+/// dims kept), read without importing the graph: what a caller needs to
+/// choose static shapes for a model that imports only specialized (its
+/// shapes computed from a dynamic batch dim).
+Expected<std::vector<std::pair<std::string, TensorType>>> readOnnxDataInputs(const std::string& path);
 
 /// Reads a serialized TensorProto (the `input_0.pb` files of the ONNX
 /// backend tests). Strings and other types Kiln has no dtype for are errors.

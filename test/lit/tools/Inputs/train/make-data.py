@@ -79,3 +79,10 @@ save("seq-eval.npz", x=sx[32:], y=sy[32:])
 bn_rng = np.random.default_rng(8)
 save("bn.npz", x=bn_rng.standard_normal((32, 1, 8, 8)).astype(np.float32),
      y=bn_rng.integers(0, 10, 32).astype(np.int64))
+
+# For the GPT of test/e2e/gpt-dynamic (idx [batch, 8] tokens below 64), whose
+# shapes are computed from its dynamic batch: next-token labels, 40 samples,
+# and samples of 9 tokens, which it does not take.
+tok = bn_rng.integers(0, 64, (40, 9)).astype(np.int64)
+save("tokens.npz", x=tok[:, :8], y=tok[:, 1:])
+save("tokens9.npz", x=tok, y=tok)
