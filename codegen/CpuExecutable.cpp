@@ -560,7 +560,7 @@ Expected<std::vector<kir::Kernel>> lowerToKernels(const Function& f, const std::
 CpuExecutor::CpuExecutor(std::unique_ptr<Module> module, CpuOptions options)
     : module_(std::move(module)),
       options_(options),
-      threads_(options.threads > 0 ? options.threads : std::max(1, omp_get_num_procs())),
+      threads_(options.threads > 0 ? options.threads : defaultThreads()),
       kernelCache_(std::make_unique<KernelCache>(options.cacheDir)) {}
 CpuExecutor::~CpuExecutor() = default;
 
@@ -610,6 +610,8 @@ Expected<CompiledFunction*> CpuExecutor::compiled(const std::vector<Tensor>& inp
   cache_.emplace(std::move(shapes), std::move(*compiled));
   return result;
 }
+
+int defaultThreads() { return std::max(1, omp_get_num_procs()); }
 
 Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<Module> optimized,
                                                                 const KernelCode* code) {

@@ -88,6 +88,10 @@ struct KernelCode {
   std::vector<std::string> objects;
 };
 
+/// The threads CpuOptions::threads = 0 stands for: the cores this process
+/// may run on.
+int defaultThreads();
+
 class CpuExecutor {
  public:
   /// An executor for `f`; nothing is compiled until the first run.

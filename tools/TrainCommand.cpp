@@ -40,6 +40,7 @@
 #include <set>
 
 #include "codegen/CpuExecutable.h"
+#include "codegen/ThreadChooser.h"
 #include "frontend/Model.h"
 #include "frontend/onnx/OnnxImporter.h"
 #include "frontend/onnx/OnnxTraining.h"
@@ -99,7 +100,9 @@ constexpr OptionSpec kOptions[] = {
     {"--no-shuffle", "", "visit the samples in file order"},
     {"--drop-last", "", "drop each epoch's last batch when it is smaller than --batch-size"},
     {"--device", "cpu|cuda[:N]|auto", "where to train (default: cpu); cuda never falls back to the CPU"},
-    {"--threads", "N", "CPU JIT: threads that split each kernel (default: all cores)"},
+    {"--threads", "N|auto",
+     "CPU JIT: threads that split each kernel (default: all cores); auto: all cores or one, whichever the steps "
+     "measure faster (on a machine other programs keep busy, one), re-checked as training goes on"},
     {"--output", "OUT", "write the trained model (an ONNX model as .onnx with its initializers' names kept)", false,
      "-o"},
     {"--checkpoint-every", "N", "write a checkpoint every N steps (needs --checkpoint-dir)"},
@@ -142,6 +145,7 @@ struct TrainOptions {
   std::optional<int64_t> epochs, steps;
   uint64_t seed = 0;
   bool shuffle = true, dropLast = false, overlap = true, checkNumerics = false;
+  bool autoThreads = false;  // --threads auto (codegen/ThreadChooser.h)
   /// The class axis of cross_entropy and nll is the output's last, not 1.
   bool classesLast = false;
   int64_t checkpointEvery = 0;
@@ -306,7 +310,9 @@ std::optional<std::string> parseOptions(const ParsedArgs& args, TrainOptions& o)
   o.overlap = !args.has("--no-overlap");
   o.checkNumerics = args.has("--check-numerics");
   if (auto e = integer("--log-every", 1, o.logEvery)) return e;
-  if (auto e = integer("--threads", 1, threads)) return e;
+  o.autoThreads = args.get("--threads") && *args.get("--threads") == "auto";
+  if (!o.autoThreads && integer("--threads", 1, threads))
+    return "--threads expects a number of threads (1 or more) or auto, got '" + *args.get("--threads") + "'";
   if (threads) o.cpu.threads = static_cast<int>(std::min<int64_t>(*threads, 4096));
   o.cpu.cacheDir = kernelCacheDir(args);
 
@@ -476,6 +482,12 @@ struct Program {
   std::unique_ptr<Module> step;     // its training step
   std::unique_ptr<codegen::CpuExecutor> stepExecutor, forwardExecutor;
   Runner runStep, runForward;
+  int64_t stepRuns = 0;
+  /// The step compiled for one thread, when the thread chooser asks for it:
+  /// oneDNN plans each primitive's split for the threads current when it is
+  /// created, so fewer threads need primitives of their own.
+  std::unique_ptr<codegen::CpuExecutor> stepExecutorOne;
+  Runner runStepOne;
 };
 
 class Trainer {
@@ -524,9 +536,11 @@ class Trainer {
   /// interpreter runs it instead, with a notice naming the ops.
   /// With `donate` (a training step), the executor updates the parameters
   /// and state in place (trainingStepAliases, CpuExecutor::runInPlace).
+  /// `threads` > 0 overrides --threads.
   Expected<Runner> compile(const Function& f, const std::vector<Tensor>& inputs,
-                           std::unique_ptr<codegen::CpuExecutor>& executor, bool donate = false) {
+                           std::unique_ptr<codegen::CpuExecutor>& executor, bool donate = false, int threads = 0) {
     codegen::CpuOptions cpu = o_.cpu;
+    if (threads > 0) cpu.threads = threads;
     if (donate) cpu.aliases = trainingStepAliases(f);
     auto created = codegen::CpuExecutor::create(f, cpu);
     if (!created) return created.takeError();
@@ -994,6 +1008,9 @@ int run(const ParsedArgs& args) {
     return in;
   };
 
+  // The thread count of the steps with --threads auto.
+  std::optional<codegen::ThreadChooser> chooser;
+
   // One evaluation pass over `evalData` with the current parameters.
   auto evaluate = [&]() -> Expected<EvalResult> {
     EvalResult r;
@@ -1072,9 +1089,30 @@ int run(const ParsedArgs& args) {
       if (!runner) return stop(runner.takeError());
       (*p)->runStep = std::move(*runner);
     }
+    // With --threads auto, the step's thread count follows what the steps
+    // of the full batch size measure (codegen/ThreadChooser.h): all cores,
+    // or one on a machine other programs keep busy. Not the default: oneDNN
+    // may sum in another order on another thread count, so results could
+    // differ in the last bits from a run that chose otherwise.
+    if (!chooser && o.autoThreads && (*p)->stepExecutor) chooser.emplace(codegen::defaultThreads());
+    const bool timed = chooser && (*p)->stepExecutor && size == o.batchSize && (*p)->stepRuns++ > 0;
+    const bool oneThread = chooser && (*p)->stepExecutor && chooser->many() > 1 &&
+                           (timed ? chooser->next() : chooser->current()) == 1;
+    if (oneThread && !(*p)->runStepOne) {
+      progress.breakLine();
+      auto runner = trainer.compile(f, in, (*p)->stepExecutorOne, !o.checkNumerics, 1);
+      if (!runner) return stop(runner.takeError());
+      (*p)->runStepOne = std::move(*runner);
+    }
     progress.exclude(Clock::now() - compileStart);
-    auto out = (*p)->runStep(in);
+    const auto runStart = Clock::now();
+    auto out = oneThread ? (*p)->runStepOne(in) : (*p)->runStep(in);
     if (!out) return stop(out.takeError());
+    if (timed)
+      if (auto note = chooser->record(std::chrono::duration<double>(Clock::now() - runStart).count())) {
+        progress.breakLine();
+        std::cerr << "kiln train: note: " << *note << "\n";
+      }
     // Results donated to their arguments (empty in `out`) are in `in`.
     for (size_t i = 1; i < out->size(); ++i)
       if ((*out)[i].numBytes() == 0) (*out)[i] = std::move(in[i - 1]);
