@@ -69,6 +69,7 @@ LEARNING_RATES = {
     "lstm": {"sgd": 0.01, "adamw": 5e-3},
     "gpt": {"sgd": 0.02, "adamw": 1e-3},
     "bncnn": {"sgd": 0.02, "adamw": 2e-3},
+    "encoder": {"sgd": 0.05, "adamw": 5e-4},
 }
 SGD_MOMENTUM = 0.9
 SGD_WEIGHT_DECAY = 0.1
@@ -102,6 +103,24 @@ class BnCnn(torch.nn.Module):
     def forward(self, x):
         x = F.max_pool2d(F.relu(self.bn(self.conv(x))), 2)
         return self.fc2(F.relu(self.bn1(self.fc1(torch.flatten(x, 1)))))
+
+
+class Encoder(torch.nn.Module):
+    """A token classifier on a two-layer nn.TransformerEncoder, exported
+    fresh: its layers are copies of one, and its layer norms all start at
+    weight 1 and bias 0, so torch.onnx.export stores each group of equal
+    parameters once and recreates the others with Identity nodes, which Kiln
+    must train as the separate tensors they are in PyTorch."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(20, 16)
+        layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+        self.enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.fc = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc(self.enc(self.emb(x)).mean(1))
 
 
 def load_e2e_module():
@@ -139,7 +158,15 @@ def export(module, inputs, output_names, dynamic_axes, path):
 
 
 def initializers(path):
-    return {i.name: onnx.numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer}
+    """The initializers by name, and the Identity nodes of initializers by
+    their output's name (torch.onnx.export's form of a parameter equal to
+    another), as Kiln loads a model for training."""
+    graph = onnx.load(path).graph
+    found = {i.name: onnx.numpy_helper.to_array(i) for i in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Identity" and node.input[0] in found:
+            found[node.output[0]] = found[node.input[0]]
+    return found
 
 
 def same_initializers(a, b):
@@ -184,6 +211,8 @@ def batch(name, gen):
         return {"x": torch.randn(4, 3, 28, 28, generator=gen)}, torch.randint(0, 10, (4,), generator=gen)
     if name == "bncnn":
         return {"x": torch.randn(8, 1, 8, 8, generator=gen)}, torch.randint(0, 10, (8,), generator=gen)
+    if name == "encoder":
+        return {"x": torch.randint(0, 20, (8, 6), generator=gen)}, torch.randint(0, 4, (8,), generator=gen)
     if name == "lstm":
         inputs = {"x": torch.randn(4, 5, 8, generator=gen), "h0": 0.5 * torch.randn(2, 4, 16, generator=gen),
                   "c0": 0.5 * torch.randn(2, 4, 16, generator=gen)}
@@ -223,6 +252,14 @@ def write_model(name, e2e, out_dir):
         ops = [n.op_type for n in onnx.load(initial_path).graph.node]
         if ops.count("BatchNormalization") != 2:
             raise SystemExit(f"error: the batch-norm CNN exports {ops}, not two BatchNormalization nodes")
+    elif name == "encoder":
+        torch.manual_seed(13)
+        module, output_names, dynamic_axes = Encoder(), ["logits"], {}
+        initial_path = os.path.join(folder, "model.onnx")
+        export(module, inputs, output_names, dynamic_axes, initial_path)
+        ops = [n.op_type for n in onnx.load(initial_path).graph.node]
+        if ops.count("Identity") < 10:
+            raise SystemExit(f"error: the encoder's export shares fewer parameters than expected: {ops.count('Identity')}")
     else:
         module, output_names, dynamic_axes = e2e_models(e2e)[name]
         initial_path = os.path.join(ROOT, "test", "e2e", name, "model.onnx")

@@ -2,6 +2,7 @@
 // into the original ONNX file (OnnxTraining.h).
 #include "frontend/onnx/OnnxTraining.h"
 
+#include <map>
 #include <set>
 
 #include "frontend/Model.h"
@@ -38,12 +39,50 @@ std::string dimsString(const onnx::TensorProto& t) {
   return s + "]";
 }
 
+/// Gives each Identity of a float initializer in `graph` an initializer of
+/// its own: a copy named like the Identity's output, which replaces the
+/// node. torch.onnx.export stores parameters of equal value once and
+/// recreates the others as Identity nodes (a fresh model's layer norms and
+/// batch norms, every layer of an nn.TransformerEncoder, which copies one);
+/// in PyTorch they are separate tensors that training moves apart, so they
+/// must be separate here too. (Truly shared weights are one tensor in
+/// PyTorch, exported as one initializer read by several nodes, and stay so.)
+void untieSharedInitializers(onnx::GraphProto& graph) {
+  std::map<std::string, int> initializerIndex;
+  for (int i = 0; i < graph.initializer_size(); ++i) initializerIndex[graph.initializer(i).name()] = i;
+  std::set<std::string> graphInputs;
+  for (const auto& input : graph.input()) graphInputs.insert(input.name());
+  // Repeated: an Identity of an Identity is untied once the first is.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int n = 0; n < graph.node_size(); ++n) {
+      const onnx::NodeProto& node = graph.node(n);
+      if (node.op_type() != "Identity" || !node.domain().empty() || node.input_size() != 1 ||
+          node.output_size() != 1 || node.output(0).empty() || initializerIndex.count(node.output(0)))
+        continue;
+      auto it = initializerIndex.find(node.input(0));
+      // An initializer that is also a graph input may be fed another value.
+      if (it == initializerIndex.end() || graphInputs.count(node.input(0))) continue;
+      const onnx::TensorProto& source = graph.initializer(it->second);
+      if (!isTrainableType(source.data_type()) || source.dims_size() == 0) continue;
+      onnx::TensorProto copy = source;
+      copy.set_name(node.output(0));
+      *graph.add_initializer() = std::move(copy);
+      initializerIndex[node.output(0)] = graph.initializer_size() - 1;
+      graph.mutable_node()->DeleteSubrange(n, 1);
+      changed = true;
+      break;
+    }
+  }
+}
+
 }  // namespace
 
 Expected<std::string> declareFloatInitializersAsInputs(std::string_view bytes, std::string_view what) {
   auto model = parse(bytes, what);
   if (!model) return model.takeError();
   onnx::GraphProto* graph = model->mutable_graph();
+  untieSharedInitializers(*graph);
   std::set<std::string> inputs;
   for (const auto& input : graph->input()) inputs.insert(input.name());
   for (const auto& init : graph->initializer()) {
@@ -66,6 +105,7 @@ Status writeOnnxWithInitializers(const std::string& path, const std::map<std::st
   if (!bytes) return bytes.takeError();
   auto model = parse(*bytes, path);
   if (!model) return model.takeError();
+  untieSharedInitializers(*model->mutable_graph());  // as declareFloatInitializersAsInputs saw the model
   std::set<std::string> replaced;
   for (auto& init : *model->mutable_graph()->mutable_initializer()) {
     auto it = values.find(init.name());

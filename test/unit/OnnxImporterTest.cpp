@@ -9,7 +9,9 @@
 #include <fstream>
 #include <limits>
 
+#include "frontend/Model.h"
 #include "frontend/onnx/OnnxImporter.h"
+#include "frontend/onnx/OnnxTraining.h"
 #include "onnx.pb.h"
 #include "passes/TrainingStep.h"
 #include "runtime/Interpreter.h"
@@ -603,6 +605,58 @@ TEST(OnnxImporterTest, LoadTrainableModelMakesEveryInitializerAParameter) {
   }
   EXPECT_EQ(f.argument(0)->name(), input.name());
   EXPECT_EQ(f.argument(0)->type().str(), (TensorType{DType::F32, staticShape(inputDims)}.str()));
+}
+
+TEST(OnnxImporterTest, LoadTrainableModelUntiesInitializersSharedThroughIdentity) {
+  // torch.onnx.export stores equal parameters once: w2 is Identity(w1).
+  // Training must see two parameters, and -o must write two initializers.
+  auto m = makeModel(13);
+  addInput(m, "x", {1, 2});
+  *m.mutable_graph()->add_initializer() = floatTensor("w1", {2, 2}, {1, 0, 0, 1});
+  addNode(m, "Identity", {"w1"}, {"w2"});
+  addNode(m, "MatMul", {"x", "w1"}, {"a"});
+  addNode(m, "MatMul", {"a", "w2"}, {"y"});
+  addOutput(m, "y");
+  const std::string dir = ::testing::TempDir();
+  const std::string path = dir + "/tied.onnx", out = dir + "/tied-trained.onnx";
+  {
+    std::ofstream f(path, std::ios::binary);
+    ASSERT_TRUE(m.SerializeToOstream(&f));
+  }
+  InterpreterEvaluator evaluator;
+  auto loaded = loadTrainableModel(path, {{"x", {1, 2}}}, evaluator);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().str();
+  const Function& f = *(*loaded)->functions().front();
+  std::vector<std::string> params;
+  for (size_t i = 0; i < f.numArguments(); ++i)
+    if (f.argumentDefault(i)) {
+      params.push_back(f.argument(i)->name());
+      EXPECT_EQ(values(Tensor::fromDense(*f.argumentDefault(i))), (std::vector<double>{1, 0, 0, 1}));
+    }
+  EXPECT_EQ(params, (std::vector<std::string>{"w1", "w2"}));
+
+  // Written back: two initializers with their own values, no Identity left.
+  Tensor v1 = f32({2, 2}, {1, 2, 3, 4}), v2 = f32({2, 2}, {5, 6, 7, 8});
+  Status written = writeOnnxWithInitializers(path, {{"w1", v1.toDense()}, {"w2", v2.toDense()}}, out);
+  ASSERT_TRUE(written.ok()) << written.error().str();
+  onnx::ModelProto back;
+  {
+    std::ifstream in(out, std::ios::binary);
+    ASSERT_TRUE(back.ParseFromIstream(&in));
+  }
+  std::map<std::string, std::vector<double>> inits;
+  for (const onnx::TensorProto& t : back.graph().initializer()) {
+    auto value = parseOnnxTensor(t.SerializeAsString(), t.name());
+    ASSERT_TRUE(value.ok()) << value.error().str();
+    inits[t.name()] = values(Tensor::fromDense(*value));
+  }
+  EXPECT_EQ(inits["w1"], (std::vector<double>{1, 2, 3, 4}));
+  EXPECT_EQ(inits["w2"], (std::vector<double>{5, 6, 7, 8}));
+  for (const onnx::NodeProto& node : back.graph().node()) EXPECT_NE(node.op_type(), "Identity");
+  LoadOptions options;
+  options.evaluator = &evaluator;
+  auto reread = importOnnx(out, options);
+  ASSERT_TRUE(reread.ok()) << reread.error().str();
 }
 
 TEST(OnnxImporter, EyeLikeAndTriluOfEmptyMatricesWithAHugeDimImportAtOnce) {

@@ -117,6 +117,15 @@ MatchCase matchCase(const std::string& model) {
     // A bias right before a batch norm shifts a channel by a constant, which
     // the batch's mean removes again: its gradient is zero.
     c.zeroGradient = {{"conv.bias", 0, 4}, {"fc1.bias", 0, 16}};
+  } else if (model == "encoder") {
+    // A fresh two-layer nn.TransformerEncoder classifier: PyTorch's export
+    // shares its equal parameters through Identity nodes, which
+    // loadTrainableModel unties into the 27 separate tensors PyTorch trains.
+    c.initialModel = kSource + "/test/training-match/encoder/model.onnx";
+    c.learningRates = {{"sgd", 0.05}, {"adamw", 5e-4}};
+    c.numParams = 27;
+    // in_proj_bias is [q, k, v] of d_model = 16 each: the key bias has a zero gradient.
+    c.zeroGradient = {{"enc.layers.0.self_attn.in_proj_bias", 16, 32}, {"enc.layers.1.self_attn.in_proj_bias", 16, 32}};
   } else {
     c.initialModel = kSource + "/test/training-match/gpt/model.onnx";
     c.inputs = {"idx"};
@@ -355,6 +364,8 @@ TEST(TrainingMatchTest, LstmSgd) { expectMatchesPyTorch("lstm", "sgd"); }
 TEST(TrainingMatchTest, LstmAdamW) { expectMatchesPyTorch("lstm", "adamw"); }
 TEST(TrainingMatchTest, BatchNormCnnSgd) { expectMatchesPyTorch("bncnn", "sgd"); }
 TEST(TrainingMatchTest, BatchNormCnnAdamW) { expectMatchesPyTorch("bncnn", "adamw"); }
+TEST(TrainingMatchTest, TransformerEncoderSgd) { expectMatchesPyTorch("encoder", "sgd"); }
+TEST(TrainingMatchTest, TransformerEncoderAdamW) { expectMatchesPyTorch("encoder", "adamw"); }
 TEST(TrainingMatchTest, GptSgd) { expectMatchesPyTorch("gpt", "sgd"); }
 TEST(TrainingMatchTest, GptAdamW) { expectMatchesPyTorch("gpt", "adamw"); }
 
