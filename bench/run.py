@@ -326,8 +326,9 @@ def machine_description():
 
 
 def versions(kiln):
-    import onnxruntime
     import torch
+    # The training tables need no ONNX Runtime (scripts/install-bench-deps installs it for inference).
+    ort_version = importlib.util.find_spec("onnxruntime") and __import__("onnxruntime").__version__
     commit = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h (%cs)"], capture_output=True,
                             text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
@@ -339,7 +340,7 @@ def versions(kiln):
     return [f"- Kiln (OMP_WAIT_POLICY {policy}): {os.path.relpath(kiln, ROOT) if kiln.startswith(ROOT + os.sep) else kiln}, commit {commit}{' (with uncommitted changes)' if dirty else ''}",
             f"- PyTorch {torch.__version__} (libblas.so.3 -> {blas}), OPENBLAS_CORETYPE=SkylakeX, OMP_NUM_THREADS=2, "
             "OMP_WAIT_POLICY=PASSIVE",
-            f"- ONNX Runtime {onnxruntime.__version__}", f"- oneDNN (libdnnl-dev) {dnnl}",
+            f"- ONNX Runtime {ort_version or 'not installed'}", f"- oneDNN (libdnnl-dev) {dnnl}",
             f"- Python {platform.python_version()}, NumPy {np.__version__}"]
 
 
