@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <queue>
 #include <set>
@@ -45,11 +46,58 @@ constexpr int64_t kMaxElements = int64_t{1} << 40;
 constexpr int64_t kMaxFoldedElements = int64_t{1} << 20;
 /// ... and so are ops whose constant operands hold more elements in all.
 constexpr int64_t kMaxFoldedOperandElements = int64_t{1} << 22;
+/// The most multiply-adds (or window taps) an op folded at import may cost:
+/// about a tenth of a second on the interpreter.
+constexpr int64_t kMaxFoldedWork = int64_t{1} << 26;
 /// The most Kiln ops one ONNX node may expand to (an LSTM unrolled over a
 /// few thousand steps stays far below).
 constexpr int64_t kMaxOpsPerNode = int64_t{1} << 18;
 
 std::string inQuotes(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+/// What evaluating `op` on `constants` costs, roughly: the result's elements
+/// times the terms each sums (contractions, pooling windows, the composites'
+/// recurrences and attention, bounded by their operands), else the elements
+/// read and written. Saturates instead of overflowing.
+int64_t foldWork(const Op& op, const std::vector<const DenseTensor*>& constants) {
+  auto mul = [](int64_t a, int64_t b) {
+    return b != 0 && a > std::numeric_limits<int64_t>::max() / b ? std::numeric_limits<int64_t>::max() : a * b;
+  };
+  int64_t results = 0, operands = 0, largest = 1;
+  for (const Value* r : op.results())
+    if (r->type().isStatic()) results += numElements(r->type().shape);
+  for (const DenseTensor* t : constants) {
+    operands += t->numElements();
+    largest = std::max(largest, t->numElements());
+  }
+  const OpInfo& info = opInfo(op.kind());
+  switch (op.kind()) {
+    case OpKind::MatMul: {
+      const TensorType& a = constants[0]->type;
+      return mul(results, a.rank() > 0 && a.shape.back().isStatic() ? a.shape.back().size : largest);
+    }
+    case OpKind::Conv:
+    case OpKind::ConvTranspose: {
+      // Each output (conv) or input (conv_transpose) element meets one
+      // filter of weight[K, ...]: its elements over K.
+      const TensorType& w = constants[1]->type;
+      const int64_t perFilter =
+          w.rank() > 0 && w.shape[0].isStatic() && w.shape[0].size > 0 ? constants[1]->numElements() / w.shape[0].size
+                                                                         : constants[1]->numElements();
+      return mul(op.kind() == OpKind::Conv ? results : constants[0]->numElements(), perFilter);
+    }
+    case OpKind::MaxPool:
+    case OpKind::AvgPool: {
+      int64_t window = 1;
+      for (int64_t k : op.getInts("kernel")) window = mul(window, std::max<int64_t>(k, 1));
+      return mul(results, window);
+    }
+    default:
+      break;
+  }
+  if (info.isComposite()) return mul(operands + results, largest);
+  return operands + results;
+}
 
 std::string onnxTypeName(int32_t type) {
   if (onnx::TensorProto::DataType_IsValid(type))
@@ -585,6 +633,7 @@ Expected<std::vector<Value*>> NodeContextImpl::emitMulti(OpKind kind, std::vecto
   int64_t operandElements = 0;
   for (const DenseTensor* t : constants) operandElements += t->numElements();
   if (operandElements > kMaxFoldedOperandElements) foldable = false;
+  if (foldable && foldWork(*op, constants) > kMaxFoldedWork) foldable = false;
   for (size_t r = 0; foldable && r < op->numResults(); ++r) {
     const TensorType& t = op->result(r)->type();
     if (t.isStatic() && numElements(t.shape) > kMaxFoldedElements) foldable = false;

@@ -659,6 +659,27 @@ TEST(OnnxImporterTest, LoadTrainableModelUntiesInitializersSharedThroughIdentity
   ASSERT_TRUE(reread.ok()) << reread.error().str();
 }
 
+TEST(OnnxImporter, FoldingIsBoundedByItsWork) {
+  // Range(0, n) reshaped to a matrix and multiplied by itself: every operand
+  // is a constant, so the import would fold the product. At 1000 x 1000 it
+  // costs 10^9 multiply-adds (seconds on the interpreter, far more in the
+  // sanitized fuzzer build): left as an op. At 16 x 16 it folds.
+  for (int64_t n : {int64_t{16}, int64_t{1000}}) {
+    auto m = makeModel(13);
+    *m.mutable_graph()->add_initializer() = floatTensor("start", {}, {0});
+    *m.mutable_graph()->add_initializer() = floatTensor("limit", {}, {static_cast<float>(n * n)});
+    *m.mutable_graph()->add_initializer() = floatTensor("delta", {}, {1});
+    *m.mutable_graph()->add_initializer() = int64Tensor("shape", {2}, {n, n});
+    addNode(m, "Range", {"start", "limit", "delta"}, {"r"});
+    addNode(m, "Reshape", {"r", "shape"}, {"a"});
+    addNode(m, "MatMul", {"a", "a"}, {"y"});
+    addOutput(m, "y");
+    auto module = importModel(m);
+    ASSERT_TRUE(module.ok()) << module.error().str();
+    EXPECT_EQ(countOps(*(*module)->functions().front(), OpKind::MatMul), n == 16 ? 0u : 1u) << "n = " << n;
+  }
+}
+
 TEST(OnnxImporter, EyeLikeAndTriluOfEmptyMatricesWithAHugeDimImportAtOnce) {
   // The fuzzer's EyeLike of bool[1317011455, 0] looped over every row; an
   // empty matrix has nothing to fill, whatever its other dim.
