@@ -6,6 +6,7 @@
 #include <numbers>
 
 #include "ir/Builder.h"
+#include "ir/Printer.h"
 #include "passes/Autodiff.h"
 
 namespace kiln {
@@ -52,8 +53,9 @@ Status checkOptions(const Function& f, const TrainingStepOptions& o) {
     if (!(sch.minLr >= 0.0 && std::isfinite(sch.minLr)))
       return bad("lr schedule minimum lr " + std::to_string(sch.minLr) + ", expected a finite value >= 0");
   }
-  if (o.batchNorm.mode == BatchNormMode::Train && !(o.batchNorm.momentum > 0.0 && o.batchNorm.momentum <= 1.0))
-    return bad("batch norm momentum " + std::to_string(o.batchNorm.momentum) + ", expected a value in (0, 1]");
+  if (o.batchNorm.mode == BatchNormMode::Train && o.batchNorm.momentum &&
+      !(*o.batchNorm.momentum > 0.0 && *o.batchNorm.momentum <= 1.0))
+    return bad("batch norm momentum " + std::to_string(*o.batchNorm.momentum) + ", expected a value in (0, 1]");
   if (o.loss.outputIndex >= f.resultTypes().size())
     return bad("output index " + std::to_string(o.loss.outputIndex) + ", but the function has " +
                std::to_string(f.resultTypes().size()) + " results");
@@ -138,6 +140,12 @@ Status trainBatchNorm(Function& f, Op* bn, const BatchNormConfig& config, std::v
   const TensorType& xType = x->type();
   const std::string where = "training step of @" + f.name() + ": batch_norm of " + xType.str();
   if (xType.rank() < 2) return Error(where + ": expected an input [N, C, ...]", bn->loc());
+  const double m = config.momentum ? *config.momentum : bn->getFloat("momentum");
+  if (!(m > 0.0 && m <= 1.0))
+    return Error(where + ": the model's momentum " + printAttribute(Attribute(m)) +
+                     " is outside (0, 1] (torch's convention: running * (1 - momentum) + batch * momentum); "
+                     "override it (kiln train --bn-momentum)",
+                 bn->loc());
   if (!xType.isStatic())
     return Error(where + " in train mode needs a static input shape (the unbiased variance divides by N - 1)",
                  bn->loc());
@@ -168,7 +176,6 @@ Status trainBatchNorm(Function& f, Op* bn, const BatchNormConfig& config, std::v
   for (auto it = f.ops().begin(); it != f.ops().end(); ++it)
     if (it->get() == bn) next = std::next(it)->get();
   b.setInsertionPoint(next);
-  const double m = config.momentum;
   const double unbiased = static_cast<double>(count) / static_cast<double>(count - 1);
   for (int k = 0; k < 2; ++k) {
     auto stat = std::find_if(stats.begin(), stats.end(), [&](const RunningStatistic& s) { return s.arg == running[k]; });

@@ -92,16 +92,19 @@ struct LrScheduleConfig {
 ///    mean and biased variance over every dim but 1, and the running
 ///    statistics, when they are arguments, become state updated as
 ///    running * (1 - momentum) + batch * momentum, with the unbiased batch
-///    variance (torch.nn.BatchNorm's momentum, 0.1 by default; an ONNX
-///    export's momentum attribute is 1 - that).
+///    variance (torch.nn.BatchNorm's momentum). The momentum is each op's
+///    own `momentum` attribute (torch's convention; 0.1 when absent; the ONNX
+///    importer sets it from BatchNormalization's momentum, which is 1 - that)
+///    unless BatchNormConfig::momentum overrides it for every op.
 ///  - Frozen (model.eval() for the batch norms, as when fine-tuning): the
 ///    running statistics normalize, and stay as they are.
 enum class BatchNormMode { Train, Frozen };
 
 struct BatchNormConfig {
   BatchNormMode mode = BatchNormMode::Train;
-  /// Train: in (0, 1].
-  double momentum = 0.1;
+  /// Train: overrides every op's `momentum` attribute when set; in (0, 1].
+  /// The effective momentum of each op must be in (0, 1].
+  std::optional<double> momentum;
 };
 
 struct TrainingStepOptions {

@@ -91,8 +91,9 @@ constexpr OptionSpec kOptions[] = {
     {"--batch-norm", "train|frozen",
      "batch norms: normalize each batch with its own statistics and update the running ones, as PyTorch's "
      "model.train() (default: train), or keep normalizing with the model's running statistics"},
-    {"--bn-momentum", "X", "batch norm train mode: the running statistics' update rate, torch.nn.BatchNorm's momentum "
-     "(default: 0.1)"},
+    {"--bn-momentum", "X",
+     "batch norm train mode: the running statistics' update rate, torch.nn.BatchNorm's momentum, for every batch "
+     "norm (default: each batch norm's own from the model, 1 - an ONNX momentum; 0.1 without one)"},
     {"--batch-size", "N", "samples per step (default: 32)"},
     {"--epochs", "N", "passes over the data (default: 1)"},
     {"--steps", "N", "optimizer steps in all, instead of --epochs (counted from the start, also with --resume)"},
@@ -291,9 +292,12 @@ std::optional<std::string> parseOptions(const ParsedArgs& args, TrainOptions& o)
     return "--batch-norm expects train or frozen, got '" + batchNorm + "'";
   if (args.has("--bn-momentum") && o.step.batchNorm.mode != BatchNormMode::Train)
     return "--bn-momentum applies to --batch-norm train only";
-  if (auto e = number("--bn-momentum", o.step.batchNorm.momentum)) return e;
-  if (!(o.step.batchNorm.momentum > 0 && o.step.batchNorm.momentum <= 1))
-    return "--bn-momentum expects a value in (0, 1], got " + *args.get("--bn-momentum");
+  if (args.has("--bn-momentum")) {
+    double m = 0;
+    if (auto e = number("--bn-momentum", m)) return e;
+    if (!(m > 0 && m <= 1)) return "--bn-momentum expects a value in (0, 1], got " + *args.get("--bn-momentum");
+    o.step.batchNorm.momentum = m;
+  }
 
   std::optional<int64_t> batch, seed, every, threads;
   if (auto e = integer("--batch-size", 1, batch)) return e;

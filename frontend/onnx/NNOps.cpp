@@ -472,7 +472,14 @@ Status convertBatchNormalization(NodeContext &ctx) {
         return ctx.error(
             "outputs running_mean and running_var exist only with "
             "training_mode = 1");
-    e.setOutput(0, e.emit(OpKind::BatchNorm, {x, scale, bias, mean, var}, {{"epsilon", Attribute(epsilon)}}));
+    // The momentum matters only to training (passes/TrainingStep.h), which
+    // takes torch's convention: kept as 1 - momentum, recovered to the 7
+    // decimals a float32 near 1 holds (PyTorch's 0.9 is 1 - 0.1 exactly),
+    // and set only when it is not the op's default 0.1.
+    AttrMap attrs = {{"epsilon", Attribute(epsilon)}};
+    const double torchMomentum = std::round((1.0 - momentum) * 1e7) / 1e7;
+    if (torchMomentum != 0.1) attrs.emplace("momentum", Attribute(torchMomentum));
+    e.setOutput(0, e.emit(OpKind::BatchNorm, {x, scale, bias, mean, var}, attrs));
     return e.status();
   }
   std::vector<int64_t> axes{0};

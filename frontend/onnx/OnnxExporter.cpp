@@ -516,9 +516,13 @@ Status exportOp(OnnxWriter& w, const Op& op) {
       attrFloat(n, "epsilon", op.getFloat("epsilon"));
       return Status::success();
     }
-    case OpKind::BatchNorm:
-      attrFloat(w.node("BatchNormalization", in, out), "epsilon", op.getFloat("epsilon"));
+    case OpKind::BatchNorm: {
+      onnx::NodeProto* n = w.node("BatchNormalization", in, out);
+      attrFloat(n, "epsilon", op.getFloat("epsilon"));
+      // ONNX's momentum is 1 - torch's (the op's); written when set.
+      if (op.attrs().count("momentum")) attrFloat(n, "momentum", 1.0 - op.getFloat("momentum"));
       return Status::success();
+    }
     case OpKind::Gelu: {
       DType dtype = resultType->dtype;
       std::string inner;

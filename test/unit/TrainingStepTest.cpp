@@ -629,11 +629,11 @@ TEST(TrainingStepTest, LayoutNamesAndDefaultParameters) {
 
 /// x[4,2] -> batch_norm(x, g, b, mean, var) -> out: the batch norm's
 /// parameters and running statistics all have defaults.
-std::unique_ptr<Module> batchNormModel(const std::string& batch = "4") {
+std::unique_ptr<Module> batchNormModel(const std::string& batch = "4", const std::string& attrs = "epsilon = 0.0") {
   auto m = parseModule("func @bn(%x: f64[" + batch +
                            ",2], %g: f64[2], %b: f64[2], %mean: f64[2], %var: f64[2]) -> f64[" + batch +
                            ",2] {\n"
-                           "  %y = batch_norm(%x, %g, %b, %mean, %var) {epsilon = 0.0} : f64[" +
+                           "  %y = batch_norm(%x, %g, %b, %mean, %var) {" + attrs + "} : f64[" +
                            batch +
                            ",2]\n"
                            "  return %y\n}\n",
@@ -691,6 +691,53 @@ TEST(TrainingStepTest, BatchNormTrainModeUsesBatchStatisticsAndUpdatesTheRunning
   EXPECT_NEAR((*out)[3].getDouble(1), -0.5 * 0.75 + 6.0 * 0.25, 1e-12);
   EXPECT_NEAR((*out)[4].getDouble(0), 2.0 * 0.75 + 14.0 / 3.0 * 0.25, 1e-12);
   EXPECT_NEAR((*out)[4].getDouble(1), 3.0 * 0.75 + 4.0 / 3.0 * 0.25, 1e-12);
+}
+
+/// The running mean of channel 0 after one train-mode step of
+/// batchNormModel(attrs) on the batch 1, 2, 3, 6 (mean 3; running 0.5).
+Expected<double> runningMeanAfterOneStep(const std::string& attrs, std::optional<double> momentum) {
+  auto m = batchNormModel("4", attrs);
+  if (!m) return Error("batchNormModel failed");
+  Function& f = *m->functions()[0];
+  TrainingStepOptions options{mse(), OptimizerConfig{}, std::nullopt};
+  options.batchNorm.momentum = momentum;
+  KILN_TRY(buildTrainingStep(f, options));
+  Tensor x(DType::F64, {4, 2});
+  const double xs[8] = {1, 5, 2, 7, 3, 5, 6, 7};
+  for (int64_t i = 0; i < 8; ++i) x.setDouble(i, xs[i]);
+  std::vector<Tensor> in;
+  for (size_t i = 0; i < 4; ++i) in.push_back(Tensor::fromDense(*f.argumentDefault(i)));
+  in.push_back(x);
+  in.push_back(Tensor(DType::F64, {4, 2}));
+  Tensor lr(DType::F64, {});
+  lr.setDouble(0, 0.0);
+  in.push_back(lr);
+  auto out = interpret(f, in);
+  if (!out.ok()) return out.error();
+  return (*out)[3].getDouble(0);
+}
+
+TEST(TrainingStepTest, BatchNormMomentumComesFromTheOpUnlessOverridden) {
+  // No attribute: torch's default 0.1.
+  auto dflt = runningMeanAfterOneStep("epsilon = 0.0", std::nullopt);
+  ASSERT_TRUE(dflt.ok()) << dflt.error().str();
+  EXPECT_NEAR(*dflt, 0.5 * 0.9 + 3.0 * 0.1, 1e-12);
+  // The op's own momentum.
+  auto own = runningMeanAfterOneStep("epsilon = 0.0, momentum = 0.3", std::nullopt);
+  ASSERT_TRUE(own.ok()) << own.error().str();
+  EXPECT_NEAR(*own, 0.5 * 0.7 + 3.0 * 0.3, 1e-12);
+  // The override wins.
+  auto overridden = runningMeanAfterOneStep("epsilon = 0.0, momentum = 0.3", 0.25);
+  ASSERT_TRUE(overridden.ok()) << overridden.error().str();
+  EXPECT_NEAR(*overridden, 0.5 * 0.75 + 3.0 * 0.25, 1e-12);
+  // A model's momentum outside (0, 1] is an error naming it, unless overridden.
+  auto bad = runningMeanAfterOneStep("epsilon = 0.0, momentum = 0.0", std::nullopt);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().str().find("the model's momentum 0.0 is outside (0, 1]"), std::string::npos)
+      << bad.error().str();
+  auto fixed = runningMeanAfterOneStep("epsilon = 0.0, momentum = 0.0", 0.5);
+  ASSERT_TRUE(fixed.ok()) << fixed.error().str();
+  EXPECT_NEAR(*fixed, 0.5 * 0.5 + 3.0 * 0.5, 1e-12);
 }
 
 TEST(TrainingStepTest, BatchNormFrozenModeKeepsTheRunningStatistics) {

@@ -86,3 +86,7 @@ save("bn.npz", x=bn_rng.standard_normal((32, 1, 8, 8)).astype(np.float32),
 tok = bn_rng.integers(0, 64, (40, 9)).astype(np.int64)
 save("tokens.npz", x=tok[:, :8], y=tok[:, 1:])
 save("tokens9.npz", x=tok, y=tok)
+
+# bn-momentum.kir: channel 0 holds 1, 2, 3, 6 (mean 3, unbiased variance
+# 14/3), channel 1 holds 5, 7, 5, 7 (mean 6, unbiased variance 4/3).
+save("bnm.npz", x=np.array([[1, 5], [2, 7], [3, 5], [6, 7]], dtype=np.float32), y=np.zeros((4, 2), np.float32))
