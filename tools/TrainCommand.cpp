@@ -73,6 +73,12 @@ constexpr OptionSpec kOptions[] = {
      "class losses"},
     {"--loss", "cross_entropy|nll|mse", "the loss on the model's first output (default: cross_entropy)"},
     {"--label-smoothing", "X", "cross_entropy: label smoothing in [0, 1] (default: 0)"},
+    {"--ignore-index", "N",
+     "cross_entropy, nll: labels equal to N are no class: they add no loss and are left out of the mean, the "
+     "accuracy and the confusion matrix (default: -100, as PyTorch)"},
+    {"--reduction", "mean|sum",
+     "cross_entropy, nll, mse: the step's loss is the mean over the labels (default) or their sum (eval reports "
+     "the mean either way)"},
     {"--classes-last", "",
      "cross_entropy, nll: the classes are the output's last dim ([N, T, C] logits of a "
      "sequence model, labels [N, T]) instead of dim 1"},
@@ -213,6 +219,15 @@ std::optional<std::string> parseOptions(const ParsedArgs& args, TrainOptions& o)
   if (auto e = number("--label-smoothing", o.step.loss.labelSmoothing)) return e;
   if (args.has("--label-smoothing") && o.step.loss.kind != LossKind::CrossEntropy)
     return "--label-smoothing applies to --loss cross_entropy only";
+  std::optional<int64_t> ignoreIndex;
+  if (auto e = integer("--ignore-index", -(int64_t{1} << 40), ignoreIndex)) return e;
+  if (ignoreIndex) {
+    if (o.step.loss.kind == LossKind::Mse) return "--ignore-index applies to class losses, not mse";
+    o.step.loss.ignoreIndex = *ignoreIndex;
+  }
+  const std::string reduction = args.get("--reduction") ? *args.get("--reduction") : "mean";
+  if (reduction != "mean" && reduction != "sum") return "--reduction expects mean or sum, got '" + reduction + "'";
+  o.step.loss.reduction = reduction;
   o.classesLast = args.has("--classes-last");
   if (o.classesLast && o.step.loss.kind == LossKind::Mse) return "--classes-last applies to class losses, not mse";
   if (o.step.loss.labelSmoothing < 0 || o.step.loss.labelSmoothing > 1)
@@ -708,6 +723,7 @@ void accumulateEval(const Tensor& out, const Tensor& labels, const TrainOptions&
     for (int64_t k = 0; k < inner; ++k) {
       for (int64_t c = 0; c < classes; ++c) logits[c] = out.getDouble(at(b, c, k));
       const int64_t label = labels.getInt(b * inner + k);
+      if (label == o.step.loss.ignoreIndex) continue;  // no loss, not counted, as PyTorch
       const int64_t predicted = std::max_element(logits.begin(), logits.end()) - logits.begin();
       if (o.step.loss.kind == LossKind::Nll) {
         r.loss -= logits[label];
@@ -907,7 +923,7 @@ int run(const ParsedArgs& args) {
 
   // The data, checked against the model's input.
   const DataSpec spec{o.modelPath,    o.xKey,          o.yKey,           sig->input,   sig->output,
-                      sig->inputName, sig->outputName, o.step.loss.kind, o.classesLast};
+                      sig->inputName, sig->outputName, o.step.loss.kind, o.classesLast, o.step.loss.ignoreIndex};
   auto trainData = loadDataset(o.dataPath, spec);
   if (!trainData) return fail(trainData.takeError());
   sig->sampleShape.assign(trainData->x.shape().begin() + 1, trainData->x.shape().end());

@@ -193,10 +193,11 @@ Expected<Dataset> loadDataset(const std::string& file, const DataSpec& spec) {
                    "), so labels cannot be checked");
     const int64_t* labels = d.y.data<int64_t>();
     for (int64_t i = 0; i < d.y.numElements(); ++i)
-      if (labels[i] < 0 || labels[i] >= classes.size)
+      if ((labels[i] < 0 || labels[i] >= classes.size) && labels[i] != spec.ignoreIndex)
         return Error(file + ": label " + spec.yKey + "[" + indexString(i, d.y.shape()) +
                      "] = " + std::to_string(labels[i]) + " is outside [0, " + std::to_string(classes.size) +
-                     "): the model's output " + spec.outputName + " has " + std::to_string(classes.size) + " classes");
+                     "): the model's output " + spec.outputName + " has " + std::to_string(classes.size) +
+                     " classes (and the ignored label, --ignore-index, is " + std::to_string(spec.ignoreIndex) + ")");
   } else if (int64_t bad = firstNonFinite(d.y); bad >= 0) {
     return Error(file + ": '" + spec.yKey + "' holds a non-finite target (" + shortest(d.y.getDouble(bad)) + ") at [" +
                  indexString(bad, d.y.shape()) + "]");

@@ -26,6 +26,7 @@ struct DataSpec {
   std::string outputName;    // "'logits'" or "output 0"
   LossKind loss = LossKind::CrossEntropy;
   bool classesLast = false;  // class losses: classes are the output's last dim
+  int64_t ignoreIndex = -100;  // class losses: a label that is not a class and is skipped
 };
 
 /// One .npz file's samples, converted to the types the step takes.

@@ -90,3 +90,8 @@ save("tokens9.npz", x=tok, y=tok)
 # bn-momentum.kir: channel 0 holds 1, 2, 3, 6 (mean 3, unbiased variance
 # 14/3), channel 1 holds 5, 7, 5, 7 (mean 6, unbiased variance 4/3).
 save("bnm.npz", x=np.array([[1, 5], [2, 7], [3, 5], [6, 7]], dtype=np.float32), y=np.zeros((4, 2), np.float32))
+
+# --ignore-index: the separable set with every fourth label -1 (16 of 64).
+ign = y.copy()
+ign[::4] = -1
+save("ignore.npz", x=x, y=ign)
