@@ -71,6 +71,8 @@ constexpr OptionSpec kOptions[] = {
     {"--eval", "FILE.npz",
      "evaluate on this data after each epoch: loss, and accuracy and a confusion matrix for "
      "class losses"},
+    {"--eval-every", "N",
+     "--eval: also evaluate every N steps (\"eval at step S: ...\"; a step that ends an epoch is evaluated once)"},
     {"--loss", "cross_entropy|nll|mse", "the loss on the model's first output (default: cross_entropy)"},
     {"--label-smoothing", "X", "cross_entropy: label smoothing in [0, 1] (default: 0)"},
     {"--ignore-index", "N",
@@ -156,6 +158,7 @@ struct TrainOptions {
   /// The class axis of cross_entropy and nll is the output's last, not 1.
   bool classesLast = false;
   int64_t checkpointEvery = 0;
+  int64_t evalEvery = 0;  // 0: after each epoch only
   std::optional<int64_t> logEvery;
   codegen::CpuOptions cpu;
 };
@@ -346,6 +349,10 @@ std::optional<std::string> parseOptions(const ParsedArgs& args, TrainOptions& o)
   if (!checkpointEvery && !o.checkpointDir.empty()) return "--checkpoint-dir needs --checkpoint-every N";
   o.checkpointEvery = checkpointEvery.value_or(0);
   if (const std::string* resume = args.get("--resume")) o.resumePath = *resume;
+  std::optional<int64_t> evalEvery;
+  if (auto e = integer("--eval-every", 1, evalEvery)) return e;
+  if (evalEvery && !args.has("--eval")) return "--eval-every needs --eval FILE.npz";
+  o.evalEvery = evalEvery.value_or(0);
   return std::nullopt;
 }
 
@@ -1168,6 +1175,16 @@ int run(const ParsedArgs& args) {
         return stop(s.takeError());
     }
     const bool epochEnd = (k + 1) % plan.stepsPerEpoch == 0 || k + 1 == totalSteps;
+    // --eval-every: a step that ends an epoch is evaluated once, after it.
+    if (evalData && o.evalEvery && (k + 1) % o.evalEvery == 0 && !epochEnd) {
+      progress.breakLine();
+      const auto evalStart = Clock::now();
+      auto r = evaluate();
+      progress.exclude(Clock::now() - evalStart);
+      if (!r) return stop(r.takeError());
+      printEval(*r, "at step " + std::to_string(k + 1));
+      lastEval = std::move(*r);
+    }
     if (epochEnd) {
       progress.breakLine();
       std::cout << "epoch " << epoch + 1 << ": mean loss " << fixed(epochLoss / std::max<int64_t>(1, epochSteps), 6)
