@@ -771,8 +771,10 @@ std::string formatConfusion(const std::vector<std::vector<int64_t>>& m) {
 // ---------------------------------------------------------------------------
 // Checkpoints and the trained model
 
-constexpr int64_t kCheckpointVersion = 1;
+/// Format 2 added kiln.train_options; format 1 checkpoints are refused.
+constexpr int64_t kCheckpointVersion = 2;
 constexpr std::string_view kCheckpointMeta = "kiln.train_state";
+constexpr std::string_view kCheckpointOptions = "kiln.train_options";
 
 /// Names and values of the step's leading arguments (parameters, then
 /// optimizer state), as the checkpoint stores them.
@@ -785,12 +787,67 @@ std::vector<int64_t> checkpointMeta(const TrainOptions& o, int64_t step, int64_t
   return {kCheckpointVersion, step, static_cast<int64_t>(o.seed), o.batchSize, o.shuffle, o.dropLast, samples};
 }
 
-Status writeCheckpoint(const std::string& path, const TrainState& state, const std::vector<int64_t>& meta) {
+/// The options a resumed run must share with the checkpoint to continue
+/// the same optimization: the optimizer's, the learning rate and its
+/// schedule, stored as kiln.train_options (float64, in this order).
+struct CheckedOption {
+  const char* name;
+  double value;
+  std::string (*show)(double);
+};
+
+std::string showNumber(double v) { return shortest(v); }
+std::string showOptimizer(double v) {
+  const int64_t k = static_cast<int64_t>(v);
+  return k == static_cast<int64_t>(OptimizerKind::Sgd)    ? "sgd"
+         : k == static_cast<int64_t>(OptimizerKind::Adam) ? "adam"
+         : k == static_cast<int64_t>(OptimizerKind::AdamW) ? "adamw"
+                                                            : shortest(v);
+}
+std::string showSchedule(double v) {
+  const int64_t k = static_cast<int64_t>(v);
+  return k == static_cast<int64_t>(LrScheduleKind::Constant)       ? "constant"
+         : k == static_cast<int64_t>(LrScheduleKind::Step)         ? "step"
+         : k == static_cast<int64_t>(LrScheduleKind::CosineWarmup) ? "cosine"
+                                                                    : shortest(v);
+}
+std::string showFlag(double v) { return v != 0 ? "on" : "off"; }
+
+std::vector<CheckedOption> checkpointOptions(const TrainOptions& o) {
+  const OptimizerConfig& opt = o.step.optimizer;
+  const LrScheduleConfig& sch = o.step.schedule;
+  const bool cosine = sch.kind == LrScheduleKind::CosineWarmup;
+  return {
+      {"--optimizer", static_cast<double>(opt.kind), showOptimizer},
+      {"--lr", o.lr, showNumber},
+      {"--momentum", opt.momentum, showNumber},
+      {"dampening", opt.dampening, showNumber},
+      {"--nesterov", opt.nesterov ? 1.0 : 0.0, showFlag},
+      {"--weight-decay", opt.weightDecay, showNumber},
+      {"--betas (beta1)", opt.beta1, showNumber},
+      {"--betas (beta2)", opt.beta2, showNumber},
+      {"--eps", opt.eps, showNumber},
+      {"--lr-schedule", static_cast<double>(sch.kind), showSchedule},
+      {"--lr-step-size", static_cast<double>(sch.stepSize), showNumber},
+      {"--lr-gamma", sch.gamma, showNumber},
+      {"--warmup-steps", static_cast<double>(sch.warmupSteps), showNumber},
+      {"--min-lr", sch.minLr, showNumber},
+      // The cosine runs over the run's total steps; the others ignore them.
+      {"the cosine schedule's total steps (--steps or --epochs)", cosine ? static_cast<double>(sch.totalSteps) : 0.0,
+       showNumber},
+  };
+}
+
+Status writeCheckpoint(const std::string& path, const TrainState& state, const std::vector<int64_t>& meta,
+                       const std::vector<CheckedOption>& options) {
   std::vector<NpzArray> arrays;
   for (size_t i = 0; i < state.names.size(); ++i) arrays.push_back({state.names[i], state.values[i]});
   Tensor m(DType::I64, {static_cast<int64_t>(meta.size())});
   for (size_t i = 0; i < meta.size(); ++i) m.setInt(static_cast<int64_t>(i), meta[i]);
   arrays.push_back({std::string(kCheckpointMeta), m});
+  Tensor opts(DType::F64, {static_cast<int64_t>(options.size())});
+  for (size_t i = 0; i < options.size(); ++i) opts.setDouble(static_cast<int64_t>(i), options[i].value);
+  arrays.push_back({std::string(kCheckpointOptions), opts});
   return writeNpz(path, arrays);
 }
 
@@ -807,6 +864,11 @@ Expected<int64_t> readCheckpoint(const std::string& path, const TrainOptions& o,
   if (metaIt == byName.end() || metaIt->second->dtype() != DType::I64 || metaIt->second->numElements() != 7)
     return Error(path + ": not a kiln train checkpoint (no " + std::string(kCheckpointMeta) + " array)");
   const Tensor& meta = *metaIt->second;
+  if (meta.getInt(0) == 1)
+    return Error(path + ": checkpoint format 1, written before checkpoints stored the optimizer and learning-rate "
+                 "options; this kiln resumes format " +
+                 std::to_string(kCheckpointVersion) +
+                 " only (resume it with the kiln that wrote it, or train again from the model)");
   if (meta.getInt(0) != kCheckpointVersion)
     return Error(path + ": checkpoint format " + std::to_string(meta.getInt(0)) + ", this kiln reads format " +
                  std::to_string(kCheckpointVersion));
@@ -818,6 +880,19 @@ Expected<int64_t> readCheckpoint(const std::string& path, const TrainOptions& o,
       return Error(path + ": the checkpoint was written with " + what[i] + " " +
                    std::to_string(meta.getInt(static_cast<int64_t>(i))) + ", this run has " + std::to_string(mine[i]) +
                    "; resuming needs the same data and batching to continue exactly");
+  const std::vector<CheckedOption> options = checkpointOptions(o);
+  auto optionsIt = byName.find(std::string(kCheckpointOptions));
+  if (optionsIt == byName.end() || optionsIt->second->dtype() != DType::F64 ||
+      optionsIt->second->numElements() != static_cast<int64_t>(options.size()))
+    return Error(path + ": not a kiln train checkpoint of format " + std::to_string(kCheckpointVersion) + " (no " +
+                 std::string(kCheckpointOptions) + " array of " + std::to_string(options.size()) + " values)");
+  for (size_t i = 0; i < options.size(); ++i) {
+    const double stored = optionsIt->second->getDouble(static_cast<int64_t>(i));
+    if (stored != options[i].value)
+      return Error(path + ": the checkpoint was written with " + options[i].name + " " + options[i].show(stored) +
+                   ", this run has " + options[i].show(options[i].value) +
+                   "; resuming needs the same optimizer and learning rate to continue exactly");
+  }
   for (size_t i = 0; i < state.names.size(); ++i) {
     auto it = byName.find(state.names[i]);
     if (it == byName.end())
@@ -827,8 +902,8 @@ Expected<int64_t> readCheckpoint(const std::string& path, const TrainOptions& o,
                    state.values[i].type().str() + " in this run's training step");
     state.values[i] = *it->second;
   }
-  if (byName.size() != state.names.size() + 1)
-    return Error(path + ": the checkpoint holds " + std::to_string(byName.size() - 1) +
+  if (byName.size() != state.names.size() + 2)
+    return Error(path + ": the checkpoint holds " + std::to_string(byName.size() - 2) +
                  " arrays, this run's training step " + std::to_string(state.names.size()) +
                  " (written for another model or optimizer?)");
   return meta.getInt(1);
@@ -1171,7 +1246,7 @@ int run(const ParsedArgs& args) {
     if (o.checkpointEvery && (k + 1) % o.checkpointEvery == 0) {
       const std::string path =
           (std::filesystem::path(o.checkpointDir) / ("step-" + std::to_string(k + 1) + ".npz")).string();
-      if (Status s = writeCheckpoint(path, state, checkpointMeta(o, k + 1, trainData->size)); !s)
+      if (Status s = writeCheckpoint(path, state, checkpointMeta(o, k + 1, trainData->size), checkpointOptions(o)); !s)
         return stop(s.takeError());
     }
     const bool epochEnd = (k + 1) % plan.stepsPerEpoch == 0 || k + 1 == totalSteps;
