@@ -19,6 +19,7 @@
 #include "passes/Autodiff.h"
 #include "passes/Vjp.h"
 #include "runtime/Interpreter.h"
+#include "test/unit/TestSupport.h"
 
 namespace kiln {
 namespace {
@@ -321,18 +322,6 @@ std::vector<Tensor> gradientsAt(const std::string& text, const std::vector<Tenso
   return r.ok() ? *r : std::vector<Tensor>{};
 }
 
-Tensor values(DType dtype, std::vector<int64_t> shape, const std::vector<double>& v) {
-  Tensor t(dtype, shape);
-  for (size_t i = 0; i < v.size(); ++i) t.setDouble(static_cast<int64_t>(i), v[i]);
-  return t;
-}
-
-std::vector<double> elements(const Tensor& t) {
-  std::vector<double> v;
-  for (int64_t i = 0; i < t.numElements(); ++i) v.push_back(t.getDouble(i));
-  return v;
-}
-
 TEST(AutodiffTest, ScatterMaxTiesShareTheGradientAndMulHandlesZeros) {
   auto text = [](const std::string& reduction) {
     return "func @f(%x: f64[1,3], %i: i64[1,5], %u: f64[1,5]) -> f64[] {\n"
@@ -341,30 +330,30 @@ TEST(AutodiffTest, ScatterMaxTiesShareTheGradientAndMulHandlesZeros) {
            "\"} : f64[1,3]\n"
            "  %l = reduce_sum(%s) {axes = []} : f64[]\n  return %l\n}\n";
   };
-  Tensor i = values(DType::I64, {1, 5}, {1, 1, 2, 0, 0});
+  Tensor i = test::tensorOf(DType::I64, {1, 5}, {1, 1, 2, 0, 0});
   // max: place 1 holds 5 in data and in update 0 (each gets 1/2); place 2
   // holds 2 in data and update 2 (1/2 each); place 0: data 1 < updates
   // 0.5 and 0.25, so data keeps it.
-  auto max = gradientsAt(text("max"),
-                         {values(DType::F64, {1, 3}, {1, 5, 2}), i, values(DType::F64, {1, 5}, {5, 3, 2, 0.5, 0.25})});
+  auto max = gradientsAt(text("max"), {test::tensorOf(DType::F64, {1, 3}, {1, 5, 2}), i,
+                                       test::tensorOf(DType::F64, {1, 5}, {5, 3, 2, 0.5, 0.25})});
   ASSERT_EQ(max.size(), 3u);
-  EXPECT_EQ(elements(max[1]), (std::vector<double>{1, 0.5, 0.5}));
-  EXPECT_EQ(elements(max[2]), (std::vector<double>{0.5, 0, 0.5, 0, 0}));
+  EXPECT_EQ(test::elementsOf(max[1]), (std::vector<double>{1, 0.5, 0.5}));
+  EXPECT_EQ(test::elementsOf(max[2]), (std::vector<double>{0.5, 0, 0.5, 0, 0}));
   // min: place 0 is 0.25 from update 4 alone.
-  auto min = gradientsAt(text("min"),
-                         {values(DType::F64, {1, 3}, {1, 5, 2}), i, values(DType::F64, {1, 5}, {5, 3, 2, 0.5, 0.25})});
+  auto min = gradientsAt(text("min"), {test::tensorOf(DType::F64, {1, 3}, {1, 5, 2}), i,
+                                       test::tensorOf(DType::F64, {1, 5}, {5, 3, 2, 0.5, 0.25})});
   ASSERT_EQ(min.size(), 3u);
-  EXPECT_EQ(elements(min[1]), (std::vector<double>{0, 0, 0.5}));
-  EXPECT_EQ(elements(min[2]), (std::vector<double>{0, 1, 0.5, 0, 1}));
+  EXPECT_EQ(test::elementsOf(min[1]), (std::vector<double>{0, 0, 0.5}));
+  EXPECT_EQ(test::elementsOf(min[2]), (std::vector<double>{0, 1, 0.5, 0, 1}));
   // mul with zeros: place 0 = 2 * 0 * 5 (update 3 is the only zero: its
   // gradient is 2 * 5 = 10, update 4's is 0, data's 0); place 1 = 3 * 0 * 0
   // (two zeros: every gradient 0); place 2 = 4 * 7.
-  Tensor j = values(DType::I64, {1, 5}, {1, 1, 2, 0, 0});
-  auto mul =
-      gradientsAt(text("mul"), {values(DType::F64, {1, 3}, {2, 3, 4}), j, values(DType::F64, {1, 5}, {0, 0, 7, 0, 5})});
+  Tensor j = test::tensorOf(DType::I64, {1, 5}, {1, 1, 2, 0, 0});
+  auto mul = gradientsAt(text("mul"), {test::tensorOf(DType::F64, {1, 3}, {2, 3, 4}), j,
+                                       test::tensorOf(DType::F64, {1, 5}, {0, 0, 7, 0, 5})});
   ASSERT_EQ(mul.size(), 3u);
-  EXPECT_EQ(elements(mul[1]), (std::vector<double>{0, 0, 7}));
-  EXPECT_EQ(elements(mul[2]), (std::vector<double>{0, 0, 4, 10, 0}));
+  EXPECT_EQ(test::elementsOf(mul[1]), (std::vector<double>{0, 0, 7}));
+  EXPECT_EQ(test::elementsOf(mul[2]), (std::vector<double>{0, 0, 4, 10, 0}));
 }
 
 // --- Reductions and contractions ----------------------------------------------------

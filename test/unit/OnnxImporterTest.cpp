@@ -15,6 +15,7 @@
 #include "onnx.pb.h"
 #include "passes/TrainingStep.h"
 #include "runtime/Interpreter.h"
+#include "test/unit/TestSupport.h"
 
 namespace kiln {
 namespace {
@@ -123,18 +124,6 @@ Expected<std::unique_ptr<Module>> importModel(const onnx::ModelProto& m, const s
   return importOnnxBytes(bytes, "test.onnx", baseDir, options);
 }
 
-Tensor f32(std::vector<int64_t> dims, std::vector<double> values) {
-  Tensor t(DType::F32, std::move(dims));
-  for (size_t i = 0; i < values.size(); ++i) t.setDouble(static_cast<int64_t>(i), values[i]);
-  return t;
-}
-
-std::vector<double> values(const Tensor& t) {
-  std::vector<double> v;
-  for (int64_t i = 0; i < t.numElements(); ++i) v.push_back(t.getDouble(i));
-  return v;
-}
-
 /// Runs the imported function on `inputs` and returns its results.
 std::vector<Tensor> run(const Module& module, std::vector<Tensor> inputs) {
   auto results = interpret(*module.functions().front(), std::move(inputs));
@@ -181,9 +170,10 @@ TEST(OnnxImporter, ConventionsArgumentsDefaultsResultsNamesLocations) {
       EXPECT_EQ(op->result()->name(), "scaled");
     }
   }
-  auto out = run(**module, {f32({2, 3}, {1, 1, 1, 2, 2, 2}), f32({3}, {1, 2, 3})});
+  auto out = run(**module,
+                 {test::tensorOf(DType::F32, {2, 3}, {1, 1, 1, 2, 2, 2}), test::tensorOf(DType::F32, {3}, {1, 2, 3})});
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(values(out[0]), (std::vector<double>{11, 22, 33, 21, 42, 63}));
+  EXPECT_EQ(test::elementsOf(out[0]), (std::vector<double>{11, 22, 33, 21, 42, 63}));
 }
 
 TEST(OnnxImporter, MissingDimIsUnknown) {
@@ -204,8 +194,8 @@ TEST(OnnxImporter, NodesOutOfOrderAreSorted) {
   addOutput(m, "y");
   auto module = importModel(m);
   ASSERT_TRUE(module.ok()) << module.error().str();
-  auto out = run(**module, {f32({2}, {-1, 2})});
-  EXPECT_EQ(values(out[0]), (std::vector<double>{-1, -2}));
+  auto out = run(**module, {test::tensorOf(DType::F32, {2}, {-1, 2})});
+  EXPECT_EQ(test::elementsOf(out[0]), (std::vector<double>{-1, -2}));
 }
 
 TEST(OnnxImporter, CycleIsAnErrorNamingANodeOnIt) {
@@ -355,8 +345,8 @@ TEST(OnnxImporter, ReduceSumAxesAttributeBeforeOpset13InputAfter) {
     addOutput(m, "y");
     auto module = importModel(m);
     ASSERT_TRUE(module.ok()) << module.error().str();
-    auto out = run(**module, {f32({2, 3}, {1, 2, 3, 4, 5, 6})});
-    EXPECT_EQ(values(out[0]), (std::vector<double>{6, 15})) << "opset " << opset;
+    auto out = run(**module, {test::tensorOf(DType::F32, {2, 3}, {1, 2, 3, 4, 5, 6})});
+    EXPECT_EQ(test::elementsOf(out[0]), (std::vector<double>{6, 15})) << "opset " << opset;
   }
 }
 
@@ -377,8 +367,8 @@ TEST(OnnxImporter, ClipAttributesBeforeOpset11InputsAfter) {
     addOutput(m, "y");
     auto module = importModel(m);
     ASSERT_TRUE(module.ok()) << module.error().str();
-    auto out = run(**module, {f32({4}, {-5, 0, 1.5, 9})});
-    EXPECT_EQ(values(out[0]), (std::vector<double>{-1, 0, 1.5, 2})) << "opset " << opset;
+    auto out = run(**module, {test::tensorOf(DType::F32, {4}, {-5, 0, 1.5, 9})});
+    EXPECT_EQ(test::elementsOf(out[0]), (std::vector<double>{-1, 0, 1.5, 2})) << "opset " << opset;
   }
 }
 
@@ -394,10 +384,11 @@ TEST(OnnxImporter, AttributeDefaults) {
   addOutput(m, "i", onnx::TensorProto::INT64);
   auto module = importModel(m);
   ASSERT_TRUE(module.ok()) << module.error().str();
-  auto out = run(**module, {f32({2, 2}, {1, 2, 3, 4}), f32({2, 2}, {1, 0, 0, 1})});
-  EXPECT_EQ(values(out[0]), (std::vector<double>{101, 202, 103, 204}));
+  auto out = run(**module,
+                 {test::tensorOf(DType::F32, {2, 2}, {1, 2, 3, 4}), test::tensorOf(DType::F32, {2, 2}, {1, 0, 0, 1})});
+  EXPECT_EQ(test::elementsOf(out[0]), (std::vector<double>{101, 202, 103, 204}));
   EXPECT_EQ(out[1].shape(), (std::vector<int64_t>{1, 2}));
-  EXPECT_EQ(values(out[1]), (std::vector<double>{1, 1}));
+  EXPECT_EQ(test::elementsOf(out[1]), (std::vector<double>{1, 1}));
 }
 
 TEST(OnnxImporter, ShapeComputationsFoldToConstants) {
@@ -468,9 +459,9 @@ TEST(OnnxImporter, SliceAttributesBeforeOpset10InputsAfter) {
     addOutput(m, "y");
     auto module = importModel(m);
     ASSERT_TRUE(module.ok()) << module.error().str();
-    auto out = run(**module, {f32({5}, {0, 1, 2, 3, 4})});
+    auto out = run(**module, {test::tensorOf(DType::F32, {5}, {0, 1, 2, 3, 4})});
     const std::vector<double> want = opset < 10 ? std::vector<double>{1, 2, 3, 4} : std::vector<double>{1, 3};
-    EXPECT_EQ(values(out[0]), want);
+    EXPECT_EQ(test::elementsOf(out[0]), want);
   }
 }
 
@@ -527,8 +518,8 @@ TEST(OnnxImporter, ExternalDataInsideTheFolderIsReadOutsideRefused) {
 
   auto ok = importModel(externalModel("weights/w.bin"), dir);
   ASSERT_TRUE(ok.ok()) << ok.error().str();
-  auto out = run(**ok, {f32({2}, {1, 1})});
-  EXPECT_EQ(values(out[0]), (std::vector<double>{6, 8}));
+  auto out = run(**ok, {test::tensorOf(DType::F32, {2}, {1, 1})});
+  EXPECT_EQ(test::elementsOf(out[0]), (std::vector<double>{6, 8}));
 
   EXPECT_NE(errorOf(importModel(externalModel("../secret.bin"), dir)).find("contains '..'"), std::string::npos);
   EXPECT_NE(errorOf(importModel(externalModel((root / "secret.bin").string()), dir)).find("is absolute"),
@@ -631,12 +622,12 @@ TEST(OnnxImporterTest, LoadTrainableModelUntiesInitializersSharedThroughIdentity
   for (size_t i = 0; i < f.numArguments(); ++i)
     if (f.argumentDefault(i)) {
       params.push_back(f.argument(i)->name());
-      EXPECT_EQ(values(Tensor::fromDense(*f.argumentDefault(i))), (std::vector<double>{1, 0, 0, 1}));
+      EXPECT_EQ(test::elementsOf(Tensor::fromDense(*f.argumentDefault(i))), (std::vector<double>{1, 0, 0, 1}));
     }
   EXPECT_EQ(params, (std::vector<std::string>{"w1", "w2"}));
 
   // Written back: two initializers with their own values, no Identity left.
-  Tensor v1 = f32({2, 2}, {1, 2, 3, 4}), v2 = f32({2, 2}, {5, 6, 7, 8});
+  Tensor v1 = test::tensorOf(DType::F32, {2, 2}, {1, 2, 3, 4}), v2 = test::tensorOf(DType::F32, {2, 2}, {5, 6, 7, 8});
   Status written = writeOnnxWithInitializers(path, {{"w1", v1.toDense()}, {"w2", v2.toDense()}}, out);
   ASSERT_TRUE(written.ok()) << written.error().str();
   onnx::ModelProto back;
@@ -648,7 +639,7 @@ TEST(OnnxImporterTest, LoadTrainableModelUntiesInitializersSharedThroughIdentity
   for (const onnx::TensorProto& t : back.graph().initializer()) {
     auto value = parseOnnxTensor(t.SerializeAsString(), t.name());
     ASSERT_TRUE(value.ok()) << value.error().str();
-    inits[t.name()] = values(Tensor::fromDense(*value));
+    inits[t.name()] = test::elementsOf(Tensor::fromDense(*value));
   }
   EXPECT_EQ(inits["w1"], (std::vector<double>{1, 2, 3, 4}));
   EXPECT_EQ(inits["w2"], (std::vector<double>{5, 6, 7, 8}));
@@ -704,7 +695,9 @@ TEST(OnnxImporter, EyeLikeAndTriluOfEmptyMatricesWithAHugeDimImportAtOnce) {
     std::vector<double> expected(12, 0.0);
     for (int64_t i = 0; i < 3; ++i)
       if (k > -3 && k < 4 && i + k >= 0 && i + k < 4) expected[static_cast<size_t>(i * 4 + i + k)] = 1.0;
-    EXPECT_EQ(values(run(**module, {f32({3, 4}, std::vector<double>(12, 0.0))})[0]), expected) << "k = " << k;
+    EXPECT_EQ(test::elementsOf(run(**module, {test::tensorOf(DType::F32, {3, 4}, std::vector<double>(12, 0.0))})[0]),
+              expected)
+        << "k = " << k;
   }
 }
 

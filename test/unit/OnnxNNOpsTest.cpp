@@ -13,6 +13,7 @@
 #include "frontend/onnx/OnnxImporter.h"
 #include "onnx.pb.h"
 #include "runtime/Interpreter.h"
+#include "test/unit/TestSupport.h"
 
 namespace kiln {
 namespace {
@@ -126,18 +127,6 @@ Expected<std::unique_ptr<Module>> importModel(const onnx::ModelProto& m) {
   return importOnnxBytes(bytes, "nn.onnx", "", options);
 }
 
-Tensor f32(std::vector<int64_t> dims, std::vector<double> values) {
-  Tensor t(DType::F32, std::move(dims));
-  for (size_t i = 0; i < values.size(); ++i) t.setDouble(static_cast<int64_t>(i), values[i]);
-  return t;
-}
-
-std::vector<double> values(const Tensor& t) {
-  std::vector<double> v;
-  for (int64_t i = 0; i < t.numElements(); ++i) v.push_back(t.getDouble(i));
-  return v;
-}
-
 std::vector<Tensor> run(const Module& module, std::vector<Tensor> inputs) {
   auto results = interpret(*module.functions().front(), std::move(inputs));
   EXPECT_TRUE(results.ok()) << (results.ok() ? "" : results.error().str());
@@ -185,13 +174,13 @@ TEST(OnnxNNOps, RnnWithClipAndAffineActivationIsUnrolled) {
   auto module = importModel(m);
   ASSERT_TRUE(module.ok()) << module.error().str();
   EXPECT_EQ(countOps(*(*module)->functions().front(), OpKind::Rnn), 0u);
-  auto results = run(**module, {f32({2, 1, 1}, {1.0, -0.1})});
+  auto results = run(**module, {test::tensorOf(DType::F32, {2, 1, 1}, {1.0, -0.1})});
   ASSERT_EQ(results.size(), 2u);
   auto affine = [](double v) { return 3.0 * std::clamp(v, -1.5, 1.5) + 0.25; };
   double h1 = affine(2.0 * 1.0);
   double h2 = affine(2.0 * -0.1 + 0.5 * h1);
-  expectNear(values(results[0]), {h1, h2});
-  expectNear(values(results[1]), {h2});
+  expectNear(test::elementsOf(results[0]), {h1, h2});
+  expectNear(test::elementsOf(results[1]), {h2});
 }
 
 TEST(OnnxNNOps, DefaultLstmIsTheCompositeWithZeroStatesForAnUnknownBatch) {
@@ -201,11 +190,11 @@ TEST(OnnxNNOps, DefaultLstmIsTheCompositeWithZeroStatesForAnUnknownBatch) {
   auto module = importModel(m);
   ASSERT_TRUE(module.ok()) << module.error().str();
   EXPECT_EQ(countOps(*(*module)->functions().front(), OpKind::Lstm), 1u);
-  auto results = run(**module, {f32({1, 2, 1}, {0.5, -2.0})});
+  auto results = run(**module, {test::tensorOf(DType::F32, {1, 2, 1}, {0.5, -2.0})});
   ASSERT_EQ(results.size(), 2u);
   // c = sig(x) tanh(x) (zero initial c); h = sig(x) tanh(c).
   auto h = [](double x) { return sigmoid(x) * std::tanh(sigmoid(x) * std::tanh(x)); };
-  expectNear(values(results[1]), {h(0.5), h(-2.0)});
+  expectNear(test::elementsOf(results[1]), {h(0.5), h(-2.0)});
 }
 
 TEST(OnnxNNOps, GruSequenceLensFreezeTheStateAndZeroY) {
@@ -215,7 +204,7 @@ TEST(OnnxNNOps, GruSequenceLensFreezeTheStateAndZeroY) {
   setInt(n, "hidden_size", 1);
   auto module = importModel(m);
   ASSERT_TRUE(module.ok()) << module.error().str();
-  auto results = run(**module, {f32({2, 2, 1}, {0.3, 0.3, 0.7, 0.7})});
+  auto results = run(**module, {test::tensorOf(DType::F32, {2, 2, 1}, {0.3, 0.3, 0.7, 0.7})});
   ASSERT_EQ(results.size(), 2u);
   auto step = [](double x, double h) {
     double z = sigmoid(x + 0.5 * h), r = sigmoid(x + 0.5 * h);
@@ -225,8 +214,8 @@ TEST(OnnxNNOps, GruSequenceLensFreezeTheStateAndZeroY) {
   double first = step(0.3, 0);
   double second = step(0.7, first);
   // Y[seq, dirs, batch, 1]: batch 0 stops after one step.
-  expectNear(values(results[0]), {first, first, 0.0, second});
-  expectNear(values(results[1]), {first, second});
+  expectNear(test::elementsOf(results[0]), {first, first, 0.0, second});
+  expectNear(test::elementsOf(results[1]), {first, second});
 }
 
 TEST(OnnxNNOps, BatchFirstLayoutTransposesAroundTheOp) {
@@ -251,14 +240,14 @@ TEST(OnnxNNOps, BatchFirstLayoutTransposesAroundTheOp) {
   setInt(n, "layout", 1);
   auto module = importModel(m);
   ASSERT_TRUE(module.ok()) << module.error().str();
-  auto results = run(**module, {f32({2, 3, 1}, {0.1, 0.2, 0.3, -0.1, -0.2, -0.3})});
+  auto results = run(**module, {test::tensorOf(DType::F32, {2, 3, 1}, {0.1, 0.2, 0.3, -0.1, -0.2, -0.3})});
   ASSERT_EQ(results.size(), 2u);
   EXPECT_EQ(results[0].shape(), (std::vector<int64_t>{2, 3, 1, 1}));
   EXPECT_EQ(results[1].shape(), (std::vector<int64_t>{2, 1, 1}));
   double a1 = std::tanh(0.1), a2 = std::tanh(0.2 + a1), a3 = std::tanh(0.3 + a2);
   double b1 = std::tanh(-0.1), b2 = std::tanh(-0.2 + b1), b3 = std::tanh(-0.3 + b2);
-  expectNear(values(results[0]), {a1, a2, a3, b1, b2, b3});
-  expectNear(values(results[1]), {a3, b3});
+  expectNear(test::elementsOf(results[0]), {a1, a2, a3, b1, b2, b3});
+  expectNear(test::elementsOf(results[1]), {a3, b3});
 }
 
 TEST(OnnxNNOps, UnknownActivationAndAttributeAreErrorsNamingThem) {
@@ -286,7 +275,7 @@ TEST(OnnxNNOps, SoftmaxBeforeOpset13CoercesTo2D) {
     setInt(addNode(m, "Softmax", {"x"}, {"y"}), "axis", 1);
     auto module = importModel(m);
     ASSERT_TRUE(module.ok()) << module.error().str();
-    auto y = values(run(**module, {f32({2, 2, 2}, {0, 1, 2, 3, 0, 0, 0, 0})})[0]);
+    auto y = test::elementsOf(run(**module, {test::tensorOf(DType::F32, {2, 2, 2}, {0, 1, 2, 3, 0, 0, 0, 0})})[0]);
     if (opset == 11) {
       // Each image's 4 elements form one row.
       double total = std::exp(0) + std::exp(1) + std::exp(2) + std::exp(3);
@@ -311,7 +300,8 @@ TEST(OnnxNNOps, ConvTransposeOutputShapeBeyondOutputPaddingGetsTheBias) {
   setInts(n, "output_shape", {6});
   auto module = importModel(m);
   ASSERT_TRUE(module.ok()) << module.error().str();
-  expectNear(values(run(**module, {f32({1, 1, 2}, {1, 3})})[0]), {2.5, 0.5, 6.5, 0.5, 0.5, 0.5});
+  expectNear(test::elementsOf(run(**module, {test::tensorOf(DType::F32, {1, 1, 2}, {1, 3})})[0]),
+             {2.5, 0.5, 6.5, 0.5, 0.5, 0.5});
 }
 
 TEST(OnnxNNOps, SymbolicBatchConvPoolAndResize) {
@@ -325,10 +315,10 @@ TEST(OnnxNNOps, SymbolicBatchConvPoolAndResize) {
   addNode(m, "Resize", {"p", "", "scales"}, {"y"});
   auto module = importModel(m);
   ASSERT_TRUE(module.ok()) << module.error().str();
-  auto y = run(**module, {f32({2, 1, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8})});
+  auto y = run(**module, {test::tensorOf(DType::F32, {2, 1, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8})});
   ASSERT_EQ(y.size(), 1u);
   EXPECT_EQ(y[0].shape(), (std::vector<int64_t>{2, 1, 4, 4}));
-  auto v = values(y[0]);
+  auto v = test::elementsOf(y[0]);
   EXPECT_EQ(v[0], 1);
   EXPECT_EQ(v[3], 2);
   EXPECT_EQ(v[15], 4);
@@ -346,10 +336,10 @@ TEST(OnnxNNOps, DropoutIsTheIdentityUnlessRandomTrainingIsAsked) {
   addNode(m, "Dropout", {"x", "", "training"}, {"y", "mask"});
   auto module = importModel(m);
   ASSERT_TRUE(module.ok()) << module.error().str();
-  auto results = run(**module, {f32({2, 3}, {1, 2, 3, 4, 5, 6})});
+  auto results = run(**module, {test::tensorOf(DType::F32, {2, 3}, {1, 2, 3, 4, 5, 6})});
   ASSERT_EQ(results.size(), 2u);
-  expectNear(values(results[0]), {1, 2, 3, 4, 5, 6});
-  expectNear(values(results[1]), {1, 1, 1, 1, 1, 1});
+  expectNear(test::elementsOf(results[0]), {1, 2, 3, 4, 5, 6});
+  expectNear(test::elementsOf(results[1]), {1, 1, 1, 1, 1, 1});
 
   m.mutable_graph()->mutable_initializer(0)->set_int32_data(0, 1);
   std::string error = errorOf(importModel(m));
@@ -366,7 +356,7 @@ TEST(OnnxNNOps, WeightedNllMeanDividesByTheCountedWeights) {
   setInt(n, "ignore_index", 0);
   auto module = importModel(m);
   ASSERT_TRUE(module.ok()) << module.error().str();
-  auto loss = values(run(**module, {f32({3, 2}, {-1, -2, -3, -4, -5, -6})})[0]);
+  auto loss = test::elementsOf(run(**module, {test::tensorOf(DType::F32, {3, 2}, {-1, -2, -3, -4, -5, -6})})[0]);
   // Target 0 is ignored; the others weigh 0.5 each.
   expectNear(loss, {(0.5 * 4 + 0.5 * 6) / 1.0});
 }
@@ -400,7 +390,7 @@ TEST(OnnxNNOps, LrnWindowWiderThanTheChannelsIsCutToThem) {
     std::vector<double> want;
     // Channel c sums c - 2 .. c + 2 (size 5) or everything (size 10^12): all three here.
     for (double v : x) want.push_back(v / (1.0 + 2.0 / static_cast<double>(size) * 14.0));
-    expectNear(values(run(**module, {f32({1, 3, 1, 1}, x)})[0]), want);
+    expectNear(test::elementsOf(run(**module, {test::tensorOf(DType::F32, {1, 3, 1, 1}, x)})[0]), want);
   }
   // A window as wide as asked over unknown channels is refused, not built.
   onnx::ModelProto m = makeModel(13);

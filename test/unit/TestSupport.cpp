@@ -48,6 +48,18 @@ Tensor randomF32(const std::vector<int64_t>& shape, int seed) {
   return t;
 }
 
+Tensor tensorOf(DType dtype, std::vector<int64_t> shape, const std::vector<double>& values) {
+  Tensor t(dtype, std::move(shape));
+  for (size_t i = 0; i < values.size(); ++i) t.setDouble(static_cast<int64_t>(i), values[i]);
+  return t;
+}
+
+std::vector<double> elementsOf(const Tensor& t) {
+  std::vector<double> v;
+  for (int64_t i = 0; i < t.numElements(); ++i) v.push_back(t.getDouble(i));
+  return v;
+}
+
 void expectClose(const Tensor& got, const Tensor& want, const std::string& what, double rtol, double atol) {
   ASSERT_EQ(got.dtype(), want.dtype()) << what;
   ASSERT_EQ(got.shape(), want.shape()) << what;

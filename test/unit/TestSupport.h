@@ -38,6 +38,13 @@ Tensor randomTensor(const TensorType& type, std::mt19937& rng, bool positive = f
 /// seeded with `seed`: the same seed gives the same tensor.
 Tensor randomF32(const std::vector<int64_t>& shape, int seed);
 
+/// A tensor of `dtype` and `shape` whose first elements are `values`, in
+/// row-major order (any others zero).
+Tensor tensorOf(DType dtype, std::vector<int64_t> shape, const std::vector<double>& values);
+
+/// Every element of `t`, in row-major order, as a double.
+std::vector<double> elementsOf(const Tensor& t);
+
 /// Checks that `got` has `want`'s dtype and shape (fatal to this check when
 /// not) and its values: floats within atol + rtol * |want| (NaN matches NaN,
 /// an infinity only itself), integers and bools exactly. Failures name
