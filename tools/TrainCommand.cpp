@@ -1157,6 +1157,17 @@ int run(const ParsedArgs& args) {
 
   BatchGatherer gatherer(*trainData, plan);
   Progress progress(totalSteps, startStep, plan.stepsPerEpoch, o.logEvery);
+  // One evaluation, not counted in the training speed, printed and kept
+  // for the confusion matrix at the end.
+  auto evaluateAndPrint = [&](const std::string& when) -> Status {
+    const auto evalStart = Clock::now();
+    auto r = evaluate();
+    progress.exclude(Clock::now() - evalStart);
+    if (!r) return r.takeError();
+    printEval(*r, when);
+    lastEval = std::move(*r);
+    return Status();
+  };
   std::future<Batch> next;
   auto launch = [&](int64_t step) {
     if (step >= totalSteps) return;
@@ -1253,12 +1264,7 @@ int run(const ParsedArgs& args) {
     // --eval-every: a step that ends an epoch is evaluated once, after it.
     if (evalData && o.evalEvery && (k + 1) % o.evalEvery == 0 && !epochEnd) {
       progress.breakLine();
-      const auto evalStart = Clock::now();
-      auto r = evaluate();
-      progress.exclude(Clock::now() - evalStart);
-      if (!r) return stop(r.takeError());
-      printEval(*r, "at step " + std::to_string(k + 1));
-      lastEval = std::move(*r);
+      if (Status s = evaluateAndPrint("at step " + std::to_string(k + 1)); !s) return stop(s.takeError());
     }
     if (epochEnd) {
       progress.breakLine();
@@ -1267,23 +1273,13 @@ int run(const ParsedArgs& args) {
                 << std::flush;
       epochLoss = 0;
       epochSteps = 0;
-      if (evalData) {
-        const auto evalStart = Clock::now();
-        auto r = evaluate();
-        progress.exclude(Clock::now() - evalStart);
-        if (!r) return stop(r.takeError());
-        printEval(*r, "after epoch " + std::to_string(epoch + 1));
-        lastEval = std::move(*r);
-      }
+      if (evalData)
+        if (Status s = evaluateAndPrint("after epoch " + std::to_string(epoch + 1)); !s) return stop(s.takeError());
     }
   }
   progress.breakLine();
-  if (evalData && !lastEval) {  // resumed at the end: nothing trained
-    auto r = evaluate();
-    if (!r) return fail(r.takeError());
-    printEval(*r, "at step " + std::to_string(totalSteps));
-    lastEval = std::move(*r);
-  }
+  if (evalData && !lastEval)  // resumed at the end: nothing trained
+    if (Status s = evaluateAndPrint("at step " + std::to_string(totalSteps)); !s) return fail(s.takeError());
   std::cout << "trained " << totalSteps - startStep << (totalSteps - startStep == 1 ? " step (" : " steps (")
             << progress.samples() << " samples) in " << fixed(progress.seconds(), 2)
             << " s (not counting compilation and evaluation), " << fixed(progress.samplesPerSecond(), 1)
