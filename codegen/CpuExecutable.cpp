@@ -15,6 +15,7 @@
 // range, an integer division by zero, an integer pow's negative exponent)
 // are checked on the host, because the kernels clamp and guard instead of
 // failing.
+#include "codegen/Session.h"
 #include "codegen/CpuExecutable.h"
 
 #include <omp.h>
@@ -504,9 +505,8 @@ Expected<std::unique_ptr<Module>> specializeAndOptimize(const Function& source, 
                    f.argument(i)->type().str());
     f.argument(i)->setType(types[i]);
   }
-  static const InterpreterEvaluator evaluator;
   PassContext passContext;
-  passContext.evaluator = &evaluator;
+  passContext.evaluator = &Session::evaluator();
   PassManagerOptions passOptions;
   passOptions.timePasses = report != nullptr;
   PassManager pm(passOptions, passContext);

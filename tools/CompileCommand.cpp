@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 
+#include "codegen/Session.h"
 #include "codegen/CompiledArtifact.h"
 #include "codegen/CpuExecutable.h"
 #include "codegen/cuda/CudaEmitter.h"
@@ -269,9 +270,8 @@ int compile(const ParsedArgs& args) {
 
   // ONNX models are specialized to the given shapes at import, as kiln run
   // does, so shapes computed from a dynamic batch fold.
-  static const InterpreterEvaluator evaluator;
   LoadOptions loadOptions;
-  loadOptions.evaluator = &evaluator;
+  loadOptions.evaluator = &Session::evaluator();
   for (const std::string& binding : args.all("--input-shape"))
     if (size_t eq = binding.find('='); eq != std::string::npos)
       if (auto dims = parseShape(binding.substr(0, eq), binding.substr(eq + 1)))
@@ -292,7 +292,7 @@ int compile(const ParsedArgs& args) {
   if (cuda && *emit != "ir") return compileForCuda(f, *inputs, *emit, cudaArch, optLevel.value_or(3));
   if (emit && *emit == "ir") {
     PassContext ctx;
-    ctx.evaluator = &evaluator;
+    ctx.evaluator = &Session::evaluator();
     PassManager pm({}, ctx);
     if (Status s = pm.addOptLevel(optLevel.value_or(2)); !s) return reportError(kName, s.takeError()), kExitError;
     if (Status s = pm.run(**module, std::cerr); !s) return reportError(kName, s.takeError()), kExitError;

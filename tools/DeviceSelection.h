@@ -1,6 +1,7 @@
 // `--device cpu|cuda|cuda:N|auto`, shared by the `kiln` commands that run
-// code on a device. `cuda` and `cuda:N` never fall back to the CPU: without
-// a usable device the command fails with the reason runtime/cuda/
+// code on a device: the exit statuses and messages of resolveDevice
+// (codegen/Session.h). `cuda` and `cuda:N` never fall back to the CPU:
+// without a usable device the command fails with the reason runtime/cuda/
 // CudaDevices.h gives (the same one `kiln devices` prints). `auto` picks
 // CUDA when it is usable, else the CPU, and says which on stderr.
 #pragma once
@@ -8,18 +9,9 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/cuda/CudaDevices.h"
+#include "codegen/Session.h"
 
 namespace kiln::cli {
-
-/// The device a command runs on.
-struct DeviceChoice {
-  enum class Kind { Cpu, Cuda };
-  Kind kind = Kind::Cpu;
-  cuda::CudaDeviceInfo cuda;  // the CUDA device, when kind is Cuda
-  /// "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3)".
-  std::string str() const;
-};
 
 /// Resolves the `--device` value `spec` for `command`. Returns kExitOk and
 /// fills `choice`, or reports the problem and returns the exit status: a

@@ -1,4 +1,5 @@
 // What the `kiln` subcommands share: how errors are printed, JSON strings.
+#include "codegen/Session.h"
 #include "tools/KilnCommands.h"
 
 #include <cstdio>
@@ -12,9 +13,8 @@
 namespace kiln::cli {
 
 Expected<std::unique_ptr<Module>> loadVerifiedModel(const std::string& path) {
-  static const InterpreterEvaluator evaluator;
   LoadOptions options;
-  options.evaluator = &evaluator;
+  options.evaluator = &Session::evaluator();
   auto module = loadModel(path, options);
   if (!module) return module.takeError();
   KILN_TRY(verify(**module));

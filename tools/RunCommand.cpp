@@ -20,6 +20,7 @@
 
 #include "codegen/CompiledArtifact.h"
 #include "codegen/CpuExecutable.h"
+#include "codegen/Session.h"
 #include "codegen/llvm/CpuJit.h"
 #include "frontend/Model.h"
 #include "ir/Verifier.h"
@@ -282,11 +283,10 @@ int bench(const Runner& runner, const std::vector<Tensor>& inputs, int64_t warmu
   return kExitOk;
 }
 
-/// The executor's notices (kernel cache problems) and, with --time-passes,
-/// the compile time report, on stderr.
-void printCompileNotices(codegen::CpuExecutor& executor, const codegen::CompileReport* report) {
-  for (const std::string& notice : executor.takeNotices())
-    std::cerr << "kiln " << kName << ": note: " << notice << "\n";
+/// The session's notices (kernel cache problems, the interpreter fallback)
+/// and, with --time-passes, the compile time report, on stderr.
+void printCompileNotices(Session& session, const codegen::CompileReport* report) {
+  for (const std::string& notice : session.takeNotices()) std::cerr << "kiln " << kName << ": note: " << notice << "\n";
   if (report) std::cerr << report->passTimings << codegen::formatCompileReport(*report);
 }
 
@@ -297,9 +297,8 @@ void printCompileNotices(codegen::CpuExecutor& executor, const codegen::CompileR
 Expected<std::unique_ptr<Module>> loadSpecialized(const std::string& modelPath,
                                                   std::vector<std::pair<std::string, std::string>>& given,
                                                   const ReadInputs& read) {
-  static const InterpreterEvaluator evaluator;
   LoadOptions loadOptions;
-  loadOptions.evaluator = &evaluator;
+  loadOptions.evaluator = &Session::evaluator();
   std::map<std::string, DenseTensor> givenTensors;
   for (const auto& [name, tensor] : read)
     if (tensor) givenTensors[name] = tensor->toDense();
@@ -314,7 +313,7 @@ Expected<std::unique_ptr<Module>> loadSpecialized(const std::string& modelPath,
   // Shapes are refined once before running, so that the interpreter sees
   // the same types every later backend will compile.
   PassContext ctx;
-  ctx.evaluator = &evaluator;
+  ctx.evaluator = &Session::evaluator();
   PassManager pm({}, ctx);
   KILN_TRY(verify(*module));
   KILN_TRY(pm.addPipeline("infer-shapes"));
@@ -439,33 +438,35 @@ int run(const ParsedArgs& args) {
   auto inputs = bindInputs(f, given, read);
   if (!inputs) return kExitError;
 
-  Runner runner = [&f](std::vector<Tensor> in) { return interpret(f, std::move(in)); };
-  std::unique_ptr<codegen::CpuExecutor> executor;
-  if (!interpretOnly) {
-    auto created =
-        artifact ? artifactExecutor(modelPath, *artifact, cpuOptions) : codegen::CpuExecutor::create(f, cpuOptions);
-    if (!created) {
-      reportError(kName, created.takeError());
+  SessionOptions sessionOptions;
+  sessionOptions.interpret = interpretOnly;
+  sessionOptions.allowFallback = !args.has("--no-fallback");
+  sessionOptions.cpu = cpuOptions;
+  auto created = Session::create(sessionOptions);
+  std::unique_ptr<Session> session = std::move(std::get<std::unique_ptr<Session>>(created));  // the CPU is always there
+  std::unique_ptr<CompiledModel> model;
+  if (artifact && !interpretOnly) {
+    auto executor = artifactExecutor(modelPath, *artifact, cpuOptions);
+    if (!executor) {
+      reportError(kName, executor.takeError());
       return kExitError;
     }
-    executor = std::move(*created);
-    Status prepared = executor->prepare(*inputs);
-    printCompileNotices(*executor, cpuOptions.report);
-    if (!prepared) {
-      // Only ops the JIT cannot lower yet fall back, and never silently.
-      if (executor->unsupportedOps().empty() || args.has("--no-fallback")) {
-        reportError(kName, prepared.takeError());
-        return kExitError;
-      }
-      std::cerr << "kiln run: note: the CPU JIT cannot compile this model yet, so it runs on the reference "
-                   "interpreter:";
-      for (const std::string& op : executor->unsupportedOps()) std::cerr << "\n  " << op;
-      std::cerr << "\n";
-      executor.reset();
-    } else {
-      runner = [&executor](std::vector<Tensor> in) { return executor->run(in); };
+    model = session->adopt(f, std::move(*executor));
+  } else {
+    auto compiled = session->compile(f);
+    if (!compiled) {
+      reportError(kName, compiled.takeError());
+      return kExitError;
     }
+    model = std::move(*compiled);
   }
+  Status prepared = model->prepare(*inputs);
+  printCompileNotices(*session, cpuOptions.report);
+  if (!prepared) {
+    reportError(kName, prepared.takeError());
+    return kExitError;
+  }
+  Runner runner = [&model](std::vector<Tensor> in) { return model->run(in); };
 
   std::vector<Tensor> outputs;
   if (benchRuns) {

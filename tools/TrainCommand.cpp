@@ -39,6 +39,7 @@
 #include <random>
 #include <set>
 
+#include "codegen/Session.h"
 #include "codegen/CpuExecutable.h"
 #include "codegen/ThreadChooser.h"
 #include "frontend/Model.h"
@@ -362,8 +363,7 @@ std::optional<std::string> parseOptions(const ParsedArgs& args, TrainOptions& o)
 /// The model at `path` for training (frontend/Model.h loadTrainableModel).
 Expected<std::unique_ptr<Module>> loadTrainable(const std::string& path,
                                                 const std::map<std::string, std::vector<int64_t>>& shapes) {
-  static const InterpreterEvaluator evaluator;
-  return loadTrainableModel(path, shapes, evaluator);
+  return loadTrainableModel(path, shapes, Session::evaluator());
 }
 
 /// What the loop needs to know of the model's signature.
@@ -916,9 +916,8 @@ Status writeTrainedModel(const TrainOptions& o, const std::map<std::string, Dens
   auto format = modelFormatOf(o.modelPath);
   if (!format) return format.takeError();
   if (*format == ModelFormat::Onnx) return writeOnnxWithInitializers(o.modelPath, params, o.outputPath);
-  static const InterpreterEvaluator evaluator;
   LoadOptions options;
-  options.evaluator = &evaluator;
+  options.evaluator = &Session::evaluator();
   auto module = loadModel(o.modelPath, options);
   if (!module) return module.takeError();
   Function& f = *(*module)->functions().front();

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "codegen/Session.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
@@ -172,9 +173,8 @@ std::optional<std::string> processChunk(const Chunk& chunk, const std::string& f
   }
   if (!verify(**module, report)) return std::nullopt;
 
-  static const InterpreterEvaluator evaluator;
   PassContext ctx;
-  ctx.evaluator = &evaluator;
+  ctx.evaluator = &Session::evaluator();
   PassManager pm(o.pm, ctx);
   if (Status s = pm.addPipeline(o.pipeline); !s) {
     report(s.error());

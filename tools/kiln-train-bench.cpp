@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/Session.h"
 #include "codegen/CpuExecutable.h"
 #include "frontend/Model.h"
 #include "ir/Builder.h"
@@ -213,10 +214,9 @@ int runBench(int argc, char** argv) {
 
   // The model for training, specialized to the batch's shapes, as `kiln
   // train` loads it (frontend/Model.h loadTrainableModel).
-  static const InterpreterEvaluator evaluator;
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const auto& [name, t] : batch) shapes[name] = t.shape();
-  auto loaded = loadTrainableModel(modelPath, shapes, evaluator);
+  auto loaded = loadTrainableModel(modelPath, shapes, Session::evaluator());
   if (!loaded) return fail(loaded.takeError().message());
   Module& module = **loaded;
   Function& f = *module.functions().front();

@@ -1,0 +1,156 @@
+// A session: what every way of running a model shares — `kiln run`, `kiln
+// train`, the benchmarks and the Python package. It owns the device choice,
+// the compile options, the one evaluator that folds constants at import and
+// in passes, the notices meant for the user (kernel cache problems, the
+// device `auto` chose, an interpreter fallback), and the rule for models the
+// JIT cannot compile yet: they run on the reference interpreter with a
+// notice naming every such op, never silently, and not at all when the
+// session forbids falling back.
+//
+//   auto session = Session::create({.device = "cpu"});
+//   auto model = (*session)->compile(f);
+//   auto outputs = (*model)->run(inputs);
+//   for (const std::string& note : (*session)->takeNotices()) ...
+//
+// `--device cuda` never falls back to the CPU: without a usable GPU the
+// session is not created, and the error says why (runtime/cuda/CudaDevices.h).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "codegen/CpuExecutable.h"
+#include "ir/Evaluator.h"
+#include "ir/IR.h"
+#include "passes/MemoryPlan.h"
+#include "runtime/Tensor.h"
+#include "runtime/cuda/CudaDevices.h"
+
+namespace kiln {
+
+/// The device a session runs on.
+struct DeviceChoice {
+  enum class Kind { Cpu, Cuda };
+  Kind kind = Kind::Cpu;
+  cuda::CudaDeviceInfo cuda;  // the CUDA device, when kind is Cuda
+  /// "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3)".
+  std::string str() const;
+};
+
+/// Why a device could not be chosen: a malformed `--device` value (a usage
+/// error) or a device that is not usable.
+struct DeviceError {
+  bool usage = false;
+  Error error;
+};
+
+/// Resolves a device value `cpu`, `cuda`, `cuda:N` or `auto`. `auto` picks
+/// CUDA when it is usable, else the CPU, and says which in `notice`.
+/// `cuda` and `cuda:N` are an error when no usable device answers, with the
+/// reason `kiln devices` gives.
+std::variant<DeviceChoice, DeviceError> resolveDevice(const std::string& spec, std::string* notice);
+
+struct SessionOptions {
+  /// `cpu`, `cuda`, `cuda:N` or `auto`.
+  std::string device = "cpu";
+  /// Run every model on the reference interpreter (`--interpret`).
+  bool interpret = false;
+  /// A model with ops the JIT cannot compile yet runs on the interpreter
+  /// (with a notice); false makes that an error (`--no-fallback`).
+  bool allowFallback = true;
+  /// Threads, optimization level, kernel cache, compile report and step
+  /// profile of the CPU JIT.
+  codegen::CpuOptions cpu = {};
+};
+
+/// Per-model options of Session::compile.
+struct CompileOptions {
+  /// Donated arguments: runInPlace writes each result into its argument
+  /// (a training step's parameters and optimizer state;
+  /// passes/MemoryPlan.h ResultAlias).
+  std::vector<ResultAlias> aliases = {};
+  /// Threads of this model instead of the session's, when > 0.
+  int threads = 0;
+};
+
+class Session;
+
+/// A function compiled by a session: on the JIT for the shapes of the inputs
+/// it meets (each new set of shapes compiles once), or on the reference
+/// interpreter when the session interprets or falls back.
+class CompiledModel {
+ public:
+  ~CompiledModel();
+
+  /// Compiles for the shapes of `inputs` unless already compiled. When the
+  /// JIT cannot lower some ops, the model moves to the interpreter with a
+  /// notice naming them, or fails if the session forbids falling back.
+  Status prepare(const std::vector<Tensor>& inputs);
+
+  /// Runs on `inputs`, compiling first when needed. With donated arguments
+  /// the inputs are left alone (their copies are updated).
+  Expected<std::vector<Tensor>> run(const std::vector<Tensor>& inputs);
+  /// Runs and writes each donated argument's new value into `inputs`, in
+  /// place where the memory plan allows (codegen::CpuExecutor::runInPlace);
+  /// the donated results come back empty.
+  Expected<std::vector<Tensor>> runInPlace(std::vector<Tensor>& inputs);
+
+  /// True when the model runs on the reference interpreter.
+  bool interpreted() const { return !executor_; }
+  /// The ops that sent the model to the interpreter, as `name (why)`.
+  const std::vector<std::string>& unsupportedOps() const { return unsupported_; }
+  /// The JIT's executor (kernel IR, memory plans, `.kc` code), or null on the
+  /// interpreter.
+  codegen::CpuExecutor* executor() const { return executor_.get(); }
+  const Function& function() const { return function_; }
+
+ private:
+  friend class Session;
+  CompiledModel(Session& session, const Function& f, std::vector<ResultAlias> aliases);
+  void fallBack();
+
+  Session& session_;
+  const Function& function_;
+  std::vector<ResultAlias> aliases_;
+  std::unique_ptr<codegen::CpuExecutor> executor_;
+  std::vector<std::string> unsupported_;
+};
+
+class Session {
+ public:
+  /// A session on `options.device`; an unusable or malformed device is an
+  /// error (DeviceError::usage tells a malformed value apart).
+  static std::variant<std::unique_ptr<Session>, DeviceError> create(SessionOptions options);
+
+  /// Compiles `f` (which must outlive the result) for this session's
+  /// device. Nothing is compiled until the first prepare() or run().
+  Expected<std::unique_ptr<CompiledModel>> compile(const Function& f, const CompileOptions& options = {});
+  /// A model that runs on `executor` (a `.kc` file's stored program), for
+  /// `f`, its optimized function (which must outlive the result).
+  std::unique_ptr<CompiledModel> adopt(const Function& f, std::unique_ptr<codegen::CpuExecutor> executor);
+
+  /// The evaluator passes and importers fold constants with: the
+  /// interpreter's kernels, so folding and running never disagree.
+  static const OpEvaluator& evaluator();
+
+  const DeviceChoice& device() const { return device_; }
+  const SessionOptions& options() const { return options_; }
+
+  /// Notices since the last call, for the tool to print; safe to call from
+  /// any thread.
+  std::vector<std::string> takeNotices();
+  void addNotice(std::string notice);
+
+ private:
+  Session(SessionOptions options, DeviceChoice device) : options_(std::move(options)), device_(std::move(device)) {}
+
+  SessionOptions options_;
+  DeviceChoice device_;
+  std::mutex noticesMutex_;
+  std::vector<std::string> notices_;
+};
+
+}  // namespace kiln
