@@ -157,7 +157,7 @@ Expected<DenseTensor> readTensor(Reader& r) {
 
 }  // namespace
 
-std::string targetMismatch(const CompiledArtifact& artifact, const CpuTarget& host) {
+std::string targetMismatch(const CompiledArtifact& artifact, const CpuMachine& host) {
   if (artifact.codegenVersion != kCpuCodegenVersion)
     return "its code generator is '" + artifact.codegenVersion + "', this Kiln's is '" +
            std::string(kCpuCodegenVersion) + "'";

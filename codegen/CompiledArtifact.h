@@ -49,7 +49,7 @@ inline constexpr uint32_t kArtifactVersion = 1;
 inline constexpr std::string_view kArtifactMagic{"KILNKC\0\0", 8};
 
 struct CompiledArtifact {
-  CpuTarget target;
+  CpuMachine target;
   std::string codegenVersion{kCpuCodegenVersion};
   int optLevel = 2;
   /// The specialized, optimized module (one function), weights included.
@@ -65,6 +65,6 @@ Expected<std::string> serializeArtifact(const CompiledArtifact& artifact);
 Expected<CompiledArtifact> parseArtifact(std::string_view bytes, const std::string& filename);
 
 /// Why code built for `built` cannot run here (`host`), or "" when it can.
-std::string targetMismatch(const CompiledArtifact& artifact, const CpuTarget& host);
+std::string targetMismatch(const CompiledArtifact& artifact, const CpuMachine& host);
 
 }  // namespace kiln::codegen

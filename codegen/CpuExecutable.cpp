@@ -30,27 +30,26 @@
 #include <set>
 #include <sstream>
 
-#include "codegen/DnnlKernels.h"
+#include "codegen/CpuTarget.h"
 #include "codegen/KernelCache.h"
+#include "codegen/LowerToKernels.h"
 #include "codegen/Lowering.h"
 #include "codegen/llvm/CpuJit.h"
 #include "ir/Verifier.h"
 #include "passes/MemoryPlan.h"
 #include "passes/PassManager.h"
+#include "runtime/DnnlKernels.h"
+#include "runtime/HostCheck.h"
 #include "runtime/Interpreter.h"
 
 namespace kiln::codegen {
 
 struct CompiledFunction {
-  /// A run-time check the interpreter makes and the kernels do not (they
-  /// clamp gather indices and give 0 for an integer division by zero):
-  /// `op`'s operand in `slot` holds gather or scatter indices into a dim of
-  /// size `dim`, or integer divisors or pow exponents (`dim` < 0).
-  struct HostCheck {
-    const Op* op = nullptr;
+  /// A run-time check the interpreter makes and the kernels do not (a
+  /// `check` op of the IR, runtime/HostCheck.h) on the value in `slot`.
+  struct SlotCheck {
+    HostCheck check;
     int slot = 0;
-    int64_t axis = 0;
-    int64_t dim = -1;
   };
   struct Step {
     const Op* op = nullptr;
@@ -58,7 +57,7 @@ struct CompiledFunction {
     int result = 0;             // slot
     KernelFn fn = nullptr;
     std::unique_ptr<DnnlKernel> library;  // instead of fn
-    std::vector<HostCheck> checks;
+    std::vector<SlotCheck> checks;
     int64_t parallelExtent = 1;
     bool parallel = false;  // worth splitting across threads
   };
@@ -123,152 +122,6 @@ std::vector<std::string> kernelHashes(const std::vector<kir::Kernel>& kernels) {
   return hashes;
 }
 
-/// The matmul, conv or conv_transpose that `op` computes: `op` itself, or
-/// the anchor of a `matmul_epilogue` / `conv_epilogue` group; null for
-/// other ops.
-const Op* contractionOf(const Op& op) {
-  if (op.kind() == OpKind::MatMul || op.kind() == OpKind::Conv || op.kind() == OpKind::ConvTranspose) return &op;
-  if (op.kind() != OpKind::Fused || !op.region() || !op.attr("kind")) return nullptr;
-  const std::string& kind = op.getString("kind");
-  if (kind != "matmul_epilogue" && kind != "conv_epilogue") return nullptr;
-  for (const auto& inner : op.region()->ops())
-    if (inner->kind() == OpKind::MatMul || inner->kind() == OpKind::Conv) return inner.get();
-  return nullptr;
-}
-
-/// A matmul below this many multiply-adds stays a generated loop nest unless
-/// its k reaches kLibraryMinK: oneDNN's fixed cost per call (about 0.5 us)
-/// exceeds the loop's time on the small products of the e2e models, while
-/// the loop nest's scalar sum over k falls far behind once k is long
-/// (docs/matmul.md has the measurements).
-constexpr int64_t kLibraryMinWork = 1 << 16;
-constexpr int64_t kLibraryMinK = 64;
-
-/// The oneDNN kernel that runs `op` (a matmul or conv, alone or with a
-/// fused epilogue), or null when a generated kernel does: for small matmuls
-/// and for what oneDNN does not take (see DnnlKernel::create). Convolutions
-/// always go to oneDNN, whose kernels beat the generated loop nest at every
-/// size of the e2e models.
-bool prefersLibrary(const Op& anchor) {
-  if (anchor.kind() != OpKind::MatMul) return true;
-  const std::vector<int64_t> a = staticDims(anchor.operand(0)->type().shape);
-  const int64_t k = a.empty() ? 0 : a.back();
-  return k >= kLibraryMinK || numElements(anchor.result()->type().shape) * k > kLibraryMinWork;
-}
-
-std::unique_ptr<DnnlKernel> libraryKernelFor(const Op& op) {
-  const Op* anchor = contractionOf(op);
-  if (!anchor || !prefersLibrary(*anchor)) return nullptr;
-  std::vector<bool> constant;
-  for (const Value* v : op.operands())
-    constant.push_back(!v->isArgument() && v->definingOp()->kind() == OpKind::Constant);
-  auto kernel = DnnlKernel::create(op, constant);
-  return kernel ? std::move(*kernel) : nullptr;
-}
-
-/// Erases the ops of `region` whose results are unused, last first.
-void eraseDeadOps(Function& region) {
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (auto it = region.ops().rbegin(); it != region.ops().rend(); ++it) {
-      Op* op = it->get();
-      if (op->kind() == OpKind::Return || op->hasUses()) continue;
-      region.erase(op);
-      changed = true;
-      break;
-    }
-  }
-}
-
-/// Replaces each `fused` op with several results by one single-result
-/// `fused` op per result, each holding the part of the region its result
-/// needs: the lowering composes one result per kernel, so ops shared by
-/// two results (a residual add feeding a layer norm) are computed by both
-/// kernels, which is cheap next to writing and reading an extra buffer.
-/// A result that another result is computed from is in a buffer anyway,
-/// so the later part reads it instead (a training step's bias gradient
-/// reduces the activation gradient the group also returns, and the new
-/// parameter reads the new momentum: recomputed, each part repeated the
-/// whole chain over the batch).
-/// Each part keeps only the operands its region uses.
-void splitMultiResultGroups(Function& f) {
-  std::vector<Op*> groups;
-  for (const auto& op : f.ops())
-    if (op->kind() == OpKind::Fused && op->region() && op->numResults() > 1) groups.push_back(op.get());
-  for (Op* group : groups) {
-    std::vector<Value*> parts;
-    for (size_t i = 0; i < group->numResults(); ++i) {
-      std::unique_ptr<Function> region = group->region()->clone();
-      Op* ret = region->returnOp();
-      std::vector<Value*> resultValues(ret->operands().begin(), ret->operands().end());
-      ret->setOperands({resultValues[i]});
-      region->setResultTypes({group->result(i)->type()});
-      eraseDeadOps(*region);
-      // Only the operands this part reads: a kernel's operands are what it
-      // reads, which donated arguments rely on (sinkDonatedResults).
-      std::vector<Value*> operands(group->operands().begin(), group->operands().end());
-      std::set<const Value*> live;
-      for (const auto& op : region->ops())
-        for (Value* r : op->results()) live.insert(r);
-      for (size_t j = 0; j < i; ++j) {
-        Value* earlier = resultValues[j];
-        if (earlier == resultValues[i] || earlier->isArgument() || !live.count(earlier)) continue;
-        earlier->replaceAllUsesWith(region->addArgument(earlier->type(), earlier->name()));
-        operands.push_back(parts[j]);
-      }
-      eraseDeadOps(*region);
-      for (size_t a = region->numArguments(); a-- > 0;) {
-        if (region->argument(a)->hasUses()) continue;
-        region->eraseArgument(a);
-        operands.erase(operands.begin() + static_cast<std::ptrdiff_t>(a));
-      }
-      Op* part = f.insert(group, Op::create(OpKind::Fused, std::move(operands), {group->result(i)->type()},
-                                            group->attrs(), group->loc()));
-      part->setRegion(std::move(region));
-      part->result()->setName(group->result(i)->name());
-      group->result(i)->replaceAllUsesWith(part->result());
-      parts.push_back(part->result());
-    }
-    f.erase(group);
-  }
-}
-
-/// Takes the matmul or conv out of each epilogue group that oneDNN should
-/// run but whose epilogue has no post-ops (GELU reads the product twice):
-/// the contraction becomes a library step of its own and the rest of the
-/// group an `elementwise` group reading its result. The parts of a split
-/// multi-result group (splitMultiResultGroups) each hold a copy of the same
-/// contraction: it becomes one step that all of them read (a training
-/// step's matmul feeds both the forward epilogue and its backward).
-void splitLibraryAnchors(Function& f) {
-  std::vector<Op*> groups;
-  for (const auto& op : f.ops())
-    if (op->kind() == OpKind::Fused && op->numResults() == 1)
-      if (const Op* anchor = contractionOf(*op); anchor && prefersLibrary(*anchor) && !DnnlKernel::create(*op))
-        groups.push_back(op.get());
-  std::map<std::pair<std::string, std::vector<Value*>>, Value*> products;
-  for (Op* group : groups) {
-    Function& region = *group->region();
-    Op* anchor = const_cast<Op*>(contractionOf(*group));
-    std::vector<Value*> operands;
-    for (const Value* v : anchor->operands()) operands.push_back(group->operand(v->index()));
-    Value*& product = products[{anchor->result()->name(), operands}];
-    if (!product) {  // names are unique in a function: the same name is a copy of the same op
-      Op* op = f.insert(group, Op::create(anchor->kind(), std::move(operands), {anchor->result()->type()},
-                                          anchor->attrs(), anchor->loc()));
-      op->result()->setName(anchor->result()->name());
-      product = op->result();
-    }
-    Value* input = region.addArgument(anchor->result()->type(), anchor->result()->name());
-    anchor->result()->replaceAllUsesWith(input);
-    region.erase(anchor);
-    std::vector<Value*> groupOperands(group->operands().begin(), group->operands().end());
-    groupOperands.push_back(product);
-    group->setOperands(std::move(groupOperands));
-    group->setAttr("kind", Attribute("elementwise"));
-  }
-}
-
 /// Calls `visit` on every load in `e`.
 void forEachLoad(const kir::ExprPtr& e, const std::function<void(const kir::Expr&)>& visit) {
   if (e->kind == kir::ExprKind::Load) visit(*e);
@@ -321,54 +174,6 @@ bool readsOnlyAtStoredIndex(const kir::Kernel& kernel, size_t input) {
   return ok && stores == 1;
 }
 
-/// Moves the op computing each donated argument's result after the last op
-/// that reads the argument's old value, when no op in between needs the
-/// result: splitMultiResultGroups gives an optimizer update one kernel per
-/// result (new momentum, new parameter), each recomputing from the old
-/// state, and the kernel writing the new state must come after the one that
-/// reads the old state to write it in place (passes/MemoryPlan.h).
-void sinkDonatedResults(Function& f, const std::vector<ResultAlias>& aliases) {
-  const Op* ret = f.returnOp();
-  if (!ret) return;
-  for (const ResultAlias& a : aliases) {
-    if (a.result >= ret->numOperands() || a.argument >= f.numArguments()) continue;  // planMemory reports it
-    Value* v = ret->operand(a.result);
-    const Value* arg = f.argument(a.argument);
-    if (v->isArgument() || v->definingOp()->kind() == OpKind::Constant) continue;
-    Op* writer = v->definingOp();
-    // The last reader of the argument after the writer; blocked when an op
-    // that (transitively) uses the result comes before it.
-    std::set<const Value*> dependent = {v};
-    Op* lastReader = nullptr;
-    Op* afterLastReader = nullptr;
-    bool after = false, dependentSeen = false, blocked = false;
-    for (const auto& op : f.ops()) {
-      if (op.get() == writer) {
-        after = true;
-        continue;
-      }
-      if (!after) continue;
-      if (lastReader && !afterLastReader) afterLastReader = op.get();
-      if (op->kind() == OpKind::Return) break;
-      bool readsArg = false, readsDependent = false;
-      for (const Value* x : op->operands()) {
-        readsArg = readsArg || x == arg;
-        readsDependent = readsDependent || dependent.count(x) > 0;
-      }
-      if (readsDependent) {
-        dependentSeen = true;
-        for (const Value* r : op->results()) dependent.insert(r);
-      }
-      if (readsArg) {
-        blocked = blocked || dependentSeen;
-        lastReader = op.get();
-        afterLastReader = nullptr;
-      }
-    }
-    if (lastReader && !blocked) f.moveBefore(writer, afterLastReader);
-  }
-}
-
 /// Below this much work per kernel, waking threads costs more than it saves.
 constexpr int64_t kParallelWork = 1 << 15;
 /// A oneDNN call below this many multiply-adds runs on one thread
@@ -378,123 +183,21 @@ constexpr int64_t kParallelWork = 1 << 15;
 /// call, within the noise of this shared machine (docs/matmul.md).
 constexpr int64_t kLibraryParallelWork = 1 << 17;
 
-/// Element `i` of integer (or bool) data of dtype `t` at `p`.
-int64_t intAt(const void* p, DType t, int64_t i) {
-  switch (t) {
-    case DType::I64: return static_cast<const int64_t*>(p)[i];
-    case DType::I32: return static_cast<const int32_t*>(p)[i];
-    case DType::I16: return static_cast<const int16_t*>(p)[i];
-    case DType::I8: return static_cast<const int8_t*>(p)[i];
-    case DType::U8:
-    case DType::Bool: return static_cast<const uint8_t*>(p)[i];
-    default: return 0;
-  }
-}
-
-/// The host checks of `op` (a gather's or scatter's indices, an integer
-/// divisor or exponent) whose operand is `operandSlot(i)`, or -1 when that
-/// operand is computed inside a fused group, where no buffer holds it (the
-/// kernel then clamps or gives 0 instead of failing).
-void addHostChecks(const Op& op, const std::function<int(const Value*)>& operandSlot,
-                   std::vector<CompiledFunction::HostCheck>& checks) {
-  if (op.kind() == OpKind::Fused) {
-    for (const auto& inner : op.region()->ops())
-      addHostChecks(
-          *inner, [&](const Value* v) { return v->isArgument() ? operandSlot(op.operand(v->index())) : -1; }, checks);
-    return;
-  }
-  switch (op.kind()) {
-    case OpKind::Gather:
-    case OpKind::GatherElements:
-    case OpKind::ScatterElements: {
-      const int slot = operandSlot(op.operand(1));
-      if (slot < 0) return;
-      const std::vector<int64_t> data = staticDims(op.operand(0)->type().shape);
-      int64_t axis = op.getInt("axis");
-      if (axis < 0) axis += static_cast<int64_t>(data.size());
-      checks.push_back({&op, slot, axis, data[axis]});
-      return;
-    }
-    case OpKind::Div:
-    case OpKind::Rem:
-    case OpKind::Mod:
-    case OpKind::Pow: {
-      if (isFloat(op.operand(1)->type().dtype)) return;
-      const int slot = operandSlot(op.operand(1));
-      if (slot >= 0) checks.push_back({&op, slot, 0, -1});
-      return;
-    }
-    default: return;
-  }
-}
-
-Status runHostCheck(const CompiledFunction::HostCheck& check, const void* data, const TensorType& type) {
-  const int64_t n = numElements(type.shape);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t v = intAt(data, type.dtype, i);
-    if (check.dim < 0 && check.op->kind() == OpKind::Pow) {
-      if (v < 0) return check.op->emitError("integer pow with a negative exponent");
-    } else if (check.dim < 0) {
-      if (v == 0)
-        return check.op->emitError(check.op->kind() == OpKind::Div ? "integer division by zero"
-                                                                   : "integer remainder by zero");
-    } else if (v < -check.dim || v >= check.dim) {
-      return check.op->emitError("index " + std::to_string(v) + " is out of range for dim " +
-                                 std::to_string(check.axis) + " of size " + std::to_string(check.dim));
-    }
-  }
-  return {};
-}
-
-}  // namespace
-
-namespace {
-
-/// Copies the body of `from` into the empty function `to`: arguments (and
-/// defaults), ops with their regions, result types and names.
-void cloneInto(const Function& from, Function& to) {
-  to.setLoc(from.loc());
-  std::map<const Value*, Value*> map;
-  for (size_t i = 0; i < from.numArguments(); ++i) {
-    const Value* a = from.argument(i);
-    map[a] = to.addArgument(a->type(), a->name());
-    if (const DenseTensor* d = from.argumentDefault(i))
-      to.setArgumentDefault(i, std::make_shared<const DenseTensor>(*d));
-  }
-  for (const auto& op : from.ops()) {
-    std::vector<Value*> operands;
-    for (const Value* v : op->operands()) operands.push_back(map.at(v));
-    std::vector<TensorType> types;
-    for (const Value* r : op->results()) types.push_back(r->type());
-    Op* copy =
-        to.insert(nullptr, Op::create(op->kind(), std::move(operands), std::move(types), op->attrs(), op->loc()));
-    if (const Function* region = op->region()) {
-      auto body = std::make_unique<Function>(region->name());
-      cloneInto(*region, *body);
-      copy->setRegion(std::move(body));
-    }
-    for (size_t i = 0; i < op->numResults(); ++i) {
-      copy->result(i)->setName(op->result(i)->name());
-      map[op->result(i)] = copy->result(i);
-    }
-  }
-  to.setResultTypes(from.resultTypes());
-  for (size_t i = 0; i < from.resultTypes().size(); ++i) to.setResultName(i, from.resultName(i));
-}
-
 }  // namespace
 
 std::unique_ptr<Module> cloneFunction(const Function& f) {
   auto module = std::make_unique<Module>();
-  cloneInto(f, *module->addFunction(f.name()));
+  module->addFunction(f.clone());
   return module;
 }
 
 namespace {
 
-/// A copy of `source` whose arguments have `types` (static shapes), run
-/// through the pass pipeline of `optLevel`.
+/// A copy of `source` whose arguments have `types` (static shapes) and
+/// whose results alias the donated arguments of `aliases`, run through
+/// `target`'s pipeline of `optLevel`.
 Expected<std::unique_ptr<Module>> specializeAndOptimize(const Function& source, const std::vector<TensorType>& types,
+                                                        const std::vector<ResultAlias>& aliases, const Target& target,
                                                         int optLevel, CompileReport* report) {
   std::unique_ptr<Module> module = cloneFunction(source);
   Module& m = *module;
@@ -505,8 +208,11 @@ Expected<std::unique_ptr<Module>> specializeAndOptimize(const Function& source, 
                    f.argument(i)->type().str());
     f.argument(i)->setType(types[i]);
   }
+  KILN_TRY(checkAliases(f, aliases));
+  for (const ResultAlias& a : aliases) f.setResultAlias(a.result, static_cast<int>(a.argument));
   PassContext passContext;
   passContext.evaluator = &Session::evaluator();
+  passContext.target = &target;
   PassManagerOptions passOptions;
   passOptions.timePasses = report != nullptr;
   PassManager pm(passOptions, passContext);
@@ -529,30 +235,13 @@ Expected<std::vector<kir::Kernel>> lowerToKernels(const Function& f, const std::
   if (types.size() != f.numArguments())
     return Error("function '" + f.name() + "' takes " + std::to_string(f.numArguments()) + " inputs, got " +
                  std::to_string(types.size()));
-  auto module = specializeAndOptimize(f, types, optLevel, nullptr);
+  auto module = specializeAndOptimize(f, types, {}, *targetNamed("cuda"), optLevel, nullptr);
   if (!module) return module.takeError();
-  Function& g = *(*module)->functions().front();
-  splitMultiResultGroups(g);
-  KILN_TRY(verify(**module));
+  auto steps = lowerToSteps(*(*module)->functions().front(), "kiln_");
+  if (!steps) return steps.takeError();
   std::vector<kir::Kernel> kernels;
-  std::vector<std::string> unsupported;
-  for (const auto& op : g.ops()) {
-    if (op->kind() == OpKind::Constant || op->kind() == OpKind::Return) continue;
-    if (std::string why = whyNotLowerable(*op); !why.empty()) {
-      unsupported.push_back(why + (op->loc().isPrinted() ? " at " + op->loc().str() : ""));
-      continue;
-    }
-    auto kernel = lowerOpToKernel(*op, "kiln_" + std::string(op->name()) + "_" + std::to_string(kernels.size()));
-    if (!kernel) return kernel.takeError();
-    kernels.push_back(std::move(*kernel));
-  }
-  if (!unsupported.empty()) {
-    std::sort(unsupported.begin(), unsupported.end());
-    unsupported.erase(std::unique(unsupported.begin(), unsupported.end()), unsupported.end());
-    std::string list;
-    for (const std::string& u : unsupported) list += (list.empty() ? "" : "; ") + u;
-    return Error("cannot lower '" + f.name() + "' to kernels: " + list);
-  }
+  for (LoweredStep& step : *steps)
+    if (step.kind == LoweredStep::Kind::Kernel) kernels.push_back(std::move(step.kernel));
   if (optimized) *optimized = std::move(*module);
   return kernels;
 }
@@ -602,7 +291,8 @@ Expected<CompiledFunction*> CpuExecutor::compiled(const std::vector<Tensor>& inp
 
   std::vector<TensorType> types;
   for (const Tensor& t : inputs) types.push_back(t.type());
-  auto module = specializeAndOptimize(source, types, options_.optLevel, options_.report);
+  auto module =
+      specializeAndOptimize(source, types, options_.aliases, *targetNamed("cpu"), options_.optLevel, options_.report);
   if (!module) return module.takeError();
   auto compiled = finish(std::move(*module), nullptr);
   if (!compiled) return compiled.takeError();
@@ -622,9 +312,6 @@ Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<
   // oneDNN plans a primitive's work split for the thread count current when
   // it is created; a run may have left it at 1 (small calls run alone).
   setDnnlThreads(threads_);
-  splitMultiResultGroups(f);
-  splitLibraryAnchors(f);
-  sinkDonatedResults(f, options_.aliases);
   KILN_TRY(verify(*compiled->module));
 
   // Slots: arguments, then constants, then op results in order.
@@ -641,51 +328,49 @@ Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<
     slots[op->result()] = next++;
     compiled->slotTypes.push_back(op->result()->type());
   }
+  // Names are unique within the JIT: one prefix per compiled shape set.
   std::vector<std::string> unsupported;
-  for (const auto& op : f.ops()) {
-    if (op->kind() == OpKind::Constant) continue;
-    if (op->kind() == OpKind::Return) {
-      for (const Value* v : op->operands()) compiled->results.push_back(slots.at(v));
-      continue;
-    }
-    if (op->numResults() != 1) return op->emitError("the CPU executor handles single-result ops only");
-    CompiledFunction::Step step;
-    step.op = op.get();
-    step.result = next++;
-    slots[op->result()] = step.result;
-    compiled->slotTypes.push_back(op->result()->type());
-    if (std::string why = whyNotLowerable(*op); !why.empty()) {
-      // Every unlowerable op is collected, so the error lists them all.
-      const std::string where = op->loc().isPrinted() ? " at " + op->loc().str() : "";
-      unsupported.push_back(why + where);
-      continue;
-    }
-    for (const Value* v : op->operands()) step.operands.push_back(slots.at(v));
-    addHostChecks(
-        *op, [&](const Value* v) { return slots.at(v); }, step.checks);
-    if (auto library = libraryKernelFor(*op)) {
-      step.library = std::move(library);
-      step.parallel = step.library->work() >= kLibraryParallelWork;
-      compiled->steps.push_back(std::move(step));
-      continue;
-    }
-    // Names are unique within the JIT: one prefix per compiled shape set.
-    auto kernel = lowerOpToKernel(*op, "kiln" + std::to_string(compiledCount_) + "_" + std::string(op->name()) + "_" +
-                                           std::to_string(compiled->steps.size()));
-    if (!kernel) return kernel.takeError();
-    step.parallelExtent = kernel->parallelExtent();
-    step.parallel = estimateWork(kernel->body) >= kParallelWork;
-    compiled->kernels.push_back(std::move(*kernel));
-    compiled->steps.push_back(std::move(step));
-  }
-  if (!unsupported.empty()) {
-    std::sort(unsupported.begin(), unsupported.end());
-    unsupported.erase(std::unique(unsupported.begin(), unsupported.end()), unsupported.end());
+  auto lowered = lowerToSteps(f, "kiln" + std::to_string(compiledCount_) + "_", &unsupported);
+  if (!lowered) {
+    if (unsupported.empty()) return lowered.takeError();
     unsupported_ = unsupported;
     std::string list;
     for (const std::string& u : unsupported) list += (list.empty() ? "" : "; ") + u;
     return Error("the CPU JIT cannot compile '" + f.name() + "': " + list);
   }
+  // Checks run on the host before the step that follows them.
+  std::vector<CompiledFunction::SlotCheck> pendingChecks;
+  for (LoweredStep& lowered : *lowered) {
+    const Op* op = lowered.op;
+    if (lowered.kind == LoweredStep::Kind::Check) {
+      pendingChecks.push_back({std::move(lowered.check), slots.at(op->operand(0))});
+      continue;
+    }
+    CompiledFunction::Step step;
+    step.op = op;
+    step.result = next++;
+    slots[op->result()] = step.result;
+    compiled->slotTypes.push_back(op->result()->type());
+    step.checks = std::exchange(pendingChecks, {});
+    for (const Value* v : op->operands()) step.operands.push_back(slots.at(v));
+    if (lowered.kind == LoweredStep::Kind::Library) {
+      std::vector<bool> constant;
+      for (const Value* v : op->operands())
+        constant.push_back(!v->isArgument() && v->definingOp()->kind() == OpKind::Constant);
+      auto library = DnnlKernel::create(lowered.call, constant);
+      if (!library) return op->emitError("oneDNN cannot run this library call: " + library.error().message());
+      step.library = std::move(*library);
+      step.parallel = step.library->work() >= kLibraryParallelWork;
+      compiled->steps.push_back(std::move(step));
+      continue;
+    }
+    step.parallelExtent = lowered.kernel.parallelExtent();
+    step.parallel = estimateWork(lowered.kernel.body) >= kParallelWork;
+    compiled->kernels.push_back(std::move(lowered.kernel));
+    compiled->steps.push_back(std::move(step));
+  }
+  compiled->results.clear();
+  for (const Value* v : f.returnOp()->operands()) compiled->results.push_back(slots.at(v));
   for (const kir::Kernel& k : compiled->kernels) compiled->code.names.push_back(k.name);
 
   // The arena: each step's result at its planned offset, except results
@@ -703,7 +388,7 @@ Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<
     auto it = kernelOf.find(&op);
     return it != kernelOf.end() && readsOnlyAtStoredIndex(*it->second, operand);
   };
-  auto plan = planMemory(f, options_.aliases, readsInPlace);
+  auto plan = planMemory(f, {}, readsInPlace);
   if (!plan) return plan.takeError();
   compiled->plan = *plan;
   std::map<const Value*, size_t> inPlaceArgument;
@@ -873,8 +558,9 @@ Expected<std::vector<Tensor>> CpuExecutor::execute(CompiledFunction& cf, const s
   if (profile && profile->entries.size() != cf.steps.size()) profile->entries = profileEntries(cf);
   for (size_t k = 0; k < cf.steps.size(); ++k) {
     const CompiledFunction::Step& step = cf.steps[k];
-    for (const CompiledFunction::HostCheck& check : step.checks)
-      KILN_TRY(runHostCheck(check, cf.slotData[check.slot], cf.slotTypes[check.slot]));
+    for (const CompiledFunction::SlotCheck& c : step.checks)
+      KILN_TRY(runHostCheck(c.check, cf.slotData[c.slot], cf.slotTypes[c.slot].dtype,
+                            numElements(cf.slotTypes[c.slot].shape)));
     void** args = cf.buffers.data();
     for (size_t i = 0; i < step.operands.size(); ++i) args[i] = cf.slotData[step.operands[i]];
     args[step.operands.size()] = cf.slotData[step.result];

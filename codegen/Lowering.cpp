@@ -897,6 +897,8 @@ constexpr LowerFn CrossEntropy = nullptr;
 constexpr LowerFn NllLoss = nullptr;
 constexpr LowerFn MseLoss = nullptr;
 constexpr LowerFn Return = nullptr;
+// A check runs on the host before the step that reads its operand.
+constexpr LowerFn Check = nullptr;
 // A `fused` op is not one element function but a group: lowerOpToKernel
 // composes its region's ops through a FusedContext.
 constexpr LowerFn Fused = nullptr;

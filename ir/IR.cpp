@@ -113,6 +113,12 @@ void Function::eraseArgument(size_t i) {
   args_.erase(args_.begin() + static_cast<ptrdiff_t>(i));
   argDefaults_.erase(argDefaults_.begin() + static_cast<ptrdiff_t>(i));
   for (size_t j = i; j < args_.size(); ++j) args_[j]->index_ = static_cast<int>(j);
+  for (int& alias : resultAliases_) {
+    if (alias == static_cast<int>(i))
+      alias = -1;
+    else if (alias > static_cast<int>(i))
+      --alias;
+  }
 }
 
 Op* Function::returnOp() const {
@@ -172,6 +178,7 @@ std::unique_ptr<Function> Function::clone() const {
   }
   copy->resultTypes_ = resultTypes_;
   copy->resultNames_ = resultNames_;
+  copy->resultAliases_ = resultAliases_;
   return copy;
 }
 

@@ -150,15 +150,23 @@ class Function {
   void setArgumentDefault(size_t i, std::shared_ptr<const DenseTensor> value) { argDefaults_[i] = std::move(value); }
 
   const std::vector<TensorType>& resultTypes() const { return resultTypes_; }
-  /// Sets the result types; result names are kept where they still apply.
+  /// Sets the result types; result names and aliases are kept where they
+  /// still apply.
   void setResultTypes(std::vector<TensorType> types) {
     resultTypes_ = std::move(types);
     resultNames_.resize(resultTypes_.size());
+    resultAliases_.resize(resultTypes_.size(), -1);
   }
   /// The name callers know result `i` by (a model's graph output name), or
   /// empty when the result is unnamed.
   const std::string& resultName(size_t i) const { return resultNames_[i]; }
   void setResultName(size_t i, std::string name) { resultNames_[i] = std::move(name); }
+  /// The argument that result `i` is written into (`-> (f32[4] aliases %w)`):
+  /// the caller donates that argument's buffer, which then holds the result
+  /// after a call, as a training step updates its parameters in place. -1
+  /// when the result has a buffer of its own.
+  int resultAlias(size_t i) const { return resultAliases_[i]; }
+  void setResultAlias(size_t i, int argument) { resultAliases_[i] = argument; }
 
   const OpList& ops() const { return ops_; }
   bool empty() const { return ops_.empty(); }
@@ -189,6 +197,7 @@ class Function {
   std::vector<std::shared_ptr<const DenseTensor>> argDefaults_;
   std::vector<TensorType> resultTypes_;
   std::vector<std::string> resultNames_;
+  std::vector<int> resultAliases_;
   OpList ops_;
   Op* parentOp_ = nullptr;
 };

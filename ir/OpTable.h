@@ -41,6 +41,7 @@ enum class OpClass : uint8_t {
   Random,      // samples; result type declared
   Composite,   // decomposes into primitives
   Fused,       // a group of primitives held in the op's region
+  Check,       // a run-time check of an operand on the host; no results
   Terminator,  // return
 };
 
@@ -77,9 +78,9 @@ struct OpInfo {
   /// Ops that own a region (a body of primitives computing their results).
   bool hasRegion() const { return opClass == OpClass::Fused; }
   bool isCommutative() const { return flags & kCommutative; }
-  /// Ops whose results may differ between two evaluations (CSE and folding
-  /// leave them alone).
-  bool hasSideEffects() const { return opClass == OpClass::Random; }
+  /// Ops whose results may differ between two evaluations, or that matter
+  /// without results (CSE, DCE and folding leave them alone).
+  bool hasSideEffects() const { return opClass == OpClass::Random || opClass == OpClass::Check; }
   const AttrSpec* findAttr(std::string_view name) const;
 };
 

@@ -448,6 +448,7 @@ class Parser {
     KILN_TRY(consume());  // ')'
     std::vector<TensorType> results;
     std::vector<std::string> resultNames;
+    std::vector<int> resultAliases;
     if (tok_.kind == Tok::Arrow) {
       KILN_TRY(consume());
       if (tok_.kind == Tok::LParen) {
@@ -464,6 +465,17 @@ class Parser {
             resultNames.push_back(std::move(name));
             results.emplace_back();
             KILN_TRY(parseType(results.back()));
+            resultAliases.push_back(-1);
+            if (isKeyword("aliases")) {
+              KILN_TRY(consume());
+              if (tok_.kind != Tok::ValueName) return error("expected an argument like %w after 'aliases'" + describeFound());
+              auto it = values_.find(tok_.text);
+              if (it == values_.end() || !it->second->isArgument())
+                return error("result " + std::to_string(results.size() - 1) + " aliases %" + tok_.text +
+                             ", which is not an argument of @" + f->name());
+              resultAliases.back() = it->second->index();
+              KILN_TRY(consume());
+            }
             if (tok_.kind == Tok::RParen) break;
             KILN_TRY(expect(Tok::Comma, "',' or ')' after the result types"));
           }
@@ -477,6 +489,7 @@ class Parser {
     }
     f->setResultTypes(std::move(results));
     for (size_t i = 0; i < resultNames.size(); ++i) f->setResultName(i, std::move(resultNames[i]));
+    for (size_t i = 0; i < resultAliases.size(); ++i) f->setResultAlias(i, resultAliases[i]);
     if (isKeyword("loc")) {
       Location loc;
       KILN_TRY(parseLoc(loc));

@@ -373,7 +373,7 @@ void print(const Function& f, std::ostream& os) {
   }
   os << ") -> ";
   bool named = false;
-  for (size_t i = 0; i < f.resultTypes().size(); ++i) named |= !f.resultName(i).empty();
+  for (size_t i = 0; i < f.resultTypes().size(); ++i) named |= !f.resultName(i).empty() || f.resultAlias(i) >= 0;
   if (f.resultTypes().size() == 1 && !named) {
     printType(os, f.resultTypes()[0]);
   } else {
@@ -385,6 +385,10 @@ void print(const Function& f, std::ostream& os) {
         os << ": ";
       }
       printType(os, f.resultTypes()[i]);
+      if (const int alias = f.resultAlias(i); alias >= 0 && static_cast<size_t>(alias) < f.numArguments()) {
+        os << " aliases ";
+        printValue(os, namer, f.argument(static_cast<size_t>(alias)));
+      }
     }
     os << ')';
   }

@@ -1004,6 +1004,23 @@ Result inferFused(const ShapeQuery& q) {
   return Types(q.declared.begin(), q.declared.end());
 }
 
+/// A check reads an integer (or bool) tensor and gives nothing; its
+/// condition is one of three, and an index check names a dim size.
+Result inferCheck(const ShapeQuery& q) {
+  auto condition = lookupAttr(q, "condition", AttrKind::String);
+  if (!condition) return condition.takeError();
+  const std::string& name = (*condition)->getString();
+  if (name != "in_range" && name != "nonzero" && name != "nonnegative")
+    return fail(q, "has condition \"" + name + "\", expected in_range, nonzero or nonnegative");
+  if (isFloat(q.operands[0].dtype)) return fail(q, "checks integer tensors, got " + q.operands[0].str());
+  if (name == "in_range") {
+    auto size = lookupAttr(q, "size", AttrKind::Int);
+    if (!size) return size.takeError();
+    if ((*size)->getInt() < 0) return fail(q, "has a negative size " + std::to_string((*size)->getInt()));
+  }
+  return Types{};
+}
+
 // --- Dispatch -----------------------------------------------------------------
 
 // Marks "no rule here" in the tables below; ruleFor() rejects an op that
@@ -1026,6 +1043,7 @@ template <> constexpr Rule kClassRule<OpClass::Pool> = &inferPool;
 template <> constexpr Rule kClassRule<OpClass::Random> = &inferRandom;
 template <> constexpr Rule kClassRule<OpClass::Composite> = &inferUnary<DTypes::Float>;
 template <> constexpr Rule kClassRule<OpClass::Terminator> = &inferReturn;
+template <> constexpr Rule kClassRule<OpClass::Check> = &inferCheck;
 
 // Ops whose rule differs from their class's (or whose class has none).
 template <OpKind K>

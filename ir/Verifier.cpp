@@ -94,9 +94,16 @@ class FunctionVerifier {
     for (Value* r : op.results()) resultTypes.push_back(r->type());
     if (region->resultTypes() != resultTypes)
       emit(op.emitError("region result types do not match the op's result types"));
+    // A library call takes whole activations (`gelu`) as post-ops; other
+    // groups are kernels made of primitives.
+    const bool library = op.attr("kind") && op.attr("kind")->kind() == AttrKind::String &&
+                         op.getString("kind") == "library";
     for (const auto& inner : region->ops()) {
-      if (inner->info().isComposite() || inner->info().hasRegion())
+      if (inner->info().hasRegion() || inner->kind() == OpKind::Check)
         emit(inner->emitError("is not allowed in a region: regions hold only primitive ops"));
+      else if (inner->info().isComposite() && !library)
+        emit(inner->emitError("is not allowed in a region: regions hold only primitive ops (composites only in a "
+                              "library group)"));
     }
     // The region's own errors go to the same handler; only its first is kept here.
     if (Status s = FunctionVerifier(*region, report_, &op).run(); !s && !first_) first_ = s.takeError();
@@ -123,6 +130,24 @@ class FunctionVerifier {
     for (size_t i = 0; i < f_.resultTypes().size(); ++i)
       if (!f_.resultName(i).empty() && !names.insert(f_.resultName(i)).second)
         emit(functionError("has two results named \"" + f_.resultName(i) + "\""));
+    // A donated argument's buffer receives one result of its own type.
+    std::set<int> aliased;
+    for (size_t i = 0; i < f_.resultTypes().size(); ++i) {
+      const int a = f_.resultAlias(i);
+      if (a < 0) continue;
+      if (static_cast<size_t>(a) >= f_.numArguments()) {
+        emit(functionError("result " + std::to_string(i) + " aliases argument " + std::to_string(a) + ", but @" +
+                           f_.name() + " has " + std::to_string(f_.numArguments()) + " arguments"));
+        continue;
+      }
+      const Value* arg = f_.argument(static_cast<size_t>(a));
+      if (arg->type() != f_.resultTypes()[i])
+        emit(functionError("result " + std::to_string(i) + " of type " + f_.resultTypes()[i].str() + " aliases " +
+                           describeValue(arg, "#" + std::to_string(a)) + " of another type, " + arg->type().str()));
+      if (!aliased.insert(a).second)
+        emit(functionError("argument " + describeValue(arg, "#" + std::to_string(a)) +
+                           " is aliased by two results"));
+    }
   }
 
   void checkValueNames() {

@@ -9,10 +9,11 @@ namespace kiln {
 
 namespace {
 
-/// True when `op` may be erased: it is not the function's `return` and no
-/// result has a user. Random ops qualify too: their only effect is the value
-/// they produce (the generator state is not observable elsewhere).
-bool isDead(const Op& op) { return op.kind() != OpKind::Return && !op.hasUses(); }
+/// True when `op` may be erased: it is not the function's `return` nor a
+/// `check` (which matters without results), and no result has a user.
+/// Random ops qualify too: their only effect is the value they produce (the
+/// generator state is not observable elsewhere).
+bool isDead(const Op& op) { return op.kind() != OpKind::Return && op.kind() != OpKind::Check && !op.hasUses(); }
 
 /// Erases the dead ops of `f`, last to first, and returns whether any went.
 bool eraseDeadOps(Function& f) {

@@ -102,8 +102,14 @@ using ReadsInPlace = std::function<bool(const Op& op, size_t operand)>;
 /// shape is not static. With `aliases`, each donated argument receives its
 /// result in place where that is safe, else by a copy after the last kernel
 /// (MemoryPlan::Alias); an error names a bad alias (an index out of range,
-/// an argument or result named twice, types that differ).
+/// an argument or result named twice, types that differ). Without
+/// `aliases`, the function's own result aliases are used. `check` ops are
+/// not kernels: each reads a value its next kernel reads too.
 Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias>& aliases = {},
                                 const ReadsInPlace& readsInPlace = nullptr);
+
+/// Whether `aliases` fit `f`: results and arguments that exist, each used
+/// once, of equal types; the error names the first that does not.
+Status checkAliases(const Function& f, const std::vector<ResultAlias>& aliases);
 
 }  // namespace kiln

@@ -10,10 +10,15 @@
 
 namespace kiln {
 
+class Target;
+
 /// What passes may use besides the module: injected, never global.
 struct PassContext {
   /// Evaluates ops on constants; null disables constant folding.
   const OpEvaluator* evaluator = nullptr;
+  /// The target compiled for (passes/Target.h); null for target-independent
+  /// pipelines. The target passes (select-library) need one.
+  const Target* target = nullptr;
 };
 
 class Pass {

@@ -54,7 +54,29 @@ const PassInfo* lookupPass(std::string_view name) {
 //    before it for now because the CPU JIT (codegen/CpuExecutable.cpp)
 //    compiles the -O2 pipeline op by op and has no lowering for `fused` yet;
 //    -O2 gains `fuse` when it does.
-std::string_view optLevelPipeline(int level) {
+//
+// A target's pipeline (`--target cpu|cuda`) continues to its kernel list:
+//  - select-library after the first canonicalize and before decompose: a
+//    library call is chosen while matmuls, convolutions and the activations
+//    after them are whole ops (bias adds already folded into plain adds),
+//    so nothing is recognized from primitives and nothing is un-fused later.
+//  - fuse then groups the rest, leaving library groups alone.
+//  - split-fused-results: a kernel computes one result.
+//  - schedule orders kernels for the in-place update of donated arguments;
+//    after the split, which creates the kernels it orders.
+//  - insert-host-checks last, in front of the final kernels.
+std::string_view optLevelPipeline(int level, bool forTarget) {
+  if (forTarget) {
+    switch (level) {
+      case 0: return "schedule,insert-host-checks";
+      case 1: return "infer-shapes,canonicalize,cse,dce,schedule,insert-host-checks";
+      case 2:
+        return "infer-shapes,canonicalize,select-library,decompose,canonicalize,cse,dce,schedule,insert-host-checks";
+      default:
+        return "infer-shapes,canonicalize,select-library,decompose,canonicalize,cse,dce,fuse,split-fused-results,"
+               "schedule,insert-host-checks";
+    }
+  }
   switch (level) {
     case 0: return "";
     case 1: return "infer-shapes,canonicalize,cse,dce";
@@ -82,7 +104,7 @@ Status PassManager::addPipeline(std::string_view pipeline) {
 Status PassManager::addOptLevel(int level) {
   if (level < 0 || level > 3)
     return Error("unknown optimization level -O" + std::to_string(level) + "; expected -O0 to -O3");
-  return addPipeline(optLevelPipeline(level));
+  return addPipeline(optLevelPipeline(level, ctx_.target != nullptr));
 }
 
 std::vector<std::string_view> PassManager::passNames() const {

@@ -40,7 +40,8 @@ class PassManager {
   /// Appends the passes of a comma-separated pipeline string. An unknown
   /// name is an error listing the valid ones.
   Status addPipeline(std::string_view pipeline);
-  /// Appends the standard pipeline of -O`level` (0..3).
+  /// Appends the standard pipeline of -O`level` (0..3); the target pipeline
+  /// when the context has a target.
   Status addOptLevel(int level);
   void addPass(std::unique_ptr<Pass> pass) { passes_.push_back(std::move(pass)); }
   std::vector<std::string_view> passNames() const;
@@ -54,7 +55,10 @@ class PassManager {
   std::vector<std::unique_ptr<Pass>> passes_;
 };
 
-/// The pipeline string for -O`level`.
-std::string_view optLevelPipeline(int level);
+/// The pipeline string for -O`level`: the graph passes alone, or, with
+/// `forTarget`, everything a target needs from the imported graph to its
+/// final kernel list (library selection, fusion, splitting, scheduling and
+/// host checks); the target itself is the PassContext's.
+std::string_view optLevelPipeline(int level, bool forTarget = false);
 
 }  // namespace kiln

@@ -37,7 +37,9 @@ std::optional<int64_t> byteSize(const TensorType& type) {
 
 /// Constants (and iota, which depends on nothing either) are stored with the
 /// weights; `return` computes nothing. Every other top-level op is a kernel.
-bool isKernel(const Op& op) { return op.info().opClass != OpClass::Constant && op.kind() != OpKind::Return; }
+bool isKernel(const Op& op) {
+  return op.info().opClass != OpClass::Constant && op.kind() != OpKind::Return && op.kind() != OpKind::Check;
+}
 
 /// Kernels that read each input element only at the index they write: a
 /// single-result primitive elementwise op, or a fused group of kind
@@ -85,6 +87,8 @@ std::string kernelRef(const Op& op, int index) {
   return "kernel " + std::to_string(index) + " (" + std::string(op.name()) + (name.empty() ? "" : " %" + name) + ")";
 }
 
+}  // namespace
+
 Status checkAliases(const Function& f, const std::vector<ResultAlias>& aliases) {
   const size_t numResults = f.returnOp() ? f.returnOp()->numOperands() : 0;
   std::unordered_set<size_t> results, arguments;
@@ -108,10 +112,13 @@ Status checkAliases(const Function& f, const std::vector<ResultAlias>& aliases) 
   return Status();
 }
 
-}  // namespace
-
-Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias>& aliases,
+Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias>& given,
                                 const ReadsInPlace& readsInPlace) {
+  // Without aliases given, the function's own (`-> (T aliases %arg)`).
+  std::vector<ResultAlias> aliases = given;
+  if (aliases.empty())
+    for (size_t r = 0; r < f.resultTypes().size(); ++r)
+      if (f.resultAlias(r) >= 0) aliases.push_back({r, static_cast<size_t>(f.resultAlias(r))});
   MemoryPlan plan;
   plan.function = f.name();
   if (Status s = checkAliases(f, aliases); !s.ok()) return s.error();

@@ -916,6 +916,7 @@ KILN_VJP(Attention, kDecompose)
 KILN_VJP(CrossEntropy, kDecompose)
 KILN_VJP(NllLoss, kDecompose)
 KILN_VJP(MseLoss, kDecompose)
+KILN_VJP(Check, kNone)
 KILN_VJP(Fused, kMissing)
 KILN_VJP(Return, kNone)
 #undef KILN_VJP

@@ -283,6 +283,10 @@ Status Rnn(const KernelCall&);
 Status Lstm(const KernelCall&);
 Status Gru(const KernelCall&);
 
+// HostCheck.cpp: the `check` op, the same code as compiled programs' host
+// checks (runtime/HostCheck.h).
+Status Check(const KernelCall&);
+
 // Interpreter.cpp: a fused op runs its region through the interpreter.
 Status Fused(const KernelCall&);
 

@@ -5,6 +5,7 @@
 //   kiln-opt in.kir -O2
 //   kiln-opt in.kir --split-input-file --verify-diagnostics
 //   kiln-opt in.kir -O2 --print-memory-plan
+//   kiln-opt model.onnx --target cpu -O3 --print-after-all --print-kernels
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -14,6 +15,9 @@
 #include <vector>
 
 #include "codegen/Session.h"
+#include "codegen/CpuTarget.h"
+#include "codegen/LowerToKernels.h"
+#include "frontend/Model.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
@@ -28,11 +32,18 @@ using namespace kiln;
 
 constexpr const char* kUsage = R"(usage: kiln-opt [options] [FILE.kir | -]
 
-Parses Kiln text IR, verifies it, runs a pass pipeline and prints the result.
+Parses Kiln text IR (or a model: .onnx, .kiln, .kiln.txt), verifies it, runs a
+pass pipeline and prints the result.
 
 options:
   --passes=A,B,C         run these passes in order (see --list-passes)
-  -O0 .. -O3             run a standard pipeline (after --passes, if both)
+  -O0 .. -O3             run a standard pipeline (after --passes, if both);
+                         with --target, the target's pipeline to its kernels
+  --target=cpu|cuda      compile for this target: its pipeline at -O, its
+                         library choices in select-library
+  --print-kernels        with --target: after the IR, print the final kernel
+                         list (host checks, library calls, kernel IR) as '//'
+                         comments; --print-after-all ends with it too
   -o FILE                write the output to FILE instead of stdout
   --split-input-file     process each '// -----' separated chunk on its own
   --verify-diagnostics   check errors against '// expected-error@+N {{...}}'
@@ -54,6 +65,8 @@ struct Options {
   bool splitInputFile = false;
   bool verifyDiagnostics = false;
   bool printMemoryPlan = false;
+  bool printKernels = false;
+  const Target* target = nullptr;
   PassManagerOptions pm;
 };
 
@@ -100,6 +113,15 @@ bool parseArgs(int argc, char** argv, Options& o, bool& exitEarly) {
         return false;
       }
       o.pm.printAfter.insert(*v);
+    } else if (a.rfind("--target", 0) == 0) {
+      auto v = value("--target");
+      o.target = v ? codegen::targetNamed(*v) : nullptr;
+      if (!o.target) {
+        std::cerr << "kiln-opt: error: --target needs cpu or cuda\n";
+        return false;
+      }
+    } else if (a == "--print-kernels") {
+      o.printKernels = true;
     } else if (a == "--print-memory-plan") {
       o.printMemoryPlan = true;
     } else if (a == "--time-passes") {
@@ -112,6 +134,10 @@ bool parseArgs(int argc, char** argv, Options& o, bool& exitEarly) {
       o.input = a;
       sawInput = true;
     }
+  }
+  if (o.printKernels && !o.target) {
+    std::cerr << "kiln-opt: error: --print-kernels needs a target (--target cpu|cuda)\n";
+    return false;
   }
   return true;
 }
@@ -162,11 +188,47 @@ std::optional<std::string> printMemoryPlans(const Module& m, const DiagnosticHan
   return out;
 }
 
+/// The final kernel list of every function of `m` after a target's
+/// pipeline (codegen/LowerToKernels.h), or nullopt after reporting why it
+/// cannot be lowered.
+std::optional<std::string> kernelLists(const Module& m, const Target& target, const DiagnosticHandler& report) {
+  std::string out;
+  for (const auto& f : m.functions()) {
+    auto steps = codegen::lowerToSteps(*f, "kiln_");
+    if (!steps) {
+      report(steps.error());
+      return std::nullopt;
+    }
+    out += "kernels of @" + f->name() + " for " + std::string(target.name()) + ":\n" +
+           codegen::printSteps(*steps, codegen::describeLibraryCallText);
+  }
+  return out;
+}
+
+/// Each line of `text` as a `//` comment, so that the output still parses.
+std::string commentLines(const std::string& text) {
+  std::string out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) out += line.empty() ? "//\n" : "// " + line + "\n";
+  return out;
+}
+
+/// Parses one chunk of text IR, or loads the model file `filename` (any
+/// format `kiln` reads) when the input is not text IR.
+Expected<std::unique_ptr<Module>> loadChunk(const Chunk& chunk, const std::string& filename) {
+  if (auto format = modelFormatOf(filename); format && *format != ModelFormat::KilnIR) {
+    LoadOptions options;
+    options.evaluator = &Session::evaluator();
+    return loadModel(filename, options);
+  }
+  return parseModule(chunk.text, filename, chunk.firstLine);
+}
+
 /// Parses, verifies and transforms one chunk. Every diagnostic goes to
 /// `report`; returns the printed module, or nullopt on failure.
 std::optional<std::string> processChunk(const Chunk& chunk, const std::string& filename, const Options& o,
                                         const DiagnosticHandler& report) {
-  auto module = parseModule(chunk.text, filename, chunk.firstLine);
+  auto module = loadChunk(chunk, filename);
   if (!module) {
     report(module.error());
     return std::nullopt;
@@ -175,6 +237,7 @@ std::optional<std::string> processChunk(const Chunk& chunk, const std::string& f
 
   PassContext ctx;
   ctx.evaluator = &Session::evaluator();
+  ctx.target = o.target;
   PassManager pm(o.pm, ctx);
   if (Status s = pm.addPipeline(o.pipeline); !s) {
     report(s.error());
@@ -192,6 +255,12 @@ std::optional<std::string> processChunk(const Chunk& chunk, const std::string& f
   }
   if (Status s = verify(**module, report); !s) return std::nullopt;
   std::string printed = print(**module);
+  if (o.target && (o.printKernels || o.pm.printAfterAll)) {
+    std::optional<std::string> kernels = kernelLists(**module, *o.target, report);
+    if (!kernels) return std::nullopt;
+    if (o.pm.printAfterAll) std::cerr << "// -----// Kernels //----- //\n" << *kernels << "\n";
+    if (o.printKernels) printed += commentLines(*kernels);
+  }
   if (o.printMemoryPlan) {
     std::optional<std::string> plans = printMemoryPlans(**module, report);
     if (!plans) return std::nullopt;

@@ -117,7 +117,7 @@ struct ModuleJob {
 struct CpuJit::Impl {
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::optional<llvm::orc::JITTargetMachineBuilder> builder;
-  CpuTarget target;
+  CpuMachine target;
   int objectCount = 0;
 
   Expected<std::unique_ptr<llvm::TargetMachine>> createMachine() {
@@ -252,9 +252,9 @@ CpuJit::CpuJit(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CpuJit::~CpuJit() = default;
 
 const std::string& CpuJit::cpuName() const { return impl_->target.cpu; }
-const CpuTarget& CpuJit::target() const { return impl_->target; }
+const CpuMachine& CpuJit::target() const { return impl_->target; }
 
-CpuTarget CpuJit::hostTarget() {
+CpuMachine CpuJit::hostTarget() {
   initializeNativeTarget();
   const llvm::Triple triple(llvm::sys::getProcessTriple());
   llvm::orc::JITTargetMachineBuilder builder = hostMachineBuilder(triple);

@@ -31,11 +31,11 @@ inline constexpr std::string_view kCpuCodegenVersion = "kiln-0.1.0/llvm-16/cpuji
 
 /// What code is generated for: an object built for one target runs only on
 /// a CPU with the same triple, name and features.
-struct CpuTarget {
+struct CpuMachine {
   std::string triple;
   std::string cpu;
   std::string features;  // "+avx,+avx2,-sse4a,...", as LLVM lists them
-  bool operator==(const CpuTarget&) const = default;
+  bool operator==(const CpuMachine&) const = default;
 };
 
 /// Where compile time goes (`--time-passes`). Times are seconds; the LLVM
@@ -77,7 +77,7 @@ class CpuJit {
   ~CpuJit();
 
   /// The target create() generates code for, without creating a JIT.
-  static CpuTarget hostTarget();
+  static CpuMachine hostTarget();
 
   /// Emits `kernels` into modules of a few kernels each, optimizes them at
   /// O3 and generates object code on up to `threads` threads (0: one per
@@ -99,7 +99,7 @@ class CpuJit {
   Expected<std::string> optimizedIR(const std::vector<kir::Kernel>& kernels);
 
   /// The host target code is generated for.
-  const CpuTarget& target() const;
+  const CpuMachine& target() const;
   /// The host CPU name, for messages.
   const std::string& cpuName() const;
 

@@ -1,0 +1,231 @@
+// The CPU and CUDA targets of CpuTarget.h, and the reading of a matmul or
+// convolution with its epilogue ops as one library call. Each epilogue op
+// is read as what it is (`gelu` is GELU): nothing is recognized from values.
+#include "codegen/CpuTarget.h"
+
+#include <functional>
+
+#include "runtime/DnnlKernels.h"
+
+namespace kiln::codegen {
+
+namespace {
+
+/// A matmul below this many multiply-adds stays a generated loop nest unless
+/// its k reaches kLibraryMinK: oneDNN's fixed cost per call (about 0.5 us)
+/// exceeds the loop's time on the small products of the e2e models, while
+/// the loop nest's scalar sum over k falls far behind once k is long
+/// (docs/matmul.md has the measurements).
+constexpr int64_t kLibraryMinWork = 1 << 16;
+constexpr int64_t kLibraryMinK = 64;
+
+/// Whether oneDNN is worth calling for `anchor`. Convolutions always go to
+/// oneDNN, whose kernels beat the generated loop nest at every size of the
+/// e2e models.
+bool prefersLibrary(const Op& anchor) {
+  if (anchor.kind() != OpKind::MatMul) return true;
+  const std::vector<int64_t> a = staticDims(anchor.operand(0)->type().shape);
+  const int64_t k = a.empty() ? 0 : a.back();
+  return k >= kLibraryMinK || numElements(anchor.result()->type().shape) * k > kLibraryMinWork;
+}
+
+/// The value of a single-element constant, if `v` is one.
+std::optional<double> scalarConstant(const Value* v) {
+  const Op* def = v->definingOp();
+  if (!def || def->kind() != OpKind::Constant) return std::nullopt;
+  const DenseTensor& t = def->getTensor("value");
+  if (t.numElements() != 1) return std::nullopt;
+  return t.getDouble(0);
+}
+
+/// `dims` right-aligned in `rank` dims, padded with leading 1s.
+std::optional<std::vector<int64_t>> alignTo(const std::vector<int64_t>& dims, size_t rank) {
+  if (dims.size() > rank) return std::nullopt;
+  std::vector<int64_t> out(rank - dims.size(), 1);
+  out.insert(out.end(), dims.begin(), dims.end());
+  return out;
+}
+
+/// `op`'s integer list attribute, or `fill` repeated `n` times when absent.
+std::vector<int64_t> intsOr(const Op& op, std::string_view name, int64_t fill, size_t n) {
+  const Attribute* a = op.attr(name);
+  std::vector<int64_t> v = a ? a->getInts() : std::vector<int64_t>{};
+  if (v.empty()) v.assign(n, fill);
+  return v;
+}
+
+/// The post-op of `op`, which reads the running value `current` once; the
+/// buffer of a tensor operand comes from `bufferOf`.
+Expected<PostOp> postOpOf(const Op& op, const Value* current, size_t rank,
+                          const std::function<int(const Value*)>& bufferOf) {
+  PostOp p;
+  p.name = std::string(op.name());
+  auto eltwise = [&](PostOp::Kind kind, float alpha = 0, float beta = 0) -> Expected<PostOp> {
+    p.kind = kind;
+    p.alpha = alpha;
+    p.beta = beta;
+    return p;
+  };
+  if (op.result()->type().dtype != DType::F32) return Error("'" + p.name + "' is not on f32");
+  if (op.numOperands() == 1) {
+    if (op.operand(0) != current) return Error("'" + p.name + "' does not read the chain");
+    switch (op.kind()) {
+      case OpKind::Relu: return eltwise(PostOp::Kind::Relu);
+      case OpKind::Tanh: return eltwise(PostOp::Kind::Tanh);
+      case OpKind::Sigmoid: return eltwise(PostOp::Kind::Sigmoid);
+      case OpKind::Exp: return eltwise(PostOp::Kind::Exp);
+      case OpKind::Log: return eltwise(PostOp::Kind::Log);
+      case OpKind::Abs: return eltwise(PostOp::Kind::Abs);
+      case OpKind::Sqrt: return eltwise(PostOp::Kind::Sqrt);
+      case OpKind::Neg: return eltwise(PostOp::Kind::Linear, -1, 0);
+      case OpKind::Silu: p.name = "swish"; return eltwise(PostOp::Kind::Swish, 1, 0);
+      case OpKind::Gelu:
+        if (op.getString("approximate") == "tanh") {
+          p.name = "gelu_tanh";
+          return eltwise(PostOp::Kind::GeluTanh);
+        }
+        p.name = "gelu_erf";
+        return eltwise(PostOp::Kind::GeluErf);
+      default: return Error("'" + p.name + "' has no oneDNN post-op");
+    }
+  }
+  if (op.numOperands() != 2) return Error("'" + p.name + "' has no oneDNN post-op");
+  const bool left = op.operand(0) == current;
+  if (!left && op.operand(1) != current) return Error("'" + p.name + "' does not read the chain");
+  if (op.operand(0) == op.operand(1)) return Error("'" + p.name + "' reads the chain twice");
+  const Value* other = op.operand(left ? 1 : 0);
+  if (std::optional<double> c = scalarConstant(other)) {
+    const float k = static_cast<float>(*c);
+    switch (op.kind()) {
+      case OpKind::Add: return eltwise(PostOp::Kind::Linear, 1, k);
+      case OpKind::Mul: return eltwise(PostOp::Kind::Linear, k, 0);
+      case OpKind::Sub: return left ? eltwise(PostOp::Kind::Linear, 1, -k) : eltwise(PostOp::Kind::Linear, -1, k);
+      case OpKind::Div:
+        if (!left) return Error("'div' of a constant by the chain has no post-op");
+        return eltwise(PostOp::Kind::Linear, static_cast<float>(1.0 / *c), 0);
+      case OpKind::Max:
+        if (*c != 0) return Error("'max' with a constant other than 0 has no post-op");
+        return eltwise(PostOp::Kind::Relu);
+      default: return Error("'" + p.name + "' has no oneDNN post-op");
+    }
+  }
+  // A tensor operand of the call, broadcast into the result by oneDNN.
+  if (other->type().dtype != DType::F32 || !other->type().isStatic())
+    return Error("'" + p.name + "' reads an operand that is not static f32");
+  auto dims = alignTo(staticDims(other->type().shape), rank);
+  if (!dims) return Error("'" + p.name + "' reads an operand of higher rank");
+  p.operand = bufferOf(other);
+  p.dims = *dims;
+  switch (op.kind()) {
+    case OpKind::Add: p.kind = PostOp::Kind::Add; return p;
+    case OpKind::Mul: p.kind = PostOp::Kind::Mul; return p;
+    case OpKind::Max: p.kind = PostOp::Kind::Max; return p;
+    case OpKind::Min: p.kind = PostOp::Kind::Min; return p;
+    case OpKind::Sub:
+      if (!left) return Error("'sub' from a tensor has no post-op");
+      p.kind = PostOp::Kind::Sub;
+      return p;
+    case OpKind::Div:
+      if (!left) return Error("'div' of a tensor by the chain has no post-op");
+      p.kind = PostOp::Kind::Div;
+      return p;
+    default: return Error("'" + p.name + "' has no oneDNN post-op");
+  }
+}
+
+/// The library call of `anchor` and `epilogue`, with buffers from `bufferOf`.
+Expected<LibraryCall> describe(const Op& anchor, std::span<const Op* const> epilogue,
+                               const std::function<int(const Value*)>& bufferOf) {
+  LibraryCall call;
+  switch (anchor.kind()) {
+    case OpKind::MatMul: call.kind = LibraryCall::Kind::MatMul; break;
+    case OpKind::Conv: call.kind = LibraryCall::Kind::Conv; break;
+    case OpKind::ConvTranspose: call.kind = LibraryCall::Kind::ConvTranspose; break;
+    default: return anchor.emitError("is not a matmul or convolution");
+  }
+  for (const Value* v : anchor.operands()) {
+    if (v->type().dtype != DType::F32 || !v->type().isStatic()) return Error("oneDNN calls take static f32 operands");
+    call.operands.push_back(bufferOf(v));
+    call.operandDims.push_back(staticDims(v->type().shape));
+  }
+  const TensorType& result = anchor.result()->type();
+  if (result.dtype != DType::F32 || !result.isStatic()) return Error("oneDNN calls produce static f32 results");
+  call.resultDims = staticDims(result.shape);
+  if (call.kind != LibraryCall::Kind::MatMul) {
+    const size_t k = call.operandDims[0].size() < 2 ? 0 : call.operandDims[0].size() - 2;
+    call.strides = intsOr(anchor, "strides", 1, k);
+    call.pads = intsOr(anchor, "pads", 0, 2 * k);
+    call.dilations = intsOr(anchor, "dilations", 1, k);
+    call.groups = anchor.getInt("groups");
+    if (call.kind == LibraryCall::Kind::ConvTranspose) call.outputPadding = intsOr(anchor, "output_padding", 0, k);
+  }
+  const Value* current = anchor.result();
+  for (const Op* op : epilogue) {
+    auto p = postOpOf(*op, current, call.resultDims.size(), bufferOf);
+    if (!p) return p.takeError();
+    call.postOps.push_back(std::move(*p));
+    current = op->result();
+  }
+  return call;
+}
+
+}  // namespace
+
+bool CpuTarget::acceptsLibraryCall(const Op& anchor, std::span<const Op* const> epilogue) const {
+  if (!prefersLibrary(anchor)) return false;
+  // Buffers are numbered in order of first use, as the group will have them.
+  std::vector<const Value*> buffers;
+  auto bufferOf = [&](const Value* v) {
+    for (size_t i = 0; i < buffers.size(); ++i)
+      if (buffers[i] == v) return static_cast<int>(i);
+    buffers.push_back(v);
+    return static_cast<int>(buffers.size() - 1);
+  };
+  auto call = describe(anchor, epilogue, bufferOf);
+  if (!call) return false;
+  call->resultBuffer = static_cast<int>(buffers.size());
+  auto impl = DnnlKernel::implementation(*call);
+  if (!impl) return false;
+  return call->postOps.empty() || impl->rfind("ref", 0) != 0;
+}
+
+const Target* targetNamed(std::string_view name) {
+  static const CpuTarget cpu;
+  static const CudaTarget cuda;
+  if (name == cpu.name()) return &cpu;
+  if (name == cuda.name()) return &cuda;
+  return nullptr;
+}
+
+Expected<LibraryCall> describeLibraryCall(const Op& group) {
+  const Function* region = group.region();
+  if (group.kind() != OpKind::Fused || !region || group.getString("kind") != "library" || group.numResults() != 1)
+    return group.emitError("is not a library group");
+  const Op* anchor = nullptr;
+  std::vector<const Op*> epilogue;
+  for (const auto& op : region->ops()) {
+    if (op->kind() == OpKind::Constant || op->kind() == OpKind::Return) continue;
+    if (!anchor)
+      anchor = op.get();
+    else
+      epilogue.push_back(op.get());
+  }
+  if (!anchor) return group.emitError("has an empty library group");
+  auto bufferOf = [](const Value* v) { return v->isArgument() ? v->index() : -1; };
+  auto call = describe(*anchor, epilogue, bufferOf);
+  if (!call) return group.emitError("is not a library call: " + call.error().message());
+  for (int b : call->operands)
+    if (b < 0) return group.emitError("is not a library call: its contraction reads a value computed in the group");
+  for (const PostOp& p : call->postOps)
+    if (p.isBinary() && p.operand < 0)
+      return group.emitError("is not a library call: a post-op reads a value computed in the group");
+  call->resultBuffer = static_cast<int>(group.numOperands());
+  return call;
+}
+
+std::string describeLibraryCallText(const LibraryCall& call) {
+  auto text = DnnlKernel::describe(call);
+  return text ? *text : "a call oneDNN refuses: " + text.error().message();
+}
+
+}  // namespace kiln::codegen

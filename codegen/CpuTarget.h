@@ -1,0 +1,52 @@
+// The targets passes compile for (passes/Target.h), and how a `library`
+// group of the IR becomes a library call (runtime/LibraryCall.h).
+//
+// On the CPU, oneDNN computes f32 matmuls large enough to pay for a call
+// (k >= 64, or more than 2^16 multiply-adds: below that a generated loop
+// nest is faster, docs/matmul.md), and every f32 convolution and transposed
+// convolution, with the ops after them it has post-ops for: relu, tanh,
+// sigmoid, exp, log, abs, sqrt, neg, gelu (erf and tanh forms), silu, a
+// scale or shift by a scalar constant, and add, sub, mul, div, max, min with
+// a tensor that broadcasts into the result. A combination for which oneDNN
+// has only its reference implementation (binary post-ops on some batched
+// products: 6 ms against 0.05 ms for the product and a generated epilogue
+// on the GPT's backward matmuls) is refused, so select-library offers a
+// shorter epilogue. The CUDA target takes no library calls yet: its
+// matmuls and convolutions are generated kernels (cuBLASLt and cuDNN come
+// with CUDA execution).
+#pragma once
+
+#include <span>
+#include <string_view>
+
+#include "ir/IR.h"
+#include "passes/Target.h"
+#include "runtime/LibraryCall.h"
+
+namespace kiln::codegen {
+
+class CpuTarget : public Target {
+ public:
+  std::string_view name() const override { return "cpu"; }
+  bool acceptsLibraryCall(const Op& anchor, std::span<const Op* const> epilogue) const override;
+};
+
+class CudaTarget : public Target {
+ public:
+  std::string_view name() const override { return "cuda"; }
+  bool acceptsLibraryCall(const Op&, std::span<const Op* const>) const override { return false; }
+};
+
+/// The target `--target NAME` names ("cpu" or "cuda"), or null.
+const Target* targetNamed(std::string_view name);
+
+/// The library call a `library` group (made by select-library) computes: its
+/// contraction on the group's operands, then its other ops as post-ops. An
+/// error names what does not fit.
+Expected<LibraryCall> describeLibraryCall(const Op& group);
+
+/// `call` in oneDNN's words: "onednn matmul [8,64]x[64,12] + add, gelu_erf
+/// (brg:avx512_core)", or why oneDNN refuses it.
+std::string describeLibraryCallText(const LibraryCall& call);
+
+}  // namespace kiln::codegen

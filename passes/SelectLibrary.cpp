@@ -1,0 +1,151 @@
+// The `select-library` pass: decides, before fusion, which matmuls and
+// convolutions a library computes (oneDNN on the CPU) and which of the ops
+// after them the library applies as post-ops in the same call. It runs on
+// composite ops that are still whole (`gelu`, `silu`; raise-activations
+// restores them from exported subgraphs), so a library's activation is
+// matched as the op it is, and `fuse` never builds a group that a later step
+// must take apart: it leaves a `library` group alone.
+#include <algorithm>
+#include <vector>
+
+#include "passes/Pass.h"
+#include "passes/Target.h"
+
+namespace kiln {
+
+namespace {
+
+/// Longer epilogues than this are not offered; no model has one, and each
+/// offer may cost the target a library query.
+constexpr size_t kMaxEpilogue = 8;
+
+bool isContraction(const Op& op) {
+  return op.kind() == OpKind::MatMul || op.kind() == OpKind::Conv || op.kind() == OpKind::ConvTranspose;
+}
+
+/// A single-element constant: copied into the group's region, where the
+/// target reads it as a post-op's scale or shift.
+bool isScalarConstant(const Value* v) {
+  const Op* def = v->definingOp();
+  return def && def->kind() == OpKind::Constant && v->type().isStatic() && numElements(v->type().shape) == 1;
+}
+
+/// The ops after `anchor` that could be its epilogue: each the only user of
+/// the previous value, reading it once, with the anchor's result type.
+std::vector<const Op*> candidateEpilogue(const Op& anchor) {
+  std::vector<const Op*> chain;
+  const Value* current = anchor.result();
+  while (chain.size() < kMaxEpilogue && current->users().size() == 1) {
+    const Op* user = current->users().front();
+    if (user->kind() == OpKind::Return || user->region() || user->numResults() != 1 ||
+        user->result()->type() != anchor.result()->type() || user->info().hasSideEffects())
+      break;
+    chain.push_back(user);
+    current = user->result();
+  }
+  return chain;
+}
+
+/// Replaces `anchor` and `epilogue` by one `fused` op of kind "library"
+/// where the last of them was: operands are the values they read from
+/// outside (the anchor's first), scalar constants are copied in.
+void wrapInLibraryGroup(Function& f, Op* anchor, const std::vector<const Op*>& epilogue) {
+  std::vector<Op*> members = {anchor};
+  for (const Op* op : epilogue) members.push_back(const_cast<Op*>(op));
+  Op* last = members.back();
+
+  auto region = std::make_unique<Function>("");
+  std::vector<Value*> inputs;
+  std::vector<std::pair<Value*, Value*>> inner;  // outside value -> region value
+  auto innerValue = [&](Value* v) -> Value* {
+    for (const auto& [outer, in] : inner)
+      if (outer == v) return in;
+    Value* in;
+    if (isScalarConstant(v)) {
+      const Op* def = v->definingOp();
+      Op* copy = region->insert(nullptr, Op::create(OpKind::Constant, {}, {v->type()}, def->attrs(), def->loc()));
+      copy->result()->setName(v->name());
+      in = copy->result();
+    } else {
+      inputs.push_back(v);
+      in = region->addArgument(v->type(), v->name());
+    }
+    inner.emplace_back(v, in);
+    return in;
+  };
+  // Arguments in order of first use, then the members moved into the region.
+  for (Op* m : members)
+    for (Value* v : m->operands())
+      if (!v->definingOp() || std::find(members.begin(), members.end(), v->definingOp()) == members.end())
+        innerValue(v);
+
+  Op* group = f.insert(last, Op::create(OpKind::Fused, inputs, {last->result()->type()},
+                                        {{"kind", Attribute("library")}}, anchor->loc()));
+  group->result()->setName(last->result()->name());
+  last->result()->replaceAllUsesWith(group->result());
+  for (Op* m : members) {
+    std::unique_ptr<Op> owned = f.take(m);
+    for (size_t k = 0; k < m->numOperands(); ++k)
+      for (const auto& [outer, in] : inner)
+        if (m->operand(k) == outer) m->setOperand(k, in);
+    region->insert(nullptr, std::move(owned));
+  }
+  region->insert(nullptr, Op::create(OpKind::Return, {last->result()}, {}, {}, last->loc()));
+  region->setResultTypes({last->result()->type()});
+  region->setLoc(anchor->loc());
+  group->setRegion(std::move(region));
+  // A constant now read only through its copy in the region goes.
+  for (const auto& [outer, in] : inner)
+    if (Op* def = outer->definingOp(); def && def->kind() == OpKind::Constant && !outer->hasUses()) f.erase(def);
+}
+
+}  // namespace
+
+/// For each matmul, conv and conv_transpose in program order, offers the
+/// target the op with the longest run of single-use ops after it (see
+/// candidateEpilogue), then shorter runs down to the op alone, and wraps the
+/// first the target accepts into a `library` group:
+///
+///   %m = matmul(%x, %w) : f32[8,12]
+///   %s = add(%m, %b) : f32[8,12]
+///   %g = gelu(%s) : f32[8,12]
+/// becomes, on the CPU (oneDNN: bias add and GELU as post-ops)
+///   %g = fused(%x, %w, %b) {kind = "library"} : f32[8,12] {
+///   ^(%x: f32[8,64], %w: f32[64,12], %b: f32[12]):
+///     %m = matmul(%x, %w) : f32[8,12]
+///     %s = add(%m, %b) : f32[8,12]
+///     %g = gelu(%s) : f32[8,12]
+///     return %g
+///   }
+///
+/// An op the target refuses even alone (too small, not f32) stays as it is,
+/// for `fuse` and a generated kernel. Without a target the pass is an error.
+class SelectLibraryPass : public Pass {
+ public:
+  std::string_view name() const override { return "select-library"; }
+
+  Expected<bool> run(Module& m, const PassContext& ctx) override {
+    if (!ctx.target) return Error("select-library needs a target (kiln-opt --target cpu|cuda)");
+    bool changed = false;
+    for (const auto& f : m.functions()) {
+      std::vector<Op*> anchors;
+      for (const auto& op : f->ops())
+        if (isContraction(*op) && op->result()->type().isStatic()) anchors.push_back(op.get());
+      for (Op* anchor : anchors) {
+        std::vector<const Op*> epilogue = candidateEpilogue(*anchor);
+        for (size_t n = epilogue.size() + 1; n-- > 0;) {
+          if (!ctx.target->acceptsLibraryCall(*anchor, std::span(epilogue.data(), n))) continue;
+          epilogue.resize(n);
+          wrapInLibraryGroup(*f, anchor, epilogue);
+          changed = true;
+          break;
+        }
+      }
+    }
+    return changed;
+  }
+};
+
+std::unique_ptr<Pass> createSelectLibraryPass() { return std::make_unique<SelectLibraryPass>(); }
+
+}  // namespace kiln

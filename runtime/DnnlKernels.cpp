@@ -1,0 +1,390 @@
+// oneDNN kernels of DnnlKernels.h. Buffers are described as plain
+// row-major (explicit strides); `set_data_handle` binds each run's buffers
+// to memory objects made once, and a convolution whose chosen layouts are
+// blocked reorders through memory of its own. Post-ops come from the
+// LibraryCall as they are: code generation decided which ops they are
+// (codegen/CpuTarget.h), from the ops themselves.
+#include "runtime/DnnlKernels.h"
+
+#include "ir/Types.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <map>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+namespace kiln {
+
+namespace {
+
+using dnnl::algorithm;
+using dnnl::memory;
+
+memory::dims rowMajorStrides(const memory::dims& dims) {
+  memory::dims strides(dims.size(), 1);
+  for (size_t i = dims.size(); i-- > 1;) strides[i - 1] = strides[i] * std::max<int64_t>(dims[i], 1);
+  return strides;
+}
+
+memory::desc plainDesc(const memory::dims& dims) {
+  return memory::desc(dims, memory::data_type::f32, rowMajorStrides(dims));
+}
+
+/// `dims` right-aligned in `rank` dims, padded with leading 1s (NumPy
+/// broadcasting), or nullopt when it has more dims than `rank`.
+std::optional<memory::dims> alignTo(const std::vector<int64_t>& dims, size_t rank) {
+  if (dims.size() > rank) return std::nullopt;
+  memory::dims out(rank - dims.size(), 1);
+  out.insert(out.end(), dims.begin(), dims.end());
+  return out;
+}
+
+/// The oneDNN algorithm of an elementwise post-op.
+algorithm eltwiseAlgorithm(PostOp::Kind kind) {
+  switch (kind) {
+    case PostOp::Kind::Relu: return algorithm::eltwise_relu;
+    case PostOp::Kind::Tanh: return algorithm::eltwise_tanh;
+    case PostOp::Kind::Sigmoid: return algorithm::eltwise_logistic;
+    case PostOp::Kind::Exp: return algorithm::eltwise_exp;
+    case PostOp::Kind::Log: return algorithm::eltwise_log;
+    case PostOp::Kind::Abs: return algorithm::eltwise_abs;
+    case PostOp::Kind::Sqrt: return algorithm::eltwise_sqrt;
+    case PostOp::Kind::Linear: return algorithm::eltwise_linear;
+    case PostOp::Kind::GeluErf: return algorithm::eltwise_gelu_erf;
+    case PostOp::Kind::GeluTanh: return algorithm::eltwise_gelu_tanh;
+    case PostOp::Kind::Swish: return algorithm::eltwise_swish;
+    default: return algorithm::undef;
+  }
+}
+
+/// The oneDNN algorithm of a binary post-op.
+algorithm binaryAlgorithm(PostOp::Kind kind) {
+  switch (kind) {
+    case PostOp::Kind::Add: return algorithm::binary_add;
+    case PostOp::Kind::Sub: return algorithm::binary_sub;
+    case PostOp::Kind::Mul: return algorithm::binary_mul;
+    case PostOp::Kind::Div: return algorithm::binary_div;
+    case PostOp::Kind::Max: return algorithm::binary_max;
+    case PostOp::Kind::Min: return algorithm::binary_min;
+    default: return algorithm::undef;
+  }
+}
+
+std::string dimsText(const memory::dims& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+dnnl::engine& cpuEngine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+}  // namespace
+
+/// What oneDNN chose for a convolution or deconvolution.
+struct ConvDescs {
+  dnnl::memory::desc src, weights, dst;
+  std::string impl;
+};
+
+struct DnnlKernel::Impl {
+  /// A copy between a buffer's plain layout and the blocked layout the
+  /// primitive chose, into or out of memory the kernel owns.
+  struct Reorder {
+    dnnl::reorder primitive;
+    memory plain, blocked;
+    int buffer = 0;
+    /// A constant operand (weights): reordered on the first run only, as
+    /// long as it is at the same address.
+    bool constant = false;
+    const void* reordered = nullptr;
+  };
+  dnnl::primitive primitive;
+  std::unordered_map<int, memory> args;
+  /// (oneDNN argument, buffer index) to bind on each run.
+  std::vector<std::pair<int, int>> bindings;
+  std::vector<Reorder> inputReorders;
+  std::vector<Reorder> outputReorders;
+  std::string description;
+  int64_t work = 0;
+};
+
+DnnlKernel::DnnlKernel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DnnlKernel::~DnnlKernel() = default;
+
+const std::string& DnnlKernel::description() const { return impl_->description; }
+int64_t DnnlKernel::work() const { return impl_->work; }
+
+namespace {
+
+/// Builds `call`'s primitive descriptor into `impl` (description, work,
+/// bindings) and, unless `describeOnly`, the primitive and its reorder
+/// memory. Returns the implementation oneDNN chose.
+Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& constantBuffers, bool describeOnly,
+                            DnnlKernel::Impl& impl);
+
+}  // namespace
+
+Expected<std::unique_ptr<DnnlKernel>> DnnlKernel::create(const LibraryCall& call,
+                                                         const std::vector<bool>& constantBuffers) {
+  auto impl = std::make_unique<Impl>();
+  auto chosen = build(call, constantBuffers, /*describeOnly=*/false, *impl);
+  if (!chosen) return chosen.takeError();
+  return std::unique_ptr<DnnlKernel>(new DnnlKernel(std::move(impl)));
+}
+
+Expected<std::string> DnnlKernel::implementation(const LibraryCall& call) {
+  Impl impl;
+  return build(call, {}, /*describeOnly=*/true, impl);
+}
+
+Expected<std::string> DnnlKernel::describe(const LibraryCall& call) {
+  Impl impl;
+  auto chosen = build(call, {}, /*describeOnly=*/true, impl);
+  if (!chosen) return chosen.takeError();
+  return impl.description;
+}
+
+namespace {
+
+Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& constantBuffers, bool describeOnly,
+                            DnnlKernel::Impl& implRef) {
+  DnnlKernel::Impl* impl = &implRef;
+  using Impl = DnnlKernel::Impl;
+  if (call.operands.size() < 2 || call.operandDims.size() != call.operands.size())
+    return Error("a library call needs two operands and their dims");
+  for (const std::vector<int64_t>& dims : call.operandDims)
+    if (numElements(staticShape(dims)) == 0) return Error("an empty operand");
+  const std::vector<int>& operandBuffer = call.operands;
+  const int resultBuffer = call.resultBuffer;
+  const std::vector<PostOp>& postOps = call.postOps;
+  dnnl::engine& engine = cpuEngine();
+  const memory::dims dstDims(call.resultDims.begin(), call.resultDims.end());
+  std::string chosenImpl;
+  try {
+    dnnl::post_ops ops;
+    std::string postText;
+    for (const PostOp& p : postOps) {
+      if (p.isBinary()) {
+        if (p.dims.size() != dstDims.size()) return Error("a binary post-op's operand is not aligned to the result");
+        ops.append_binary(binaryAlgorithm(p.kind), plainDesc(p.dims));
+      } else {
+        ops.append_eltwise(1.0f, eltwiseAlgorithm(p.kind), p.alpha, p.beta);
+      }
+      postText += (postText.empty() ? " + " : ", ") + p.name;
+    }
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(ops);
+
+    if (call.kind == LibraryCall::Kind::MatMul) {
+      std::vector<int64_t> a = call.operandDims[0], b = call.operandDims[1];
+      // 1-D operands: a row [1,K] and a column [K,1]; the result's memory is
+      // the same with or without the unit dim.
+      if (a.size() == 1) a.insert(a.begin(), 1);
+      if (b.size() == 1) b.push_back(1);
+      const size_t rank = std::max(a.size(), b.size());
+      const memory::dims ad = alignTo(a, rank).value(), bd = alignTo(b, rank).value();
+      memory::dims cd(rank);
+      for (size_t i = 0; i + 2 < rank; ++i) cd[i] = std::max(ad[i], bd[i]);
+      cd[rank - 2] = ad[rank - 2];
+      cd[rank - 1] = bd[rank - 1];
+      // Post-op operands are aligned to the result's own rank; with 1-D
+      // operands that differs from the matmul's, so none are allowed then.
+      if (!postOps.empty() && cd.size() != dstDims.size()) return Error("post-ops on a matmul of 1-D operands");
+      const memory::desc amd = plainDesc(ad), bmd = plainDesc(bd), cmd = plainDesc(cd);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, bmd, cmd), attr, engine);
+      chosenImpl = pd.impl_info_str();
+      impl->work = numElements(staticShape(call.resultDims)) * ad.back();
+      impl->description = "onednn matmul " + dimsText(ad) + "x" + dimsText(bd) + postText + " (" + chosenImpl + ")";
+      if (describeOnly) return chosenImpl;
+      impl->primitive = dnnl::matmul(pd);
+      impl->args[DNNL_ARG_SRC] = memory(amd, engine, DNNL_MEMORY_NONE);
+      impl->args[DNNL_ARG_WEIGHTS] = memory(bmd, engine, DNNL_MEMORY_NONE);
+      impl->args[DNNL_ARG_DST] = memory(cmd, engine, DNNL_MEMORY_NONE);
+      impl->bindings = {
+          {DNNL_ARG_SRC, operandBuffer[0]}, {DNNL_ARG_WEIGHTS, operandBuffer[1]}, {DNNL_ARG_DST, resultBuffer}};
+    } else {
+      const std::vector<int64_t>& x = call.operandDims[0];
+      const std::vector<int64_t>& w = call.operandDims[1];
+      if (x.size() < 3 || x.size() > 5) return Error("oneDNN convolutions are 1-, 2- or 3-d");
+      const size_t k = x.size() - 2;
+      const int64_t groups = call.groups;
+      // conv_transpose (a conv's input gradient) is oneDNN's deconvolution.
+      const bool transposed = call.kind == LibraryCall::Kind::ConvTranspose;
+      const std::vector<int64_t>& strides = call.strides;
+      const std::vector<int64_t>& dilations = call.dilations;
+      const std::vector<int64_t>& pads = call.pads;
+      const std::vector<int64_t> outputPadding = transposed ? call.outputPadding : std::vector<int64_t>(k);
+      if (strides.size() != k || dilations.size() != k || pads.size() != 2 * k || outputPadding.size() != k ||
+          groups < 1 || w.size() != x.size())
+        return Error("a convolution's attributes do not match its rank");
+      memory::dims dnnlDilations, padL, padR;
+      for (size_t d = 0; d < k; ++d) {
+        dnnlDilations.push_back(dilations[d] - 1);
+        padL.push_back(pads[d]);
+        // A deconvolution's output size counts the end padding less its
+        // output_padding (ONNX ConvTranspose's extra rows at the end).
+        padR.push_back(pads[k + d] - outputPadding[d]);
+      }
+      // Groups: conv weights [M, C/g, k...] read as [g, M/g, C/g, k...], the
+      // same row-major memory. A deconvolution's weights are [C, M/g, k...]:
+      // oneDNN's [M, C, k...] (or [g, M/g, C/g, k...]) with strides that
+      // read Kiln's memory.
+      const int64_t taps = numElements(staticShape(w)) / (w[0] * w[1]);
+      const int64_t outChannels = transposed ? w[1] * groups : w[0];
+      memory::dims wd(w.begin(), w.end());
+      memory::desc wmd;
+      if (!transposed) {
+        if (groups > 1) {
+          wd.insert(wd.begin(), groups);
+          wd[1] /= groups;
+        }
+        wmd = plainDesc(wd);
+      } else {
+        const int64_t groupIn = w[0] / groups, groupOut = w[1];
+        wd = {groupOut, groupIn};
+        memory::dims wStrides = {taps, groupOut * taps};
+        for (size_t d = 0; d < k; ++d) {
+          wd.push_back(w[2 + d]);
+          int64_t inner = 1;
+          for (size_t e = d + 1; e < k; ++e) inner *= w[2 + e];
+          wStrides.push_back(inner);
+        }
+        if (groups > 1) {
+          wd.insert(wd.begin(), groups);
+          wStrides.insert(wStrides.begin(), groupIn * groupOut * taps);
+        } else {
+          wd[0] = outChannels;
+        }
+        wmd = memory::desc(wd, memory::data_type::f32, wStrides);
+      }
+      const memory::desc xmd = plainDesc(x), ymd = plainDesc(dstDims);
+      const bool hasBias = call.operands.size() > 2;
+      const memory::desc bmd = hasBias ? plainDesc({outChannels}) : memory::desc();
+      const memory::dims strideDims(strides.begin(), strides.end());
+      const memory::desc anyX(x, memory::data_type::f32, memory::format_tag::any);
+      const memory::desc anyW(wd, memory::data_type::f32, memory::format_tag::any);
+      const memory::desc anyY(dstDims, memory::data_type::f32, memory::format_tag::any);
+      // Layouts of oneDNN's choosing (blocked channels, for its direct
+      // convolution kernels), with the input and output reordered, beat the
+      // plain layouts (its gemm-based convolution) at batch 1 and 64 on the
+      // CNN (docs/matmul.md); the plain ones remain for what it refuses.
+      auto choose = [&]<typename Primitive>(auto describe) {
+        std::optional<typename Primitive::primitive_desc> pd;
+        try {
+          pd.emplace(describe(anyX, anyW, anyY), attr, engine);
+        } catch (const dnnl::error&) {
+          pd.reset();
+        }
+        if (!pd) pd.emplace(describe(xmd, wmd, ymd), attr, engine);
+        if (!describeOnly) impl->primitive = Primitive(*pd);
+        return ConvDescs{pd->src_desc(), pd->weights_desc(), pd->dst_desc(), pd->impl_info_str()};
+      };
+      ConvDescs chosen;
+      if (transposed) {
+        chosen = choose.template operator()<dnnl::deconvolution_forward>(
+            [&](const memory::desc& src, const memory::desc& weights, const memory::desc& dst) {
+              return dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                       algorithm::deconvolution_direct, src, weights, bmd, dst,
+                                                       strideDims, dnnlDilations, padL, padR);
+            });
+      } else {
+        chosen = choose.template operator()<dnnl::convolution_forward>(
+            [&](const memory::desc& src, const memory::desc& weights, const memory::desc& dst) {
+              return dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                     algorithm::convolution_direct, src, weights, bmd, dst,
+                                                     strideDims, dnnlDilations, padL, padR);
+            });
+      }
+      chosenImpl = chosen.impl;
+      // Multiply-adds: each input element of a deconvolution meets M/g x taps
+      // weights; each output element of a conv, C/g x taps.
+      impl->work = transposed ? numElements(staticShape(x)) * w[1] * taps
+                              : numElements(staticShape(call.resultDims)) * w[1] * taps;
+      const bool blocked = chosen.src != xmd || chosen.weights != wmd || chosen.dst != ymd;
+      impl->description = std::string(transposed ? "onednn deconv " : "onednn conv ") + dimsText(x) + "*" +
+                          dimsText(wd) + postText + " (" + chosen.impl + (blocked ? ", blocked" : "") + ")";
+      if (describeOnly) return chosenImpl;
+      // An operand whose chosen layout is not the plain one goes through a
+      // reorder into memory of the kernel's own.
+      auto bindInput = [&](int arg, const memory::desc& plain, const memory::desc& chosenDesc, int buffer,
+                           bool constant) {
+        if (chosenDesc == plain) {
+          impl->args[arg] = memory(plain, engine, DNNL_MEMORY_NONE);
+          impl->bindings.push_back({arg, buffer});
+          return;
+        }
+        Impl::Reorder r;
+        r.plain = memory(plain, engine, DNNL_MEMORY_NONE);
+        r.blocked = memory(chosenDesc, engine);
+        r.primitive = dnnl::reorder(r.plain, r.blocked);
+        r.buffer = buffer;
+        r.constant = constant;
+        impl->args[arg] = r.blocked;
+        impl->inputReorders.push_back(std::move(r));
+      };
+      auto isConstant = [&](size_t operand) {
+        const int buffer = operandBuffer[operand];
+        return buffer < static_cast<int>(constantBuffers.size()) && constantBuffers[buffer];
+      };
+      bindInput(DNNL_ARG_SRC, xmd, chosen.src, operandBuffer[0], isConstant(0));
+      bindInput(DNNL_ARG_WEIGHTS, wmd, chosen.weights, operandBuffer[1], isConstant(1));
+      if (hasBias) {
+        impl->args[DNNL_ARG_BIAS] = memory(bmd, engine, DNNL_MEMORY_NONE);
+        impl->bindings.push_back({DNNL_ARG_BIAS, operandBuffer[2]});
+      }
+      if (chosen.dst == ymd) {
+        impl->args[DNNL_ARG_DST] = memory(ymd, engine, DNNL_MEMORY_NONE);
+        impl->bindings.push_back({DNNL_ARG_DST, resultBuffer});
+      } else {
+        Impl::Reorder r;
+        r.plain = memory(ymd, engine, DNNL_MEMORY_NONE);
+        r.blocked = memory(chosen.dst, engine);
+        r.primitive = dnnl::reorder(r.blocked, r.plain);
+        r.buffer = resultBuffer;
+        impl->args[DNNL_ARG_DST] = r.blocked;
+        impl->outputReorders.push_back(std::move(r));
+      }
+    }
+    for (size_t i = 0; i < postOps.size(); ++i) {
+      if (!postOps[i].isBinary()) continue;
+      const int arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1;
+      impl->args[arg] = memory(plainDesc(postOps[i].dims), engine, DNNL_MEMORY_NONE);
+      impl->bindings.push_back({arg, postOps[i].operand});
+    }
+  } catch (const dnnl::error& e) {
+    return Error(std::string("oneDNN refuses it: ") + e.what());
+  }
+  return chosenImpl;
+}
+
+}  // namespace
+
+void DnnlKernel::run(void* const* buffers) const {
+  for (const auto& [arg, buffer] : impl_->bindings) impl_->args.at(arg).set_data_handle(buffers[buffer]);
+  static thread_local dnnl::stream stream(cpuEngine());
+  for (Impl::Reorder& r : impl_->inputReorders) {
+    if (r.constant && r.reordered == buffers[r.buffer]) continue;
+    r.plain.set_data_handle(buffers[r.buffer]);
+    r.primitive.execute(stream, r.plain, r.blocked);
+    r.reordered = buffers[r.buffer];
+  }
+  impl_->primitive.execute(stream, impl_->args);
+  for (Impl::Reorder& r : impl_->outputReorders) {
+    r.plain.set_data_handle(buffers[r.buffer]);
+    r.primitive.execute(stream, r.blocked, r.plain);
+  }
+  stream.wait();
+}
+
+void setDnnlThreads(int threads) {
+  if (threads > 0) omp_set_num_threads(threads);
+}
+
+}  // namespace kiln

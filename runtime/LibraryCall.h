@@ -1,0 +1,59 @@
+// A library call as plain data: one matmul, convolution or transposed
+// convolution with the epilogue the library applies to its result
+// (post-ops), described by shapes and numbers alone. Code generation fills
+// one in from a `library` group of the IR (codegen/CpuTarget.h), a compiled
+// program stores it, and the runtime creates the library's primitive from it
+// (runtime/DnnlKernels.h on the CPU) without seeing the IR.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+/// One post-op: an elementwise function of the running value, or a binary op
+/// with a tensor operand of the call that broadcasts into the result.
+struct PostOp {
+  enum class Kind : uint8_t {
+    Relu, Tanh, Sigmoid, Exp, Log, Abs, Sqrt,
+    Linear,  // alpha * x + beta
+    GeluErf, GeluTanh, Swish,  // swish: x * sigmoid(alpha * x)
+    Add, Sub, Mul, Div, Max, Min,  // binary, the running value on the left
+  };
+  Kind kind = Kind::Relu;
+  float alpha = 0;
+  float beta = 0;
+  /// Binary: the call's operand (its index among the call's buffers) and its
+  /// dims, right-aligned to the result's rank with leading 1s.
+  int operand = -1;
+  std::vector<int64_t> dims;
+  /// The op it came from, for descriptions: "add", "relu", "gelu_erf".
+  std::string name;
+
+  bool isBinary() const { return kind >= Kind::Add; }
+  bool operator==(const PostOp&) const = default;
+};
+
+struct LibraryCall {
+  enum class Kind : uint8_t { MatMul, Conv, ConvTranspose };
+  Kind kind = Kind::MatMul;
+  /// The call's buffers holding the anchor's operands: (a, b) of a matmul,
+  /// (x, w[, bias]) of a convolution; the result is the last buffer.
+  std::vector<int> operands;
+  /// Their dims, and the result's.
+  std::vector<std::vector<int64_t>> operandDims;
+  std::vector<int64_t> resultDims;
+  /// The buffer the result is written to: the call's buffers are its
+  /// operands, then the result.
+  int resultBuffer = 0;
+  /// Convolutions: strides, pads (begins then ends), dilations (all per
+  /// spatial dim, filled in), groups; output_padding of a transposed one.
+  std::vector<int64_t> strides, pads, dilations, outputPadding;
+  int64_t groups = 1;
+  std::vector<PostOp> postOps;
+
+  bool operator==(const LibraryCall&) const = default;
+};
+
+}  // namespace kiln
