@@ -56,7 +56,9 @@ const PassInfo* lookupPass(std::string_view name) {
 //    -O2 gains `fuse` when it does.
 //
 // A target's pipeline (`--target cpu|cuda`) continues to its kernel list:
-//  - select-library after the first canonicalize and before decompose: a
+//  - raise-activations turns exported GELU and SiLU subgraphs back into
+//    `gelu` and `silu`, after canonicalize has folded their constants.
+//  - select-library after it and before decompose: a
 //    library call is chosen while matmuls, convolutions and the activations
 //    after them are whole ops (bias adds already folded into plain adds),
 //    so nothing is recognized from primitives and nothing is un-fused later.
@@ -71,10 +73,11 @@ std::string_view optLevelPipeline(int level, bool forTarget) {
       case 0: return "schedule,insert-host-checks";
       case 1: return "infer-shapes,canonicalize,cse,dce,schedule,insert-host-checks";
       case 2:
-        return "infer-shapes,canonicalize,select-library,decompose,canonicalize,cse,dce,schedule,insert-host-checks";
+        return "infer-shapes,canonicalize,raise-activations,select-library,decompose,canonicalize,cse,dce,schedule,"
+               "insert-host-checks";
       default:
-        return "infer-shapes,canonicalize,select-library,decompose,canonicalize,cse,dce,fuse,split-fused-results,"
-               "schedule,insert-host-checks";
+        return "infer-shapes,canonicalize,raise-activations,select-library,decompose,canonicalize,cse,dce,fuse,"
+               "split-fused-results,schedule,insert-host-checks";
     }
   }
   switch (level) {
