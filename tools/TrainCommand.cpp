@@ -54,6 +54,7 @@
 #include "tools/DeviceSelection.h"
 #include "tools/KilnCommands.h"
 #include "tools/TrainData.h"
+#include "training/TrainableModel.h"
 
 namespace kiln::cli {
 
@@ -360,10 +361,10 @@ std::optional<std::string> parseOptions(const ParsedArgs& args, TrainOptions& o)
 // ---------------------------------------------------------------------------
 // The model
 
-/// The model at `path` for training (frontend/Model.h loadTrainableModel).
+/// The model at `path` for training (training/TrainableModel.h).
 Expected<std::unique_ptr<Module>> loadTrainable(const std::string& path,
                                                 const std::map<std::string, std::vector<int64_t>>& shapes) {
-  return loadTrainableModel(path, shapes, Session::evaluator());
+  return training::loadTrainableModel(path, shapes, Session::evaluator());
 }
 
 /// What the loop needs to know of the model's signature.

@@ -1,7 +1,7 @@
 // kiln-train-bench: times Kiln's training step on a model, for bench/run.py's
 // training rows (issue 6 item 8). It loads an ONNX (or any Kiln-readable)
 // model specialized to the batch given as .npy files with its weights as
-// parameters, as `kiln train` does (frontend/Model.h loadTrainableModel),
+// parameters, as `kiln train` does (training/TrainableModel.h),
 // builds the one-function training step (buildTrainingStep: cross-entropy
 // loss, then SGD with momentum or AdamW), compiles it with the CPU executor
 // (codegen/CpuExecutable.h, -O3 by default) and runs warm-up steps and timed
@@ -39,6 +39,7 @@
 #include "runtime/Interpreter.h"
 #include "runtime/Npy.h"
 #include "tools/CommandLine.h"
+#include "training/TrainableModel.h"
 
 namespace kiln {
 namespace {
@@ -213,10 +214,10 @@ int runBench(int argc, char** argv) {
                                                 ", expected int64 class indices");
 
   // The model for training, specialized to the batch's shapes, as `kiln
-  // train` loads it (frontend/Model.h loadTrainableModel).
+  // train` loads it (training/TrainableModel.h loadTrainableModel).
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const auto& [name, t] : batch) shapes[name] = t.shape();
-  auto loaded = loadTrainableModel(modelPath, shapes, Session::evaluator());
+  auto loaded = training::loadTrainableModel(modelPath, shapes, Session::evaluator());
   if (!loaded) return fail(loaded.takeError().message());
   Module& module = **loaded;
   Function& f = *module.functions().front();

@@ -18,10 +18,10 @@
 #include <sstream>
 
 #include "codegen/CpuExecutable.h"
-#include "frontend/Model.h"
 #include "passes/PassManager.h"
 #include "passes/TrainingStep.h"
 #include "runtime/Interpreter.h"
+#include "training/TrainableModel.h"
 
 namespace {
 std::atomic<size_t> allocatedBytes{0}, allocations{0};
@@ -46,7 +46,8 @@ int fail(const std::string& what) {
 
 int benchMain(int steps) {
   InterpreterEvaluator evaluator;
-  auto m = loadTrainableModel(std::string(KILN_SOURCE_DIR) + "/test/e2e/gpt/model.onnx", {{"idx", {2, 8}}}, evaluator);
+  auto m = training::loadTrainableModel(std::string(KILN_SOURCE_DIR) + "/test/e2e/gpt/model.onnx", {{"idx", {2, 8}}},
+                                        evaluator);
   if (!m) return fail(m.error().str());
   Function& f = *(*m)->functions()[0];
   PassManager pm({}, PassContext{&evaluator});
