@@ -48,23 +48,6 @@ struct LoadOptions {
 /// the node; a model that uses unsupported ops fails with all of them listed.
 Expected<std::unique_ptr<Module>> loadModel(const std::string& path, const LoadOptions& options = {});
 
-/// The model at `path` loaded for training: its weights are arguments with
-/// defaults, so that a training step (passes/TrainingStep.h) trains them.
-/// ONNX: every float initializer of rank >= 1 is declared a graph input
-/// before import (frontend/onnx/OnnxTraining.h), so it stays one argument
-/// named and shaped as in the file, and constant folding cannot rewrite it
-/// (Gemm's transB would fold W into an unnamed W^T that nothing trains).
-/// Other formats: their named float constants are lifted
-/// (liftConstantsToParameters). Graph inputs named in `shapes` are
-/// specialized to those static shapes (ONNX at import, so shapes computed
-/// from a dynamic batch fold); then the module is verified and its shapes
-/// inferred. `evaluator` folds constant ops during import and inference
-/// (runtime/Interpreter.h's InterpreterEvaluator). `kiln train`,
-/// kiln-train-bench and the PyTorch-match test load models this one way.
-Expected<std::unique_ptr<Module>> loadTrainableModel(const std::string& path,
-                                                     const std::map<std::string, std::vector<int64_t>>& shapes,
-                                                     const OpEvaluator& evaluator);
-
 /// A model specialized to the inputs it will run on.
 struct SpecializedModel {
   std::unique_ptr<Module> module;

@@ -1,17 +1,19 @@
 // kiln-train-bench: times Kiln's training step on a model, for bench/run.py's
-// training rows (issue 6 item 8). It loads an ONNX (or any Kiln-readable)
-// model specialized to the batch given as .npy files with its weights as
-// parameters, as `kiln train` does (frontend/Model.h loadTrainableModel),
-// builds the one-function training step (buildTrainingStep: cross-entropy
-// loss, then SGD with momentum or AdamW), compiles it with the CPU executor
-// (codegen/CpuExecutable.h, -O3 by default) and runs warm-up steps and timed
-// steps the way `kiln train` runs them: parameters and optimizer state are
-// donated arguments (trainingStepAliases, CpuOptions::aliases), which each
-// step updates in place (CpuExecutor::runInPlace) for the next (the same
-// batch every step; only the executor's run is timed). It prints the
-// median, min and max step time and the loss of every step, as text or, with
-// --json, one JSON object like `kiln run --bench --json`; --profile adds the
-// time of each compiled step (StepProfile) on stderr.
+// training rows (issue 6 item 8). It uses the training library as `kiln
+// train` does: loads an ONNX (or any Kiln-readable) model specialized to the
+// batch given as .npy files with its weights as parameters
+// (training/TrainableModel.h loadTrainableModel), builds the one-function
+// training step (training/Step.h makeTrainingStep: cross-entropy loss, then
+// SGD with momentum or AdamW), binds its arguments (bindStepInputs),
+// compiles it through a Session (codegen/Session.h; -O3 by default, no
+// interpreter fallback) and runs warm-up steps and timed steps the way
+// `kiln train` runs them: parameters and optimizer state are donated
+// arguments (trainingStepAliases), which each step updates in place
+// (CompiledModel::runInPlace) for the next (the same batch every step; only
+// the run is timed). It prints the median, min and max step time and the
+// loss of every step, as text or, with --json, one JSON object like `kiln
+// run --bench --json`; --profile adds the time of each compiled step
+// (StepProfile) on stderr.
 //
 // Language models: an output of rank 3, [B, T, V] token scores, is flattened
 // to [B*T, V] before the loss and the labels, [B, T] next tokens, to [B*T],
@@ -29,16 +31,15 @@
 #include <string>
 #include <vector>
 
-#include "codegen/Session.h"
 #include "codegen/CpuExecutable.h"
+#include "codegen/Session.h"
 #include "frontend/Model.h"
 #include "ir/Builder.h"
-#include "ir/Verifier.h"
-#include "passes/PassManager.h"
 #include "passes/TrainingStep.h"
-#include "runtime/Interpreter.h"
 #include "runtime/Npy.h"
 #include "tools/CommandLine.h"
+#include "training/Step.h"
+#include "training/TrainableModel.h"
 
 namespace kiln {
 namespace {
@@ -213,10 +214,10 @@ int runBench(int argc, char** argv) {
                                                 ", expected int64 class indices");
 
   // The model for training, specialized to the batch's shapes, as `kiln
-  // train` loads it (frontend/Model.h loadTrainableModel).
+  // train` loads it.
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const auto& [name, t] : batch) shapes[name] = t.shape();
-  auto loaded = loadTrainableModel(modelPath, shapes, Session::evaluator());
+  auto loaded = training::loadTrainableModel(modelPath, shapes, Session::evaluator());
   if (!loaded) return fail(loaded.takeError().message());
   Module& module = **loaded;
   Function& f = *module.functions().front();
@@ -242,41 +243,31 @@ int runBench(int argc, char** argv) {
                     std::to_string(i) + " is outside [0, " + std::to_string(classes) + "), the model's classes");
     }
   }
-  if (Status s = buildTrainingStep(f, stepOptions); !s) return fail(modelPath + ": " + s.takeError().message());
+  if (Status s = training::makeTrainingStep(f, stepOptions, /*classesLast=*/false); !s)
+    return fail(modelPath + ": " + s.takeError().message());
   if (const std::string* path = args.get("--save-step"))
     if (Status s = saveModel(module, *path); !s) return fail(s.takeError().message());
 
   // The arguments: parameters and state from their defaults, the batch by
   // name, the labels and the learning rate.
-  std::vector<Tensor> inputs;
-  for (size_t i = 0; i < f.numArguments(); ++i) {
-    const Value* a = f.argument(i);
-    const TensorType want = a->type();
-    Tensor t;
-    if (a->name() == "labels") {
-      t = labels;
-    } else if (a->name() == "lr") {
-      t = Tensor(want.dtype, {});
-      t.setDouble(0, lr);
-    } else if (auto it = batch.find(a->name()); it != batch.end()) {
-      t = it->second;
-    } else if (const DenseTensor* d = f.argumentDefault(i)) {
-      t = Tensor::fromDense(*d);
-    } else {
-      return fail(modelPath + ": no value for the model input '" + a->name() + "' (" + want.str() +
-                  "): pass it with --input " + a->name() + "=FILE.npy");
-    }
-    if (t.type() != want)
-      return fail("'" + a->name() + "' is " + t.type().str() + ", the training step expects " + want.str());
-    inputs.push_back(std::move(t));
-  }
+  training::StepFeed feed;
+  feed.inputs = std::move(batch);
+  feed.labels = std::move(labels);
+  feed.lr = training::learningRateTensor(f.resultTypes().front().dtype, lr);
+  auto bound = training::bindStepInputs(f, {}, std::move(feed));
+  if (!bound)
+    return fail(modelPath + ": " + bound.takeError().message() + " (the batch is given with --input NAME=FILE.npy)");
+  std::vector<Tensor>& inputs = *bound;
   // Parameters and optimizer state are donated: each step writes their new
   // values into `inputs` (runInPlace), as `kiln train` runs its step.
-  cpu.aliases = trainingStepAliases(f);
-  auto executor = codegen::CpuExecutor::create(f, cpu);
-  if (!executor) return fail(executor.takeError().message());
+  auto created = Session::create({.device = "cpu", .allowFallback = false, .cpu = cpu});
+  std::unique_ptr<Session> session = std::move(std::get<std::unique_ptr<Session>>(created));  // the CPU is always there
+  auto model = session->compile(f, {.aliases = trainingStepAliases(f)});
+  if (!model) return fail(model.takeError().message());
   const auto compileStart = std::chrono::steady_clock::now();
-  if (Status s = (*executor)->prepare(inputs); !s) return fail(s.takeError().message());
+  Status prepared = (*model)->prepare(inputs);
+  for (const std::string& notice : session->takeNotices()) std::cerr << kTool << ": note: " << notice << "\n";
+  if (!prepared) return fail(prepared.takeError().message());
   const double compileMs =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - compileStart).count();
 
@@ -284,7 +275,7 @@ int runBench(int argc, char** argv) {
   for (int64_t k = 0; k < warmup + steps; ++k) {
     if (k == warmup) profile.entries.clear();  // only the timed steps
     const auto start = std::chrono::steady_clock::now();
-    auto outputs = (*executor)->runInPlace(inputs);
+    auto outputs = (*model)->runInPlace(inputs);
     const auto stop = std::chrono::steady_clock::now();
     if (!outputs) return fail("step " + std::to_string(k + 1) + ": " + outputs.takeError().message());
     if (k >= warmup) times.push_back(std::chrono::duration<double, std::milli>(stop - start).count());

@@ -18,10 +18,11 @@
 #include <sstream>
 
 #include "codegen/CpuExecutable.h"
-#include "frontend/Model.h"
 #include "passes/PassManager.h"
 #include "passes/TrainingStep.h"
 #include "runtime/Interpreter.h"
+#include "training/Step.h"
+#include "training/TrainableModel.h"
 
 namespace {
 std::atomic<size_t> allocatedBytes{0}, allocations{0};
@@ -46,7 +47,8 @@ int fail(const std::string& what) {
 
 int benchMain(int steps) {
   InterpreterEvaluator evaluator;
-  auto m = loadTrainableModel(std::string(KILN_SOURCE_DIR) + "/test/e2e/gpt/model.onnx", {{"idx", {2, 8}}}, evaluator);
+  auto m = training::loadTrainableModel(std::string(KILN_SOURCE_DIR) + "/test/e2e/gpt/model.onnx", {{"idx", {2, 8}}},
+                                        evaluator);
   if (!m) return fail(m.error().str());
   Function& f = *(*m)->functions()[0];
   PassManager pm({}, PassContext{&evaluator});
@@ -56,23 +58,26 @@ int benchMain(int steps) {
   TrainingStepOptions options{LossConfig{LossKind::Mse}, OptimizerConfig{OptimizerKind::Adam}, std::nullopt};
   if (Status s = buildTrainingStep(f, options); !s.ok()) return fail(s.error().str());
 
+  // Random tokens and targets; parameters and state from their defaults.
   std::mt19937 rng(3);
-  std::vector<Tensor> inputs;
-  int64_t paramBytes = 0;
+  training::StepFeed feed;
   for (size_t i = 0; i < f.numArguments(); ++i) {
-    if (const DenseTensor* d = f.argumentDefault(i)) {
-      inputs.push_back(Tensor::fromDense(*d));
-      continue;
-    }
-    Tensor t(f.argument(i)->type().dtype, staticDims(f.argument(i)->type().shape));
+    const Value* a = f.argument(i);
+    if (f.argumentDefault(i) || a->name() == "lr") continue;
+    Tensor t(a->type().dtype, staticDims(a->type().shape));
     for (int64_t e = 0; e < t.numElements(); ++e) {
       if (isInteger(t.dtype()))
         t.setInt(e, std::uniform_int_distribution<int64_t>(0, 63)(rng));
       else
-        t.setDouble(e, f.argument(i)->name() == "lr" ? 1e-3 : std::uniform_real_distribution<double>(-1, 1)(rng));
+        t.setDouble(e, std::uniform_real_distribution<double>(-1, 1)(rng));
     }
-    inputs.push_back(std::move(t));
+    (a->name() == "labels" ? feed.labels : feed.inputs[a->name()]) = std::move(t);
   }
+  feed.lr = training::learningRateTensor(f.resultTypes().front().dtype, 1e-3);
+  auto bound = training::bindStepInputs(f, {}, std::move(feed));
+  if (!bound) return fail(bound.error().str());
+  std::vector<Tensor> inputs = std::move(*bound);
+  int64_t paramBytes = 0;
   const std::vector<ResultAlias> aliases = trainingStepAliases(f);
   for (const ResultAlias& a : aliases) paramBytes += static_cast<int64_t>(inputs[a.argument].numBytes());
   std::printf("gpt training step: %zu arguments, %zu donated (%lld bytes of parameters and state)\n", f.numArguments(),

@@ -13,7 +13,6 @@
 #include <sstream>
 #include <string>
 
-#include "frontend/Model.h"
 #include "ir/Builder.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
@@ -22,6 +21,7 @@
 #include "passes/PassManager.h"
 #include "passes/TrainingStep.h"
 #include "runtime/Interpreter.h"
+#include "training/TrainableModel.h"
 
 namespace kiln {
 namespace {
@@ -37,7 +37,8 @@ std::string toF64(std::string text) {
 std::unique_ptr<Module> modelWithLoss(const std::string& name,
                                       const std::map<std::string, std::vector<int64_t>>& shapes) {
   InterpreterEvaluator evaluator;
-  auto m = loadTrainableModel(std::string(KILN_SOURCE_DIR) + "/test/e2e/" + name + "/model.onnx", shapes, evaluator);
+  auto m = training::loadTrainableModel(std::string(KILN_SOURCE_DIR) + "/test/e2e/" + name + "/model.onnx", shapes,
+                                        evaluator);
   EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().str());
   if (!m.ok()) return nullptr;
   PassManager pm({}, PassContext{&evaluator});

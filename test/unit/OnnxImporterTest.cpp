@@ -16,6 +16,7 @@
 #include "passes/TrainingStep.h"
 #include "runtime/Interpreter.h"
 #include "test/unit/TestSupport.h"
+#include "training/TrainableModel.h"
 
 namespace kiln {
 namespace {
@@ -583,7 +584,7 @@ TEST(OnnxImporterTest, LoadTrainableModelMakesEveryInitializerAParameter) {
   std::vector<int64_t> inputDims;
   for (const auto& d : input.type().tensor_type().shape().dim())
     inputDims.push_back(d.has_dim_value() ? d.dim_value() : 2);
-  auto m = loadTrainableModel(path, {{input.name(), inputDims}}, evaluator);
+  auto m = training::loadTrainableModel(path, {{input.name(), inputDims}}, evaluator);
   ASSERT_TRUE(m.ok()) << m.error().str();
   const Function& f = *(*m)->functions().front();
   std::map<std::string, std::string> params;
@@ -615,7 +616,7 @@ TEST(OnnxImporterTest, LoadTrainableModelUntiesInitializersSharedThroughIdentity
     ASSERT_TRUE(m.SerializeToOstream(&f));
   }
   InterpreterEvaluator evaluator;
-  auto loaded = loadTrainableModel(path, {{"x", {1, 2}}}, evaluator);
+  auto loaded = training::loadTrainableModel(path, {{"x", {1, 2}}}, evaluator);
   ASSERT_TRUE(loaded.ok()) << loaded.error().str();
   const Function& f = *(*loaded)->functions().front();
   std::vector<std::string> params;

@@ -38,12 +38,12 @@
 #include <vector>
 
 #include "codegen/CpuExecutable.h"
-#include "frontend/Model.h"
 #include "ir/Builder.h"
 #include "ir/Verifier.h"
 #include "passes/TrainingStep.h"
 #include "runtime/Interpreter.h"
 #include "runtime/Npy.h"
+#include "training/TrainableModel.h"
 
 namespace kiln {
 namespace {
@@ -188,7 +188,7 @@ std::unique_ptr<Module> loadWithWeightsAsParameters(const std::string& path,
   static const InterpreterEvaluator evaluator;
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const auto& [name, t] : inputs) shapes[name] = staticDims(t.type.shape);
-  auto m = loadTrainableModel(path, shapes, evaluator);
+  auto m = training::loadTrainableModel(path, shapes, evaluator);
   EXPECT_TRUE(m.ok()) << path << ": " << (m.ok() ? "" : m.error().str());
   return m.ok() ? std::move(*m) : nullptr;
 }

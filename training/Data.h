@@ -1,13 +1,16 @@
-// The training data of `kiln train` (tools/TrainCommand.cpp): reading the
-// x and y arrays of a .npz file and checking them against the model before
-// anything trains, with one error line per problem naming the file, what is
-// wrong and what was expected; and batching: each epoch's sample order (a
-// shuffle seeded by (seed, epoch) alone, so that a resumed run can
-// recompute any epoch's order) and the gather of a batch's rows.
+// The training data: reading the x and y arrays of a .npz file and checking
+// them against the model before anything trains, with one error per problem
+// naming the file, what is wrong and what was expected; and batching: each
+// epoch's sample order (a shuffle seeded by (seed, epoch) alone, so that a
+// resumed run can recompute any epoch's order without the ones before it),
+// the gather of a batch's rows, and the prefetcher that gathers the next
+// step's batch on a background thread while the current step runs.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -15,7 +18,11 @@
 #include "passes/TrainingStep.h"
 #include "runtime/Tensor.h"
 
-namespace kiln::cli::train {
+namespace kiln::training {
+
+/// Receives a notice for the user (an array converted to the model's dtype,
+/// the JIT falling back to the interpreter, a new thread count).
+using NoticeFn = std::function<void(const std::string&)>;
 
 /// What the data must fit.
 struct DataSpec {
@@ -25,7 +32,7 @@ struct DataSpec {
   std::string inputName;     // the fed input, as the model names it
   std::string outputName;    // "'logits'" or "output 0"
   LossKind loss = LossKind::CrossEntropy;
-  bool classesLast = false;  // class losses: classes are the output's last dim
+  bool classesLast = false;    // class losses: classes are the output's last dim
   int64_t ignoreIndex = -100;  // class losses: a label that is not a class and is skipped
 };
 
@@ -40,8 +47,9 @@ struct Dataset {
 /// per sample, x's per-sample shape and dtype fit the input (float64 or
 /// float16 converted with a note), labels are integer classes in range for
 /// class losses (widened to int64) or finite targets shaped like the output
-/// for MSE, and every input is finite.
-Expected<Dataset> loadDataset(const std::string& file, const DataSpec& spec);
+/// for MSE, and every input is finite. A conversion that is not silent
+/// (float64 inputs to float32) is reported through `notice`.
+Expected<Dataset> loadDataset(const std::string& file, const DataSpec& spec, const NoticeFn& notice = {});
 
 /// Rows `rows` of `t` (a dataset array) as one batch tensor.
 Tensor gatherRows(const Tensor& t, const std::vector<int64_t>& rows);
@@ -52,9 +60,16 @@ std::vector<int64_t> epochOrder(int64_t n, bool shuffle, uint64_t seed, int64_t 
 
 /// Which samples each step takes.
 struct BatchPlan {
-  int64_t samples, batchSize, stepsPerEpoch;
-  bool shuffle, dropLast;
-  uint64_t seed;
+  int64_t samples = 0, batchSize = 1, stepsPerEpoch = 1;
+  bool shuffle = false, dropLast = false;
+  uint64_t seed = 0;
+
+  /// The plan of `samples` in batches of `batchSize` (>= 1): every sample
+  /// once an epoch, the last batch smaller unless `dropLast` drops it.
+  static BatchPlan of(int64_t samples, int64_t batchSize, bool shuffle, bool dropLast, uint64_t seed) {
+    const int64_t steps = dropLast ? samples / batchSize : (samples + batchSize - 1) / batchSize;
+    return BatchPlan{samples, batchSize, steps, shuffle, dropLast, seed};
+  }
 
   int64_t epochOf(int64_t step) const { return step / stepsPerEpoch; }
   int64_t sizeOf(int64_t step) const {
@@ -86,18 +101,37 @@ class BatchGatherer {
 
  private:
   const Dataset& data_;
-  const BatchPlan& plan_;
+  BatchPlan plan_;
   std::vector<int64_t> order_;
   int64_t orderEpoch_ = -1;
 };
 
+/// Gathers the batches of steps [first, end) in order, each one on a
+/// background thread while the caller runs the step before it (double
+/// buffering), or in line when `overlap` is false: the same batches either
+/// way. The gather of a step starts only after the previous batch was
+/// taken, so the gatherer's state is touched by one thread at a time.
+class BatchPrefetcher {
+ public:
+  BatchPrefetcher(const Dataset& data, const BatchPlan& plan, bool overlap, int64_t first, int64_t end);
+  /// Waits for a gather in flight.
+  ~BatchPrefetcher();
+  BatchPrefetcher(const BatchPrefetcher&) = delete;
+  BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;
+
+  /// The next step's batch; starts gathering the one after it.
+  Batch next();
+
+ private:
+  void launch(int64_t step);
+
+  BatchGatherer gatherer_;
+  bool overlap_;
+  int64_t end_;
+  std::future<Batch> pending_;
+};
+
 /// `dims` from index `from` on as "[3,28,28]".
 std::string shapeString(const std::vector<int64_t>& dims, size_t from = 0);
-/// `v` as printf's %.6g, "nan" for any NaN.
-std::string shortest(double v);
-/// `flat` as an index into `shape`: "17" or "3, 5".
-std::string indexString(int64_t flat, const std::vector<int64_t>& shape);
-/// The index of the first non-finite element of a float tensor, or -1.
-int64_t firstNonFinite(const Tensor& t);
 
-}  // namespace kiln::cli::train
+}  // namespace kiln::training

@@ -1,17 +1,19 @@
-// Reading, checking and batching the training data (TrainData.h).
-#include "tools/TrainData.h"
+// Reading, checking and batching the training data (Data.h): every check
+// of an array against the model happens here, before anything is compiled,
+// so a bad file costs no compile time and its error names the file.
+#include "training/Data.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <iostream>
 #include <random>
 
 #include "runtime/Npz.h"
+#include "training/Numerics.h"
 
-namespace kiln::cli::train {
+namespace kiln::training {
 
 std::string shapeString(const std::vector<int64_t>& dims, size_t from) {
   std::string s = "[";
@@ -57,43 +59,9 @@ Tensor convertTensor(const Tensor& t, DType dtype) {
 
 }  // namespace
 
-std::string shortest(double v) {
-  if (std::isnan(v)) return "nan";  // printf's sign of a NaN means nothing to a user
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
-
-/// `flat` as an index into `shape`: "17" or "3, 5".
-std::string indexString(int64_t flat, const std::vector<int64_t>& shape) {
-  std::vector<int64_t> index(shape.size());
-  for (size_t d = shape.size(); d-- > 0;) {
-    index[d] = shape[d] ? flat % shape[d] : 0;
-    flat = shape[d] ? flat / shape[d] : 0;
-  }
-  std::string s;
-  for (size_t d = 0; d < index.size(); ++d) s += (d ? ", " : "") + std::to_string(index[d]);
-  return s;
-}
-
-/// The index of the first non-finite element of a float tensor, or -1.
-int64_t firstNonFinite(const Tensor& t) {
-  if (!isFloat(t.dtype())) return -1;
-  const int64_t n = t.numElements();
-  if (t.dtype() == DType::F32) {
-    const float* p = t.data<float>();
-    for (int64_t i = 0; i < n; ++i)
-      if (!std::isfinite(p[i])) return i;
-    return -1;
-  }
-  for (int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(t.getDouble(i))) return i;
-  return -1;
-}
-
 /// Reads `file` and checks it against the model: every error names the file
 /// and says what was expected.
-Expected<Dataset> loadDataset(const std::string& file, const DataSpec& spec) {
+Expected<Dataset> loadDataset(const std::string& file, const DataSpec& spec, const NoticeFn& notice) {
   std::error_code ec;
   if (!std::filesystem::exists(file, ec)) return Error(file + ": no such file");
   auto arrays = readNpz(file);
@@ -139,8 +107,9 @@ Expected<Dataset> loadDataset(const std::string& file, const DataSpec& spec) {
                    ") expects samples of shape " + dimsString(spec.input.shape, 1));
   }
   if (x->dtype() != spec.input.dtype) {
-    std::cerr << "kiln train: note: " << file << ": '" << spec.xKey << "' is " << numpyName(x->dtype())
-              << ", converted to the model input's " << numpyName(spec.input.dtype) << "\n";
+    if (notice)
+      notice(file + ": '" + spec.xKey + "' is " + numpyName(x->dtype()) + ", converted to the model input's " +
+             numpyName(spec.input.dtype));
     d.x = convertTensor(*x, spec.input.dtype);
   } else {
     d.x = *x;
@@ -181,9 +150,9 @@ Expected<Dataset> loadDataset(const std::string& file, const DataSpec& spec) {
                                      : " (the classes are dim 1 of the output, as for PyTorch's cross_entropy; "
                                        "--classes-last takes them from the last dim)"));
   const DType yType = classLoss ? DType::I64 : spec.output.dtype;
-  if (y->dtype() != yType && !classLoss)
-    std::cerr << "kiln train: note: " << file << ": '" << spec.yKey << "' is " << numpyName(y->dtype())
-              << ", converted to the model output's " << numpyName(yType) << "\n";
+  if (y->dtype() != yType && !classLoss && notice)
+    notice(file + ": '" + spec.yKey + "' is " + numpyName(y->dtype()) + ", converted to the model output's " +
+           numpyName(yType));
   d.y = y->dtype() == yType ? *y : convertTensor(*y, yType);
   if (classLoss) {
     const Dim& classes = spec.classesLast ? spec.output.shape.back() : spec.output.shape[1];
@@ -230,4 +199,25 @@ std::vector<int64_t> epochOrder(int64_t n, bool shuffle, uint64_t seed, int64_t 
   return order;
 }
 
-}  // namespace kiln::cli::train
+BatchPrefetcher::BatchPrefetcher(const Dataset& data, const BatchPlan& plan, bool overlap, int64_t first, int64_t end)
+    : gatherer_(data, plan), overlap_(overlap), end_(end) {
+  launch(first);
+}
+
+BatchPrefetcher::~BatchPrefetcher() {
+  if (pending_.valid()) pending_.wait();
+}
+
+void BatchPrefetcher::launch(int64_t step) {
+  if (step >= end_) return;
+  auto gather = [this, step] { return gatherer_.gather(step); };
+  pending_ = overlap_ ? std::async(std::launch::async, gather) : std::async(std::launch::deferred, gather);
+}
+
+Batch BatchPrefetcher::next() {
+  Batch batch = pending_.get();
+  launch(batch.step + 1);  // gathered while the caller runs this step
+  return batch;
+}
+
+}  // namespace kiln::training
