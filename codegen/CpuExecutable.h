@@ -1,20 +1,16 @@
-// The CPU executor: compiles a Function to JIT kernels and oneDNN calls for
-// the shapes of its inputs and runs them. Compiling clones the function,
+// The CPU executor: compiles a Function for the shapes of its inputs into a
+// CpuProgram and runs it on the CPU runtime. Compiling clones the function,
 // gives its arguments the inputs' static shapes (resolving symbolic dims),
-// runs the pass pipeline of `optLevel` (infer-shapes, canonicalize,
-// decompose, ..., and `fuse` at -O3), splits `fused` groups with several
-// results into one group per result, sends matmuls and convolutions (with
-// their epilogues as post-ops) to oneDNN where that measures faster
-// (codegen/DnnlKernels.h, docs/matmul.md), lowers every other op or group
-// to one kernel (codegen/Lowering.h) and JIT-compiles them together
-// (codegen/llvm/CpuJit.h). A new set of input shapes compiles again; each
-// compiled set is cached. Steps run in order on host buffers; a kernel's
-// parallel loop and oneDNN's own loops are split across one OpenMP team of
-// `threads` threads (Debian's oneDNN runs on OpenMP, so sharing its team
-// keeps two sets of threads from competing for the cores).
+// runs the CPU target's pipeline of `optLevel` (passes/PassManager.h: at
+// -O3 library selection, fusion, splitting, scheduling and host checks),
+// then compiles the result into a program (codegen/CpuCompiler.h: kernels
+// through LLVM, linked by lld) that a CpuRunner executes
+// (runtime/CpuRunner.h). A new set of input shapes compiles again; each
+// compiled set is cached. It runs one call at a time (one arena per set).
 //
-// It lives in codegen/ rather than runtime/ because it runs passes and
-// lowerings; runtime/ keeps what it needs to run (Tensor).
+// An executor can also start from a function already optimized (a `.kc`
+// file's module, recompiled for this machine) or from a compiled program
+// itself (a `.kc` file's program, nothing compiled).
 #pragma once
 
 #include <map>
@@ -25,6 +21,8 @@
 #include "codegen/KernelIR.h"
 #include "ir/IR.h"
 #include "passes/MemoryPlan.h"
+#include "runtime/CpuProgram.h"
+#include "runtime/CpuRunner.h"
 #include "runtime/Tensor.h"
 
 namespace kiln::codegen {
@@ -34,25 +32,8 @@ class KernelCache;
 struct CompileReport;
 struct CompiledFunction;
 
-/// Time spent in each step of a compiled function, added up over the runs
-/// of an executor given it (CpuOptions::profile; `kiln-train-bench
-/// --profile`). One entry per step, in step order; a run of another compiled
-/// shape set starts the table again. Timing each step adds two clock reads
-/// per step and nothing when no profile is given.
-struct StepProfile {
-  struct Entry {
-    /// The op the step computes: its result's name and its op name (or
-    /// "fused"), and for oneDNN calls the primitive's description.
-    std::string name;
-    std::string what;
-    double seconds = 0;
-    int64_t calls = 0;
-  };
-  std::vector<Entry> entries;
-  /// The table sorted by time, largest first, with each step's share and
-  /// milliseconds per call; at most `limit` rows.
-  std::string format(size_t limit = 40) const;
-};
+using kiln::defaultThreads;
+using kiln::StepProfile;
 
 struct CpuOptions {
   /// Threads that split parallel loops and oneDNN calls and compile kernels;
@@ -73,38 +54,23 @@ struct CpuOptions {
   /// `result` into the tensor of argument `argument`, in place where the
   /// memory plan finds that safe, else by a copy after the last kernel. A
   /// training step donates its parameters and state
-  /// (trainingStepAliases in passes/TrainingStep.h).
+  /// (trainingStepAliases in passes/TrainingStep.h). They become the
+  /// compiled function's result aliases (`-> (T aliases %arg)`).
   std::vector<ResultAlias> aliases = {};
 };
-
-/// The code of a compiled function's kernels, in step order: what a `.kc`
-/// file stores (codegen/CompiledArtifact.h).
-struct KernelCode {
-  std::vector<std::string> names;
-  /// contentHash of each kernel's printed kernel IR: a stored module that
-  /// no longer lowers to the same kernels is caught before code is bound.
-  std::vector<std::string> hashes;
-  /// Relocatable object files holding the kernels (codegen/llvm/CpuJit.h).
-  std::vector<std::string> objects;
-};
-
-/// The threads CpuOptions::threads = 0 stands for: the cores this process
-/// may run on.
-int defaultThreads();
 
 class CpuExecutor {
  public:
   /// An executor for `f`; nothing is compiled until the first run.
   static Expected<std::unique_ptr<CpuExecutor>> create(const Function& f, CpuOptions options = {});
   /// An executor for `optimized`, a function already specialized to static
-  /// argument shapes and optimized (the module of a `.kc` file): no passes
-  /// run. Its steps are rebuilt from the module by the same code as a
-  /// normal compile; the kernels' code is linked from `code` when given,
-  /// without LLVM's optimizer or code generator (their names and kernel IR
-  /// hashes must match the module's kernels), and compiled otherwise (a
-  /// `.kc` built for another CPU).
-  static Expected<std::unique_ptr<CpuExecutor>> createOptimized(const Function& optimized, const KernelCode* code,
-                                                                CpuOptions options = {});
+  /// argument shapes and through the CPU pipeline (the module of a `.kc`
+  /// file): no passes run; its kernels are compiled for this machine.
+  static Expected<std::unique_ptr<CpuExecutor>> createOptimized(const Function& optimized, CpuOptions options = {});
+  /// An executor that runs `program` (a `.kc` file's): nothing is compiled,
+  /// and only the shapes it was compiled for run.
+  static Expected<std::unique_ptr<CpuExecutor>> fromProgram(std::shared_ptr<const CpuProgram> program,
+                                                            CpuOptions options = {});
   ~CpuExecutor();
 
   /// Compiles for the shapes of `inputs` (one per argument) unless already
@@ -134,8 +100,10 @@ class CpuExecutor {
   /// On an error the donated tensors may hold partly updated values.
   Expected<std::vector<Tensor>> runInPlace(std::vector<Tensor>& inputs);
 
-  /// The kernel IR and the optimized LLVM IR of the compiled kernels for
-  /// `inputs`' shapes (`kiln compile --emit=kernel|llvm`).
+  /// The steps compiled for `inputs`' shapes as text: host checks, library
+  /// calls and the kernels' IR (`kiln compile --emit=kernel`), and the
+  /// kernels' LLVM IR after O3 (`--emit=llvm`). Not kept for a program run
+  /// from a file.
   Expected<std::string> kernelIR(const std::vector<Tensor>& inputs);
   Expected<std::string> llvmIR(const std::vector<Tensor>& inputs);
 
@@ -144,13 +112,14 @@ class CpuExecutor {
   /// and `--print-memory-plan`.
   Expected<MemoryPlan> memoryPlan(const std::vector<Tensor>& inputs);
 
-  /// Steps (generated kernels and oneDNN calls) compiled for `inputs`'
+  /// Steps (generated kernels and library calls) compiled for `inputs`'
   /// shapes, for tests.
   size_t numKernels(const std::vector<Tensor>& inputs);
 
-  /// The optimized module and kernel code compiled for `inputs`' shapes,
-  /// for writing a `.kc`. The module lives as long as the executor.
-  Expected<std::pair<const Module*, KernelCode>> compiledCode(const std::vector<Tensor>& inputs);
+  /// The optimized module and the program compiled for `inputs`' shapes,
+  /// for writing a `.kc`. Both live as long as the executor.
+  Expected<std::pair<const Module*, std::shared_ptr<const CpuProgram>>> compiledProgram(
+      const std::vector<Tensor>& inputs);
 
   /// Notices since the last call (a damaged kernel cache entry, an unusable
   /// cache folder), for the tool to print.
@@ -159,13 +128,12 @@ class CpuExecutor {
  private:
   CpuExecutor(std::unique_ptr<Module> module, CpuOptions options);
   Expected<CompiledFunction*> compiled(const std::vector<Tensor>& inputs);
-  /// Builds the steps of `optimized` and binds their kernels: linked from
-  /// `code` when given, else compiled.
-  Expected<std::unique_ptr<CompiledFunction>> finish(std::unique_ptr<Module> optimized, const KernelCode* code);
-  /// Runs the steps of `cf` on `inputs`, writing donated arguments.
-  Expected<std::vector<Tensor>> execute(CompiledFunction& cf, const std::vector<Tensor>& inputs);
+  /// Compiles `optimized` (through the pipeline already) into a program
+  /// and its runner.
+  Expected<std::unique_ptr<CompiledFunction>> finish(std::unique_ptr<Module> optimized);
+  Status addCompiled(std::unique_ptr<CompiledFunction> compiled);
 
-  std::unique_ptr<Module> module_;  // a private copy of the function
+  std::unique_ptr<Module> module_;  // a private copy of the function; null for fromProgram
   CpuOptions options_;
   int threads_;  // OpenMP threads of parallel loops and oneDNN
   std::unique_ptr<CpuJit> jit_;
@@ -179,13 +147,12 @@ class CpuExecutor {
 std::unique_ptr<Module> cloneFunction(const Function& f);
 
 /// The kernels of `f` specialized to argument `types` (static shapes) and
-/// optimized at `optLevel`, by the executor's pipeline (passes, then one
-/// kernel per op or single-result fused group) but with every op a
-/// generated kernel: matmul and conv become loop nests instead of oneDNN
-/// steps. The kernel list of a device without the CPU's libraries (the
-/// CUDA emitter, codegen/cuda/). Unlowerable ops are an error naming each.
-/// With `optimized`, it receives the optimized module: kernel i is the i-th
-/// op of its function that is neither a `constant` nor the `return`, and
+/// optimized at `optLevel`, by the CUDA target's pipeline (no library calls
+/// yet: matmul and conv are loop nests) and the one lowering every target
+/// shares (codegen/LowerToKernels.h). The kernel list of the CUDA emitter
+/// (codegen/cuda/). Unlowerable ops are an error naming each. With
+/// `optimized`, it receives the optimized module: kernel i is the i-th op of
+/// its function that is not a `constant`, a `check` or the `return`, and
 /// that kernel's buffers are the op's operands, then its result.
 Expected<std::vector<kir::Kernel>> lowerToKernels(const Function& f, const std::vector<TensorType>& types, int optLevel,
                                                   std::unique_ptr<Module>* optimized = nullptr);

@@ -200,7 +200,7 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       const memory::desc amd = plainDesc(ad), bmd = plainDesc(bd), cmd = plainDesc(cd);
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, bmd, cmd), attr, engine);
       chosenImpl = pd.impl_info_str();
-      impl->work = numElements(staticShape(call.resultDims)) * ad.back();
+      impl->work = libraryCallWork(call);
       impl->description = "onednn matmul " + dimsText(ad) + "x" + dimsText(bd) + postText + " (" + chosenImpl + ")";
       if (describeOnly) return chosenImpl;
       impl->primitive = dnnl::matmul(pd);
@@ -303,10 +303,7 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
             });
       }
       chosenImpl = chosen.impl;
-      // Multiply-adds: each input element of a deconvolution meets M/g x taps
-      // weights; each output element of a conv, C/g x taps.
-      impl->work = transposed ? numElements(staticShape(x)) * w[1] * taps
-                              : numElements(staticShape(call.resultDims)) * w[1] * taps;
+      impl->work = libraryCallWork(call);
       const bool blocked = chosen.src != xmd || chosen.weights != wmd || chosen.dst != ymd;
       impl->description = std::string(transposed ? "onednn deconv " : "onednn conv ") + dimsText(x) + "*" +
                           dimsText(wd) + postText + " (" + chosen.impl + (blocked ? ", blocked" : "") + ")";

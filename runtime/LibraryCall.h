@@ -56,4 +56,10 @@ struct LibraryCall {
   bool operator==(const LibraryCall&) const = default;
 };
 
+/// The multiply-adds of `call`'s matmul or convolution: each result element
+/// of a matmul takes k, of a convolution C/g x taps; each input element of
+/// a transposed convolution meets M/g x taps weights. Whether a call is
+/// worth splitting across threads is decided from it.
+int64_t libraryCallWork(const LibraryCall& call);
+
 }  // namespace kiln

@@ -2,10 +2,10 @@
 // prints what the CPU backend makes of it (--emit=ir|kernel|llvm) for lit
 // tests and for reading. Kernels are compiled for static shapes: every
 // argument's shape must be static in the model or given with
-// --input-shape NAME=2x3x8x8. The `.kc` (codegen/CompiledArtifact.h) holds
-// the optimized module, the kernel list, the memory plan, the kernels'
-// object code and the weights, and `kiln run OUT.kc` runs it without
-// passes or LLVM. `--device cuda` prints what the CUDA backend makes of a
+// --input-shape NAME=2x3x8x8. The `.kc` (runtime/KcFile.h) holds the
+// compiled program (steps, memory plan, the kernels' shared object,
+// weights) and the optimized module, and `kiln run OUT.kc` runs it without
+// passes, lowering or LLVM. `--device cuda` prints what the CUDA backend makes of a
 // model (codegen/cuda/): its kernels as CUDA C++, or compiled by NVRTC for
 // --cuda-arch, which needs no GPU (the e2e-<model>-nvrtc tests).
 #include <iostream>
@@ -14,7 +14,6 @@
 #include <set>
 
 #include "codegen/Session.h"
-#include "codegen/CompiledArtifact.h"
 #include "codegen/CpuExecutable.h"
 #include "codegen/cuda/CudaEmitter.h"
 #include "codegen/cuda/NvrtcCompiler.h"
@@ -25,6 +24,7 @@
 #include "passes/MemoryPlan.h"
 #include "passes/PassManager.h"
 #include "runtime/Interpreter.h"
+#include "runtime/KcFile.h"
 #include "runtime/cuda/CudaDevices.h"
 #include "runtime/cuda/CudaLibraries.h"
 #include "tools/KilnCommands.h"
@@ -320,7 +320,7 @@ int compile(const ParsedArgs& args) {
     return finish(kExitOk);
   }
 
-  auto compiled = (*executor)->compiledCode(*inputs);
+  auto compiled = (*executor)->compiledProgram(*inputs);
   if (!compiled) return reportError(kName, compiled.takeError()), finish(kExitError);
   const Function& optimized = *compiled->first->functions().front();
   auto plan = planMemory(optimized);
@@ -329,17 +329,12 @@ int compile(const ParsedArgs& args) {
   const auto printedNames = printedValueNames(optimized);
   for (MemoryPlan::Buffer& b : plan->buffers)
     if (auto it = printedNames.find(b.value); it != printedNames.end()) b.name = it->second;
-  codegen::CompiledArtifact artifact;
-  artifact.target = codegen::CpuJit::hostTarget();
-  artifact.optLevel = options.optLevel;
-  artifact.module = codegen::cloneFunction(optimized);
-  artifact.code = std::move(compiled->second);
-  artifact.memoryPlan = plan->str();
-  auto bytes = codegen::serializeArtifact(artifact);
+  const std::string planText = plan->str();
+  auto bytes = serializeArtifact(optimized, *compiled->second, options.optLevel, planText);
   if (!bytes) return reportError(kName, bytes.takeError()), finish(kExitError);
   if (Status s = writeFileAtomically(*output, *bytes); !s) return reportError(kName, s.takeError()), finish(kExitError);
   if (args.has("--print-memory-plan"))
-    std::cout << "memory plan @" << optimized.name() << ": " << plan->numKernels << " kernels\n" << artifact.memoryPlan;
+    std::cout << "memory plan @" << optimized.name() << ": " << plan->numKernels << " kernels\n" << planText;
   return finish(kExitOk);
 }
 
@@ -352,8 +347,8 @@ const Command& compileCommand() {
       "MODEL (-o OUT.kc | --emit=ir|kernel|llvm | --device cuda --emit=kernel|cuda|ptx|cubin-size) "
       "[--input-shape NAME=2x3x8]... [-O0|-O1|-O2|-O3] [--device cpu|auto]",
       "Optimizes MODEL as kiln run does (-O3: fused kernels, oneDNN steps) and compiles its kernels with LLVM\n"
-      "for this machine's CPU. -o writes OUT.kc (the optimized module, kernel list, memory plan, object code\n"
-      "and weights), which kiln run OUT.kc runs without recompiling; --emit prints the optimized IR, the\n"
+      "for this machine's CPU. -o writes OUT.kc (the compiled program: its steps, memory plan, machine code and\n"
+      "weights, and the optimized module), which kiln run OUT.kc runs without recompiling; --emit prints the optimized IR, the\n"
       "kernel IR, or the LLVM IR after O3 of the -O2 pipeline (one kernel per op) instead. Every input needs\n"
       "a static shape: from the model, or from --input-shape.\n"
       "--device cuda lowers the model (-O3 unless -O says) with every op a generated kernel and prints the kernel IR or\n"

@@ -18,7 +18,7 @@
 #include <optional>
 #include <set>
 
-#include "codegen/CompiledArtifact.h"
+#include "codegen/CpuCompiler.h"
 #include "codegen/CpuExecutable.h"
 #include "codegen/Session.h"
 #include "codegen/llvm/CpuJit.h"
@@ -26,6 +26,7 @@
 #include "ir/Verifier.h"
 #include "passes/PassManager.h"
 #include "runtime/Interpreter.h"
+#include "runtime/KcFile.h"
 #include "runtime/Npy.h"
 #include "tools/DeviceSelection.h"
 #include "tools/KilnCommands.h"
@@ -51,6 +52,7 @@ constexpr OptionSpec kOptions[] = {
     {"--time-passes", "", "CPU JIT: print the time of each pass and code generation phase to stderr"},
     {"--cache-dir", "DIR", "CPU JIT: the kernel cache folder (default: $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln)"},
     {"--no-cache", "", "CPU JIT: neither read nor write the kernel cache"},
+    {"--recompile", "", ".kc: ignore its machine code and compile its stored program for this machine"},
     {"--help", "", "show this help", false, "-h"},
 };
 
@@ -322,30 +324,52 @@ Expected<std::unique_ptr<Module>> loadSpecialized(const std::string& modelPath,
 }
 
 /// Reads a `.kc` file written by kiln compile.
-Expected<codegen::CompiledArtifact> readArtifact(const std::string& path) {
+Expected<CompiledArtifact> readArtifact(const std::string& path) {
   auto bytes = readFileBounded(path, int64_t{1} << 36);
   if (!bytes) return bytes.takeError();
-  return codegen::parseArtifact(*bytes, path);
+  return parseArtifact(*bytes, path);
 }
 
-/// The executor of a `.kc`: its stored kernels linked as they are, or, when
-/// they were built for another CPU or do not match the kernels its module
-/// lowers to, compiled again from its stored module with a notice.
-Expected<std::unique_ptr<codegen::CpuExecutor>> artifactExecutor(const std::string& path,
-                                                                 const codegen::CompiledArtifact& artifact,
-                                                                 const codegen::CpuOptions& options) {
-  const Function& f = *artifact.module->functions().front();
-  std::string mismatch = codegen::targetMismatch(artifact, codegen::CpuJit::hostTarget());
-  if (mismatch.empty()) {
-    auto linked = codegen::CpuExecutor::createOptimized(f, &artifact.code, options);
-    if (linked) return linked;
-    // The module is what counts: code that does not fit it (a Kiln whose
-    // lowering changed since the file was written) is compiled again.
-    mismatch = linked.error().message();
+/// A function with `program`'s signature and no body: its arguments (names,
+/// types, defaults) bind the inputs and its result names name the outputs,
+/// without parsing the `.kc`'s module.
+std::unique_ptr<Function> signatureOf(const CpuProgram& program) {
+  auto f = std::make_unique<Function>(program.name);
+  for (size_t i = 0; i < program.arguments.size(); ++i) {
+    const CpuProgram::Argument& a = program.arguments[i];
+    f->addArgument(a.type, a.name);
+    if (a.hasDefault) f->setArgumentDefault(i, std::make_shared<const DenseTensor>(a.defaultValue.toDense()));
   }
-  std::cerr << "kiln run: note: '" << path << "' cannot use its compiled code here (" << mismatch
-            << "); recompiling its kernels from the stored module\n";
-  return codegen::CpuExecutor::createOptimized(f, nullptr, options);
+  std::vector<TensorType> results;
+  for (const CpuProgram::Result& r : program.results) results.push_back(program.slots[static_cast<size_t>(r.slot)].type);
+  f->setResultTypes(results);
+  for (size_t i = 0; i < program.results.size(); ++i) f->setResultName(i, program.results[i].name);
+  return f;
+}
+
+/// The executor of a `.kc`: its stored program as it is; or, when its code
+/// was built for another machine or code generator, does not load, or
+/// `recompile` asks for it, the program compiled again from its stored
+/// module (with a notice unless asked). `module` receives that module.
+Expected<std::unique_ptr<codegen::CpuExecutor>> artifactExecutor(const std::string& path,
+                                                                 const CompiledArtifact& artifact,
+                                                                 const codegen::CpuOptions& options, bool recompile,
+                                                                 std::unique_ptr<Module>& module) {
+  std::string mismatch;
+  if (!recompile) {
+    mismatch = codegen::targetMismatch(*artifact.program, codegen::CpuJit::hostTarget());
+    if (mismatch.empty()) {
+      auto stored = codegen::CpuExecutor::fromProgram(artifact.program, options);
+      if (stored) return stored;
+      mismatch = stored.error().message();
+    }
+    std::cerr << "kiln run: note: '" << path << "' cannot use its compiled code here (" << mismatch
+              << "); recompiling its kernels from the stored module\n";
+  }
+  auto parsed = artifactModule(artifact, path);
+  if (!parsed) return parsed.takeError();
+  module = std::move(*parsed);
+  return codegen::CpuExecutor::createOptimized(*module->functions().front(), options);
 }
 
 int run(const ParsedArgs& args) {
@@ -355,6 +379,8 @@ int run(const ParsedArgs& args) {
     return usageError(
         kName, "unexpected argument '" + positionals[1] + "': inputs are bound by name, with --input NAME=FILE.npy");
   const std::string& modelPath = positionals[0];
+  if (args.has("--recompile") && !modelPath.ends_with(".kc"))
+    return usageError(kName, "--recompile applies to .kc files, which hold compiled code");
 
   DeviceChoice device;
   if (int status = selectDevice(kName, args.get("--device") ? *args.get("--device") : "cpu", device); status != kExitOk)
@@ -388,7 +414,7 @@ int run(const ParsedArgs& args) {
     if (!value) return usageError(kName, value.error().message());
     cpuOptions.threads = static_cast<int>(*value);
   }
-  for (std::string_view jitOnly : {"--no-fallback", "--time-passes", "--cache-dir", "--no-cache"})
+  for (std::string_view jitOnly : {"--no-fallback", "--time-passes", "--cache-dir", "--no-cache", "--recompile"})
     if (interpretOnly && args.has(jitOnly))
       return usageError(kName, std::string(jitOnly) + " applies to the CPU JIT, not to --interpret");
   if (args.has("--cache-dir") && args.has("--no-cache"))
@@ -417,7 +443,7 @@ int run(const ParsedArgs& args) {
   ReadInputs read;
   for (const auto& [name, file] : given) read.emplace(name, readNpy(file));
   std::unique_ptr<Module> module;
-  std::optional<codegen::CompiledArtifact> artifact;
+  std::optional<CompiledArtifact> artifact;
   if (modelPath.ends_with(".kc")) {
     auto loaded = readArtifact(modelPath);
     if (!loaded) {
@@ -433,7 +459,17 @@ int run(const ParsedArgs& args) {
     }
     module = std::move(*loaded);
   }
-  const Function& f = *(artifact ? artifact->module : module)->functions().front();
+  // A .kc's module is parsed only to interpret it or compile it again.
+  if (artifact && interpretOnly) {
+    auto parsed = artifactModule(*artifact, modelPath);
+    if (!parsed) {
+      reportError(kName, parsed.takeError());
+      return kExitError;
+    }
+    module = std::move(*parsed);
+  }
+  std::unique_ptr<Function> signature = artifact ? signatureOf(*artifact->program) : nullptr;
+  const Function& f = module ? *module->functions().front() : *signature;
 
   auto inputs = bindInputs(f, given, read);
   if (!inputs) return kExitError;
@@ -445,8 +481,9 @@ int run(const ParsedArgs& args) {
   auto created = Session::create(sessionOptions);
   std::unique_ptr<Session> session = std::move(std::get<std::unique_ptr<Session>>(created));  // the CPU is always there
   std::unique_ptr<CompiledModel> model;
+  std::unique_ptr<Module> recompiled;
   if (artifact && !interpretOnly) {
-    auto executor = artifactExecutor(modelPath, *artifact, cpuOptions);
+    auto executor = artifactExecutor(modelPath, *artifact, cpuOptions, args.has("--recompile"), recompiled);
     if (!executor) {
       reportError(kName, executor.takeError());
       return kExitError;

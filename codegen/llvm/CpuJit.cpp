@@ -1,20 +1,20 @@
-// ORC LLJIT for the host CPU. Kernels are split into modules of a few
-// kernels each; worker threads (each with its own LLVMContext and
+// Compiling kernels for the host CPU. Kernels are split into modules of a
+// few kernels each; worker threads (each with its own LLVMContext and
 // TargetMachine, as LLVM requires) emit a module, print its IR to derive the
 // cache key, and either take its object file from the disk cache or run the
 // O3 pipeline of a TargetMachine for the host's CPU name and features (so
 // the vectorizer sizes vectors for AVX-512 where present) and generate the
-// object file themselves. The JIT then only links objects. LLVM diagnostics
-// and llvm::Errors become Kiln errors carrying LLVM's message.
+// object file themselves. lld, called as a library, then links the objects
+// into one shared object, which the runtime loads with dlopen. LLVM
+// diagnostics and llvm::Errors become Kiln errors carrying LLVM's message.
 //
 // Why several modules: LLVM's per-module work is serial, so one module of a
 // hundred kernels keeps one core busy while the other waits; modules also
 // make cache entries small enough that one changed kernel costs one module.
 #include "codegen/llvm/CpuJit.h"
 
-#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <lld/Common/Driver.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
-#include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/IR/DiagnosticInfo.h>
 #include <llvm/IR/DiagnosticPrinter.h>
 #include <llvm/IR/LLVMContext.h>
@@ -27,8 +27,15 @@
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/TargetParser/Host.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -86,7 +93,72 @@ llvm::orc::JITTargetMachineBuilder hostMachineBuilder(const llvm::Triple& triple
   }
   builder.addFeatures(subtarget.getFeatures());
   builder.setCodeGenOptLevel(llvm::CodeGenOpt::Aggressive);
+  // The objects are linked into a shared object that the runtime loads at
+  // any address.
+  builder.setRelocationModel(llvm::Reloc::PIC_);
   return builder;
+}
+
+/// Reads a whole file, or nullopt.
+std::optional<std::string> readWholeFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+/// Links relocatable `objects` into one shared object with lld. lld reads
+/// and writes files, so they pass through a private temporary folder. lld
+/// keeps global state that one link leaves behind and the next one trips
+/// over (lld 16 is not re-entrant for ELF), so each link runs in a child
+/// process forked for it, whose lld state is fresh and which exits when it
+/// is done; `--threads=1` keeps it to the one thread a fork has.
+Expected<std::string> linkWithLld(const std::vector<std::string>& objects) {
+  std::string pattern = (std::filesystem::temp_directory_path() / "kiln-link-XXXXXX").string();
+  if (!mkdtemp(pattern.data()))
+    return Error("cannot create a temporary folder to link the kernels in: " + std::string(std::strerror(errno)));
+  const std::filesystem::path dir(pattern);
+  struct RemoveDir {
+    std::filesystem::path dir;
+    ~RemoveDir() {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  } cleanup{dir};
+  std::vector<std::string> args = {"ld.lld",      "-shared", "--strip-all", "--build-id=none", "--hash-style=gnu",
+                                   "--threads=1", "-o",      (dir / "kernels.so").string()};
+  for (size_t i = 0; i < objects.size(); ++i) {
+    const std::filesystem::path path = dir / ("kernels-" + std::to_string(i) + ".o");
+    std::ofstream out(path, std::ios::binary);
+    if (!(out << objects[i]) || !(out.close(), out))
+      return Error("cannot write the kernels' object code to '" + path.string() + "'");
+    args.push_back(path.string());
+  }
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  const std::string messagesPath = (dir / "messages.txt").string();
+  const pid_t child = fork();
+  if (child < 0) return Error("cannot start the linker: fork: " + std::string(std::strerror(errno)));
+  if (child == 0) {
+    std::error_code ec;
+    llvm::raw_fd_ostream messages(messagesPath, ec);
+    const bool linked = !ec && lld::elf::link(argv, messages, messages, /*exitEarly=*/false, /*disableOutput=*/false);
+    messages.flush();
+    _exit(linked ? 0 : 1);
+  }
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0)
+    if (errno != EINTR) return Error("cannot wait for the linker: " + std::string(std::strerror(errno)));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    const std::string messages = readWholeFile(messagesPath).value_or("");
+    return Error("lld could not link the kernels" +
+                 (WIFSIGNALED(status) ? " (it stopped on signal " + std::to_string(WTERMSIG(status)) + ")" : "") +
+                 (messages.empty() ? std::string() : ": " + messages));
+  }
+  auto bytes = readWholeFile(dir / "kernels.so");
+  if (!bytes) return Error("lld wrote no shared object");
+  return std::move(*bytes);
 }
 
 /// Kernels per LLVM module: small enough that two threads stay busy and a
@@ -115,10 +187,8 @@ struct ModuleJob {
 }  // namespace
 
 struct CpuJit::Impl {
-  std::unique_ptr<llvm::orc::LLJIT> jit;
   std::optional<llvm::orc::JITTargetMachineBuilder> builder;
   CpuMachine target;
-  int objectCount = 0;
 
   Expected<std::unique_ptr<llvm::TargetMachine>> createMachine() {
     auto machine = builder->createTargetMachine();
@@ -231,21 +301,6 @@ struct CpuJit::Impl {
     }
   }
 
-  /// Adds object files to the JIT and looks up `names`.
-  Expected<std::vector<KernelFn>> link(const std::vector<std::string>& objects, const std::vector<std::string>& names) {
-    for (const std::string& object : objects) {
-      auto buffer = llvm::MemoryBuffer::getMemBufferCopy(object, "kiln-kernels-" + std::to_string(objectCount++));
-      if (llvm::Error e = jit->addObjectFile(std::move(buffer)))
-        return toError("the JIT refused the kernels' object code", std::move(e));
-    }
-    std::vector<KernelFn> entries;
-    for (const std::string& name : names) {
-      auto address = jit->lookup(name);
-      if (!address) return toError("cannot link kernel '" + name + "'", address.takeError());
-      entries.push_back(address->toPtr<KernelFn>());
-    }
-    return entries;
-  }
 };
 
 CpuJit::CpuJit(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -269,21 +324,11 @@ Expected<std::unique_ptr<CpuJit>> CpuJit::create() {
   impl->target = {triple.str(), impl->builder->getCPU(), impl->builder->getFeatures().getString()};
   // Fail early, with the CPU named, when LLVM cannot target this host.
   if (auto machine = impl->createMachine(); !machine) return machine.takeError();
-
-  auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(*impl->builder).create();
-  if (!jit) return toError("cannot create the LLVM JIT", jit.takeError());
-  impl->jit = std::move(*jit);
-  // Kernels call libm (tanhf, erff, ...) and the math functions LLVM
-  // lowers intrinsics to; they resolve against this process.
-  auto generator =
-      llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(impl->jit->getDataLayout().getGlobalPrefix());
-  if (!generator) return toError("cannot expose the process's symbols to the JIT", generator.takeError());
-  impl->jit->getMainJITDylib().addGenerator(std::move(*generator));
   return std::unique_ptr<CpuJit>(new CpuJit(std::move(impl)));
 }
 
-Expected<CompiledKernels> CpuJit::compile(const std::vector<kir::Kernel>& kernels, int threads, KernelCache* cache,
-                                          CompileReport* report) {
+Expected<std::string> CpuJit::compile(const std::vector<kir::Kernel>& kernels, int threads, KernelCache* cache,
+                                      CompileReport* report) {
   std::vector<ModuleJob> jobs;
   for (auto [begin, end] : splitKernels(kernels.size())) {
     ModuleJob& job = jobs.emplace_back();
@@ -313,17 +358,14 @@ Expected<CompiledKernels> CpuJit::compile(const std::vector<kir::Kernel>& kernel
 
   for (std::optional<Error>& e : workerErrors)
     if (e) return std::move(*e);
-  CompiledKernels compiled;
+  std::vector<std::string> objects;
   for (ModuleJob& job : jobs) {
     if (job.error) return std::move(*job.error);
-    compiled.objects.push_back(std::move(job.object));
+    objects.push_back(std::move(job.object));
   }
-  std::vector<std::string> names;
-  for (const kir::Kernel& k : kernels) names.push_back(k.name);
   const Clock::time_point linkStart = Clock::now();
-  auto entries = impl_->link(compiled.objects, names);
-  if (!entries) return entries.takeError();
-  compiled.entries = std::move(*entries);
+  auto sharedObject = linkWithLld(objects);
+  if (!sharedObject) return sharedObject.takeError();
   if (report) {
     report->llvmWall += llvmWall;
     report->link += secondsSince(linkStart);
@@ -339,19 +381,7 @@ Expected<CompiledKernels> CpuJit::compile(const std::vector<kir::Kernel>& kernel
       report->cacheHits += job.cacheHit;
     }
   }
-  return compiled;
-}
-
-Expected<std::vector<KernelFn>> CpuJit::load(const std::vector<std::string>& objects,
-                                             const std::vector<std::string>& names, CompileReport* report) {
-  const Clock::time_point start = Clock::now();
-  auto entries = impl_->link(objects, names);
-  if (report) {
-    report->link += secondsSince(start);
-    report->kernels += static_cast<int>(names.size());
-    report->storedModules += static_cast<int>(objects.size());
-  }
-  return entries;
+  return std::move(*sharedObject);
 }
 
 Expected<std::string> CpuJit::optimizedIR(const std::vector<kir::Kernel>& kernels) {

@@ -1,9 +1,9 @@
 // kiln-kc-retarget: rewrites the target section of a .kc as if it had been
-// built on another CPU (or renames its first stored kernel, as if a
-// different Kiln had lowered it), for tests of what `kiln run` does with
-// such a file (a note, then the kernels compiled again from the stored
-// module). The file is read and written with codegen/CompiledArtifact.h, so
-// its checksums stay valid: only what is asked for differs.
+// built on another CPU (or renames its program's first kernel, as if its
+// code came from elsewhere), for tests of what `kiln run` does with such a
+// file (a note, then the kernels compiled again from the stored module).
+// The file is read and written with runtime/KcFile.h, so its checksums stay
+// valid: only what is asked for differs.
 //
 //   kiln-kc-retarget IN.kc OUT.kc (--features F | --cpu NAME | --codegen V | --kernel-name N)
 #include <fstream>
@@ -11,7 +11,7 @@
 #include <sstream>
 #include <string>
 
-#include "codegen/CompiledArtifact.h"
+#include "runtime/KcFile.h"
 
 int main(int argc, char** argv) {
   if (argc != 5) {
@@ -21,25 +21,32 @@ int main(int argc, char** argv) {
   std::ifstream in(argv[1], std::ios::binary);
   std::ostringstream bytes;
   bytes << in.rdbuf();
-  auto artifact = kiln::codegen::parseArtifact(bytes.str(), argv[1]);
+  auto artifact = kiln::parseArtifact(bytes.str(), argv[1]);
   if (!artifact) {
     std::cerr << "kiln-kc-retarget: " << artifact.error().message() << "\n";
     return 1;
   }
   const std::string option = argv[3], value = argv[4];
+  kiln::CpuProgram& program = *artifact->program;
   if (option == "--features") {
-    artifact->target.features = value;
+    program.machine.features = value;
   } else if (option == "--cpu") {
-    artifact->target.cpu = value;
+    program.machine.cpu = value;
   } else if (option == "--codegen") {
-    artifact->codegenVersion = value;
-  } else if (option == "--kernel-name" && !artifact->code.names.empty()) {
-    artifact->code.names[0] = value;
+    program.codegenVersion = value;
+  } else if (option == "--kernel-name" && !program.kernelNames.empty()) {
+    program.kernelNames[0] = value;
   } else {
     std::cerr << "kiln-kc-retarget: unknown option '" << option << "'\n";
     return 2;
   }
-  auto out = kiln::codegen::serializeArtifact(*artifact);
+  auto module = kiln::artifactModule(*artifact, argv[1]);
+  if (!module) {
+    std::cerr << "kiln-kc-retarget: " << module.error().message() << "\n";
+    return 1;
+  }
+  auto out = kiln::serializeArtifact(*(*module)->functions().front(), program, artifact->optLevel,
+                                     artifact->memoryPlan);
   if (!out) {
     std::cerr << "kiln-kc-retarget: " << out.error().message() << "\n";
     return 1;

@@ -1,23 +1,34 @@
-// `.kc` compiled artifacts (codegen/CompiledArtifact.h): a compiled model
-// written and read back runs with its stored code and gives the outputs of
-// the model; its weights (constants and argument defaults) survive; a
-// truncated file, a flipped byte in any section, a wrong magic and a newer
+// `.kc` compiled artifacts (runtime/KcFile.h): a compiled program written
+// and read back runs with its stored code and gives the outputs of the
+// model; its weights (constants and argument defaults) survive; a
+// truncated file, a flipped byte in any section, a wrong magic and another
 // format version are clear errors; a file whose target features differ
 // from the host's is detected and runs after recompiling from its module;
-// stored code that does not match the module's kernels is refused.
+// a program whose kernels its code does not define is refused.
 #include <gtest/gtest.h>
 
-#include "codegen/CompiledArtifact.h"
+#include "codegen/CpuCompiler.h"
 #include "codegen/CpuExecutable.h"
 #include "codegen/llvm/CpuJit.h"
 #include "ir/Parser.h"
 #include "passes/MemoryPlan.h"
+#include "runtime/KcFile.h"
 
 namespace kiln {
 namespace {
 
-using codegen::CompiledArtifact;
 using codegen::CpuExecutor;
+
+/// The `.kc` bytes of `artifact` written again (after a test edits it).
+std::string reserialize(const CompiledArtifact& artifact) {
+  auto module = artifactModule(artifact, "m.kc");
+  EXPECT_TRUE(module.ok()) << module.error().str();
+  if (!module) return {};
+  auto bytes = serializeArtifact(*(*module)->functions().front(), *artifact.program, artifact.optLevel,
+                                 artifact.memoryPlan);
+  EXPECT_TRUE(bytes.ok()) << bytes.error().str();
+  return bytes ? *bytes : std::string();
+}
 
 /// A model with a large constant (a weight), a small one and an argument
 /// default large enough to go to the weights section.
@@ -65,28 +76,36 @@ class CompiledArtifactTest : public ::testing::Test {
     auto out = executor_->run(inputs());
     ASSERT_TRUE(out.ok()) << out.error().str();
     expected_ = (*out)[0];
-    auto code = executor_->compiledCode(inputs());
-    ASSERT_TRUE(code.ok()) << code.error().str();
-    CompiledArtifact artifact;
-    artifact.target = codegen::CpuJit::hostTarget();
-    artifact.module = codegen::cloneFunction(*code->first->functions().front());
-    artifact.code = code->second;
-    auto plan = planMemory(*artifact.module->functions().front());
+    auto compiled = executor_->compiledProgram(inputs());
+    ASSERT_TRUE(compiled.ok()) << compiled.error().str();
+    const Function& optimized = *compiled->first->functions().front();
+    auto plan = planMemory(optimized);
     ASSERT_TRUE(plan.ok());
-    artifact.memoryPlan = plan->str();
-    auto bytes = codegen::serializeArtifact(artifact);
+    auto bytes = serializeArtifact(optimized, *compiled->second, 2, plan->str());
     ASSERT_TRUE(bytes.ok()) << bytes.error().str();
     bytes_ = *bytes;
   }
 
-  /// Runs a parsed artifact's module with its stored code (or recompiled).
+  /// Runs a parsed artifact's program with its stored code, or its module
+  /// compiled again.
   void expectRunsLikeTheModel(const CompiledArtifact& artifact, bool useStoredCode) {
-    const Function& f = *artifact.module->functions().front();
-    auto executor = CpuExecutor::createOptimized(f, useStoredCode ? &artifact.code : nullptr);
+    std::unique_ptr<Module> module;
+    Expected<std::unique_ptr<CpuExecutor>> executor = Error("not created");
+    if (useStoredCode) {
+      executor = CpuExecutor::fromProgram(artifact.program);
+    } else {
+      auto parsed = artifactModule(artifact, "m.kc");
+      ASSERT_TRUE(parsed.ok()) << parsed.error().str();
+      module = std::move(*parsed);
+      // The module's default of %shift is restored from the weights section.
+      ASSERT_TRUE(module->functions().front()->argumentDefault(1));
+      executor = CpuExecutor::createOptimized(*module->functions().front());
+    }
     ASSERT_TRUE(executor.ok()) << executor.error().str();
     // The default of %shift is restored from the weights section.
-    ASSERT_TRUE(f.argumentDefault(1));
-    std::vector<Tensor> in = {inputs()[0], Tensor::fromDense(*f.argumentDefault(1))};
+    const CpuProgram::Argument& shift = artifact.program->arguments[1];
+    ASSERT_TRUE(shift.hasDefault);
+    std::vector<Tensor> in = {inputs()[0], shift.defaultValue};
     auto out = (*executor)->run(in);
     ASSERT_TRUE(out.ok()) << out.error().str();
     ASSERT_EQ(out->size(), 1u);
@@ -96,7 +115,7 @@ class CompiledArtifactTest : public ::testing::Test {
   }
 
   std::string parseError(const std::string& bytes) {
-    auto parsed = codegen::parseArtifact(bytes, "m.kc");
+    auto parsed = parseArtifact(bytes, "m.kc");
     EXPECT_FALSE(parsed.ok());
     return parsed.ok() ? "" : parsed.error().message();
   }
@@ -109,11 +128,11 @@ class CompiledArtifactTest : public ::testing::Test {
 
 TEST_F(CompiledArtifactTest, RoundTripRunsWithStoredCode) {
   EXPECT_EQ(bytes_.substr(0, 6), "KILNKC");
-  auto artifact = codegen::parseArtifact(bytes_, "m.kc");
+  auto artifact = parseArtifact(bytes_, "m.kc");
   ASSERT_TRUE(artifact.ok()) << artifact.error().str();
-  EXPECT_EQ(codegen::targetMismatch(*artifact, codegen::CpuJit::hostTarget()), "");
-  EXPECT_EQ(artifact->code.names.size(), 5u);
-  EXPECT_FALSE(artifact->code.objects.empty());
+  EXPECT_EQ(codegen::targetMismatch(*artifact->program, codegen::CpuJit::hostTarget()), "");
+  EXPECT_EQ(artifact->program->kernelNames.size(), 5u);
+  EXPECT_FALSE(artifact->program->sharedObject.empty());
   EXPECT_NE(artifact->memoryPlan.find("peak"), std::string::npos);
   // The weights are not in the module's text: only the 64-byte-or-larger
   // tensors are elided, so the small bias stays inline.
@@ -136,7 +155,7 @@ TEST_F(CompiledArtifactTest, FlippedBytesAreCorrupt) {
   for (size_t at = 16; at < bytes_.size(); at += bytes_.size() / 40) {
     std::string damaged = bytes_;
     damaged[at] ^= 0x10;
-    auto parsed = codegen::parseArtifact(damaged, "m.kc");
+    auto parsed = parseArtifact(damaged, "m.kc");
     EXPECT_FALSE(parsed.ok()) << "flipping byte " << at << " was not detected";
     if (!parsed.ok()) {
       EXPECT_NE(parsed.error().message().find("m.kc"), std::string::npos);
@@ -152,48 +171,58 @@ TEST_F(CompiledArtifactTest, WrongMagicAndNewerVersion) {
   wrong[0] = 'X';
   EXPECT_EQ(parseError(wrong), "m.kc: not a Kiln compiled artifact (.kc): it does not start with the magic 'KILNKC'");
   std::string newer = bytes_;
-  newer[8] = static_cast<char>(codegen::kArtifactVersion + 1);
-  EXPECT_NE(parseError(newer).find("format version 2 is not readable by this Kiln, which reads .kc format version 1 "
+  newer[8] = static_cast<char>(kArtifactVersion + 1);
+  EXPECT_NE(parseError(newer).find("format version 3 is not readable by this Kiln, which reads .kc format version 2 "
                                    "(the file was written by a newer Kiln"),
+            std::string::npos);
+  std::string older = bytes_;
+  older[8] = 1;
+  EXPECT_NE(parseError(older).find("format version 1 is not readable by this Kiln, which reads .kc format version 2 "
+                                   "(the file was written by an older Kiln; compile the model again)"),
             std::string::npos);
   EXPECT_NE(parseError(bytes_ + "x").find("1 unexpected bytes after the last section"), std::string::npos);
 }
 
 TEST_F(CompiledArtifactTest, OtherTargetIsDetectedAndRecompiles) {
-  auto artifact = codegen::parseArtifact(bytes_, "m.kc");
+  auto artifact = parseArtifact(bytes_, "m.kc");
   ASSERT_TRUE(artifact.ok());
   // As if built on a CPU without AVX-512: the features in the header differ.
-  artifact->target.features += ",-avx512f";
-  auto bytes = codegen::serializeArtifact(*artifact);
-  ASSERT_TRUE(bytes.ok());
-  auto other = codegen::parseArtifact(*bytes, "other.kc");
+  artifact->program->machine.features += ",-avx512f";
+  const std::string bytes = reserialize(*artifact);
+  auto other = parseArtifact(bytes, "other.kc");
   ASSERT_TRUE(other.ok()) << other.error().str();
-  EXPECT_EQ(codegen::targetMismatch(*other, codegen::CpuJit::hostTarget()),
+  EXPECT_EQ(codegen::targetMismatch(*other->program, codegen::CpuJit::hostTarget()),
             "it was built for other CPU features than this CPU's");
-  other->target.cpu = "some-other-cpu";
-  EXPECT_EQ(codegen::targetMismatch(*other, codegen::CpuJit::hostTarget()),
+  other->program->machine.cpu = "some-other-cpu";
+  EXPECT_EQ(codegen::targetMismatch(*other->program, codegen::CpuJit::hostTarget()),
             "it was built for CPU 'some-other-cpu', this CPU is '" + codegen::CpuJit::hostTarget().cpu + "'");
   expectRunsLikeTheModel(*other, /*useStoredCode=*/false);
 }
 
-TEST_F(CompiledArtifactTest, StoredCodeMustMatchTheModulesKernels) {
-  auto artifact = codegen::parseArtifact(bytes_, "m.kc");
+/// The program runs its kernels by name from its code: a program naming a
+/// kernel its code does not define, or more kernels than it lists, is
+/// refused before anything runs.
+TEST_F(CompiledArtifactTest, StoredCodeMustDefineTheProgramsKernels) {
+  auto artifact = parseArtifact(bytes_, "m.kc");
   ASSERT_TRUE(artifact.ok());
-  artifact->code.hashes[1] = artifact->code.hashes[0];
-  auto executor = CpuExecutor::createOptimized(*artifact->module->functions().front(), &artifact->code);
+  auto renamed = std::make_shared<CpuProgram>(*artifact->program);
+  renamed->kernelNames[1] = "kiln9_other_1";
+  auto executor = CpuExecutor::fromProgram(renamed);
   ASSERT_FALSE(executor.ok());
-  EXPECT_NE(executor.error().message().find("stored kernel 1 "), std::string::npos) << executor.error().message();
-  artifact->code.names.pop_back();
-  executor = CpuExecutor::createOptimized(*artifact->module->functions().front(), &artifact->code);
+  EXPECT_NE(executor.error().message().find("does not define kernel 1 'kiln9_other_1'"), std::string::npos)
+      << executor.error().message();
+  auto fewer = std::make_shared<CpuProgram>(*artifact->program);
+  fewer->kernelNames.pop_back();
+  fewer->kernelHashes.pop_back();
+  executor = CpuExecutor::fromProgram(fewer);
   ASSERT_FALSE(executor.ok());
-  EXPECT_NE(executor.error().message().find("has 4 kernels"), std::string::npos) << executor.error().message();
+  EXPECT_NE(executor.error().message().find("runs kernel 4 of 4"), std::string::npos) << executor.error().message();
 }
 
 TEST(CompiledArtifactLibraryTest, FusedKernelsAndLibraryStepsRoundTrip) {
   // At -O3 (the default) the matmul with k = 64 runs on oneDNN with its
   // bias and relu as post-ops, and the exp after it is a generated kernel:
-  // the .kc stores one kernel, and the library step is chosen again from
-  // the stored module when it loads.
+  // the .kc stores one kernel, and the library step as a library call.
   std::string w = "dense<f32[64,8]>[";
   for (int i = 0; i < 512; ++i) w += (i ? ", " : "") + std::to_string(0.01 * (i % 17) - 0.08);
   w += "]";
@@ -211,18 +240,14 @@ TEST(CompiledArtifactLibraryTest, FusedKernelsAndLibraryStepsRoundTrip) {
   ASSERT_TRUE(executor.ok()) << executor.error().str();
   auto want = (*executor)->run({x});
   ASSERT_TRUE(want.ok()) << want.error().str();
-  auto code = (*executor)->compiledCode({x});
+  auto code = (*executor)->compiledProgram({x});
   ASSERT_TRUE(code.ok()) << code.error().str();
-  CompiledArtifact artifact;
-  artifact.target = codegen::CpuJit::hostTarget();
-  artifact.module = codegen::cloneFunction(*code->first->functions().front());
-  artifact.code = code->second;
-  EXPECT_LT(artifact.code.names.size(), (*executor)->numKernels({x}));  // some step is not a kernel
-  auto bytes = codegen::serializeArtifact(artifact);
+  EXPECT_LT(code->second->kernelNames.size(), (*executor)->numKernels({x}));  // some step is not a kernel
+  auto bytes = serializeArtifact(*code->first->functions().front(), *code->second, 3, "");
   ASSERT_TRUE(bytes.ok()) << bytes.error().str();
-  auto parsed = codegen::parseArtifact(*bytes, "lib.kc");
+  auto parsed = parseArtifact(*bytes, "lib.kc");
   ASSERT_TRUE(parsed.ok()) << parsed.error().str();
-  auto loaded = CpuExecutor::createOptimized(*parsed->module->functions().front(), &parsed->code);
+  auto loaded = CpuExecutor::fromProgram(parsed->program);
   ASSERT_TRUE(loaded.ok()) << loaded.error().str();
   auto got = (*loaded)->run({x});
   ASSERT_TRUE(got.ok()) << got.error().str();

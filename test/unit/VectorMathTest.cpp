@@ -46,12 +46,15 @@ std::vector<float> runKernel(codegen::CpuJit& jit, const MathCase& c, const std:
   k.numVars = 1;
   k.body = {kir::forLoop(0, n, true, true,
                          {kir::store(1, kir::var(0), kir::unary(c.fn, kir::load(0, DType::F32, kir::var(0))))})};
-  auto fns = jit.compile({k}, 1, nullptr, nullptr);
-  EXPECT_TRUE(fns.ok()) << (fns.ok() ? "" : fns.error().str());
+  auto code = jit.compile({k}, 1, nullptr, nullptr);
+  EXPECT_TRUE(code.ok()) << (code.ok() ? "" : code.error().str());
   std::vector<float> ys(xs.size());
-  if (!fns.ok()) return ys;
+  if (!code.ok()) return ys;
+  auto loaded = LoadedCode::load(*code, {k.name});
+  EXPECT_TRUE(loaded.ok()) << (loaded.ok() ? "" : loaded.error().str());
+  if (!loaded.ok()) return ys;
   void* buffers[] = {const_cast<float*>(xs.data()), ys.data()};
-  fns->entries[0](buffers, nullptr, 0, n);
+  (*loaded)->kernel(0)(buffers, nullptr, 0, n);
   return ys;
 }
 

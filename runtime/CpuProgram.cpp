@@ -1,0 +1,539 @@
+// Serializing, reading and validating CpuProgram (CpuProgram.h). The bytes
+// are a flat sequence of little-endian integers, u32-length-prefixed
+// strings and lists, in the order of the struct's fields; a tensor that
+// does not fit inline is left for the caller (a `.kc` keeps large tensors
+// in its weights section).
+#include "runtime/CpuProgram.h"
+
+#include <cstring>
+#include <set>
+
+#include "runtime/ByteIO.h"
+
+namespace kiln {
+
+namespace {
+
+/// Dims and counts beyond these are not programs Kiln wrote.
+constexpr int64_t kMaxDim = int64_t{1} << 40;
+constexpr int64_t kMaxCount = int64_t{1} << 24;
+constexpr int64_t kMaxRank = 64;
+
+void putI64(std::string& out, int64_t v) { putLE(out, static_cast<uint64_t>(v), 8); }
+void putI32(std::string& out, int v) { putLE(out, static_cast<uint32_t>(v), 4); }
+
+void putInts(std::string& out, const std::vector<int64_t>& v) {
+  putLE(out, v.size(), 4);
+  for (int64_t x : v) putI64(out, x);
+}
+
+void putType(std::string& out, const TensorType& t) {
+  out += static_cast<char>(t.dtype);
+  putInts(out, staticDims(t.shape));
+}
+
+/// A tensor: its type, then u8 1 and its bytes when it is inline, or u8 0.
+void putTensor(std::string& out, const Tensor& t, size_t inlineBelow) {
+  putType(out, t.type());
+  const bool inlined = t.numBytes() < inlineBelow;
+  out += static_cast<char>(inlined ? 1 : 0);
+  if (inlined) putString(out, std::string_view(reinterpret_cast<const char*>(t.raw()), t.numBytes()));
+}
+
+void putLocation(std::string& out, const Location& loc) {
+  out += static_cast<char>(loc.kind);
+  putString(out, loc.file);
+  putI32(out, loc.line);
+  putI32(out, loc.col);
+  putString(out, loc.name);
+}
+
+void putCall(std::string& out, const LibraryCall& call) {
+  out += static_cast<char>(call.kind);
+  putLE(out, call.operands.size(), 4);
+  for (int b : call.operands) putI32(out, b);
+  putLE(out, call.operandDims.size(), 4);
+  for (const auto& dims : call.operandDims) putInts(out, dims);
+  putInts(out, call.resultDims);
+  putI32(out, call.resultBuffer);
+  putInts(out, call.strides);
+  putInts(out, call.pads);
+  putInts(out, call.dilations);
+  putInts(out, call.outputPadding);
+  putI64(out, call.groups);
+  putLE(out, call.postOps.size(), 4);
+  for (const PostOp& p : call.postOps) {
+    out += static_cast<char>(p.kind);
+    uint32_t bits;
+    std::memcpy(&bits, &p.alpha, 4);
+    putLE(out, bits, 4);
+    std::memcpy(&bits, &p.beta, 4);
+    putLE(out, bits, 4);
+    putI32(out, p.operand);
+    putInts(out, p.dims);
+    putString(out, p.name);
+  }
+}
+
+/// Reading, with the bounds of CpuProgram.h's fields.
+class ProgramReader {
+ public:
+  ProgramReader(std::string_view bytes, const std::string& what) : r_(bytes, what) {}
+
+  ByteReader& raw() { return r_; }
+
+  Expected<int64_t> i64(std::string_view what) {
+    auto v = r_.uint(8, what);
+    if (!v) return v.takeError();
+    return static_cast<int64_t>(*v);
+  }
+  Expected<int> i32(std::string_view what) {
+    auto v = r_.uint(4, what);
+    if (!v) return v.takeError();
+    return static_cast<int>(static_cast<int32_t>(static_cast<uint32_t>(*v)));
+  }
+  Expected<size_t> count(std::string_view what) {
+    auto n = r_.bounded(4, kMaxCount, what);
+    if (!n) return n.takeError();
+    return static_cast<size_t>(*n);
+  }
+  Expected<std::vector<int64_t>> ints(std::string_view what) {
+    auto n = r_.bounded(4, kMaxRank * 4, what);
+    if (!n) return n.takeError();
+    std::vector<int64_t> v;
+    for (int64_t i = 0; i < *n; ++i) {
+      auto x = i64(what);
+      if (!x) return x.takeError();
+      v.push_back(*x);
+    }
+    return v;
+  }
+  Expected<TensorType> type(std::string_view what) {
+    auto dtype = r_.uint(1, what);
+    if (!dtype) return dtype.takeError();
+    if (*dtype > static_cast<uint64_t>(DType::Bool) || dtypeName(static_cast<DType>(*dtype)) == "?")
+      return r_.error("corrupt: " + std::string(what) + " has an unknown dtype " + std::to_string(*dtype));
+    auto dims = ints(what);
+    if (!dims) return dims.takeError();
+    if (static_cast<int64_t>(dims->size()) > kMaxRank)
+      return r_.error("corrupt: " + std::string(what) + " has rank " + std::to_string(dims->size()));
+    int64_t elements = 1;
+    for (int64_t d : *dims) {
+      if (d < 0 || d > kMaxDim || (elements && d > kMaxDim / elements))
+        return r_.error("corrupt: " + std::string(what) + " has a dim of " + std::to_string(d));
+      elements *= d;
+    }
+    return TensorType{static_cast<DType>(*dtype), staticShape(*dims)};
+  }
+  /// A tensor; an empty Tensor when its bytes are not inline.
+  Expected<Tensor> tensor(std::string_view what) {
+    auto t = type(what);
+    if (!t) return t.takeError();
+    auto inlined = r_.uint(1, what);
+    if (!inlined) return inlined.takeError();
+    if (*inlined == 0) return Tensor();
+    auto bytes = r_.string(what);
+    if (!bytes) return bytes.takeError();
+    Tensor out(t->dtype, staticDims(t->shape));
+    if (bytes->size() != out.numBytes())
+      return r_.error("corrupt: " + std::string(what) + " of type " + t->str() + " has " +
+                      std::to_string(bytes->size()) + " bytes");
+    std::memcpy(out.raw(), bytes->data(), bytes->size());
+    return out;
+  }
+  Expected<Location> location(std::string_view what) {
+    auto kind = r_.uint(1, what);
+    if (!kind) return kind.takeError();
+    if (*kind > static_cast<uint64_t>(Location::Kind::Named)) return r_.error("corrupt: " + std::string(what));
+    Location loc;
+    loc.kind = static_cast<Location::Kind>(*kind);
+    auto file = r_.string(what);
+    if (!file) return file.takeError();
+    loc.file = std::move(*file);
+    auto line = i32(what), col = i32(what);
+    if (!line) return line.takeError();
+    if (!col) return col.takeError();
+    loc.line = *line;
+    loc.col = *col;
+    auto name = r_.string(what);
+    if (!name) return name.takeError();
+    loc.name = std::move(*name);
+    return loc;
+  }
+  Expected<LibraryCall> call() {
+    LibraryCall c;
+    auto kind = r_.uint(1, "a library call's kind");
+    if (!kind) return kind.takeError();
+    if (*kind > static_cast<uint64_t>(LibraryCall::Kind::ConvTranspose)) return r_.error("corrupt: a library call");
+    c.kind = static_cast<LibraryCall::Kind>(*kind);
+    auto n = count("a library call's operands");
+    if (!n) return n.takeError();
+    for (size_t i = 0; i < *n; ++i) {
+      auto b = i32("a library call's operand");
+      if (!b) return b.takeError();
+      c.operands.push_back(*b);
+    }
+    auto nd = count("a library call's operand dims");
+    if (!nd) return nd.takeError();
+    for (size_t i = 0; i < *nd; ++i) {
+      auto d = ints("a library call's operand dims");
+      if (!d) return d.takeError();
+      c.operandDims.push_back(std::move(*d));
+    }
+    auto rd = ints("a library call's result dims");
+    if (!rd) return rd.takeError();
+    c.resultDims = std::move(*rd);
+    auto rb = i32("a library call's result buffer");
+    if (!rb) return rb.takeError();
+    c.resultBuffer = *rb;
+    for (auto* field : {&c.strides, &c.pads, &c.dilations, &c.outputPadding}) {
+      auto v = ints("a convolution's attributes");
+      if (!v) return v.takeError();
+      *field = std::move(*v);
+    }
+    auto groups = i64("a convolution's groups");
+    if (!groups) return groups.takeError();
+    c.groups = *groups;
+    auto np = count("a library call's post-ops");
+    if (!np) return np.takeError();
+    for (size_t i = 0; i < *np; ++i) {
+      PostOp p;
+      auto k = r_.uint(1, "a post-op");
+      if (!k) return k.takeError();
+      if (*k > static_cast<uint64_t>(PostOp::Kind::Min)) return r_.error("corrupt: a post-op's kind");
+      p.kind = static_cast<PostOp::Kind>(*k);
+      auto alpha = r_.uint(4, "a post-op"), beta = r_.uint(4, "a post-op");
+      if (!alpha) return alpha.takeError();
+      if (!beta) return beta.takeError();
+      const uint32_t a = static_cast<uint32_t>(*alpha), b = static_cast<uint32_t>(*beta);
+      std::memcpy(&p.alpha, &a, 4);
+      std::memcpy(&p.beta, &b, 4);
+      auto operand = i32("a post-op's operand");
+      if (!operand) return operand.takeError();
+      p.operand = *operand;
+      auto dims = ints("a post-op's dims");
+      if (!dims) return dims.takeError();
+      p.dims = std::move(*dims);
+      auto name = r_.string("a post-op's name");
+      if (!name) return name.takeError();
+      p.name = std::move(*name);
+      c.postOps.push_back(std::move(p));
+    }
+    return c;
+  }
+
+ private:
+  ByteReader r_;
+};
+
+int64_t bytesOf(const TensorType& t) {
+  return numElements(t.shape) * static_cast<int64_t>(dtypeSize(t.dtype));
+}
+
+}  // namespace
+
+std::string serializeProgram(const CpuProgram& p, size_t inlineBelow) {
+  std::string out;
+  putString(out, p.name);
+  putLE(out, p.arguments.size(), 4);
+  for (const CpuProgram::Argument& a : p.arguments) {
+    putString(out, a.name);
+    putType(out, a.type);
+    out += static_cast<char>(a.hasDefault ? 1 : 0);
+    if (a.hasDefault) putTensor(out, a.defaultValue, inlineBelow);
+  }
+  putLE(out, p.constants.size(), 4);
+  for (const Tensor& t : p.constants) putTensor(out, t, inlineBelow);
+  putLE(out, p.slots.size(), 4);
+  for (const CpuProgram::Slot& s : p.slots) {
+    out += static_cast<char>(s.kind);
+    putType(out, s.type);
+    putI64(out, s.index);
+  }
+  putLE(out, p.steps.size(), 4);
+  for (const CpuProgram::Step& s : p.steps) {
+    out += static_cast<char>(s.kind);
+    putString(out, s.name);
+    putString(out, s.what);
+    putI32(out, s.kernel);
+    if (s.kind == CpuProgram::Step::Kind::Library) putCall(out, s.call);
+    putLE(out, s.operands.size(), 4);
+    for (int o : s.operands) putI32(out, o);
+    putI32(out, s.result);
+    putLE(out, s.checks.size(), 4);
+    for (const CpuProgram::SlotCheck& c : s.checks) {
+      out += static_cast<char>(c.check.condition);
+      putString(out, c.check.of);
+      putI64(out, c.check.axis);
+      putI64(out, c.check.size);
+      putLocation(out, c.check.loc);
+      putI32(out, c.slot);
+    }
+    putI64(out, s.parallelExtent);
+    out += static_cast<char>(s.parallel ? 1 : 0);
+  }
+  putLE(out, p.results.size(), 4);
+  for (const CpuProgram::Result& r : p.results) {
+    putString(out, r.name);
+    putI32(out, r.slot);
+    putI32(out, r.aliasedArgument);
+  }
+  putLE(out, p.finalCopies.size(), 4);
+  for (const auto& [slot, argument] : p.finalCopies) {
+    putI32(out, slot);
+    putI32(out, argument);
+  }
+  putI64(out, p.arenaBytes);
+  putLE(out, p.kernelNames.size(), 4);
+  for (size_t i = 0; i < p.kernelNames.size(); ++i) {
+    putString(out, p.kernelNames[i]);
+    putString(out, i < p.kernelHashes.size() ? p.kernelHashes[i] : "");
+  }
+  putString(out, p.machine.triple);
+  putString(out, p.machine.cpu);
+  putString(out, p.machine.features);
+  putString(out, p.codegenVersion);
+  return out;
+}
+
+Status parseProgram(std::string_view bytes, const std::string& what, CpuProgram& p) {
+  ProgramReader r(bytes, what);
+  auto str = [&](std::string& out, std::string_view field) -> Status {
+    auto s = r.raw().string(field);
+    if (!s) return s.takeError();
+    out = std::move(*s);
+    return {};
+  };
+  KILN_TRY(str(p.name, "the program's name"));
+  auto numArgs = r.count("the arguments");
+  if (!numArgs) return numArgs.takeError();
+  for (size_t i = 0; i < *numArgs; ++i) {
+    CpuProgram::Argument a;
+    KILN_TRY(str(a.name, "an argument's name"));
+    auto type = r.type("an argument's type");
+    if (!type) return type.takeError();
+    a.type = *type;
+    auto has = r.raw().uint(1, "an argument's default");
+    if (!has) return has.takeError();
+    a.hasDefault = *has != 0;
+    if (a.hasDefault) {
+      auto t = r.tensor("an argument's default");
+      if (!t) return t.takeError();
+      a.defaultValue = std::move(*t);
+    }
+    p.arguments.push_back(std::move(a));
+  }
+  auto numConstants = r.count("the constants");
+  if (!numConstants) return numConstants.takeError();
+  for (size_t i = 0; i < *numConstants; ++i) {
+    auto t = r.tensor("a constant");
+    if (!t) return t.takeError();
+    p.constants.push_back(std::move(*t));
+  }
+  auto numSlots = r.count("the slots");
+  if (!numSlots) return numSlots.takeError();
+  for (size_t i = 0; i < *numSlots; ++i) {
+    CpuProgram::Slot s;
+    auto kind = r.raw().uint(1, "a slot's kind");
+    if (!kind) return kind.takeError();
+    if (*kind > static_cast<uint64_t>(CpuProgram::SlotKind::InPlace)) return r.raw().error("corrupt: a slot's kind");
+    s.kind = static_cast<CpuProgram::SlotKind>(*kind);
+    auto type = r.type("a slot's type");
+    if (!type) return type.takeError();
+    s.type = *type;
+    auto index = r.i64("a slot's index");
+    if (!index) return index.takeError();
+    s.index = *index;
+    p.slots.push_back(std::move(s));
+  }
+  auto numSteps = r.count("the steps");
+  if (!numSteps) return numSteps.takeError();
+  for (size_t i = 0; i < *numSteps; ++i) {
+    CpuProgram::Step s;
+    auto kind = r.raw().uint(1, "a step's kind");
+    if (!kind) return kind.takeError();
+    if (*kind > static_cast<uint64_t>(CpuProgram::Step::Kind::Library)) return r.raw().error("corrupt: a step's kind");
+    s.kind = static_cast<CpuProgram::Step::Kind>(*kind);
+    KILN_TRY(str(s.name, "a step's name"));
+    KILN_TRY(str(s.what, "a step's description"));
+    auto kernel = r.i32("a step's kernel");
+    if (!kernel) return kernel.takeError();
+    s.kernel = *kernel;
+    if (s.kind == CpuProgram::Step::Kind::Library) {
+      auto call = r.call();
+      if (!call) return call.takeError();
+      s.call = std::move(*call);
+    }
+    auto numOperands = r.count("a step's operands");
+    if (!numOperands) return numOperands.takeError();
+    for (size_t j = 0; j < *numOperands; ++j) {
+      auto o = r.i32("a step's operand");
+      if (!o) return o.takeError();
+      s.operands.push_back(*o);
+    }
+    auto result = r.i32("a step's result");
+    if (!result) return result.takeError();
+    s.result = *result;
+    auto numChecks = r.count("a step's checks");
+    if (!numChecks) return numChecks.takeError();
+    for (size_t j = 0; j < *numChecks; ++j) {
+      CpuProgram::SlotCheck c;
+      auto condition = r.raw().uint(1, "a check's condition");
+      if (!condition) return condition.takeError();
+      if (*condition > static_cast<uint64_t>(HostCheck::Condition::NonNegative))
+        return r.raw().error("corrupt: a check's condition");
+      c.check.condition = static_cast<HostCheck::Condition>(*condition);
+      KILN_TRY(str(c.check.of, "a check's op"));
+      auto axis = r.i64("a check's axis"), size = r.i64("a check's size");
+      if (!axis) return axis.takeError();
+      if (!size) return size.takeError();
+      c.check.axis = *axis;
+      c.check.size = *size;
+      auto loc = r.location("a check's location");
+      if (!loc) return loc.takeError();
+      c.check.loc = std::move(*loc);
+      auto slot = r.i32("a check's slot");
+      if (!slot) return slot.takeError();
+      c.slot = *slot;
+      s.checks.push_back(std::move(c));
+    }
+    auto extent = r.i64("a step's parallel extent");
+    if (!extent) return extent.takeError();
+    s.parallelExtent = *extent;
+    auto parallel = r.raw().uint(1, "a step's parallel flag");
+    if (!parallel) return parallel.takeError();
+    s.parallel = *parallel != 0;
+    p.steps.push_back(std::move(s));
+  }
+  auto numResults = r.count("the results");
+  if (!numResults) return numResults.takeError();
+  for (size_t i = 0; i < *numResults; ++i) {
+    CpuProgram::Result res;
+    KILN_TRY(str(res.name, "a result's name"));
+    auto slot = r.i32("a result's slot"), alias = r.i32("a result's alias");
+    if (!slot) return slot.takeError();
+    if (!alias) return alias.takeError();
+    res.slot = *slot;
+    res.aliasedArgument = *alias;
+    p.results.push_back(std::move(res));
+  }
+  auto numCopies = r.count("the final copies");
+  if (!numCopies) return numCopies.takeError();
+  for (size_t i = 0; i < *numCopies; ++i) {
+    auto slot = r.i32("a final copy"), argument = r.i32("a final copy");
+    if (!slot) return slot.takeError();
+    if (!argument) return argument.takeError();
+    p.finalCopies.emplace_back(*slot, *argument);
+  }
+  auto arena = r.i64("the arena size");
+  if (!arena) return arena.takeError();
+  p.arenaBytes = *arena;
+  auto numKernels = r.count("the kernels");
+  if (!numKernels) return numKernels.takeError();
+  for (size_t i = 0; i < *numKernels; ++i) {
+    std::string name, hash;
+    KILN_TRY(str(name, "a kernel's name"));
+    KILN_TRY(str(hash, "a kernel's hash"));
+    p.kernelNames.push_back(std::move(name));
+    p.kernelHashes.push_back(std::move(hash));
+  }
+  KILN_TRY(str(p.machine.triple, "the target triple"));
+  KILN_TRY(str(p.machine.cpu, "the target CPU"));
+  KILN_TRY(str(p.machine.features, "the target features"));
+  KILN_TRY(str(p.codegenVersion, "the code generator"));
+  if (r.raw().remaining() != 0)
+    return r.raw().error("corrupt: " + std::to_string(r.raw().remaining()) + " unexpected bytes after the program");
+  return {};
+}
+
+Status CpuProgram::validate() const {
+  auto bad = [&](const std::string& message) { return Error("program '" + name + "': " + message); };
+  const int numSlots = static_cast<int>(slots.size());
+  auto slotOk = [&](int s) { return s >= 0 && s < numSlots; };
+  if (arenaBytes < 0) return bad("a negative arena size");
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const Argument& a = arguments[i];
+    if (!a.type.isStatic()) return bad("argument " + std::to_string(i) + " is not static");
+    if (a.hasDefault && a.defaultValue.type() != a.type)
+      return bad("the default of argument '" + a.name + "' is " + a.defaultValue.type().str() + ", expected " +
+                 a.type.str());
+  }
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const Slot& s = slots[i];
+    const std::string what = "slot " + std::to_string(i) + " (" + s.type.str() + ")";
+    if (!s.type.isStatic()) return bad(what + " is not static");
+    switch (s.kind) {
+      case SlotKind::Argument:
+      case SlotKind::InPlace:
+        if (s.index < 0 || s.index >= static_cast<int64_t>(arguments.size()) ||
+            arguments[static_cast<size_t>(s.index)].type != s.type)
+          return bad(what + " names argument " + std::to_string(s.index) + ", which does not fit it");
+        break;
+      case SlotKind::Constant:
+        if (s.index < 0 || s.index >= static_cast<int64_t>(constants.size()) ||
+            constants[static_cast<size_t>(s.index)].type() != s.type ||
+            constants[static_cast<size_t>(s.index)].numBytes() != static_cast<size_t>(bytesOf(s.type)))
+          return bad(what + " names constant " + std::to_string(s.index) + ", which does not fit it");
+        break;
+      case SlotKind::Arena:
+        if (s.index < 0 || s.index > arenaBytes || bytesOf(s.type) > arenaBytes - s.index)
+          return bad(what + " at offset " + std::to_string(s.index) + " does not fit the " +
+                     std::to_string(arenaBytes) + "-byte arena");
+        break;
+      case SlotKind::Output: break;
+    }
+  }
+  std::set<int> written;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& s = steps[i];
+    const std::string what = "step " + std::to_string(i) + " (%" + s.name + ")";
+    for (int o : s.operands)
+      if (!slotOk(o)) return bad(what + " reads slot " + std::to_string(o) + ", which does not exist");
+    if (!slotOk(s.result) || slots[static_cast<size_t>(s.result)].kind == SlotKind::Argument ||
+        slots[static_cast<size_t>(s.result)].kind == SlotKind::Constant || !written.insert(s.result).second)
+      return bad(what + " writes slot " + std::to_string(s.result) + ", which it cannot");
+    for (const SlotCheck& c : s.checks)
+      if (!slotOk(c.slot) || isFloat(slots[static_cast<size_t>(c.slot)].type.dtype))
+        return bad(what + " checks slot " + std::to_string(c.slot) + ", which is not an integer tensor");
+    if (s.parallelExtent < 0) return bad(what + " has a negative parallel extent");
+    if (s.kind == Step::Kind::Kernel) {
+      if (s.kernel < 0 || s.kernel >= static_cast<int>(kernelNames.size()))
+        return bad(what + " runs kernel " + std::to_string(s.kernel) + " of " + std::to_string(kernelNames.size()));
+      continue;
+    }
+    // A library call reads and writes its buffers through the dims it
+    // describes: they must be the slots' own.
+    const LibraryCall& c = s.call;
+    const int buffers = static_cast<int>(s.operands.size());
+    auto dimsOfBuffer = [&](int b) { return staticDims(slots[static_cast<size_t>(b == buffers ? s.result : s.operands[b])].type.shape); };
+    if (c.resultBuffer != buffers || c.operands.size() < 2 || c.operands.size() > 3 ||
+        c.operandDims.size() != c.operands.size() || c.resultDims != dimsOfBuffer(buffers))
+      return bad(what + " has a library call that does not fit its buffers");
+    for (size_t k = 0; k < c.operands.size(); ++k)
+      if (c.operands[k] < 0 || c.operands[k] >= buffers || c.operandDims[k] != dimsOfBuffer(c.operands[k]))
+        return bad(what + " has a library call operand that does not fit its buffers");
+    for (const PostOp& p : c.postOps) {
+      if (!p.isBinary()) continue;
+      if (p.operand < 0 || p.operand >= buffers || p.dims.size() != c.resultDims.size() ||
+          numElements(staticShape(p.dims)) != numElements(staticShape(dimsOfBuffer(p.operand))))
+        return bad(what + " has a post-op operand that does not fit its buffers");
+      for (size_t d = 0; d < p.dims.size(); ++d)
+        if (p.dims[d] != 1 && p.dims[d] != c.resultDims[d])
+          return bad(what + " has a post-op operand that does not broadcast into the result");
+    }
+  }
+  for (const Result& r : results) {
+    if (!slotOk(r.slot)) return bad("a result reads slot " + std::to_string(r.slot) + ", which does not exist");
+    if (r.aliasedArgument < -1 || r.aliasedArgument >= static_cast<int>(arguments.size()))
+      return bad("a result aliases argument " + std::to_string(r.aliasedArgument) + ", which does not exist");
+  }
+  for (const auto& [slot, argument] : finalCopies)
+    if (!slotOk(slot) || argument < 0 || argument >= static_cast<int>(arguments.size()) ||
+        bytesOf(slots[static_cast<size_t>(slot)].type) != bytesOf(arguments[static_cast<size_t>(argument)].type))
+      return bad("a final copy from slot " + std::to_string(slot) + " into argument " + std::to_string(argument) +
+                 " does not fit");
+  if (kernelHashes.size() != kernelNames.size()) return bad("a kernel hash per kernel name is missing");
+  return {};
+}
+
+}  // namespace kiln

@@ -1,0 +1,254 @@
+// CpuRunner (CpuRunner.h).
+#include "runtime/CpuRunner.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include "runtime/DnnlKernels.h"
+#include "runtime/LoadedCode.h"
+
+namespace kiln {
+
+namespace {
+
+/// The alignment of the arena and its buffers: a cache line, and the widest
+/// vector load of AVX-512 (the memory plan's offsets are multiples of it).
+constexpr size_t kArenaAlignment = 64;
+
+}  // namespace
+
+int defaultThreads() { return std::max(1, omp_get_num_procs()); }
+
+std::string StepProfile::format(size_t limit) const {
+  std::vector<const Entry*> sorted;
+  double total = 0;
+  for (const Entry& e : entries) {
+    sorted.push_back(&e);
+    total += e.seconds;
+  }
+  std::stable_sort(sorted.begin(), sorted.end(), [](const Entry* a, const Entry* b) { return a->seconds > b->seconds; });
+  std::ostringstream out;
+  char line[96];
+  std::snprintf(line, sizeof line, "%8s %6s %10s  %s\n", "total ms", "share", "ms/call", "step");
+  out << line;
+  for (size_t i = 0; i < sorted.size() && i < limit; ++i) {
+    const Entry& e = *sorted[i];
+    std::snprintf(line, sizeof line, "%8.2f %5.1f%% %10.4f  ", e.seconds * 1e3, total > 0 ? 100 * e.seconds / total : 0.0,
+                  e.calls ? e.seconds * 1e3 / static_cast<double>(e.calls) : 0.0);
+    out << line << e.name << " = " << e.what << "\n";
+  }
+  if (sorted.size() > limit) out << "(" << sorted.size() - limit << " more steps)\n";
+  std::snprintf(line, sizeof line, "%8.2f ms in %zu steps\n", total * 1e3, entries.size());
+  out << line;
+  return out.str();
+}
+
+CpuRunner::~CpuRunner() = default;
+
+Expected<std::unique_ptr<CpuRunner>> CpuRunner::create(std::shared_ptr<const CpuProgram> program, int threads,
+                                                       StepProfile* profile) {
+  KILN_TRY(program->validate());
+  std::unique_ptr<CpuRunner> runner(new CpuRunner());
+  runner->program_ = program;
+  runner->threads_ = threads > 0 ? threads : defaultThreads();
+  runner->profile_ = profile;
+  const CpuProgram& p = *program;
+  auto code = LoadedCode::load(p.sharedObject, p.kernelNames);
+  if (!code) return Error("program '" + p.name + "': " + code.error().message());
+  runner->code_ = std::move(*code);
+
+  // oneDNN plans a primitive's work split for the thread count current when
+  // it is created; a run may have left it at 1 (small calls run alone).
+  setDnnlThreads(runner->threads_);
+  size_t maxBuffers = 0;
+  for (const CpuProgram::Step& step : p.steps) {
+    maxBuffers = std::max(maxBuffers, step.operands.size() + 1);
+    if (step.kind != CpuProgram::Step::Kind::Library) {
+      runner->libraries_.emplace_back();
+      continue;
+    }
+    // Constant buffers (weights) are reordered into oneDNN's layout once.
+    std::vector<bool> constant;
+    for (int s : step.operands) constant.push_back(p.slots[static_cast<size_t>(s)].kind == CpuProgram::SlotKind::Constant);
+    auto library = DnnlKernel::create(step.call, constant);
+    if (!library) return Error("program '" + p.name + "', step %" + step.name + ": " + library.error().message());
+    runner->libraries_.push_back(std::move(*library));
+  }
+  runner->buffers_.resize(maxBuffers);
+
+  const size_t arenaBytes =
+      (static_cast<size_t>(std::max<int64_t>(p.arenaBytes, 1)) + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+  runner->arena_.reset(static_cast<uint8_t*>(std::aligned_alloc(kArenaAlignment, arenaBytes)));
+  if (!runner->arena_) return Error("cannot allocate the " + std::to_string(arenaBytes) + "-byte arena");
+  runner->slotData_.assign(p.slots.size(), nullptr);
+  for (size_t s = 0; s < p.slots.size(); ++s) {
+    const CpuProgram::Slot& slot = p.slots[s];
+    if (slot.kind == CpuProgram::SlotKind::Constant)
+      runner->slotData_[s] = const_cast<uint8_t*>(p.constants[static_cast<size_t>(slot.index)].raw());
+    else if (slot.kind == CpuProgram::SlotKind::Arena)
+      runner->slotData_[s] = runner->arena_.get() + slot.index;
+  }
+  for (const CpuProgram::Result& r : p.results) runner->donates_ = runner->donates_ || r.aliasedArgument >= 0;
+  return runner;
+}
+
+std::string CpuRunner::libraryDescription(size_t i) const {
+  return i < libraries_.size() && libraries_[i] ? libraries_[i]->description() : std::string();
+}
+
+Status CpuRunner::checkInputs(const std::vector<Tensor>& inputs) const {
+  const CpuProgram& p = *program_;
+  if (inputs.size() != p.arguments.size())
+    return Error("'" + p.name + "' takes " + std::to_string(p.arguments.size()) + " inputs, got " +
+                 std::to_string(inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].type() != p.arguments[i].type || inputs[i].numBytes() != static_cast<size_t>(
+                                                                             numElements(p.arguments[i].type.shape) *
+                                                                             static_cast<int64_t>(dtypeSize(p.arguments[i].type.dtype))))
+      return Error("input " + std::to_string(i) + " ('" + p.arguments[i].name + "') of '" + p.name + "' is " +
+                   inputs[i].type().str() + ", expected " + p.arguments[i].type.str() +
+                   " (the program was compiled for these shapes)");
+  return {};
+}
+
+Expected<std::vector<Tensor>> CpuRunner::run(const std::vector<Tensor>& inputs) {
+  if (!donates_) {
+    KILN_TRY(checkInputs(inputs));
+    return execute(inputs);
+  }
+  std::vector<Tensor> donated = inputs;
+  auto results = runInPlace(donated);
+  if (!results) return results;
+  for (size_t r = 0; r < program_->results.size(); ++r)
+    if (const int a = program_->results[r].aliasedArgument; a >= 0) (*results)[r] = std::move(donated[static_cast<size_t>(a)]);
+  return results;
+}
+
+Expected<std::vector<Tensor>> CpuRunner::runInPlace(std::vector<Tensor>& inputs) {
+  KILN_TRY(checkInputs(inputs));
+  return execute(inputs);
+}
+
+Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inputs) {
+  const CpuProgram& p = *program_;
+  // Arguments are only read, except donated ones, which only runInPlace
+  // (whose caller gives up their old values) or run's private copy reach.
+  std::map<int, Tensor> outputs;
+  for (size_t s = 0; s < p.slots.size(); ++s) {
+    const CpuProgram::Slot& slot = p.slots[s];
+    switch (slot.kind) {
+      case CpuProgram::SlotKind::Argument:
+      case CpuProgram::SlotKind::InPlace:
+        slotData_[s] = const_cast<uint8_t*>(inputs[static_cast<size_t>(slot.index)].raw());
+        break;
+      case CpuProgram::SlotKind::Output: {
+        Tensor& t = outputs[static_cast<int>(s)] = Tensor(slot.type.dtype, staticDims(slot.type.shape));
+        slotData_[s] = t.raw();
+        break;
+      }
+      default: break;
+    }
+  }
+  StepProfile* profile = profile_;
+  if (profile && profile->entries.size() != p.steps.size()) {
+    profile->entries.clear();
+    for (size_t k = 0; k < p.steps.size(); ++k)
+      profile->entries.push_back({"%" + p.steps[k].name, libraries_[k] ? libraries_[k]->description() : p.steps[k].what});
+  }
+  for (size_t k = 0; k < p.steps.size(); ++k) {
+    const CpuProgram::Step& step = p.steps[k];
+    for (const CpuProgram::SlotCheck& c : step.checks) {
+      const TensorType& type = p.slots[static_cast<size_t>(c.slot)].type;
+      KILN_TRY(runHostCheck(c.check, slotData_[static_cast<size_t>(c.slot)], type.dtype, numElements(type.shape)));
+    }
+    void** args = buffers_.data();
+    for (size_t i = 0; i < step.operands.size(); ++i) args[i] = slotData_[static_cast<size_t>(step.operands[i])];
+    args[step.operands.size()] = slotData_[static_cast<size_t>(step.result)];
+    const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    if (const DnnlKernel* library = libraries_[k].get()) {
+      setDnnlThreads(step.parallel ? threads_ : 1);
+      library->run(args);
+    } else if (step.parallel && threads_ > 1) {
+      const KernelFn fn = code_->kernel(static_cast<size_t>(step.kernel));
+      const int64_t extent = step.parallelExtent;
+#pragma omp parallel num_threads(threads_)
+      {
+        const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
+        const int64_t begin = extent * t / n, end = extent * (t + 1) / n;
+        if (begin < end) fn(args, nullptr, begin, end);
+      }
+    } else {
+      code_->kernel(static_cast<size_t>(step.kernel))(args, nullptr, 0, step.parallelExtent);
+    }
+    if (profile) {
+      profile->entries[k].seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      ++profile->entries[k].calls;
+    }
+  }
+  // Each output tensor is moved to its last result and copied to earlier
+  // ones (a value returned twice).
+  std::map<int, size_t> lastUse;
+  for (size_t r = 0; r < p.results.size(); ++r)
+    if (p.results[r].aliasedArgument < 0) lastUse[p.results[r].slot] = r;
+  std::vector<Tensor> results;
+  for (size_t r = 0; r < p.results.size(); ++r) {
+    const int s = p.results[r].slot;
+    const CpuProgram::Slot& slot = p.slots[static_cast<size_t>(s)];
+    if (p.results[r].aliasedArgument >= 0) {
+      results.emplace_back();
+    } else if (slot.kind == CpuProgram::SlotKind::Argument) {
+      results.push_back(inputs[static_cast<size_t>(slot.index)]);
+    } else if (slot.kind == CpuProgram::SlotKind::Constant) {
+      results.push_back(p.constants[static_cast<size_t>(slot.index)]);
+    } else if (slot.kind == CpuProgram::SlotKind::Output) {
+      if (lastUse.at(s) == r)
+        results.push_back(std::move(outputs.at(s)));
+      else
+        results.push_back(outputs.at(s));
+    } else {
+      Tensor copy(slot.type.dtype, staticDims(slot.type.shape));
+      std::memcpy(copy.raw(), slotData_[static_cast<size_t>(s)], copy.numBytes());
+      results.push_back(std::move(copy));
+    }
+  }
+  // After the results are taken: a result may return an argument's old
+  // value, which a copy below overwrites.
+  if (!p.finalCopies.empty()) {
+    // A copy whose source is an argument that another copy overwrites (two
+    // donated arguments swapping values) reads it from a staged copy.
+    std::vector<std::vector<uint8_t>> staged;
+    staged.reserve(p.finalCopies.size());
+    std::vector<const void*> sources;
+    for (const auto& [source, argument] : p.finalCopies) {
+      const void* from = slotData_[static_cast<size_t>(source)];
+      const size_t bytes = inputs[static_cast<size_t>(argument)].numBytes();
+      for (const auto& other : p.finalCopies) {
+        const CpuProgram::Slot& src = p.slots[static_cast<size_t>(source)];
+        const bool readsOverwritten = (src.kind == CpuProgram::SlotKind::Argument ||
+                                       src.kind == CpuProgram::SlotKind::InPlace) &&
+                                      src.index == other.second;
+        if (readsOverwritten) {
+          const uint8_t* begin = static_cast<const uint8_t*>(from);
+          staged.emplace_back(begin, begin + bytes);
+          from = staged.back().data();
+          break;
+        }
+      }
+      sources.push_back(from);
+    }
+    for (size_t i = 0; i < p.finalCopies.size(); ++i) {
+      const size_t argument = static_cast<size_t>(p.finalCopies[i].second);
+      std::memcpy(const_cast<uint8_t*>(inputs[argument].raw()), sources[i], inputs[argument].numBytes());
+    }
+  }
+  return results;
+}
+
+}  // namespace kiln

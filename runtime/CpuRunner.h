@@ -1,0 +1,88 @@
+// Runs a compiled CPU program (runtime/CpuProgram.h): loads its kernels'
+// shared object (runtime/LoadedCode.h), creates its oneDNN primitives
+// (runtime/DnnlKernels.h) and its arena, then runs the steps in order on
+// one OpenMP team of `threads` threads — a kernel's parallel loop split
+// into one contiguous slice per thread, oneDNN's own loops on the same team
+// (Debian's oneDNN runs on OpenMP, so the two never compete for cores).
+// Host checks run before the step they guard. A runner owns one arena, so
+// it runs one call at a time.
+//
+// It links no LLVM and sees no IR: this is what runs a `.kc` file, inside
+// `kiln` and in programs that embed Kiln (runtime/Kiln.h).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/CpuProgram.h"
+#include "runtime/Tensor.h"
+
+namespace kiln {
+
+class DnnlKernel;
+class LoadedCode;
+
+/// Time spent in each step of a program, added up over the runs of a runner
+/// given it (`kiln-train-bench --profile`). One entry per step, in step
+/// order; a run of another program starts the table again. Timing each step
+/// adds two clock reads per step and nothing when no profile is given.
+struct StepProfile {
+  struct Entry {
+    /// The step's result and what computes it (the oneDNN primitive, or
+    /// the op or fused ops with the result's type).
+    std::string name;
+    std::string what;
+    double seconds = 0;
+    int64_t calls = 0;
+  };
+  std::vector<Entry> entries;
+  /// The table sorted by time, largest first, with each step's share and
+  /// milliseconds per call; at most `limit` rows.
+  std::string format(size_t limit = 40) const;
+};
+
+/// The threads `threads = 0` stands for: the cores this process may run on.
+int defaultThreads();
+
+class CpuRunner {
+ public:
+  /// A runner of `program` on `threads` threads (0: defaultThreads()); the
+  /// program is validated first. `profile`, when given, receives each
+  /// step's time.
+  static Expected<std::unique_ptr<CpuRunner>> create(std::shared_ptr<const CpuProgram> program, int threads = 0,
+                                                     StepProfile* profile = nullptr);
+  ~CpuRunner();
+
+  /// Runs on `inputs`, one per argument, of the argument's type. Donated
+  /// arguments (results that alias them) are copied first, so `inputs` are
+  /// left alone and every result comes back.
+  Expected<std::vector<Tensor>> run(const std::vector<Tensor>& inputs);
+
+  /// Runs and writes each donated argument's result into `inputs`' memory
+  /// (in place where the program's plan allows, else by a copy after the
+  /// last step); those results come back as empty Tensors. On an error the
+  /// donated tensors may hold partly updated values.
+  Expected<std::vector<Tensor>> runInPlace(std::vector<Tensor>& inputs);
+
+  const CpuProgram& program() const { return *program_; }
+  /// The oneDNN primitive's description of step `i`, or "" for a kernel.
+  std::string libraryDescription(size_t i) const;
+
+ private:
+  CpuRunner() = default;
+  Status checkInputs(const std::vector<Tensor>& inputs) const;
+  Expected<std::vector<Tensor>> execute(const std::vector<Tensor>& inputs);
+
+  std::shared_ptr<const CpuProgram> program_;
+  int threads_ = 1;
+  StepProfile* profile_ = nullptr;
+  std::unique_ptr<LoadedCode> code_;
+  std::vector<std::unique_ptr<DnnlKernel>> libraries_;  // per step; null for kernels
+  std::unique_ptr<uint8_t, decltype(&std::free)> arena_{nullptr, &std::free};
+  std::vector<void*> slotData_;
+  std::vector<void*> buffers_;  // per-step scratch for kernel arguments
+  bool donates_ = false;
+};
+
+}  // namespace kiln

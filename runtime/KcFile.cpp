@@ -1,0 +1,303 @@
+// Writing and reading `.kc` files (format in KcFile.h). Every length, count
+// and index is checked against what remains before it is used
+// (runtime/ByteIO.h), so a truncated or corrupt file becomes an error naming
+// the file and the section.
+#include "runtime/KcFile.h"
+
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include "ir/Parser.h"
+#include "ir/Printer.h"
+#include "ir/Verifier.h"
+#include "runtime/Blake3.h"
+#include "runtime/ByteIO.h"
+
+namespace kiln {
+namespace {
+
+enum class Section : uint32_t { Target = 1, Module = 2, Plan = 4, Weights = 6, Program = 7, Code = 8 };
+constexpr Section kSectionOrder[] = {Section::Target, Section::Module, Section::Program,
+                                     Section::Plan,   Section::Code,   Section::Weights};
+constexpr size_t kHashBytes = 32;
+
+std::string_view sectionName(Section s) {
+  switch (s) {
+    case Section::Target: return "target";
+    case Section::Module: return "module";
+    case Section::Program: return "program";
+    case Section::Plan: return "plan";
+    case Section::Code: return "code";
+    case Section::Weights: return "weights";
+  }
+  return "?";
+}
+
+/// Tensors of at least this many bytes go to the weights section.
+constexpr size_t kElideBytes = 64;
+/// Dims and element counts beyond this are not tensors Kiln wrote.
+constexpr int64_t kMaxDim = int64_t{1} << 40;
+
+std::string hashOf(std::string_view payload) {
+  const std::array<uint8_t, 32> h = blake3(payload);
+  return std::string(reinterpret_cast<const char*>(h.data()), h.size());
+}
+
+void putSection(std::string& out, Section kind, std::string_view payload) {
+  putLE(out, static_cast<uint32_t>(kind), 4);
+  putLE(out, 0, 4);
+  putLE(out, payload.size(), 8);
+  out += hashOf(payload);
+  out.append(payload);
+}
+
+/// `key=value` lines.
+std::map<std::string, std::string> parseKeyValues(std::string_view text) {
+  std::map<std::string, std::string> values;
+  std::istringstream in{std::string(text)};
+  for (std::string line; std::getline(in, line);) {
+    const size_t eq = line.find('=');
+    if (eq != std::string::npos) values[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return values;
+}
+
+/// A zero-element tensor of `dtype`: the placeholder of an elided value.
+std::shared_ptr<const DenseTensor> placeholder(DType dtype) {
+  return std::make_shared<const DenseTensor>(DenseTensor{TensorType{dtype, staticShape({0})}, {}});
+}
+
+bool isPlaceholder(const DenseTensor& t, const TensorType& expected) {
+  return t.bytes.empty() && t.type.shape == staticShape({0}) && expected.shape != t.type.shape;
+}
+
+void putWeight(std::string& out, uint8_t place, uint64_t index, const Tensor& t) {
+  out += static_cast<char>(place);
+  putLE(out, index, 8);
+  const std::string_view name = dtypeName(t.dtype());
+  out += static_cast<char>(name.size());
+  out.append(name);
+  putLE(out, t.shape().size(), 4);
+  for (int64_t d : t.shape()) putLE(out, static_cast<uint64_t>(d), 8);
+  putLE(out, t.numBytes(), 8);
+  out.append(reinterpret_cast<const char*>(t.raw()), t.numBytes());
+}
+
+Expected<Tensor> readWeight(ByteReader& r) {
+  auto nameSize = r.uint(1, "a weight's dtype");
+  if (!nameSize) return nameSize.takeError();
+  auto name = r.take(*nameSize, "a weight's dtype");
+  if (!name) return name.takeError();
+  const std::optional<DType> dtype = parseDType(*name);
+  if (!dtype) return r.error("weights: unknown dtype '" + std::string(*name) + "'");
+  auto rank = r.uint(4, "a weight's rank");
+  if (!rank) return rank.takeError();
+  if (*rank > 64) return r.error("weights: rank " + std::to_string(*rank) + " is more than 64");
+  std::vector<int64_t> dims;
+  int64_t elements = 1;
+  for (uint64_t i = 0; i < *rank; ++i) {
+    auto dim = r.uint(8, "a weight's dims");
+    if (!dim) return dim.takeError();
+    if (*dim > static_cast<uint64_t>(kMaxDim) || (elements && static_cast<int64_t>(*dim) > kMaxDim / elements))
+      return r.error("weights: a tensor of more than 2^40 elements");
+    elements *= static_cast<int64_t>(*dim);
+    dims.push_back(static_cast<int64_t>(*dim));
+  }
+  auto size = r.uint(8, "a weight's size");
+  if (!size) return size.takeError();
+  if (*size != static_cast<uint64_t>(elements) * dtypeSize(*dtype))
+    return r.error("weights: a " + TensorType{*dtype, staticShape(dims)}.str() + " tensor with " +
+                   std::to_string(*size) + " bytes");
+  auto bytes = r.take(*size, "a weight's data");
+  if (!bytes) return bytes.takeError();
+  Tensor t(*dtype, dims);
+  std::memcpy(t.raw(), bytes->data(), bytes->size());
+  return t;
+}
+
+}  // namespace
+
+Expected<std::string> serializeArtifact(const Function& optimized, const CpuProgram& program, int optLevel,
+                                        const std::string& memoryPlan) {
+  KILN_TRY(program.validate());
+  // The module without its large tensors, which go to the weights section
+  // (from the program, which holds the same values).
+  std::unique_ptr<Function> stripped = optimized.clone();
+  Function& f = *stripped;
+  std::string weightEntries;
+  uint32_t numWeights = 0;
+  if (f.numArguments() != program.arguments.size())
+    return Error("the program has " + std::to_string(program.arguments.size()) + " arguments, the module " +
+                 std::to_string(f.numArguments()));
+  for (size_t i = 0; i < f.numArguments(); ++i) {
+    const DenseTensor* d = f.argumentDefault(i);
+    if (!d || d->bytes.size() < kElideBytes) continue;
+    putWeight(weightEntries, 1, i, program.arguments[i].defaultValue);
+    ++numWeights;
+    f.setArgumentDefault(i, placeholder(d->type.dtype));
+  }
+  size_t constantIndex = 0;
+  for (const auto& op : f.ops()) {
+    if (op->kind() != OpKind::Constant) continue;
+    if (constantIndex >= program.constants.size())
+      return Error("the module has more constants than the program (" + std::to_string(program.constants.size()) + ")");
+    const DenseTensor& d = op->getTensor("value");
+    if (d.bytes.size() >= kElideBytes) {
+      putWeight(weightEntries, 0, constantIndex, program.constants[constantIndex]);
+      ++numWeights;
+      op->setAttr("value", Attribute(DenseTensor(*placeholder(d.type.dtype))));
+    }
+    ++constantIndex;
+  }
+  if (constantIndex != program.constants.size())
+    return Error("the module has " + std::to_string(constantIndex) + " constants, the program " +
+                 std::to_string(program.constants.size()));
+  std::string weights;
+  putLE(weights, numWeights, 4);
+  weights += weightEntries;
+
+  const CpuMachine& m = program.machine;
+  const std::string target = "triple=" + m.triple + "\ncpu=" + m.cpu + "\nfeatures=" + m.features +
+                             "\ncodegen=" + program.codegenVersion + "\nopt-level=" + std::to_string(optLevel) + "\n";
+  std::string out(kArtifactMagic);
+  putLE(out, kArtifactVersion, 4);
+  putLE(out, std::size(kSectionOrder), 4);
+  putSection(out, Section::Target, target);
+  putSection(out, Section::Module, print(*stripped));
+  putSection(out, Section::Program, serializeProgram(program, kElideBytes));
+  putSection(out, Section::Plan, memoryPlan);
+  putSection(out, Section::Code, program.sharedObject);
+  putSection(out, Section::Weights, weights);
+  return out;
+}
+
+Expected<CompiledArtifact> parseArtifact(std::string_view bytes, const std::string& filename) {
+  ByteReader file(bytes, filename);
+  if (bytes.size() < kArtifactMagic.size() || bytes.substr(0, kArtifactMagic.size()) != kArtifactMagic)
+    return file.error("not a Kiln compiled artifact (.kc): it does not start with the magic 'KILNKC'");
+  if (auto magic = file.take(kArtifactMagic.size(), "the magic"); !magic) return magic.takeError();
+  auto version = file.uint(4, "the format version");
+  if (!version) return version.takeError();
+  if (*version != kArtifactVersion)
+    return file.error(
+        "format version " + std::to_string(*version) + " is not readable by this Kiln, which reads .kc " +
+        "format version " + std::to_string(kArtifactVersion) +
+        (*version > kArtifactVersion ? " (the file was written by a newer Kiln; recompile the model)"
+                                     : " (the file was written by an older Kiln; compile the model again)"));
+  auto count = file.uint(4, "the section count");
+  if (!count) return count.takeError();
+  if (*count != std::size(kSectionOrder))
+    return file.error("has " + std::to_string(*count) + " sections, expected " +
+                      std::to_string(std::size(kSectionOrder)));
+
+  std::map<Section, std::string_view> sections;
+  for (Section expected : kSectionOrder) {
+    const std::string what = "the " + std::string(sectionName(expected)) + " section";
+    auto kind = file.uint(4, what);
+    if (!kind) return kind.takeError();
+    if (*kind != static_cast<uint32_t>(expected))
+      return file.error("corrupt: found section kind " + std::to_string(*kind) + " where " + what + " belongs");
+    auto reserved = file.uint(4, what);
+    if (!reserved) return reserved.takeError();
+    auto size = file.uint(8, what);
+    if (!size) return size.takeError();
+    auto hash = file.take(kHashBytes, what + "'s checksum");
+    if (!hash) return hash.takeError();
+    auto payload = file.take(*size, what);
+    if (!payload) return payload.takeError();
+    if (*reserved != 0 || hashOf(*payload) != *hash)
+      return file.error("corrupt: the checksum of " + what + " does not match its contents");
+    sections[expected] = *payload;
+  }
+  if (file.remaining() != 0)
+    return file.error("corrupt: " + std::to_string(file.remaining()) + " unexpected bytes after the last section");
+
+  CompiledArtifact artifact;
+  auto target = parseKeyValues(sections[Section::Target]);
+  for (const char* key : {"triple", "cpu", "features", "codegen", "opt-level"})
+    if (!target.count(key)) return file.error("the target section has no '" + std::string(key) + "'");
+  const std::string& level = target["opt-level"];
+  if (level.size() != 1 || level[0] < '0' || level[0] > '3')
+    return file.error("the target section's opt-level '" + level + "' is not 0, 1, 2 or 3");
+  artifact.optLevel = level[0] - '0';
+
+  artifact.program = std::make_shared<CpuProgram>();
+  CpuProgram& program = *artifact.program;
+  KILN_TRY(parseProgram(sections[Section::Program], filename + " (program section)", program));
+  // The target section is what a reader of the file sees; it is the truth.
+  program.machine = {target["triple"], target["cpu"], target["features"]};
+  program.codegenVersion = target["codegen"];
+  program.sharedObject = std::string(sections[Section::Code]);
+  artifact.moduleText = std::string(sections[Section::Module]);
+  artifact.memoryPlan = std::string(sections[Section::Plan]);
+
+  // The large tensors, into the program.
+  ByteReader weights(sections[Section::Weights], filename + " (weights section)");
+  auto numWeights = weights.uint(4, "the weight count");
+  if (!numWeights) return numWeights.takeError();
+  for (uint64_t w = 0; w < *numWeights; ++w) {
+    auto place = weights.uint(1, "a weight's place");
+    if (!place) return place.takeError();
+    auto index = weights.uint(8, "a weight's index");
+    if (!index) return index.takeError();
+    auto tensor = readWeight(weights);
+    if (!tensor) return tensor.takeError();
+    Tensor* slot = nullptr;
+    if (*place == 0 && *index < program.constants.size())
+      slot = &program.constants[*index];
+    else if (*place == 1 && *index < program.arguments.size() && program.arguments[*index].hasDefault)
+      slot = &program.arguments[*index].defaultValue;
+    else if (*place > 1)
+      return weights.error("weight " + std::to_string(w) + " has an unknown place " + std::to_string(*place));
+    if (!slot || slot->numBytes() != 0)
+      return weights.error("weight " + std::to_string(w) + " (" + tensor->type().str() + ") fills no elided " +
+                           (*place == 0 ? "constant " : "argument default ") + std::to_string(*index));
+    *slot = std::move(*tensor);
+  }
+  if (weights.remaining() != 0) return weights.error("unexpected bytes after the last weight");
+  if (Status s = program.validate(); !s) return file.error("corrupt: " + s.error().message());
+  return artifact;
+}
+
+Expected<std::unique_ptr<Module>> artifactModule(const CompiledArtifact& artifact, const std::string& filename) {
+  auto module = parseModule(artifact.moduleText, filename + " (module section)");
+  if (!module) return module.takeError();
+  if ((*module)->functions().size() != 1)
+    return Error(filename + ": the module section must hold exactly one function");
+  Function& f = *(*module)->functions().front();
+  const CpuProgram& program = *artifact.program;
+  const std::string where = filename + " (module section): ";
+  if (f.numArguments() != program.arguments.size())
+    return Error(where + "its function has " + std::to_string(f.numArguments()) + " arguments, the program " +
+                 std::to_string(program.arguments.size()));
+  // The elided tensors come back from the program, which holds them.
+  for (size_t i = 0; i < f.numArguments(); ++i) {
+    const DenseTensor* d = f.argumentDefault(i);
+    if (!d || !isPlaceholder(*d, f.argument(i)->type())) continue;
+    const CpuProgram::Argument& a = program.arguments[i];
+    if (!a.hasDefault || a.defaultValue.dtype() != d->type.dtype)
+      return Error(where + "argument " + std::to_string(i) + "'s default is not in the program");
+    f.setArgumentDefault(i, std::make_shared<const DenseTensor>(a.defaultValue.toDense()));
+  }
+  size_t constantIndex = 0;
+  for (const auto& op : f.ops()) {
+    if (op->kind() != OpKind::Constant) continue;
+    if (constantIndex >= program.constants.size())
+      return Error(where + "it has more constants than the program (" + std::to_string(program.constants.size()) + ")");
+    const Tensor& value = program.constants[constantIndex++];
+    if (isPlaceholder(op->getTensor("value"), op->result()->type())) {
+      if (value.type() != op->result()->type())
+        return Error(where + "constant " + std::to_string(constantIndex - 1) + " is " + op->result()->type().str() +
+                     ", the program's is " + value.type().str());
+      op->setAttr("value", Attribute(value.toDense()));
+    }
+  }
+  if (constantIndex != program.constants.size())
+    return Error(where + "it has " + std::to_string(constantIndex) + " constants, the program " +
+                 std::to_string(program.constants.size()));
+  KILN_TRY(verify(**module));
+  return module;
+}
+
+}  // namespace kiln

@@ -1,0 +1,78 @@
+// `.kc` compiled artifacts (docs/codegen.md section 5): a compiled CPU
+// program (runtime/CpuProgram.h) with everything it needs to run, and the
+// optimized module it was compiled from. A file is
+//
+//   "KILNKC\0\0"  u32 format version  u32 number of sections
+//   sections, each: u32 kind  u32 zero  u64 payload size
+//                   32-byte BLAKE3 hash of the payload  payload
+//
+// with integers little-endian and the sections, in this order:
+//
+//   target   text `key=value` lines: triple, cpu, features (what the code
+//            was built for), codegen (the code generator's version) and the
+//            compile flags (opt-level)
+//   module   the optimized module as Kiln IR text, each top-level constant
+//            and argument default of 64 bytes or more elided to a
+//            zero-element placeholder (`dense<f32[0]>[]`); read only to
+//            compile the program again (`kiln run --recompile`, another CPU)
+//   program  the program (serializeProgram), tensors of 64 bytes or more
+//            left to the weights section
+//   plan     text: the memory plan of the function (MemoryPlan::str())
+//   code     the program's shared object (ELF)
+//   weights  u32 count, then per tensor of 64 bytes or more: u8 place (0:
+//            the constant of that index, in the module's order of its
+//            top-level constant ops, 1: argument default), u64 index, the
+//            dtype's name (u8 length and bytes: "f32"), u32 rank, i64 dims,
+//            u64 size and the little-endian element bytes
+//
+// The reader checks everything before using it: the magic, a format
+// version it knows (another one is refused, naming both), every section's
+// size against what remains and its checksum, every count and index, each
+// weight's type against the value it fills, and the program with
+// CpuProgram::validate. A truncated or corrupt file is a clear error, never
+// a crash. Reading needs no IR parser and no LLVM: the module is parsed
+// only on request (artifactModule).
+//
+// A `.kc` holds machine code: run one only if you would run a program from
+// the same place (docs/cli.md).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "ir/IR.h"
+#include "runtime/CpuProgram.h"
+
+namespace kiln {
+
+/// The `.kc` format version this Kiln reads and writes. Version 1 (Kiln
+/// before compiled programs were plain data) held only object files to link
+/// into a JIT; such a file is refused with a request to compile the model
+/// again.
+inline constexpr uint32_t kArtifactVersion = 2;
+/// The first bytes of every `.kc` file.
+inline constexpr std::string_view kArtifactMagic{"KILNKC\0\0", 8};
+
+struct CompiledArtifact {
+  int optLevel = 3;
+  /// The program, complete: constants, argument defaults and code.
+  std::shared_ptr<CpuProgram> program;
+  /// The module section as it is (large tensors elided); see artifactModule.
+  std::string moduleText;
+  std::string memoryPlan;
+};
+
+/// The `.kc` bytes of `program`, compiled from `optimized` (one function)
+/// at `optLevel`, with `memoryPlan`'s text.
+Expected<std::string> serializeArtifact(const Function& optimized, const CpuProgram& program, int optLevel,
+                                        const std::string& memoryPlan);
+
+/// Reads `.kc` bytes; `filename` names the file in errors.
+Expected<CompiledArtifact> parseArtifact(std::string_view bytes, const std::string& filename);
+
+/// The artifact's optimized module, parsed and verified, with the elided
+/// tensors restored from its program.
+Expected<std::unique_ptr<Module>> artifactModule(const CompiledArtifact& artifact, const std::string& filename);
+
+}  // namespace kiln
