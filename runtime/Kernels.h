@@ -151,9 +151,6 @@ void unravel(int64_t flat, const std::vector<int64_t>& shape, std::vector<int64_
 /// `[1,2,3]`: an int list for error messages.
 std::string listStr(const std::vector<int64_t>& values);
 
-/// Axis `axis` of a rank-`rank` tensor made non-negative, or an error on `op`.
-Expected<int64_t> checkedAxis(const Op& op, int64_t axis, int64_t rank);
-
 /// The attribute `name` (or its default) as ints; empty when unset.
 std::vector<int64_t> intsOr(const Op& op, std::string_view name);
 
