@@ -5,19 +5,25 @@
 //
 // with integers little-endian. Lookup checks all of it before returning
 // the payload, so a truncated file, a flipped byte or a foreign file is a
-// miss with a notice, never bad code handed to the linker.
+// miss with a notice, never bad code handed to the linker. Before that, the
+// folder and the entry must pass the trust rules of KernelCache.h, checked
+// with fstat on the open folder and file (POSIX *at calls relative to the
+// folder's descriptor), so that what was checked is what is read.
 #include "codegen/KernelCache.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <llvm/ADT/StringExtras.h>
 #include <llvm/Support/BLAKE3.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 namespace kiln::codegen {
 namespace {
@@ -49,11 +55,98 @@ bool isKey(const std::string& key) {
   return key.size() == 2 * kHashBytes && key.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
+std::string modeString(mode_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
+  return text;
+}
+
+/// Why a file or folder that fstat described as `st` may hold code someone
+/// other than the effective user wrote; empty when it may not.
+std::string untrusted(const struct stat& st) {
+  const uid_t me = ::geteuid();
+  if (st.st_uid != me)
+    return "owned by uid " + std::to_string(st.st_uid) + ", not by uid " + std::to_string(me) + ", which runs Kiln";
+  const bool group = st.st_mode & S_IWGRP, others = st.st_mode & S_IWOTH;
+  if (group || others)
+    return std::string("writable by ") +
+           (group && others ? "its group and others"
+            : group         ? "its group"
+                            : "others") +
+           ", mode " + modeString(st.st_mode);
+  return "";
+}
+
+/// Creates `dir` and each missing parent with mode 0700; empty, or why not.
+std::string createFolders(const std::string& dir) {
+  std::filesystem::path partial;
+  for (const std::filesystem::path& part : std::filesystem::path(dir)) {
+    partial /= part;
+    if (::mkdir(partial.c_str(), 0700) != 0 && errno != EEXIST)
+      return "cannot create '" + partial.string() + "': " + std::strerror(errno);
+  }
+  return "";
+}
+
+/// Reads all of `fd`; false on a read error.
+bool readAll(int fd, std::string& out) {
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n == 0) return true;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    out.append(buffer, static_cast<size_t>(n));
+  }
+}
+
+/// Writes all of `data` to `fd`; false on a write error.
+bool writeAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+/// The bytes of entry `name` of the open folder `dir` when it may be
+/// trusted; otherwise nullopt with `problem` saying why (empty for a miss).
+std::optional<std::string> readEntry(int dir, const std::string& name, std::string& problem) {
+  // O_NONBLOCK: a FIFO planted under an entry's name must not block open().
+  const int fd = ::openat(dir, name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno != ENOENT) problem = std::string("cannot be read (") + std::strerror(errno) + ")";
+    return std::nullopt;  // ENOENT: a miss
+  }
+  struct stat st;
+  std::string bytes;
+  if (::fstat(fd, &st) != 0)
+    problem = std::string("cannot be read (") + std::strerror(errno) + ")";
+  else if (!S_ISREG(st.st_mode))
+    problem = "is not a regular file";
+  else if (std::string why = untrusted(st); !why.empty())
+    problem = "is not trusted (" + why + ")";
+  else if (!readAll(fd, bytes))
+    problem = std::string("cannot be read (") + std::strerror(errno) + ")";
+  else
+    // A read counts as a use for trim(); where that fails the old time stays.
+    ::futimens(fd, nullptr);
+  ::close(fd);
+  if (!problem.empty()) return std::nullopt;
+  return bytes;
+}
+
 }  // namespace
 
 std::string contentHash(std::string_view data) { return llvm::toHex(hashBytes(data), /*LowerCase=*/true); }
 
 KernelCache::KernelCache(std::string dir, uint64_t maxBytes) : dir_(std::move(dir)), maxBytes_(maxBytes) {}
+
+KernelCache::~KernelCache() {
+  if (folderFd_ >= 0) ::close(folderFd_);
+}
 
 std::string KernelCache::entryPath(const std::string& key) const {
   return (std::filesystem::path(dir_) / (key + ".kobj")).string();
@@ -72,55 +165,78 @@ std::vector<std::string> KernelCache::takeNotices() {
   return std::exchange(notices_, {});
 }
 
-std::optional<std::string> KernelCache::lookup(const std::string& key) {
-  if (!enabled() || !isKey(key)) return std::nullopt;
-  const std::string path = entryPath(key);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;  // a miss
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  const std::string bytes = std::move(buffer).str();
-  std::string problem;
-  if (bytes.size() < kHeaderBytes || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
-    problem = bytes.size() < kHeaderBytes ? "truncated header" : "not a Kiln cache entry";
-  } else if (getLE(bytes, 8, 4) != kEntryVersion) {
-    problem = "entry format " + std::to_string(getLE(bytes, 8, 4)) + ", expected " + std::to_string(kEntryVersion);
-  } else if (const uint64_t size = getLE(bytes, 16, 8); size > kMaxEntryBytes || size != bytes.size() - kHeaderBytes) {
-    problem = "size " + std::to_string(bytes.size() - kHeaderBytes) + " bytes, header says " + std::to_string(size);
-  } else {
-    std::string_view payload(bytes.data() + kHeaderBytes, bytes.size() - kHeaderBytes);
-    const auto hash = hashBytes(payload);
-    if (std::memcmp(hash.data(), bytes.data() + 24, kHashBytes) != 0) {
-      problem = "checksum mismatch";
-    } else {
-      // A hit counts as a use for trim(); a read-only folder keeps the old time.
-      std::error_code ec;
-      std::filesystem::last_write_time(path, std::filesystem::file_time_type::clock::now(), ec);
-      return std::string(payload);
+int KernelCache::folder(bool create) {
+  std::lock_guard lock(mutex_);
+  if (folderFd_ >= 0 || warnedUnusable_) return folderFd_;
+  if (create) {
+    if (std::string why = createFolders(dir_); !why.empty()) {
+      noticeUnusable(why);
+      return -1;
     }
   }
+  const int fd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT && !create) return -1;  // a miss; the first store creates it
+    noticeUnusable(std::strerror(errno));
+    return -1;
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    noticeUnusable(std::strerror(errno));
+    ::close(fd);
+    return -1;
+  }
+  if (std::string why = untrusted(st); !why.empty()) {
+    ::close(fd);
+    warnedUnusable_ = true;
+    const std::string advice = st.st_uid != ::geteuid()
+                                   ? "use a folder of your own (--cache-dir DIR) or --no-cache"
+                                   : "make it private (chmod go-w '" + dir_ + "') or use another folder";
+    notice("the kernel cache '" + dir_ + "' is not trusted (" + why +
+           "): Kiln runs the machine code in it, which others could have put there, so it compiles without it; " +
+           advice);
+    return -1;
+  }
+  folderFd_ = fd;
+  return fd;
+}
+
+std::optional<std::string> KernelCache::lookup(const std::string& key) {
+  if (!enabled() || !isKey(key)) return std::nullopt;
+  const int dir = folder(/*create=*/false);
+  if (dir < 0) return std::nullopt;
+  const std::string name = key + ".kobj";
+  std::string problem;
+  std::optional<std::string> entry = readEntry(dir, name, problem);
+  if (entry) {
+    const std::string& bytes = *entry;
+    if (bytes.size() < kHeaderBytes || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
+      problem = bytes.size() < kHeaderBytes ? "truncated header" : "not a Kiln cache entry";
+    } else if (getLE(bytes, 8, 4) != kEntryVersion) {
+      problem = "entry format " + std::to_string(getLE(bytes, 8, 4)) + ", expected " + std::to_string(kEntryVersion);
+    } else if (const uint64_t size = getLE(bytes, 16, 8);
+               size > kMaxEntryBytes || size != bytes.size() - kHeaderBytes) {
+      problem = "size " + std::to_string(bytes.size() - kHeaderBytes) + " bytes, header says " + std::to_string(size);
+    } else {
+      std::string_view payload(bytes.data() + kHeaderBytes, bytes.size() - kHeaderBytes);
+      const auto hash = hashBytes(payload);
+      if (std::memcmp(hash.data(), bytes.data() + 24, kHashBytes) == 0) return std::string(payload);
+      problem = "checksum mismatch";
+    }
+    problem = "is damaged (" + problem + ")";
+  } else if (problem.empty()) {
+    return std::nullopt;  // a miss
+  }
   std::lock_guard lock(mutex_);
-  notice("kernel cache entry '" + path + "' is damaged (" + problem + "); it is rebuilt");
-  std::error_code ec;
-  std::filesystem::remove(path, ec);
+  notice("kernel cache entry '" + entryPath(key) + "' " + problem + "; it is rebuilt");
+  ::unlinkat(dir, name.c_str(), 0);
   return std::nullopt;
 }
 
 void KernelCache::store(const std::string& key, std::string_view object) {
   if (!enabled() || !isKey(key)) return;
-  {
-    std::lock_guard lock(mutex_);
-    if (warnedUnusable_) return;
-    if (!dirReady_) {
-      std::error_code ec;
-      std::filesystem::create_directories(dir_, ec);
-      if (!std::filesystem::is_directory(dir_, ec)) {
-        noticeUnusable(ec ? ec.message() : "cannot create the folder");
-        return;
-      }
-      dirReady_ = true;
-    }
-  }
+  const int dir = folder(/*create=*/true);
+  if (dir < 0) return;
   std::string entry(kMagic, sizeof kMagic);
   putLE(entry, kEntryVersion, 4);
   putLE(entry, 0, 4);
@@ -129,25 +245,23 @@ void KernelCache::store(const std::string& key, std::string_view object) {
   entry.append(reinterpret_cast<const char*>(hash.data()), hash.size());
   entry.append(object);
 
-  // A name no other writer uses: process id and a counter.
+  // A name no other writer uses: process id and a counter. O_EXCL with
+  // mode 0600: a new file of this user's that no one else may write.
   static std::atomic<uint64_t> counter{0};
-  const std::string path = entryPath(key);
-  const std::string temp = path + ".tmp" + std::to_string(::getpid()) + "." + std::to_string(counter++);
-  bool ok = false;
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (out) {
-      out.write(entry.data(), static_cast<std::streamsize>(entry.size()));
-      out.close();
-      ok = !out.fail();
-    }
+  const std::string name = key + ".kobj";
+  const std::string temp = name + ".tmp" + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  const int fd = ::openat(dir, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  bool ok = fd >= 0;
+  if (ok) {
+    ok = writeAll(fd, entry);
+    ok = ::close(fd) == 0 && ok;
   }
-  std::error_code ec;
-  if (ok) std::filesystem::rename(temp, path, ec);
-  if (!ok || ec) {
-    std::filesystem::remove(temp, ec);
+  if (ok) ok = ::renameat(dir, temp.c_str(), dir, name.c_str()) == 0;
+  if (!ok) {
+    const std::string why = std::strerror(errno);
+    if (fd >= 0) ::unlinkat(dir, temp.c_str(), 0);
     std::lock_guard lock(mutex_);
-    noticeUnusable(ok ? "cannot rename an entry into place" : "cannot write an entry");
+    noticeUnusable((fd >= 0 ? "cannot write an entry: " : "cannot create an entry: ") + why);
     return;
   }
   trim();
@@ -155,32 +269,42 @@ void KernelCache::store(const std::string& key, std::string_view object) {
 
 void KernelCache::trim() {
   if (!enabled()) return;
+  const int dir = folder(/*create=*/false);
+  if (dir < 0) return;
+  // A descriptor of its own for the listing: readdir moves a position that
+  // a dup() would share with other threads.
+  const int listFd = ::openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (listFd < 0) return;
+  DIR* listing = ::fdopendir(listFd);
+  if (!listing) {
+    ::close(listFd);
+    return;
+  }
   struct Entry {
-    std::filesystem::file_time_type time;
+    timespec time;
     uint64_t size;
-    std::filesystem::path path;
+    std::string name;
   };
   std::vector<Entry> entries;
   uint64_t total = 0;
-  std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator(dir_, ec); !ec && it != std::filesystem::directory_iterator();
-       it.increment(ec)) {
-    if (it->path().extension() != ".kobj") continue;
-    std::error_code entryError;
-    const uint64_t size = it->file_size(entryError);
-    const auto time = it->last_write_time(entryError);
-    if (entryError) continue;  // removed by another process meanwhile
-    entries.push_back({time, size, it->path()});
-    total += size;
+  while (const dirent* d = ::readdir(listing)) {
+    const std::string name = d->d_name;
+    if (name.size() < 5 || name.compare(name.size() - 5, 5, ".kobj") != 0) continue;
+    struct stat st;
+    // Removed by another process meanwhile, or not a file: not counted.
+    if (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+    entries.push_back({st.st_mtim, static_cast<uint64_t>(st.st_size), name});
+    total += static_cast<uint64_t>(st.st_size);
   }
+  ::closedir(listing);
   if (total <= maxBytes_) return;
   // Oldest first; entries other processes remove at the same time are fine.
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.time < b.time; });
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.time.tv_sec != b.time.tv_sec ? a.time.tv_sec < b.time.tv_sec : a.time.tv_nsec < b.time.tv_nsec;
+  });
   for (const Entry& e : entries) {
     if (total <= maxBytes_ / 4 * 3) break;
-    std::error_code removeError;
-    if (std::filesystem::remove(e.path, removeError)) total -= e.size;
+    if (::unlinkat(dir, e.name.c_str(), 0) == 0) total -= e.size;
   }
 }
-
 }  // namespace kiln::codegen

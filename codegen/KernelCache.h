@@ -14,6 +14,20 @@
 // without it. Notices are collected, not printed, so the tool decides
 // where they go. The cache is safe to use from several threads.
 //
+// Trust: entries are machine code that Kiln links and runs, and checksums
+// only guard against damage, so the cache is used only where no one but
+// the user running Kiln (the effective user) can have put code. The folder
+// must be owned by that user and writable by neither its group nor others;
+// otherwise it is not used at all (one notice). Kiln creates the folder,
+// and any missing parents, 0700. An existing parent is not checked (it may
+// well be /tmp): no one else can add files to a folder that passes the
+// check, and the folder is opened once and checked as opened, so every
+// entry is read and written relative to that open folder even if its path
+// is renamed or replaced later. Each entry must in turn be a regular file
+// owned by that user and not writable by group or others, checked on the
+// opened file; one that is not is a miss with a notice, and is removed and
+// rebuilt. Kiln writes entries 0600.
+//
 // Size: after a store, when the entries take more than `maxBytes`, the
 // least recently used ones (by modification time, which a hit refreshes)
 // are removed until they take at most three quarters of it.
@@ -36,6 +50,9 @@ class KernelCache {
   /// A cache in `dir`; an empty `dir` disables it (every lookup misses,
   /// stores do nothing).
   explicit KernelCache(std::string dir, uint64_t maxBytes = kDefaultMaxBytes);
+  ~KernelCache();
+  KernelCache(const KernelCache&) = delete;
+  KernelCache& operator=(const KernelCache&) = delete;
 
   /// The default size bound of the entries: 1 GiB.
   static constexpr uint64_t kDefaultMaxBytes = uint64_t{1} << 30;
@@ -44,8 +61,8 @@ class KernelCache {
   const std::string& dir() const { return dir_; }
 
   /// The object stored under `key` (64 hex digits), or nullopt when there
-  /// is none or the entry is damaged (a notice says which; the entry is
-  /// removed so that the rebuilt object replaces it).
+  /// is none, or the entry is damaged or not trusted (a notice says which;
+  /// the entry is removed so that the rebuilt object replaces it).
   std::optional<std::string> lookup(const std::string& key);
   /// Stores `object` under `key`, atomically. Failure to write is a notice
   /// (once per cache), never an error.
@@ -55,7 +72,8 @@ class KernelCache {
   /// the bound (see above); store() calls it.
   void trim();
 
-  /// The notices since the last call (a damaged entry, an unusable folder).
+  /// The notices since the last call (a damaged or untrusted entry, an
+  /// unusable or untrusted folder).
   std::vector<std::string> takeNotices();
 
   /// The file an entry lives in, for tests that damage entries.
@@ -64,13 +82,16 @@ class KernelCache {
  private:
   void notice(std::string message);
   void noticeUnusable(const std::string& why);
+  /// The folder, opened and checked (creating it first when `create`); -1
+  /// when it does not exist yet (and not `create`) or is not usable.
+  int folder(bool create);
 
   std::string dir_;
   uint64_t maxBytes_;
   std::mutex mutex_;
   std::vector<std::string> notices_;
   bool warnedUnusable_ = false;
-  bool dirReady_ = false;
+  int folderFd_ = -1;  // the open, checked folder
 };
 
 }  // namespace kiln::codegen

@@ -19,8 +19,6 @@ using Index = std::vector<ExprPtr>;
 
 std::vector<int64_t> dimsOf(const Value* v) { return staticDims(v->type().shape); }
 
-int64_t normalizeAxis(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
-
 /// The index of an operand of shape `shape` that broadcasts to a result
 /// indexed by `index` (NumPy rules: aligned at the back, size-1 dims read 0).
 Index broadcastIndex(const Index& index, const std::vector<int64_t>& shape) {
@@ -228,8 +226,9 @@ Expected<ExprPtr> lowerConstant(const Op& op, LoweringContext&, const Index&) {
 }
 
 Expected<ExprPtr> lowerIota(const Op& op, LoweringContext&, const Index& index) {
-  const int64_t axis = normalizeAxis(op.getInt("axis"), op.result()->type().rank());
-  return kir::cast(index[axis], op.result()->type().dtype);
+  auto axis = checkedAxis(op, op.getInt("axis"), op.result()->type().rank());
+  if (!axis) return axis.takeError();
+  return kir::cast(index[*axis], op.result()->type().dtype);
 }
 
 // --- Layout ------------------------------------------------------------------------
@@ -281,7 +280,11 @@ Expected<ExprPtr> lowerReshape(const Op& op, LoweringContext& ctx, const Index& 
 Expected<ExprPtr> lowerTranspose(const Op& op, LoweringContext& ctx, const Index& index) {
   const std::vector<int64_t>& perm = op.getInts("perm");
   Index in(index.size());
-  for (size_t i = 0; i < perm.size(); ++i) in[normalizeAxis(perm[i], index.size())] = index[i];
+  for (size_t i = 0; i < perm.size(); ++i) {
+    auto axis = checkedAxis(op, perm[i], static_cast<int64_t>(index.size()));
+    if (!axis) return axis.takeError();
+    in[*axis] = index[i];
+  }
   return ctx.operand(0, in);
 }
 
@@ -301,7 +304,9 @@ Expected<ExprPtr> lowerSlice(const Op& op, LoweringContext& ctx, const Index& in
 }
 
 Expected<ExprPtr> lowerConcat(const Op& op, LoweringContext& ctx, const Index& index) {
-  const int64_t axis = normalizeAxis(op.getInt("axis"), index.size());
+  auto checked = checkedAxis(op, op.getInt("axis"), static_cast<int64_t>(index.size()));
+  if (!checked) return checked.takeError();
+  const int64_t axis = *checked;
   // Operands are tried from the last: each select keeps the later operand
   // unless the index lies before that operand's start.
   std::vector<int64_t> offsets;
@@ -377,7 +382,9 @@ ExprPtr normalizedGatherIndex(const ExprPtr& raw, int64_t dim) {
 Expected<ExprPtr> lowerGather(const Op& op, LoweringContext& ctx, const Index& index) {
   const std::vector<int64_t> data = dimsOf(op.operand(0));
   const int64_t indicesRank = op.operand(1)->type().rank();
-  const int64_t axis = normalizeAxis(op.getInt("axis"), data.size());
+  auto checked = checkedAxis(op, op.getInt("axis"), static_cast<int64_t>(data.size()));
+  if (!checked) return checked.takeError();
+  const int64_t axis = *checked;
   Index idx(index.begin() + axis, index.begin() + axis + indicesRank);
   auto raw = ctx.operand(1, idx);
   if (!raw) return raw;
@@ -389,7 +396,9 @@ Expected<ExprPtr> lowerGather(const Op& op, LoweringContext& ctx, const Index& i
 
 Expected<ExprPtr> lowerGatherElements(const Op& op, LoweringContext& ctx, const Index& index) {
   const std::vector<int64_t> data = dimsOf(op.operand(0));
-  const int64_t axis = normalizeAxis(op.getInt("axis"), data.size());
+  auto checked = checkedAxis(op, op.getInt("axis"), static_cast<int64_t>(data.size()));
+  if (!checked) return checked.takeError();
+  const int64_t axis = *checked;
   auto raw = ctx.operand(1, index);
   if (!raw) return raw;
   Index in = index;
@@ -408,7 +417,9 @@ Expected<ExprPtr> lowerGatherElements(const Op& op, LoweringContext& ctx, const 
 /// last bits). The executor checks the indices first, as for gathers.
 Expected<ExprPtr> lowerScatterElements(const Op& op, LoweringContext& ctx, const Index& index) {
   const std::vector<int64_t> data = dimsOf(op.operand(0)), indices = dimsOf(op.operand(1));
-  const int64_t axis = normalizeAxis(op.getInt("axis"), data.size());
+  auto checked = checkedAxis(op, op.getInt("axis"), static_cast<int64_t>(data.size()));
+  if (!checked) return checked.takeError();
+  const int64_t axis = *checked;
   const std::string& reduction = op.getString("reduction");
   const DType t = op.result()->type().dtype;
   auto current = ctx.operand(0, index);
@@ -562,7 +573,11 @@ template <kir::ReduceKind Kind, bool Mean = false>
 Expected<ExprPtr> lowerReduce(const Op& op, LoweringContext& ctx, const Index& index) {
   const std::vector<int64_t> shape = dimsOf(op.operand(0));
   std::vector<bool> reduced(shape.size(), op.getInts("axes").empty());
-  for (int64_t axis : op.getInts("axes")) reduced[normalizeAxis(axis, shape.size())] = true;
+  for (int64_t axis : op.getInts("axes")) {
+    auto checked = checkedAxis(op, axis, static_cast<int64_t>(shape.size()));
+    if (!checked) return checked.takeError();
+    reduced[*checked] = true;
+  }
   std::vector<int64_t> extents;
   int64_t count = 1;
   for (size_t d = 0; d < shape.size(); ++d)
@@ -586,7 +601,9 @@ Expected<ExprPtr> lowerReduce(const Op& op, LoweringContext& ctx, const Index& i
 template <kir::ReduceKind Kind>
 Expected<ExprPtr> lowerArgReduce(const Op& op, LoweringContext& ctx, const Index& index) {
   const std::vector<int64_t> shape = dimsOf(op.operand(0));
-  const int64_t axis = normalizeAxis(op.getInt("axis"), std::max<size_t>(shape.size(), 1));
+  auto checked = checkedAxis(op, op.getInt("axis"), static_cast<int64_t>(std::max<size_t>(shape.size(), 1)));
+  if (!checked) return checked.takeError();
+  const int64_t axis = *checked;
   if (shape.empty()) return kir::index(0);
   if (shape[axis] == 0) return op.emitError("cannot take the arg-reduction of an empty axis");
   std::vector<bool> reduced(shape.size(), false);

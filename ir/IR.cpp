@@ -82,6 +82,11 @@ const Attribute* Op::attr(std::string_view name) const {
   return nullptr;
 }
 
+Expected<int64_t> checkedAxis(const Op& op, int64_t axis, int64_t rank) {
+  if (auto a = normalizeAxis(axis, rank)) return *a;
+  return op.emitError("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+}
+
 Error Op::emitError(const std::string& message) const {
   return Error("'" + std::string(name()) + "' " + message, loc_);
 }

@@ -122,6 +122,11 @@ class Op {
   std::list<std::unique_ptr<Op>>::iterator self_;
 };
 
+/// normalizeAxis (Types.h) for an axis of `op`, or an error on `op` naming
+/// the axis and the rank: for the interpreter's kernels and the rewrites
+/// and lowerings of ops, which meet axes the verifier may not have seen.
+Expected<int64_t> checkedAxis(const Op& op, int64_t axis, int64_t rank);
+
 using OpList = std::list<std::unique_ptr<Op>>;
 
 /// A function: arguments, result types and a body of ops ending in `return`.

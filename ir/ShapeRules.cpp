@@ -26,11 +26,6 @@ const Attribute* ShapeQuery::attr(std::string_view name) const {
   return nullptr;
 }
 
-std::optional<int64_t> normalizeAxis(int64_t axis, int64_t rank) {
-  if (axis < -rank || axis >= rank) return std::nullopt;
-  return axis < 0 ? axis + rank : axis;
-}
-
 namespace {
 
 /// Window and slice arithmetic on attribute values that may be anywhere in

@@ -38,7 +38,4 @@ Expected<std::vector<TensorType>> inferResultTypes(const Op& op);
 /// NumPy broadcasting of two shapes, or an error naming both.
 Expected<Shape> broadcastShapes(const Shape& a, const Shape& b);
 
-/// Normalizes a possibly negative axis against `rank`; nullopt when out of range.
-std::optional<int64_t> normalizeAxis(int64_t axis, int64_t rank);
-
 }  // namespace kiln

@@ -71,6 +71,11 @@ std::vector<int64_t> staticDims(const Shape& shape) {
   return dims;
 }
 
+std::optional<int64_t> normalizeAxis(int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= rank) return std::nullopt;
+  return axis < 0 ? axis + rank : axis;
+}
+
 bool dimsCompatible(const Dim& a, const Dim& b) {
   if (a.isStatic() && b.isStatic()) return a.size == b.size;
   return true;

@@ -54,6 +54,11 @@ int64_t numElements(const Shape& shape);
 Shape staticShape(const std::vector<int64_t>& dims);
 std::vector<int64_t> staticDims(const Shape& shape);
 
+/// `axis` of a rank-`rank` tensor in [0, rank) (a negative one counts from
+/// the end), or nullopt when it is not in [-rank, rank). Every layer
+/// normalizes axes with this; checkedAxis (IR.h) adds the error for an op.
+std::optional<int64_t> normalizeAxis(int64_t axis, int64_t rank);
+
 /// True when `a` and `b` may describe the same dim at run time.
 bool dimsCompatible(const Dim& a, const Dim& b);
 /// The more precise of two compatible dims.

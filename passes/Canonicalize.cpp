@@ -127,13 +127,6 @@ bool isIdentityPerm(const std::vector<int64_t>& perm) {
   return true;
 }
 
-/// `axis` in [0, rank) after adding rank to a negative one, or nullopt.
-std::optional<int64_t> normalizeAxis(int64_t axis, int64_t rank) {
-  if (axis < 0) axis += rank;
-  if (axis < 0 || axis >= rank) return std::nullopt;
-  return axis;
-}
-
 // --- Algebraic identities ----------------------------------------------------
 //
 // Each rule looks at one op and returns the value that replaces its result,

@@ -135,12 +135,8 @@ using Lowered = Expected<std::vector<Value*>>;
 /// Expands one composite op; returns the values replacing its results.
 using Lowering = Lowered (*)(Emitter&, const Op&);
 
-/// `axis` of `op` normalized against `rank`, or an error naming it.
-Expected<int64_t> axisAttr(const Op& op, int64_t rank) {
-  int64_t axis = op.getInt("axis");
-  if (auto a = normalizeAxis(axis, rank)) return *a;
-  return op.emitError("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
-}
+/// The `axis` attribute of `op` normalized against `rank`, or an error.
+Expected<int64_t> axisAttr(const Op& op, int64_t rank) { return checkedAxis(op, op.getInt("axis"), rank); }
 
 // --- Normalization and activations -------------------------------------------
 

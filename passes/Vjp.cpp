@@ -15,8 +15,6 @@
 #include <numbers>
 #include <optional>
 
-#include "ir/ShapeRules.h"
-
 namespace kiln {
 
 namespace {

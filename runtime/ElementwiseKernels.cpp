@@ -2,9 +2,12 @@
 // and comparison ops, select and cast. Each op is one line naming its float
 // and integer semantics; the loops live in a few shared templates. Floats
 // compute in double, integers in int64 with two's-complement wrap-around, so
-// results are rounded (or wrapped) only once, when stored.
+// results are rounded (or wrapped) only once, when stored. The scalar rules
+// (NaN-propagating max/min, mod and rem, division that never traps, pow by
+// squaring, round half to even, ...) are ir/ScalarSemantics.h's, which the
+// CPU JIT and the CUDA emitter share; this file adds only the errors a
+// kernel cannot report (a zero divisor, a negative integer exponent).
 #include <cmath>
-#include <limits>
 
 #include "runtime/Kernels.h"
 
@@ -93,59 +96,33 @@ Status logical(const KernelCall& c, F f) {
 
 IntResult intDiv(int64_t x, int64_t y) {
   if (y == 0) return {0, "integer division by zero"};
-  if (y == -1) return {wrapSub(0, x)};  // INT64_MIN / -1 wraps instead of trapping
-  return {x / y};
+  return {kiln_idiv(x, y)};
 }
 
 IntResult intRem(int64_t x, int64_t y) {
   if (y == 0) return {0, "integer remainder by zero"};
-  if (y == -1) return {0};
-  return {x % y};
+  return {kiln_irem(x, y)};
 }
 
 IntResult intMod(int64_t x, int64_t y) {
-  IntResult r = intRem(x, y);
-  if (!r.error && r.value != 0 && (r.value < 0) != (y < 0)) r.value += y;
-  return r;
+  if (y == 0) return {0, "integer remainder by zero"};
+  return {kiln_imod(x, y)};
 }
 
 IntResult intPow(int64_t base, int64_t exponent) {
   if (exponent < 0) return {0, "integer pow with a negative exponent"};
-  int64_t result = 1;
-  for (; exponent > 0; exponent >>= 1) {
-    if (exponent & 1) result = wrapMul(result, base);
-    base = wrapMul(base, base);
-  }
-  return {result};
+  return {kiln_ipow(base, exponent)};
 }
-
-double floatMod(double x, double y) {
-  double r = std::fmod(x, y);
-  if (r != 0 && (r < 0) != (y < 0)) r += y;
-  return r;
-}
-
-double nanMax(double x, double y) {
-  if (std::isnan(x) || std::isnan(y)) return std::numeric_limits<double>::quiet_NaN();
-  return x > y ? x : y;
-}
-
-double nanMin(double x, double y) {
-  if (std::isnan(x) || std::isnan(y)) return std::numeric_limits<double>::quiet_NaN();
-  return x < y ? x : y;
-}
-
-double sign(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x; }  // keeps NaN and signed zero
 
 }  // namespace
 
 namespace kernels {
 
 // clang-format off
-Status Neg(const KernelCall& c) { return numericUnary(c, [](double x) { return -x; }, [](int64_t x) { return wrapSub(0, x); }); }
-Status Abs(const KernelCall& c) { return numericUnary(c, [](double x) { return std::fabs(x); }, [](int64_t x) { return x < 0 ? wrapSub(0, x) : x; }); }
-Status Sign(const KernelCall& c) { return numericUnary(c, sign, [](int64_t x) -> int64_t { return (x > 0) - (x < 0); }); }
-Status Relu(const KernelCall& c) { return numericUnary(c, [](double x) { return std::isnan(x) || x > 0 ? x : 0.0; }, [](int64_t x) { return x > 0 ? x : 0; }); }
+Status Neg(const KernelCall& c) { return numericUnary(c, [](double x) { return -x; }, kiln_ineg<int64_t>); }
+Status Abs(const KernelCall& c) { return numericUnary(c, [](double x) { return std::fabs(x); }, kiln_iabs<int64_t>); }
+Status Sign(const KernelCall& c) { return numericUnary(c, kiln_fsign<double>, kiln_isign<int64_t>); }
+Status Relu(const KernelCall& c) { return numericUnary(c, kiln_frelu<double>, kiln_irelu<int64_t>); }
 Status Exp(const KernelCall& c) { return mapFloats(c, [](double x) { return std::exp(x); }); }
 Status Log(const KernelCall& c) { return mapFloats(c, [](double x) { return std::log(x); }); }
 Status Sqrt(const KernelCall& c) { return mapFloats(c, [](double x) { return std::sqrt(x); }); }
@@ -167,18 +144,17 @@ Status Acosh(const KernelCall& c) { return mapFloats(c, [](double x) { return st
 Status Atanh(const KernelCall& c) { return mapFloats(c, [](double x) { return std::atanh(x); }); }
 Status Floor(const KernelCall& c) { return mapFloats(c, [](double x) { return std::floor(x); }); }
 Status Ceil(const KernelCall& c) { return mapFloats(c, [](double x) { return std::ceil(x); }); }
-// nearbyint rounds in the current mode, which is round-half-to-even by default.
-Status Round(const KernelCall& c) { return mapFloats(c, [](double x) { return std::nearbyint(x); }); }
+Status Round(const KernelCall& c) { return mapFloats(c, [](double x) { return kiln_fround(x); }); }
 
-Status Add(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return x + y; }, [](int64_t x, int64_t y) { return IntResult{wrapAdd(x, y)}; }); }
-Status Sub(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return x - y; }, [](int64_t x, int64_t y) { return IntResult{wrapSub(x, y)}; }); }
-Status Mul(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return x * y; }, [](int64_t x, int64_t y) { return IntResult{wrapMul(x, y)}; }); }
+Status Add(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return x + y; }, [](int64_t x, int64_t y) { return IntResult{kiln_iadd(x, y)}; }); }
+Status Sub(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return x - y; }, [](int64_t x, int64_t y) { return IntResult{kiln_isub(x, y)}; }); }
+Status Mul(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return x * y; }, [](int64_t x, int64_t y) { return IntResult{kiln_imul(x, y)}; }); }
 Status Div(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return x / y; }, intDiv); }
 Status Pow(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return std::pow(x, y); }, intPow); }
-Status Max(const KernelCall& c) { return numericBinary(c, nanMax, [](int64_t x, int64_t y) { return IntResult{x > y ? x : y}; }); }
-Status Min(const KernelCall& c) { return numericBinary(c, nanMin, [](int64_t x, int64_t y) { return IntResult{x < y ? x : y}; }); }
-Status Mod(const KernelCall& c) { return numericBinary(c, floatMod, intMod); }
-Status Rem(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return std::fmod(x, y); }, intRem); }
+Status Max(const KernelCall& c) { return numericBinary(c, kiln_fmax<double>, [](int64_t x, int64_t y) { return IntResult{kiln_imax(x, y)}; }); }
+Status Min(const KernelCall& c) { return numericBinary(c, kiln_fmin<double>, [](int64_t x, int64_t y) { return IntResult{kiln_imin(x, y)}; }); }
+Status Mod(const KernelCall& c) { return numericBinary(c, kiln_fmod<double>, intMod); }
+Status Rem(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return kiln_frem(x, y); }, intRem); }
 
 Status And(const KernelCall& c) { return logical(c, [](bool x, bool y) { return x && y; }); }
 Status Or(const KernelCall& c) { return logical(c, [](bool x, bool y) { return x || y; }); }

@@ -1,5 +1,4 @@
 // Index arithmetic and attribute helpers shared by the interpreter's kernels.
-#include "ir/ShapeRules.h"
 #include "runtime/Kernels.h"
 
 namespace kiln {
@@ -44,11 +43,6 @@ std::string listStr(const std::vector<int64_t>& values) {
   std::string s = "[";
   for (size_t i = 0; i < values.size(); ++i) s += (i ? "," : "") + std::to_string(values[i]);
   return s + "]";
-}
-
-Expected<int64_t> checkedAxis(const Op& op, int64_t axis, int64_t rank) {
-  if (auto a = normalizeAxis(axis, rank)) return *a;
-  return op.emitError("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
 }
 
 std::vector<int64_t> intsOr(const Op& op, std::string_view name) {

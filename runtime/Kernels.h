@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ir/IR.h"
+#include "ir/ScalarSemantics.h"
 #include "runtime/Tensor.h"
 
 namespace kiln {
@@ -79,32 +80,21 @@ auto withComputeType(DType dtype, F&& f) {
   return f.template operator()<int64_t>();
 }
 
-/// Integer arithmetic that wraps like two's complement instead of
-/// overflowing (signed overflow would be undefined behaviour).
-inline int64_t wrapAdd(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
-}
-inline int64_t wrapSub(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
-}
-inline int64_t wrapMul(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
-}
-
-/// a + b and a * b in the compute type (wrapping for integers).
+/// a + b and a * b in the compute type (wrapping for integers, as
+/// ir/ScalarSemantics.h defines integer arithmetic).
 template <typename Acc>
 Acc addAcc(Acc a, Acc b) {
   if constexpr (std::is_same_v<Acc, double>)
     return a + b;
   else
-    return wrapAdd(a, b);
+    return kiln_iadd(a, b);
 }
 template <typename Acc>
 Acc mulAcc(Acc a, Acc b) {
   if constexpr (std::is_same_v<Acc, double>)
     return a * b;
   else
-    return wrapMul(a, b);
+    return kiln_imul(a, b);
 }
 
 /// The error for an operand dtype that `op`'s kernel does not handle;
@@ -160,9 +150,6 @@ void unravel(int64_t flat, const std::vector<int64_t>& shape, std::vector<int64_
 
 /// `[1,2,3]`: an int list for error messages.
 std::string listStr(const std::vector<int64_t>& values);
-
-/// Axis `axis` of a rank-`rank` tensor made non-negative, or an error on `op`.
-Expected<int64_t> checkedAxis(const Op& op, int64_t axis, int64_t rank);
 
 /// The attribute `name` (or its default) as ints; empty when unset.
 std::vector<int64_t> intsOr(const Op& op, std::string_view name);

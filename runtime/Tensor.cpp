@@ -7,8 +7,9 @@
 
 #include <algorithm>
 #include <cassert>
-#include <cmath>
-#include <limits>
+#include <cstring>
+
+#include "ir/ScalarSemantics.h"
 
 namespace kiln {
 
@@ -26,14 +27,10 @@ void store(uint8_t* p, T v) {
   std::memcpy(p, &v, sizeof(T));
 }
 
-/// Truncates toward zero, mapping NaN to 0 and clamping to the int64 range,
-/// so that a float-to-integer conversion never has undefined behaviour.
-int64_t truncateToInt64(double v) {
-  if (std::isnan(v)) return 0;
-  if (v >= 9223372036854775807.0) return std::numeric_limits<int64_t>::max();
-  if (v <= -9223372036854775808.0) return std::numeric_limits<int64_t>::min();
-  return static_cast<int64_t>(v);
-}
+/// Truncates toward zero, mapping NaN to 0 and clamping to the int64 range
+/// (ir/ScalarSemantics.h, as the compiled kernels cast), so that a
+/// float-to-integer conversion never has undefined behaviour.
+int64_t truncateToInt64(double v) { return kiln_ftoi(v); }
 
 }  // namespace
 

@@ -1,10 +1,14 @@
 // Emits kernel IR as LLVM IR. Loops keep their counters in allocas that
 // mem2reg promotes; the vectorizable loop's latch carries
 // `llvm.loop.vectorize.enable`. Bool elements are i8 in memory and i1 in
-// registers. Float semantics follow the interpreter (runtime/*Kernels.cpp):
-// max/min and reductions propagate NaN, `mod` takes the divisor's sign,
-// round is half-to-even. Integer division by zero yields 0 instead of
-// trapping; the executor reports it before running (see CpuExecutable.cpp).
+// registers. The scalar rules (NaN-propagating max/min, mod and rem,
+// integer division that never traps, wrapping integer arithmetic and pow,
+// round half to even, sign, relu, float-to-integer casts) are calls of
+// ir/ScalarSemantics.h's functions, linked in as bitcode and inlined by O3
+// (ScalarLibrary.h), so the interpreter, this emitter and the CUDA emitter
+// share one definition. Integer + - * that provably stay in range (index
+// arithmetic, codegen/ValueRanges.h) and division by a positive divisor
+// are plain instructions. Reductions keep their own NaN-sticky combiners.
 // On f32, exp, log, tanh, erf and sigmoid are inline IR (VectorMath.h), so
 // loops calling them vectorize; f64 and the other functions call libm.
 // f16 and bf16 compute in f32 (as the interpreter rounds each op's result
@@ -23,6 +27,8 @@
 
 #include <map>
 
+#include "codegen/ValueRanges.h"
+#include "codegen/llvm/ScalarLibrary.h"
 #include "codegen/llvm/VectorMath.h"
 
 namespace kiln::codegen {
@@ -38,8 +44,8 @@ bool isUnsigned(DType t) { return t == DType::U8 || t == DType::Bool; }
 
 class KernelEmitter {
  public:
-  KernelEmitter(const kir::Kernel& kernel, llvm::Module& module)
-      : kernel_(kernel), module_(module), ctx_(module.getContext()), b_(ctx_) {}
+  KernelEmitter(const kir::Kernel& kernel, llvm::Module& module, ScalarLibrary& scalars)
+      : kernel_(kernel), module_(module), ctx_(module.getContext()), b_(ctx_), scalars_(scalars), ranges_(kernel) {}
 
   void emit() {
     llvm::Type* ptr = llvm::PointerType::get(ctx_, 0);
@@ -209,7 +215,7 @@ class KernelEmitter {
       case ExprKind::Unary:
         return emitUnary(e.unary, e.args[0]->type, emitExpr(*e.args[0]));
       case ExprKind::Binary:
-        return emitBinary(e.binary, e.args[0]->type, emitExpr(*e.args[0]), emitExpr(*e.args[1]));
+        return emitBinary(e.binary, e.args[0]->type, emitExpr(*e.args[0]), emitExpr(*e.args[1]), &e);
       case ExprKind::Select:
         return b_.CreateSelect(emitExpr(*e.args[0]), emitExpr(*e.args[1]), emitExpr(*e.args[2]));
       case ExprKind::Cast:
@@ -221,6 +227,17 @@ class KernelEmitter {
   }
 
   llvm::Value* intrinsic(llvm::Intrinsic::ID id, llvm::Value* x) { return b_.CreateUnaryIntrinsic(id, x); }
+
+  /// A call of ir/ScalarSemantics.h's `function` for dtype `t`
+  /// (kiln_<function>_<dtype>; f16 and bf16 are held in f32), returning `t`.
+  llvm::Value* scalar(const char* function, DType t, std::initializer_list<llvm::Value*> args) {
+    return scalarReturning(function, t, valueType(t), args);
+  }
+  llvm::Value* scalarReturning(const char* function, DType t, llvm::Type* result,
+                               std::initializer_list<llvm::Value*> args) {
+    const std::string_view dtype = isHalf(t) ? "f32" : dtypeName(t);
+    return scalars_.call(b_, "kiln_" + std::string(function) + "_" + std::string(dtype), result, args);
+  }
 
   /// A libm function (`tanhf` for f32, `tanh` for f64).
   llvm::Value* libm(const std::string& name, llvm::Value* x) {
@@ -235,18 +252,15 @@ class KernelEmitter {
   llvm::Value* emitUnary(UnaryFn fn, DType t, llvm::Value* x) {
     llvm::Type* ty = x->getType();
     if (!isFloat(t)) {
-      llvm::Value* zero = llvm::ConstantInt::get(ty, 0);
       switch (fn) {
         case UnaryFn::Neg:
-          return b_.CreateSub(zero, x);
+          return scalar("neg", t, {x});
         case UnaryFn::Abs:
-          return isUnsigned(t) ? x : b_.CreateSelect(b_.CreateICmpSLT(x, zero), b_.CreateSub(zero, x), x);
+          return scalar("abs", t, {x});
         case UnaryFn::Sign:
-          if (isUnsigned(t)) return b_.CreateZExt(b_.CreateICmpNE(x, zero), ty);
-          return b_.CreateSub(b_.CreateZExt(b_.CreateICmpSGT(x, zero), ty),
-                              b_.CreateZExt(b_.CreateICmpSLT(x, zero), ty));
+          return scalar("sign", t, {x});
         case UnaryFn::Relu:
-          return isUnsigned(t) ? x : b_.CreateSelect(b_.CreateICmpSGT(x, zero), x, zero);
+          return scalar("relu", t, {x});
         case UnaryFn::Not:
           return b_.CreateNot(x);
         default:
@@ -265,9 +279,8 @@ class KernelEmitter {
         return b_.CreateFNeg(x);
       case UnaryFn::Abs:
         return intrinsic(llvm::Intrinsic::fabs, x);
-      case UnaryFn::Sign:  // keeps NaN and signed zero, like the interpreter
-        return b_.CreateSelect(b_.CreateFCmpOGT(x, zero), one,
-                               b_.CreateSelect(b_.CreateFCmpOLT(x, zero), llvm::ConstantFP::get(ty, -1.0), x));
+      case UnaryFn::Sign:
+        return scalar("sign", t, {x});
       case UnaryFn::Exp:
         return f32 ? emitExpF32(b_, x) : intrinsic(llvm::Intrinsic::exp, x);
       case UnaryFn::Log:
@@ -284,7 +297,7 @@ class KernelEmitter {
         if (f32) return emitSigmoidF32(b_, x);
         return b_.CreateFDiv(one, b_.CreateFAdd(one, intrinsic(llvm::Intrinsic::exp, b_.CreateFNeg(x))));
       case UnaryFn::Relu:
-        return b_.CreateSelect(b_.CreateFCmpULE(x, zero), b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, zero), x);
+        return scalar("relu", t, {x});
       case UnaryFn::Erf:
         return f32 ? emitErfF32(b_, x) : libm("erf", x);
       case UnaryFn::Sin:
@@ -314,7 +327,7 @@ class KernelEmitter {
       case UnaryFn::Ceil:
         return intrinsic(llvm::Intrinsic::ceil, x);
       case UnaryFn::Round:
-        return intrinsic(llvm::Intrinsic::roundeven, x);
+        return scalar("round", t, {x});
       case UnaryFn::Not:
         return b_.CreateFCmpOEQ(x, zero);
       case UnaryFn::IsNan:
@@ -325,25 +338,9 @@ class KernelEmitter {
     return x;
   }
 
-  /// Integer division and remainder that never trap: a zero divisor gives
-  /// 0, and x / -1 is -x (INT_MIN / -1 wraps instead of overflowing).
-  llvm::Value* safeIntDivRem(bool isDiv, DType t, llvm::Value* x, llvm::Value* y) {
-    llvm::Type* ty = x->getType();
-    llvm::Value* zero = llvm::ConstantInt::get(ty, 0);
-    llvm::Value* one = llvm::ConstantInt::get(ty, 1);
-    llvm::Value* isZero = b_.CreateICmpEQ(y, zero);
-    if (isUnsigned(t)) {
-      llvm::Value* d = b_.CreateSelect(isZero, one, y);
-      return b_.CreateSelect(isZero, zero, isDiv ? b_.CreateUDiv(x, d) : b_.CreateURem(x, d));
-    }
-    llvm::Value* isMinusOne = b_.CreateICmpEQ(y, llvm::ConstantInt::get(ty, -1, true));
-    llvm::Value* d = b_.CreateSelect(b_.CreateOr(isZero, isMinusOne), one, y);
-    llvm::Value* q = isDiv ? b_.CreateSDiv(x, d) : b_.CreateSRem(x, d);
-    llvm::Value* special = isDiv ? b_.CreateSub(zero, x) : zero;
-    return b_.CreateSelect(isZero, zero, b_.CreateSelect(isMinusOne, special, q));
-  }
-
-  llvm::Value* emitBinary(BinaryFn fn, DType t, llvm::Value* x, llvm::Value* y) {
+  /// `e`, when given, is the expression computed, whose operands' ranges
+  /// may show that plain integer arithmetic is exact.
+  llvm::Value* emitBinary(BinaryFn fn, DType t, llvm::Value* x, llvm::Value* y, const Expr* e = nullptr) {
     if (isFloat(t)) {
       switch (fn) {
         case BinaryFn::Add:
@@ -355,22 +352,15 @@ class KernelEmitter {
         case BinaryFn::Div:
           return b_.CreateFDiv(x, y);
         case BinaryFn::Rem:
-          return b_.CreateFRem(x, y);
-        case BinaryFn::Mod: {
-          llvm::Value* zero = llvm::ConstantFP::get(x->getType(), 0.0);
-          llvm::Value* r = b_.CreateFRem(x, y);
-          llvm::Value* fix = b_.CreateAnd(b_.CreateFCmpUNE(r, zero),
-                                          b_.CreateXor(b_.CreateFCmpOLT(r, zero), b_.CreateFCmpOLT(y, zero)));
-          return b_.CreateSelect(fix, b_.CreateFAdd(r, y), r);
-        }
+          return scalar("rem", t, {x, y});
+        case BinaryFn::Mod:
+          return scalar("mod", t, {x, y});
         case BinaryFn::Pow:
           return b_.CreateBinaryIntrinsic(llvm::Intrinsic::pow, x, y);
         case BinaryFn::Max:
-        case BinaryFn::Min: {
-          llvm::Value* pick = fn == BinaryFn::Max ? b_.CreateFCmpOGT(x, y) : b_.CreateFCmpOLT(x, y);
-          // Either operand NaN: x + y is NaN.
-          return b_.CreateSelect(b_.CreateFCmpUNO(x, y), b_.CreateFAdd(x, y), b_.CreateSelect(pick, x, y));
-        }
+          return scalar("max", t, {x, y});
+        case BinaryFn::Min:
+          return scalar("min", t, {x, y});
         case BinaryFn::Eq:
           return b_.CreateFCmpOEQ(x, y);
         case BinaryFn::Ne:
@@ -388,29 +378,28 @@ class KernelEmitter {
       }
     }
     const bool u = isUnsigned(t);
+    // Index arithmetic: plain instructions (ValueRanges.h).
+    const bool plain = e && ranges_.plainOperatorSuffices(*e);
     switch (fn) {
       case BinaryFn::Add:
-        return b_.CreateAdd(x, y);
+        return plain ? b_.CreateAdd(x, y) : scalar("add", t, {x, y});
       case BinaryFn::Sub:
-        return b_.CreateSub(x, y);
+        return plain ? b_.CreateSub(x, y) : scalar("sub", t, {x, y});
       case BinaryFn::Mul:
-        return b_.CreateMul(x, y);
+        return plain ? b_.CreateMul(x, y) : scalar("mul", t, {x, y});
       case BinaryFn::Div:
-        return safeIntDivRem(true, t, x, y);
+        if (plain) return u ? b_.CreateUDiv(x, y) : b_.CreateSDiv(x, y);
+        return scalar("div", t, {x, y});
       case BinaryFn::Rem:
-        return safeIntDivRem(false, t, x, y);
-      case BinaryFn::Mod: {
-        llvm::Value* r = safeIntDivRem(false, t, x, y);
-        if (u) return r;
-        llvm::Value* zero = llvm::ConstantInt::get(x->getType(), 0);
-        llvm::Value* fix =
-            b_.CreateAnd(b_.CreateICmpNE(r, zero), b_.CreateXor(b_.CreateICmpSLT(r, zero), b_.CreateICmpSLT(y, zero)));
-        return b_.CreateSelect(fix, b_.CreateAdd(r, y), r);
-      }
+      case BinaryFn::Mod:
+        if (plain) return u ? b_.CreateURem(x, y) : b_.CreateSRem(x, y);
+        return scalar(fn == BinaryFn::Rem ? "rem" : "mod", t, {x, y});
       case BinaryFn::Max:
-        return b_.CreateSelect(u ? b_.CreateICmpUGT(x, y) : b_.CreateICmpSGT(x, y), x, y);
+        if (t == DType::Bool) return b_.CreateOr(x, y);
+        return scalar("max", t, {x, y});
       case BinaryFn::Min:
-        return b_.CreateSelect(u ? b_.CreateICmpULT(x, y) : b_.CreateICmpSLT(x, y), x, y);
+        if (t == DType::Bool) return b_.CreateAnd(x, y);
+        return scalar("min", t, {x, y});
       case BinaryFn::And:
         return b_.CreateAnd(x, y);
       case BinaryFn::Or:
@@ -430,45 +419,14 @@ class KernelEmitter {
       case BinaryFn::Ge:
         return u ? b_.CreateICmpUGE(x, y) : b_.CreateICmpSGE(x, y);
       case BinaryFn::Pow:
-        return intPow(x, y);
+        return scalar("pow", t, {x, y});
     }
     return x;
   }
 
-  /// Integer x^y by squaring, wrapping like the interpreter's. A loop over
-  /// y's bits that stops when none are left: unrolling all 64 steps made
-  /// LLVM's O3 take 0.4 s on one i64 pow kernel. A negative y is reported by
-  /// the executor before the kernel runs (and would stop here after 64 steps).
-  llvm::Value* intPow(llvm::Value* x, llvm::Value* y) {
-    llvm::Type* ty = x->getType();
-    llvm::AllocaInst* result = entryAlloca(ty);
-    llvm::AllocaInst* base = entryAlloca(ty);
-    llvm::AllocaInst* exponent = entryAlloca(ty);
-    b_.CreateStore(llvm::ConstantInt::get(ty, 1), result);
-    b_.CreateStore(x, base);
-    b_.CreateStore(y, exponent);
-    llvm::Function* fn = b_.GetInsertBlock()->getParent();
-    auto* cond = llvm::BasicBlock::Create(ctx_, "pow.cond", fn);
-    auto* body = llvm::BasicBlock::Create(ctx_, "pow.body", fn);
-    auto* exit = llvm::BasicBlock::Create(ctx_, "pow.exit", fn);
-    b_.CreateBr(cond);
-    b_.SetInsertPoint(cond);
-    llvm::Value* e = b_.CreateLoad(ty, exponent);
-    b_.CreateCondBr(b_.CreateICmpNE(e, llvm::ConstantInt::get(ty, 0)), body, exit);
-    b_.SetInsertPoint(body);
-    llvm::Value* r = b_.CreateLoad(ty, result);
-    llvm::Value* bv = b_.CreateLoad(ty, base);
-    llvm::Value* odd = b_.CreateTrunc(e, b_.getInt1Ty());
-    b_.CreateStore(b_.CreateSelect(odd, b_.CreateMul(r, bv), r), result);
-    b_.CreateStore(b_.CreateMul(bv, bv), base);
-    b_.CreateStore(b_.CreateLShr(e, 1), exponent);
-    b_.CreateBr(cond);
-    b_.SetInsertPoint(exit);
-    return b_.CreateLoad(ty, result);
-  }
-
-  /// The interpreter's cast rules: float to integer truncates toward zero
-  /// and then wraps to the width, integers wrap, anything to bool is x != 0.
+  /// The interpreter's cast rules: float to integer is kiln_ftoi (toward
+  /// zero into i64, saturating, NaN 0) and then wraps to the width,
+  /// integers wrap, anything to bool is x != 0.
   llvm::Value* emitCast(llvm::Value* x, DType from, DType to) {
     if (from == to) return x;
     if (isHalf(from)) from = DType::F32;  // held in f32
@@ -485,7 +443,7 @@ class KernelEmitter {
       return b_.CreateICmpNE(x, llvm::ConstantInt::get(x->getType(), 0));
     }
     if (isFloat(from) && isFloat(to)) return b_.CreateFPCast(x, ty);
-    if (isFloat(from)) return b_.CreateTrunc(b_.CreateFPToSI(x, b_.getInt64Ty()), ty);
+    if (isFloat(from)) return b_.CreateTrunc(scalarReturning("fptosi", from, b_.getInt64Ty(), {x}), ty);
     if (isFloat(to)) return isUnsigned(from) ? b_.CreateUIToFP(x, ty) : b_.CreateSIToFP(x, ty);
     return b_.CreateIntCast(x, ty, !isUnsigned(from));
   }
@@ -542,10 +500,10 @@ class KernelEmitter {
       llvm::Value* next = nullptr;
       switch (e.reduce) {
         case ReduceKind::Sum:
-          next = isFloat(t) ? reassociable(b_.CreateFAdd(a, v)) : b_.CreateAdd(a, v);
+          next = isFloat(t) ? reassociable(b_.CreateFAdd(a, v)) : scalar("add", t, {a, v});
           break;
         case ReduceKind::Prod:
-          next = isFloat(t) ? reassociable(b_.CreateFMul(a, v)) : b_.CreateMul(a, v);
+          next = isFloat(t) ? reassociable(b_.CreateFMul(a, v)) : scalar("mul", t, {a, v});
           break;
         case ReduceKind::Max:
         case ReduceKind::Min:
@@ -608,6 +566,8 @@ class KernelEmitter {
   llvm::Module& module_;
   llvm::LLVMContext& ctx_;
   llvm::IRBuilder<> b_;
+  ScalarLibrary& scalars_;
+  kir::ValueRanges ranges_;
   std::vector<llvm::Value*> buffers_;
   llvm::Value* begin_ = nullptr;
   llvm::Value* end_ = nullptr;
@@ -620,7 +580,11 @@ class KernelEmitter {
 Expected<std::unique_ptr<llvm::Module>> emitLlvmModule(const std::vector<kir::Kernel>& kernels,
                                                        llvm::LLVMContext& context) {
   auto module = std::make_unique<llvm::Module>("kiln", context);
-  for (const kir::Kernel& k : kernels) KernelEmitter(k, *module).emit();
+  // One library per module: CpuJit gives each module its own context.
+  auto scalars = ScalarLibrary::load(context);
+  if (!scalars) return scalars.takeError();
+  for (const kir::Kernel& k : kernels) KernelEmitter(k, *module, **scalars).emit();
+  KILN_TRY((*scalars)->linkInto(*module));
   std::string problems;
   llvm::raw_string_ostream os(problems);
   if (llvm::verifyModule(*module, &os)) return Error("internal error: the LLVM IR of a kernel is invalid: " + os.str());

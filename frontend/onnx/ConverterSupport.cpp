@@ -69,10 +69,9 @@ Expected<std::optional<std::vector<int64_t>>> optionalConstantInts(NodeContext& 
 }
 
 Expected<int64_t> normalizeAxis(NodeContext& ctx, int64_t axis, int64_t rank, const std::string& what) {
-  if (axis < -rank || axis >= rank)
-    return ctx.error(what + " " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank) +
-                     " (expected " + std::to_string(-rank) + " to " + std::to_string(rank - 1) + ")");
-  return axis < 0 ? axis + rank : axis;
+  if (auto normalized = kiln::normalizeAxis(axis, rank)) return *normalized;
+  return ctx.error(what + " " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank) +
+                   " (expected " + std::to_string(-rank) + " to " + std::to_string(rank - 1) + ")");
 }
 
 Expected<std::vector<int64_t>> normalizeAxes(NodeContext& ctx, const std::vector<int64_t>& axes, int64_t rank,

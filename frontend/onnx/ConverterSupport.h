@@ -28,7 +28,8 @@ Expected<std::vector<int64_t>> constantInts(NodeContext& ctx, size_t i, const st
 /// Input `i` as integers if present, `dflt` when absent.
 Expected<std::optional<std::vector<int64_t>>> optionalConstantInts(NodeContext& ctx, size_t i, const std::string& what);
 
-/// `axis` in [0, rank), accepting negative axes; an error otherwise.
+/// kiln::normalizeAxis with the error an ONNX node gets: `what`, the axis
+/// and the range it must lie in.
 Expected<int64_t> normalizeAxis(NodeContext& ctx, int64_t axis, int64_t rank, const std::string& what = "axis");
 /// Each of `axes` normalized; repeated axes are an error.
 Expected<std::vector<int64_t>> normalizeAxes(NodeContext& ctx, const std::vector<int64_t>& axes, int64_t rank,

@@ -250,9 +250,4 @@ std::optional<DType> dtypeOfOnnx(int64_t onnxType) {
   }
 }
 
-std::optional<int64_t> normalizedAxis(int64_t axis, int64_t rank) {
-  if (axis < -rank || axis >= rank) return std::nullopt;
-  return axis < 0 ? axis + rank : axis;
-}
-
 }  // namespace kiln::onnx_import

@@ -114,7 +114,4 @@ class NNEmitter {
 /// The Kiln dtype of an ONNX TensorProto data type code, if Kiln has one.
 std::optional<DType> dtypeOfOnnx(int64_t onnxType);
 
-/// `axis` normalized against `rank`, or nullopt when out of range.
-std::optional<int64_t> normalizedAxis(int64_t axis, int64_t rank);
-
 }  // namespace kiln::onnx_import

@@ -532,7 +532,7 @@ Status convertLayerNormalization(NodeContext &ctx) {
   int64_t stashType = e.intAttr("stash_type", 1);
   if (e.failed()) return e.status();
   int64_t rank = x->type().rank();
-  std::optional<int64_t> axis = normalizedAxis(axisAttr, rank);
+  std::optional<int64_t> axis = kiln::normalizeAxis(axisAttr, rank);
   if (!axis)
     return ctx.error("attribute 'axis' = " + str(axisAttr) + " is out of range for an input of rank " + str(rank));
   std::optional<DType> stash = dtypeOfOnnx(stashType);
@@ -613,7 +613,7 @@ Status convertLpNormalization(NodeContext &ctx) {
   int64_t axisAttr = e.intAttr("axis", -1);
   int64_t p = e.intAttr("p", 2);
   if (e.failed()) return e.status();
-  std::optional<int64_t> axis = normalizedAxis(axisAttr, x->type().rank());
+  std::optional<int64_t> axis = kiln::normalizeAxis(axisAttr, x->type().rank());
   if (!axis)
     return ctx.error("attribute 'axis' = " + str(axisAttr) + " is out of range for an input of type " +
                      x->type().str());
@@ -719,7 +719,7 @@ Status convertSoftmax(NodeContext &ctx) {
   int64_t axisAttr = e.intAttr("axis", perAxis ? -1 : 1);
   if (e.failed()) return e.status();
   int64_t rank = x->type().rank();
-  std::optional<int64_t> axis = normalizedAxis(axisAttr, rank);
+  std::optional<int64_t> axis = kiln::normalizeAxis(axisAttr, rank);
   if (!axis || rank == 0)
     return ctx.error("attribute 'axis' = " + str(axisAttr) + " is out of range for an input of type " +
                      x->type().str());

@@ -180,7 +180,7 @@ Status resize(NNEmitter &e, const ResizeAttrs &a, Value *x, std::vector<int64_t>
     return ctx.error("roi has " + std::to_string(roi.size()) + " entries; expected " + std::to_string(2 * count));
   std::vector<int64_t> in(count);
   for (size_t i = 0; i < count; ++i) {
-    auto axis = normalizedAxis(axes[i], rank);
+    auto axis = kiln::normalizeAxis(axes[i], rank);
     if (!axis) return ctx.error("axis " + std::to_string(axes[i]) + " is out of range for input " + x->type().str());
     axes[i] = *axis;
     const Dim &d = x->type().shape[static_cast<size_t>(*axis)];

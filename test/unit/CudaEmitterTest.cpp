@@ -4,8 +4,8 @@
 //  - NVRTC compiles the emitted translation unit for sm_90, and the CUBIN
 //    defines every kernel;
 //  - the same CUDA C++ compiled as host C++ (a small shim defines
-//    __global__, blockIdx, ... and CUDA's few non-standard functions) and
-//    run with an emulated grid of 3 blocks of 4 threads, one thread after
+//    __global__, blockIdx, ... and CUDA's few non-standard functions;
+//    buildCudaHostLibrary in TestSupport.h) and run with an emulated grid of 3 blocks of 4 threads, one thread after
 //    another, matches the interpreter. This checks the emitter's indexing,
 //    grid-stride mapping, reductions and scalar rules; it does not check
 //    CUDA's own math functions or the device's execution, which need a GPU.
@@ -17,9 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <random>
 
@@ -36,9 +34,12 @@
 namespace kiln {
 namespace {
 
+using test::buildCudaHostLibrary;
 using test::expectClose;
 using test::parseVerified;
 using test::randomTensor;
+using test::runCudaKernelOnHost;
+using test::runKernelsOnHost;
 
 struct Case {
   std::string text;
@@ -233,109 +234,19 @@ TEST(CudaEmitterTest, NvrtcCompilesEveryCase) {
   EXPECT_EQ(codegen::countKernelsInCubin(binary->cubin, {"no_such_kernel"}), 0u);
 }
 
-/// CUDA's built-ins as host C++, so an emitted translation unit compiles
-/// with the host compiler; kiln_host_set picks the emulated thread.
-constexpr const char* kHostShim = R"(#include <math.h>
-#include <string.h>
-struct KilnDim3 { unsigned x = 0, y = 1, z = 1; };
-static KilnDim3 blockIdx, threadIdx, blockDim, gridDim;
-extern "C" void kiln_host_set(unsigned block, unsigned thread, unsigned blocks, unsigned threads) {
-  blockIdx.x = block; threadIdx.x = thread; gridDim.x = blocks; blockDim.x = threads;
-}
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __launch_bounds__(n)
-#define __restrict__ __restrict
-static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
-static inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
-static inline double __longlong_as_double(long long i) { double d; memcpy(&d, &i, 8); return d; }
-static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
-static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
-)";
-
-/// Calls `fn` as a function of exactly `a.size()` pointers.
-template <size_t... I>
-void callWithPointers(void* fn, const std::vector<void*>& a, std::index_sequence<I...>) {
-  using Fn = void (*)(decltype((void)I, static_cast<void*>(nullptr))...);
-  reinterpret_cast<Fn>(fn)(a[I]...);
-}
-
-/// Calls a kernel taking `a.size()` pointers (buffers, then sizes), up to 40.
-void callKernel(void* fn, const std::vector<void*>& a) {
-  const bool called = [&]<size_t... N>(std::index_sequence<N...>) {
-    return ((a.size() == N ? (callWithPointers(fn, a, std::make_index_sequence<N>{}), true) : false) || ...);
-  }(std::make_index_sequence<41>{});
-  ASSERT_TRUE(called) << "a kernel with " << a.size() << " parameters";
-}
-
-/// `source` with the shim compiled by the host compiler into a shared
-/// library, loaded; null (with a failure) when it does not compile. Each
-/// call works in a fresh temporary folder (tests of several build trees
-/// may run at once), removed once the library is loaded.
-void* buildHostLibrary(const std::string& source) {
-  std::string pattern = (std::filesystem::path(testing::TempDir()) / "kiln-cuda-host-XXXXXX").string();
-  if (!mkdtemp(pattern.data())) {
-    ADD_FAILURE() << "cannot create a temporary folder from " << pattern;
-    return nullptr;
-  }
-  const std::filesystem::path dir = pattern, cpp = dir / "kernels.cpp", so = dir / "kernels.so";
-  std::ofstream(cpp) << kHostShim << source;
-  const std::string command = std::string(KILN_HOST_CXX) + " -std=c++17 -O1 -shared -fPIC -w -o " + so.string() +
-                              " " + cpp.string() + " 2>&1";
-  void* library = nullptr;
-  if (std::system(command.c_str()) != 0)
-    ADD_FAILURE() << "the emitted CUDA C++ does not compile as host C++: " << command;
-  else if (!(library = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL)))
-    ADD_FAILURE() << dlerror();
-  std::error_code ignored;
-  std::filesystem::remove_all(dir, ignored);
-  return library;
-}
-
 TEST(CudaEmitterTest, EmittedCudaRunAsHostCodeMatchesInterpreter) {
   const std::vector<LoweredCase> lowered = lowerCases();
   auto source = codegen::emitCudaSource(allKernels(lowered));
   ASSERT_TRUE(source.ok()) << source.error().str();
-  void* library = buildHostLibrary(source->code);
+  void* library = buildCudaHostLibrary(source->code);
   ASSERT_NE(library, nullptr);
-  auto setThread = reinterpret_cast<void (*)(unsigned, unsigned, unsigned, unsigned)>(dlsym(library, "kiln_host_set"));
-  ASSERT_NE(setThread, nullptr);
 
-  size_t launch = 0;
   for (const LoweredCase& l : lowered) {
     SCOPED_TRACE(l.text);
     // Values by name: the arguments, then each kernel's result.
     std::map<std::string, Tensor> values;
     for (size_t i = 0; i < l.inputs.size(); ++i) values[l.argumentNames[i]] = l.inputs[i];
-    Tensor last;
-    for (const kir::Kernel& k : l.kernels) {
-      const codegen::CudaLaunch& info = source->launches[launch++];
-      void* fn = dlsym(library, info.name.c_str());
-      ASSERT_NE(fn, nullptr) << info.name;
-      std::vector<void*> args;
-      Tensor out;
-      for (const kir::Buffer& b : k.buffers) {
-        if (b.role == kir::Buffer::Role::Output) {
-          out = Tensor(b.dtype, b.shape);
-          args.push_back(out.raw());
-          continue;
-        }
-        auto it = values.find(b.name);
-        ASSERT_NE(it, values.end()) << "kernel " << k.name << " reads %" << b.name << ", which no earlier kernel made";
-        args.push_back(const_cast<uint8_t*>(it->second.raw()));
-      }
-      args.push_back(nullptr);  // sizes
-      // 3 blocks of 4 threads: fewer threads than elements, so the
-      // grid-stride loop takes several turns.
-      for (unsigned block = 0; block < 3; ++block)
-        for (unsigned thread = 0; thread < 4; ++thread) {
-          setThread(block, thread, 3, 4);
-          callKernel(fn, args);
-        }
-      values[k.buffers.back().name] = out;
-      last = out;
-    }
+    const Tensor last = runKernelsOnHost(library, l.kernels, values);
     expectClose(last, l.expected, "the last kernel's result");
   }
   dlclose(library);
@@ -391,10 +302,8 @@ TEST(CudaEmitterTest, EndToEndModelsRunAsHostCodeMatchPyTorch) {
   }
   auto source = codegen::emitCudaSource(all);
   ASSERT_TRUE(source.ok()) << source.error().str();
-  void* library = buildHostLibrary(source->code);
+  void* library = buildCudaHostLibrary(source->code);
   ASSERT_NE(library, nullptr);
-  auto setThread = reinterpret_cast<void (*)(unsigned, unsigned, unsigned, unsigned)>(dlsym(library, "kiln_host_set"));
-  ASSERT_NE(setThread, nullptr);
 
   for (Model& m : models) {
     SCOPED_TRACE(m.name);
@@ -431,11 +340,7 @@ TEST(CudaEmitterTest, EndToEndModelsRunAsHostCodeMatchPyTorch) {
       Tensor out(op->result()->type().dtype, staticDims(op->result()->type().shape));
       args.push_back(out.raw());
       args.push_back(nullptr);  // sizes
-      for (unsigned block = 0; block < 3; ++block)
-        for (unsigned thread = 0; thread < 4; ++thread) {
-          setThread(block, thread, 3, 4);
-          callKernel(fn, args);
-        }
+      runCudaKernelOnHost(library, fn, args);
       values[op->result()] = out;
     }
     EXPECT_EQ(next, m.kernels.size());

@@ -3,8 +3,14 @@
 // with a notice and is removed; an unusable folder gives one notice and no
 // error; the least recently used entries go when the cache outgrows its
 // bound; a second executor on the same model takes every module from the
-// cache and computes the same results; a damaged entry is rebuilt.
+// cache and computes the same results; a damaged entry is rebuilt. Trust:
+// Kiln creates folders 0700 and entries 0600 whatever the umask; a folder
+// its group or others can write is not used (one notice), nor is one of
+// another user; an entry its group can write or of another user is a miss
+// with a notice and is rebuilt 0600. Giving files to another user needs
+// root (as CI runs the tests); elsewhere that test is skipped.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -59,6 +65,19 @@ void writeFile(const std::string& path, const std::string& bytes) {
 }
 
 const std::string kKey = contentHash("some module");
+
+/// The permission bits of `path`.
+unsigned modeOf(const std::string& path) {
+  struct stat st;
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_mode & 07777;
+}
+
+/// Whether `text` contains `part`, for EXPECT_TRUE with a readable failure.
+testing::AssertionResult contains(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return testing::AssertionSuccess();
+  return testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
+}
 
 TEST(KernelCacheTest, ContentHashIsBlake3Hex) {
   // BLAKE3 of the empty input, from the BLAKE3 reference test vectors.
@@ -136,6 +155,103 @@ TEST(KernelCacheTest, DisabledCacheDoesNothing) {
   cache.store(kKey, "object");
   EXPECT_FALSE(cache.lookup(kKey));
   EXPECT_TRUE(cache.takeNotices().empty());
+}
+
+TEST(KernelCacheTest, FoldersAre0700AndEntries0600WhateverTheUmask) {
+  TempDir dir;
+  const mode_t saved = ::umask(0);  // would give 0777 folders and 0666 files
+  KernelCache cache(dir.str() + "/nested/kiln");
+  cache.store(kKey, "object");
+  ::umask(saved);
+  EXPECT_EQ(modeOf(dir.str()), 0700u);
+  EXPECT_EQ(modeOf(dir.str() + "/nested"), 0700u);
+  EXPECT_EQ(modeOf(dir.str() + "/nested/kiln"), 0700u);
+  EXPECT_EQ(modeOf(cache.entryPath(kKey)), 0600u);
+  // Written through a temporary file renamed into place: nothing else is left.
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir.str() + "/nested/kiln")) files.push_back(e.path().filename());
+  EXPECT_EQ(files, std::vector<std::string>{kKey + ".kobj"});
+  EXPECT_EQ(cache.lookup(kKey), std::optional<std::string>("object"));
+  EXPECT_TRUE(cache.takeNotices().empty());
+}
+
+TEST(KernelCacheTest, FolderOthersCanWriteIsNotUsed) {
+  const std::pair<fs::perms, std::string> cases[] = {
+      {fs::perms::all, "writable by its group and others, mode 0777"},
+      {fs::perms::owner_all | fs::perms::group_all, "writable by its group, mode 0770"},
+      {fs::perms::owner_all | fs::perms::others_write | fs::perms::others_exec, "writable by others, mode 0703"},
+  };
+  for (const auto& [perms, why] : cases) {
+    SCOPED_TRACE(why);
+    TempDir dir;
+    {
+      KernelCache cache(dir.str());  // an entry stored while the folder was private
+      cache.store(kKey, "object");
+      ASSERT_TRUE(cache.lookup(kKey));
+    }
+    fs::permissions(dir.str(), perms);
+    KernelCache cache(dir.str());
+    EXPECT_FALSE(cache.lookup(kKey));  // not read from the shared folder,
+    const std::string other = contentHash("other");
+    cache.store(other, "object");  // nor written to it
+    EXPECT_FALSE(fs::exists(cache.entryPath(other)));
+    EXPECT_FALSE(cache.lookup(other));
+    const std::vector<std::string> notices = cache.takeNotices();
+    ASSERT_EQ(notices.size(), 1u);
+    EXPECT_TRUE(contains(notices[0], "the kernel cache '" + dir.str() + "' is not trusted (" + why +
+                                         "): Kiln runs the machine code in it, which others could have put there, so "
+                                         "it compiles without it; make it private (chmod go-w '" +
+                                         dir.str() + "') or use another folder"));
+  }
+}
+
+TEST(KernelCacheTest, EntryItsGroupCanWriteIsAMissAndIsRebuilt) {
+  TempDir dir;
+  KernelCache cache(dir.str());
+  cache.store(kKey, "object");
+  const std::string path = cache.entryPath(kKey);
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                            fs::perms::group_write | fs::perms::others_read);
+  EXPECT_FALSE(cache.lookup(kKey));
+  const std::vector<std::string> notices = cache.takeNotices();
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_EQ(notices[0],
+            "kernel cache entry '" + path + "' is not trusted (writable by its group, mode 0664); it is rebuilt");
+  EXPECT_FALSE(fs::exists(path));  // removed, so the rebuilt entry replaces it
+  cache.store(kKey, "object");
+  EXPECT_EQ(modeOf(path), 0600u);
+  EXPECT_EQ(cache.lookup(kKey), std::optional<std::string>("object"));
+  EXPECT_TRUE(cache.takeNotices().empty());
+}
+
+TEST(KernelCacheTest, FolderAndEntryOfAnotherUserAreNotUsed) {
+  if (::geteuid() != 0) GTEST_SKIP() << "giving a file to another user (uid 65534) needs root; CI runs tests as root";
+  const std::string me = std::to_string(::geteuid());
+  TempDir dir;
+  KernelCache cache(dir.str());
+  cache.store(kKey, "object");
+  const std::string path = cache.entryPath(kKey);
+  ASSERT_EQ(::chown(path.c_str(), 65534, 65534), 0);
+  EXPECT_FALSE(cache.lookup(kKey));
+  std::vector<std::string> notices = cache.takeNotices();
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_EQ(notices[0], "kernel cache entry '" + path + "' is not trusted (owned by uid 65534, not by uid " + me +
+                            ", which runs Kiln); it is rebuilt");
+  EXPECT_FALSE(fs::exists(path));
+
+  cache.store(kKey, "object");
+  ASSERT_EQ(::chown(dir.str().c_str(), 65534, 65534), 0);
+  KernelCache theirs(dir.str());
+  EXPECT_FALSE(theirs.lookup(kKey));
+  const std::string other = contentHash("other");
+  theirs.store(other, "object");
+  EXPECT_FALSE(fs::exists(theirs.entryPath(other)));
+  notices = theirs.takeNotices();
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_TRUE(contains(notices[0], "the kernel cache '" + dir.str() +
+                                       "' is not trusted (owned by uid 65534, not by uid " + me +
+                                       ", which runs Kiln)"));
+  EXPECT_TRUE(contains(notices[0], "use a folder of your own (--cache-dir DIR) or --no-cache"));
 }
 
 TEST(KernelCacheTest, LeastRecentlyUsedEntriesGoWhenOverTheBound) {

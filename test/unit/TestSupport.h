@@ -7,12 +7,14 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "codegen/KernelIR.h"
 #include "ir/IR.h"
 #include "runtime/Tensor.h"
 
@@ -51,5 +53,26 @@ std::vector<double> elementsOf(const Tensor& t);
 /// `what` and the element.
 void expectClose(const Tensor& got, const Tensor& want, const std::string& what, double rtol = 1e-4,
                  double atol = 1e-5);
+
+/// `cudaSource` (a translation unit of codegen/cuda/CudaEmitter.h) compiled
+/// as host C++ into a shared library and loaded: a shim defines __global__,
+/// blockIdx, ... and CUDA's few non-standard functions, so the emitter's
+/// indexing and scalar rules run without a GPU. Null, with a test failure,
+/// when it does not compile.
+void* buildCudaHostLibrary(const std::string& cudaSource);
+
+/// Runs `kernel` (looked up in `library` with dlsym) on `args` (buffers,
+/// then sizes) on an emulated grid of 3 blocks of 4 threads, one thread
+/// after another: fewer threads than elements, so the grid-stride loop takes
+/// several turns.
+void runCudaKernelOnHost(void* library, void* kernel, const std::vector<void*>& args);
+
+/// Runs `kernels`, compiled into `library` by buildCudaHostLibrary under
+/// their own names, one after another with runCudaKernelOnHost: each reads
+/// its input buffers by name from `values` (a function's arguments, by
+/// name) and adds its result there. Returns the last kernel's result; a
+/// kernel missing from the library, or one reading a value that neither an
+/// argument nor an earlier kernel made, fails the test.
+Tensor runKernelsOnHost(void* library, const std::vector<kir::Kernel>& kernels, std::map<std::string, Tensor> values);
 
 }  // namespace kiln::test
