@@ -13,8 +13,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <llvm/ADT/StringExtras.h>
-#include <llvm/Support/BLAKE3.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,6 +22,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <utility>
+
+#include "runtime/Blake3.h"
 
 namespace kiln::codegen {
 namespace {
@@ -35,11 +36,7 @@ constexpr size_t kHeaderBytes = sizeof kMagic + 4 + 4 + 8 + kHashBytes;
 /// Entries larger than this are not objects Kiln wrote.
 constexpr uint64_t kMaxEntryBytes = uint64_t{1} << 31;
 
-std::array<uint8_t, kHashBytes> hashBytes(std::string_view data) {
-  llvm::BLAKE3 hasher;
-  hasher.update(llvm::ArrayRef<uint8_t>(reinterpret_cast<const uint8_t*>(data.data()), data.size()));
-  return hasher.final();
-}
+std::array<uint8_t, kHashBytes> hashBytes(std::string_view data) { return blake3(data); }
 
 void putLE(std::string& out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
@@ -140,7 +137,6 @@ std::optional<std::string> readEntry(int dir, const std::string& name, std::stri
 
 }  // namespace
 
-std::string contentHash(std::string_view data) { return llvm::toHex(hashBytes(data), /*LowerCase=*/true); }
 
 KernelCache::KernelCache(std::string dir, uint64_t maxBytes) : dir_(std::move(dir)), maxBytes_(maxBytes) {}
 

@@ -40,10 +40,12 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/Blake3.h"
+
 namespace kiln::codegen {
 
-/// A 32-byte BLAKE3 hash of `data` as 64 lowercase hex digits.
-std::string contentHash(std::string_view data);
+/// The BLAKE3 hash of `data` as 64 lowercase hex digits (runtime/Blake3.h).
+using kiln::contentHash;
 
 class KernelCache {
  public:
