@@ -433,7 +433,9 @@ std::string formatCompileReport(const CompileReport& r) {
   sub(r.optimize, "  LLVM optimization (O3)");
   sub(r.codegen, "  machine code generation");
   sub(r.cacheStore, "  kernel cache stores");
-  row(r.link, "linking objects into the JIT");
+  // A stored program (.kc) is loaded, not linked: no LLVM work above.
+  row(r.link, r.storedModules > 0 && r.modules == 0 ? "loading the stored code and creating its library calls"
+                                                     : "linking objects into the JIT");
   std::snprintf(line, sizeof line, "  %8.4f (100.0%%)  Total\n", total);
   out += line;
   return out;
