@@ -9,6 +9,7 @@
 
 #include "codegen/KernelCache.h"
 #include "codegen/LowerToKernels.h"
+#include "codegen/Schedule.h"
 #include "codegen/llvm/CpuJit.h"
 #include "ir/Verifier.h"
 
@@ -206,6 +207,7 @@ Expected<CpuCompilation> compileCpuProgram(const Function& f, CpuJit& jit, const
       s.parallel = libraryCallWork(s.call) >= kLibraryParallelWork;
     } else {
       s.kind = CpuProgram::Step::Kind::Kernel;
+      scheduleForCpu(step.kernel);
       s.kernel = static_cast<int>(out.kernels.size());
       s.parallelExtent = step.kernel.parallelExtent();
       s.parallel = estimateWork(step.kernel.body) >= kParallelWork;

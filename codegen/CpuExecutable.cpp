@@ -9,6 +9,7 @@
 #include "codegen/CpuTarget.h"
 #include "codegen/KernelCache.h"
 #include "codegen/LowerToKernels.h"
+#include "codegen/Schedule.h"
 #include "codegen/Session.h"
 #include "codegen/llvm/CpuJit.h"
 #include "ir/Verifier.h"
@@ -88,8 +89,11 @@ Expected<std::vector<kir::Kernel>> lowerToKernels(const Function& f, const std::
   auto steps = lowerToSteps(*(*module)->functions().front(), "kiln_");
   if (!steps) return steps.takeError();
   std::vector<kir::Kernel> kernels;
-  for (LoweredStep& step : *steps)
-    if (step.kind == LoweredStep::Kind::Kernel) kernels.push_back(std::move(step.kernel));
+  for (LoweredStep& step : *steps) {
+    if (step.kind != LoweredStep::Kind::Kernel) continue;
+    scheduleForCuda(step.kernel);
+    kernels.push_back(std::move(step.kernel));
+  }
   if (optimized) *optimized = std::move(*module);
   return kernels;
 }

@@ -319,8 +319,26 @@ std::string printKernel(const Kernel& kernel) {
   }
   os << ") {\n";
   for (const StmtPtr& s : kernel.body) printStmt(os, *s, 1);
-  os << "}\n";
+  os << "}";
+  const Schedule& schedule = kernel.schedule;
+  if (!schedule.target.empty()) {
+    os << " schedule " << schedule.target << ":";
+    if (schedule.loops.empty()) os << " serial";
+    for (size_t i = 0; i < schedule.loops.size(); ++i) {
+      static const char* const kNames[] = {"serial", "threads", "vector", "grid"};
+      os << (i ? ", " : " ") << "%i" << schedule.loops[i].first << " "
+         << kNames[static_cast<size_t>(schedule.loops[i].second)];
+    }
+    if (schedule.blockSize > 0) os << " (" << schedule.blockSize << " threads per block)";
+  }
+  os << "\n";
   return os.str();
+}
+
+LoopMapping Schedule::of(int var) const {
+  for (const auto& [v, mapping] : loops)
+    if (v == var) return mapping;
+  return LoopMapping::Serial;
 }
 
 }  // namespace kiln::kir

@@ -150,20 +150,45 @@ struct Stmt {
 StmtPtr forLoop(int var, int64_t extent, bool parallel, bool vectorize, std::vector<StmtPtr> body);
 StmtPtr store(int buffer, ExprPtr index, ExprPtr value);
 
+/// How a target runs one loop. Lowering marks which loops may run in
+/// parallel (`parallel`: independent iterations) or in SIMD lanes
+/// (`vectorize`: the contiguous innermost loop); a target's scheduler
+/// (codegen/Schedule.h) decides which do and on what, and the emitters
+/// follow the schedule.
+enum class LoopMapping : uint8_t {
+  Serial,   // one iteration after another, in one thread
+  Threads,  // CPU: one contiguous slice per thread of the OpenMP team
+  Vector,   // CPU: SIMD lanes (LLVM's loop vectorizer is asked to)
+  Grid,     // CUDA: with the kernel's other Grid loops, one index space
+            // that the grid's threads cover grid-stride
+};
+
+/// A kernel's schedule for one target: the loops not Serial, and for CUDA
+/// the threads per block.
+struct Schedule {
+  std::string target;  // "cpu" or "cuda"; empty before a target schedules it
+  std::vector<std::pair<int, LoopMapping>> loops;
+  int blockSize = 0;
+  LoopMapping of(int var) const;
+};
+
 /// One kernel: `void name(void** buffers, const int64_t* sizes, int64_t
-/// begin, int64_t end)`, where [begin, end) bounds the parallel loop.
+/// begin, int64_t end)`, where [begin, end) bounds the loop mapped to
+/// threads.
 struct Kernel {
   std::string name;
   std::vector<Buffer> buffers;
   std::vector<StmtPtr> body = {};
   int numVars = 0;  // variable ids are 0..numVars-1
+  Schedule schedule = {};
   /// The extent of the parallel loop, or 1 when there is none (the kernel
   /// then runs once with [0, 1)).
   int64_t parallelExtent() const;
 };
 
 /// The kernel in a readable form, for `kiln compile --emit=kernel` and lit
-/// tests: buffers with their roles and types, then the loop nest.
+/// tests: buffers with their roles and types, the loop nest, and its
+/// schedule when it has one (`} schedule cpu: %i0 threads, %i1 vector`).
 std::string printKernel(const Kernel& kernel);
 std::string printExpr(const ExprPtr& e);
 

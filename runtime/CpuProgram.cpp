@@ -75,6 +75,10 @@ void putCall(std::string& out, const LibraryCall& call) {
   }
 }
 
+int64_t bytesOf(const TensorType& t) {
+  return numElements(t.shape) * static_cast<int64_t>(dtypeSize(t.dtype));
+}
+
 /// Reading, with the bounds of CpuProgram.h's fields.
 class ProgramReader {
  public:
@@ -134,10 +138,12 @@ class ProgramReader {
     if (*inlined == 0) return Tensor();
     auto bytes = r_.string(what);
     if (!bytes) return bytes.takeError();
-    Tensor out(t->dtype, staticDims(t->shape));
-    if (bytes->size() != out.numBytes())
+    // The size is checked before anything of the declared type is
+    // allocated: a corrupt type may claim terabytes.
+    if (static_cast<int64_t>(bytes->size()) != bytesOf(*t))
       return r_.error("corrupt: " + std::string(what) + " of type " + t->str() + " has " +
                       std::to_string(bytes->size()) + " bytes");
+    Tensor out(t->dtype, staticDims(t->shape));
     std::memcpy(out.raw(), bytes->data(), bytes->size());
     return out;
   }
@@ -226,9 +232,6 @@ class ProgramReader {
   ByteReader r_;
 };
 
-int64_t bytesOf(const TensorType& t) {
-  return numElements(t.shape) * static_cast<int64_t>(dtypeSize(t.dtype));
-}
 
 }  // namespace
 

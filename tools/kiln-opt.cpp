@@ -17,6 +17,7 @@
 #include "codegen/Session.h"
 #include "codegen/CpuTarget.h"
 #include "codegen/LowerToKernels.h"
+#include "codegen/Schedule.h"
 #include "frontend/Model.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
@@ -199,6 +200,8 @@ std::optional<std::string> kernelLists(const Module& m, const Target& target, co
       report(steps.error());
       return std::nullopt;
     }
+    for (codegen::LoweredStep& step : *steps)
+      if (step.kind == codegen::LoweredStep::Kind::Kernel) codegen::scheduleFor(target.name(), step.kernel);
     out += "kernels of @" + f->name() + " for " + std::string(target.name()) + ":\n" +
            codegen::printSteps(*steps, codegen::describeLibraryCallText);
   }

@@ -12,6 +12,8 @@
 // CUDA C++.
 #include "codegen/cuda/CudaEmitter.h"
 
+#include "codegen/Schedule.h"
+
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -136,6 +138,7 @@ class KernelEmitter {
 
   Expected<CudaLaunch> emit(std::string& out) {
     CudaLaunch launch;
+    launch.blockSize = kernel_.schedule.blockSize;
     launch.name = identifier(kernel_.name);
     out_ = &out;
     out += "\nextern \"C\" __global__ void __launch_bounds__(" + std::to_string(launch.blockSize) + ") " +
@@ -151,20 +154,21 @@ class KernelEmitter {
     }
     out += "    const long long* __restrict__ sizes) {\n";
 
+    const kir::Schedule& schedule = kernel_.schedule;
     const kir::Stmt* parallel = nullptr;
     for (const kir::StmtPtr& s : kernel_.body)
-      if (s->kind == kir::Stmt::Kind::For && s->parallel) parallel = s.get();
+      if (s->kind == kir::Stmt::Kind::For && schedule.of(s->var) == kir::LoopMapping::Grid) parallel = s.get();
     if (parallel && kernel_.body.size() != 1)
       return Error("kernel '" + kernel_.name +
                    "' has a parallel loop beside other statements; the CUDA emitter maps only a kernel whose body is "
                    "one parallel loop to the grid");
     depth_ = 1;
     if (parallel) {
-      // The parallel loop and the independent loops perfectly nested in it
-      // form one index space; each thread takes elements grid-stride.
+      // The loops the schedule maps to the grid (nested in each other) form
+      // one index space; each thread takes elements grid-stride.
       std::vector<const kir::Stmt*> loops = {parallel};
       while (loops.back()->body.size() == 1 && loops.back()->body[0]->kind == kir::Stmt::Kind::For &&
-             (loops.back()->body[0]->parallel || loops.back()->body[0]->vectorize))
+             schedule.of(loops.back()->body[0]->var) == kir::LoopMapping::Grid)
         loops.push_back(loops.back()->body[0].get());
       int64_t total = 1;
       for (const kir::Stmt* l : loops) total *= l->extent;
@@ -525,7 +529,12 @@ class KernelEmitter {
 Expected<CudaSource> emitCudaSource(const std::vector<kir::Kernel>& kernels) {
   CudaSource source;
   source.code = std::string(kBanner) + std::string(embedded::kScalarSemanticsSource) + kHalfConversions;
-  for (const kir::Kernel& k : kernels) {
+  for (const kir::Kernel& given : kernels) {
+    // A kernel built without a target (a test's) gets CUDA's schedule.
+    if (!given.schedule.target.empty() && given.schedule.target != "cuda")
+      return Error("kernel '" + given.name + "' is scheduled for " + given.schedule.target + ", not for CUDA");
+    kir::Kernel k = given;
+    if (k.schedule.target.empty()) scheduleForCuda(k);
     auto launch = KernelEmitter(k).emit(source.code);
     if (!launch) return launch.takeError();
     source.launches.push_back(std::move(*launch));

@@ -17,6 +17,8 @@
 // no bf16 support in the backend is needed; bf16 is i16 in memory).
 #include "codegen/llvm/LlvmEmitter.h"
 
+#include "codegen/Schedule.h"
+
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/LLVMContext.h>
@@ -182,13 +184,14 @@ class KernelEmitter {
     }
     llvm::Value* lo = b_.getInt64(0);
     llvm::Value* hi = b_.getInt64(s.extent);
-    if (s.parallel) {
+    const kir::LoopMapping mapping = kernel_.schedule.of(s.var);
+    if (mapping == kir::LoopMapping::Threads) {
       // The thread's slice, clipped to the loop so a caller's rounding
       // cannot run past it.
       lo = b_.CreateSelect(b_.CreateICmpSGT(begin_, lo), begin_, lo);
       hi = b_.CreateSelect(b_.CreateICmpSLT(end_, hi), end_, hi);
     }
-    emitLoop(lo, hi, s.vectorize, [&](llvm::Value* iv) {
+    emitLoop(lo, hi, mapping == kir::LoopMapping::Vector, [&](llvm::Value* iv) {
       vars_[s.var] = iv;
       for (const kir::StmtPtr& inner : s.body) emitStmt(*inner);
     });
@@ -583,7 +586,18 @@ Expected<std::unique_ptr<llvm::Module>> emitLlvmModule(const std::vector<kir::Ke
   // One library per module: CpuJit gives each module its own context.
   auto scalars = ScalarLibrary::load(context);
   if (!scalars) return scalars.takeError();
-  for (const kir::Kernel& k : kernels) KernelEmitter(k, *module, **scalars).emit();
+  for (const kir::Kernel& k : kernels) {
+    if (k.schedule.target == "cpu") {
+      KernelEmitter(k, *module, **scalars).emit();
+      continue;
+    }
+    // A kernel built without a target (a test's) gets the CPU's schedule.
+    if (!k.schedule.target.empty())
+      return Error("kernel '" + k.name + "' is scheduled for " + k.schedule.target + ", not for the CPU");
+    kir::Kernel scheduled = k;
+    scheduleForCpu(scheduled);
+    KernelEmitter(scheduled, *module, **scalars).emit();
+  }
   KILN_TRY((*scalars)->linkInto(*module));
   std::string problems;
   llvm::raw_string_ostream os(problems);

@@ -257,3 +257,29 @@ TEST(CompiledArtifactLibraryTest, FusedKernelsAndLibraryStepsRoundTrip) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+/// A program whose constant claims a huge type but carries a few bytes is
+/// refused before anything of that type is allocated (the .kc fuzzer found
+/// a 5 GB allocation here; fuzz/regressions/kiln-fuzz-kc).
+TEST(CpuProgramTest, HugeDeclaredConstantIsRefusedBeforeAllocation) {
+  CpuProgram program;
+  program.name = "p";
+  Tensor c(DType::F32, {3});
+  program.constants.push_back(c);
+  std::string bytes = serializeProgram(program, 64);
+  // name (u32 1, "p"), 0 arguments, 1 constant: dtype (u8), rank (u32 1),
+  // then its one dim, an i64 at offset 18.
+  ASSERT_EQ(bytes[18], 3);
+  const uint64_t huge = uint64_t{1} << 40;
+  for (int i = 0; i < 8; ++i) bytes[18 + i] = static_cast<char>((huge >> (8 * i)) & 0xff);
+  CpuProgram parsed;
+  Status s = parseProgram(bytes, "p.kc (program section)", parsed);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message(), "p.kc (program section): corrupt: a constant of type f32[1099511627776] has 12 bytes");
+}
+
+}  // namespace
+}  // namespace kiln
