@@ -27,7 +27,7 @@
 // the JIT cannot lower is `NOJIT` (not compilable), listing them. The
 // summary adds the unlowerable ops with their case counts and the cases
 // that pass on the interpreter but not compiled, since closing that gap is
-// what issue 4 asks. Every data set gets its own executor (one LLJIT each):
+// what issue 4 asks. Every data set gets its own executor (one program each):
 // data sets differ in shapes, and the function is specialized to them.
 // --cache-dir DIR keeps compiled kernels in the disk cache (as `kiln run`
 // does by default), so a second run skips LLVM's O3 and code generation;

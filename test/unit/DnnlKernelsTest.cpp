@@ -1,4 +1,4 @@
-// The CPU executor's oneDNN steps (codegen/DnnlKernels.h): matmuls and
+// The CPU executor's oneDNN steps (runtime/DnnlKernels.h): matmuls and
 // convolutions large enough to go to oneDNN, alone and with fused epilogues
 // as post-ops, must match the interpreter; kiln compile --emit=kernel's text
 // (CpuExecutor::kernelIR) shows which steps are library calls.
@@ -173,9 +173,8 @@ TEST(DnnlKernelsTest, EpiloguesBecomePostOps) {
   EXPECT_NE(ir.find("onednn conv [1,3,10,10]*[4,3,3,3] + relu"), std::string::npos) << ir;
 }
 
-/// GELU and SiLU read the product several times; the run of ops computing
-/// them from it is recognized (by its values at sample points) as one
-/// oneDNN post-op.
+/// GELU and SiLU, whole ops when select-library sees them (raise-activations
+/// restores them from exported subgraphs), each become one oneDNN post-op.
 TEST(DnnlKernelsTest, ScalarFunctionsOfTheProductBecomeOnePostOp) {
   const char* cases[][2] = {{"gelu(%s)", "+ add, gelu_erf ("},
                             {"gelu(%s) {approximate = \"tanh\"}", "+ add, gelu_tanh ("},
