@@ -77,6 +77,9 @@ class CpuExecutor {
   /// compiled. When some ops cannot be lowered yet, the error lists them
   /// all and `unsupportedOps()` names them.
   Status prepare(const std::vector<Tensor>& inputs);
+  /// Whether the shapes of `inputs` are compiled already, so that run()
+  /// compiles nothing.
+  bool isCompiled(const std::vector<Tensor>& inputs);
   /// The ops the last failed prepare() could not lower, as `name (why)`;
   /// empty when it failed for another reason.
   const std::vector<std::string>& unsupportedOps() const { return unsupported_; }
@@ -128,6 +131,8 @@ class CpuExecutor {
  private:
   CpuExecutor(std::unique_ptr<Module> module, CpuOptions options);
   Expected<CompiledFunction*> compiled(const std::vector<Tensor>& inputs);
+  /// The compiled function of `inputs`' shapes, or null.
+  CompiledFunction* find(const std::vector<Tensor>& inputs);
   /// Compiles `optimized` (through the pipeline already) into a program
   /// and its runner.
   Expected<std::unique_ptr<CompiledFunction>> finish(std::unique_ptr<Module> optimized);
@@ -141,6 +146,7 @@ class CpuExecutor {
   std::map<std::vector<std::vector<int64_t>>, std::unique_ptr<CompiledFunction>> cache_;
   std::vector<std::string> unsupported_;
   int compiledCount_ = 0;
+  CompiledFunction* last_ = nullptr;  // the one the last call used
 };
 
 /// A copy of `f` (ops, names, locations, argument defaults) in a new module.

@@ -133,12 +133,16 @@ Status CompiledModel::prepare(const std::vector<Tensor>& inputs) {
 }
 
 Expected<std::vector<Tensor>> CompiledModel::run(const std::vector<Tensor>& inputs) {
+  // Compiled shapes run straight away; a new one compiles first, which may
+  // send the model to the interpreter.
+  if (executor_ && executor_->isCompiled(inputs)) return executor_->run(inputs);
   KILN_TRY(prepare(inputs));
   if (executor_) return executor_->run(inputs);
   return interpret(function_, inputs);
 }
 
 Expected<std::vector<Tensor>> CompiledModel::runInPlace(std::vector<Tensor>& inputs) {
+  if (executor_ && executor_->isCompiled(inputs)) return executor_->runInPlace(inputs);
   KILN_TRY(prepare(inputs));
   if (executor_) return executor_->runInPlace(inputs);
   auto results = interpret(function_, inputs);

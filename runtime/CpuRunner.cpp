@@ -96,6 +96,21 @@ Expected<std::unique_ptr<CpuRunner>> CpuRunner::create(std::shared_ptr<const Cpu
       runner->slotData_[s] = runner->arena_.get() + slot.index;
   }
   for (const CpuProgram::Result& r : p.results) runner->donates_ = runner->donates_ || r.aliasedArgument >= 0;
+  for (const CpuProgram::Argument& a : p.arguments) runner->argumentDims_.push_back(staticDims(a.type.shape));
+  for (size_t s = 0; s < p.slots.size(); ++s) {
+    const CpuProgram::Slot& slot = p.slots[s];
+    if (slot.kind == CpuProgram::SlotKind::Argument || slot.kind == CpuProgram::SlotKind::InPlace)
+      runner->inputSlots_.emplace_back(static_cast<int>(s), static_cast<size_t>(slot.index));
+    else if (slot.kind == CpuProgram::SlotKind::Output)
+      runner->outputSlots_.push_back(static_cast<int>(s));
+  }
+  // An output tensor moves to its last result and is copied to earlier
+  // ones (a value returned twice).
+  runner->movesResult_.assign(p.results.size(), false);
+  std::map<int, size_t> lastUse;
+  for (size_t r = 0; r < p.results.size(); ++r)
+    if (p.results[r].aliasedArgument < 0) lastUse[p.results[r].slot] = r;
+  for (const auto& [slot, r] : lastUse) runner->movesResult_[r] = true;
   return runner;
 }
 
@@ -109,9 +124,7 @@ Status CpuRunner::checkInputs(const std::vector<Tensor>& inputs) const {
     return Error("'" + p.name + "' takes " + std::to_string(p.arguments.size()) + " inputs, got " +
                  std::to_string(inputs.size()));
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (inputs[i].type() != p.arguments[i].type || inputs[i].numBytes() != static_cast<size_t>(
-                                                                             numElements(p.arguments[i].type.shape) *
-                                                                             static_cast<int64_t>(dtypeSize(p.arguments[i].type.dtype))))
+    if (inputs[i].dtype() != p.arguments[i].type.dtype || inputs[i].shape() != argumentDims_[i])
       return Error("input " + std::to_string(i) + " ('" + p.arguments[i].name + "') of '" + p.name + "' is " +
                    inputs[i].type().str() + ", expected " + p.arguments[i].type.str() +
                    " (the program was compiled for these shapes)");
@@ -140,21 +153,12 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
   const CpuProgram& p = *program_;
   // Arguments are only read, except donated ones, which only runInPlace
   // (whose caller gives up their old values) or run's private copy reach.
-  std::map<int, Tensor> outputs;
-  for (size_t s = 0; s < p.slots.size(); ++s) {
-    const CpuProgram::Slot& slot = p.slots[s];
-    switch (slot.kind) {
-      case CpuProgram::SlotKind::Argument:
-      case CpuProgram::SlotKind::InPlace:
-        slotData_[s] = const_cast<uint8_t*>(inputs[static_cast<size_t>(slot.index)].raw());
-        break;
-      case CpuProgram::SlotKind::Output: {
-        Tensor& t = outputs[static_cast<int>(s)] = Tensor(slot.type.dtype, staticDims(slot.type.shape));
-        slotData_[s] = t.raw();
-        break;
-      }
-      default: break;
-    }
+  for (const auto& [slot, argument] : inputSlots_) slotData_[static_cast<size_t>(slot)] = const_cast<uint8_t*>(inputs[argument].raw());
+  std::vector<Tensor> outputs(outputSlots_.size());
+  for (size_t o = 0; o < outputSlots_.size(); ++o) {
+    const TensorType& type = p.slots[static_cast<size_t>(outputSlots_[o])].type;
+    outputs[o] = Tensor(type.dtype, staticDims(type.shape));
+    slotData_[static_cast<size_t>(outputSlots_[o])] = outputs[o].raw();
   }
   StepProfile* profile = profile_;
   if (profile && profile->entries.size() != p.steps.size()) {
@@ -192,12 +196,8 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
       ++profile->entries[k].calls;
     }
   }
-  // Each output tensor is moved to its last result and copied to earlier
-  // ones (a value returned twice).
-  std::map<int, size_t> lastUse;
-  for (size_t r = 0; r < p.results.size(); ++r)
-    if (p.results[r].aliasedArgument < 0) lastUse[p.results[r].slot] = r;
   std::vector<Tensor> results;
+  results.reserve(p.results.size());
   for (size_t r = 0; r < p.results.size(); ++r) {
     const int s = p.results[r].slot;
     const CpuProgram::Slot& slot = p.slots[static_cast<size_t>(s)];
@@ -208,10 +208,11 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
     } else if (slot.kind == CpuProgram::SlotKind::Constant) {
       results.push_back(p.constants[static_cast<size_t>(slot.index)]);
     } else if (slot.kind == CpuProgram::SlotKind::Output) {
-      if (lastUse.at(s) == r)
-        results.push_back(std::move(outputs.at(s)));
+      const size_t o = static_cast<size_t>(std::find(outputSlots_.begin(), outputSlots_.end(), s) - outputSlots_.begin());
+      if (movesResult_[r])
+        results.push_back(std::move(outputs[o]));
       else
-        results.push_back(outputs.at(s));
+        results.push_back(outputs[o]);
     } else {
       Tensor copy(slot.type.dtype, staticDims(slot.type.shape));
       std::memcpy(copy.raw(), slotData_[static_cast<size_t>(s)], copy.numBytes());

@@ -83,6 +83,15 @@ class CpuRunner {
   std::vector<void*> slotData_;
   std::vector<void*> buffers_;  // per-step scratch for kernel arguments
   bool donates_ = false;
+  // Worked out once, so that a run allocates nothing it does not return:
+  // the arguments' dims; the slots each run points at an input (argument
+  // and in-place slots: slot, argument) or at a tensor it allocates; and
+  // per result, whether it takes its tensor (its slot's last result) or a
+  // copy.
+  std::vector<std::vector<int64_t>> argumentDims_;
+  std::vector<std::pair<int, size_t>> inputSlots_;
+  std::vector<int> outputSlots_;
+  std::vector<bool> movesResult_;
 };
 
 }  // namespace kiln

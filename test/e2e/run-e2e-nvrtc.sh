@@ -15,23 +15,10 @@ if [[ $# -lt 2 || $# -gt 3 ]]; then
 fi
 kiln=$1 model_dir=$2 arch=${3:-sm_90}
 
-# The shape in a .npy header, as 2x8 (or "scalar"), without NumPy.
-npy_shape() {
-  python3 - "$1" <<'PY'
-import ast, struct, sys
-data = open(sys.argv[1], "rb").read(4096)
-major = data[6]
-size, start = (struct.unpack_from("<H", data, 8)[0], 10) if major == 1 else (struct.unpack_from("<I", data, 8)[0], 12)
-shape = ast.literal_eval(data[start:start + size].decode("latin1"))["shape"]
-print("x".join(str(d) for d in shape) if shape else "scalar")
-PY
-}
-
+. "$(dirname "$0")/model-inputs.sh"
+model_inputs "$model_dir"
 shapes=()
-for f in "$model_dir"/input_*.npy; do
-  name=$(basename "$f" .npy)
-  shapes+=(--input-shape "${name#input_}=$(npy_shape "$f")")
-done
+for i in "${!input_names[@]}"; do shapes+=(--input-shape "${input_names[$i]}=${input_shapes[$i]}"); done
 
 summary=$("$kiln" compile "$model_dir/model.onnx" "${shapes[@]}" --device cuda --cuda-arch "$arch" --emit=cubin-size)
 echo "$summary"

@@ -12,23 +12,13 @@ if [[ $# -ne 4 ]]; then
 fi
 kiln=$1 embed=$2 model_dir=$3 out_dir=$4
 
-npy_shape() {
-  python3 - "$1" <<'PY'
-import ast, struct, sys
-data = open(sys.argv[1], "rb").read(4096)
-major = data[6]
-size, start = (struct.unpack_from("<H", data, 8)[0], 10) if major == 1 else (struct.unpack_from("<I", data, 8)[0], 12)
-shape = ast.literal_eval(data[start:start + size].decode("latin1"))["shape"]
-print("x".join(str(d) for d in shape) if shape else "scalar")
-PY
-}
-
+. "$(dirname "$0")/../e2e/model-inputs.sh"
+model_inputs "$model_dir"
 inputs=()
 shapes=()
-for f in "$model_dir"/input_*.npy; do
-  name=$(basename "$f" .npy)
-  inputs+=("${name#input_}=$f")
-  shapes+=(--input-shape "${name#input_}=$(npy_shape "$f")")
+for i in "${!input_names[@]}"; do
+  inputs+=("${input_names[$i]}=${input_files[$i]}")
+  shapes+=(--input-shape "${input_names[$i]}=${input_shapes[$i]}")
 done
 expects=()
 for f in "$model_dir"/expected_*.npy; do
