@@ -143,9 +143,7 @@ class ProgramReader {
     if (static_cast<int64_t>(bytes->size()) != bytesOf(*t))
       return r_.error("corrupt: " + std::string(what) + " of type " + t->str() + " has " +
                       std::to_string(bytes->size()) + " bytes");
-    Tensor out(t->dtype, staticDims(t->shape));
-    std::memcpy(out.raw(), bytes->data(), bytes->size());
-    return out;
+    return Tensor::fromBytes(t->dtype, staticDims(t->shape), *bytes);
   }
   Expected<Location> location(std::string_view what) {
     auto kind = r_.uint(1, what);

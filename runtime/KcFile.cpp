@@ -111,9 +111,7 @@ Expected<Tensor> readWeight(ByteReader& r) {
                    std::to_string(*size) + " bytes");
   auto bytes = r.take(*size, "a weight's data");
   if (!bytes) return bytes.takeError();
-  Tensor t(*dtype, dims);
-  std::memcpy(t.raw(), bytes->data(), bytes->size());
-  return t;
+  return Tensor::fromBytes(*dtype, std::move(dims), *bytes);
 }
 
 }  // namespace

@@ -123,6 +123,18 @@ Tensor Tensor::fromDense(const DenseTensor& t) {
   return result;
 }
 
+Tensor Tensor::fromBytes(DType dtype, std::vector<int64_t> shape, std::string_view bytes) {
+  Tensor result;
+  result.dtype_ = dtype;
+  result.shape_ = std::move(shape);
+  assert(static_cast<size_t>(result.numElements()) * dtypeSize(dtype) == bytes.size() &&
+         "tensor bytes do not match its type");
+  result.data_.assign(bytes.begin(), bytes.end());
+  if (dtype == DType::Bool)
+    for (uint8_t& b : result.data_) b = b != 0;
+  return result;
+}
+
 DenseTensor Tensor::toDense() const {
   DenseTensor t;
   t.type = type();

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "ir/Attributes.h"
@@ -38,6 +39,9 @@ class Tensor {
   void setInt(int64_t i, int64_t v);
 
   static Tensor fromDense(const DenseTensor& t);
+  /// A tensor holding `bytes` (exactly its type's size; checked by the
+  /// caller), copied once without zero-filling first: for large weights.
+  static Tensor fromBytes(DType dtype, std::vector<int64_t> shape, std::string_view bytes);
   DenseTensor toDense() const;
   /// Row-major strides in elements.
   std::vector<int64_t> strides() const;

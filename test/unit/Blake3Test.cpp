@@ -34,6 +34,11 @@ TEST(Blake3Test, MatchesTheReferenceAtEverySizeThatChangesTheTree) {
       {16384, "f875d6646de28985646f34ee13be9a576fd515f76b5b0a26bb324735041ddde4"},
       {31744, "62b6960e1a44bcc1eb1a611a8d6235b6b4b78f32e7abc4fb4c6cdcce94895c47"},
       {102400, "bc3e3d41a1146b069abffad3c0d44860cf664390afce4d9661f7902e7943e085"},
+      // 4 MiB and more are hashed on several threads, in blocks of whole
+      // subtrees, with a partial block and an exact power of two at the end.
+      {5242881, "a2eed482c537df008175a978a474f0a2f257d3ef11f7ac1f6fa9f5e49af4d345"},
+      {9449529, "2c09a585ec731eaee893eafe061f6f60228526260c78a0837c5f19ef400575a4"},
+      {67108864, "6837ea41ffe5fe2612df38ae49ca6e52341714f1a117d98ae400e4ac7885701d"},
   };
   for (const auto& [size, want] : cases) {
     std::string input;
