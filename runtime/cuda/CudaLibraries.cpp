@@ -104,6 +104,9 @@ Expected<CudaLibrary> openCudaLibrary(const LibrarySpec& spec, const LibrarySear
   std::vector<std::pair<std::string, std::string>> attempts;
   if (spec.driver && !options.driverPath.empty()) {
     attempts.push_back({options.driverPath, "(from $KILN_CUDA_DRIVER or the driver path given)"});
+  } else if (!spec.driver && !options.onlyFolder.empty()) {
+    for (const std::string& name : spec.names)
+      attempts.push_back({options.onlyFolder + "/" + name, "(the emulated GPU's folder)"});
   } else {
     for (const std::string& name : spec.names) {
       attempts.push_back({name, "on the loader path (LD_LIBRARY_PATH, ldconfig cache)"});
@@ -217,6 +220,63 @@ Expected<const CudaDriverApi*> loadCudaDriver(const LibrarySearchOptions& option
     KILN_TRY(resolve(l, "cuMemGetInfo_v2", api.cuMemGetInfo));
     return Status::success();
   });
+}
+
+Expected<const CudaExecApi*> loadCudaExec(const LibrarySearchOptions& options) {
+  static LoadedTables<CudaExecApi> tables;
+  auto driver = loadCudaDriver(options);
+  if (!driver) return driver.takeError();
+  return tables.get((*driver)->library, [](CudaExecApi& api) -> Status {
+    const CudaLibrary& l = api.library;
+    KILN_TRY(resolve(l, "cuCtxGetCurrent", api.cuCtxGetCurrent));
+    KILN_TRY(resolve(l, "cuCtxSynchronize", api.cuCtxSynchronize));
+    KILN_TRY(resolve(l, "cuMemAlloc_v2", api.cuMemAlloc));
+    KILN_TRY(resolve(l, "cuMemFree_v2", api.cuMemFree));
+    KILN_TRY(resolve(l, "cuMemHostAlloc", api.cuMemHostAlloc));
+    KILN_TRY(resolve(l, "cuMemFreeHost", api.cuMemFreeHost));
+    KILN_TRY(resolve(l, "cuMemcpyHtoDAsync_v2", api.cuMemcpyHtoDAsync));
+    KILN_TRY(resolve(l, "cuMemcpyDtoHAsync_v2", api.cuMemcpyDtoHAsync));
+    KILN_TRY(resolve(l, "cuMemcpyDtoDAsync_v2", api.cuMemcpyDtoDAsync));
+    KILN_TRY(resolve(l, "cuMemsetD8Async", api.cuMemsetD8Async));
+    KILN_TRY(resolve(l, "cuStreamCreate", api.cuStreamCreate));
+    KILN_TRY(resolve(l, "cuStreamDestroy_v2", api.cuStreamDestroy));
+    KILN_TRY(resolve(l, "cuStreamSynchronize", api.cuStreamSynchronize));
+    KILN_TRY(resolve(l, "cuStreamWaitEvent", api.cuStreamWaitEvent));
+    KILN_TRY(resolve(l, "cuEventCreate", api.cuEventCreate));
+    KILN_TRY(resolve(l, "cuEventRecord", api.cuEventRecord));
+    KILN_TRY(resolve(l, "cuEventSynchronize", api.cuEventSynchronize));
+    KILN_TRY(resolve(l, "cuEventDestroy_v2", api.cuEventDestroy));
+    KILN_TRY(resolve(l, "cuModuleLoadData", api.cuModuleLoadData));
+    KILN_TRY(resolve(l, "cuModuleUnload", api.cuModuleUnload));
+    KILN_TRY(resolve(l, "cuModuleGetFunction", api.cuModuleGetFunction));
+    KILN_TRY(resolve(l, "cuFuncGetAttribute", api.cuFuncGetAttribute));
+    KILN_TRY(resolve(l, "cuLaunchKernel", api.cuLaunchKernel));
+    KILN_TRY(resolve(l, "cuStreamBeginCapture_v2", api.cuStreamBeginCapture));
+    KILN_TRY(resolve(l, "cuStreamEndCapture", api.cuStreamEndCapture));
+    KILN_TRY(resolve(l, "cuGraphInstantiateWithFlags", api.cuGraphInstantiateWithFlags));
+    KILN_TRY(resolve(l, "cuGraphLaunch", api.cuGraphLaunch));
+    KILN_TRY(resolve(l, "cuGraphExecDestroy", api.cuGraphExecDestroy));
+    KILN_TRY(resolve(l, "cuGraphDestroy", api.cuGraphDestroy));
+    return Status::success();
+  });
+}
+
+std::string emulatorDescription(const CudaDriverApi& driver) {
+  void* entry = dlsym(driver.library.handle, "kilnEmulatorDescription");
+  if (!entry) return "";
+  const char* text = reinterpret_cast<const char* (*)()>(entry)();
+  return text ? text : "Kiln's emulated GPU";
+}
+
+LibrarySearchOptions mathLibraryOptions(const LibrarySearchOptions& options) {
+  LibrarySearchOptions result = options;
+  if (options.driverPath.empty()) return result;
+  auto driver = loadCudaDriver(options);
+  if (!driver || emulatorDescription(**driver).empty()) return result;
+  const std::string& path = (*driver)->library.path;
+  const size_t slash = path.rfind('/');
+  result.onlyFolder = slash == std::string::npos ? "." : path.substr(0, slash);
+  return result;
 }
 
 // ---------------------------------------------------------------------------

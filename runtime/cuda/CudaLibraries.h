@@ -46,6 +46,9 @@ struct LibrarySearchOptions {
   std::string cudaHome;
   /// Also search /usr/local/cuda/lib64 (tests turn it off).
   bool searchDefaultToolkit = true;
+  /// When set, the toolkit libraries are looked for in this folder only
+  /// (the emulated GPU's, see mathLibraryOptions).
+  std::string onlyFolder;
 
   /// driverPath from $KILN_CUDA_DRIVER, cudaHome from $CUDA_HOME.
   static LibrarySearchOptions fromEnvironment();
@@ -165,16 +168,96 @@ struct CudaDriverApi {
   std::string errorString(CUresult result) const;
 };
 
+// The entry points that run work: memory, streams, events, modules,
+// launches and CUDA graphs. Resolved separately from CudaDriverApi, which is
+// all that device discovery (`kiln devices`) needs.
+
+using CUdeviceptr = unsigned long long;
+struct CudaStreamState;
+using CUstream = CudaStreamState*;
+struct CudaEventState;
+using CUevent = CudaEventState*;
+struct CudaModuleState;
+using CUmodule = CudaModuleState*;
+struct CudaFunctionState;
+using CUfunction = CudaFunctionState*;
+struct CudaGraphState;
+using CUgraph = CudaGraphState*;
+struct CudaGraphExecState;
+using CUgraphExec = CudaGraphExecState*;
+
+constexpr CUresult CUDA_ERROR_INVALID_PTX = 218;
+constexpr CUresult CUDA_ERROR_NO_BINARY_FOR_GPU = 209;
+constexpr CUresult CUDA_ERROR_ILLEGAL_ADDRESS = 700;
+constexpr CUresult CUDA_ERROR_LAUNCH_FAILED = 719;
+
+constexpr unsigned CU_STREAM_NON_BLOCKING = 1;
+constexpr unsigned CU_EVENT_DISABLE_TIMING = 2;
+constexpr unsigned CU_MEMHOSTALLOC_PORTABLE = 1;
+constexpr int CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
+constexpr int CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1;
+constexpr int CU_DEVICE_ATTRIBUTE_WARP_SIZE = 10;
+constexpr int CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0;
+
+struct CudaExecApi {
+  CudaLibrary library;
+  CUresult (*cuCtxGetCurrent)(CUcontext* ctx);
+  CUresult (*cuCtxSynchronize)();
+  CUresult (*cuMemAlloc)(CUdeviceptr* ptr, size_t bytes);                     // cuMemAlloc_v2
+  CUresult (*cuMemFree)(CUdeviceptr ptr);                                     // cuMemFree_v2
+  CUresult (*cuMemHostAlloc)(void** ptr, size_t bytes, unsigned int flags);
+  CUresult (*cuMemFreeHost)(void* ptr);
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr dst, const void* src, size_t bytes, CUstream stream);  // _v2
+  CUresult (*cuMemcpyDtoHAsync)(void* dst, CUdeviceptr src, size_t bytes, CUstream stream);        // _v2
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);  // _v2
+  CUresult (*cuMemsetD8Async)(CUdeviceptr dst, unsigned char value, size_t count, CUstream stream);
+  CUresult (*cuStreamCreate)(CUstream* stream, unsigned int flags);
+  CUresult (*cuStreamDestroy)(CUstream stream);  // _v2
+  CUresult (*cuStreamSynchronize)(CUstream stream);
+  CUresult (*cuStreamWaitEvent)(CUstream stream, CUevent event, unsigned int flags);
+  CUresult (*cuEventCreate)(CUevent* event, unsigned int flags);
+  CUresult (*cuEventRecord)(CUevent event, CUstream stream);
+  CUresult (*cuEventSynchronize)(CUevent event);
+  CUresult (*cuEventDestroy)(CUevent event);  // _v2
+  CUresult (*cuModuleLoadData)(CUmodule* module, const void* image);
+  CUresult (*cuModuleUnload)(CUmodule module);
+  CUresult (*cuModuleGetFunction)(CUfunction* function, CUmodule module, const char* name);
+  CUresult (*cuFuncGetAttribute)(int* value, int attribute, CUfunction function);
+  CUresult (*cuLaunchKernel)(CUfunction f, unsigned gridX, unsigned gridY, unsigned gridZ, unsigned blockX,
+                             unsigned blockY, unsigned blockZ, unsigned sharedBytes, CUstream stream,
+                             void** kernelParams, void** extra);
+  CUresult (*cuStreamBeginCapture)(CUstream stream, int mode);  // _v2
+  CUresult (*cuStreamEndCapture)(CUstream stream, CUgraph* graph);
+  CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec* exec, CUgraph graph, unsigned long long flags);
+  CUresult (*cuGraphLaunch)(CUgraphExec exec, CUstream stream);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec exec);
+  CUresult (*cuGraphDestroy)(CUgraph graph);
+};
+
 /// Opens the driver library and resolves its entry points; cuInit is not
 /// called here (runtime/cuda/CudaDevices.h interprets its result). With an
 /// explicit driverPath, only that file is opened.
 Expected<const CudaDriverApi*> loadCudaDriver(
     const LibrarySearchOptions& options = LibrarySearchOptions::fromEnvironment());
 
+/// The execution entry points of the same driver library that
+/// loadCudaDriver opens (which is called first).
+Expected<const CudaExecApi*> loadCudaExec(
+    const LibrarySearchOptions& options = LibrarySearchOptions::fromEnvironment());
+
+/// Kiln's emulated GPU (runtime/cuda/emulator/) describes itself through an
+/// entry point no NVIDIA driver has; empty for a real driver.
+std::string emulatorDescription(const CudaDriverApi& driver);
+
 // ---------------------------------------------------------------------------
 // cuBLAS, cuBLASLt and cuDNN: opened on demand. Only their version entry
 // points are resolved here; the matmul and convolution code that uses them
 // resolves what it calls through CudaLibrary::symbol.
+
+/// With the emulated GPU, the math libraries (cuBLASLt, cuDNN, NCCL) are
+/// the emulator's own, from the driver's folder only: Kiln never mixes the
+/// emulator with NVIDIA's libraries. These options say where to look.
+LibrarySearchOptions mathLibraryOptions(const LibrarySearchOptions& options);
 
 /// An opened math library and the version it reports ("13.0.0", "9.13.0").
 struct CudaMathLibrary {
