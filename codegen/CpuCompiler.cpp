@@ -140,10 +140,8 @@ std::vector<std::string> kernelHashes(const std::vector<kir::Kernel>& kernels) {
   return hashes;
 }
 
-Expected<CpuCompilation> compileCpuProgram(const Function& f, CpuJit& jit, const CpuCompileOptions& options,
-                                           std::vector<std::string>* unsupportedOut) {
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point lowerStart = Clock::now();
+Expected<CpuCompilation> layoutProgram(const Function& f, std::string_view target, const std::string& kernelPrefix,
+                                       std::vector<std::string>* unsupportedOut) {
   for (size_t i = 0; i < f.numArguments(); ++i)
     if (!f.argument(i)->type().isStatic())
       return Error("argument " + std::to_string(i) + " of '" + f.name() + "' has type " +
@@ -180,7 +178,7 @@ Expected<CpuCompilation> compileCpuProgram(const Function& f, CpuJit& jit, const
   }
 
   std::vector<std::string> unsupported;
-  auto lowered = lowerToSteps(f, options.kernelPrefix, &unsupported);
+  auto lowered = lowerToSteps(f, kernelPrefix, &unsupported);
   if (!lowered) {
     if (unsupportedOut) *unsupportedOut = unsupported;
     return lowered.takeError();
@@ -207,7 +205,7 @@ Expected<CpuCompilation> compileCpuProgram(const Function& f, CpuJit& jit, const
       s.parallel = libraryCallWork(s.call) >= kLibraryParallelWork;
     } else {
       s.kind = CpuProgram::Step::Kind::Kernel;
-      scheduleForCpu(step.kernel);
+      scheduleFor(target, step.kernel);
       s.kernel = static_cast<int>(out.kernels.size());
       s.parallelExtent = step.kernel.parallelExtent();
       s.parallel = estimateWork(step.kernel.body) >= kParallelWork;
@@ -254,10 +252,21 @@ Expected<CpuCompilation> compileCpuProgram(const Function& f, CpuJit& jit, const
     if (slot.kind == CpuProgram::SlotKind::InPlace) continue;
     if (const MemoryPlan::Buffer* b = plan->find(op->result())) slot = {CpuProgram::SlotKind::Arena, slot.type, b->offset};
   }
+  p.kernelHashes = kernelHashes(out.kernels);
+  return out;
+}
+
+Expected<CpuCompilation> compileCpuProgram(const Function& f, CpuJit& jit, const CpuCompileOptions& options,
+                                           std::vector<std::string>* unsupportedOut) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point lowerStart = Clock::now();
+  auto laid = layoutProgram(f, "cpu", options.kernelPrefix, unsupportedOut);
+  if (!laid) return laid.takeError();
+  CpuCompilation out = std::move(*laid);
+  CpuProgram& p = *out.program;
   if (options.report)
     options.report->lowering += std::chrono::duration<double>(Clock::now() - lowerStart).count();
 
-  p.kernelHashes = kernelHashes(out.kernels);
   p.machine = jit.target();
   p.codegenVersion = std::string(kCpuCodegenVersion);
   if (!out.kernels.empty()) {

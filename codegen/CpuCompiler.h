@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "codegen/KernelIR.h"
@@ -42,6 +43,13 @@ struct CpuCompileOptions {
   /// Compile times are added to it when given.
   CompileReport* report = nullptr;
 };
+
+/// The program of `f` without its code: steps (kernels scheduled for
+/// `target`, "cpu" or "cuda"), slots, the memory plan and the arena, the
+/// kernels' names and hashes. Both targets' compilers start from it
+/// (codegen/cuda/CudaCompiler.h adds CUDA code instead of a shared object).
+Expected<CpuCompilation> layoutProgram(const Function& f, std::string_view target, const std::string& kernelPrefix,
+                                       std::vector<std::string>* unsupported = nullptr);
 
 /// Compiles `f` for the CPU. Ops that cannot be lowered yet make an error
 /// that names every one, each also in `unsupported` (`name (why) at loc`).

@@ -36,11 +36,6 @@ std::unique_ptr<Module> cloneFunction(const Function& f) {
   return module;
 }
 
-namespace {
-
-/// A copy of `source` whose arguments have `types` (static shapes) and
-/// whose results alias the donated arguments of `aliases`, run through
-/// `target`'s pipeline of `optLevel`.
 Expected<std::unique_ptr<Module>> specializeAndOptimize(const Function& source, const std::vector<TensorType>& types,
                                                         const std::vector<ResultAlias>& aliases, const Target& target,
                                                         int optLevel, CompileReport* report) {
@@ -72,6 +67,8 @@ Expected<std::unique_ptr<Module>> specializeAndOptimize(const Function& source, 
   }
   return module;
 }
+
+namespace {
 
 std::vector<std::vector<int64_t>> shapesOf(const std::vector<TensorType>& types) {
   std::vector<std::vector<int64_t>> shapes;

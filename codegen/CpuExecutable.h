@@ -25,6 +25,10 @@
 #include "runtime/CpuRunner.h"
 #include "runtime/Tensor.h"
 
+namespace kiln {
+class Target;
+}
+
 namespace kiln::codegen {
 
 class CpuJit;
@@ -149,17 +153,25 @@ class CpuExecutor {
   CompiledFunction* last_ = nullptr;  // the one the last call used
 };
 
+/// A copy of `source` whose arguments have `types` (static shapes) and
+/// whose results alias the donated arguments of `aliases`, run through
+/// `target`'s pipeline of `optLevel`; compile times go to `report` if given.
+Expected<std::unique_ptr<Module>> specializeAndOptimize(const Function& source, const std::vector<TensorType>& types,
+                                                        const std::vector<ResultAlias>& aliases, const Target& target,
+                                                        int optLevel, CompileReport* report);
+
 /// A copy of `f` (ops, names, locations, argument defaults) in a new module.
 std::unique_ptr<Module> cloneFunction(const Function& f);
 
 /// The kernels of `f` specialized to argument `types` (static shapes) and
-/// optimized at `optLevel`, by the CUDA target's pipeline (no library calls
-/// yet: matmul and conv are loop nests) and the one lowering every target
-/// shares (codegen/LowerToKernels.h). The kernel list of the CUDA emitter
-/// (codegen/cuda/). Unlowerable ops are an error naming each. With
-/// `optimized`, it receives the optimized module: kernel i is the i-th op of
-/// its function that is not a `constant`, a `check` or the `return`, and
-/// that kernel's buffers are the op's operands, then its result.
+/// optimized at `optLevel`, by the CUDA target's pipeline (matmuls cuBLASLt
+/// takes become `library` groups, codegen/cuda/CudaTarget.h; conv is a loop
+/// nest) and the one lowering every target shares (codegen/LowerToKernels.h).
+/// The kernel list of the CUDA emitter (codegen/cuda/). Unlowerable ops are
+/// an error naming each. With `optimized`, it receives the optimized module:
+/// kernel i is the i-th op of its function that is not a `constant`, a
+/// `check`, a `library` group or the `return`, and that kernel's buffers are
+/// the op's operands, then its result.
 Expected<std::vector<kir::Kernel>> lowerToKernels(const Function& f, const std::vector<TensorType>& types, int optLevel,
                                                   std::unique_ptr<Module>* optimized = nullptr);
 

@@ -88,12 +88,20 @@ void Session::addNotice(std::string notice) {
 }
 
 Expected<std::unique_ptr<CompiledModel>> Session::compile(const Function& f, const CompileOptions& options) {
-  if (device_.kind == DeviceChoice::Kind::Cuda)
-    return Error("CUDA is usable on " + device_.str() +
-                 ", but running models on CUDA is not implemented in Kiln yet; Kiln never falls back to the CPU on "
-                 "its own: use --device cpu");
   std::unique_ptr<CompiledModel> model(new CompiledModel(*this, f, options.aliases));
   if (options_.interpret) return model;
+  if (device_.kind == DeviceChoice::Kind::Cuda) {
+    auto context = cudaContext();
+    if (!context) return context.takeError();
+    codegen::CudaOptions cuda = options_.cuda;
+    cuda.optLevel = options_.cpu.optLevel;
+    cuda.report = options_.cpu.report;
+    cuda.aliases = options.aliases;
+    auto executor = codegen::CudaExecutor::create(f, std::move(*context), std::move(cuda));
+    if (!executor) return executor.takeError();
+    model->cudaExecutor_ = std::move(*executor);
+    return model;
+  }
   codegen::CpuOptions cpu = options_.cpu;
   if (options.threads > 0) cpu.threads = options.threads;
   cpu.aliases = options.aliases;
@@ -109,6 +117,17 @@ std::unique_ptr<CompiledModel> Session::adopt(const Function& f, std::unique_ptr
   return model;
 }
 
+std::unique_ptr<CompiledModel> Session::adopt(const Function& f, std::unique_ptr<codegen::CudaExecutor> executor) {
+  std::unique_ptr<CompiledModel> model(new CompiledModel(*this, f, {}));
+  model->cudaExecutor_ = std::move(executor);
+  return model;
+}
+
+Expected<std::shared_ptr<cuda::CudaContext>> Session::cudaContext() {
+  if (device_.kind != DeviceChoice::Kind::Cuda) return Error("the session runs on " + device_.str() + ", not CUDA");
+  return cuda::CudaContext::get(device_.cuda, cuda::LibrarySearchOptions::fromEnvironment());
+}
+
 CompiledModel::CompiledModel(Session& session, const Function& f, std::vector<ResultAlias> aliases)
     : session_(session), function_(f), aliases_(std::move(aliases)) {}
 CompiledModel::~CompiledModel() = default;
@@ -121,6 +140,8 @@ void CompiledModel::fallBack() {
 }
 
 Status CompiledModel::prepare(const std::vector<Tensor>& inputs) {
+  // CUDA never falls back: an op it cannot lower is an error naming it.
+  if (cudaExecutor_) return cudaExecutor_->prepare(inputs);
   if (!executor_) return {};
   Status prepared = executor_->prepare(inputs);
   for (std::string& notice : executor_->takeNotices()) session_.addNotice(std::move(notice));
@@ -135,6 +156,7 @@ Status CompiledModel::prepare(const std::vector<Tensor>& inputs) {
 Expected<std::vector<Tensor>> CompiledModel::run(const std::vector<Tensor>& inputs) {
   // Compiled shapes run straight away; a new one compiles first, which may
   // send the model to the interpreter.
+  if (cudaExecutor_) return cudaExecutor_->run(inputs);
   if (executor_ && executor_->isCompiled(inputs)) return executor_->run(inputs);
   KILN_TRY(prepare(inputs));
   if (executor_) return executor_->run(inputs);
@@ -142,6 +164,7 @@ Expected<std::vector<Tensor>> CompiledModel::run(const std::vector<Tensor>& inpu
 }
 
 Expected<std::vector<Tensor>> CompiledModel::runInPlace(std::vector<Tensor>& inputs) {
+  if (cudaExecutor_) return cudaExecutor_->runInPlace(inputs);
   if (executor_ && executor_->isCompiled(inputs)) return executor_->runInPlace(inputs);
   KILN_TRY(prepare(inputs));
   if (executor_) return executor_->runInPlace(inputs);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "codegen/CpuExecutable.h"
+#include "codegen/cuda/CudaExecutor.h"
 #include "ir/Evaluator.h"
 #include "ir/IR.h"
 #include "passes/MemoryPlan.h"
@@ -64,6 +65,9 @@ struct SessionOptions {
   /// Threads, optimization level, kernel cache, compile report and step
   /// profile of the CPU JIT.
   codegen::CpuOptions cpu = {};
+  /// Graphs, TF32 and architectures on CUDA (its optLevel and report are
+  /// taken from `cpu`'s).
+  codegen::CudaOptions cuda = {};
 };
 
 /// Per-model options of Session::compile.
@@ -99,12 +103,14 @@ class CompiledModel {
   Expected<std::vector<Tensor>> runInPlace(std::vector<Tensor>& inputs);
 
   /// True when the model runs on the reference interpreter.
-  bool interpreted() const { return !executor_; }
+  bool interpreted() const { return !executor_ && !cudaExecutor_; }
   /// The ops that sent the model to the interpreter, as `name (why)`.
   const std::vector<std::string>& unsupportedOps() const { return unsupported_; }
   /// The JIT's executor (kernel IR, memory plans, `.kc` code), or null on the
   /// interpreter.
   codegen::CpuExecutor* executor() const { return executor_.get(); }
+  /// The CUDA executor on a CUDA session, else null.
+  codegen::CudaExecutor* cudaExecutor() const { return cudaExecutor_.get(); }
   const Function& function() const { return function_; }
 
  private:
@@ -116,6 +122,7 @@ class CompiledModel {
   const Function& function_;
   std::vector<ResultAlias> aliases_;
   std::unique_ptr<codegen::CpuExecutor> executor_;
+  std::unique_ptr<codegen::CudaExecutor> cudaExecutor_;
   std::vector<std::string> unsupported_;
 };
 
@@ -131,6 +138,9 @@ class Session {
   /// A model that runs on `executor` (a `.kc` file's stored program), for
   /// `f`, its optimized function (which must outlive the result).
   std::unique_ptr<CompiledModel> adopt(const Function& f, std::unique_ptr<codegen::CpuExecutor> executor);
+  std::unique_ptr<CompiledModel> adopt(const Function& f, std::unique_ptr<codegen::CudaExecutor> executor);
+  /// The CUDA device's context (on a CUDA session).
+  Expected<std::shared_ptr<cuda::CudaContext>> cudaContext();
 
   /// The evaluator passes and importers fold constants with: the
   /// interpreter's kernels, so folding and running never disagree.

@@ -117,7 +117,10 @@ Expected<Tensor> readWeight(ByteReader& r) {
 }  // namespace
 
 Expected<std::string> serializeArtifact(const Function& optimized, const CpuProgram& program, int optLevel,
-                                        const std::string& memoryPlan) {
+                                        const std::string& memoryPlan, std::string_view device,
+                                        std::string_view deviceCode) {
+  const bool cuda = device == "cuda";
+  if (!cuda && device != "cpu") return Error("a .kc holds a program for cpu or cuda, not '" + std::string(device) + "'");
   KILN_TRY(program.validate());
   // The module without its large tensors, which go to the weights section
   // (from the program, which holds the same values).
@@ -156,7 +159,8 @@ Expected<std::string> serializeArtifact(const Function& optimized, const CpuProg
   weights += weightEntries;
 
   const CpuMachine& m = program.machine;
-  const std::string target = "triple=" + m.triple + "\ncpu=" + m.cpu + "\nfeatures=" + m.features +
+  const std::string target = (cuda ? std::string("device=cuda")
+                                   : "triple=" + m.triple + "\ncpu=" + m.cpu + "\nfeatures=" + m.features) +
                              "\ncodegen=" + program.codegenVersion + "\nopt-level=" + std::to_string(optLevel) + "\n";
   std::string out(kArtifactMagic);
   putLE(out, kArtifactVersion, 4);
@@ -165,7 +169,7 @@ Expected<std::string> serializeArtifact(const Function& optimized, const CpuProg
   putSection(out, Section::Module, print(*stripped));
   putSection(out, Section::Program, serializeProgram(program, kElideBytes));
   putSection(out, Section::Plan, memoryPlan);
-  putSection(out, Section::Code, program.sharedObject);
+  putSection(out, Section::Code, cuda ? deviceCode : std::string_view(program.sharedObject));
   putSection(out, Section::Weights, weights);
   return out;
 }
@@ -211,10 +215,17 @@ Expected<CompiledArtifact> parseArtifact(std::string_view bytes, const std::stri
   if (file.remaining() != 0)
     return file.error("corrupt: " + std::to_string(file.remaining()) + " unexpected bytes after the last section");
 
-  CompiledArtifact artifact;
   auto target = parseKeyValues(sections[Section::Target]);
+  CompiledArtifact artifact;
+  if (target.count("device")) {
+    if (target["device"] != "cuda")
+      return file.error("the target section's device '" + target["device"] + "' is not cuda");
+    artifact.device = "cuda";
+  }
+  const bool cuda = artifact.device == "cuda";
   for (const char* key : {"triple", "cpu", "features", "codegen", "opt-level"})
-    if (!target.count(key)) return file.error("the target section has no '" + std::string(key) + "'");
+    if (!target.count(key) && !(cuda && std::string_view(key) != "codegen" && std::string_view(key) != "opt-level"))
+      return file.error("the target section has no '" + std::string(key) + "'");
   const std::string& level = target["opt-level"];
   if (level.size() != 1 || level[0] < '0' || level[0] > '3')
     return file.error("the target section's opt-level '" + level + "' is not 0, 1, 2 or 3");
@@ -226,7 +237,10 @@ Expected<CompiledArtifact> parseArtifact(std::string_view bytes, const std::stri
   // The target section is what a reader of the file sees; it is the truth.
   program.machine = {target["triple"], target["cpu"], target["features"]};
   program.codegenVersion = target["codegen"];
-  program.sharedObject = std::string(sections[Section::Code]);
+  if (cuda)
+    artifact.deviceCode = std::string(sections[Section::Code]);
+  else
+    program.sharedObject = std::string(sections[Section::Code]);
   artifact.moduleText = std::string(sections[Section::Module]);
   artifact.memoryPlan = std::string(sections[Section::Plan]);
 

@@ -10,7 +10,8 @@
 //
 //   target   text `key=value` lines: triple, cpu, features (what the code
 //            was built for), codegen (the code generator's version) and the
-//            compile flags (opt-level)
+//            compile flags (opt-level); for a CUDA program `device=cuda`,
+//            codegen and opt-level only
 //   module   the optimized module as Kiln IR text, each top-level constant
 //            and argument default of 64 bytes or more elided to a
 //            zero-element placeholder (`dense<f32[0]>[]`); read only to
@@ -18,7 +19,8 @@
 //   program  the program (serializeProgram), tensors of 64 bytes or more
 //            left to the weights section
 //   plan     text: the memory plan of the function (MemoryPlan::str())
-//   code     the program's shared object (ELF)
+//   code     the program's shared object (ELF); for CUDA, its CUBINs and
+//            PTX (runtime/cuda/CudaProgram.h serializeCudaCode)
 //   weights  u32 count, then per tensor of 64 bytes or more: u8 place (0:
 //            the constant of that index, in the module's order of its
 //            top-level constant ops, 1: argument default), u64 index, the
@@ -56,6 +58,11 @@ inline constexpr std::string_view kArtifactMagic{"KILNKC\0\0", 8};
 
 struct CompiledArtifact {
   int optLevel = 3;
+  /// "cpu", or "cuda" for a program compiled for CUDA: then `program` holds
+  /// its steps, slots and plan without a shared object, and `deviceCode`
+  /// the CUDA code (runtime/cuda/CudaProgram.h cudaProgramOf reads it).
+  std::string device = "cpu";
+  std::string deviceCode;
   /// The program, complete: constants, argument defaults and code.
   std::shared_ptr<CpuProgram> program;
   /// The module section as it is (large tensors elided); see artifactModule.
@@ -65,8 +72,12 @@ struct CompiledArtifact {
 
 /// The `.kc` bytes of `program`, compiled from `optimized` (one function)
 /// at `optLevel`, with `memoryPlan`'s text.
+/// `device` "cuda" writes a CUDA program: `program` is its plan and
+/// `deviceCode` its code (serializeCudaCode), stored in the code section,
+/// and the target section says `device=cuda` instead of naming a CPU.
 Expected<std::string> serializeArtifact(const Function& optimized, const CpuProgram& program, int optLevel,
-                                        const std::string& memoryPlan);
+                                        const std::string& memoryPlan, std::string_view device = "cpu",
+                                        std::string_view deviceCode = {});
 
 /// Reads `.kc` bytes; `filename` names the file in errors.
 Expected<CompiledArtifact> parseArtifact(std::string_view bytes, const std::string& filename);

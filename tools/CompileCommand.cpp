@@ -15,7 +15,12 @@
 
 #include "codegen/Session.h"
 #include "codegen/CpuExecutable.h"
+#include "codegen/LowerToKernels.h"
+#include "codegen/Schedule.h"
+#include "codegen/CpuTarget.h"
+#include "codegen/cuda/CudaCompiler.h"
 #include "codegen/cuda/CudaEmitter.h"
+#include "codegen/cuda/CudaTarget.h"
 #include "codegen/cuda/NvrtcCompiler.h"
 #include "codegen/llvm/CpuJit.h"
 #include "frontend/Model.h"
@@ -27,6 +32,7 @@
 #include "runtime/KcFile.h"
 #include "runtime/cuda/CudaDevices.h"
 #include "runtime/cuda/CudaLibraries.h"
+#include "runtime/cuda/CudaProgram.h"
 #include "tools/KilnCommands.h"
 
 namespace kiln::cli {
@@ -40,11 +46,12 @@ constexpr OptionSpec kOptions[] = {
     {"--emit", "ir|kernel|llvm|cuda|ptx|cubin-size",
      "print the optimized IR, the kernel IR, the optimized LLVM IR, the CUDA C++, NVRTC's PTX, or the size of "
      "NVRTC's CUBIN instead"},
-    {"--cuda-arch", "sm_90",
-     "the GPU architecture NVRTC compiles for with --device cuda (default: the device's, else sm_90)"},
+    {"--cuda-arch", "sm_80,sm_90",
+     "the GPU architectures NVRTC compiles for with --device cuda (default: the device's, else sm_90); -o stores a "
+     "CUBIN for each and PTX for the oldest"},
     {"--input-shape", "NAME=2x3x8", "the static shape of input NAME, for inputs with symbolic or unknown dims", true},
     {"--device", "cpu|cuda|auto",
-     "the device to compile for (default: cpu; cuda: --emit=kernel|cuda|ptx|cubin-size, no GPU needed, no .kc yet)"},
+     "the device to compile for (default: cpu; cuda needs no GPU: -o OUT.kc or --emit=kernel|cuda|ptx|cubin-size)"},
     {"-O0", "", "pass pipeline -O0 (no passes: every type must already be static)"},
     {"-O1", "", "pass pipeline -O1 (composite ops are not decomposed, so they cannot be compiled)"},
     {"-O2", "", "pass pipeline -O2 (one kernel per op; the default of --emit)"},
@@ -137,17 +144,23 @@ std::optional<std::vector<Tensor>> compileInputs(const Function& f, const Parsed
 }
 
 /// --device cuda: the kernels of `f` for `inputs`' shapes at `optLevel`
-/// (default -O3, what a run executes; matmul and conv as generated kernels), printed as
-/// kernel IR or CUDA C++, or compiled by NVRTC for sm_<arch>: its PTX, or
-/// the number of kernels in its CUBIN and the sizes.
+/// (default -O3, what a run executes; matmuls cuBLASLt takes are library
+/// calls, conv a generated kernel), printed as steps (kernel IR and library
+/// calls) or CUDA C++, or compiled by NVRTC for sm_<arch>: its PTX, or the
+/// number of kernels in its CUBIN and the sizes.
 int compileForCuda(const Function& f, const std::vector<Tensor>& inputs, const std::string& emit, int arch,
                    int optLevel) {
   std::vector<TensorType> types;
   for (const Tensor& t : inputs) types.push_back(t.type());
-  auto kernels = codegen::lowerToKernels(f, types, optLevel);
+  std::unique_ptr<Module> optimized;
+  auto kernels = codegen::lowerToKernels(f, types, optLevel, &optimized);
   if (!kernels) return reportError(kName, kernels.takeError()), kExitError;
   if (emit == "kernel") {
-    for (size_t i = 0; i < kernels->size(); ++i) std::cout << (i ? "\n" : "") << kir::printKernel((*kernels)[i]);
+    auto steps = codegen::lowerToSteps(*optimized->functions().front(), "kiln_");
+    if (!steps) return reportError(kName, steps.takeError()), kExitError;
+    for (codegen::LoweredStep& step : *steps)
+      if (step.kind == codegen::LoweredStep::Kind::Kernel) codegen::scheduleForCuda(step.kernel);
+    std::cout << codegen::printSteps(*steps, codegen::describeCudaLibraryCallText);
     return kExitOk;
   }
   auto source = codegen::emitCudaSource(*kernels);
@@ -179,6 +192,39 @@ int compileForCuda(const Function& f, const std::vector<Tensor>& inputs, const s
   return kExitOk;
 }
 
+/// `-o OUT.kc --device cuda`: the CUDA target's pipeline, then NVRTC for
+/// `archs` (and PTX for the oldest, or `ptxArch` alone when `archs` is
+/// empty). No GPU is needed.
+int compileCudaArtifact(const Function& f, const std::vector<Tensor>& inputs, const cuda::NvrtcApi& nvrtc,
+                        const std::vector<int>& archs, int ptxArch, int optLevel, const std::string& output,
+                        bool printPlan) {
+  std::vector<TensorType> types;
+  for (const Tensor& t : inputs) types.push_back(t.type());
+  auto optimized = codegen::specializeAndOptimize(f, types, {}, *codegen::targetNamed("cuda"), optLevel, nullptr);
+  if (!optimized) return reportError(kName, optimized.takeError()), kExitError;
+  const Function& g = *(*optimized)->functions().front();
+  codegen::CudaCompileOptions options;
+  options.archs = archs;
+  options.ptxArch = ptxArch;
+  auto compiled = codegen::compileCudaProgram(g, nvrtc, options);
+  if (!compiled) return reportError(kName, compiled.takeError()), kExitError;
+  if (!compiled->log.empty()) std::cerr << "kiln " << kName << ": note: NVRTC says:\n" << compiled->log << "\n";
+  MemoryPlan plan = compiled->plan;
+  const auto printedNames = printedValueNames(g);
+  for (MemoryPlan::Buffer& b : plan.buffers)
+    if (auto it = printedNames.find(b.value); it != printedNames.end()) b.name = it->second;
+  const cuda::CudaProgram& program = *compiled->program;
+  auto bytes = serializeArtifact(g, program.plan, optLevel, plan.str(), "cuda", cuda::serializeCudaCode(program));
+  if (!bytes) return reportError(kName, bytes.takeError()), kExitError;
+  if (Status s = writeFileAtomically(output, *bytes); !s) return reportError(kName, s.takeError()), kExitError;
+  std::string images;
+  for (const cuda::CudaImage& image : program.cubins) images += (images.empty() ? "" : ", ") + image.name();
+  std::cerr << "kiln " << kName << ": compiled " << program.plan.kernelNames.size() << " kernels for CUDA: CUBIN "
+            << (images.empty() ? "none" : images) << ", PTX for sm_" << program.ptxArch << "\n";
+  if (printPlan) std::cout << "memory plan @" << g.name() << ": " << plan.numKernels << " kernels\n" << plan.str();
+  return kExitOk;
+}
+
 int compile(const ParsedArgs& args) {
   const auto& positionals = args.positionals();
   if (positionals.size() != 1)
@@ -196,29 +242,37 @@ int compile(const ParsedArgs& args) {
   // files for CUDA do not exist yet.
   std::string device = args.has("--device") ? *args.get("--device") : "cpu";
   if (device == "auto") {
-    std::cerr << "kiln compile: --device auto chose cpu (compiling a .kc for CUDA is not implemented yet)\n";
-    device = "cpu";
+    std::string notice;
+    auto resolved = resolveDevice("auto", &notice);
+    device = std::get_if<DeviceChoice>(&resolved) && std::get<DeviceChoice>(resolved).kind == DeviceChoice::Kind::Cuda
+                 ? "cuda"
+                 : "cpu";
+    std::cerr << "kiln compile: --device auto chose " << device << "\n";
   }
   const bool cuda = device == "cuda" || (device.rfind("cuda:", 0) == 0 && device.size() > 5 &&
                                          device.find_first_not_of("0123456789", 5) == std::string::npos);
   if (!cuda && device != "cpu")
     return usageError(kName, "unknown device '" + device + "' (valid devices: cpu, cuda, cuda:N, auto)");
-  if (cuda && !emit) {
-    reportError(kName, Error("--device " + device +
-                             ": compiling a .kc for CUDA is not implemented yet (--emit=kernel|cuda|ptx|cubin-size "
-                             "show and compile the CUDA kernels), and Kiln never compiles for the CPU instead on its "
-                             "own; use --device cpu"));
-    return kExitError;
-  }
   const bool cudaEmit = emit && (*emit == "cuda" || *emit == "ptx" || *emit == "cubin-size");
   if (cudaEmit && !cuda) return usageError(kName, "--emit=" + *emit + " needs --device cuda");
-  if (cuda && *emit == "llvm") return usageError(kName, "--emit=llvm is for --device cpu");
+  if (cuda && emit && *emit == "llvm") return usageError(kName, "--emit=llvm is for --device cpu");
   if (args.has("--cuda-arch") && !cuda) return usageError(kName, "--cuda-arch needs --device cuda");
   int cudaArch = 90;
+  // -o with --device cuda: CUBINs for each of --cuda-arch's list, PTX for
+  // the oldest; without it, for the device found (see below).
+  std::vector<int> cudaArchs;
+  int ptxArch = 90;
+  const cuda::CudaDeviceInfo* cudaDevice = nullptr;
   if (const std::string* arch = args.get("--cuda-arch")) {
-    auto value = codegen::parseCudaArch(*arch);
-    if (!value) return usageError(kName, value.error().message());
-    cudaArch = *value;
+    for (size_t begin = 0; begin <= arch->size();) {
+      const size_t comma = std::min(arch->find(',', begin), arch->size());
+      auto value = codegen::parseCudaArch(arch->substr(begin, comma - begin));
+      if (!value) return usageError(kName, value.error().message());
+      cudaArchs.push_back(*value);
+      begin = comma + 1;
+    }
+    if (emit && cudaArchs.size() > 1) return usageError(kName, "--emit takes one --cuda-arch");
+    cudaArch = cudaArchs.front();
   } else if (cuda) {
     // Without --cuda-arch: the architecture of the device named (cuda:N) or
     // of the first usable one, when the driver shows any; else sm_90.
@@ -241,7 +295,10 @@ int compile(const ParsedArgs& args) {
         chosen = &d;
         if (index || d.usable()) break;
       }
+    static cuda::CudaDeviceInfo found;
     if (chosen) {
+      found = *chosen;
+      cudaDevice = &found;
       cudaArch = chosen->computeMajor * 10 + chosen->computeMinor;
       std::cerr << "kiln compile: note: --cuda-arch defaults to sm_" << cudaArch << ", the architecture of cuda:"
                 << chosen->index << " (" << chosen->name << ")\n";
@@ -289,7 +346,16 @@ int compile(const ParsedArgs& args) {
   auto inputs = compileInputs(f, args);
   if (!inputs) return kExitError;
 
-  if (cuda && *emit != "ir") return compileForCuda(f, *inputs, *emit, cudaArch, optLevel.value_or(3));
+  if (cuda && emit && *emit != "ir") return compileForCuda(f, *inputs, *emit, cudaArch, optLevel.value_or(3));
+  if (cuda && !emit) {
+    auto nvrtc = cuda::loadNvrtc();
+    if (!nvrtc) return reportError(kName, nvrtc.takeError()), kExitError;
+    if (cudaArchs.empty())
+      cudaArchs = cudaDevice ? codegen::defaultCudaArchs(**nvrtc, cudaDevice->computeMajor, cudaDevice->computeMinor, &ptxArch)
+                             : std::vector<int>{90};
+    return compileCudaArtifact(f, *inputs, **nvrtc, cudaArchs, ptxArch, optLevel.value_or(3), *output,
+                               args.has("--print-memory-plan"));
+  }
   if (emit && *emit == "ir") {
     PassContext ctx;
     ctx.evaluator = &Session::evaluator();

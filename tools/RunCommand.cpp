@@ -28,6 +28,7 @@
 #include "runtime/Interpreter.h"
 #include "runtime/KcFile.h"
 #include "runtime/Npy.h"
+#include "runtime/cuda/CudaProgram.h"
 #include "tools/DeviceSelection.h"
 #include "tools/KilnCommands.h"
 #include "tools/TensorPrinter.h"
@@ -53,6 +54,8 @@ constexpr OptionSpec kOptions[] = {
     {"--cache-dir", "DIR", "CPU JIT: the kernel cache folder (default: $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln)"},
     {"--no-cache", "", "CPU JIT: neither read nor write the kernel cache"},
     {"--recompile", "", ".kc: ignore its machine code and compile its stored program for this machine"},
+    {"--no-cuda-graph", "", "CUDA: launch every step each run instead of replaying a captured CUDA graph"},
+    {"--allow-tf32", "", "CUDA: let f32 matrix products use TF32 (off: full f32, as PyTorch by default)"},
     {"--help", "", "show this help", false, "-h"},
 };
 
@@ -385,12 +388,9 @@ int run(const ParsedArgs& args) {
   DeviceChoice device;
   if (int status = selectDevice(kName, args.get("--device") ? *args.get("--device") : "cpu", device); status != kExitOk)
     return status;
-  if (device.kind == DeviceChoice::Kind::Cuda) {
-    reportError(kName, Error("CUDA is usable on " + device.str() +
-                             ", but running models on CUDA is not implemented in Kiln yet; Kiln never falls back to "
-                             "the CPU on its own: use --device cpu"));
-    return kExitError;
-  }
+  bool onCuda = device.kind == DeviceChoice::Kind::Cuda;
+  for (std::string_view cudaOnly : {"--no-cuda-graph", "--allow-tf32"})
+    if (!onCuda && args.has(cudaOnly)) return usageError(kName, std::string(cudaOnly) + " applies to --device cuda");
 
   std::optional<int64_t> benchRuns;
   int64_t warmup = 1;
@@ -468,6 +468,21 @@ int run(const ParsedArgs& args) {
     }
     module = std::move(*parsed);
   }
+  // A .kc compiled for CUDA runs there: on the device --device names, or
+  // the first usable one; never on the CPU.
+  if (artifact && artifact->device == "cuda" && !onCuda) {
+    if (args.get("--device") && *args.get("--device") != "auto") {
+      reportError(kName, Error("'" + modelPath + "' was compiled for CUDA and cannot run on " + device.str() +
+                               "; run it with --device cuda, or compile the model for the CPU"));
+      return kExitError;
+    }
+    if (int status = selectDevice(kName, "cuda", device); status != kExitOk) return status;
+    onCuda = true;
+  } else if (artifact && artifact->device == "cpu" && onCuda) {
+    reportError(kName, Error("'" + modelPath + "' was compiled for the CPU and cannot run on " + device.str() +
+                             "; compile the model with --device cuda, or run it with --device cpu"));
+    return kExitError;
+  }
   std::unique_ptr<Function> signature = artifact ? signatureOf(*artifact->program) : nullptr;
   const Function& f = module ? *module->functions().front() : *signature;
 
@@ -478,11 +493,31 @@ int run(const ParsedArgs& args) {
   sessionOptions.interpret = interpretOnly;
   sessionOptions.allowFallback = !args.has("--no-fallback");
   sessionOptions.cpu = cpuOptions;
+  sessionOptions.cuda.run.graphs = !args.has("--no-cuda-graph");
+  sessionOptions.cuda.run.allowTf32 = args.has("--allow-tf32");
+  if (onCuda) sessionOptions.device = "cuda:" + std::to_string(device.cuda.index);
   auto created = Session::create(sessionOptions);
-  std::unique_ptr<Session> session = std::move(std::get<std::unique_ptr<Session>>(created));  // the CPU is always there
+  if (auto* error = std::get_if<DeviceError>(&created)) {
+    reportError(kName, error->error);
+    return kExitError;
+  }
+  std::unique_ptr<Session> session = std::move(std::get<std::unique_ptr<Session>>(created));
   std::unique_ptr<CompiledModel> model;
   std::unique_ptr<Module> recompiled;
-  if (artifact && !interpretOnly) {
+  if (artifact && !interpretOnly && onCuda) {
+    auto program = cuda::cudaProgramOf(*artifact, modelPath);
+    auto context = program ? session->cudaContext() : Expected<std::shared_ptr<cuda::CudaContext>>(program.takeError());
+    if (!context) {
+      reportError(kName, context.takeError());
+      return kExitError;
+    }
+    auto executor = codegen::CudaExecutor::fromProgram(*program, *context, sessionOptions.cuda);
+    if (!executor) {
+      reportError(kName, executor.takeError());
+      return kExitError;
+    }
+    model = session->adopt(f, std::move(*executor));
+  } else if (artifact && !interpretOnly) {
     auto executor = artifactExecutor(modelPath, *artifact, cpuOptions, args.has("--recompile"), recompiled);
     if (!executor) {
       reportError(kName, executor.takeError());

@@ -63,7 +63,7 @@ Expected<int> parseCudaArch(std::string_view text) {
 }
 
 Expected<CudaBinary> compileCudaSource(const cuda::NvrtcApi& nvrtc, const std::string& source, const std::string& name,
-                                       int arch) {
+                                       int arch, bool ptxOnly) {
   CudaBinary binary;
   binary.arch = arch;
   binary.nvrtcVersion = nvrtc.version();
@@ -82,7 +82,7 @@ Expected<CudaBinary> compileCudaSource(const cuda::NvrtcApi& nvrtc, const std::s
     ~Destroy() { api.nvrtcDestroyProgram(&p); }
   } destroy{nvrtc, program};
 
-  const std::string archOption = "--gpu-architecture=sm_" + std::to_string(arch);
+  const std::string archOption = (ptxOnly ? "--gpu-architecture=compute_" : "--gpu-architecture=sm_") + std::to_string(arch);
   const char* options[] = {archOption.c_str(), "--std=c++17"};
   const cuda::nvrtcResult compiled = nvrtc.nvrtcCompileProgram(program, 2, options);
   size_t logSize = 0;
@@ -97,11 +97,13 @@ Expected<CudaBinary> compileCudaSource(const cuda::NvrtcApi& nvrtc, const std::s
                  (binary.log.empty() ? std::string("(NVRTC gave no log)\n") : annotateLog(binary.log, source, name)));
 
   size_t size = 0;
-  if (cuda::nvrtcResult r = nvrtc.nvrtcGetCUBINSize(program, &size); r != cuda::NVRTC_SUCCESS || size == 0)
+  if (ptxOnly) {
+  } else if (cuda::nvrtcResult r = nvrtc.nvrtcGetCUBINSize(program, &size); r != cuda::NVRTC_SUCCESS || size == 0)
     return Error("NVRTC compiled " + name + " but gave no CUBIN for sm_" + std::to_string(arch) + " (" +
                  nvrtc.errorString(r) + ")");
   binary.cubin.resize(size);
-  if (cuda::nvrtcResult r = nvrtc.nvrtcGetCUBIN(program, binary.cubin.data()); r != cuda::NVRTC_SUCCESS)
+  if (cuda::nvrtcResult r = ptxOnly ? cuda::NVRTC_SUCCESS : nvrtc.nvrtcGetCUBIN(program, binary.cubin.data());
+      r != cuda::NVRTC_SUCCESS)
     return Error("NVRTC cannot return the CUBIN of " + name + ": " + nvrtc.errorString(r));
   if (cuda::nvrtcResult r = nvrtc.nvrtcGetPTXSize(program, &size); r != cuda::NVRTC_SUCCESS || size == 0)
     return Error("NVRTC compiled " + name + " but gave no PTX (" + nvrtc.errorString(r) + ")");

@@ -35,9 +35,10 @@ struct CudaBinary {
 /// Compiles `source` (named `name` in NVRTC's messages) for sm_<arch>. An
 /// architecture this NVRTC lacks is an error listing the ones it has; a
 /// failed compilation is an error holding NVRTC's log, with the kernel each
-/// error line falls in.
+/// error line falls in. With `ptxOnly`, only PTX is made (for the virtual
+/// architecture compute_<arch>), and `cubin` stays empty.
 Expected<CudaBinary> compileCudaSource(const cuda::NvrtcApi& nvrtc, const std::string& source, const std::string& name,
-                                       int arch);
+                                       int arch, bool ptxOnly = false);
 
 /// How many of `kernels` the CUBIN defines (their names in its symbol
 /// table), as a check that what NVRTC produced holds every kernel.

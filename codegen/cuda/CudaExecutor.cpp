@@ -1,0 +1,136 @@
+// CudaExecutor (CudaExecutor.h).
+#include "codegen/cuda/CudaExecutor.h"
+
+#include <chrono>
+
+#include "codegen/CpuExecutable.h"
+#include "codegen/CpuTarget.h"
+#include "codegen/Session.h"
+#include "codegen/cuda/CudaCompiler.h"
+#include "runtime/cuda/CudaLibraries.h"
+
+namespace kiln::codegen {
+
+struct CudaExecutor::Compiled {
+  std::unique_ptr<Module> module;  // null for a stored program
+  std::optional<MemoryPlan> plan;
+  std::shared_ptr<const cuda::CudaProgram> program;
+  std::unique_ptr<cuda::CudaRunner> runner;
+};
+
+namespace {
+
+std::vector<std::vector<int64_t>> shapesOf(const std::vector<Tensor>& inputs) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (const Tensor& t : inputs) shapes.push_back(t.shape());
+  return shapes;
+}
+
+}  // namespace
+
+CudaExecutor::~CudaExecutor() = default;
+
+Expected<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Function& f,
+                                                             std::shared_ptr<cuda::CudaContext> context,
+                                                             CudaOptions options) {
+  std::unique_ptr<CudaExecutor> e(new CudaExecutor());
+  e->module_ = cloneFunction(f);
+  e->context_ = std::move(context);
+  e->options_ = std::move(options);
+  return e;
+}
+
+Expected<std::unique_ptr<CudaExecutor>> CudaExecutor::fromProgram(std::shared_ptr<const cuda::CudaProgram> program,
+                                                                  std::shared_ptr<cuda::CudaContext> context,
+                                                                  CudaOptions options) {
+  std::unique_ptr<CudaExecutor> e(new CudaExecutor());
+  e->context_ = std::move(context);
+  e->options_ = std::move(options);
+  auto compiled = std::make_unique<Compiled>();
+  auto runner = cuda::CudaRunner::create(program, e->context_, e->options_.run);
+  if (!runner) return runner.takeError();
+  compiled->runner = std::move(*runner);
+  std::vector<std::vector<int64_t>> shapes;
+  for (const CpuProgram::Argument& a : program->plan.arguments) shapes.push_back(staticDims(a.type.shape));
+  compiled->program = std::move(program);
+  e->cache_.emplace(std::move(shapes), std::move(compiled));
+  return e;
+}
+
+Expected<CudaExecutor::Compiled*> CudaExecutor::compiled(const std::vector<Tensor>& inputs) {
+  const auto shapes = shapesOf(inputs);
+  if (last_ && cache_.count(shapes) && cache_.at(shapes).get() == last_) return last_;
+  if (auto it = cache_.find(shapes); it != cache_.end()) return last_ = it->second.get();
+  if (!module_) {
+    std::string compiledFor;
+    for (const auto& [s, c] : cache_)
+      for (const CpuProgram::Argument& a : c->program->plan.arguments) compiledFor += (compiledFor.empty() ? "" : ", ") + a.type.str();
+    return Error("the stored CUDA program was compiled for inputs " + compiledFor +
+                 "; compile the model again for other shapes");
+  }
+  const Function& f = *module_->functions().front();
+  if (inputs.size() != f.numArguments())
+    return Error("'" + f.name() + "' takes " + std::to_string(f.numArguments()) + " inputs, got " +
+                 std::to_string(inputs.size()));
+  std::vector<TensorType> types;
+  for (const Tensor& t : inputs) types.push_back(t.type());
+  auto optimized = specializeAndOptimize(f, types, options_.aliases, *targetNamed("cuda"), options_.optLevel,
+                                         options_.report);
+  if (!optimized) return optimized.takeError();
+  auto nvrtc = cuda::loadNvrtc(context_->searchOptions());
+  if (!nvrtc) return nvrtc.takeError();
+  CudaCompileOptions compileOptions;
+  compileOptions.archs = options_.archs;
+  if (compileOptions.archs.empty())
+    compileOptions.archs = defaultCudaArchs(**nvrtc, context_->device().computeMajor, context_->device().computeMinor,
+                                            &compileOptions.ptxArch);
+  unsupported_.clear();
+  auto compilation = compileCudaProgram(*(*optimized)->functions().front(), **nvrtc, compileOptions, &unsupported_);
+  if (!compilation) return compilation.takeError();
+  auto c = std::make_unique<Compiled>();
+  c->module = std::move(*optimized);
+  c->plan = std::move(compilation->plan);
+  c->program = compilation->program;
+  auto runner = cuda::CudaRunner::create(c->program, context_, options_.run);
+  if (!runner) return runner.takeError();
+  c->runner = std::move(*runner);
+  last_ = c.get();
+  cache_.emplace(shapes, std::move(c));
+  return last_;
+}
+
+Status CudaExecutor::prepare(const std::vector<Tensor>& inputs) {
+  auto c = compiled(inputs);
+  if (!c) return c.takeError();
+  return Status::success();
+}
+
+Expected<std::vector<Tensor>> CudaExecutor::run(const std::vector<Tensor>& inputs) {
+  auto c = compiled(inputs);
+  if (!c) return c.takeError();
+  return (*c)->runner->run(inputs);
+}
+
+Expected<std::vector<Tensor>> CudaExecutor::runInPlace(std::vector<Tensor>& inputs) {
+  auto c = compiled(inputs);
+  if (!c) return c.takeError();
+  return (*c)->runner->runInPlace(inputs);
+}
+
+Expected<std::pair<const Module*, std::shared_ptr<const cuda::CudaProgram>>> CudaExecutor::compiledProgram(
+    const std::vector<Tensor>& inputs) {
+  auto c = compiled(inputs);
+  if (!c) return c.takeError();
+  return std::make_pair(static_cast<const Module*>((*c)->module.get()), (*c)->program);
+}
+
+Expected<MemoryPlan> CudaExecutor::memoryPlan(const std::vector<Tensor>& inputs) {
+  auto c = compiled(inputs);
+  if (!c) return c.takeError();
+  if (!(*c)->plan) return Error("a stored program keeps no memory plan");
+  return *(*c)->plan;
+}
+
+const cuda::CudaRunner* CudaExecutor::lastRunner() const { return last_ ? last_->runner.get() : nullptr; }
+
+}  // namespace kiln::codegen

@@ -1,0 +1,73 @@
+// The CUDA executor: the CpuExecutor's counterpart for a GPU. It compiles a
+// Function for the shapes of its inputs — the CUDA target's pipeline
+// (codegen/CpuExecutable.h specializeAndOptimize), then compileCudaProgram
+// (NVRTC) — and runs the program on a CudaRunner of its device. Each set of
+// input shapes compiles once. It can also run a stored program (a `.kc`
+// file compiled for CUDA) without compiling anything.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/IR.h"
+#include "passes/MemoryPlan.h"
+#include "runtime/Tensor.h"
+#include "runtime/cuda/CudaContext.h"
+#include "runtime/cuda/CudaProgram.h"
+#include "runtime/cuda/CudaRunner.h"
+
+namespace kiln::codegen {
+
+struct CompileReport;
+
+struct CudaOptions {
+  int optLevel = 3;
+  /// CUBIN architectures (empty: the device's, see defaultCudaArchs).
+  std::vector<int> archs = {};
+  cuda::CudaRunOptions run = {};
+  /// Donated arguments, as CpuOptions::aliases.
+  std::vector<ResultAlias> aliases = {};
+  /// When given, compile times are added to it.
+  CompileReport* report = nullptr;
+};
+
+class CudaExecutor {
+ public:
+  static Expected<std::unique_ptr<CudaExecutor>> create(const Function& f, std::shared_ptr<cuda::CudaContext> context,
+                                                        CudaOptions options = {});
+  /// Runs `program` (a `.kc` file's): nothing is compiled.
+  static Expected<std::unique_ptr<CudaExecutor>> fromProgram(std::shared_ptr<const cuda::CudaProgram> program,
+                                                             std::shared_ptr<cuda::CudaContext> context,
+                                                             CudaOptions options = {});
+  ~CudaExecutor();
+
+  Status prepare(const std::vector<Tensor>& inputs);
+  const std::vector<std::string>& unsupportedOps() const { return unsupported_; }
+  Expected<std::vector<Tensor>> run(const std::vector<Tensor>& inputs);
+  Expected<std::vector<Tensor>> runInPlace(std::vector<Tensor>& inputs);
+
+  /// The optimized module and program compiled for `inputs`' shapes (for a
+  /// `.kc`), and the translation unit NVRTC compiled.
+  Expected<std::pair<const Module*, std::shared_ptr<const cuda::CudaProgram>>> compiledProgram(
+      const std::vector<Tensor>& inputs);
+  Expected<MemoryPlan> memoryPlan(const std::vector<Tensor>& inputs);
+  /// The runner of the last run (its image, graph replays), or null.
+  const cuda::CudaRunner* lastRunner() const;
+  cuda::CudaContext& context() const { return *context_; }
+
+ private:
+  struct Compiled;
+  CudaExecutor() = default;
+  Expected<Compiled*> compiled(const std::vector<Tensor>& inputs);
+
+  std::unique_ptr<Module> module_;
+  std::shared_ptr<cuda::CudaContext> context_;
+  CudaOptions options_;
+  std::map<std::vector<std::vector<int64_t>>, std::unique_ptr<Compiled>> cache_;
+  std::vector<std::string> unsupported_;
+  Compiled* last_ = nullptr;
+};
+
+}  // namespace kiln::codegen

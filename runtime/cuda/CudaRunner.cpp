@@ -1,0 +1,341 @@
+// CudaRunner (CudaRunner.h).
+#include "runtime/cuda/CudaRunner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "runtime/HostCheck.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+size_t byteSize(const TensorType& type) {
+  return static_cast<size_t>(numElements(type.shape)) * static_cast<size_t>(dtypeSize(type.dtype));
+}
+
+/// Device memory taken with cuMemAlloc for the life of a runner.
+struct DeviceBuffer {
+  CUdeviceptr ptr = 0;
+  size_t bytes = 0;
+};
+
+}  // namespace
+
+struct CudaRunner::Impl {
+  std::shared_ptr<CudaContext> ctx;
+  CudaRunOptions options;
+  CUmodule module = nullptr;
+  std::vector<CUfunction> functions;  // per kernel
+  std::vector<unsigned> grids;        // per kernel
+  std::vector<unsigned> blocks;       // per kernel
+  std::vector<DeviceBuffer> owned;    // everything cuMemAlloc gave, freed at the end
+  std::vector<void*> pinned;          // everything cuMemHostAlloc gave
+  std::vector<CUdeviceptr> slotPtr;   // per slot
+  std::vector<CUdeviceptr> argPtr;    // per argument
+  std::vector<void*> argStage;        // per argument: pinned staging, host to device and back
+  std::vector<void*> resultStage;     // per result (not aliased): pinned, device to host
+  /// Per step: the kernel's argument values and the pointers to them that
+  /// cuLaunchKernel takes.
+  std::vector<std::vector<CUdeviceptr>> paramValues;
+  std::vector<std::vector<void*>> params;
+  CUevent copied = nullptr;
+  bool capturable = true;  // no host check of a computed value
+  int runs = 0;
+  CUgraph graph = nullptr;
+  CUgraphExec graphExec = nullptr;
+
+  Status check(CUresult r, const std::string& what) const { return ctx->check(r, what); }
+
+  Expected<CUdeviceptr> allocate(size_t bytes, const std::string& what) {
+    CUdeviceptr ptr = 0;
+    const CUresult r = ctx->api().cuMemAlloc(&ptr, std::max<size_t>(bytes, 1));
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+      size_t free = 0, total = 0;
+      ctx->driver().cuMemGetInfo(&free, &total);
+      return Error("CUDA out of memory on " + ctx->name() + ": tried to allocate " + formatBytes(bytes) + " for " +
+                   what + "; " + formatBytes(free) + " free of " + formatBytes(total));
+    }
+    KILN_TRY(check(r, "allocating " + formatBytes(bytes) + " for " + what + " (cuMemAlloc)"));
+    owned.push_back({ptr, bytes});
+    return ptr;
+  }
+
+  Expected<void*> allocatePinned(size_t bytes, const std::string& what) {
+    void* host = nullptr;
+    KILN_TRY(check(ctx->api().cuMemHostAlloc(&host, std::max<size_t>(bytes, 1), CU_MEMHOSTALLOC_PORTABLE),
+                   "allocating " + formatBytes(bytes) + " of pinned host memory for " + what + " (cuMemHostAlloc)"));
+    pinned.push_back(host);
+    return host;
+  }
+
+  ~Impl() {
+    if (!ctx) return;
+    const CudaExecApi& api = ctx->api();
+    (void)ctx->makeCurrent();
+    (void)api.cuStreamSynchronize(ctx->computeStream());
+    if (graphExec) api.cuGraphExecDestroy(graphExec);
+    if (graph) api.cuGraphDestroy(graph);
+    if (copied) api.cuEventDestroy(copied);
+    for (const DeviceBuffer& b : owned) api.cuMemFree(b.ptr);
+    for (void* p : pinned) api.cuMemFreeHost(p);
+    if (module) api.cuModuleUnload(module);
+  }
+};
+
+CudaRunner::CudaRunner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaRunner::~CudaRunner() = default;
+
+Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const CudaProgram> program,
+                                                         std::shared_ptr<CudaContext> context,
+                                                         CudaRunOptions options) {
+  KILN_TRY(program->validate());
+  KILN_TRY(context->makeCurrent());
+  auto impl = std::make_unique<Impl>();
+  impl->ctx = context;
+  impl->options = options;
+  Impl& m = *impl;
+  const CudaExecApi& api = context->api();
+  const CpuProgram& p = program->plan;
+  const std::string what = "program '" + p.name + "'";
+
+  std::string image;
+  if (!p.kernelNames.empty()) {
+    auto choice = selectCudaImage(*program, context->device().computeMajor, context->device().computeMinor);
+    if (!choice) return choice.takeError();
+    image = choice->describe(*program);
+    const void* data = choice->cubin >= 0 ? static_cast<const void*>(program->cubins[static_cast<size_t>(choice->cubin)].cubin.data())
+                                          : static_cast<const void*>(program->ptx.c_str());
+    KILN_TRY(m.check(api.cuModuleLoadData(&m.module, data), "loading the " + image + " of " + what + " (cuModuleLoadData)"));
+    const int sms = std::max(1, context->device().multiprocessors);
+    for (size_t k = 0; k < p.kernelNames.size(); ++k) {
+      const std::string& name = p.kernelNames[k];
+      CUfunction f = nullptr;
+      KILN_TRY(m.check(api.cuModuleGetFunction(&f, m.module, name.c_str()), "finding kernel " + name + " in the module"));
+      int maxThreads = 0;
+      KILN_TRY(m.check(api.cuFuncGetAttribute(&maxThreads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f),
+                       "reading kernel " + name + "'s thread limit"));
+      const CudaKernelLaunch& launch = program->launches[k];
+      if (maxThreads < launch.blockSize)
+        return Error("kernel " + name + " of " + what + " is launched with " + std::to_string(launch.blockSize) +
+                     " threads a block, but the device allows it only " + std::to_string(maxThreads));
+      // Every kernel strides over its work, so a grid of a few blocks per
+      // multiprocessor covers any size.
+      const int64_t needed = (launch.workItems + launch.blockSize - 1) / launch.blockSize;
+      m.functions.push_back(f);
+      m.blocks.push_back(static_cast<unsigned>(launch.blockSize));
+      m.grids.push_back(static_cast<unsigned>(std::clamp<int64_t>(needed, 1, int64_t{sms} * 8)));
+    }
+  }
+
+  // Device buffers: arguments, constants (uploaded now), the arena, outputs.
+  for (size_t a = 0; a < p.arguments.size(); ++a) {
+    const size_t bytes = byteSize(p.arguments[a].type);
+    auto ptr = m.allocate(bytes, "input '" + p.arguments[a].name + "' of " + what);
+    if (!ptr) return ptr.takeError();
+    auto stage = m.allocatePinned(bytes, "input '" + p.arguments[a].name + "'");
+    if (!stage) return stage.takeError();
+    m.argPtr.push_back(*ptr);
+    m.argStage.push_back(*stage);
+  }
+  std::vector<CUdeviceptr> constPtr;
+  for (const Tensor& c : p.constants) {
+    auto ptr = m.allocate(c.numBytes(), "a constant of " + what);
+    if (!ptr) return ptr.takeError();
+    KILN_TRY(m.check(api.cuMemcpyHtoDAsync(*ptr, c.raw(), c.numBytes(), context->computeStream()),
+                     "copying a constant of " + what + " to the device"));
+    constPtr.push_back(*ptr);
+  }
+  auto arena = m.allocate(static_cast<size_t>(p.arenaBytes), "the arena of " + what);
+  if (!arena) return arena.takeError();
+  for (const CpuProgram::Slot& slot : p.slots) {
+    CUdeviceptr ptr = 0;
+    switch (slot.kind) {
+      case CpuProgram::SlotKind::Argument:
+      case CpuProgram::SlotKind::InPlace: ptr = m.argPtr[static_cast<size_t>(slot.index)]; break;
+      case CpuProgram::SlotKind::Constant: ptr = constPtr[static_cast<size_t>(slot.index)]; break;
+      case CpuProgram::SlotKind::Arena: ptr = *arena + static_cast<CUdeviceptr>(slot.index); break;
+      case CpuProgram::SlotKind::Output: {
+        auto out = m.allocate(byteSize(slot.type), "a result of " + what);
+        if (!out) return out.takeError();
+        ptr = *out;
+        break;
+      }
+    }
+    m.slotPtr.push_back(ptr);
+  }
+  for (const CpuProgram::Result& r : p.results) {
+    void* stage = nullptr;
+    if (r.aliasedArgument < 0) {
+      auto s = m.allocatePinned(byteSize(p.slots[static_cast<size_t>(r.slot)].type), "a result");
+      if (!s) return s.takeError();
+      stage = *s;
+    }
+    m.resultStage.push_back(stage);
+  }
+
+  for (const CpuProgram::Step& step : p.steps) {
+    for (const CpuProgram::SlotCheck& c : step.checks)
+      if (p.slots[static_cast<size_t>(c.slot)].kind != CpuProgram::SlotKind::Argument) m.capturable = false;
+    std::vector<CUdeviceptr> values;
+    for (int s : step.operands) values.push_back(m.slotPtr[static_cast<size_t>(s)]);
+    values.push_back(m.slotPtr[static_cast<size_t>(step.result)]);
+    if (step.kind == CpuProgram::Step::Kind::Library)
+      return Error("step %" + step.name + " of " + what + " is a library call (" + step.what +
+                   "), which the CUDA runtime does not run yet");
+    values.push_back(0);  // `sizes`, unused
+    m.paramValues.push_back(std::move(values));
+  }
+  for (std::vector<CUdeviceptr>& values : m.paramValues) {
+    std::vector<void*> pointers;
+    for (CUdeviceptr& v : values) pointers.push_back(&v);
+    m.params.push_back(std::move(pointers));
+  }
+  KILN_TRY(m.check(api.cuEventCreate(&m.copied, CU_EVENT_DISABLE_TIMING), "creating an event"));
+  KILN_TRY(m.check(api.cuStreamSynchronize(context->computeStream()), "uploading the constants of " + what));
+
+  std::unique_ptr<CudaRunner> runner(new CudaRunner(std::move(impl)));
+  runner->program_ = std::move(program);
+  runner->context_ = std::move(context);
+  runner->image_ = image;
+  return runner;
+}
+
+Expected<std::vector<Tensor>> CudaRunner::run(const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> copy = inputs;
+  auto results = execute(copy, false);
+  if (!results) return results;
+  // Donated results come back as results here: run leaves inputs alone.
+  for (size_t r = 0; r < program_->plan.results.size(); ++r)
+    if (const int a = program_->plan.results[r].aliasedArgument; a >= 0) (*results)[r] = std::move(copy[static_cast<size_t>(a)]);
+  return results;
+}
+
+Expected<std::vector<Tensor>> CudaRunner::runInPlace(std::vector<Tensor>& inputs) { return execute(inputs, true); }
+
+Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, bool writeDonated) {
+  Impl& m = *impl_;
+  const CpuProgram& p = program_->plan;
+  const CudaExecApi& api = context_->api();
+  const CUstream compute = context_->computeStream(), copy = context_->copyStream();
+  KILN_TRY(context_->makeCurrent());
+  if (inputs.size() != p.arguments.size())
+    return Error("'" + p.name + "' takes " + std::to_string(p.arguments.size()) + " inputs, got " +
+                 std::to_string(inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].type() != p.arguments[i].type)
+      return Error("input " + std::to_string(i) + " ('" + p.arguments[i].name + "') of '" + p.name + "' is " +
+                   inputs[i].type().str() + ", expected " + p.arguments[i].type.str() +
+                   " (the program was compiled for these shapes)");
+  // Checks of arguments run on the host, before anything is copied.
+  for (const CpuProgram::Step& step : p.steps)
+    for (const CpuProgram::SlotCheck& c : step.checks) {
+      const CpuProgram::Slot& slot = p.slots[static_cast<size_t>(c.slot)];
+      if (slot.kind != CpuProgram::SlotKind::Argument) continue;
+      const Tensor& t = inputs[static_cast<size_t>(slot.index)];
+      KILN_TRY(runHostCheck(c.check, t.raw(), t.dtype(), t.numElements()));
+    }
+  for (size_t a = 0; a < inputs.size(); ++a) std::memcpy(m.argStage[a], inputs[a].raw(), inputs[a].numBytes());
+
+  StepProfile* profile = m.options.profile;
+  if (profile && profile->entries.size() != p.steps.size()) {
+    profile->entries.clear();
+    for (const CpuProgram::Step& step : p.steps) profile->entries.push_back({"%" + step.name, step.what});
+  }
+  const bool graphs = m.options.graphs && m.capturable && !profile;
+
+  // The device work of one run: with `eager`, host-to-device copies on the
+  // copy stream ordered before the steps by an event; captured, everything
+  // on the compute stream (a graph orders its nodes itself).
+  auto enqueue = [&](bool eager) -> Status {
+    const CUstream upload = eager ? copy : compute;
+    for (size_t a = 0; a < inputs.size(); ++a)
+      KILN_TRY(m.check(api.cuMemcpyHtoDAsync(m.argPtr[a], m.argStage[a], inputs[a].numBytes(), upload),
+                       "copying input '" + p.arguments[a].name + "' to the device"));
+    if (eager) {
+      KILN_TRY(m.check(api.cuEventRecord(m.copied, copy), "recording the inputs' copy"));
+      KILN_TRY(m.check(api.cuStreamWaitEvent(compute, m.copied, 0), "ordering the steps after the inputs' copy"));
+    }
+    for (size_t k = 0; k < p.steps.size(); ++k) {
+      const CpuProgram::Step& step = p.steps[k];
+      for (const CpuProgram::SlotCheck& c : step.checks) {
+        const CpuProgram::Slot& slot = p.slots[static_cast<size_t>(c.slot)];
+        if (slot.kind == CpuProgram::SlotKind::Argument) continue;
+        Tensor value(slot.type.dtype, staticDims(slot.type.shape));
+        KILN_TRY(m.check(api.cuMemcpyDtoHAsync(value.raw(), m.slotPtr[static_cast<size_t>(c.slot)], value.numBytes(), compute),
+                         "copying a checked value back"));
+        KILN_TRY(m.check(api.cuStreamSynchronize(compute), "computing the value a host check reads"));
+        KILN_TRY(runHostCheck(c.check, value.raw(), value.dtype(), value.numElements()));
+      }
+      const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+      const size_t kernel = static_cast<size_t>(step.kernel);
+      KILN_TRY(m.check(api.cuLaunchKernel(m.functions[kernel], m.grids[kernel], 1, 1, m.blocks[kernel], 1, 1, 0, compute,
+                                          m.params[k].data(), nullptr),
+                       "launching kernel " + p.kernelNames[kernel] + " (" + step.what + ")"));
+      if (profile) {
+        KILN_TRY(m.check(api.cuStreamSynchronize(compute), "running kernel " + p.kernelNames[kernel] + " (" + step.what + ")"));
+        profile->entries[k].seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        ++profile->entries[k].calls;
+      }
+    }
+    // Results copied into donated arguments after the last step; a source
+    // that another copy overwrites is read first into the result staging.
+    for (const auto& [source, argument] : p.finalCopies)
+      KILN_TRY(m.check(api.cuMemcpyDtoDAsync(m.argPtr[static_cast<size_t>(argument)], m.slotPtr[static_cast<size_t>(source)],
+                                             inputs[static_cast<size_t>(argument)].numBytes(), compute),
+                       "copying a result into its donated input"));
+    for (size_t r = 0; r < p.results.size(); ++r) {
+      const CpuProgram::Result& result = p.results[r];
+      if (result.aliasedArgument >= 0) continue;
+      const size_t s = static_cast<size_t>(result.slot);
+      KILN_TRY(m.check(api.cuMemcpyDtoHAsync(m.resultStage[r], m.slotPtr[s], byteSize(p.slots[s].type), compute),
+                       "copying result " + std::to_string(r) + " back to the host"));
+    }
+    for (size_t r = 0; r < p.results.size(); ++r)
+      if (const int a = p.results[r].aliasedArgument; a >= 0)
+        KILN_TRY(m.check(api.cuMemcpyDtoHAsync(m.argStage[static_cast<size_t>(a)], m.argPtr[static_cast<size_t>(a)],
+                                               inputs[static_cast<size_t>(a)].numBytes(), compute),
+                         "copying donated input '" + p.arguments[static_cast<size_t>(a)].name + "' back to the host"));
+    return Status::success();
+  };
+
+  if (graphs && m.runs == 1 && !m.graphExec) {
+    KILN_TRY(m.check(api.cuStreamBeginCapture(compute, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "starting a graph capture"));
+    Status captured = enqueue(false);
+    const CUresult ended = api.cuStreamEndCapture(compute, &m.graph);
+    KILN_TRY(std::move(captured));
+    KILN_TRY(m.check(ended, "ending the graph capture of '" + p.name + "'"));
+    KILN_TRY(m.check(api.cuGraphInstantiateWithFlags(&m.graphExec, m.graph, 0), "instantiating the graph of '" + p.name + "'"));
+  }
+  if (graphs && m.graphExec) {
+    KILN_TRY(m.check(api.cuGraphLaunch(m.graphExec, compute), "replaying the graph of '" + p.name + "'"));
+    ++replays_;
+  } else {
+    KILN_TRY(enqueue(true));
+  }
+  KILN_TRY(m.check(api.cuStreamSynchronize(compute), "running '" + p.name + "'"));
+  ++m.runs;
+
+  std::vector<Tensor> results;
+  for (size_t r = 0; r < p.results.size(); ++r) {
+    const CpuProgram::Result& result = p.results[r];
+    if (result.aliasedArgument >= 0) {
+      results.emplace_back();
+      continue;
+    }
+    const TensorType& type = p.slots[static_cast<size_t>(result.slot)].type;
+    Tensor t(type.dtype, staticDims(type.shape));
+    std::memcpy(t.raw(), m.resultStage[r], t.numBytes());
+    results.push_back(std::move(t));
+  }
+  for (size_t r = 0; r < p.results.size(); ++r)
+    if (const int a = p.results[r].aliasedArgument; a >= 0) {
+      Tensor& donated = inputs[static_cast<size_t>(a)];
+      std::memcpy(donated.raw(), m.argStage[static_cast<size_t>(a)], donated.numBytes());
+    }
+  (void)writeDonated;
+  return results;
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,78 @@
+// Runs a compiled CUDA program (CudaProgram.h) on one device: loads the
+// image the device can run (a CUBIN, else the PTX for the driver to
+// compile), uploads the constants once, and keeps the arena, the
+// arguments' and results' device buffers and their pinned host staging for
+// the life of the runner, so that every run touches the same addresses.
+//
+// A run copies the inputs into pinned staging on the host, then on the
+// device: host-to-device copies on the copy stream, an event the compute
+// stream waits for, the steps in order on the compute stream (kernels with
+// their grid and block, library calls), the results back into pinned
+// staging, one synchronization. The second run of a runner captures that
+// device work as a CUDA graph and later runs replay it: the graph reads the
+// same pinned buffers, which each run fills first (CudaRunOptions::graphs
+// turns this off). Host checks of an argument run on the host before it is
+// copied; a check of a computed value copies it back first, and such a
+// program is never captured.
+//
+// A runner runs one call at a time.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/CpuRunner.h"
+#include "runtime/Tensor.h"
+#include "runtime/cuda/CudaContext.h"
+#include "runtime/cuda/CudaProgram.h"
+
+namespace kiln::cuda {
+
+class CachingAllocator;
+
+struct CudaRunOptions {
+  /// Capture the steady state as a CUDA graph and replay it.
+  bool graphs = true;
+  /// Let f32 matrix products use TF32 (off: full f32, as PyTorch with
+  /// allow_tf32 = False).
+  bool allowTf32 = false;
+  /// When given, each run adds its steps' times to it (synchronizing after
+  /// each step, so profiling slows a run down).
+  StepProfile* profile = nullptr;
+};
+
+class CudaRunner {
+ public:
+  static Expected<std::unique_ptr<CudaRunner>> create(std::shared_ptr<const CudaProgram> program,
+                                                      std::shared_ptr<CudaContext> context,
+                                                      CudaRunOptions options = {});
+  ~CudaRunner();
+
+  /// Runs on `inputs` (host tensors, one per argument, of its type) and
+  /// returns the results on the host. Donated arguments are left alone.
+  Expected<std::vector<Tensor>> run(const std::vector<Tensor>& inputs);
+  /// Runs and writes each donated argument's new value into `inputs`; those
+  /// results come back as empty Tensors.
+  Expected<std::vector<Tensor>> runInPlace(std::vector<Tensor>& inputs);
+
+  const CudaProgram& program() const { return *program_; }
+  CudaContext& context() const { return *context_; }
+  /// Which image the device loaded ("CUBIN sm_90", "PTX for sm_75, ...").
+  const std::string& image() const { return image_; }
+  /// Runs replayed from a captured CUDA graph so far.
+  int64_t graphReplays() const { return replays_; }
+
+ private:
+  struct Impl;
+  explicit CudaRunner(std::unique_ptr<Impl> impl);
+  Expected<std::vector<Tensor>> execute(std::vector<Tensor>& inputs, bool writeDonated);
+
+  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<const CudaProgram> program_;
+  std::shared_ptr<CudaContext> context_;
+  std::string image_;
+  int64_t replays_ = 0;
+};
+
+}  // namespace kiln::cuda
