@@ -1,10 +1,11 @@
-// The CPU and CUDA targets of CpuTarget.h, and the reading of a matmul or
+// The CPU target of CpuTarget.h, and the reading of a matmul or
 // convolution with its epilogue ops as one library call. Each epilogue op
 // is read as what it is (`gelu` is GELU): nothing is recognized from values.
 #include "codegen/CpuTarget.h"
 
 #include <functional>
 
+#include "codegen/cuda/CudaTarget.h"
 #include "runtime/DnnlKernels.h"
 
 namespace kiln::codegen {
@@ -66,7 +67,8 @@ Expected<PostOp> postOpOf(const Op& op, const Value* current, size_t rank,
     p.beta = beta;
     return p;
   };
-  if (op.result()->type().dtype != DType::F32) return Error("'" + p.name + "' is not on f32");
+  const DType dtype = current->type().dtype;
+  if (op.result()->type().dtype != dtype) return Error("'" + p.name + "' changes the dtype");
   if (op.numOperands() == 1) {
     if (op.operand(0) != current) return Error("'" + p.name + "' does not read the chain");
     switch (op.kind()) {
@@ -109,9 +111,9 @@ Expected<PostOp> postOpOf(const Op& op, const Value* current, size_t rank,
       default: return Error("'" + p.name + "' has no oneDNN post-op");
     }
   }
-  // A tensor operand of the call, broadcast into the result by oneDNN.
-  if (other->type().dtype != DType::F32 || !other->type().isStatic())
-    return Error("'" + p.name + "' reads an operand that is not static f32");
+  // A tensor operand of the call, broadcast into the result by the library.
+  if (other->type().dtype != dtype || !other->type().isStatic())
+    return Error("'" + p.name + "' reads an operand that is not static " + std::string(dtypeName(dtype)));
   auto dims = alignTo(staticDims(other->type().shape), rank);
   if (!dims) return Error("'" + p.name + "' reads an operand of higher rank");
   p.operand = bufferOf(other);
@@ -133,7 +135,9 @@ Expected<PostOp> postOpOf(const Op& op, const Value* current, size_t rank,
   }
 }
 
-/// The library call of `anchor` and `epilogue`, with buffers from `bufferOf`.
+/// The library call of `anchor` and `epilogue`, with buffers from `bufferOf`:
+/// static operands and result of one floating-point dtype, which the
+/// target checks.
 Expected<LibraryCall> describe(const Op& anchor, std::span<const Op* const> epilogue,
                                const std::function<int(const Value*)>& bufferOf) {
   LibraryCall call;
@@ -143,13 +147,15 @@ Expected<LibraryCall> describe(const Op& anchor, std::span<const Op* const> epil
     case OpKind::ConvTranspose: call.kind = LibraryCall::Kind::ConvTranspose; break;
     default: return anchor.emitError("is not a matmul or convolution");
   }
+  const TensorType& result = anchor.result()->type();
+  if ((result.dtype != DType::F32 && result.dtype != DType::F16 && result.dtype != DType::BF16) || !result.isStatic())
+    return Error("library calls produce static f32, f16 or bf16 results");
   for (const Value* v : anchor.operands()) {
-    if (v->type().dtype != DType::F32 || !v->type().isStatic()) return Error("oneDNN calls take static f32 operands");
+    if (v->type().dtype != result.dtype || !v->type().isStatic())
+      return Error("library calls take static operands of their result's dtype");
     call.operands.push_back(bufferOf(v));
     call.operandDims.push_back(staticDims(v->type().shape));
   }
-  const TensorType& result = anchor.result()->type();
-  if (result.dtype != DType::F32 || !result.isStatic()) return Error("oneDNN calls produce static f32 results");
   call.resultDims = staticDims(result.shape);
   if (call.kind != LibraryCall::Kind::MatMul) {
     const size_t k = call.operandDims[0].size() < 2 ? 0 : call.operandDims[0].size() - 2;
@@ -172,24 +178,15 @@ Expected<LibraryCall> describe(const Op& anchor, std::span<const Op* const> epil
 }  // namespace
 
 bool CpuTarget::acceptsLibraryCall(const Op& anchor, std::span<const Op* const> epilogue) const {
-  if (!prefersLibrary(anchor)) return false;
+  if (anchor.result()->type().dtype != DType::F32 || !prefersLibrary(anchor)) return false;
   // oneDNN's deconvolution with a post-op falls off its fast path without
   // saying so (its implementation is still "jit:avx512_core"): on the CNN's
   // training step the input gradient with a `div` post-op took 4.98 ms,
   // against 0.35 ms without it plus a generated kernel for the division
   // (kiln-train-bench --profile). So a conv_transpose takes no epilogue.
   if (anchor.kind() == OpKind::ConvTranspose && !epilogue.empty()) return false;
-  // Buffers are numbered in order of first use, as the group will have them.
-  std::vector<const Value*> buffers;
-  auto bufferOf = [&](const Value* v) {
-    for (size_t i = 0; i < buffers.size(); ++i)
-      if (buffers[i] == v) return static_cast<int>(i);
-    buffers.push_back(v);
-    return static_cast<int>(buffers.size() - 1);
-  };
-  auto call = describe(anchor, epilogue, bufferOf);
+  auto call = describeLibraryCall(anchor, epilogue);
   if (!call) return false;
-  call->resultBuffer = static_cast<int>(buffers.size());
   auto impl = DnnlKernel::implementation(*call);
   if (!impl) return false;
   return call->postOps.empty() || impl->rfind("ref", 0) != 0;
@@ -201,6 +198,21 @@ const Target* targetNamed(std::string_view name) {
   if (name == cpu.name()) return &cpu;
   if (name == cuda.name()) return &cuda;
   return nullptr;
+}
+
+Expected<LibraryCall> describeLibraryCall(const Op& anchor, std::span<const Op* const> epilogue) {
+  // Buffers are numbered in order of first use, as the group will have them.
+  std::vector<const Value*> buffers;
+  auto bufferOf = [&](const Value* v) {
+    for (size_t i = 0; i < buffers.size(); ++i)
+      if (buffers[i] == v) return static_cast<int>(i);
+    buffers.push_back(v);
+    return static_cast<int>(buffers.size() - 1);
+  };
+  auto call = describe(anchor, epilogue, bufferOf);
+  if (!call) return call.takeError();
+  call->resultBuffer = static_cast<int>(buffers.size());
+  return call;
 }
 
 Expected<LibraryCall> describeLibraryCall(const Op& group) {

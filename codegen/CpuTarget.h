@@ -11,9 +11,8 @@
 // has only its reference implementation (binary post-ops on some batched
 // products: 6 ms against 0.05 ms for the product and a generated epilogue
 // on the GPT's backward matmuls) is refused, so select-library offers a
-// shorter epilogue. The CUDA target takes no library calls yet: its
-// matmuls and convolutions are generated kernels (cuBLASLt and cuDNN come
-// with CUDA execution).
+// shorter epilogue. The CUDA target is codegen/cuda/CudaTarget.h (cuBLASLt);
+// both read a contraction and its epilogue as a call the same way here.
 #pragma once
 
 #include <span>
@@ -31,19 +30,19 @@ class CpuTarget : public Target {
   bool acceptsLibraryCall(const Op& anchor, std::span<const Op* const> epilogue) const override;
 };
 
-class CudaTarget : public Target {
- public:
-  std::string_view name() const override { return "cuda"; }
-  bool acceptsLibraryCall(const Op&, std::span<const Op* const>) const override { return false; }
-};
-
 /// The target `--target NAME` names ("cpu" or "cuda"), or null.
 const Target* targetNamed(std::string_view name);
 
 /// The library call a `library` group (made by select-library) computes: its
 /// contraction on the group's operands, then its other ops as post-ops. An
-/// error names what does not fit.
+/// error names what does not fit. The call has no dtype: the group's (f32,
+/// f16 or bf16, one for all its values) is what its target accepted.
 Expected<LibraryCall> describeLibraryCall(const Op& group);
+
+/// The call of the group select-library would make of `anchor` and
+/// `epilogue` (passes/Target.h), buffers numbered as the group's operands
+/// will be: what a target checks before accepting.
+Expected<LibraryCall> describeLibraryCall(const Op& anchor, std::span<const Op* const> epilogue);
 
 /// `call` in oneDNN's words: "onednn matmul [8,64]x[64,12] + add, gelu_erf
 /// (brg:avx512_core)", or why oneDNN refuses it.

@@ -18,6 +18,7 @@
 #include "codegen/CpuTarget.h"
 #include "codegen/LowerToKernels.h"
 #include "codegen/Schedule.h"
+#include "codegen/cuda/CudaTarget.h"
 #include "frontend/Model.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
@@ -202,8 +203,10 @@ std::optional<std::string> kernelLists(const Module& m, const Target& target, co
     }
     for (codegen::LoweredStep& step : *steps)
       if (step.kind == codegen::LoweredStep::Kind::Kernel) codegen::scheduleFor(target.name(), step.kernel);
+    const auto describeCall =
+        target.name() == "cuda" ? codegen::describeCudaLibraryCallText : codegen::describeLibraryCallText;
     out += "kernels of @" + f->name() + " for " + std::string(target.name()) + ":\n" +
-           codegen::printSteps(*steps, codegen::describeLibraryCallText);
+           codegen::printSteps(*steps, describeCall);
   }
   return out;
 }

@@ -22,8 +22,9 @@ for i in "${!input_names[@]}"; do shapes+=(--input-shape "${input_names[$i]}=${i
 
 summary=$("$kiln" compile "$model_dir/model.onnx" "${shapes[@]}" --device cuda --cuda-arch "$arch" --emit=cubin-size)
 echo "$summary"
-# "compiled N kernels of 'F' with NVRTC V for sm_90: CUBIN B bytes, PTX P bytes", N and B above 0.
-if ! [[ $summary =~ ^compiled\ [1-9][0-9]*\ kernels\ .*\ for\ $arch:\ CUBIN\ [1-9][0-9]*\ bytes ]]; then
+# "compiled N kernels of 'F' with NVRTC V for sm_90: CUBIN B bytes, PTX P bytes", B above 0. N is 0
+# for a model whose every op is a cuBLASLt call with its epilogue (the MLP).
+if ! [[ $summary =~ ^compiled\ [0-9]+\ kernels\ .*\ for\ $arch:\ CUBIN\ [1-9][0-9]*\ bytes ]]; then
   echo "run-e2e-nvrtc.sh: unexpected summary from kiln compile: $summary" >&2
   exit 1
 fi
