@@ -172,7 +172,9 @@ class KernelEmitter {
         loops.push_back(loops.back()->body[0].get());
       int64_t total = 1;
       for (const kir::Stmt* l : loops) total *= l->extent;
-      launch.workItems = total;
+      // An empty result still launches one block, whose threads skip the
+      // loop: CUDA rejects a grid of no blocks.
+      launch.workItems = total > 0 ? total : 1;
       line("for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < " + intLiteral(DType::I64, total) +
            "; t += (long long)gridDim.x * blockDim.x) {");
       ++depth_;

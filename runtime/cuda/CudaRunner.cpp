@@ -143,8 +143,9 @@ Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const C
   for (const Tensor& c : p.constants) {
     auto ptr = m.allocate(c.numBytes(), "a constant of " + what);
     if (!ptr) return ptr.takeError();
-    KILN_TRY(m.check(api.cuMemcpyHtoDAsync(*ptr, c.raw(), c.numBytes(), context->computeStream()),
-                     "copying a constant of " + what + " to the device"));
+    if (c.numBytes() > 0)  // an empty constant has no host data to copy
+      KILN_TRY(m.check(api.cuMemcpyHtoDAsync(*ptr, c.raw(), c.numBytes(), context->computeStream()),
+                       "copying a constant of " + what + " to the device"));
     constPtr.push_back(*ptr);
   }
   auto arena = m.allocate(static_cast<size_t>(p.arenaBytes), "the arena of " + what);
