@@ -125,7 +125,9 @@ std::unique_ptr<CompiledModel> Session::adopt(const Function& f, std::unique_ptr
 
 Expected<std::shared_ptr<cuda::CudaContext>> Session::cudaContext() {
   if (device_.kind != DeviceChoice::Kind::Cuda) return Error("the session runs on " + device_.str() + ", not CUDA");
-  return cuda::CudaContext::get(device_.cuda, cuda::LibrarySearchOptions::fromEnvironment());
+  auto context = cuda::CudaContext::get(device_.cuda, cuda::LibrarySearchOptions::fromEnvironment());
+  if (context && options_.cudaMemoryLimit) (*context)->allocator().setLimit(*options_.cudaMemoryLimit);
+  return context;
 }
 
 CompiledModel::CompiledModel(Session& session, const Function& f, std::vector<ResultAlias> aliases)

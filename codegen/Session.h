@@ -18,6 +18,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -68,6 +69,8 @@ struct SessionOptions {
   /// Graphs, TF32 and architectures on CUDA (its optLevel and report are
   /// taken from `cpu`'s).
   codegen::CudaOptions cuda = {};
+  /// The most device memory Kiln's allocator may reserve (`--cuda-memory-limit`).
+  std::optional<size_t> cudaMemoryLimit = std::nullopt;
 };
 
 /// Per-model options of Session::compile.

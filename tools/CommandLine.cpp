@@ -104,4 +104,24 @@ Expected<int64_t> parseInteger(std::string_view text, std::string_view what, int
   return value;
 }
 
+Expected<int64_t> parseByteSize(std::string_view text, std::string_view what) {
+  static constexpr std::pair<std::string_view, int64_t> kUnits[] = {
+      {"GiB", int64_t{1} << 30}, {"MiB", int64_t{1} << 20}, {"KiB", int64_t{1} << 10}, {"B", 1}};
+  int64_t scale = 1;
+  std::string_view digits = text;
+  for (const auto& [suffix, bytes] : kUnits)
+    if (digits.ends_with(suffix)) {
+      digits.remove_suffix(suffix.size());
+      scale = bytes;
+      break;
+    }
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || value < 1 ||
+      value > (int64_t{1} << 50) / scale)
+    return Error(std::string(what) + " expects a size such as 512MiB, 2GiB or a number of bytes, got '" +
+                 std::string(text) + "'");
+  return value * scale;
+}
+
 }  // namespace kiln::cli

@@ -56,5 +56,7 @@ std::string formatOptions(std::span<const OptionSpec> specs);
 /// Parses a whole decimal number in [minValue, maxValue]; an error naming
 /// `what` otherwise.
 Expected<int64_t> parseInteger(std::string_view text, std::string_view what, int64_t minValue, int64_t maxValue);
+/// `512MiB`, `2GiB`, `64KiB` or a number of bytes; an error naming `what`.
+Expected<int64_t> parseByteSize(std::string_view text, std::string_view what);
 
 }  // namespace kiln::cli

@@ -50,14 +50,18 @@ LibraryStatus libraryStatus(std::string key, std::string name, bool required, Ex
   return status;
 }
 
+/// NVRTC from the toolkit; the math libraries from where the driver wants
+/// them (the emulated GPU brings its own, cuda::mathLibraryOptions). Kiln
+/// calls cuBLASLt for matrix products; cuBLAS and cuDNN are optional.
 std::vector<LibraryStatus> probeLibraries(const cuda::LibrarySearchOptions& options) {
   auto mathVersion = [](const cuda::CudaMathLibrary& l) { return l.version; };
+  const cuda::LibrarySearchOptions math = cuda::mathLibraryOptions(options);
   return {
       libraryStatus("nvrtc", "NVRTC", true, cuda::loadNvrtc(options),
                     [](const cuda::NvrtcApi& api) { return api.version(); }),
-      libraryStatus("cublas", "cuBLAS", true, cuda::loadCublas(options), mathVersion),
-      libraryStatus("cublaslt", "cuBLASLt", true, cuda::loadCublasLt(options), mathVersion),
-      libraryStatus("cudnn", "cuDNN", false, cuda::loadCudnn(options), mathVersion),
+      libraryStatus("cublas", "cuBLAS", false, cuda::loadCublas(math), mathVersion),
+      libraryStatus("cublaslt", "cuBLASLt", true, cuda::loadCublasLt(math), mathVersion),
+      libraryStatus("cudnn", "cuDNN", false, cuda::loadCudnn(math), mathVersion),
   };
 }
 
@@ -82,13 +86,18 @@ std::string verdict(const cuda::CudaReport& report) {
   for (size_t i = 0; i < usable.size(); ++i)
     line += (i ? ", " : "") + std::string("cuda:") + std::to_string(usable[i]) + " (" +
             report.devices[static_cast<size_t>(usable[i])].name + ")";
-  return line + "; --device cuda uses cuda:" + std::to_string(usable.front());
+  line += "; --device cuda uses cuda:" + std::to_string(usable.front());
+  if (!report.emulated.empty()) line += " (emulated: " + report.emulated + ", a CPU running the PTX, not a GPU)";
+  return line;
 }
 
 void printTable(const cuda::CudaReport& report, const std::vector<LibraryStatus>& libraries) {
   std::ostream& out = std::cout;
   out << "driver:            "
       << (report.driverPath.empty() ? "none" : report.driverPath + " (release " + report.driverRelease + ")") << "\n";
+  if (!report.emulated.empty())
+    out << "emulated:          yes: " << report.emulated
+        << " (chosen by $KILN_CUDA_DRIVER; it runs Kiln's PTX on the CPU, for tests, and is never a GPU)\n";
   out << "driver CUDA:       "
       << (report.driverCudaVersion
               ? cuda::formatCudaVersion(report.driverCudaVersion) + " (the newest CUDA version the driver supports)"
@@ -134,6 +143,7 @@ void printJson(const cuda::CudaReport& report, const std::vector<LibraryStatus>&
   out << ", \"problem\": " << (report.usable() ? "null" : jsonString(cuda::cudaProblemName(report.problem)));
   out << ", \"message\": " << (report.usable() ? "null" : jsonString(report.message));
   out << ", \"verdict\": " << jsonString(verdict(report));
+  out << ", \"emulated\": " << (report.emulated.empty() ? "null" : jsonString(report.emulated));
   out << ", \"kiln_cuda_version\": " << jsonString(cuda::formatCudaVersion(cuda::builtAgainstCudaVersion()));
   out << ", \"required_cuda_version\": " << jsonString(cuda::formatCudaVersion(cuda::requiredCudaVersion()));
   if (report.driverPath.empty()) {

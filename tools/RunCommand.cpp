@@ -56,6 +56,8 @@ constexpr OptionSpec kOptions[] = {
     {"--recompile", "", ".kc: ignore its machine code and compile its stored program for this machine"},
     {"--no-cuda-graph", "", "CUDA: launch every step each run instead of replaying a captured CUDA graph"},
     {"--allow-tf32", "", "CUDA: let f32 matrix products use TF32 (off: full f32, as PyTorch by default)"},
+    {"--memory-stats", "", "CUDA: print the device memory statistics (allocated, reserved, peaks, cache hits) at the end"},
+    {"--cuda-memory-limit", "BYTES", "CUDA: the most device memory Kiln may reserve, e.g. 2GiB or 512MiB"},
     {"--help", "", "show this help", false, "-h"},
 };
 
@@ -389,8 +391,12 @@ int run(const ParsedArgs& args) {
   if (int status = selectDevice(kName, args.get("--device") ? *args.get("--device") : "cpu", device); status != kExitOk)
     return status;
   bool onCuda = device.kind == DeviceChoice::Kind::Cuda;
-  for (std::string_view cudaOnly : {"--no-cuda-graph", "--allow-tf32"})
-    if (!onCuda && args.has(cudaOnly)) return usageError(kName, std::string(cudaOnly) + " applies to --device cuda");
+  std::optional<size_t> memoryLimit;
+  if (const std::string* limit = args.get("--cuda-memory-limit")) {
+    auto bytes = parseByteSize(*limit, "--cuda-memory-limit");
+    if (!bytes) return usageError(kName, bytes.error().message());
+    memoryLimit = static_cast<size_t>(*bytes);
+  }
 
   std::optional<int64_t> benchRuns;
   int64_t warmup = 1;
@@ -495,6 +501,9 @@ int run(const ParsedArgs& args) {
   sessionOptions.cpu = cpuOptions;
   sessionOptions.cuda.run.graphs = !args.has("--no-cuda-graph");
   sessionOptions.cuda.run.allowTf32 = args.has("--allow-tf32");
+  sessionOptions.cudaMemoryLimit = memoryLimit;
+  for (std::string_view cudaOnly : {"--no-cuda-graph", "--allow-tf32", "--memory-stats", "--cuda-memory-limit"})
+    if (!onCuda && args.has(cudaOnly)) return usageError(kName, std::string(cudaOnly) + " applies to --device cuda");
   if (onCuda) sessionOptions.device = "cuda:" + std::to_string(device.cuda.index);
   auto created = Session::create(sessionOptions);
   if (auto* error = std::get_if<DeviceError>(&created)) {
@@ -539,6 +548,14 @@ int run(const ParsedArgs& args) {
     return kExitError;
   }
   Runner runner = [&model](std::vector<Tensor> in) { return model->run(in); };
+  // --memory-stats: the device's memory once the run is over.
+  struct MemoryStatsAtExit {
+    Session* session = nullptr;
+    ~MemoryStatsAtExit() {
+      if (!session) return;
+      if (auto context = session->cudaContext()) std::cerr << (*context)->memoryReport();
+    }
+  } memoryStats{args.has("--memory-stats") ? session.get() : nullptr};
 
   std::vector<Tensor> outputs;
   if (benchRuns) {

@@ -80,6 +80,10 @@ constexpr OptionSpec kOptions[] = {
     {"--no-shuffle", "", "visit the samples in file order"},
     {"--drop-last", "", "drop each epoch's last batch when it is smaller than --batch-size"},
     {"--device", "cpu|cuda[:N]|auto", "where to train (default: cpu); cuda never falls back to the CPU"},
+    {"--no-cuda-graph", "", "CUDA: launch every step each time instead of replaying a captured CUDA graph"},
+    {"--allow-tf32", "", "CUDA: let f32 matrix products use TF32 (off: full f32)"},
+    {"--memory-stats", "", "CUDA: print the device memory statistics (allocated, reserved, peaks, cache hits) at the end"},
+    {"--cuda-memory-limit", "BYTES", "CUDA: the most device memory Kiln may reserve, e.g. 2GiB or 512MiB"},
     {"--threads", "N|auto",
      "CPU JIT: threads that split each kernel (default: all cores); auto: all cores or one, whichever the steps "
      "measure faster (on a machine other programs keep busy, one), re-checked as training goes on"},
@@ -415,18 +419,22 @@ int run(const ParsedArgs& args) {
   DeviceChoice device;
   if (int status = selectDevice(kName, args.get("--device") ? *args.get("--device") : "cpu", device); status != kExitOk)
     return status;
-  if (device.kind == DeviceChoice::Kind::Cuda) {
-    if (args.get("--device") && *args.get("--device") == "auto") {
-      std::cerr << "kiln train: note: CUDA is usable on " << device.str()
-                << ", but training on CUDA is not implemented in this build; --device auto trains on the cpu\n";
-    } else {
-      return fail(Error("CUDA is usable on " + device.str() +
-                        ", but training on CUDA is not implemented in this build; Kiln never falls back to the CPU "
-                        "on its own: use --device cpu"));
-    }
+  const std::string sessionDevice =
+      device.kind == DeviceChoice::Kind::Cuda ? "cuda:" + std::to_string(device.cuda.index) : std::string("cpu");
+  SessionOptions sessionOptions{.device = sessionDevice, .cpu = c.cpu};
+  sessionOptions.cuda.run.graphs = !args.has("--no-cuda-graph");
+  sessionOptions.cuda.run.allowTf32 = args.has("--allow-tf32");
+  for (std::string_view cudaOnly : {"--no-cuda-graph", "--allow-tf32", "--memory-stats", "--cuda-memory-limit"})
+    if (device.kind != DeviceChoice::Kind::Cuda && args.has(cudaOnly))
+      return usageError(kName, std::string(cudaOnly) + " applies to --device cuda");
+  if (const std::string* limit = args.get("--cuda-memory-limit")) {
+    auto bytes = parseByteSize(*limit, "--cuda-memory-limit");
+    if (!bytes) return usageError(kName, bytes.error().message());
+    sessionOptions.cudaMemoryLimit = static_cast<size_t>(*bytes);
   }
-  auto created = Session::create({.device = "cpu", .cpu = c.cpu});
-  std::unique_ptr<Session> session = std::move(std::get<std::unique_ptr<Session>>(created));  // the CPU is always there
+  auto created = Session::create(sessionOptions);
+  if (auto* error = std::get_if<DeviceError>(&created)) return fail(error->error);
+  std::unique_ptr<Session> session = std::move(std::get<std::unique_ptr<Session>>(created));
 
   std::optional<Progress> progress;  // once the number of steps is known
   auto breakLine = [&] {
@@ -461,6 +469,8 @@ int run(const ParsedArgs& args) {
   breakLine();
   if (!summary) return fail(summary.takeError());
   printSummary(*summary, classLoss);
+  if (args.has("--memory-stats"))
+    if (auto context = session->cudaContext()) std::cerr << (*context)->memoryReport();
   if (!c.train.outputPath.empty()) {
     if (Status s = (*trainer)->writeTrainedModel(); !s) return fail(s.takeError());
     std::cout << "wrote " << c.train.outputPath << "\n";

@@ -33,6 +33,13 @@ Expected<std::shared_ptr<CudaContext>> CudaContext::get(const CudaDeviceInfo& de
   KILN_TRY(c->makeCurrent());
   KILN_TRY(c->check(c->api_->cuStreamCreate(&c->compute_, CU_STREAM_NON_BLOCKING), "creating the compute stream"));
   KILN_TRY(c->check(c->api_->cuStreamCreate(&c->copy_, CU_STREAM_NON_BLOCKING), "creating the copy stream"));
+  c->deviceMemory_ = driverDeviceMemory(**driver, **api);
+  auto events = driverStreamEvents(**driver, **api);
+  if (!events) return events.takeError();
+  c->events_ = std::move(*events);
+  c->pinnedMemory_ = driverPinnedHostMemory(**driver, **api);
+  c->allocator_ = std::make_unique<CachingAllocator>(*c->deviceMemory_, *c->events_, c->name());
+  c->pinned_ = std::make_unique<PinnedHostPool>(*c->pinnedMemory_, *c->events_);
   contexts.emplace(device.index, c);
   return c;
 }
@@ -43,6 +50,10 @@ CudaContext::~CudaContext() = default;
 
 std::string CudaContext::name() const {
   return "cuda:" + std::to_string(device_.index) + " (" + device_.name + ")";
+}
+
+std::string CudaContext::memoryReport() const {
+  return allocator_->stats().format(name()) + pinned_->stats().format();
 }
 
 Status CudaContext::makeCurrent() const {

@@ -1,7 +1,10 @@
 // One CUDA device in use: its primary context (retained once per process,
 // as the CUDA runtime does), the driver's entry points, and the two streams
 // Kiln works on — a compute stream for kernels and library calls and a copy
-// stream for host-to-device copies that overlap them. Every driver call goes
+// stream for host-to-device copies that overlap them — and its memory: the
+// caching allocator every device buffer comes from and the pool of pinned
+// host staging buffers (CudaAllocator.h), whose statistics
+// `--memory-stats` prints. Every driver call goes
 // through `check`, so each failure names the call (and the kernel) it came
 // from, with the driver's own name and text for the error.
 #pragma once
@@ -10,6 +13,7 @@
 #include <string>
 
 #include "ir/Support.h"
+#include "runtime/cuda/CudaAllocator.h"
 #include "runtime/cuda/CudaDevices.h"
 #include "runtime/cuda/CudaLibraries.h"
 
@@ -31,6 +35,11 @@ class CudaContext {
   const std::string& emulated() const { return emulated_; }
   CUstream computeStream() const { return compute_; }
   CUstream copyStream() const { return copy_; }
+  CachingAllocator& allocator() const { return *allocator_; }
+  PinnedHostPool& pinnedPool() const { return *pinned_; }
+  /// The allocator's and the pinned pool's statistics, as
+  /// `kiln run|train --memory-stats` prints them.
+  std::string memoryReport() const;
   /// "cuda:0 (NVIDIA H100 80GB HBM3)".
   std::string name() const;
 
@@ -50,6 +59,11 @@ class CudaContext {
   CUcontext context_ = nullptr;
   CUstream compute_ = nullptr;
   CUstream copy_ = nullptr;
+  std::unique_ptr<DeviceMemory> deviceMemory_;
+  std::unique_ptr<StreamEvents> events_;
+  std::unique_ptr<PinnedHostMemory> pinnedMemory_;
+  std::unique_ptr<CachingAllocator> allocator_;
+  std::unique_ptr<PinnedHostPool> pinned_;
 };
 
 }  // namespace kiln::cuda

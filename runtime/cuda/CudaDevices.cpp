@@ -160,6 +160,7 @@ CudaReport probeCuda(const LibrarySearchOptions& options, std::optional<int> onl
   const CudaDriverApi& api = **loaded;
   report.driverPath = api.library.path;
   report.driverRelease = driverRelease(api.library.path);
+  report.emulated = emulatorDescription(api);
   if (api.cuDriverGetVersion(&report.driverCudaVersion) != CUDA_SUCCESS) report.driverCudaVersion = 0;
 
   CUresult init = api.cuInit(0);

@@ -59,6 +59,9 @@ struct CudaReport {
   std::string driverPath;                   // empty when no driver was loaded
   std::string driverRelease;                // "580.65.06" (from the library's file name), or "unknown"
   int driverCudaVersion = 0;                // cuDriverGetVersion: the newest CUDA the driver supports
+  /// Kiln's emulated GPU describes itself here (runtime/cuda/emulator/);
+  /// empty for an NVIDIA driver.
+  std::string emulated;
   std::vector<CudaDeviceInfo> devices;
 
   bool usable() const { return problem == CudaProblem::None; }

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "runtime/HostCheck.h"
+#include "runtime/cuda/CublasLtMatmul.h"
 
 namespace kiln::cuda {
 
@@ -40,6 +41,10 @@ struct CudaRunner::Impl {
   /// cuLaunchKernel takes.
   std::vector<std::vector<CUdeviceptr>> paramValues;
   std::vector<std::vector<void*>> params;
+  /// Per step: the library call's runner, or null for a kernel.
+  std::vector<std::unique_ptr<CublasLtMatmul>> libraries;
+  CUdeviceptr workspace = 0;
+  size_t workspaceBytes = 0;
   CUevent copied = nullptr;
   bool capturable = true;  // no host check of a computed value
   int runs = 0;
@@ -48,26 +53,20 @@ struct CudaRunner::Impl {
 
   Status check(CUresult r, const std::string& what) const { return ctx->check(r, what); }
 
+  /// Device memory from the context's caching allocator, for the runner's
+  /// life; an out-of-memory error says what it was for.
   Expected<CUdeviceptr> allocate(size_t bytes, const std::string& what) {
-    CUdeviceptr ptr = 0;
-    const CUresult r = ctx->api().cuMemAlloc(&ptr, std::max<size_t>(bytes, 1));
-    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-      size_t free = 0, total = 0;
-      ctx->driver().cuMemGetInfo(&free, &total);
-      return Error("CUDA out of memory on " + ctx->name() + ": tried to allocate " + formatBytes(bytes) + " for " +
-                   what + "; " + formatBytes(free) + " free of " + formatBytes(total));
-    }
-    KILN_TRY(check(r, "allocating " + formatBytes(bytes) + " for " + what + " (cuMemAlloc)"));
-    owned.push_back({ptr, bytes});
-    return ptr;
+    auto ptr = ctx->allocator().allocate(std::max<size_t>(bytes, 1), ctx->computeStream());
+    if (!ptr) return Error(ptr.error().message() + " (for " + what + ")");
+    owned.push_back({*ptr, bytes});
+    return *ptr;
   }
 
   Expected<void*> allocatePinned(size_t bytes, const std::string& what) {
-    void* host = nullptr;
-    KILN_TRY(check(ctx->api().cuMemHostAlloc(&host, std::max<size_t>(bytes, 1), CU_MEMHOSTALLOC_PORTABLE),
-                   "allocating " + formatBytes(bytes) + " of pinned host memory for " + what + " (cuMemHostAlloc)"));
-    pinned.push_back(host);
-    return host;
+    auto buffer = ctx->pinnedPool().acquire(std::max<size_t>(bytes, 1));
+    if (!buffer) return Error(buffer.error().message() + " (pinned host staging for " + what + ")");
+    pinned.push_back(buffer->data);
+    return buffer->data;
   }
 
   ~Impl() {
@@ -78,8 +77,9 @@ struct CudaRunner::Impl {
     if (graphExec) api.cuGraphExecDestroy(graphExec);
     if (graph) api.cuGraphDestroy(graph);
     if (copied) api.cuEventDestroy(copied);
-    for (const DeviceBuffer& b : owned) api.cuMemFree(b.ptr);
-    for (void* p : pinned) api.cuMemFreeHost(p);
+    libraries.clear();
+    for (const DeviceBuffer& b : owned) (void)ctx->allocator().free(b.ptr);
+    for (void* p : pinned) ctx->pinnedPool().release(p);
     if (module) api.cuModuleUnload(module);
   }
 };
@@ -182,16 +182,32 @@ Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const C
     std::vector<CUdeviceptr> values;
     for (int s : step.operands) values.push_back(m.slotPtr[static_cast<size_t>(s)]);
     values.push_back(m.slotPtr[static_cast<size_t>(step.result)]);
-    if (step.kind == CpuProgram::Step::Kind::Library)
-      return Error("step %" + step.name + " of " + what + " is a library call (" + step.what +
-                   "), which the CUDA runtime does not run yet");
-    values.push_back(0);  // `sizes`, unused
+    if (step.kind == CpuProgram::Step::Kind::Library) {
+      if (step.call.kind != LibraryCall::Kind::MatMul)
+        return Error("step %" + step.name + " of " + what + " is a library call (" + step.what +
+                     ") that only cuBLASLt matrix products may be on CUDA");
+      auto cublasLt = loadCublasLt(mathLibraryOptions(context->searchOptions()));
+      if (!cublasLt) return cublasLt.takeError();
+      auto matmul = CublasLtMatmul::create(**cublasLt, step.call, p.slots[static_cast<size_t>(step.result)].type.dtype,
+                                           options.allowTf32);
+      if (!matmul) return Error("step %" + step.name + " of " + what + ": " + matmul.error().message());
+      m.workspaceBytes = std::max(m.workspaceBytes, (*matmul)->workspaceBytes());
+      m.libraries.push_back(std::move(*matmul));
+    } else {
+      values.push_back(0);  // `sizes`, unused
+      m.libraries.push_back(nullptr);
+    }
     m.paramValues.push_back(std::move(values));
   }
   for (std::vector<CUdeviceptr>& values : m.paramValues) {
     std::vector<void*> pointers;
     for (CUdeviceptr& v : values) pointers.push_back(&v);
     m.params.push_back(std::move(pointers));
+  }
+  if (m.workspaceBytes > 0) {
+    auto workspace = m.allocate(m.workspaceBytes, "cuBLASLt's workspace");
+    if (!workspace) return workspace.takeError();
+    m.workspace = *workspace;
   }
   KILN_TRY(m.check(api.cuEventCreate(&m.copied, CU_EVENT_DISABLE_TIMING), "creating an event"));
   KILN_TRY(m.check(api.cuStreamSynchronize(context->computeStream()), "uploading the constants of " + what));
@@ -242,7 +258,8 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
   StepProfile* profile = m.options.profile;
   if (profile && profile->entries.size() != p.steps.size()) {
     profile->entries.clear();
-    for (const CpuProgram::Step& step : p.steps) profile->entries.push_back({"%" + step.name, step.what});
+    for (size_t k = 0; k < p.steps.size(); ++k)
+      profile->entries.push_back({"%" + p.steps[k].name, m.libraries[k] ? m.libraries[k]->describe() : p.steps[k].what});
   }
   const bool graphs = m.options.graphs && m.capturable && !profile;
 
@@ -270,6 +287,16 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
         KILN_TRY(runHostCheck(c.check, value.raw(), value.dtype(), value.numElements()));
       }
       const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+      if (const CublasLtMatmul* matmul = m.libraries[k].get()) {
+        if (Status ran = matmul->run(compute, m.paramValues[k], m.workspace, m.workspaceBytes); !ran)
+          return Error("step %" + step.name + " of '" + p.name + "' (" + matmul->describe() + "): " + ran.error().message());
+        if (profile) {
+          KILN_TRY(m.check(api.cuStreamSynchronize(compute), "running " + matmul->describe()));
+          profile->entries[k].seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          ++profile->entries[k].calls;
+        }
+        continue;
+      }
       const size_t kernel = static_cast<size_t>(step.kernel);
       KILN_TRY(m.check(api.cuLaunchKernel(m.functions[kernel], m.grids[kernel], 1, 1, m.blocks[kernel], 1, 1, 0, compute,
                                           m.params[k].data(), nullptr),
