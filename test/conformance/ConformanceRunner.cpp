@@ -1,6 +1,7 @@
 // kiln-conformance: runs the ONNX backend test cases that Debian ships
 // (libonnx-testdata) through the importer and the reference interpreter,
-// or with --jit through the CPU JIT (codegen/CpuExecutable.h).
+// or with --jit through the CPU JIT (codegen/CpuExecutable.h), or with
+// --device cuda on a CUDA device (codegen/cuda/CudaExecutor.h).
 //
 // Each case folder holds model.onnx and test_data_set_*/ with input_K.pb and
 // output_K.pb. input_K.pb binds to the K-th graph input that has no
@@ -33,6 +34,13 @@
 // does by default), so a second run skips LLVM's O3 and code generation;
 // the summary's `time:` line says where the time went, and each PASS line
 // the case's compile time.
+//
+// --device cuda does the same on the first usable CUDA device (in CI Kiln's
+// emulated GPU, chosen by $KILN_CUDA_DRIVER): each data set's function is
+// compiled by a CudaExecutor (the CUDA pipeline, NVRTC) with no fallback,
+// run on the device and compared as --jit's outputs are; ops the CUDA path
+// cannot lower make the case `NOCUDA`. No usable device or no NVRTC is an
+// error (exit status 1), never a skip: only missing test data skips (77).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -46,10 +54,14 @@
 #include <vector>
 
 #include "codegen/CpuExecutable.h"
+#include "codegen/cuda/CudaExecutor.h"
 #include "codegen/llvm/CpuJit.h"
 #include "frontend/onnx/OnnxImporter.h"
 #include "onnx.pb.h"
 #include "runtime/Interpreter.h"
+#include "runtime/cuda/CudaContext.h"
+#include "runtime/cuda/CudaDevices.h"
+#include "runtime/cuda/CudaLibraries.h"
 
 namespace fs = std::filesystem;
 using namespace kiln;
@@ -65,15 +77,16 @@ const char* const kSuites[] = {"node", "pytorch-converted", "pytorch-operator", 
 struct Outcome {
   enum Kind { Pass, Fail, Skip, NotCompilable } kind;
   std::string reason;
-  /// --jit: whether the interpreter passes the case too, and the ops the
-  /// JIT cannot lower (`why` without the location) when not compilable.
+  /// Compiled (--jit, --device cuda): whether the interpreter passes the
+  /// case too, and the ops the compiler cannot lower (`why` without the
+  /// location) when not compilable.
   bool interpreterPasses = false;
   std::vector<std::string> unlowerable = {};
 };
 
-/// Where --jit spends its time, summed over the cases (seconds).
+/// Where a compiled run spends its time, summed over the cases (seconds).
 struct Timings {
-  double import = 0, interpret = 0, createJit = 0, compile = 0, run = 0;
+  double import = 0, interpret = 0, createExecutor = 0, compile = 0, run = 0;
   codegen::CompileReport compileParts;  // the executor's own breakdown of `compile`
 };
 
@@ -82,11 +95,18 @@ double since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+/// What runs the cases: the interpreter alone, or a compiler checked
+/// against it.
+enum class Backend { Interpreter, CpuJit, Cuda };
+
 struct RunOptions {
-  Timings* timings = nullptr;  // --jit: summed into when given
-  bool jit = false;
+  Timings* timings = nullptr;  // compiled: summed into when given
+  Backend backend = Backend::Interpreter;
   int threads = 1;
-  std::string cacheDir;  // --jit: the disk kernel cache, or none
+  std::string cacheDir;                          // --jit: the disk kernel cache, or none
+  std::shared_ptr<cuda::CudaContext> cudaDevice;  // --device cuda: the device's context
+
+  bool compiled() const { return backend != Backend::Interpreter; }
 };
 
 /// Why a value's type makes the case a skip, or "".
@@ -231,14 +251,14 @@ class CaseRunner {
           return {Outcome::Fail, "no input_K.pb binds argument '" + name + "'"};
         }
       }
-      if (options_.jit) {
+      if (options_.compiled()) {
         Outcome outcome = runCompiled(f, args, *outputs);
         if (outcome.kind != Outcome::Pass) {
           if (outcome.kind == Outcome::Fail) outcome.reason = set.filename().string() + ": " + outcome.reason;
-          // A JIT gap or a case that fails anyway? The interpreter decides
-          // over all data sets.
+          // A compiler gap or a case that fails anyway? The interpreter
+          // decides over all data sets.
           RunOptions interpreterOnly = options_;
-          interpreterOnly.jit = false;
+          interpreterOnly.backend = Backend::Interpreter;
           interpreterOnly.timings = nullptr;
           outcome.interpreterPasses = CaseRunner(dir_, interpreterOnly).run().kind == Outcome::Pass;
           return outcome;
@@ -251,7 +271,7 @@ class CaseRunner {
         return {Outcome::Fail, set.filename().string() + ": " + diff};
     }
     std::string what = note.empty() ? std::to_string(sets.size()) + " data set(s)" : note;
-    if (options_.jit && options_.timings) {
+    if (options_.compiled() && options_.timings) {
       // Compile time shows on the PASS line, so slow cases can be found.
       const double ms = 1000 * (options_.timings->compile - compileBefore);
       what += ", compiled in " + std::to_string(static_cast<int64_t>(ms + 0.5)) + " ms";
@@ -260,34 +280,53 @@ class CaseRunner {
   }
 
  private:
-  /// --jit, one data set: compiles `f` for `args` with no fallback, runs it
-  /// and compares with the expected outputs and the interpreter's.
+  /// One data set on the compiled backend: compiles `f` for `args` with no
+  /// fallback, runs it and compares with the expected outputs and the
+  /// interpreter's.
   Outcome runCompiled(const Function& f, const std::vector<Tensor>& args, const std::vector<DenseTensor>& want) {
     Timings unused;
     Timings& time = options_.timings ? *options_.timings : unused;
     auto start = std::chrono::steady_clock::now();
     auto reference = interpret(f, args);
     time.interpret += since(start);
-    auto fail = [](std::string why) { return Outcome{Outcome::Fail, std::move(why)}; };
+    if (options_.backend == Backend::Cuda) {
+      codegen::CudaOptions cudaOptions;
+      cudaOptions.report = &time.compileParts;
+      start = std::chrono::steady_clock::now();
+      auto executor = codegen::CudaExecutor::create(f, options_.cudaDevice, cudaOptions);
+      time.createExecutor += since(start);
+      if (!executor) return {Outcome::Fail, executor.error().str()};
+      return compileRunCompare(**executor, args, want, reference, time);
+    }
     codegen::CpuOptions cpuOptions;
     cpuOptions.threads = options_.threads;
     cpuOptions.report = &time.compileParts;
     cpuOptions.cacheDir = options_.cacheDir;
     start = std::chrono::steady_clock::now();
     auto executor = codegen::CpuExecutor::create(f, cpuOptions);
-    time.createJit += since(start);
-    if (!executor) return fail(executor.error().str());
-    start = std::chrono::steady_clock::now();
-    Status prepared = (*executor)->prepare(args);
+    time.createExecutor += since(start);
+    if (!executor) return {Outcome::Fail, executor.error().str()};
+    return compileRunCompare(**executor, args, want, reference, time);
+  }
+
+  /// The part both executors share (CpuExecutor, CudaExecutor: prepare,
+  /// unsupportedOps, run): compile, run, compare.
+  template <class Executor>
+  static Outcome compileRunCompare(Executor& executor, const std::vector<Tensor>& args,
+                                   const std::vector<DenseTensor>& want,
+                                   const Expected<std::vector<Tensor>>& reference, Timings& time) {
+    auto fail = [](std::string why) { return Outcome{Outcome::Fail, std::move(why)}; };
+    auto start = std::chrono::steady_clock::now();
+    Status prepared = executor.prepare(args);
     time.compile += since(start);
     if (Status& s = prepared; !s) {
-      if ((*executor)->unsupportedOps().empty()) return fail("compiling: " + s.error().str());
+      if (executor.unsupportedOps().empty()) return fail("compiling: " + s.error().str());
       Outcome o{Outcome::NotCompilable, s.error().str()};
-      for (const std::string& why : (*executor)->unsupportedOps()) o.unlowerable.push_back(withoutLocation(why));
+      for (const std::string& why : executor.unsupportedOps()) o.unlowerable.push_back(withoutLocation(why));
       return o;
     }
     start = std::chrono::steady_clock::now();
-    auto results = (*executor)->run(args);
+    auto results = executor.run(args);
     time.run += since(start);
     if (!results) return fail("running: " + results.error().str());
     if (std::string diff = compareAll(*results, want); !diff.empty()) return fail(diff);
@@ -314,12 +353,24 @@ std::string oneLine(std::string s) {
 
 int usage() {
   std::cerr << "usage: kiln-conformance [--data DIR] [--expected FILE] [--write-passing FILE] [--filter TEXT]\n"
-               "                        [--jit [--threads N] [--cache-dir DIR]]\n"
+               "                        [--jit [--threads N] [--cache-dir DIR] | --device cuda]\n"
                "  Runs the ONNX backend test cases under DIR/{node,pytorch-converted,pytorch-operator,simple}\n"
                "  (default /usr/share/libonnx-testdata/data) on Kiln's interpreter, or with --jit compiled by\n"
                "  the CPU JIT (no fallback; N threads per kernel, default 1; compiled kernels cached in DIR, default\n"
-               "  none) and checked against the interpreter.\n";
+               "  none), or with --device cuda compiled for and run on the first usable CUDA device ($KILN_CUDA_DRIVER\n"
+               "  names the driver), and checked against the interpreter.\n";
   return 2;
+}
+
+/// The context of the first usable CUDA device, with NVRTC loaded: what
+/// --device cuda needs, or the error saying what is missing.
+Expected<std::shared_ptr<cuda::CudaContext>> openCudaDevice() {
+  const cuda::LibrarySearchOptions search = cuda::LibrarySearchOptions::fromEnvironment();
+  auto device = cuda::requireCudaDevice(search, std::nullopt);
+  if (!device) return device.takeError();
+  auto nvrtc = cuda::loadNvrtc(search);
+  if (!nvrtc) return nvrtc.takeError();
+  return cuda::CudaContext::get(*device, search);
 }
 
 }  // namespace
@@ -329,6 +380,7 @@ int main(int argc, char** argv) {
   RunOptions options;
   Timings timings;
   options.timings = &timings;
+  bool jitOptions = false;  // --threads or --cache-dir, which only --jit takes
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -340,15 +392,29 @@ int main(int argc, char** argv) {
       writeFile = value();
     } else if (arg == "--filter") {
       filter = value();
-    } else if (arg == "--jit") {
-      options.jit = true;
+    } else if (arg == "--jit" || arg == "--device") {
+      if (options.backend != Backend::Interpreter) {
+        std::cerr << "kiln-conformance: give one of --jit and --device cuda\n";
+        return 2;
+      }
+      options.backend = Backend::CpuJit;
+      if (arg == "--device") {
+        const std::string device = value();
+        if (device != "cuda") {
+          std::cerr << "kiln-conformance: --device takes cuda (the CPU JIT is --jit), got '" << device << "'\n";
+          return 2;
+        }
+        options.backend = Backend::Cuda;
+      }
     } else if (arg == "--cache-dir") {
+      jitOptions = true;
       options.cacheDir = value();
       if (options.cacheDir.empty()) {
         std::cerr << "kiln-conformance: --cache-dir takes a folder\n";
         return 2;
       }
     } else if (arg == "--threads") {
+      jitOptions = true;
       const std::string n = value();
       char* end = nullptr;
       const long threads = std::strtol(n.c_str(), &end, 10);
@@ -361,9 +427,22 @@ int main(int argc, char** argv) {
       return usage();
     }
   }
+  if (jitOptions && options.backend != Backend::CpuJit) {
+    std::cerr << "kiln-conformance: --threads and --cache-dir are options of --jit\n";
+    return 2;
+  }
   if (!fs::is_directory(dataDir)) {
     std::cerr << "kiln-conformance: no test data at " << dataDir << " (install libonnx-testdata)\n";
     return 77;  // ctest's skip code
+  }
+  if (options.backend == Backend::Cuda) {
+    auto device = openCudaDevice();
+    if (!device) {
+      std::cerr << "kiln-conformance: --device cuda: " << device.error().message() << "\n";
+      return 1;  // a missing driver or NVRTC fails the run, never skips it
+    }
+    options.cudaDevice = std::move(*device);
+    std::cout << "device: " << options.cudaDevice->name() << "\n";
   }
   std::set<std::string> expected;
   if (!expectedFile.empty()) {
@@ -376,10 +455,11 @@ int main(int argc, char** argv) {
       if (!line.empty() && line[0] != '#') expected.insert(line);
   }
 
+  const char* const notCompilableLabel = options.backend == Backend::Cuda ? "NOCUDA" : "NOJIT";
   const auto start = std::chrono::steady_clock::now();
   int passed = 0, failed = 0, skipped = 0, notCompilable = 0;
-  std::vector<std::string> passing, gap;      // gap: --jit, passes on the interpreter only
-  std::map<std::string, int> unlowerableCases;  // --jit: reason -> cases it stops
+  std::vector<std::string> passing, gap;      // gap: compiled, passes on the interpreter only
+  std::map<std::string, int> unlowerableCases;  // compiled: reason -> cases it stops
   std::set<std::string> seen;
   for (const char* suite : kSuites) {
     const fs::path suiteDir = fs::path(dataDir) / suite;
@@ -395,7 +475,7 @@ int main(int argc, char** argv) {
       const Outcome outcome = CaseRunner(dir, options).run();
       const char* label = outcome.kind == Outcome::Pass            ? "PASS"
                           : outcome.kind == Outcome::Fail          ? "FAIL"
-                          : outcome.kind == Outcome::NotCompilable ? "NOJIT"
+                          : outcome.kind == Outcome::NotCompilable ? notCompilableLabel
                                                                    : "SKIP";
       std::cout << label << " " << name << ": " << oneLine(outcome.reason) << "\n" << std::flush;
       switch (outcome.kind) {
@@ -412,7 +492,7 @@ int main(int argc, char** argv) {
         }
         case Outcome::Skip: ++skipped; break;
       }
-      if (options.jit && outcome.kind != Outcome::Pass && outcome.interpreterPasses) gap.push_back(name);
+      if (options.compiled() && outcome.kind != Outcome::Pass && outcome.interpreterPasses) gap.push_back(name);
     }
   }
   const double seconds = since(start);
@@ -435,7 +515,8 @@ int main(int argc, char** argv) {
       status = 2;
     }
   }
-  if (options.jit) {
+  if (options.compiled()) {
+    const bool cuda = options.backend == Backend::Cuda;
     std::vector<std::pair<std::string, int>> reasons(unlowerableCases.begin(), unlowerableCases.end());
     std::stable_sort(reasons.begin(), reasons.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
     if (!reasons.empty()) std::cout << "not compilable, by unlowerable op (cases):\n";
@@ -443,12 +524,23 @@ int main(int argc, char** argv) {
     std::cout << gap.size() << " case(s) pass on the interpreter but not compiled" << (gap.empty() ? "" : ":") << "\n";
     for (const std::string& name : gap) std::cout << "  " << name << "\n";
     const codegen::CompileReport& parts = timings.compileParts;
-    std::printf(
-        "time: import %.1f s, interpreter %.1f s, JIT creation %.1f s, compiling %.1f s (passes %.1f, lowering %.1f, "
-        "emit %.1f, O3 %.1f, codegen %.1f, link %.1f), running %.1f s\n",
-        timings.import, timings.interpret, timings.createJit, timings.compile, parts.passes, parts.lowering,
-        parts.emit, parts.optimize, parts.codegen, parts.link, timings.run);
-    std::cout << passed << " passed compiled, " << failed << " failed compiled, " << notCompilable
+    if (cuda) {
+      // The CUDA executor reports its passes; the rest of compiling is
+      // lowering, NVRTC and loading the module on the device.
+      std::printf(
+          "time: import %.1f s, interpreter %.1f s, executor creation %.1f s, compiling %.1f s (passes %.1f, "
+          "lowering, NVRTC and module load %.1f), running %.1f s\n",
+          timings.import, timings.interpret, timings.createExecutor, timings.compile, parts.passes,
+          timings.compile - parts.passes, timings.run);
+    } else {
+      std::printf(
+          "time: import %.1f s, interpreter %.1f s, JIT creation %.1f s, compiling %.1f s (passes %.1f, lowering "
+          "%.1f, emit %.1f, O3 %.1f, codegen %.1f, link %.1f), running %.1f s\n",
+          timings.import, timings.interpret, timings.createExecutor, timings.compile, parts.passes, parts.lowering,
+          parts.emit, parts.optimize, parts.codegen, parts.link, timings.run);
+    }
+    const char* on = cuda ? " on cuda" : " compiled";
+    std::cout << passed << " passed" << on << ", " << failed << " failed" << on << ", " << notCompilable
               << " not compilable, " << skipped << " skipped";
   } else {
     std::cout << passed << " passed, " << failed << " failed, " << skipped << " skipped";
