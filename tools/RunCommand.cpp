@@ -262,7 +262,7 @@ using Runner = std::function<Expected<std::vector<Tensor>>(std::vector<Tensor>)>
 /// Runs `runner` `warmup` times untimed, then `runs` times timed; prints the
 /// statistics. `last` receives the outputs of the final run.
 int bench(const Runner& runner, const std::vector<Tensor>& inputs, int64_t warmup, int64_t runs, bool json,
-          const std::string& model, std::vector<Tensor>& last) {
+          const std::string& model, const std::string& device, std::vector<Tensor>& last) {
   std::vector<double> times;
   for (int64_t k = 0; k < warmup + runs; ++k) {
     std::vector<Tensor> copy = inputs;  // copying is not timed
@@ -280,7 +280,7 @@ int bench(const Runner& runner, const std::vector<Tensor>& inputs, int64_t warmu
   const size_t n = times.size();
   const double median = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
   if (json) {
-    std::cout << "{\"model\": " << jsonString(model) << ", \"device\": \"cpu\", \"runs\": " << n
+    std::cout << "{\"model\": " << jsonString(model) << ", \"device\": " << jsonString(device) << ", \"runs\": " << n
               << ", \"median_ms\": " << millis(median) << ", \"min_ms\": " << millis(times.front())
               << ", \"max_ms\": " << millis(times.back()) << "}\n";
   } else {
@@ -559,7 +559,9 @@ int run(const ParsedArgs& args) {
 
   std::vector<Tensor> outputs;
   if (benchRuns) {
-    if (int rc = bench(runner, *inputs, warmup, *benchRuns, args.has("--json"), modelPath, outputs)) return rc;
+    if (int rc = bench(runner, *inputs, warmup, *benchRuns, args.has("--json"), modelPath,
+                       onCuda ? "cuda:" + std::to_string(device.cuda.index) : "cpu", outputs))
+      return rc;
     const std::string* dir = args.get("--output-dir");
     return dir ? writeOutputs(f, outputs, *dir) : kExitOk;
   }

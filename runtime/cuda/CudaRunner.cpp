@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "runtime/HostCheck.h"
 #include "runtime/cuda/CublasLtMatmul.h"
@@ -261,7 +263,11 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
     for (size_t k = 0; k < p.steps.size(); ++k)
       profile->entries.push_back({"%" + p.steps[k].name, m.libraries[k] ? m.libraries[k]->describe() : p.steps[k].what});
   }
-  const bool graphs = m.options.graphs && m.capturable && !profile;
+  // CUDA_LAUNCH_BLOCKING=1, as for PyTorch: each step is waited for, so
+  // that an error names the kernel that failed.
+  const char* blockingEnv = std::getenv("CUDA_LAUNCH_BLOCKING");
+  const bool blocking = blockingEnv && std::string_view(blockingEnv) == "1";
+  const bool graphs = m.options.graphs && m.capturable && !profile && !blocking;
 
   // The device work of one run: with `eager`, host-to-device copies on the
   // copy stream ordered before the steps by an event; captured, everything
@@ -301,6 +307,8 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
       KILN_TRY(m.check(api.cuLaunchKernel(m.functions[kernel], m.grids[kernel], 1, 1, m.blocks[kernel], 1, 1, 0, compute,
                                           m.params[k].data(), nullptr),
                        "launching kernel " + p.kernelNames[kernel] + " (" + step.what + ")"));
+      if (blocking && !profile)
+        KILN_TRY(m.check(api.cuStreamSynchronize(compute), "running kernel " + p.kernelNames[kernel] + " (" + step.what + ")"));
       if (profile) {
         KILN_TRY(m.check(api.cuStreamSynchronize(compute), "running kernel " + p.kernelNames[kernel] + " (" + step.what + ")"));
         profile->entries[k].seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -342,7 +350,9 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
   } else {
     KILN_TRY(enqueue(true));
   }
-  KILN_TRY(m.check(api.cuStreamSynchronize(compute), "running '" + p.name + "'"));
+  if (Status ran = m.check(api.cuStreamSynchronize(compute), "running '" + p.name + "'"); !ran)
+    return Error(ran.error().message() +
+                 (blocking ? "" : "\n(kernels run asynchronously: run with CUDA_LAUNCH_BLOCKING=1 to learn which step failed)"));
   ++m.runs;
 
   std::vector<Tensor> results;

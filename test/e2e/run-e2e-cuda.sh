@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs one end-to-end model on CUDA — on the emulated GPU in CI
-# (runtime/cuda/emulator/, chosen by KILN_CUDA_DRIVER), on a real one by
-# scripts/gpu-check — and compares every output with PyTorch's (rtol 1e-4,
+# (runtime/cuda/emulator/, chosen by KILN_CUDA_DRIVER; scripts/gpu-check
+# does the same on a real GPU) — and compares every output with PyTorch's (rtol 1e-4,
 # atol 1e-5) and with the reference interpreter's. Then it compiles the
 # model into a .kc for sm_80 and sm_90 (CUBINs and PTX for sm_80, no GPU
 # needed) and runs that file on the device too, comparing again.

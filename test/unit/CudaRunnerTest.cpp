@@ -1,0 +1,266 @@
+// The CUDA runtime on the emulated GPU (runtime/cuda/emulator/): compiled
+// programs run by CudaRunner through the CudaExecutor, against the
+// interpreter — a replayed CUDA graph reads each run's new inputs, the
+// allocator's statistics account for exactly the runner's buffers,
+// out-of-memory and kernel faults give their messages. Faults break the
+// emulated context for the rest of the process (as on a GPU), so those
+// tests run in a child process.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+
+#include "codegen/cuda/CudaExecutor.h"
+#include "ir/Parser.h"
+#include "runtime/Interpreter.h"
+#include "runtime/cuda/CudaContext.h"
+#include "runtime/cuda/CudaDevices.h"
+
+namespace kiln {
+namespace {
+
+constexpr const char* kModel = R"(
+func @f(%x: f32[64,33], %w: f32[33,8], %b: f32[8]) -> ("y": f32[64,8], "s": f32[64]) {
+  %m = matmul(%x, %w) : f32[64,8]
+  %a = add(%m, %b) : f32[64,8]
+  %y = tanh(%a) : f32[64,8]
+  %s = reduce_sum(%x) {axes = [1]} : f32[64]
+  return %y, %s
+}
+)";
+
+#define REQUIRE_EMULATOR()                                                                     \
+  if (!std::filesystem::exists(KILN_CUDA_EMULATOR_DRIVER))                                      \
+    GTEST_SKIP() << "the emulated GPU (" KILN_CUDA_EMULATOR_DRIVER ") is not built";
+
+cuda::LibrarySearchOptions emulator() {
+  cuda::LibrarySearchOptions options;
+  options.driverPath = KILN_CUDA_EMULATOR_DRIVER;
+  return options;
+}
+
+std::shared_ptr<cuda::CudaContext> context() {
+  auto device = cuda::requireCudaDevice(emulator(), std::nullopt);
+  EXPECT_TRUE(device) << device.error().message();
+  auto c = cuda::CudaContext::get(*device, emulator());
+  EXPECT_TRUE(c) << c.error().message();
+  return *c;
+}
+
+Tensor random(std::vector<int64_t> shape, uint32_t seed) {
+  Tensor t(DType::F32, shape);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1, 1);
+  for (int64_t i = 0; i < t.numElements(); ++i) t.data<float>()[i] = d(rng);
+  return t;
+}
+
+void expectClose(const Tensor& got, const Tensor& want) {
+  ASSERT_EQ(got.type(), want.type());
+  for (int64_t i = 0; i < got.numElements(); ++i)
+    ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-5 + 1e-4 * std::abs(want.data<float>()[i])) << "at " << i;
+}
+
+std::unique_ptr<Module> model() {
+  auto m = parseModule(kModel, "cuda-runner-test.kir");
+  EXPECT_TRUE(m) << m.error().message();
+  return std::move(*m);
+}
+
+/// Runs `body` in a child process; returns its exit status (or 128 + signal).
+template <typename Body>
+int inChild(Body body) {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(body());
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+TEST(CudaRunnerTest, GraphReplayReadsEachRunsInputs) {
+  REQUIRE_EMULATOR();
+  auto m = model();
+  const Function& f = *m->functions().front();
+  auto executor = codegen::CudaExecutor::create(f, context());
+  ASSERT_TRUE(executor) << executor.error().message();
+  // Run 1 runs eagerly, run 2 captures the graph and launches it, runs 3
+  // and 4 replay it: every run must see its own inputs, not the captured ones.
+  for (uint32_t run = 0; run < 4; ++run) {
+    std::vector<Tensor> inputs{random({64, 33}, 10 + run), random({33, 8}, 20 + run), random({8}, 30 + run)};
+    auto got = (*executor)->run(inputs);
+    ASSERT_TRUE(got) << got.error().message();
+    auto want = interpret(f, inputs);
+    ASSERT_TRUE(want) << want.error().message();
+    for (size_t r = 0; r < got->size(); ++r) expectClose((*got)[r], (*want)[r]);
+  }
+  ASSERT_NE((*executor)->lastRunner(), nullptr);
+  EXPECT_EQ((*executor)->lastRunner()->graphReplays(), 3);
+}
+
+TEST(CudaRunnerTest, WithoutGraphsEveryRunLaunches) {
+  REQUIRE_EMULATOR();
+  auto m = model();
+  const Function& f = *m->functions().front();
+  codegen::CudaOptions options;
+  options.run.graphs = false;
+  auto executor = codegen::CudaExecutor::create(f, context(), options);
+  ASSERT_TRUE(executor) << executor.error().message();
+  for (uint32_t run = 0; run < 3; ++run) {
+    std::vector<Tensor> inputs{random({64, 33}, 40 + run), random({33, 8}, 50 + run), random({8}, 60 + run)};
+    auto got = (*executor)->run(inputs);
+    ASSERT_TRUE(got) << got.error().message();
+    auto want = interpret(f, inputs);
+    ASSERT_TRUE(want);
+    for (size_t r = 0; r < got->size(); ++r) expectClose((*got)[r], (*want)[r]);
+  }
+  EXPECT_EQ((*executor)->lastRunner()->graphReplays(), 0);
+}
+
+TEST(CudaRunnerTest, AllocatorAccountsForTheRunnersBuffers) {
+  REQUIRE_EMULATOR();
+  auto ctx = context();
+  const cuda::MemoryStats before = ctx->allocator().stats();
+  {
+    auto m = model();
+    auto executor = codegen::CudaExecutor::create(*m->functions().front(), ctx);
+    ASSERT_TRUE(executor);
+    std::vector<Tensor> inputs{random({64, 33}, 1), random({33, 8}, 2), random({8}, 3)};
+    ASSERT_TRUE((*executor)->run(inputs));
+    const cuda::MemoryStats during = ctx->allocator().stats();
+    // The three arguments, the two results and the arena at least, each
+    // rounded to 512 bytes: x is 64*33*4 = 8448 bytes.
+    EXPECT_GE(during.allocated - before.allocated, 8704 + 1536 + 512 + 2048 + 512);
+    EXPECT_GE(during.allocations - before.allocations, 6);
+    EXPECT_GE(during.reserved, during.allocated);
+  }
+  // The runner gave everything back.
+  const cuda::MemoryStats after = ctx->allocator().stats();
+  EXPECT_EQ(after.allocated, before.allocated);
+  EXPECT_EQ(after.allocations, before.allocations);
+  EXPECT_GT(after.numFrees, before.numFrees);
+}
+
+TEST(CudaRunnerTest, OutOfMemorySaysHowMuchWasAskedFor) {
+  REQUIRE_EMULATOR();
+  auto ctx = context();
+  ctx->allocator().emptyCache();  // what earlier tests left cached would serve it
+  ctx->allocator().setLimit(4096);
+  auto m = model();
+  auto executor = codegen::CudaExecutor::create(*m->functions().front(), ctx);
+  ASSERT_TRUE(executor);
+  std::vector<Tensor> inputs{random({64, 33}, 1), random({33, 8}, 2), random({8}, 3)};
+  auto got = (*executor)->run(inputs);
+  ctx->allocator().setLimit(std::nullopt);
+  ASSERT_FALSE(got);
+  const std::string message = got.error().message();
+  EXPECT_NE(message.find("CUDA out of memory: tried to allocate 8.25 KiB on cuda:0 (Kiln emulated GPU)"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("the memory limit is 4.00 KiB"), std::string::npos) << message;
+  EXPECT_NE(message.find("(for input 'x' of program 'f')"), std::string::npos) << message;
+}
+
+/// A program of one kernel that stores through a null pointer: the run
+/// fails with the driver's error, and with CUDA_LAUNCH_BLOCKING=1 the error
+/// names the kernel.
+constexpr const char* kFaultingPtx = R"(
+.version 8.0
+.target sm_75
+.address_size 64
+.visible .entry kiln_bad_0(.param .u64 in, .param .u64 out, .param .u64 sizes) {
+  .reg .b64 %rd<2>;
+  .reg .f32 %f<2>;
+  mov.u64 %rd1, 0;
+  mov.f32 %f1, 0f3F800000;
+  st.global.f32 [%rd1], %f1;
+  ret;
+}
+)";
+
+std::shared_ptr<cuda::CudaProgram> faultingProgram() {
+  auto program = std::make_shared<cuda::CudaProgram>();
+  CpuProgram& p = program->plan;
+  p.name = "bad";
+  const TensorType type{DType::F32, staticShape({4})};
+  p.arguments.push_back({"x", type, false, Tensor()});
+  p.slots.push_back({CpuProgram::SlotKind::Argument, type, 0});
+  p.slots.push_back({CpuProgram::SlotKind::Output, type, 0});
+  CpuProgram::Step step;
+  step.name = "y";
+  step.what = "store through null";
+  step.kernel = 0;
+  step.operands = {0};
+  step.result = 1;
+  p.steps.push_back(step);
+  p.results.push_back({"y", 1, -1});
+  p.kernelNames = {"kiln_bad_0"};
+  p.kernelHashes = {"0"};
+  p.arenaBytes = 64;
+  program->launches = {{4, 32}};
+  program->ptxArch = 75;
+  program->ptx = kFaultingPtx;
+  return program;
+}
+
+int runFaultingProgram(bool blocking, std::string& message) {
+  if (blocking) setenv("CUDA_LAUNCH_BLOCKING", "1", 1);
+  auto runner = cuda::CudaRunner::create(faultingProgram(), context());
+  if (!runner) {
+    fprintf(stderr, "%s\n", runner.error().message().c_str());
+    return 3;
+  }
+  auto got = (*runner)->run({random({4}, 1)});
+  if (got) return 4;
+  message = got.error().message();
+  return 0;
+}
+
+TEST(CudaRunnerTest, KernelFaultIsAnErrorNamingTheCall) {
+  REQUIRE_EMULATOR();
+  const int status = inChild([] {
+    std::string message;
+    if (int rc = runFaultingProgram(false, message)) return rc;
+    const bool ok = message.find("CUDA error while running 'bad' on cuda:0 (Kiln emulated GPU): "
+                                 "CUDA_ERROR_ILLEGAL_ADDRESS") != std::string::npos &&
+                    message.find("run with CUDA_LAUNCH_BLOCKING=1") != std::string::npos;
+    if (!ok) fprintf(stderr, "unexpected message: %s\n", message.c_str());
+    return ok ? 0 : 1;
+  });
+  EXPECT_EQ(status, 0);
+}
+
+TEST(CudaRunnerTest, LaunchBlockingNamesTheFailingKernel) {
+  REQUIRE_EMULATOR();
+  const int status = inChild([] {
+    std::string message;
+    if (int rc = runFaultingProgram(true, message)) return rc;
+    const bool ok = message.find("CUDA error while running kernel kiln_bad_0 (store through null) on cuda:0") !=
+                        std::string::npos &&
+                    message.find("CUDA_ERROR_ILLEGAL_ADDRESS") != std::string::npos;
+    if (!ok) fprintf(stderr, "unexpected message: %s\n", message.c_str());
+    return ok ? 0 : 1;
+  });
+  EXPECT_EQ(status, 0);
+}
+
+TEST(CudaRunnerTest, ProgramRefusesInputsOfOtherShapes) {
+  REQUIRE_EMULATOR();
+  auto m = model();
+  auto executor = codegen::CudaExecutor::create(*m->functions().front(), context());
+  ASSERT_TRUE(executor);
+  std::vector<Tensor> inputs{random({64, 33}, 1), random({33, 8}, 2), random({8}, 3)};
+  auto compiled = (*executor)->compiledProgram(inputs);
+  ASSERT_TRUE(compiled);
+  auto runner = cuda::CudaRunner::create(compiled->second, context());
+  ASSERT_TRUE(runner);
+  inputs[0] = random({32, 33}, 1);
+  auto got = (*runner)->run(inputs);
+  ASSERT_FALSE(got);
+  EXPECT_EQ(got.error().message(),
+            "input 0 ('x') of 'f' is f32[32,33], expected f32[64,33] (the program was compiled for these shapes)");
+}
+
+}  // namespace
+}  // namespace kiln
