@@ -8,6 +8,8 @@
 // baked arguments. Each test gets a fresh primary context.
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cfenv>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -333,6 +335,62 @@ extern "C" __global__ void warp(const int* in, int* sums, unsigned* ballots, int
   }
 }
 
+TEST_F(CudaEmulatorTest, DivergentLanesReconvergeBeforeWarpCollectives) {
+  KILN_PTX_OR_SKIP(ptx, R"(
+extern "C" __global__ void diverge(const int* in, int* out) {
+  int lane = threadIdx.x % 32;
+  int v = in[threadIdx.x];
+  // A loop whose trip count differs per lane, with a break.
+  for (int k = 0; k < lane % 7 + 1; ++k) {
+    if (v > 1000 * (k + 1)) break;
+    v = v * 3 + k;
+  }
+  // Nested divergent branches.
+  if (lane % 2) {
+    if (lane % 3) v += 5; else v -= 7;
+  } else if (lane < 20) {
+    v ^= 0x55;
+  }
+  // Every lane must be back for the full-warp shuffles.
+  int s = v;
+  for (int offset = 16; offset > 0; offset /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset);
+  out[threadIdx.x] = s;
+  if (lane >= 24) return;  // early exit: the rest go on with 24 lanes
+  unsigned m = __ballot_sync(0x00ffffffu, v & 1);
+  out[64 + threadIdx.x] = (int)m;
+})");
+  std::vector<int> in(64);
+  for (int i = 0; i < 64; ++i) in[i] = (i * 97) % 1500;
+  CUdeviceptr din = upload(in), out = upload(std::vector<int>(128, -1));
+  ASSERT_EQ(launch(function(load(ptx), "diverge"), 1, 64, nullptr, 0, din, out), CUDA_SUCCESS);
+  std::vector<int> got = download<int>(out, 128);
+  std::vector<int> v(64);
+  for (int t = 0; t < 64; ++t) {
+    const int lane = t % 32;
+    int x = in[t];
+    for (int k = 0; k < lane % 7 + 1; ++k) {
+      if (x > 1000 * (k + 1)) break;
+      x = x * 3 + k;
+    }
+    if (lane % 2) {
+      x += lane % 3 ? 5 : -7;
+    } else if (lane < 20) {
+      x ^= 0x55;
+    }
+    v[t] = x;
+  }
+  for (int w = 0; w < 2; ++w) {
+    int sum = 0;
+    unsigned ballot = 0;
+    for (int l = 0; l < 32; ++l) sum += v[32 * w + l];
+    for (int l = 0; l < 24; ++l) ballot |= static_cast<unsigned>(v[32 * w + l] & 1) << l;
+    for (int l = 0; l < 32; ++l) {
+      EXPECT_EQ(got[32 * w + l], sum) << "thread " << 32 * w + l;
+      EXPECT_EQ(got[64 + 32 * w + l], l < 24 ? static_cast<int>(ballot) : -1) << "thread " << 32 * w + l;
+    }
+  }
+}
+
 TEST_F(CudaEmulatorTest, SharedMemoryBlockReductionWithSyncthreads) {
   KILN_PTX_OR_SKIP(ptx, R"(
 extern "C" __global__ void reduce(const float* in, float* out, int n) {
@@ -636,6 +694,225 @@ extern "C" __global__ void calls(const float* in, float* out, int* counts) {
   for (int i = 0; i < 64; ++i) {
     EXPECT_EQ(got[i], in[i] * 2.0f + 1.0f) << i;
     EXPECT_EQ(gotCounts[i], (i % 2 ? 11 : 10) + 6) << i;
+  }
+}
+
+/// x op y on the host in rounding mode `mode` (volatile: computed between
+/// the fesetround calls).
+template <typename T, typename Op>
+T hostRounded(int mode, T x, T y, Op op) {
+  volatile T a = x, b = y;
+  std::fesetround(mode);
+  volatile T r = op(a, b);
+  std::fesetround(FE_TONEAREST);
+  return r;
+}
+
+TEST_F(CudaEmulatorTest, DirectedRoundingMatchesTheHost) {
+  KILN_PTX_OR_SKIP(ptx, R"(
+extern "C" __global__ void rounding(const float* x, const float* y, const double* dx, const long long* li,
+                                    float* f, double* d, int* i, int n) {
+  int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= n) return;
+  float a = x[k], b = y[k];
+  double p = dx[k];
+  float* o = f + 20 * k;
+  o[0] = __fadd_rz(a, b); o[1] = __fadd_rd(a, b); o[2] = __fadd_ru(a, b);
+  o[3] = __fmul_rz(a, b); o[4] = __fmul_rd(a, b); o[5] = __fmul_ru(a, b);
+  o[6] = __fdiv_rz(a, b); o[7] = __fdiv_rd(a, b); o[8] = __fdiv_ru(a, b);
+  o[9] = __fsqrt_rz(fabsf(a)); o[10] = __fsqrt_rd(fabsf(a)); o[11] = __fsqrt_ru(fabsf(a));
+  o[12] = __fmaf_rz(a, b, 1.0f / 3.0f); o[13] = __fmaf_rd(a, b, 1.0f / 3.0f); o[14] = __fmaf_ru(a, b, 1.0f / 3.0f);
+  o[15] = __double2float_rz(p); o[16] = __double2float_rd(p); o[17] = __double2float_ru(p);
+  o[18] = __ll2float_rd(li[k]); o[19] = __ll2float_ru(li[k]);
+  double* e = d + 4 * k;
+  e[0] = __dadd_rz(p, (double)a); e[1] = __dmul_rd(p, 1.0 / 3.0); e[2] = __ddiv_ru(p, 7.0); e[3] = __dsqrt_rd(fabs(p));
+  int* q = i + 4 * k;
+  q[0] = __float2int_rd(a * 1000.0f); q[1] = __float2int_ru(a * 1000.0f); q[2] = __float2int_rz(a * 1000.0f);
+  q[3] = __float2int_rn(a * 1000.0f);
+})");
+  const int n = 64;
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> dist(-100, 100);
+  std::vector<float> x(n), y(n);
+  std::vector<double> dx(n);
+  std::vector<long long> li(n);
+  for (int k = 0; k < n; ++k) {
+    x[k] = dist(rng);
+    y[k] = dist(rng);
+    dx[k] = static_cast<double>(dist(rng)) / 3.0;
+    li[k] = static_cast<long long>(rng()) << 20 | rng();
+  }
+  CUdeviceptr dX = upload(x), dY = upload(y), dD = upload(dx), dL = upload(li), f = allocate<float>(20 * n),
+              d = allocate<double>(4 * n), i = allocate<int>(4 * n);
+  ASSERT_EQ(launch(function(load(ptx), "rounding"), 1, n, nullptr, 0, dX, dY, dD, dL, f, d, i, n), CUDA_SUCCESS);
+  std::vector<float> gotF = download<float>(f, 20 * n);
+  std::vector<double> gotD = download<double>(d, 4 * n);
+  std::vector<int> gotI = download<int>(i, 4 * n);
+  const int modes[3] = {FE_TOWARDZERO, FE_DOWNWARD, FE_UPWARD};
+  for (int k = 0; k < n; ++k) {
+    const float a = x[k], b = y[k];
+    for (int m = 0; m < 3; ++m) {
+      const int mode = modes[m];
+      EXPECT_EQ(gotF[20 * k + m], hostRounded<float>(mode, a, b, [](float u, float v) { return u + v; })) << k;
+      EXPECT_EQ(gotF[20 * k + 3 + m], hostRounded<float>(mode, a, b, [](float u, float v) { return u * v; })) << k;
+      EXPECT_EQ(gotF[20 * k + 6 + m], hostRounded<float>(mode, a, b, [](float u, float v) { return u / v; })) << k;
+      EXPECT_EQ(gotF[20 * k + 9 + m],
+                hostRounded<float>(mode, std::fabs(a), 0.0f, [](float u, float) { return std::sqrt(u); }))
+          << k;
+      EXPECT_EQ(gotF[20 * k + 12 + m],
+                hostRounded<float>(mode, a, b, [](float u, float v) { return std::fma(u, v, 1.0f / 3.0f); }))
+          << k;
+      EXPECT_EQ(gotF[20 * k + 15 + m],
+                hostRounded<double>(mode, dx[k], 0.0, [](double u, double) { return static_cast<float>(u); }))
+          << k;
+    }
+    EXPECT_EQ(gotF[20 * k + 18], hostRounded<double>(FE_DOWNWARD, static_cast<double>(k), 0.0, [&](double, double) {
+                return static_cast<float>(li[k]);
+              })) << k;
+    EXPECT_EQ(gotF[20 * k + 19], hostRounded<double>(FE_UPWARD, static_cast<double>(k), 0.0, [&](double, double) {
+                return static_cast<float>(li[k]);
+              })) << k;
+    const double p = dx[k];
+    EXPECT_EQ(gotD[4 * k + 0], hostRounded<double>(FE_TOWARDZERO, p, static_cast<double>(a), [](double u, double v) { return u + v; }));
+    EXPECT_EQ(gotD[4 * k + 1], hostRounded<double>(FE_DOWNWARD, p, 1.0 / 3.0, [](double u, double v) { return u * v; }));
+    EXPECT_EQ(gotD[4 * k + 2], hostRounded<double>(FE_UPWARD, p, 7.0, [](double u, double v) { return u / v; }));
+    EXPECT_EQ(gotD[4 * k + 3], hostRounded<double>(FE_DOWNWARD, std::fabs(p), 0.0, [](double u, double) { return std::sqrt(u); }));
+    const float scaled = a * 1000.0f;
+    EXPECT_EQ(gotI[4 * k + 0], static_cast<int>(std::floor(scaled)));
+    EXPECT_EQ(gotI[4 * k + 1], static_cast<int>(std::ceil(scaled)));
+    EXPECT_EQ(gotI[4 * k + 2], static_cast<int>(std::trunc(scaled)));
+    EXPECT_EQ(gotI[4 * k + 3], static_cast<int>(std::nearbyint(scaled)));
+  }
+}
+
+TEST_F(CudaEmulatorTest, BitIntrinsicsMatchTheirDefinitions) {
+  KILN_PTX_OR_SKIP(ptx, R"(
+__device__ unsigned bfeU(unsigned a, unsigned pos, unsigned len) {
+  unsigned d; asm("bfe.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(pos), "r"(len)); return d;
+}
+__device__ int bfeS(int a, unsigned pos, unsigned len) {
+  int d; asm("bfe.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(pos), "r"(len)); return d;
+}
+__device__ unsigned bfi(unsigned a, unsigned b, unsigned pos, unsigned len) {
+  unsigned d; asm("bfi.b32 %0, %1, %2, %3, %4;" : "=r"(d) : "r"(a), "r"(b), "r"(pos), "r"(len)); return d;
+}
+__device__ unsigned prmtF4e(unsigned a, unsigned b, unsigned c) {
+  unsigned d; asm("prmt.b32.f4e %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c)); return d;
+}
+__device__ unsigned prmtEcr(unsigned a, unsigned b, unsigned c) {
+  unsigned d; asm("prmt.b32.ecr %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c)); return d;
+}
+extern "C" __global__ void bits(const unsigned* x, const unsigned* y, unsigned* out, int n) {
+  int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= n) return;
+  unsigned a = x[k], b = y[k];
+  unsigned* o = out + 20 * k;
+  o[0] = __brev(a); o[1] = __clz(a); o[2] = __popc(a); o[3] = __ffs(a);
+  o[4] = __byte_perm(a, b, b & 0xffff); o[5] = __funnelshift_l(a, b, b); o[6] = __funnelshift_r(a, b, b);
+  o[7] = __funnelshift_lc(a, b, b); o[8] = __funnelshift_rc(a, b, b); o[9] = __sad((int)a, (int)b, 5u);
+  o[10] = __umulhi(a, b); o[11] = (unsigned)__mulhi((int)a, (int)b); o[12] = (unsigned)__dp4a((int)a, (int)b, 7);
+  o[13] = __dp2a_lo(a, b, 3u); o[14] = (unsigned)__dp2a_hi((int)a, (int)b, -3);
+  o[15] = bfeU(a, b & 63, (b >> 8) & 63); o[16] = (unsigned)bfeS((int)a, b & 63, (b >> 8) & 63);
+  o[17] = bfi(a, b, (b >> 16) & 63, (b >> 24) & 63);
+  o[18] = prmtF4e(a, b, b); o[19] = prmtEcr(a, b, b);
+})");
+  const int n = 256;
+  std::mt19937 rng(23);
+  std::vector<unsigned> x(n), y(n);
+  for (int k = 0; k < n; ++k) {
+    x[k] = rng() >> (k % 7);
+    y[k] = rng();
+  }
+  x[0] = 0;
+  y[1] = 32;  // funnel shifts by 32: wrap is 0, clamp is 32
+  y[2] = 0x3f20;  // a bit field running past bit 31
+  CUdeviceptr dX = upload(x), dY = upload(y), out = allocate<unsigned>(20 * n);
+  ASSERT_EQ(launch(function(load(ptx), "bits"), 2, 128, nullptr, 0, dX, dY, out, n), CUDA_SUCCESS);
+  std::vector<unsigned> got = download<unsigned>(out, 20 * n);
+  auto byteOf = [](uint64_t v, unsigned i) { return static_cast<unsigned>((v >> (8 * i)) & 0xff); };
+  for (int k = 0; k < n; ++k) {
+    const unsigned a = x[k], b = y[k];
+    const uint64_t pair = static_cast<uint64_t>(b) << 32 | a;
+    unsigned want[20];
+    unsigned rev = 0;
+    for (int i = 0; i < 32; ++i) rev |= ((a >> i) & 1u) << (31 - i);
+    want[0] = rev;
+    want[1] = static_cast<unsigned>(std::countl_zero(a));
+    want[2] = static_cast<unsigned>(std::popcount(a));
+    want[3] = a ? static_cast<unsigned>(std::countr_zero(a)) + 1 : 0;
+    unsigned perm = 0;
+    for (int i = 0; i < 4; ++i) perm |= byteOf(pair, (b >> (4 * i)) & 7) << (8 * i);
+    want[4] = perm;
+    want[5] = static_cast<unsigned>((pair << (b & 31)) >> 32);
+    want[6] = static_cast<unsigned>(pair >> (b & 31));
+    const unsigned clamped = std::min(b, 32u);
+    want[7] = clamped == 32 ? a : static_cast<unsigned>((pair << clamped) >> 32);
+    want[8] = static_cast<unsigned>(pair >> clamped);
+    const int64_t sa = static_cast<int32_t>(a), sb = static_cast<int32_t>(b);
+    want[9] = static_cast<unsigned>(std::llabs(sa - sb) + 5);
+    want[10] = static_cast<unsigned>((static_cast<uint64_t>(a) * b) >> 32);
+    want[11] = static_cast<unsigned>((sa * sb) >> 32);
+    int64_t dot = 7;
+    for (int i = 0; i < 4; ++i) dot += static_cast<int8_t>(byteOf(a, i)) * static_cast<int8_t>(byteOf(b, i));
+    want[12] = static_cast<unsigned>(dot);
+    uint64_t lo = 3;
+    for (int i = 0; i < 2; ++i) lo += ((a >> (16 * i)) & 0xffff) * byteOf(b, i);
+    want[13] = static_cast<unsigned>(lo);
+    int64_t hi = -3;
+    for (int i = 0; i < 2; ++i) hi += static_cast<int16_t>((a >> (16 * i)) & 0xffff) * static_cast<int8_t>(byteOf(b, 2 + i));
+    want[14] = static_cast<unsigned>(hi);
+    // bfe, bfi as the PTX ISA defines them.
+    const unsigned pos = b & 63, len = (b >> 8) & 63;
+    unsigned u = 0, sgn = 0;
+    const bool sbit = len != 0 && ((a >> std::min(pos + len - 1, 31u)) & 1);
+    for (unsigned i = 0; i < 32; ++i) {
+      const bool inField = i < len && pos + i <= 31;
+      u |= (inField ? (a >> (pos + i)) & 1u : 0u) << i;
+      sgn |= (inField ? (a >> (pos + i)) & 1u : static_cast<unsigned>(sbit)) << i;
+    }
+    want[15] = u;
+    want[16] = sgn;
+    unsigned f = b;
+    const unsigned ipos = (b >> 16) & 63, ilen = (b >> 24) & 63;
+    for (unsigned i = 0; i < ilen && ipos + i <= 31; ++i) f = (f & ~(1u << (ipos + i))) | (((a >> i) & 1u) << (ipos + i));
+    want[17] = f;
+    const unsigned sel = b & 3;
+    unsigned f4e = 0, ecr = 0;
+    for (unsigned i = 0; i < 4; ++i) {
+      f4e |= byteOf(pair, (sel + i) & 7) << (8 * i);
+      ecr |= byteOf(pair, std::min(i, sel)) << (8 * i);
+    }
+    want[18] = f4e;
+    want[19] = ecr;
+    for (int j = 0; j < 20; ++j) EXPECT_EQ(got[20 * k + j], want[j]) << "case " << j << " a=" << a << " b=" << b;
+  }
+}
+
+TEST_F(CudaEmulatorTest, RunsPtxForTheNewestArchitectureNvrtcHas) {
+  // Kiln hands the emulated device (compute capability 15.0) PTX for the
+  // newest architecture NVRTC knows below it, which uses instructions older
+  // targets do not (funnel shifts in sinf's range reduction, dp2a in index
+  // arithmetic).
+  auto nvrtc = loadNvrtc();
+  if (!nvrtc) GTEST_SKIP() << nvrtc.error().message();
+  int arch = 0;
+  for (int a : (*nvrtc)->supportedArchs())
+    if (a < 150) arch = std::max(arch, a);
+  ASSERT_GE(arch, 90);
+  auto binary = codegen::compileCudaSource(**nvrtc, R"(
+extern "C" __global__ void trig(const float* x, float* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) { out[2 * i] = sinf(x[i]); out[2 * i + 1] = cosf(x[i]); }
+})", "newest.cu", arch);
+  ASSERT_TRUE(binary) << binary.error().message();
+  const std::vector<float> x = {0.5f, -2.0f, 105615.0f, 3.0e6f, -7.5e9f, 1.0e30f, 123456.7f, 10.0f};
+  const int n = static_cast<int>(x.size());
+  CUdeviceptr dx = upload(x), out = allocate<float>(2 * n);
+  ASSERT_EQ(launch(function(load(binary->ptx), "trig"), 1, 32, nullptr, 0, dx, out, n), CUDA_SUCCESS);
+  std::vector<float> got = download<float>(out, 2 * n);
+  for (int i = 0; i < n; ++i) {
+    EXPECT_NEAR(got[2 * i], std::sin(static_cast<double>(x[i])), 2e-7) << "sm_" << arch << " sinf(" << x[i] << ")";
+    EXPECT_NEAR(got[2 * i + 1], std::cos(static_cast<double>(x[i])), 2e-7) << "sm_" << arch << " cosf(" << x[i] << ")";
   }
 }
 
@@ -1000,6 +1277,7 @@ extern "C" __global__ void spin(const float* in, float* out, int n, int iteratio
   const std::string report = testing::internal::GetCapturedStderr();
   retain();
   const size_t at = report.find(" lane instructions in ");
+  EXPECT_NE(report.find("1 kernel launches"), std::string::npos) << report;
   ASSERT_NE(at, std::string::npos) << report;
   const size_t open = report.find('(', at);
   const double millions = std::atof(report.c_str() + open + 1);

@@ -42,7 +42,8 @@ struct Driver {
   std::unique_ptr<Context> context;
   int retains = 0;
   std::string lastFault;
-  std::chrono::steady_clock::duration kernelTime{};
+  uint64_t modulesLoaded = 0;
+  std::chrono::steady_clock::duration loadTime{};  // parsing and decoding PTX
 };
 
 /// Never destroyed: a host's static destructors may still call the driver.
@@ -146,9 +147,7 @@ const ErrorText* findError(CUresult code) {
 }
 
 /// Validates a device range for a copy or memset: inside one live allocation.
-bool validRange(Context& c, CUdeviceptr address, uint64_t bytes) {
-  return bytes == 0 ? c.memory().find(address, 1) != nullptr : c.memory().find(address, bytes) != nullptr;
-}
+bool validRange(Context& c, CUdeviceptr address, uint64_t bytes) { return c.memory().find(address, bytes) != nullptr; }
 
 /// Enqueues `work` on the legacy stream and waits for it (the synchronous
 /// copies and memsets).
@@ -168,10 +167,18 @@ CUresult loadModule(Context& c, void** module, const void* image, std::string& l
     return kErrorNoBinaryForGpu;
   }
   auto loaded = std::make_shared<LoadedModule>();
+  const auto start = std::chrono::steady_clock::now();
   try {
     loaded->ptx = loadPtx(std::string_view(text, std::strlen(text)));
+    driver().loadTime += std::chrono::steady_clock::now() - start;
+    ++driver().modulesLoaded;
   } catch (const PtxError& e) {
     log = std::string("PTX not loaded: ") + e.what();
+    reportFault(kErrorInvalidPtx, log);
+    return kErrorInvalidPtx;
+  } catch (const std::exception& e) {
+    // Malformed text the parser did not foresee (a number out of range, ...).
+    log = std::string("PTX not loaded: malformed text (") + e.what() + ")";
     reportFault(kErrorInvalidPtx, log);
     return kErrorInvalidPtx;
   }
@@ -318,12 +325,31 @@ KILN_CU_EXPORT CUresult cuDevicePrimaryCtxRetain(void** ctx, CUdevice dev) {
   if (!d.context) {
     d.options = optionsFromEnvironment();
     d.context = std::make_unique<Context>(d.options);
-    d.kernelTime = {};
+    d.modulesLoaded = 0;
+    d.loadTime = {};
   }
   ++d.retains;
   *ctx = &primaryContextHandle;
   return kSuccess;
 }
+
+/// KILN_EMULATOR_STATS: what the context's interpreter did, printed when the
+/// context goes (its last release, or the end of the process).
+static void printStats(const Driver& d) {
+  if (!d.context || !d.context->options().stats) return;
+  const InterpreterStats& st = d.context->stats();
+  std::fprintf(stderr,
+               "kiln emulator: %llu kernel launches, %llu warp instructions, %llu lane instructions in %.3f s "
+               "(%.1f M lane instructions/s); %llu modules loaded in %.3f s\n",
+               static_cast<unsigned long long>(st.launches), static_cast<unsigned long long>(st.warpInstructions),
+               static_cast<unsigned long long>(st.laneInstructions), st.seconds,
+               st.seconds > 0 ? st.laneInstructions / st.seconds / 1e6 : 0.0,
+               static_cast<unsigned long long>(d.modulesLoaded), std::chrono::duration<double>(d.loadTime).count());
+}
+
+struct StatsAtExit {
+  ~StatsAtExit() { printStats(driver()); }
+} statsAtExit;
 
 KILN_CU_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   Driver& d = driver();
@@ -334,14 +360,7 @@ KILN_CU_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   if (--d.retains == 0) {
     // The last release destroys the context: memory, modules, streams, and a
     // sticky error with them.
-    if (d.context->options().stats) {
-      const InterpreterStats& st = d.context->stats();
-      const double seconds = std::chrono::duration<double>(d.kernelTime).count();
-      std::fprintf(stderr, "kiln emulator: %llu warp instructions, %llu lane instructions in %.3f s (%.1f M lane instructions/s)\n",
-                   static_cast<unsigned long long>(st.warpInstructions),
-                   static_cast<unsigned long long>(st.laneInstructions), seconds,
-                   seconds > 0 ? st.laneInstructions / seconds / 1e6 : 0.0);
-    }
+    printStats(d);
     d.context.reset();
   }
   return kSuccess;
@@ -379,10 +398,7 @@ KILN_CU_EXPORT CUresult cuCtxSynchronize() {
       c.invalidateCaptures();
       return kErrorStreamCaptureUnsupported;
     }
-    auto start = std::chrono::steady_clock::now();
-    CUresult r = c.runUntil(c.allPoints());
-    driver().kernelTime += std::chrono::steady_clock::now() - start;
-    return r;
+    return c.runUntil(c.allPoints());
   });
 }
 
@@ -451,6 +467,7 @@ CUresult copyAsync(CopyWork::Kind kind, CUdeviceptr dstDevice, void* dstHost, CU
   return withContext([&](Context& c) {
     std::shared_ptr<Stream> s = c.stream(stream);
     if (!s) return kErrorInvalidHandle;
+    if (bytes == 0) return kSuccess;  // as the driver: nothing to copy, nothing checked
     if (kind != CopyWork::Kind::HostToDevice && !validRange(c, srcDevice, bytes)) return kErrorInvalidValue;
     if (kind != CopyWork::Kind::DeviceToHost && !validRange(c, dstDevice, bytes)) return kErrorInvalidValue;
     if (kind == CopyWork::Kind::HostToDevice && (!srcHost || isDeviceAddress(srcHost))) return kErrorInvalidValue;
@@ -469,6 +486,7 @@ CUresult memset(CUdeviceptr dst, uint32_t value, uint32_t elementBytes, size_t c
   return withContext([&](Context& c) {
     std::shared_ptr<Stream> s = c.stream(stream);
     if (!s) return kErrorInvalidHandle;
+    if (count == 0) return kSuccess;
     if (dst % elementBytes != 0 || !validRange(c, dst, count * elementBytes)) return kErrorInvalidValue;
     auto work = std::make_shared<MemsetWork>(dst, value, elementBytes, count);
     if (synchronous) {
@@ -544,10 +562,7 @@ KILN_CU_EXPORT CUresult cuStreamSynchronize(void* stream) {
       s->capture->invalidated = true;
       return kErrorStreamCaptureUnsupported;
     }
-    auto start = std::chrono::steady_clock::now();
-    CUresult r = c.runUntil({c.lastPoint(s)});
-    driver().kernelTime += std::chrono::steady_clock::now() - start;
-    return r;
+    return c.runUntil({c.lastPoint(s)});
   });
 }
 
@@ -604,10 +619,7 @@ KILN_CU_EXPORT CUresult cuEventSynchronize(void* event) {
     if (!e) return kErrorInvalidHandle;
     if (e->capture) return kErrorCapturedEvent;
     if (!e->recorded) return kSuccess;
-    auto start = std::chrono::steady_clock::now();
-    CUresult r = c.runUntil({e->point});
-    driver().kernelTime += std::chrono::steady_clock::now() - start;
-    return r;
+    return c.runUntil({e->point});
   });
 }
 

@@ -67,7 +67,8 @@ constexpr uint64_t kWindowSize = 0x0000010000000000ull;
   X(Div) X(Rem) X(Neg) X(Abs) X(Min) X(Max) X(AddCarry) X(SubCarry)                                                \
   X(FAdd) X(FSub) X(FMul) X(Fma) X(FDiv) X(FNeg) X(FAbs) X(FMin) X(FMax) X(Rcp) X(Sqrt) X(Rsqrt) X(Ex2) X(Lg2)    \
   X(Sin) X(Cos) X(Tanh) X(Copysign) X(Testp)                                                                       \
-  X(And) X(Or) X(Xor) X(Not) X(Cnot) X(Shl) X(Shr) X(Bfe) X(Bfi) X(Prmt) X(Popc) X(Clz) X(Brev) X(Bfind)         \
+  X(And) X(Or) X(Xor) X(Not) X(Cnot) X(Shl) X(Shr) X(Shf) X(Bfe) X(Bfi) X(Prmt) X(Popc) X(Clz) X(Brev) X(Bfind) \
+  X(Dp4a) X(Dp2a)                                                                                                  \
   X(Setp) X(Set) X(Selp) X(Slct)                                                                                   \
   X(Atom) X(Shfl) X(Vote) X(Activemask) X(Redux)                                                                   \
   X(Bra) X(Call) X(Ret) X(Exit) X(BarSync) X(WarpSync) X(Nop) X(Trap)

@@ -183,6 +183,8 @@ class KernelDecoder {
       k_.paramBytes = (k_.paramBytes + align - 1) / align * align;
       k_.params.push_back({std::string(p.name), k_.paramBytes, static_cast<uint32_t>(p.bytes())});
       kernelParams_[p.name] = k_.paramBytes;
+      if (p.bytes() > kMaxParamBytes || k_.paramBytes + p.bytes() > kMaxParamBytes)
+        fail(p.line, "kernel parameters larger than " + std::to_string(kMaxParamBytes) + " bytes");
       k_.paramBytes += static_cast<uint32_t>(p.bytes());
     }
     const uint32_t* dims = entry_.reqntid[0] ? entry_.reqntid : entry_.maxntid;
@@ -248,10 +250,17 @@ class KernelDecoder {
   // ---- layout
 
   uint32_t newSlots(uint32_t n) {
+    if (n > kMaxSlots || k_.slotCount > kMaxSlots - n)
+      fail(line_, "more than " + std::to_string(kMaxSlots) + " registers and constants in kernel '" + k_.name + "'");
     const uint32_t first = k_.slotCount;
     k_.slotCount += n;
     return first;
   }
+  /// Limits that keep a malformed module from exhausting host memory: a
+  /// warp's register file is 32 * 8 bytes per slot.
+  static constexpr uint32_t kMaxSlots = 1u << 18;
+  static constexpr uint64_t kMaxLocalBytes = 512 * 1024;  // CUDA's per-thread limit
+  static constexpr uint64_t kMaxParamBytes = 32764;       // CUDA's limit for kernel parameters
 
   uint32_t constant(uint64_t value) {
     auto it = constants_.find(value);
@@ -274,6 +283,8 @@ class KernelDecoder {
 
   uint32_t allocateLocal(uint64_t bytes, uint32_t align) {
     align = std::max<uint32_t>(align, 1);
+    if (bytes > kMaxLocalBytes || localBytes_ + bytes + align > kMaxLocalBytes)
+      fail(line_, "more than " + std::to_string(kMaxLocalBytes) + " bytes of local memory per thread");
     localBytes_ = (localBytes_ + align - 1) / align * align;
     const uint32_t offset = localBytes_;
     localBytes_ += static_cast<uint32_t>(bytes);
@@ -293,8 +304,9 @@ class KernelDecoder {
     }
     k_.staticSharedBytes = (k_.staticSharedBytes + align - 1) / align * align;
     const uint64_t offset = k_.staticSharedBytes;
+    if (d.bytes() > (1u << 24) || k_.staticSharedBytes + d.bytes() > (1u << 24))
+      fail(line, "shared variable '" + std::string(d.name) + "' is too large");
     k_.staticSharedBytes += static_cast<uint32_t>(d.bytes());
-    if (k_.staticSharedBytes > (1u << 24)) fail(line, "shared variable '" + std::string(d.name) + "' is too large");
     sharedOffsets_[d.name] = offset;
     return offset;
   }
@@ -1009,6 +1021,27 @@ class KernelDecoder {
       in.dst[0] = reg(ops[0]);
       in.src[0] = value(ops[1], t);
       in.src[1] = value(ops[2], PtxType::U32);
+    } else if (base == "shf") {
+      // Funnel shift of the 64-bit b:a, mode bit 0: right, bit 1: clamp.
+      const int direction = m.takeOneOf({".l", ".r"});
+      const int mode = m.takeOneOf({".wrap", ".clamp"});
+      const PtxType t = oneType();
+      finish();
+      if (direction < 0 || mode < 0 || t != PtxType::B32) unsupported("");
+      ternary(Opcode::Shf, t, PtxType::U32);
+      in.mode = static_cast<uint8_t>(direction | (mode << 1));
+    } else if (base == "dp4a" || base == "dp2a") {
+      // Dot products of bytes (dp4a) or of halves with bytes (dp2a); mode
+      // bit 0: a signed, bit 1: b signed, bit 2: dp2a's .hi.
+      const int half = base == "dp2a" ? m.takeOneOf({".lo", ".hi"}) : 0;
+      std::vector<PtxType> types = m.takeTypes();
+      finish();
+      if (half < 0 || types.size() != 2) unsupported("");
+      for (PtxType t : types)
+        if (t != PtxType::U32 && t != PtxType::S32) unsupported(typeName(t));
+      const bool anySigned = isSignedInt(types[0]) || isSignedInt(types[1]);
+      ternary(base == "dp4a" ? Opcode::Dp4a : Opcode::Dp2a, PtxType::U32, anySigned ? PtxType::S32 : PtxType::U32);
+      in.mode = static_cast<uint8_t>((isSignedInt(types[0]) ? 1 : 0) | (isSignedInt(types[1]) ? 2 : 0) | (half << 2));
     } else if (base == "bfe") {
       const PtxType t = oneType();
       finish();

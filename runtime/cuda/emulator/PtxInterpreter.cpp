@@ -850,6 +850,9 @@ void Launch::executeBits(Warp& w, const Instruction& in, uint32_t mask) {
   const bool wide = typeBytes(in.type) == 8;
   switch (in.op) {
     case Opcode::Bfe:
+      // As the PTX ISA defines it: the len bits from pos, then the field's
+      // last bit (bits past the source's top: its sign bit) for a signed
+      // type, zeros for an unsigned one.
       withInt(in.type, [&](auto tag) {
         using T = typename decltype(tag)::type;
         using U = std::make_unsigned_t<T>;
@@ -857,17 +860,12 @@ void Launch::executeBits(Warp& w, const Instruction& in, uint32_t mask) {
         lanes(mask, [&](uint32_t l) {
           const uint32_t pos = static_cast<uint32_t>(b[l]) & 0xff, len = static_cast<uint32_t>(c[l]) & 0xff;
           const U x = get<U>(a[l]);
-          U field = 0;
-          for (uint32_t i = 0; i < len && pos + i < bits; ++i) field |= static_cast<U>((x >> (pos + i)) & 1) << i;
-          if (std::is_signed_v<T> && len > 0) {
-            // Sign-extend from the last bit taken (the source's sign when the field runs past it).
-            const uint32_t top = std::min(pos + len - 1, bits - 1);
-            const bool sign = (x >> top) & 1;
-            const uint32_t filled = std::min(len, bits);
-            if (sign && filled < bits) field |= static_cast<U>(~U(0) << filled);
-            if (pos >= bits && sign) field = ~U(0);
-          }
-          d[l] = put<U>(field);
+          const uint32_t taken = pos < bits ? std::min(len, bits - pos) : 0;
+          const U field = taken == 0 ? U(0) : taken >= bits ? static_cast<U>(x >> pos)
+                                                            : static_cast<U>((x >> pos) & ((U(1) << taken) - 1));
+          const bool sign = std::is_signed_v<T> && len != 0 && ((x >> std::min(pos + len - 1, bits - 1)) & 1);
+          const U filled = taken >= bits ? U(0) : static_cast<U>(~U(0) << taken);
+          d[l] = put<U>(sign ? static_cast<U>(field | filled) : field);
         });
       });
       break;
@@ -913,6 +911,41 @@ void Launch::executeBits(Warp& w, const Instruction& in, uint32_t mask) {
           r |= byte << (8 * i);
         }
         d[l] = r;
+      });
+      break;
+    }
+    case Opcode::Shf: {
+      const bool right = in.mode & 1, clamp = in.mode & 2;
+      lanes(mask, [&](uint32_t l) {
+        const uint64_t v = (static_cast<uint64_t>(static_cast<uint32_t>(b[l])) << 32) | static_cast<uint32_t>(a[l]);
+        const uint32_t amount = static_cast<uint32_t>(c[l]);
+        const uint32_t n = clamp ? std::min(amount, 32u) : amount & 31;
+        d[l] = right ? static_cast<uint32_t>(v >> n) : static_cast<uint32_t>((v << n) >> 32);
+      });
+      break;
+    }
+    case Opcode::Dp4a:
+    case Opcode::Dp2a: {
+      const bool aSigned = in.mode & 1, bSigned = in.mode & 2, high = in.mode & 4;
+      const bool four = in.op == Opcode::Dp4a;
+      lanes(mask, [&](uint32_t l) {
+        const uint32_t x = static_cast<uint32_t>(a[l]), y = static_cast<uint32_t>(b[l]);
+        auto byteOf = [](uint32_t v, int i, bool sign) -> int64_t {
+          const uint32_t byte = (v >> (8 * i)) & 0xff;
+          return sign ? static_cast<int8_t>(byte) : static_cast<int64_t>(byte);
+        };
+        auto halfOf = [](uint32_t v, int i, bool sign) -> int64_t {
+          const uint32_t h = (v >> (16 * i)) & 0xffff;
+          return sign ? static_cast<int16_t>(h) : static_cast<int64_t>(h);
+        };
+        int64_t sum = static_cast<int64_t>(static_cast<uint32_t>(c[l]));
+        if (aSigned || bSigned) sum = static_cast<int32_t>(c[l]);
+        if (four) {
+          for (int i = 0; i < 4; ++i) sum += byteOf(x, i, aSigned) * byteOf(y, i, bSigned);
+        } else {
+          for (int i = 0; i < 2; ++i) sum += halfOf(x, i, aSigned) * byteOf(y, (high ? 2 : 0) + i, bSigned);
+        }
+        d[l] = static_cast<uint32_t>(sum);
       });
       break;
     }
@@ -1186,6 +1219,7 @@ void Launch::run(InterpreterStats& stats) {
   for (uint32_t z = 0; z < shape_.grid[2]; ++z)
     for (uint32_t y = 0; y < shape_.grid[1]; ++y)
       for (uint32_t x = 0; x < shape_.grid[0]; ++x) runBlock(x, y, z);
+  ++stats.launches;
   stats.warpInstructions += warpSteps_;
   stats.laneInstructions += laneSteps_;
 }
@@ -1660,6 +1694,9 @@ void Launch::runWarp(Warp& w) {
       }
       case Opcode::Bfe:
       case Opcode::Bfi:
+      case Opcode::Shf:
+      case Opcode::Dp4a:
+      case Opcode::Dp2a:
       case Opcode::Prmt:
       case Opcode::Popc:
       case Opcode::Clz:
@@ -1708,15 +1745,19 @@ done:
 bool runKernel(const LoadedKernel& kernel, const LaunchShape& shape, const uint8_t* params, DeviceMemory& memory,
                Fault& fault, InterpreterStats* stats) {
   InterpreterStats local;
+  InterpreterStats& counts = stats ? *stats : local;
+  const auto start = std::chrono::steady_clock::now();
   Launch launch(kernel, shape, params, memory);
+  bool ok = true;
   try {
-    launch.run(stats ? *stats : local);
+    launch.run(counts);
   } catch (const FaultException& e) {
     fault.code = e.code;
     fault.message = e.message;
-    return false;
+    ok = false;
   }
-  return true;
+  counts.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return ok;
 }
 
 }  // namespace kiln::emulator

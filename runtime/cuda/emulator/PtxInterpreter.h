@@ -46,8 +46,10 @@ struct Fault {
 
 /// Counts of what the interpreter did, for measurements.
 struct InterpreterStats {
+  uint64_t launches = 0;
   uint64_t warpInstructions = 0;
   uint64_t laneInstructions = 0;
+  double seconds = 0;  // spent in runKernel
 };
 
 /// Runs the launch to completion. Returns false, with `fault` filled in,

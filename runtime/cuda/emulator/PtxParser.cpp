@@ -263,7 +263,9 @@ class Parser {
       if (peek_.is(']')) {
         d.arrayCount = 0;  // unsized (extern shared)
       } else {
-        d.arrayCount *= takeInteger();
+        const uint64_t n = takeInteger();
+        if (n > (1ull << 40) || (n && d.arrayCount > (1ull << 40) / n)) fail(name.line, "array '" + std::string(d.name) + "' is too large");
+        d.arrayCount *= n;
       }
       d.isArray = true;
       expect(']');
