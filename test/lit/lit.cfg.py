@@ -32,6 +32,9 @@ config.substitutions.append(("%numpy_python", "/usr/bin/python3"))
 # an entry point; tests name them with KILN_CUDA_DRIVER. A test of the real
 # machine's driver state REQUIRES no-cuda-driver (or cuda-driver).
 config.substitutions.append(("%fake_cuda_incomplete", config.fake_cuda_driver_incomplete))
+# %cuda_emulator is Kiln's emulated GPU (runtime/cuda/emulator/): a driver
+# that runs the PTX Kiln hands it, for tests that run models on CUDA.
+config.substitutions.append(("%cuda_emulator", config.cuda_emulator_driver))
 config.substitutions.append(("%fake_cuda", config.fake_cuda_driver))
 import ctypes
 try:
