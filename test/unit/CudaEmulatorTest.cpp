@@ -993,6 +993,12 @@ TEST_F(CudaEmulatorTest, UnknownInstructionIsInvalidPtxAtLoad) {
   void* values[] = {log, reinterpret_cast<void*>(sizeof log)};
   EXPECT_EQ(e_.cuModuleLoadDataEx(&module, ptx.c_str(), 2, options, values), CUDA_ERROR_INVALID_PTX);
   EXPECT_NE(std::string(log).find("frobnicate.b32"), std::string::npos) << log;
+  // Register names need not start with '%'.
+  std::string plain = ptx;
+  plain.replace(plain.find("frobnicate.b32 %r2, %r1;"), 24,
+                ".reg .pred p, q;\n  { .reg .b16 tmp, hi; mov.b32 {tmp, hi}, %r1; cvt.u32.u16 %r2, tmp; }\n"
+                "  setp.eq.u32 p|q, %r2, 1;\n  @!p bra done;\ndone:");
+  EXPECT_EQ(x_->cuModuleLoadData(&module, plain.c_str()), CUDA_SUCCESS) << lastFault();
   // An unimplemented modifier is refused too, never ignored.
   std::string modifier = ptx;
   modifier.replace(modifier.find("frobnicate.b32 %r2, %r1"), 23, "add.cc.u16 %r2, %r1, %r1");

@@ -404,8 +404,15 @@ class KernelDecoder {
   /// The slot of register operand `o` (a sink gets a scratch slot).
   uint32_t reg(const Operand& o) {
     if (o.kind == OperandKind::Sink) return scratchSlot();
+    if (o.kind == OperandKind::Symbol && isRegister(o.name) && o.offset == 0) return regByName(o.name);
     if (o.kind != OperandKind::Register) fail(line_, "expected a register, found '" + describe(o) + "'");
     return regByName(o.name);
+  }
+
+  /// Register names need not start with '%' (`.reg .b16 tmp;`).
+  bool isRegister(std::string_view name) {
+    const Binding* b = lookup(name);
+    return b && b->kind == Binding::Kind::Register;
   }
 
   uint32_t regByName(std::string_view name) {
@@ -432,7 +439,7 @@ class KernelDecoder {
       case OperandKind::Register:
       case OperandKind::Sink: return reg(o);
       case OperandKind::Immediate: return constant(immediateBits(o, type));
-      case OperandKind::Symbol: return symbolAddress(o);
+      case OperandKind::Symbol: return isRegister(o.name) && o.offset == 0 ? regByName(o.name) : symbolAddress(o);
       default: fail(line_, "unexpected operand '" + describe(o) + "'");
     }
   }
@@ -533,7 +540,7 @@ class KernelDecoder {
       in.addr = zeroSlot_;
       return;
     }
-    if (o.name[0] == '%') {
+    if (o.name[0] == '%' || isRegister(o.name)) {
       in.addr = regByName(o.name);
       return;
     }
@@ -788,7 +795,8 @@ class KernelDecoder {
       const Operand& addr = store ? ops[0] : ops[1];
       const Operand& data = store ? ops[1] : ops[0];
       address(in, addr, space);
-      if (in.space == Space::Param && addr.name.size() && addr.name[0] != '%') {
+      if (in.space == Space::Param && in.addr == zeroSlot_ && !addr.name.empty() && addr.name[0] != '%' &&
+          !isRegister(addr.name)) {
         if (store) unsupported("st.param to a kernel parameter");
         in.op = Opcode::LdParam;
       }
@@ -1102,7 +1110,8 @@ class KernelDecoder {
       in.type = isSet ? types[0] : PtxType::Pred;
       if (isSet && types[0] != PtxType::U32 && types[0] != PtxType::S32 && types[0] != PtxType::F32) unsupported("");
       need(combine >= 0 ? 4 : 3);
-      if (ops[0].kind != OperandKind::Register) unsupported("destination");
+      if (ops[0].kind != OperandKind::Register && !(ops[0].kind == OperandKind::Symbol && isRegister(ops[0].name)))
+        unsupported("destination");
       in.dst[0] = regByName(ops[0].name);
       if (!ops[0].second.empty()) {
         if (isSet) unsupported("two destinations");

@@ -570,6 +570,7 @@ class Parser {
         if (accept('|')) o.second = take().text;
       } else {
         o.kind = Operand::Kind::Symbol;
+        if (accept('|')) o.second = take().text;
         if (peek_.is('+')) {
           advance();
           o.offset = static_cast<int64_t>(parseNumber(take(), false).bits);
