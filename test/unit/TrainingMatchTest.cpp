@@ -13,9 +13,10 @@
 // the training step (buildTrainingStep, cross-entropy, same optimizer
 // settings) and checks:
 //
-//  - one step on the reference interpreter and on the CPU JIT (the default
-//    -O3 pipeline): the loss and every parameter, by initializer name,
-//    within rtol 1e-4 (plus an atol, see kStepAtol);
+//  - one step on the reference interpreter, on the CPU JIT (the default
+//    -O3 pipeline) and on CUDA (the emulated GPU): the loss and every
+//    parameter, by initializer name, within rtol 1e-4 (plus an atol, see
+//    kStepAtol);
 //  - 100 steps on the JIT, each step's results fed back as the next step's
 //    parameters and state: each of the 100 losses within 1e-3 relative
 //    (kLossRtol: stricter than the 1e-2; the largest difference
@@ -38,6 +39,9 @@
 #include <vector>
 
 #include "codegen/CpuExecutable.h"
+#include "codegen/cuda/CudaExecutor.h"
+#include "runtime/cuda/CudaContext.h"
+#include "runtime/cuda/CudaDevices.h"
 #include "ir/Builder.h"
 #include "ir/Verifier.h"
 #include "passes/TrainingStep.h"
@@ -304,8 +308,28 @@ void expectMatchesPyTorch(const std::string& model, const std::string& run) {
   auto jitted = (*executor)->run(inputs);
   ASSERT_TRUE(jitted.ok()) << jitted.error().str();
 
+  // And on CUDA: the emulated GPU (runtime/cuda/emulator/), which runs the
+  // PTX of the step's kernels and its own cuBLASLt.
+  std::vector<std::pair<const char*, const std::vector<Tensor>*>> engines{{"interpreter", &*interpreted},
+                                                                          {"JIT", &*jitted}};
+  std::vector<Tensor> onCuda;
+  {
+    cuda::LibrarySearchOptions emulator;
+    emulator.driverPath = KILN_CUDA_EMULATOR_DRIVER;
+    auto device = cuda::requireCudaDevice(emulator, std::nullopt);
+    ASSERT_TRUE(device.ok()) << device.error().str();
+    auto context = cuda::CudaContext::get(*device, emulator);
+    ASSERT_TRUE(context.ok()) << context.error().str();
+    auto cudaExecutor = codegen::CudaExecutor::create(f, *context);
+    ASSERT_TRUE(cudaExecutor.ok()) << cudaExecutor.error().str();
+    auto ran = (*cudaExecutor)->run(inputs);
+    ASSERT_TRUE(ran.ok()) << ran.error().str();
+    onCuda = std::move(*ran);
+    engines.push_back({"CUDA (emulated GPU)", &onCuda});
+  }
+
   // One step: the loss and every parameter.
-  for (const auto& [engine, results] : {std::pair{"interpreter", &*interpreted}, std::pair{"JIT", &*jitted}}) {
+  for (const auto& [engine, results] : engines) {
     Worst worst;
     double loss = (*results)[0].getDouble(0), wantLoss = losses.getDouble(0);
     EXPECT_NEAR(loss, wantLoss, 1e-4 * std::abs(wantLoss)) << engine << ": loss of step 1";
