@@ -1191,6 +1191,21 @@ TEST_F(CudaEmulatorTest, SynchronizingACapturingStreamInvalidatesTheCapture) {
   CUgraph graph = nullptr;
   EXPECT_EQ(x_->cuStreamEndCapture(stream, &graph), 901);  // CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
   EXPECT_EQ(graph, nullptr);
+  // "Potentially unsafe" calls during a capture that is not relaxed fail and
+  // invalidate it: allocating, freeing, a synchronous copy.
+  CUdeviceptr p = 0;
+  std::vector<int> host(4);
+  ASSERT_EQ(x_->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
+  EXPECT_EQ(x_->cuMemAlloc(&p, 64), 900);
+  EXPECT_EQ(x_->cuStreamEndCapture(stream, &graph), 901);
+  ASSERT_EQ(x_->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
+  EXPECT_EQ(e_.cuMemcpyDtoH(host.data(), d, 16), 900);
+  EXPECT_EQ(x_->cuStreamEndCapture(stream, &graph), 901);
+  ASSERT_EQ(x_->cuStreamBeginCapture(stream, 2), CUDA_SUCCESS);  // CU_STREAM_CAPTURE_MODE_RELAXED
+  EXPECT_EQ(x_->cuMemAlloc(&p, 64), CUDA_SUCCESS);
+  ASSERT_EQ(e_.cuMemsetD32Async(d, 1, 4, stream), CUDA_SUCCESS);
+  EXPECT_EQ(x_->cuStreamEndCapture(stream, &graph), CUDA_SUCCESS);
+  EXPECT_NE(graph, nullptr);
 }
 
 // ---------------------------------------------------------------------------

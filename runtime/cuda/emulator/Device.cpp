@@ -117,6 +117,19 @@ bool Context::anyCapture() const {
   return false;
 }
 
+bool Context::prohibitsUnsafeCall() {
+  bool prohibited = false;
+  for (const auto& s : streams_) {
+    const auto& c = s->capture;
+    if (!c || c->invalidated) continue;
+    if (c->mode == 0 || (c->mode == 1 && c->thread == std::this_thread::get_id())) {
+      c->invalidated = true;
+      prohibited = true;
+    }
+  }
+  return prohibited;
+}
+
 void Context::invalidateCaptures() {
   for (const auto& s : streams_)
     if (s->capture) s->capture->invalidated = true;
@@ -294,13 +307,15 @@ void Context::hostFault(const std::string& message) {
 
 // ---- capture and graphs
 
-CUresult Context::beginCapture(const std::shared_ptr<Stream>& stream) {
+CUresult Context::beginCapture(const std::shared_ptr<Stream>& stream, int mode) {
   if (sticky_) return sticky_;
   if (stream == legacy_) return kErrorStreamCaptureUnsupported;
   if (stream->capture) return kErrorIllegalState;
   auto capture = std::make_shared<Capture>();
   capture->graph = std::make_shared<Graph>();
   capture->origin = stream.get();
+  capture->mode = mode;
+  capture->thread = std::this_thread::get_id();
   stream->capture = capture;
   return kSuccess;
 }

@@ -25,6 +25,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/cuda/emulator/DeviceMemory.h"
@@ -96,6 +97,8 @@ struct Capture {
   std::shared_ptr<Graph> graph;
   Stream* origin = nullptr;
   bool invalidated = false;
+  int mode = 0;  // CUstreamCaptureMode: 0 global, 1 thread-local, 2 relaxed
+  std::thread::id thread;  // that began it
 };
 
 /// A point in a stream: done when the stream has finished every command
@@ -253,9 +256,16 @@ class Context {
   bool anyCapture() const;
   /// A synchronizing call during capture invalidates it, as on a GPU.
   void invalidateCaptures();
+  /// Whether a "potentially unsafe" call (allocation, a synchronous copy,
+  /// synchronizing the context) by the calling thread is prohibited by an
+  /// active capture: one of this thread's not begun in relaxed mode, or any
+  /// thread's begun in global mode. The captures it conflicts with are
+  /// invalidated, and the call should fail with
+  /// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.
+  bool prohibitsUnsafeCall();
 
   // Capture and graphs.
-  CUresult beginCapture(const std::shared_ptr<Stream>& stream);
+  CUresult beginCapture(const std::shared_ptr<Stream>& stream, int mode);
   CUresult endCapture(const std::shared_ptr<Stream>& stream, void** graph);
   /// 0 none, 1 active, 2 invalidated (CUstreamCaptureStatus).
   int captureStatus(const std::shared_ptr<Stream>& stream) const;

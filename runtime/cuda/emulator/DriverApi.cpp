@@ -394,10 +394,7 @@ KILN_CU_EXPORT CUresult cuCtxGetDevice(CUdevice* device) {
 
 KILN_CU_EXPORT CUresult cuCtxSynchronize() {
   return withContext([&](Context& c) {
-    if (c.anyCapture()) {
-      c.invalidateCaptures();
-      return kErrorStreamCaptureUnsupported;
-    }
+    if (c.prohibitsUnsafeCall()) return kErrorStreamCaptureUnsupported;
     return c.runUntil(c.allPoints());
   });
 }
@@ -417,6 +414,7 @@ KILN_CU_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
 KILN_CU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* ptr, size_t bytes) {
   return withContext([&](Context& c) {
     if (!ptr || bytes == 0) return kErrorInvalidValue;
+    if (c.prohibitsUnsafeCall()) return kErrorStreamCaptureUnsupported;
     const uint64_t address = c.memory().allocate(bytes);
     if (!address) return kErrorOutOfMemory;
     *ptr = address;
@@ -427,6 +425,7 @@ KILN_CU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* ptr, size_t bytes) {
 KILN_CU_EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
   return withContext([&](Context& c) {
     if (ptr == 0) return kSuccess;
+    if (c.prohibitsUnsafeCall()) return kErrorStreamCaptureUnsupported;
     // cuMemFree waits for the device, as a GPU's does.
     CUresult r = c.runUntil(c.allPoints());
     if (r != kSuccess) return r;
@@ -437,6 +436,7 @@ KILN_CU_EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
 KILN_CU_EXPORT CUresult cuMemAllocHost_v2(void** ptr, size_t bytes) {
   return withContext([&](Context& c) {
     if (!ptr) return kErrorInvalidValue;
+    if (c.prohibitsUnsafeCall()) return kErrorStreamCaptureUnsupported;
     *ptr = c.allocateHost(bytes);
     return *ptr ? kSuccess : kErrorOutOfMemory;
   });
@@ -445,7 +445,8 @@ KILN_CU_EXPORT CUresult cuMemAllocHost_v2(void** ptr, size_t bytes) {
 KILN_CU_EXPORT CUresult cuMemHostAlloc(void** ptr, size_t bytes, unsigned int flags) {
   return withContext([&](Context& c) {
     if (!ptr) return kErrorInvalidValue;
-    if (flags & 2) return kErrorNotSupported;  // CU_MEMHOSTALLOC_DEVICEMAP: kernels cannot reach host memory
+    if (flags & 2) return kErrorNotSupported;
+    if (c.prohibitsUnsafeCall()) return kErrorStreamCaptureUnsupported;  // CU_MEMHOSTALLOC_DEVICEMAP: kernels cannot reach host memory
     *ptr = c.allocateHost(bytes);
     return *ptr ? kSuccess : kErrorOutOfMemory;
   });
@@ -453,6 +454,7 @@ KILN_CU_EXPORT CUresult cuMemHostAlloc(void** ptr, size_t bytes, unsigned int fl
 
 KILN_CU_EXPORT CUresult cuMemFreeHost(void* ptr) {
   return withContext([&](Context& c) {
+    if (c.prohibitsUnsafeCall()) return kErrorStreamCaptureUnsupported;
     // Queued copies may still read or write it.
     CUresult r = c.runUntil(c.allPoints());
     if (r != kSuccess) return r;
@@ -474,7 +476,7 @@ CUresult copyAsync(CopyWork::Kind kind, CUdeviceptr dstDevice, void* dstHost, CU
     if (kind == CopyWork::Kind::DeviceToHost && (!dstHost || isDeviceAddress(dstHost))) return kErrorInvalidValue;
     auto work = std::make_shared<CopyWork>(kind, dstDevice, dstHost, srcDevice, srcHost, bytes);
     if (synchronous) {
-      if (c.anyCapture()) return kErrorStreamCaptureImplicit;
+      if (c.prohibitsUnsafeCall()) return kErrorStreamCaptureUnsupported;
       return runSynchronously(c, std::move(work));
     }
     return c.enqueue(s, std::move(work));
@@ -490,7 +492,7 @@ CUresult memset(CUdeviceptr dst, uint32_t value, uint32_t elementBytes, size_t c
     if (dst % elementBytes != 0 || !validRange(c, dst, count * elementBytes)) return kErrorInvalidValue;
     auto work = std::make_shared<MemsetWork>(dst, value, elementBytes, count);
     if (synchronous) {
-      if (c.anyCapture()) return kErrorStreamCaptureImplicit;
+      if (c.prohibitsUnsafeCall()) return kErrorStreamCaptureUnsupported;
       return runSynchronously(c, std::move(work));
     }
     return c.enqueue(s, std::move(work));
@@ -786,7 +788,7 @@ KILN_CU_EXPORT CUresult cuStreamBeginCapture_v2(void* stream, int mode) {
     std::shared_ptr<Stream> s = c.stream(stream);
     if (!s) return kErrorInvalidHandle;
     if (mode < 0 || mode > 2) return kErrorInvalidValue;
-    return c.beginCapture(s);
+    return c.beginCapture(s, mode);
   });
 }
 
