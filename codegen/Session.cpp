@@ -97,6 +97,7 @@ Expected<std::unique_ptr<CompiledModel>> Session::compile(const Function& f, con
     cuda.optLevel = options_.cpu.optLevel;
     cuda.report = options_.cpu.report;
     cuda.aliases = options.aliases;
+    cuda.run.keepDonated = options.keepDonatedOnDevice;
     auto executor = codegen::CudaExecutor::create(f, std::move(*context), std::move(cuda));
     if (!executor) return executor.takeError();
     model->cudaExecutor_ = std::move(*executor);
@@ -174,6 +175,10 @@ Expected<std::vector<Tensor>> CompiledModel::runInPlace(std::vector<Tensor>& inp
   if (!results) return results;
   for (const ResultAlias& a : aliases_) inputs[a.argument] = std::exchange((*results)[a.result], Tensor());
   return results;
+}
+
+Status CompiledModel::syncDonated() {
+  return cudaExecutor_ ? cudaExecutor_->syncDonated() : Status::success();
 }
 
 }  // namespace kiln

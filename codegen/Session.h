@@ -81,6 +81,10 @@ struct CompileOptions {
   std::vector<ResultAlias> aliases = {};
   /// Threads of this model instead of the session's, when > 0.
   int threads = 0;
+  /// On CUDA, runInPlace keeps donated values on the device until
+  /// CompiledModel::syncDonated() (a training loop's parameters and state;
+  /// cuda::CudaRunOptions::keepDonated). No effect on the CPU.
+  bool keepDonatedOnDevice = false;
 };
 
 class Session;
@@ -104,6 +108,9 @@ class CompiledModel {
   /// place where the memory plan allows (codegen::CpuExecutor::runInPlace);
   /// the donated results come back empty.
   Expected<std::vector<Tensor>> runInPlace(std::vector<Tensor>& inputs);
+  /// Brings donated values kept on the device (keepDonatedOnDevice) back
+  /// into the host tensors runInPlace was given; nothing to do elsewhere.
+  Status syncDonated();
 
   /// True when the model runs on the reference interpreter.
   bool interpreted() const { return !executor_ && !cudaExecutor_; }

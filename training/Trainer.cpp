@@ -149,6 +149,7 @@ Expected<std::unique_ptr<CompiledModel>> Trainer::compile(const Function& f, con
                                                           bool donate, int threads) {
   CompileOptions compileOptions;
   if (donate) compileOptions.aliases = trainingStepAliases(f);
+  compileOptions.keepDonatedOnDevice = donate;
   compileOptions.threads = threads;
   auto model = session_.compile(f, compileOptions);
   if (!model) return model.takeError();
@@ -185,9 +186,16 @@ Status Trainer::writeTrainedModel() const {
                                      Session::evaluator());
 }
 
+Status Trainer::syncState() {
+  if (!inPlace_) return Status::success();
+  CompiledModel* model = std::exchange(inPlace_, nullptr);
+  return model->syncDonated();
+}
+
 Expected<EvalResult> Trainer::evaluate() {
   if (!evalData_) return Error("no evaluation data: the options name no eval file");
   KILN_TRY(initializeState());
+  KILN_TRY(syncState());
   EvalResult r;
   const BatchPlan plan = BatchPlan::of(evalData_->size, options_.batchSize, false, false, 0);
   BatchGatherer gatherer(*evalData_, plan);
@@ -264,8 +272,14 @@ Expected<std::vector<Tensor>> Trainer::runStep(Batch batch, Clock::duration& com
   compileTime += Clock::now() - compileStart;
   const auto runStart = Clock::now();
   CompiledModel& model = oneThread ? *program.compiledStepOne : *program.compiledStep;
+  if (inPlace_ && inPlace_ != &model) {
+    // `in` holds the state's tensors, which the other program has left stale.
+    if (Status synced = inPlace_->syncDonated(); !synced) return synced.takeError();
+    inPlace_ = nullptr;
+  }
   auto out = donate ? model.runInPlace(in) : model.run(in);
   if (!out) return out.takeError();
+  if (donate) inPlace_ = &model;
   if (timed)
     if (auto note = chooser_->record(std::chrono::duration<double>(Clock::now() - runStart).count())) notify(*note);
   // Results donated to their arguments (empty in `out`) are in `in`.
@@ -347,6 +361,7 @@ Expected<TrainSummary> Trainer::train() {
     if (o.checkpointEvery && (k + 1) % o.checkpointEvery == 0) {
       const std::string path =
           (std::filesystem::path(o.checkpointDir) / ("step-" + std::to_string(k + 1) + ".npz")).string();
+      KILN_TRY(syncState());
       KILN_TRY(writeCheckpoint(path, state_, run, k + 1));
     }
     const bool epochEnd = (k + 1) % plan_.stepsPerEpoch == 0 || k + 1 == totalSteps_;
@@ -363,6 +378,7 @@ Expected<TrainSummary> Trainer::train() {
   if (evalData_ && !summary.lastEval)  // resumed at the end: nothing trained
     KILN_TRY(evaluateAndReport(totalSteps_, 0));
   summary.seconds = seconds();
+  KILN_TRY(syncState());
   return summary;
 }
 

@@ -114,7 +114,15 @@ Expected<std::vector<Tensor>> CudaExecutor::run(const std::vector<Tensor>& input
 Expected<std::vector<Tensor>> CudaExecutor::runInPlace(std::vector<Tensor>& inputs) {
   auto c = compiled(inputs);
   if (!c) return c.takeError();
+  // Values kept on the device by the runner of other shapes come home first.
+  for (auto& [shapes, other] : cache_)
+    if (other.get() != *c) KILN_TRY(other->runner->syncDonated());
   return (*c)->runner->runInPlace(inputs);
+}
+
+Status CudaExecutor::syncDonated() {
+  for (auto& [shapes, c] : cache_) KILN_TRY(c->runner->syncDonated());
+  return Status::success();
 }
 
 Expected<std::pair<const Module*, std::shared_ptr<const cuda::CudaProgram>>> CudaExecutor::compiledProgram(

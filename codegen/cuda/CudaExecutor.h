@@ -47,6 +47,9 @@ class CudaExecutor {
   const std::vector<std::string>& unsupportedOps() const { return unsupported_; }
   Expected<std::vector<Tensor>> run(const std::vector<Tensor>& inputs);
   Expected<std::vector<Tensor>> runInPlace(std::vector<Tensor>& inputs);
+  /// Copies donated values kept on the device back to the host (every
+  /// runner's; CudaRunOptions::keepDonated).
+  Status syncDonated();
 
   /// The optimized module and program compiled for `inputs`' shapes (for a
   /// `.kc`), and the translation unit NVRTC compiled.

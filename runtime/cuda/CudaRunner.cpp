@@ -49,9 +49,16 @@ struct CudaRunner::Impl {
   size_t workspaceBytes = 0;
   CUevent copied = nullptr;
   bool capturable = true;  // no host check of a computed value
+  std::vector<bool> donated;  // per argument: a result is written into it
+  /// Per argument: the host memory whose newest value is on the device
+  /// only (a donated argument kept there, CudaRunOptions::keepDonated).
+  std::vector<uint8_t*> resident;
   int runs = 0;
+  /// The graph, captured for one kind of run: whether donated arguments
+  /// were copied in and out.
   CUgraph graph = nullptr;
   CUgraphExec graphExec = nullptr;
+  bool graphResident = false;
 
   Status check(CUresult r, const std::string& what) const { return ctx->check(r, what); }
 
@@ -211,6 +218,10 @@ Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const C
     if (!workspace) return workspace.takeError();
     m.workspace = *workspace;
   }
+  m.donated.assign(p.arguments.size(), false);
+  for (const CpuProgram::Result& r : p.results)
+    if (r.aliasedArgument >= 0) m.donated[static_cast<size_t>(r.aliasedArgument)] = true;
+  m.resident.assign(p.arguments.size(), nullptr);
   KILN_TRY(m.check(api.cuEventCreate(&m.copied, CU_EVENT_DISABLE_TIMING), "creating an event"));
   KILN_TRY(m.check(api.cuStreamSynchronize(context->computeStream()), "uploading the constants of " + what));
 
@@ -221,7 +232,26 @@ Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const C
   return runner;
 }
 
+Status CudaRunner::syncDonated() {
+  Impl& m = *impl_;
+  if (std::none_of(m.resident.begin(), m.resident.end(), [](uint8_t* h) { return h != nullptr; })) return Status::success();
+  KILN_TRY(context_->makeCurrent());
+  const CudaExecApi& api = context_->api();
+  const CpuProgram& p = program_->plan;
+  for (size_t a = 0; a < m.resident.size(); ++a) {
+    if (!m.resident[a]) continue;
+    KILN_TRY(m.check(api.cuMemcpyDtoHAsync(m.argStage[a], m.argPtr[a], byteSize(p.arguments[a].type), context_->computeStream()),
+                     "copying '" + p.arguments[a].name + "' back to the host"));
+  }
+  KILN_TRY(m.check(api.cuStreamSynchronize(context_->computeStream()), "copying donated values back to the host"));
+  for (size_t a = 0; a < m.resident.size(); ++a)
+    if (uint8_t* host = std::exchange(m.resident[a], nullptr)) std::memcpy(host, m.argStage[a], byteSize(p.arguments[a].type));
+  return Status::success();
+}
+
 Expected<std::vector<Tensor>> CudaRunner::run(const std::vector<Tensor>& inputs) {
+  // The device's copies of donated arguments are about to be overwritten.
+  KILN_TRY(syncDonated());
   std::vector<Tensor> copy = inputs;
   auto results = execute(copy, false);
   if (!results) return results;
@@ -255,7 +285,22 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
       const Tensor& t = inputs[static_cast<size_t>(slot.index)];
       KILN_TRY(runHostCheck(c.check, t.raw(), t.dtype(), t.numElements()));
     }
-  for (size_t a = 0; a < inputs.size(); ++a) std::memcpy(m.argStage[a], inputs[a].raw(), inputs[a].numBytes());
+  // Kept on the device (runInPlace with keepDonated): a donated argument
+  // whose host memory is the one its newest value came from is not copied
+  // in, and its new value is not copied out until syncDonated(). Any other
+  // argument is copied in; a donated one that another run left on the
+  // device is replaced by the host's value.
+  const bool keep = writeDonated && m.options.keepDonated;
+  std::vector<bool> upload(inputs.size(), true);
+  bool allResident = keep;
+  for (size_t a = 0; a < inputs.size(); ++a) {
+    if (!m.donated[a]) continue;
+    if (keep && m.resident[a] == inputs[a].raw()) upload[a] = false;
+    else allResident = false;
+    m.resident[a] = nullptr;
+  }
+  for (size_t a = 0; a < inputs.size(); ++a)
+    if (upload[a]) std::memcpy(m.argStage[a], inputs[a].raw(), inputs[a].numBytes());
 
   StepProfile* profile = m.options.profile;
   if (profile && profile->entries.size() != p.steps.size()) {
@@ -273,10 +318,11 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
   // copy stream ordered before the steps by an event; captured, everything
   // on the compute stream (a graph orders its nodes itself).
   auto enqueue = [&](bool eager) -> Status {
-    const CUstream upload = eager ? copy : compute;
+    const CUstream uploadStream = eager ? copy : compute;
     for (size_t a = 0; a < inputs.size(); ++a)
-      KILN_TRY(m.check(api.cuMemcpyHtoDAsync(m.argPtr[a], m.argStage[a], inputs[a].numBytes(), upload),
-                       "copying input '" + p.arguments[a].name + "' to the device"));
+      if (upload[a])
+        KILN_TRY(m.check(api.cuMemcpyHtoDAsync(m.argPtr[a], m.argStage[a], inputs[a].numBytes(), uploadStream),
+                         "copying input '" + p.arguments[a].name + "' to the device"));
     if (eager) {
       KILN_TRY(m.check(api.cuEventRecord(m.copied, copy), "recording the inputs' copy"));
       KILN_TRY(m.check(api.cuStreamWaitEvent(compute, m.copied, 0), "ordering the steps after the inputs' copy"));
@@ -328,7 +374,7 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
       KILN_TRY(m.check(api.cuMemcpyDtoHAsync(m.resultStage[r], m.slotPtr[s], byteSize(p.slots[s].type), compute),
                        "copying result " + std::to_string(r) + " back to the host"));
     }
-    for (size_t r = 0; r < p.results.size(); ++r)
+    for (size_t r = 0; r < p.results.size() && !keep; ++r)
       if (const int a = p.results[r].aliasedArgument; a >= 0)
         KILN_TRY(m.check(api.cuMemcpyDtoHAsync(m.argStage[static_cast<size_t>(a)], m.argPtr[static_cast<size_t>(a)],
                                                inputs[static_cast<size_t>(a)].numBytes(), compute),
@@ -336,7 +382,11 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
     return Status::success();
   };
 
-  if (graphs && m.runs == 1 && !m.graphExec) {
+  // The steady state is captured once: in keepDonated mode the runs whose
+  // donated arguments are all on the device already, else every run.
+  const bool steady = keep ? allResident : true;
+  if (graphs && steady && m.runs >= 1 && !m.graphExec) {
+    m.graphResident = keep;
     KILN_TRY(m.check(api.cuStreamBeginCapture(compute, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "starting a graph capture"));
     Status captured = enqueue(false);
     const CUresult ended = api.cuStreamEndCapture(compute, &m.graph);
@@ -344,7 +394,7 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
     KILN_TRY(m.check(ended, "ending the graph capture of '" + p.name + "'"));
     KILN_TRY(m.check(api.cuGraphInstantiateWithFlags(&m.graphExec, m.graph, 0), "instantiating the graph of '" + p.name + "'"));
   }
-  if (graphs && m.graphExec) {
+  if (graphs && steady && m.graphExec && m.graphResident == keep) {
     KILN_TRY(m.check(api.cuGraphLaunch(m.graphExec, compute), "replaying the graph of '" + p.name + "'"));
     ++replays_;
   } else {
@@ -370,9 +420,11 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
   for (size_t r = 0; r < p.results.size(); ++r)
     if (const int a = p.results[r].aliasedArgument; a >= 0) {
       Tensor& donated = inputs[static_cast<size_t>(a)];
-      std::memcpy(donated.raw(), m.argStage[static_cast<size_t>(a)], donated.numBytes());
+      if (keep)
+        m.resident[static_cast<size_t>(a)] = donated.raw();
+      else
+        std::memcpy(donated.raw(), m.argStage[static_cast<size_t>(a)], donated.numBytes());
     }
-  (void)writeDonated;
   return results;
 }
 

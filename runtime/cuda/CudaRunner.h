@@ -40,6 +40,12 @@ struct CudaRunOptions {
   /// When given, each run adds its steps' times to it (synchronizing after
   /// each step, so profiling slows a run down).
   StepProfile* profile = nullptr;
+  /// runInPlace keeps donated arguments (a training step's parameters and
+  /// optimizer state) on the device: their new values are not copied back,
+  /// and the next runInPlace with the same host tensors copies them in no
+  /// more. The host tensors are stale until syncDonated() — which run()
+  /// calls itself — and must stay alive and untouched until then.
+  bool keepDonated = false;
 };
 
 class CudaRunner {
@@ -55,6 +61,9 @@ class CudaRunner {
   /// Runs and writes each donated argument's new value into `inputs`; those
   /// results come back as empty Tensors.
   Expected<std::vector<Tensor>> runInPlace(std::vector<Tensor>& inputs);
+  /// With keepDonated: copies the donated arguments' newest values back into
+  /// the host tensors they came from; nothing to do otherwise.
+  Status syncDonated();
 
   const CudaProgram& program() const { return *program_; }
   CudaContext& context() const { return *context_; }

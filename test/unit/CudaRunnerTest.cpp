@@ -245,6 +245,58 @@ TEST(CudaRunnerTest, LaunchBlockingNamesTheFailingKernel) {
   EXPECT_EQ(status, 0);
 }
 
+/// A training-like step: the parameter `w` is donated, its new value
+/// w + mean(x) replaces it.
+constexpr const char* kStep = R"(
+func @step(%w: f32[16], %x: f32[16]) -> ("loss": f32[], "w": f32[16]) {
+  %s = reduce_sum(%x) {axes = [0]} : f32[]
+  %n = add(%w, %x) : f32[16]
+  %l = reduce_sum(%n) {axes = [0]} : f32[]
+  return %l, %n
+}
+)";
+
+TEST(CudaRunnerTest, DonatedValuesStayOnTheDeviceUntilSynced) {
+  REQUIRE_EMULATOR();
+  auto m = parseModule(kStep, "step.kir");
+  ASSERT_TRUE(m) << m.error().message();
+  const Function& f = *(*m)->functions().front();
+  codegen::CudaOptions options;
+  options.aliases = {ResultAlias{1, 0}};
+  options.run.keepDonated = true;
+  auto executor = codegen::CudaExecutor::create(f, context(), options);
+  ASSERT_TRUE(executor) << executor.error().message();
+  std::vector<Tensor> inputs{random({16}, 1), random({16}, 2)};
+  const Tensor w0 = inputs[0];
+  std::vector<Tensor> want = {inputs[0], inputs[1]};
+  const uint8_t* host = inputs[0].raw();
+  // Four steps, graph-captured or replayed after the first, with a
+  // new x each time; w lives on the device, its host tensor untouched.
+  for (uint32_t k = 0; k < 4; ++k) {
+    inputs[1] = random({16}, 10 + k);
+    want[1] = inputs[1];
+    auto got = (*executor)->runInPlace(inputs);
+    ASSERT_TRUE(got) << got.error().message();
+    auto reference = interpret(f, want);
+    ASSERT_TRUE(reference);
+    expectClose((*got)[0], (*reference)[0]);  // the loss comes back every step
+    EXPECT_EQ((*got)[1].numBytes(), 0u);
+    want[0] = (*reference)[1];
+    ASSERT_EQ(inputs[0].raw(), host);
+    expectClose(inputs[0], w0);  // stale until synced
+  }
+  // Step 1 copies w in (eager); step 2, the first with w resident, is captured and launched; 3 and 4 replay.
+  EXPECT_EQ((*executor)->lastRunner()->graphReplays(), 3);
+  ASSERT_TRUE((*executor)->syncDonated());
+  expectClose(inputs[0], want[0]);
+  // run() leaves inputs alone and starts from the host's value.
+  auto again = (*executor)->run(inputs);
+  ASSERT_TRUE(again);
+  auto reference = interpret(f, inputs);
+  ASSERT_TRUE(reference);
+  expectClose((*again)[1], (*reference)[1]);
+}
+
 TEST(CudaRunnerTest, ProgramRefusesInputsOfOtherShapes) {
   REQUIRE_EMULATOR();
   auto m = model();
