@@ -174,11 +174,11 @@ class CudaEmulatorTest : public ::testing::Test {
   std::string skipReason_;
 };
 
-#define KILN_PTX_OR_SKIP(var, source)          \
-  const std::string var = ptxOf(source);       \
-  if (var.empty() && !skipReason_.empty()) {   \
-    GTEST_SKIP() << skipReason_;               \
-  }                                            \
+#define KILN_PTX_OR_SKIP(var, source)        \
+  const std::string var = ptxOf(source);     \
+  if (var.empty() && !skipReason_.empty()) { \
+    GTEST_SKIP() << skipReason_;             \
+  }                                          \
   ASSERT_FALSE(var.empty())
 
 // ---------------------------------------------------------------------------
@@ -195,7 +195,7 @@ TEST_F(CudaEmulatorTest, DescribesAnEmulatedDeviceOfAFutureArchitecture) {
   EXPECT_EQ(d_->cuDriverGetVersion(&version), CUDA_SUCCESS);
   EXPECT_EQ(version, 13000);
   const std::pair<int, int> attributes[] = {{1, 1024}, {2, 1024}, {5, 2147483647}, {8, 49152}, {10, 32},
-                                            {16, 2},   {20, 0},    {75, 15},         {76, 0}};
+                                            {16, 2},   {20, 0},   {75, 15},        {76, 0}};
   for (auto [attribute, expected] : attributes) {
     EXPECT_EQ(d_->cuDeviceGetAttribute(&value, attribute, 0), CUDA_SUCCESS) << attribute;
     EXPECT_EQ(value, expected) << attribute;
@@ -261,8 +261,8 @@ TEST_F(CudaEmulatorTest, MemoryLimitComesFromTheEnvironment) {
 TEST_F(CudaEmulatorTest, RefusesCubinWithNoBinaryForGpu) {
   auto nvrtc = loadNvrtc();
   if (!nvrtc) GTEST_SKIP() << nvrtc.error().message();
-  auto binary = codegen::compileCudaSource(**nvrtc, "extern \"C\" __global__ void k(float* x) { x[0] = 1; }",
-                                           "cubin.cu", 90);
+  auto binary =
+      codegen::compileCudaSource(**nvrtc, "extern \"C\" __global__ void k(float* x) { x[0] = 1; }", "cubin.cu", 90);
   ASSERT_TRUE(binary) << binary.error().message();
   CUmodule module = nullptr;
   EXPECT_EQ(x_->cuModuleLoadData(&module, binary->cubin.data()), CUDA_ERROR_NO_BINARY_FOR_GPU);
@@ -450,8 +450,7 @@ extern "C" __global__ void atomics(float* fsum, int* isum, unsigned long long* u
 })");
   CUdeviceptr fsum = upload(std::vector<float>{0}), isum = upload(std::vector<int>{0}),
               usum = upload(std::vector<unsigned long long>{0}), imax = upload(std::vector<int>{-5}),
-              cas = upload(std::vector<int>{0}), inc = upload(std::vector<unsigned>{0}),
-              blockSums = allocate<int>(2);
+              cas = upload(std::vector<int>{0}), inc = upload(std::vector<unsigned>{0}), blockSums = allocate<int>(2);
   ASSERT_EQ(launch(function(load(ptx), "atomics"), 2, 256, nullptr, 0, fsum, isum, usum, imax, cas, inc, blockSums),
             CUDA_SUCCESS);
   EXPECT_EQ(download<float>(fsum, 1)[0], 256.0f);
@@ -495,8 +494,14 @@ extern "C" __global__ void math(const double* x, double* out, int n) {
   std::vector<double> got = download<double>(out, 9 * n);
   for (int i = 0; i < n; ++i) {
     const double v = x[i];
-    const double want[9] = {std::sin(v), std::cos(v), std::exp(v), std::log(std::fabs(v) + 1e-3),
-                            std::sqrt(std::fabs(v)), std::pow(std::fabs(v), 1.7), std::tanh(v), v / 3.0,
+    const double want[9] = {std::sin(v),
+                            std::cos(v),
+                            std::exp(v),
+                            std::log(std::fabs(v) + 1e-3),
+                            std::sqrt(std::fabs(v)),
+                            std::pow(std::fabs(v), 1.7),
+                            std::tanh(v),
+                            v / 3.0,
                             std::fma(v, v, -1.0)};
     for (int k = 0; k < 9; ++k) {
       if (std::isinf(want[k])) {
@@ -534,8 +539,14 @@ extern "C" __global__ void math(const float* x, float* out, int n) {
   std::vector<float> got = download<float>(out, 8 * n);
   for (int i = 0; i < n; ++i) {
     const double v = x[i];
-    const double want[8] = {std::exp(v), std::log(std::fabs(x[i]) + 1e-3f), std::tanh(v), std::erf(v), std::sin(v),
-                            std::pow(std::fabs(v), 0.37), 1.0 / (1.0 + std::exp(-v)), 1.0 / std::sqrt(std::fabs(v) + 1)};
+    const double want[8] = {std::exp(v),
+                            std::log(std::fabs(x[i]) + 1e-3f),
+                            std::tanh(v),
+                            std::erf(v),
+                            std::sin(v),
+                            std::pow(std::fabs(v), 0.37),
+                            1.0 / (1.0 + std::exp(-v)),
+                            1.0 / std::sqrt(std::fabs(v) + 1)};
     for (int k = 0; k < 8; ++k) {
       if (std::isinf(want[k])) {
         EXPECT_EQ(got[8 * i + k], want[k]) << "x=" << v << " function " << k;
@@ -630,9 +641,24 @@ extern "C" __global__ void convert(const float* in, int* toInt, long long* toLon
     EXPECT_EQ(out[4 * i + 3], in[4 * i + 3] * in[4 * i + 3]);
   }
 
-  const std::vector<float> values = {0.0f, -0.0f, 1.5f, 2.5f, -2.5f, 3.7f, -3.7f, 65504.0f, 65520.0f, 1e-7f,
-                                     6e-8f, 3e9f, -3e9f, 1e20f, std::numeric_limits<float>::infinity(),
-                                     std::numeric_limits<float>::quiet_NaN(), 0.1f, 1.0009765625f};
+  const std::vector<float> values = {0.0f,
+                                     -0.0f,
+                                     1.5f,
+                                     2.5f,
+                                     -2.5f,
+                                     3.7f,
+                                     -3.7f,
+                                     65504.0f,
+                                     65520.0f,
+                                     1e-7f,
+                                     6e-8f,
+                                     3e9f,
+                                     -3e9f,
+                                     1e20f,
+                                     std::numeric_limits<float>::infinity(),
+                                     std::numeric_limits<float>::quiet_NaN(),
+                                     0.1f,
+                                     1.0009765625f};
   const int m = static_cast<int>(values.size());
   CUdeviceptr dv = upload(values), toInt = allocate<int>(m), toLong = allocate<long long>(m),
               toHalf = allocate<uint16_t>(m), fromHalf = allocate<float>(m), toUnsigned = allocate<unsigned>(m),
@@ -766,17 +792,20 @@ extern "C" __global__ void rounding(const float* x, const float* y, const double
                 hostRounded<double>(mode, dx[k], 0.0, [](double u, double) { return static_cast<float>(u); }))
           << k;
     }
-    EXPECT_EQ(gotF[20 * k + 18], hostRounded<double>(FE_DOWNWARD, static_cast<double>(k), 0.0, [&](double, double) {
-                return static_cast<float>(li[k]);
-              })) << k;
-    EXPECT_EQ(gotF[20 * k + 19], hostRounded<double>(FE_UPWARD, static_cast<double>(k), 0.0, [&](double, double) {
-                return static_cast<float>(li[k]);
-              })) << k;
+    EXPECT_EQ(gotF[20 * k + 18], hostRounded<double>(FE_DOWNWARD, static_cast<double>(k), 0.0,
+                                                     [&](double, double) { return static_cast<float>(li[k]); }))
+        << k;
+    EXPECT_EQ(gotF[20 * k + 19], hostRounded<double>(FE_UPWARD, static_cast<double>(k), 0.0,
+                                                     [&](double, double) { return static_cast<float>(li[k]); }))
+        << k;
     const double p = dx[k];
-    EXPECT_EQ(gotD[4 * k + 0], hostRounded<double>(FE_TOWARDZERO, p, static_cast<double>(a), [](double u, double v) { return u + v; }));
-    EXPECT_EQ(gotD[4 * k + 1], hostRounded<double>(FE_DOWNWARD, p, 1.0 / 3.0, [](double u, double v) { return u * v; }));
+    EXPECT_EQ(gotD[4 * k + 0],
+              hostRounded<double>(FE_TOWARDZERO, p, static_cast<double>(a), [](double u, double v) { return u + v; }));
+    EXPECT_EQ(gotD[4 * k + 1],
+              hostRounded<double>(FE_DOWNWARD, p, 1.0 / 3.0, [](double u, double v) { return u * v; }));
     EXPECT_EQ(gotD[4 * k + 2], hostRounded<double>(FE_UPWARD, p, 7.0, [](double u, double v) { return u / v; }));
-    EXPECT_EQ(gotD[4 * k + 3], hostRounded<double>(FE_DOWNWARD, std::fabs(p), 0.0, [](double u, double) { return std::sqrt(u); }));
+    EXPECT_EQ(gotD[4 * k + 3],
+              hostRounded<double>(FE_DOWNWARD, std::fabs(p), 0.0, [](double u, double) { return std::sqrt(u); }));
     const float scaled = a * 1000.0f;
     EXPECT_EQ(gotI[4 * k + 0], static_cast<int>(std::floor(scaled)));
     EXPECT_EQ(gotI[4 * k + 1], static_cast<int>(std::ceil(scaled)));
@@ -824,7 +853,7 @@ extern "C" __global__ void bits(const unsigned* x, const unsigned* y, unsigned* 
     y[k] = rng();
   }
   x[0] = 0;
-  y[1] = 32;  // funnel shifts by 32: wrap is 0, clamp is 32
+  y[1] = 32;      // funnel shifts by 32: wrap is 0, clamp is 32
   y[2] = 0x3f20;  // a bit field running past bit 31
   CUdeviceptr dX = upload(x), dY = upload(y), out = allocate<unsigned>(20 * n);
   ASSERT_EQ(launch(function(load(ptx), "bits"), 2, 128, nullptr, 0, dX, dY, out, n), CUDA_SUCCESS);
@@ -859,7 +888,8 @@ extern "C" __global__ void bits(const unsigned* x, const unsigned* y, unsigned* 
     for (int i = 0; i < 2; ++i) lo += ((a >> (16 * i)) & 0xffff) * byteOf(b, i);
     want[13] = static_cast<unsigned>(lo);
     int64_t hi = -3;
-    for (int i = 0; i < 2; ++i) hi += static_cast<int16_t>((a >> (16 * i)) & 0xffff) * static_cast<int8_t>(byteOf(b, 2 + i));
+    for (int i = 0; i < 2; ++i)
+      hi += static_cast<int16_t>((a >> (16 * i)) & 0xffff) * static_cast<int8_t>(byteOf(b, 2 + i));
     want[14] = static_cast<unsigned>(hi);
     // bfe, bfi as the PTX ISA defines them.
     const unsigned pos = b & 63, len = (b >> 8) & 63;
@@ -874,7 +904,8 @@ extern "C" __global__ void bits(const unsigned* x, const unsigned* y, unsigned* 
     want[16] = sgn;
     unsigned f = b;
     const unsigned ipos = (b >> 16) & 63, ilen = (b >> 24) & 63;
-    for (unsigned i = 0; i < ilen && ipos + i <= 31; ++i) f = (f & ~(1u << (ipos + i))) | (((a >> i) & 1u) << (ipos + i));
+    for (unsigned i = 0; i < ilen && ipos + i <= 31; ++i)
+      f = (f & ~(1u << (ipos + i))) | (((a >> i) & 1u) << (ipos + i));
     want[17] = f;
     const unsigned sel = b & 3;
     unsigned f4e = 0, ecr = 0;
@@ -903,7 +934,8 @@ TEST_F(CudaEmulatorTest, RunsPtxForTheNewestArchitectureNvrtcHas) {
 extern "C" __global__ void trig(const float* x, float* out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) { out[2 * i] = sinf(x[i]); out[2 * i + 1] = cosf(x[i]); }
-})", "newest.cu", arch);
+})",
+                                           "newest.cu", arch);
   ASSERT_TRUE(binary) << binary.error().message();
   const std::vector<float> x = {0.5f, -2.0f, 105615.0f, 3.0e6f, -7.5e9f, 1.0e30f, 123456.7f, 10.0f};
   const int n = static_cast<int>(x.size());

@@ -22,8 +22,7 @@ LoadedModule::~LoadedModule() {
     if (address) memory->free(address);
 }
 
-Context::Context(const EmulatorOptions& options)
-    : options_(options), memory_(options.memoryLimit), rng_(options.seed) {
+Context::Context(const EmulatorOptions& options) : options_(options), memory_(options.memoryLimit), rng_(options.seed) {
   legacy_ = std::make_shared<Stream>();
   legacy_->order = 0;
   legacy_->blocking = true;
@@ -92,9 +91,7 @@ void* Context::createEvent(unsigned flags) {
   return e.get();
 }
 
-CUresult Context::destroyEvent(void* handle) {
-  return events_.erase(handle) ? kSuccess : kErrorInvalidHandle;
-}
+CUresult Context::destroyEvent(void* handle) { return events_.erase(handle) ? kSuccess : kErrorInvalidHandle; }
 
 // ---- queues
 
@@ -360,9 +357,7 @@ std::shared_ptr<GraphExec> Context::graphExec(void* handle) {
   return it == graphExecs_.end() ? nullptr : it->second;
 }
 
-CUresult Context::destroyGraphExec(void* handle) {
-  return graphExecs_.erase(handle) ? kSuccess : kErrorInvalidHandle;
-}
+CUresult Context::destroyGraphExec(void* handle) { return graphExecs_.erase(handle) ? kSuccess : kErrorInvalidHandle; }
 
 CUresult Context::launchGraph(const std::shared_ptr<GraphExec>& exec, const std::shared_ptr<Stream>& stream) {
   for (const auto& node : exec->nodes) {

@@ -97,7 +97,7 @@ struct Capture {
   std::shared_ptr<Graph> graph;
   Stream* origin = nullptr;
   bool invalidated = false;
-  int mode = 0;  // CUstreamCaptureMode: 0 global, 1 thread-local, 2 relaxed
+  int mode = 0;            // CUstreamCaptureMode: 0 global, 1 thread-local, 2 relaxed
   std::thread::id thread;  // that began it
 };
 
@@ -112,14 +112,14 @@ struct Event;
 
 struct Entry {
   uint64_t seq = 0;
-  std::shared_ptr<Work> work;         // null for an event record or a wait
-  std::shared_ptr<Event> record;      // the event this entry records
-  std::vector<StreamPoint> waits;     // points that must be done first
+  std::shared_ptr<Work> work;      // null for an event record or a wait
+  std::shared_ptr<Event> record;   // the event this entry records
+  std::vector<StreamPoint> waits;  // points that must be done first
 };
 
 struct Stream {
-  uint32_t order = 0;       // creation order; the legacy default stream is 0
-  bool blocking = true;     // synchronizes with the legacy default stream
+  uint32_t order = 0;    // creation order; the legacy default stream is 0
+  bool blocking = true;  // synchronizes with the legacy default stream
   bool destroyed = false;
   std::deque<Entry> queue;
   uint64_t lastEnqueued = 0;
@@ -130,8 +130,8 @@ struct Stream {
 struct Event {
   unsigned flags = 0;
   bool recorded = false;
-  StreamPoint point;        // the last record
-  bool timed = false;       // the last record has run and set `time`
+  StreamPoint point;   // the last record
+  bool timed = false;  // the last record has run and set `time`
   std::chrono::steady_clock::time_point time;
   std::shared_ptr<Capture> capture;  // recorded in an active capture
 };
@@ -161,7 +161,11 @@ class CopyWork : public Work {
  public:
   enum class Kind { HostToDevice, DeviceToHost, DeviceToDevice };
   CopyWork(Kind kind, uint64_t dstDevice, void* dstHost, uint64_t srcDevice, const void* srcHost, uint64_t bytes)
-      : kind_(kind), dstDevice_(dstDevice), dstHost_(dstHost), srcDevice_(srcDevice), srcHost_(srcHost),
+      : kind_(kind),
+        dstDevice_(dstDevice),
+        dstHost_(dstHost),
+        srcDevice_(srcDevice),
+        srcHost_(srcHost),
         bytes_(bytes) {}
   bool run(Context& context, Fault& fault) override;
 

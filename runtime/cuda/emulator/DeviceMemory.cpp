@@ -75,10 +75,12 @@ std::string DeviceMemory::nearest(uint64_t address) const {
     }
   }
   std::string text = "nearest allocation " + hexAddress(best->base) + " (" + std::to_string(best->bytes) + " bytes)";
-  if (address < best->base) return text + ", " + std::to_string(best->base - address) + " bytes before it";
+  if (address < best->base)
+    return text + ": the address is " + std::to_string(best->base - address) + " bytes before it";
   const uint64_t end = best->base + best->bytes;
-  if (address >= end) return text + ", " + std::to_string(address - end) + " bytes past its end";
-  return text + ", at offset " + std::to_string(address - best->base) + " (the access runs past its end)";
+  const std::string offset = ": the address is at offset " + std::to_string(address - best->base);
+  if (address >= end) return text + offset + ", " + std::to_string(address - end) + " bytes past its end";
+  return text + offset + ", and the access runs past its end";
 }
 
 }  // namespace kiln::emulator

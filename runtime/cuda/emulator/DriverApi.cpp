@@ -287,19 +287,19 @@ KILN_CU_EXPORT CUresult cuDeviceGetAttribute(int* value, int attribute, CUdevice
   if (dev != 0) return kErrorInvalidDevice;
   if (!value) return kErrorInvalidValue;
   switch (attribute) {
-    case 1: *value = 1024; break;             // MAX_THREADS_PER_BLOCK
-    case 2: *value = 1024; break;             // MAX_BLOCK_DIM_X
-    case 3: *value = 1024; break;             // MAX_BLOCK_DIM_Y
-    case 4: *value = 64; break;               // MAX_BLOCK_DIM_Z
-    case 5: *value = 2147483647; break;       // MAX_GRID_DIM_X
-    case 6: *value = 65535; break;            // MAX_GRID_DIM_Y
-    case 7: *value = 65535; break;            // MAX_GRID_DIM_Z
-    case 8: *value = static_cast<int>(kMaxSharedPerBlock); break;  // MAX_SHARED_MEMORY_PER_BLOCK
-    case 10: *value = 32; break;              // WARP_SIZE
-    case 16: *value = 2; break;               // MULTIPROCESSOR_COUNT
-    case 20: *value = 0; break;               // COMPUTE_MODE: default
-    case 75: *value = 15; break;              // COMPUTE_CAPABILITY_MAJOR: no CUBIN exists for it
-    case 76: *value = 0; break;               // COMPUTE_CAPABILITY_MINOR
+    case 1: *value = 1024; break;                                   // MAX_THREADS_PER_BLOCK
+    case 2: *value = 1024; break;                                   // MAX_BLOCK_DIM_X
+    case 3: *value = 1024; break;                                   // MAX_BLOCK_DIM_Y
+    case 4: *value = 64; break;                                     // MAX_BLOCK_DIM_Z
+    case 5: *value = 2147483647; break;                             // MAX_GRID_DIM_X
+    case 6: *value = 65535; break;                                  // MAX_GRID_DIM_Y
+    case 7: *value = 65535; break;                                  // MAX_GRID_DIM_Z
+    case 8: *value = static_cast<int>(kMaxSharedPerBlock); break;   // MAX_SHARED_MEMORY_PER_BLOCK
+    case 10: *value = 32; break;                                    // WARP_SIZE
+    case 16: *value = 2; break;                                     // MULTIPROCESSOR_COUNT
+    case 20: *value = 0; break;                                     // COMPUTE_MODE: default
+    case 75: *value = 15; break;                                    // COMPUTE_CAPABILITY_MAJOR: no CUBIN exists for it
+    case 76: *value = 0; break;                                     // COMPUTE_CAPABILITY_MINOR
     case 97: *value = static_cast<int>(kMaxSharedPerBlock); break;  // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
     default: return kErrorInvalidValue;
   }
@@ -385,11 +385,13 @@ KILN_CU_EXPORT CUresult cuCtxGetCurrent(void** ctx) {
 }
 
 KILN_CU_EXPORT CUresult cuCtxGetDevice(CUdevice* device) {
-  return withContext([&](Context&) {
-    if (!device) return kErrorInvalidValue;
-    *device = 0;
-    return kSuccess;
-  }, false);
+  return withContext(
+      [&](Context&) {
+        if (!device) return kErrorInvalidValue;
+        *device = 0;
+        return kSuccess;
+      },
+      false);
 }
 
 KILN_CU_EXPORT CUresult cuCtxSynchronize() {
@@ -446,7 +448,8 @@ KILN_CU_EXPORT CUresult cuMemHostAlloc(void** ptr, size_t bytes, unsigned int fl
   return withContext([&](Context& c) {
     if (!ptr) return kErrorInvalidValue;
     if (flags & 2) return kErrorNotSupported;
-    if (c.prohibitsUnsafeCall()) return kErrorStreamCaptureUnsupported;  // CU_MEMHOSTALLOC_DEVICEMAP: kernels cannot reach host memory
+    if (c.prohibitsUnsafeCall())
+      return kErrorStreamCaptureUnsupported;  // CU_MEMHOSTALLOC_DEVICEMAP: kernels cannot reach host memory
     *ptr = c.allocateHost(bytes);
     return *ptr ? kSuccess : kErrorOutOfMemory;
   });
@@ -483,8 +486,7 @@ CUresult copyAsync(CopyWork::Kind kind, CUdeviceptr dstDevice, void* dstHost, CU
   });
 }
 
-CUresult memset(CUdeviceptr dst, uint32_t value, uint32_t elementBytes, size_t count, void* stream,
-                bool synchronous) {
+CUresult memset(CUdeviceptr dst, uint32_t value, uint32_t elementBytes, size_t count, void* stream, bool synchronous) {
   return withContext([&](Context& c) {
     std::shared_ptr<Stream> s = c.stream(stream);
     if (!s) return kErrorInvalidHandle;
@@ -721,9 +723,9 @@ KILN_CU_EXPORT CUresult cuFuncGetAttribute(int* value, int attribute, void* func
   });
 }
 
-KILN_CU_EXPORT CUresult cuLaunchKernel(void* function, unsigned gridX, unsigned gridY, unsigned gridZ,
-                                       unsigned blockX, unsigned blockY, unsigned blockZ, unsigned sharedBytes,
-                                       void* stream, void** kernelParams, void** extra) {
+KILN_CU_EXPORT CUresult cuLaunchKernel(void* function, unsigned gridX, unsigned gridY, unsigned gridZ, unsigned blockX,
+                                       unsigned blockY, unsigned blockZ, unsigned sharedBytes, void* stream,
+                                       void** kernelParams, void** extra) {
   return withContext([&](Context& c) {
     Function* f = c.findFunction(function);
     if (!f) return kErrorInvalidHandle;
@@ -759,9 +761,12 @@ KILN_CU_EXPORT CUresult cuLaunchKernel(void* function, unsigned gridX, unsigned 
       const void* buffer = nullptr;
       size_t size = 0;
       for (size_t i = 0; extra[i] != nullptr; i += 2) {
-        if (extra[i] == reinterpret_cast<void*>(1)) buffer = extra[i + 1];
-        else if (extra[i] == reinterpret_cast<void*>(2)) size = *static_cast<const size_t*>(extra[i + 1]);
-        else return invalid("unknown entry in extra");
+        if (extra[i] == reinterpret_cast<void*>(1))
+          buffer = extra[i + 1];
+        else if (extra[i] == reinterpret_cast<void*>(2))
+          size = *static_cast<const size_t*>(extra[i + 1]);
+        else
+          return invalid("unknown entry in extra");
       }
       if (!buffer || size < k.paramBytes) return invalid("the parameter buffer is missing or too small");
       std::memcpy(params.data(), buffer, k.paramBytes);
@@ -793,12 +798,14 @@ KILN_CU_EXPORT CUresult cuStreamBeginCapture_v2(void* stream, int mode) {
 }
 
 KILN_CU_EXPORT CUresult cuStreamEndCapture(void* stream, void** graph) {
-  return withContext([&](Context& c) {
-    std::shared_ptr<Stream> s = c.stream(stream);
-    if (!s) return kErrorInvalidHandle;
-    if (!graph) return kErrorInvalidValue;
-    return c.endCapture(s, graph);
-  }, false);
+  return withContext(
+      [&](Context& c) {
+        std::shared_ptr<Stream> s = c.stream(stream);
+        if (!s) return kErrorInvalidHandle;
+        if (!graph) return kErrorInvalidValue;
+        return c.endCapture(s, graph);
+      },
+      false);
 }
 
 KILN_CU_EXPORT CUresult cuStreamIsCapturing(void* stream, int* status) {

@@ -30,6 +30,7 @@ class PtxError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// clang-format off
 enum class PtxType : uint8_t {
   None, Pred,
   B8, B16, B32, B64,
@@ -37,6 +38,7 @@ enum class PtxType : uint8_t {
   S8, S16, S32, S64,
   F16, F16x2, BF16, BF16x2, F32, F64,
 };
+// clang-format on
 
 /// Bytes of one value of `type` (0 for None and Pred).
 size_t typeBytes(PtxType type);
@@ -61,17 +63,19 @@ constexpr uint64_t kWindowSize = 0x0000010000000000ull;
 // the sub-operation (comparison, rounding, atomic operation, shuffle mode)
 // are fields of the instruction, switched on once per warp, outside the loop
 // over lanes.
-#define KILN_PTX_OPCODES(X)                                                                                        \
-  X(Mov) X(MovPack) X(MovUnpack) X(LdParam) X(Ld) X(St) X(Cvt) X(Cvta)                                            \
-  X(Add) X(Sub) X(MulLo) X(MulHi) X(MulWide) X(MadLo) X(MadHi) X(MadWide) X(Mul24Lo) X(Mad24Lo) X(Sad)           \
-  X(Div) X(Rem) X(Neg) X(Abs) X(Min) X(Max) X(AddCarry) X(SubCarry)                                                \
-  X(FAdd) X(FSub) X(FMul) X(Fma) X(FDiv) X(FNeg) X(FAbs) X(FMin) X(FMax) X(Rcp) X(Sqrt) X(Rsqrt) X(Ex2) X(Lg2)    \
-  X(Sin) X(Cos) X(Tanh) X(Copysign) X(Testp)                                                                       \
+// clang-format off
+#define KILN_PTX_OPCODES(X)                                                                                     \
+  X(Mov) X(MovPack) X(MovUnpack) X(LdParam) X(Ld) X(St) X(Cvt) X(Cvta)                                          \
+  X(Add) X(Sub) X(MulLo) X(MulHi) X(MulWide) X(MadLo) X(MadHi) X(MadWide) X(Mul24Lo) X(Mad24Lo) X(Sad)          \
+  X(Div) X(Rem) X(Neg) X(Abs) X(Min) X(Max) X(AddCarry) X(SubCarry)                                             \
+  X(FAdd) X(FSub) X(FMul) X(Fma) X(FDiv) X(FNeg) X(FAbs) X(FMin) X(FMax) X(Rcp) X(Sqrt) X(Rsqrt) X(Ex2) X(Lg2)  \
+  X(Sin) X(Cos) X(Tanh) X(Copysign) X(Testp)                                                                    \
   X(And) X(Or) X(Xor) X(Not) X(Cnot) X(Shl) X(Shr) X(Shf) X(Bfe) X(Bfi) X(Prmt) X(Popc) X(Clz) X(Brev) X(Bfind) \
-  X(Dp4a) X(Dp2a)                                                                                                  \
-  X(Setp) X(Set) X(Selp) X(Slct)                                                                                   \
-  X(Atom) X(Shfl) X(Vote) X(Activemask) X(Redux)                                                                   \
+  X(Dp4a) X(Dp2a)                                                                                               \
+  X(Setp) X(Set) X(Selp) X(Slct)                                                                                \
+  X(Atom) X(Shfl) X(Vote) X(Activemask) X(Redux)                                                                \
   X(Bra) X(Call) X(Ret) X(Exit) X(BarSync) X(WarpSync) X(Nop) X(Trap)
+// clang-format on
 
 enum class Opcode : uint8_t {
 #define KILN_PTX_ENUM(name) name,
@@ -94,42 +98,67 @@ enum class TestpMode : uint8_t { Finite, Infinite, Number, NotANumber, Normal, S
 
 /// Instruction flags.
 enum : uint8_t {
-  kFtz = 1,        // flush f32 subnormals to zero
-  kSat = 2,        // saturate (floats to [0, 1], integers to the type's range)
-  kNegGuard = 4,   // @!%p
-  kNanMode = 8,    // min/max.NaN: NaN propagates
-  kDoubleDst = 16, // a second destination (setp's %p|%q, shfl's predicate)
-  kNegSrc = 32,    // the predicate operand is negated (setp.and ..., !%q; vote !%p)
-  kCarryIn = 64,   // addc/subc read the carry
-  kCarryOut = 128, // .cc: write the carry
+  kFtz = 1,         // flush f32 subnormals to zero
+  kSat = 2,         // saturate (floats to [0, 1], integers to the type's range)
+  kNegGuard = 4,    // @!%p
+  kNanMode = 8,     // min/max.NaN: NaN propagates
+  kDoubleDst = 16,  // a second destination (setp's %p|%q, shfl's predicate)
+  kNegSrc = 32,     // the predicate operand is negated (setp.and ..., !%q; vote !%p)
+  kCarryIn = 64,    // addc/subc read the carry
+  kCarryOut = 128,  // .cc: write the carry
 };
 
 constexpr uint32_t kNoSlot = 0xffffffffu;
 
 struct Instruction {
   Opcode op = Opcode::Nop;
-  PtxType type = PtxType::None;  // the operation's type; cvt's destination
+  PtxType type = PtxType::None;     // the operation's type; cvt's destination
   PtxType srcType = PtxType::None;  // cvt's source; setp's operand type
-  uint8_t mode = 0;              // Compare, Rounding, AtomOp, ShuffleMode, VoteMode, TestpMode, bfind's .shiftamt
-  uint8_t mode2 = 0;             // setp's BoolOp; atom's Rounding is not needed
-  Space space = Space::Generic;  // ld/st/atom/cvta; cvta's direction is `toGeneric`
-  uint8_t vector = 1;            // 1, 2 or 4 values (ld/st/mov pack)
+  uint8_t mode = 0;                 // Compare, Rounding, AtomOp, ShuffleMode, VoteMode, TestpMode, bfind's .shiftamt
+  uint8_t mode2 = 0;                // setp's BoolOp; atom's Rounding is not needed
+  Space space = Space::Generic;     // ld/st/atom/cvta; cvta's direction is `toGeneric`
+  uint8_t vector = 1;               // 1, 2 or 4 values (ld/st/mov pack)
   uint8_t flags = 0;
-  bool toGeneric = false;        // cvta (true) or cvta.to (false)
-  uint32_t guard = kNoSlot;      // the guard predicate's slot
+  bool toGeneric = false;    // cvta (true) or cvta.to (false)
+  uint32_t guard = kNoSlot;  // the guard predicate's slot
   uint32_t dst[4] = {kNoSlot, kNoSlot, kNoSlot, kNoSlot};
   uint32_t src[4] = {kNoSlot, kNoSlot, kNoSlot, kNoSlot};
-  uint32_t addr = kNoSlot;       // ld/st/atom: the slot holding the address (a zero slot for [symbol])
-  int64_t offset = 0;            // address displacement; branch or call target
-  uint32_t line = 0;             // in the PTX text
+  uint32_t addr = kNoSlot;  // ld/st/atom: the slot holding the address (a zero slot for [symbol])
+  int64_t offset = 0;       // address displacement; branch or call target
+  uint32_t line = 0;        // in the PTX text
 };
 
 /// Special registers a kernel reads, each held in a slot that is set for
 /// every warp before it runs.
 enum class Special : uint8_t {
-  TidX, TidY, TidZ, NtidX, NtidY, NtidZ, CtaidX, CtaidY, CtaidZ, NctaidX, NctaidY, NctaidZ,
-  LaneId, WarpId, NWarpId, SmId, NSmId, GridIdLow, LanemaskEq, LanemaskLt, LanemaskLe, LanemaskGt, LanemaskGe,
-  Clock, Clock64, GlobalTimer, DynamicSmemSize, TotalSmemSize,
+  TidX,
+  TidY,
+  TidZ,
+  NtidX,
+  NtidY,
+  NtidZ,
+  CtaidX,
+  CtaidY,
+  CtaidZ,
+  NctaidX,
+  NctaidY,
+  NctaidZ,
+  LaneId,
+  WarpId,
+  NWarpId,
+  SmId,
+  NSmId,
+  GridIdLow,
+  LanemaskEq,
+  LanemaskLt,
+  LanemaskLe,
+  LanemaskGt,
+  LanemaskGe,
+  Clock,
+  Clock64,
+  GlobalTimer,
+  DynamicSmemSize,
+  TotalSmemSize,
 };
 
 /// A slot whose value is the same for every thread: a literal, or the

@@ -139,10 +139,36 @@ class Modifiers {
   /// sequential emulator computes.
   void dropMemoryHints() {
     static const std::string_view kHints[] = {
-        ".nc",       ".ca",      ".cg",       ".cs",     ".lu",   ".cv",     ".wb",       ".wt",   ".volatile",
-        ".relaxed",  ".acquire", ".release",  ".acq_rel", ".weak", ".sc",     ".cta",      ".gpu",  ".sys",
-        ".cluster",  ".mmio",    ".L1::evict_normal", ".L1::evict_unchanged", ".L1::evict_first", ".L1::evict_last",
-        ".L1::no_allocate", ".L2::evict_normal", ".L2::evict_first", ".L2::evict_last", ".L2::64B", ".L2::128B",
+        ".nc",
+        ".ca",
+        ".cg",
+        ".cs",
+        ".lu",
+        ".cv",
+        ".wb",
+        ".wt",
+        ".volatile",
+        ".relaxed",
+        ".acquire",
+        ".release",
+        ".acq_rel",
+        ".weak",
+        ".sc",
+        ".cta",
+        ".gpu",
+        ".sys",
+        ".cluster",
+        ".mmio",
+        ".L1::evict_normal",
+        ".L1::evict_unchanged",
+        ".L1::evict_first",
+        ".L1::evict_last",
+        ".L1::no_allocate",
+        ".L2::evict_normal",
+        ".L2::evict_first",
+        ".L2::evict_last",
+        ".L2::64B",
+        ".L2::128B",
         ".L2::256B",
     };
     for (std::string_view h : kHints) take(h);
@@ -158,9 +184,15 @@ class Modifiers {
 
 bool isIntType(PtxType t) {
   switch (t) {
-    case PtxType::B16: case PtxType::B32: case PtxType::B64:
-    case PtxType::U16: case PtxType::U32: case PtxType::U64:
-    case PtxType::S16: case PtxType::S32: case PtxType::S64: return true;
+    case PtxType::B16:
+    case PtxType::B32:
+    case PtxType::B64:
+    case PtxType::U16:
+    case PtxType::U32:
+    case PtxType::U64:
+    case PtxType::S16:
+    case PtxType::S32:
+    case PtxType::S64: return true;
     default: return false;
   }
 }
@@ -326,9 +358,11 @@ class KernelDecoder {
     auto instance = std::make_unique<Instance>();
     instance->function = &f;
     for (const Declaration& p : f.params)
-      instance->paramOffsets.push_back(allocateLocal(p.bytes(), p.align ? p.align : static_cast<uint32_t>(typeBytes(p.type))));
+      instance->paramOffsets.push_back(
+          allocateLocal(p.bytes(), p.align ? p.align : static_cast<uint32_t>(typeBytes(p.type))));
     for (const Declaration& r : f.returns)
-      instance->returnOffsets.push_back(allocateLocal(r.bytes(), r.align ? r.align : static_cast<uint32_t>(typeBytes(r.type))));
+      instance->returnOffsets.push_back(
+          allocateLocal(r.bytes(), r.align ? r.align : static_cast<uint32_t>(typeBytes(r.type))));
     Instance* result = instance.get();
     instances_[f.name] = std::move(instance);
     pending_.push_back(result);
@@ -381,16 +415,33 @@ class KernelDecoder {
       const char* name;
       Special special;
     } kSpecials[] = {
-        {"%tid.x", Special::TidX},       {"%tid.y", Special::TidY},         {"%tid.z", Special::TidZ},
-        {"%ntid.x", Special::NtidX},     {"%ntid.y", Special::NtidY},       {"%ntid.z", Special::NtidZ},
-        {"%ctaid.x", Special::CtaidX},   {"%ctaid.y", Special::CtaidY},     {"%ctaid.z", Special::CtaidZ},
-        {"%nctaid.x", Special::NctaidX}, {"%nctaid.y", Special::NctaidY},   {"%nctaid.z", Special::NctaidZ},
-        {"%laneid", Special::LaneId},    {"%warpid", Special::WarpId},      {"%nwarpid", Special::NWarpId},
-        {"%smid", Special::SmId},        {"%nsmid", Special::NSmId},        {"%gridid", Special::GridIdLow},
-        {"%lanemask_eq", Special::LanemaskEq}, {"%lanemask_lt", Special::LanemaskLt},
-        {"%lanemask_le", Special::LanemaskLe}, {"%lanemask_gt", Special::LanemaskGt},
-        {"%lanemask_ge", Special::LanemaskGe}, {"%clock", Special::Clock}, {"%clock64", Special::Clock64},
-        {"%globaltimer", Special::GlobalTimer}, {"%dynamic_smem_size", Special::DynamicSmemSize},
+        {"%tid.x", Special::TidX},
+        {"%tid.y", Special::TidY},
+        {"%tid.z", Special::TidZ},
+        {"%ntid.x", Special::NtidX},
+        {"%ntid.y", Special::NtidY},
+        {"%ntid.z", Special::NtidZ},
+        {"%ctaid.x", Special::CtaidX},
+        {"%ctaid.y", Special::CtaidY},
+        {"%ctaid.z", Special::CtaidZ},
+        {"%nctaid.x", Special::NctaidX},
+        {"%nctaid.y", Special::NctaidY},
+        {"%nctaid.z", Special::NctaidZ},
+        {"%laneid", Special::LaneId},
+        {"%warpid", Special::WarpId},
+        {"%nwarpid", Special::NWarpId},
+        {"%smid", Special::SmId},
+        {"%nsmid", Special::NSmId},
+        {"%gridid", Special::GridIdLow},
+        {"%lanemask_eq", Special::LanemaskEq},
+        {"%lanemask_lt", Special::LanemaskLt},
+        {"%lanemask_le", Special::LanemaskLe},
+        {"%lanemask_gt", Special::LanemaskGt},
+        {"%lanemask_ge", Special::LanemaskGe},
+        {"%clock", Special::Clock},
+        {"%clock64", Special::Clock64},
+        {"%globaltimer", Special::GlobalTimer},
+        {"%dynamic_smem_size", Special::DynamicSmemSize},
         {"%total_smem_size", Special::TotalSmemSize},
     };
     for (const auto& s : kSpecials)
@@ -449,9 +500,7 @@ class KernelDecoder {
       double v;
       float f;
       switch (o.literal) {
-        case Operand::Literal::Int:
-          v = static_cast<double>(static_cast<int64_t>(o.bits));
-          break;
+        case Operand::Literal::Int: v = static_cast<double>(static_cast<int64_t>(o.bits)); break;
         case Operand::Literal::F32: {
           const uint32_t b = static_cast<uint32_t>(o.bits);
           std::memcpy(&f, &b, 4);
@@ -495,7 +544,8 @@ class KernelDecoder {
       }
     }
     auto param = kernelParams_.find(o.name);
-    if (param != kernelParams_.end() && state_->isEntry) return constant(param->second + static_cast<uint64_t>(o.offset));
+    if (param != kernelParams_.end() && state_->isEntry)
+      return constant(param->second + static_cast<uint64_t>(o.offset));
     auto variable = variables_.find(o.name);
     if (variable != variables_.end()) {
       const Declaration& d = module_.variables[variable->second];
@@ -627,9 +677,7 @@ class KernelDecoder {
       line_ = s.line;
       switch (s.kind) {
         case syntax::Statement::Kind::OpenScope: state.scopes.emplace_back(); break;
-        case syntax::Statement::Kind::CloseScope:
-          state.scopes.pop_back();
-          break;
+        case syntax::Statement::Kind::CloseScope: state.scopes.pop_back(); break;
         case syntax::Statement::Kind::Label:
           if (!state.labels.emplace(s.label, static_cast<uint32_t>(k_.code.size())).second)
             fail(s.line, "label '" + std::string(s.label) + "' defined twice");
@@ -682,9 +730,21 @@ class KernelDecoder {
     }
   }
 
+  /// Appends `in`, keeping its text (whitespace runs collapsed) for fault
+  /// messages.
   void emit(const Instruction& in, std::string_view text) {
     k_.code.push_back(in);
-    k_.text.emplace_back(text);
+    std::string clean;
+    for (char c : text) {
+      const bool space = c == ' ' || c == '\t' || c == '\n' || c == '\r';
+      if (!space) {
+        clean += c;
+      } else if (!clean.empty() && clean.back() != ' ') {
+        clean += ' ';
+      }
+    }
+    while (!clean.empty() && clean.back() == ' ') clean.pop_back();
+    k_.text.push_back(std::move(clean));
   }
 
   // ---- instructions
@@ -763,13 +823,15 @@ class KernelDecoder {
       in.type = t;
       if (ops[0].kind == OperandKind::Vector) {
         in.op = Opcode::MovUnpack;
-        if (ops[0].elements.size() != 2 && ops[0].elements.size() != 4) unsupported("vector of " + std::to_string(ops[0].elements.size()));
+        if (ops[0].elements.size() != 2 && ops[0].elements.size() != 4)
+          unsupported("vector of " + std::to_string(ops[0].elements.size()));
         in.vector = static_cast<uint8_t>(ops[0].elements.size());
         for (size_t i = 0; i < in.vector; ++i) in.dst[i] = reg(ops[0].elements[i]);
         in.src[0] = value(ops[1], t);
       } else if (ops[1].kind == OperandKind::Vector) {
         in.op = Opcode::MovPack;
-        if (ops[1].elements.size() != 2 && ops[1].elements.size() != 4) unsupported("vector of " + std::to_string(ops[1].elements.size()));
+        if (ops[1].elements.size() != 2 && ops[1].elements.size() != 4)
+          unsupported("vector of " + std::to_string(ops[1].elements.size()));
         in.vector = static_cast<uint8_t>(ops[1].elements.size());
         in.dst[0] = reg(ops[0]);
         const PtxType part = in.vector == 2 ? (t == PtxType::B64 ? PtxType::B32 : PtxType::B16) : PtxType::B16;
@@ -939,7 +1001,8 @@ class KernelDecoder {
       finish();
       if (isFloat(t)) {
         floatType(t);
-        if (!approx && !full && in.mode == static_cast<uint8_t>(Rounding::Default)) unsupported("needs .rn, .approx or .full");
+        if (!approx && !full && in.mode == static_cast<uint8_t>(Rounding::Default))
+          unsupported("needs .rn, .approx or .full");
         if (approx || full) in.mode = static_cast<uint8_t>(Rounding::Rn);
         binary(Opcode::FDiv, t);
       } else {
@@ -984,13 +1047,19 @@ class KernelDecoder {
       finish();
       floatType(t);
       const bool roundable = base == "rcp" || base == "sqrt";
-      if (!approx && !(roundable && in.mode != static_cast<uint8_t>(Rounding::Default))) unsupported("needs .approx or a rounding modifier");
+      if (!approx && !(roundable && in.mode != static_cast<uint8_t>(Rounding::Default)))
+        unsupported("needs .approx or a rounding modifier");
       if (approx) in.mode = static_cast<uint8_t>(Rounding::Rn);
       if (t == PtxType::F64 && (base == "ex2" || base == "lg2" || base == "sin" || base == "cos" || base == "tanh"))
         unsupported("");
-      Opcode op = base == "rcp" ? Opcode::Rcp : base == "sqrt" ? Opcode::Sqrt : base == "rsqrt" ? Opcode::Rsqrt
-                : base == "ex2" ? Opcode::Ex2 : base == "lg2" ? Opcode::Lg2 : base == "sin" ? Opcode::Sin
-                : base == "cos" ? Opcode::Cos : Opcode::Tanh;
+      Opcode op = base == "rcp"     ? Opcode::Rcp
+                  : base == "sqrt"  ? Opcode::Sqrt
+                  : base == "rsqrt" ? Opcode::Rsqrt
+                  : base == "ex2"   ? Opcode::Ex2
+                  : base == "lg2"   ? Opcode::Lg2
+                  : base == "sin"   ? Opcode::Sin
+                  : base == "cos"   ? Opcode::Cos
+                                    : Opcode::Tanh;
       unary(op, t);
     } else if (base == "copysign") {
       const PtxType t = oneType();
@@ -1082,11 +1151,15 @@ class KernelDecoder {
       if (base == "bfind" ? (t != PtxType::U32 && t != PtxType::S32 && t != PtxType::U64 && t != PtxType::S64)
                           : (t != PtxType::B32 && t != PtxType::B64))
         unsupported("");
-      unary(base == "popc" ? Opcode::Popc : base == "clz" ? Opcode::Clz : base == "brev" ? Opcode::Brev : Opcode::Bfind, t);
+      unary(base == "popc"   ? Opcode::Popc
+            : base == "clz"  ? Opcode::Clz
+            : base == "brev" ? Opcode::Brev
+                             : Opcode::Bfind,
+            t);
       in.mode = shiftAmount;
     } else if (base == "setp" || base == "set") {
-      const int cmp = m.takeOneOf({".eq", ".ne", ".lt", ".le", ".gt", ".ge", ".lo", ".ls", ".hi", ".hs", ".equ",
-                                   ".neu", ".ltu", ".leu", ".gtu", ".geu", ".num", ".nan"});
+      const int cmp = m.takeOneOf({".eq", ".ne", ".lt", ".le", ".gt", ".ge", ".lo", ".ls", ".hi", ".hs", ".equ", ".neu",
+                                   ".ltu", ".leu", ".gtu", ".geu", ".num", ".nan"});
       const int combine = m.takeOneOf({".and", ".or", ".xor"});
       floatFlags();
       std::vector<PtxType> types = m.takeTypes();
@@ -1147,7 +1220,8 @@ class KernelDecoder {
       if (op < 0) unsupported("needs an operation");
       if (space != Space::Global && space != Space::Shared && space != Space::Generic) unsupported("state space");
       const AtomOp a = static_cast<AtomOp>(op);
-      const bool bits = a == AtomOp::Exch || a == AtomOp::Cas || a == AtomOp::And || a == AtomOp::Or || a == AtomOp::Xor;
+      const bool bits =
+          a == AtomOp::Exch || a == AtomOp::Cas || a == AtomOp::And || a == AtomOp::Or || a == AtomOp::Xor;
       const size_t bytes = typeBytes(t);
       if (bytes != 4 && bytes != 8) unsupported(typeName(t));
       if (isFloat(t) && a != AtomOp::Add && a != AtomOp::Exch) unsupported(typeName(t));
@@ -1344,7 +1418,8 @@ class KernelDecoder {
       if (&f == state_->function) return true;
       if (!seen.insert(f.name).second) return false;
       for (const syntax::Statement& st : f.body) {
-        if (st.kind != syntax::Statement::Kind::Instruction || Modifiers(st.instruction.opcode).base != "call") continue;
+        if (st.kind != syntax::Statement::Kind::Instruction || Modifiers(st.instruction.opcode).base != "call")
+          continue;
         auto it = functions_.find(st.instruction.operands[0].name);
         if (it != functions_.end() && reaches(module_.functions[it->second])) return true;
       }
@@ -1398,9 +1473,9 @@ PtxModule loadPtx(std::string_view text) {
   for (const Declaration& d : syntax.variables) {
     ModuleVariable v;
     v.name = std::string(d.name);
-    v.space = d.kind == Declaration::Kind::Const ? Space::Const
+    v.space = d.kind == Declaration::Kind::Const    ? Space::Const
               : d.kind == Declaration::Kind::Shared ? Space::Shared
-                                                   : Space::Global;
+                                                    : Space::Global;
     if (v.space != Space::Shared) {
       if (d.isArray && d.arrayCount == 0) fail(d.line, "unsized variable '" + v.name + "'");
       v.bytes = d.bytes();

@@ -135,14 +135,16 @@ inline U wrapMul(U a, U b) {
 
 template <class T>
 struct Wider;
+// clang-format off
+template <> struct Wider<int8_t> { using type = int16_t; };
+template <> struct Wider<uint8_t> { using type = uint16_t; };
 template <> struct Wider<int16_t> { using type = int32_t; };
 template <> struct Wider<uint16_t> { using type = uint32_t; };
 template <> struct Wider<int32_t> { using type = int64_t; };
 template <> struct Wider<uint32_t> { using type = uint64_t; };
 template <> struct Wider<int64_t> { using type = __int128; };
 template <> struct Wider<uint64_t> { using type = unsigned __int128; };
-template <> struct Wider<int8_t> { using type = int16_t; };
-template <> struct Wider<uint8_t> { using type = uint16_t; };
+// clang-format on
 
 /// The high half of the full product a * b.
 template <class T>
@@ -387,13 +389,13 @@ struct Warp {
   uint32_t* returnStack = nullptr;
   uint32_t pcs[kWarpSize] = {};
   uint8_t depth[kWarpSize] = {};
-  uint32_t live = 0;     // lanes that are threads of the block
+  uint32_t live = 0;  // lanes that are threads of the block
   uint32_t exited = 0;
   uint32_t waiting = 0;  // at a barrier
   uint32_t pc = 0;
-  uint32_t active = 0;   // lanes at `pc`
+  uint32_t active = 0;      // lanes at `pc`
   uint32_t nextPc = kNoPc;  // the smallest pc of the other runnable lanes
-  uint32_t index = 0;    // within the block
+  uint32_t index = 0;       // within the block
 };
 
 /// Storage reused from launch to launch on a thread.
@@ -473,11 +475,11 @@ void Launch::fault(int code, const std::string& what, const Warp& w, uint32_t la
   const size_t index = static_cast<size_t>(&in - k_.code.data());
   const uint32_t t = w.index * kWarpSize + lane;
   const uint32_t bx = shape_.block[0], by = shape_.block[1];
-  std::string message = "kernel '" + k_.name + "': " + (index < k_.text.size() ? k_.text[index] : "?") +
-                        " (PTX line " + std::to_string(in.line) + "), thread (" + std::to_string(t % bx) + "," +
+  std::string message = "kernel '" + k_.name + "': " + (index < k_.text.size() ? k_.text[index] : "?") + " (PTX line " +
+                        std::to_string(in.line) + "), thread (" + std::to_string(t % bx) + "," +
                         std::to_string(t / bx % by) + "," + std::to_string(t / (bx * by)) + ") of block (" +
-                        std::to_string(block_[0]) + "," + std::to_string(block_[1]) + "," +
-                        std::to_string(block_[2]) + "): " + what;
+                        std::to_string(block_[0]) + "," + std::to_string(block_[1]) + "," + std::to_string(block_[2]) +
+                        "): " + what;
   throw FaultException{code, message};
 }
 
@@ -737,15 +739,16 @@ void Launch::executeSetp(Warp& w, const Instruction& in, uint32_t mask) {
       }
     };
     // One loop per comparison, so the comparison is not switched per lane.
-#define KILN_SETP_CASE(name)                                                                                        \
-  case Compare::name:                                                                                              \
-    lanes(mask, [&](uint32_t l) { body(l, std::integral_constant<Compare, Compare::name>{}); });                 \
+#define KILN_SETP_CASE(name)                                                                     \
+  case Compare::name:                                                                            \
+    lanes(mask, [&](uint32_t l) { body(l, std::integral_constant<Compare, Compare::name>{}); }); \
     break;
     switch (cmp) {
-      KILN_SETP_CASE(Eq) KILN_SETP_CASE(Ne) KILN_SETP_CASE(Lt) KILN_SETP_CASE(Le) KILN_SETP_CASE(Gt)
-      KILN_SETP_CASE(Ge) KILN_SETP_CASE(Lo) KILN_SETP_CASE(Ls) KILN_SETP_CASE(Hi) KILN_SETP_CASE(Hs)
-      KILN_SETP_CASE(Equ) KILN_SETP_CASE(Neu) KILN_SETP_CASE(Ltu) KILN_SETP_CASE(Leu) KILN_SETP_CASE(Gtu)
-      KILN_SETP_CASE(Geu) KILN_SETP_CASE(Num) KILN_SETP_CASE(Nan)
+      KILN_SETP_CASE(Eq)
+      KILN_SETP_CASE(Ne) KILN_SETP_CASE(Lt) KILN_SETP_CASE(Le) KILN_SETP_CASE(Gt) KILN_SETP_CASE(Ge) KILN_SETP_CASE(Lo)
+          KILN_SETP_CASE(Ls) KILN_SETP_CASE(Hi) KILN_SETP_CASE(Hs) KILN_SETP_CASE(Equ) KILN_SETP_CASE(Neu)
+              KILN_SETP_CASE(Ltu) KILN_SETP_CASE(Leu) KILN_SETP_CASE(Gtu) KILN_SETP_CASE(Geu) KILN_SETP_CASE(Num)
+                  KILN_SETP_CASE(Nan)
     }
 #undef KILN_SETP_CASE
   });
@@ -792,12 +795,8 @@ void Launch::executeFloat(Warp& w, const Instruction& in, uint32_t mask) {
       case Opcode::FMul: lanes(mask, [&](uint32_t l) { out(l, in1(l) * in2(l)); }); break;
       case Opcode::Fma: lanes(mask, [&](uint32_t l) { out(l, std::fma(in1(l), in2(l), in3(l))); }); break;
       case Opcode::FDiv: lanes(mask, [&](uint32_t l) { out(l, in1(l) / in2(l)); }); break;
-      case Opcode::FNeg:
-        lanes(mask, [&](uint32_t l) { d[l] = put<T>(-in1(l)); });
-        break;
-      case Opcode::FAbs:
-        lanes(mask, [&](uint32_t l) { d[l] = put<T>(std::fabs(in1(l))); });
-        break;
+      case Opcode::FNeg: lanes(mask, [&](uint32_t l) { d[l] = put<T>(-in1(l)); }); break;
+      case Opcode::FAbs: lanes(mask, [&](uint32_t l) { d[l] = put<T>(std::fabs(in1(l))); }); break;
       case Opcode::FMin: {
         const bool nanMode = in.flags & kNanMode;
         lanes(mask, [&](uint32_t l) { out(l, floatMinMax<T, true>(in1(l), in2(l), nanMode)); });
@@ -861,8 +860,9 @@ void Launch::executeBits(Warp& w, const Instruction& in, uint32_t mask) {
           const uint32_t pos = static_cast<uint32_t>(b[l]) & 0xff, len = static_cast<uint32_t>(c[l]) & 0xff;
           const U x = get<U>(a[l]);
           const uint32_t taken = pos < bits ? std::min(len, bits - pos) : 0;
-          const U field = taken == 0 ? U(0) : taken >= bits ? static_cast<U>(x >> pos)
-                                                            : static_cast<U>((x >> pos) & ((U(1) << taken) - 1));
+          const U field = taken == 0      ? U(0)
+                          : taken >= bits ? static_cast<U>(x >> pos)
+                                          : static_cast<U>((x >> pos) & ((U(1) << taken) - 1));
           const bool sign = std::is_signed_v<T> && len != 0 && ((x >> std::min(pos + len - 1, bits - 1)) & 1);
           const U filled = taken >= bits ? U(0) : static_cast<U>(~U(0) << taken);
           d[l] = put<U>(sign ? static_cast<U>(field | filled) : field);
@@ -1000,8 +1000,8 @@ void Launch::executeMadCarry(Warp& w, const Instruction& in, uint32_t mask) {
     uint64_t* cc = slot(w, in.dst[1]);
     const uint64_t *a = slot(w, in.src[0]), *b = slot(w, in.src[1]), *c = slot(w, in.src[2]);
     lanes(mask, [&](uint32_t l) {
-      const U product = high ? static_cast<U>(mulHigh<T>(get<T>(a[l]), get<T>(b[l])))
-                             : wrapMul<U>(get<U>(a[l]), get<U>(b[l]));
+      const U product =
+          high ? static_cast<U>(mulHigh<T>(get<T>(a[l]), get<T>(b[l]))) : wrapMul<U>(get<U>(a[l]), get<U>(b[l]));
       const U carry = carryIn ? static_cast<U>(cc[l] & 1) : 0;
       const U r = static_cast<U>(product + get<U>(c[l]) + carry);
       d[l] = put<U>(r);
@@ -1187,8 +1187,8 @@ void Launch::run(InterpreterStats& stats) {
   blockThreads_ = shape_.block[0] * shape_.block[1] * shape_.block[2];
   warpsPerBlock_ = (blockThreads_ + kWarpSize - 1) / kWarpSize;
   localBytes_ = k_.localBytes;
-  const uint32_t dynamicStart = (k_.staticSharedBytes + k_.dynamicSharedAlign - 1) / k_.dynamicSharedAlign *
-                                k_.dynamicSharedAlign;
+  const uint32_t dynamicStart =
+      (k_.staticSharedBytes + k_.dynamicSharedAlign - 1) / k_.dynamicSharedAlign * k_.dynamicSharedAlign;
   sharedBytes_ = shape_.dynamicSharedBytes ? dynamicStart + shape_.dynamicSharedBytes : k_.staticSharedBytes;
 
   // One register file (and local memory, return stack) per warp that must
@@ -1379,9 +1379,7 @@ void Launch::runWarp(Warp& w) {
       case Opcode::LdParam:
         withMemory(in.type, [&](auto tag) { loadParam<typename decltype(tag)::type>(w, in, exec); });
         break;
-      case Opcode::Ld:
-        withMemory(in.type, [&](auto tag) { load<typename decltype(tag)::type>(w, in, exec); });
-        break;
+      case Opcode::Ld: withMemory(in.type, [&](auto tag) { load<typename decltype(tag)::type>(w, in, exec); }); break;
       case Opcode::St:
         withMemory(in.type, [&](auto tag) {
           using T = std::make_unsigned_t<typename decltype(tag)::type>;
@@ -1504,7 +1502,8 @@ void Launch::runWarp(Warp& w) {
           } else if (in.flags & kSat) {
             const uint64_t* c = S(in.src[2]);
             lanes(exec, [&](uint32_t l) {
-              d[l] = put<T>(saturateInt<T>(static_cast<__int128>(mulHigh<T>(get<T>(a[l]), get<T>(b[l]))) + get<T>(c[l])));
+              d[l] =
+                  put<T>(saturateInt<T>(static_cast<__int128>(mulHigh<T>(get<T>(a[l]), get<T>(b[l]))) + get<T>(c[l])));
             });
           } else {
             const uint64_t* c = S(in.src[2]);

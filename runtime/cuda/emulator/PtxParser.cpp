@@ -184,7 +184,7 @@ class Parser {
       } else if (t.is(".entry") || t.is(".func")) {
         module.functions.push_back(parseFunction(t.is(".entry"), t.line));
       } else if (t.is(".global") || t.is(".const") || t.is(".shared")) {
-        Declaration::Kind kind = t.is(".global") ? Declaration::Kind::Global
+        Declaration::Kind kind = t.is(".global")  ? Declaration::Kind::Global
                                  : t.is(".const") ? Declaration::Kind::Const
                                                   : Declaration::Kind::Shared;
         Declaration d = parseDeclaration(kind, t.line, true);
@@ -264,7 +264,8 @@ class Parser {
         d.arrayCount = 0;  // unsized (extern shared)
       } else {
         const uint64_t n = takeInteger();
-        if (n > (1ull << 40) || (n && d.arrayCount > (1ull << 40) / n)) fail(name.line, "array '" + std::string(d.name) + "' is too large");
+        if (n > (1ull << 40) || (n && d.arrayCount > (1ull << 40) / n))
+          fail(name.line, "array '" + std::string(d.name) + "' is too large");
         d.arrayCount *= n;
       }
       d.isArray = true;
@@ -284,7 +285,8 @@ class Parser {
       bool negative = accept('-');
       const Token t = take();
       if (t.kind != Token::Kind::Number)
-        fail(t.line, "initializer element '" + std::string(t.text) + "' is not a number (addresses are not implemented)");
+        fail(t.line,
+             "initializer element '" + std::string(t.text) + "' is not a number (addresses are not implemented)");
       Operand o = parseNumber(t, negative);
       uint64_t bits = o.bits;
       if (d.type == PtxType::F32 && o.literal == Operand::Literal::F64) {
@@ -486,7 +488,8 @@ class Parser {
     in.opcode = opcode.text;
     in.line = opcode.line;
     const char* begin = from.empty() ? opcode.text.data() : from.data();
-    if (opcode.kind != Token::Kind::Word) fail(opcode.line, "expected an instruction, found '" + std::string(opcode.text) + "'");
+    if (opcode.kind != Token::Kind::Word)
+      fail(opcode.line, "expected an instruction, found '" + std::string(opcode.text) + "'");
     const bool isCall = opcode.text == "call" || opcode.text.substr(0, 5) == "call.";
     if (isCall) {
       if (accept('(')) {
@@ -503,7 +506,9 @@ class Parser {
       do in.operands.push_back(operand());
       while (accept(','));
     }
-    if (!peek_.is(';')) fail(peek_.line, "expected ';' after '" + std::string(opcode.text) + "', found '" + std::string(peek_.text) + "'");
+    if (!peek_.is(';'))
+      fail(peek_.line,
+           "expected ';' after '" + std::string(opcode.text) + "', found '" + std::string(peek_.text) + "'");
     const char* end = peek_.text.data();
     advance();
     in.text = std::string_view(begin, static_cast<size_t>(end - begin));
@@ -593,10 +598,10 @@ PtxType typeFromName(std::string_view m) {
     const char* name;
     PtxType type;
   } kTypes[] = {
-      {".pred", PtxType::Pred}, {".b8", PtxType::B8},     {".b16", PtxType::B16},    {".b32", PtxType::B32},
-      {".b64", PtxType::B64},   {".u8", PtxType::U8},     {".u16", PtxType::U16},    {".u32", PtxType::U32},
-      {".u64", PtxType::U64},   {".s8", PtxType::S8},     {".s16", PtxType::S16},    {".s32", PtxType::S32},
-      {".s64", PtxType::S64},   {".f16", PtxType::F16},   {".f16x2", PtxType::F16x2}, {".bf16", PtxType::BF16},
+      {".pred", PtxType::Pred},     {".b8", PtxType::B8},   {".b16", PtxType::B16},     {".b32", PtxType::B32},
+      {".b64", PtxType::B64},       {".u8", PtxType::U8},   {".u16", PtxType::U16},     {".u32", PtxType::U32},
+      {".u64", PtxType::U64},       {".s8", PtxType::S8},   {".s16", PtxType::S16},     {".s32", PtxType::S32},
+      {".s64", PtxType::S64},       {".f16", PtxType::F16}, {".f16x2", PtxType::F16x2}, {".bf16", PtxType::BF16},
       {".bf16x2", PtxType::BF16x2}, {".f32", PtxType::F32}, {".f64", PtxType::F64},
   };
   for (const auto& t : kTypes)

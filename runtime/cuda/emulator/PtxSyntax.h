@@ -16,26 +16,26 @@ namespace kiln::emulator::syntax {
 struct Operand {
   enum class Kind : uint8_t { Register, Immediate, Symbol, Address, Vector, Sink };
   Kind kind = Kind::Immediate;
-  std::string_view name;       // register, symbol, or an address's base (empty: none)
-  std::string_view second;     // %p|%q: the second register
-  bool negated = false;        // !%p
+  std::string_view name;    // register, symbol, or an address's base (empty: none)
+  std::string_view second;  // %p|%q: the second register
+  bool negated = false;     // !%p
   // Immediates: an integer, or a float's bits (0f: f32 bits, 0d or decimal: f64 bits).
   enum class Literal : uint8_t { Int, F32, F64 };
   Literal literal = Literal::Int;
   uint64_t bits = 0;
-  int64_t offset = 0;          // an address's displacement
+  int64_t offset = 0;             // an address's displacement
   std::vector<Operand> elements;  // a vector's registers
 };
 
 struct Instruction {
-  std::string_view guard;      // predicate register, empty when unguarded
+  std::string_view guard;  // predicate register, empty when unguarded
   bool guardNegated = false;
-  std::string_view opcode;     // "ld.global.nc.f32"
+  std::string_view opcode;  // "ld.global.nc.f32"
   std::vector<Operand> operands;
   // call only: (returns), target, (arguments).
   std::vector<Operand> callReturns;
   std::vector<Operand> callArguments;
-  std::string_view text;       // the statement as written, without ';'
+  std::string_view text;  // the statement as written, without ';'
   uint32_t line = 0;
 };
 
@@ -46,13 +46,13 @@ struct Declaration {
   enum class Kind : uint8_t { Register, Local, Shared, Param, Global, Const };
   Kind kind = Kind::Register;
   PtxType type = PtxType::B32;
-  uint32_t align = 0;          // 0: the type's size
+  uint32_t align = 0;  // 0: the type's size
   std::string_view name;
-  uint32_t rangeCount = 0;     // %r<5>: 5; 0 for one named register
-  uint64_t arrayCount = 1;     // name[24]: 24; 0 for name[] (extern, unsized)
+  uint32_t rangeCount = 0;  // %r<5>: 5; 0 for one named register
+  uint64_t arrayCount = 1;  // name[24]: 24; 0 for name[] (extern, unsized)
   bool isArray = false;
   bool isExtern = false;
-  std::vector<uint8_t> init;   // .global/.const initializers, as bytes
+  std::vector<uint8_t> init;  // .global/.const initializers, as bytes
   uint32_t line = 0;
   uint64_t bytes() const { return typeBytes(type) * (isArray ? arrayCount : 1); }
 };
@@ -72,7 +72,7 @@ struct Function {
   std::vector<Declaration> params;
   std::vector<Declaration> returns;
   std::vector<Statement> body;
-  bool defined = false;        // false for a prototype (`.func f(...);`) or .extern
+  bool defined = false;  // false for a prototype (`.func f(...);`) or .extern
   uint32_t maxntid[3] = {0, 0, 0};
   uint32_t reqntid[3] = {0, 0, 0};
   uint32_t line = 0;
