@@ -323,13 +323,17 @@ std::string printKernel(const Kernel& kernel) {
   const Schedule& schedule = kernel.schedule;
   if (!schedule.target.empty()) {
     os << " schedule " << schedule.target << ":";
-    if (schedule.loops.empty()) os << " serial";
+    if (schedule.loops.empty()) os << (schedule.threadsPerRow > 0 ? " one row" : " serial");
     for (size_t i = 0; i < schedule.loops.size(); ++i) {
-      static const char* const kNames[] = {"serial", "threads", "vector", "grid"};
+      static const char* const kNames[] = {"serial", "threads", "vector", "grid", "lanes"};
       os << (i ? ", " : " ") << "%i" << schedule.loops[i].first << " "
          << kNames[static_cast<size_t>(schedule.loops[i].second)];
     }
-    if (schedule.blockSize > 0) os << " (" << schedule.blockSize << " threads per block)";
+    if (schedule.blockSize > 0) {
+      os << " (" << schedule.blockSize << " threads per block";
+      if (schedule.threadsPerRow > 0) os << ", " << schedule.threadsPerRow << " per row";
+      os << ")";
+    }
   }
   os << "\n";
   return os.str();

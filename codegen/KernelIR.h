@@ -161,14 +161,23 @@ enum class LoopMapping : uint8_t {
   Vector,   // CPU: SIMD lanes (LLVM's loop vectorizer is asked to)
   Grid,     // CUDA: with the kernel's other Grid loops, one index space
             // that the grid's threads cover grid-stride
+  Lanes,    // CUDA: strided over the threads that share a row
+            // (Schedule::threadsPerRow), inside the Grid loops
 };
 
 /// A kernel's schedule for one target: the loops not Serial, and for CUDA
-/// the threads per block.
+/// the threads per block and per row.
 struct Schedule {
   std::string target;  // "cpu" or "cuda"; empty before a target schedules it
   std::vector<std::pair<int, LoopMapping>> loops;
   int blockSize = 0;
+  /// CUDA: 0 when each thread computes whole result elements alone.
+  /// Otherwise the threads that cooperate on one row, an iteration of the
+  /// Grid loops (32: a warp per row; blockSize: a block per row): the
+  /// reductions of the row's store that its Lanes loop does not change are
+  /// computed by all of them, each thread a strided slice, then combined
+  /// across the threads (codegen/Schedule.h, rowInvariantReductions).
+  int threadsPerRow = 0;
   LoopMapping of(int var) const;
 };
 

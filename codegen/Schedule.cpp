@@ -1,9 +1,165 @@
-// scheduleForCpu and scheduleForCuda (Schedule.h).
+// scheduleForCpu and scheduleForCuda (Schedule.h), with the analysis that
+// CUDA's row schedule and the CUDA emitter share: which reductions of a
+// store are the same for every element of a row.
 #include "codegen/Schedule.h"
 
+#include <algorithm>
+#include <cstring>
 #include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <unordered_set>
 
 namespace kiln::codegen {
+namespace {
+
+using kir::Expr;
+using kir::ExprKind;
+using kir::ExprPtr;
+
+/// Threads per block of every CUDA kernel.
+constexpr int kCudaBlockSize = 256;
+constexpr int kWarpSize = 32;
+
+bool usesVar(const Expr& e, int var) {
+  if (e.kind == ExprKind::Var) return e.id == var;
+  for (const ExprPtr& arg : e.args)
+    if (usesVar(*arg, var)) return true;
+  return false;
+}
+
+/// Whether every variable of `e` that `e` does not bind itself is in `allowed`.
+bool freeVarsWithin(const Expr& e, const std::set<int>& allowed, std::set<int>& bound) {
+  if (e.kind == ExprKind::Var) return bound.count(e.id) || allowed.count(e.id);
+  std::vector<int> added;
+  if (e.kind == ExprKind::Reduce)
+    for (size_t k = 0; k < e.extents.size(); ++k)
+      if (bound.insert(e.id + static_cast<int>(k)).second) added.push_back(e.id + static_cast<int>(k));
+  bool within = true;
+  for (const ExprPtr& arg : e.args) within = within && freeVarsWithin(*arg, allowed, bound);
+  for (int v : added) bound.erase(v);
+  return within;
+}
+
+/// The constant step of i64 index `e` when `var` steps by one, if `e` is
+/// affine in `var` with a constant coefficient (other terms anything).
+std::optional<int64_t> strideIn(const Expr& e, int var) {
+  if (!usesVar(e, var)) return 0;
+  if (e.kind == ExprKind::Var) return 1;
+  if (e.kind != ExprKind::Binary) return std::nullopt;
+  const Expr &a = *e.args[0], &b = *e.args[1];
+  switch (e.binary) {
+    case kir::BinaryFn::Add:
+    case kir::BinaryFn::Sub: {
+      const auto sa = strideIn(a, var), sb = strideIn(b, var);
+      if (!sa || !sb) return std::nullopt;
+      return e.binary == kir::BinaryFn::Add ? *sa + *sb : *sa - *sb;
+    }
+    case kir::BinaryFn::Mul:
+      if (a.kind == ExprKind::Const)
+        if (const auto sb = strideIn(b, var)) return a.intValue * *sb;
+      if (b.kind == ExprKind::Const)
+        if (const auto sa = strideIn(a, var)) return *sa * b.intValue;
+      return std::nullopt;
+    default: return std::nullopt;
+  }
+}
+
+/// Whether `reduction` walks memory contiguously: every load its innermost
+/// variable moves steps one element per iteration, so that the consecutive
+/// iterations a warp's lanes take read consecutive addresses (a row, not a
+/// column: a matmul's right operand or a conv's input would be read with a
+/// stride, which one thread per element reads better).
+bool isContiguous(const Expr& reduction) {
+  const int inner = reduction.id + static_cast<int>(reduction.extents.size()) - 1;
+  std::function<bool(const Expr&)> visit = [&](const Expr& e) {
+    if (e.kind == ExprKind::Load && usesVar(*e.args[0], inner) && strideIn(*e.args[0], inner) != 1) return false;
+    for (const ExprPtr& arg : e.args)
+      if (!visit(*arg)) return false;
+    return true;
+  };
+  return visit(*reduction.args[0]);
+}
+
+int64_t iterations(const Expr& reduction) {
+  int64_t n = 1;
+  for (int64_t extent : reduction.extents) n *= extent;
+  return n;
+}
+
+void appendKey(const Expr& e, std::map<int, std::string>& bound, int depth, std::string& key) {
+  key += std::to_string(static_cast<int>(e.kind)) + ":" + std::to_string(static_cast<int>(e.type));
+  switch (e.kind) {
+    case ExprKind::Const: {
+      uint64_t bits;
+      std::memcpy(&bits, &e.floatValue, sizeof bits);
+      key += "=" + std::to_string(e.intValue) + "/" + std::to_string(bits);
+      break;
+    }
+    case ExprKind::Var: {
+      const auto it = bound.find(e.id);
+      key += it != bound.end() ? it->second : "i" + std::to_string(e.id);
+      break;
+    }
+    case ExprKind::Load: key += "b" + std::to_string(e.id); break;
+    case ExprKind::Unary: key += "u" + std::to_string(static_cast<int>(e.unary)); break;
+    case ExprKind::Binary: key += "f" + std::to_string(static_cast<int>(e.binary)); break;
+    case ExprKind::Select:
+    case ExprKind::Cast: break;
+    case ExprKind::Reduce:
+      key += "r" + std::to_string(static_cast<int>(e.reduce)) + (e.selectLast ? "last" : "");
+      for (size_t k = 0; k < e.extents.size(); ++k) {
+        key += "<" + std::to_string(e.extents[k]);
+        bound[e.id + static_cast<int>(k)] = "$" + std::to_string(depth) + "." + std::to_string(k);
+      }
+      ++depth;
+      break;
+  }
+  key += "(";
+  for (const ExprPtr& arg : e.args) {
+    appendKey(*arg, bound, depth, key);
+    key += ",";
+  }
+  key += ")";
+  if (e.kind == ExprKind::Reduce)
+    for (size_t k = 0; k < e.extents.size(); ++k) bound.erase(e.id + static_cast<int>(k));
+}
+
+/// Makes `kernel` a row schedule if its shape has one that pays: its
+/// `grid` loops (outermost first, perfectly nested) hold one store, and
+/// the reductions that are the same across a row are long enough
+/// (CudaScheduleOptions) and read rows, not columns. Two candidates, in
+/// order: the rows are the grid loops but the innermost, whose iterations
+/// (a fused softmax's elements, each of which would recompute the row's
+/// max and sum) the row's threads then write strided; or the rows are all
+/// of them (a reduce op, a layer norm's mean), written by one thread.
+void scheduleRows(kir::Kernel& kernel, const std::vector<const kir::Stmt*>& grid, const CudaScheduleOptions& options) {
+  const std::vector<kir::StmtPtr>& body = grid.empty() ? kernel.body : grid.back()->body;
+  if (body.size() != 1 || body[0]->kind != kir::Stmt::Kind::Store) return;
+  const kir::Stmt& store = *body[0];
+  for (const bool lanes : {true, false}) {
+    if (lanes && (grid.empty() || grid.back()->extent <= 1)) continue;
+    std::vector<int> rowVars;
+    for (size_t k = 0; k + (lanes ? 1 : 0) < grid.size(); ++k) rowVars.push_back(grid[k]->var);
+    int64_t longest = 0;
+    bool rows = true;
+    for (const ExprPtr& r : rowInvariantReductions(store, rowVars)) {
+      longest = std::max(longest, iterations(*r));
+      rows = rows && isContiguous(*r);
+    }
+    const int64_t repeats = lanes ? grid.back()->extent : 1;
+    if (!rows || longest == 0 || longest * repeats < options.warpRowMin) continue;
+    kir::Schedule& schedule = kernel.schedule;
+    schedule.loops.clear();
+    for (int v : rowVars) schedule.loops.emplace_back(v, kir::LoopMapping::Grid);
+    if (lanes) schedule.loops.emplace_back(grid.back()->var, kir::LoopMapping::Lanes);
+    schedule.threadsPerRow = longest >= options.blockRowMin ? schedule.blockSize : kWarpSize;
+    return;
+  }
+}
+
+}  // namespace
 
 void scheduleForCpu(kir::Kernel& kernel) {
   kir::Schedule schedule;
@@ -25,24 +181,26 @@ void scheduleForCpu(kir::Kernel& kernel) {
   kernel.schedule = std::move(schedule);
 }
 
-void scheduleForCuda(kir::Kernel& kernel) {
+void scheduleForCuda(kir::Kernel& kernel, const CudaScheduleOptions& options) {
   kir::Schedule schedule;
   schedule.target = "cuda";
-  schedule.blockSize = 256;
+  schedule.blockSize = kCudaBlockSize;
   // The kernel's one parallel loop, and the loops perfectly nested in it
   // that are independent too.
+  std::vector<const kir::Stmt*> grid;
   for (const kir::StmtPtr& s : kernel.body) {
     if (s->kind != kir::Stmt::Kind::For || !s->parallel) continue;
-    const kir::Stmt* loop = s.get();
-    schedule.loops.emplace_back(loop->var, kir::LoopMapping::Grid);
-    while (loop->body.size() == 1 && loop->body[0]->kind == kir::Stmt::Kind::For &&
-           (loop->body[0]->parallel || loop->body[0]->vectorize)) {
-      loop = loop->body[0].get();
-      schedule.loops.emplace_back(loop->var, kir::LoopMapping::Grid);
-    }
+    grid.push_back(s.get());
+    while (grid.back()->body.size() == 1 && grid.back()->body[0]->kind == kir::Stmt::Kind::For &&
+           (grid.back()->body[0]->parallel || grid.back()->body[0]->vectorize))
+      grid.push_back(grid.back()->body[0].get());
     break;
   }
+  for (const kir::Stmt* loop : grid) schedule.loops.emplace_back(loop->var, kir::LoopMapping::Grid);
   kernel.schedule = std::move(schedule);
+  // A parallel loop beside other statements stays as it is (the emitter
+  // refuses it); so does a body of several statements.
+  if (options.cooperativeRows && kernel.body.size() == 1) scheduleRows(kernel, grid, options);
 }
 
 void scheduleFor(std::string_view target, kir::Kernel& kernel) {
@@ -50,6 +208,33 @@ void scheduleFor(std::string_view target, kir::Kernel& kernel) {
     scheduleForCuda(kernel);
   else
     scheduleForCpu(kernel);
+}
+
+std::vector<ExprPtr> rowInvariantReductions(const kir::Stmt& store, const std::vector<int>& rowVars) {
+  const std::set<int> rows(rowVars.begin(), rowVars.end());
+  std::vector<ExprPtr> found;
+  std::set<std::string> keys;
+  std::unordered_set<const Expr*> seen;
+  std::function<void(const ExprPtr&)> visit = [&](const ExprPtr& e) {
+    if (!seen.insert(e.get()).second) return;
+    std::set<int> bound;
+    if (e->kind == ExprKind::Reduce && freeVarsWithin(*e, rows, bound)) {
+      visit(e->args[0]);  // the ones its body uses first
+      if (keys.insert(reductionKey(*e)).second) found.push_back(e);
+      return;
+    }
+    for (const ExprPtr& arg : e->args) visit(arg);
+  };
+  visit(store.index);
+  visit(store.value);
+  return found;
+}
+
+std::string reductionKey(const Expr& reduction) {
+  std::map<int, std::string> bound;
+  std::string key;
+  appendKey(reduction, bound, 0, key);
+  return key;
 }
 
 }  // namespace kiln::codegen

@@ -17,7 +17,9 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <map>
 
 #include "codegen/Embedded.h"
 #include "codegen/ValueRanges.h"
@@ -62,6 +64,11 @@ KILN_SCALAR unsigned short kiln_f32_to_f16(float f) {
   return (unsigned short)(sign | ((ax + 0xc8000fffu + ((ax >> 13) & 1u)) >> 13));  // rebias and round
 }
 )";
+
+constexpr int kWarpSize = 32;
+/// The index of "no element yet" in a row's argmax, argmin or zero search:
+/// every element's index is below it.
+constexpr int64_t kNoIndex = std::numeric_limits<int64_t>::max();
 
 /// Integer types narrower than int, whose C++ arithmetic must be cast back.
 bool isNarrow(DType t) { return t == DType::I16 || t == DType::I8 || t == DType::U8; }
@@ -155,6 +162,12 @@ class KernelEmitter {
     out += "    const long long* __restrict__ sizes) {\n";
 
     const kir::Schedule& schedule = kernel_.schedule;
+    depth_ = 1;
+    if (schedule.threadsPerRow > 0) {
+      KILN_TRY(emitRows(launch));
+      out += "}\n";
+      return launch;
+    }
     const kir::Stmt* parallel = nullptr;
     for (const kir::StmtPtr& s : kernel_.body)
       if (s->kind == kir::Stmt::Kind::For && schedule.of(s->var) == kir::LoopMapping::Grid) parallel = s.get();
@@ -162,7 +175,6 @@ class KernelEmitter {
       return Error("kernel '" + kernel_.name +
                    "' has a parallel loop beside other statements; the CUDA emitter maps only a kernel whose body is "
                    "one parallel loop to the grid");
-    depth_ = 1;
     if (parallel) {
       // The loops the schedule maps to the grid (nested in each other) form
       // one index space; each thread takes elements grid-stride.
@@ -178,15 +190,7 @@ class KernelEmitter {
       line("for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < " + intLiteral(DType::I64, total) +
            "; t += (long long)gridDim.x * blockDim.x) {");
       ++depth_;
-      int64_t inner = 1;
-      for (size_t k = loops.size(); k-- > 0;) {
-        const kir::Stmt* l = loops[k];
-        std::string value = inner == 1 ? "t" : "t / " + intLiteral(DType::I64, inner);
-        if (k > 0) value = (inner == 1 ? value : paren(value)) + " % " + intLiteral(DType::I64, l->extent);
-        if (l->extent == 1) value = "0";
-        line("const long long i" + std::to_string(l->var) + " = " + value + ";");
-        inner *= l->extent;
-      }
+      unflatten(dimsOf(loops), "t");
       for (const kir::StmtPtr& s : loops.back()->body) KILN_TRY(emitStmt(*s));
       --depth_;
       line("}");
@@ -200,6 +204,90 @@ class KernelEmitter {
 
  private:
   void line(const std::string& text) { *out_ += std::string(2 * depth_, ' ') + text + "\n"; }
+
+  static std::vector<std::pair<int, int64_t>> dimsOf(const std::vector<const kir::Stmt*>& loops) {
+    std::vector<std::pair<int, int64_t>> dims;
+    for (const kir::Stmt* l : loops) dims.emplace_back(l->var, l->extent);
+    return dims;
+  }
+
+  /// Defines variables `dims` (id, extent; the last varies fastest) from
+  /// the flat index `flat`, with `/` and `%`.
+  void unflatten(const std::vector<std::pair<int, int64_t>>& dims, const std::string& flat) {
+    int64_t inner = 1;
+    for (size_t k = dims.size(); k-- > 0;) {
+      const auto [var, extent] = dims[k];
+      std::string value = inner == 1 ? flat : flat + " / " + intLiteral(DType::I64, inner);
+      if (k > 0) value = (inner == 1 ? value : paren(value)) + " % " + intLiteral(DType::I64, extent);
+      if (extent == 1) value = "0";
+      line("const long long " + loopVar(var) + " = " + value + ";");
+      inner *= extent;
+    }
+  }
+
+  /// A row schedule (kir::Schedule::threadsPerRow): each group of
+  /// `threadsPerRow` threads (a warp, or the block) takes rows grid-stride;
+  /// the row's invariant reductions are computed by the whole group, then
+  /// the group writes the row: strided over its Lanes loop, or by its first
+  /// thread. Every thread of a warp takes the same rows, so the shuffles
+  /// (and a block's barriers) are reached by all of them.
+  Status emitRows(CudaLaunch& launch) {
+    const kir::Schedule& schedule = kernel_.schedule;
+    const int threads = schedule.threadsPerRow;
+    if (threads != kWarpSize && threads != schedule.blockSize)
+      return Error("kernel '" + kernel_.name + "' is scheduled with " + std::to_string(threads) +
+                   " threads per row; the CUDA emitter shares a row only among a warp (32) or the whole block (" +
+                   std::to_string(schedule.blockSize) + ")");
+    std::vector<const kir::Stmt*> grid;
+    const std::vector<kir::StmtPtr>* body = &kernel_.body;
+    while (body->size() == 1 && (*body)[0]->kind == kir::Stmt::Kind::For &&
+           schedule.of((*body)[0]->var) == kir::LoopMapping::Grid) {
+      grid.push_back((*body)[0].get());
+      body = &grid.back()->body;
+    }
+    const kir::Stmt* lanes = nullptr;
+    if (body->size() == 1 && (*body)[0]->kind == kir::Stmt::Kind::For &&
+        schedule.of((*body)[0]->var) == kir::LoopMapping::Lanes) {
+      lanes = (*body)[0].get();
+      body = &lanes->body;
+    }
+    if (body->size() != 1 || (*body)[0]->kind != kir::Stmt::Kind::Store)
+      return Error("kernel '" + kernel_.name +
+                   "' is scheduled with threads per row, but its grid loops do not hold exactly one store");
+    const kir::Stmt& store = *(*body)[0];
+    int64_t rows = 1;
+    for (const kir::Stmt* l : grid) rows *= l->extent;
+    launch.workItems = rows * threads;
+    threads_ = threads;
+    const std::string perRow = intLiteral(DType::I64, threads);
+    line(threads == schedule.blockSize ? "const long long lane = threadIdx.x;"
+                                       : "const long long lane = threadIdx.x % " + perRow + ";");
+    line("for (long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / " + perRow + "; row < " +
+         intLiteral(DType::I64, rows) + "; row += ((long long)gridDim.x * blockDim.x) / " + perRow + ") {");
+    ++depth_;
+    unflatten(dimsOf(grid), "row");
+    std::vector<int> rowVars;
+    for (const kir::Stmt* l : grid) rowVars.push_back(l->var);
+    for (const kir::ExprPtr& r : rowInvariantReductions(store, rowVars)) {
+      auto name = emitRowReduce(*r);
+      if (!name) return name.takeError();
+      rowValues_[reductionKey(*r)] = *name;
+    }
+    if (lanes) {
+      const std::string v = loopVar(lanes->var);
+      line("for (long long " + v + " = lane; " + v + " < " + intLiteral(DType::I64, lanes->extent) + "; " + v +
+           " += " + perRow + ") {");
+    } else {
+      line("if (lane == 0) {");
+    }
+    ++depth_;
+    KILN_TRY(emitStmt(store));
+    --depth_;
+    line("}");
+    --depth_;
+    line("}");
+    return {};
+  }
   std::string temp() { return "r" + std::to_string(nextTemp_++); }
   static std::string loopVar(int id) { return "i" + std::to_string(id); }
 
@@ -262,8 +350,12 @@ class KernelEmitter {
         if (!x) return x.takeError();
         return emitCast(*x, e.args[0]->type, e.type);
       }
-      case ExprKind::Reduce:
+      case ExprKind::Reduce: {
+        // A row's reduction, computed by the row's threads before.
+        if (!rowValues_.empty())
+          if (const auto it = rowValues_.find(reductionKey(e)); it != rowValues_.end()) return it->second;
         return e.reduce == ReduceKind::ArgMax || e.reduce == ReduceKind::ArgMin ? emitArgReduce(e) : emitReduce(e);
+      }
     }
     return Error("kernel '" + kernel_.name + "': unknown expression kind");
   }
@@ -519,8 +611,192 @@ class KernelEmitter {
     return index;
   }
 
+  /// A reduction of a row computed by the row's `threads_` threads: each
+  /// accumulates the iterations lane, lane + threads, ... in order, then
+  /// combineAcrossRow gives every thread the row's result. Sums and
+  /// products of floats are reassociated; integer ones wrap, so they are
+  /// exact in any order. argmax and argmin carry the index of the element
+  /// they hold and combine by the sequential loop's rule (NaN over any
+  /// number; of equal ones, and of NaNs, the first, or the last with
+  /// selectLast); an empty lane holds the identity with an index every
+  /// element beats. Max and min of floats propagate NaN in any order and
+  /// differ from the sequential loop's only in the sign of a zero result,
+  /// where the sequential loop keeps the first zero: zeroFromFirst finds it.
+  Expected<std::string> emitRowReduce(const Expr& e) {
+    const bool arg = e.reduce == ReduceKind::ArgMax || e.reduce == ReduceKind::ArgMin;
+    const DType t = arg ? e.args[0]->type : e.type;
+    const ReduceKind kind = arg ? (e.reduce == ReduceKind::ArgMax ? ReduceKind::Max : ReduceKind::Min) : e.reduce;
+    const std::string type = valueType(t), acc = temp(), index = arg ? acc + "_index" : "", k = acc + "_k";
+    line(type + " " + acc + " = " + identity(kind, t) + ";");
+    if (arg) line("long long " + index + " = " + intLiteral(DType::I64, e.selectLast ? -1 : kNoIndex) + ";");
+    const std::vector<std::pair<int, int64_t>> dims = reductionDims(e);
+    const std::string perRow = intLiteral(DType::I64, threads_);
+    line("for (long long " + k + " = lane; " + k + " < " + intLiteral(DType::I64, iterationsOf(dims)) + "; " + k +
+         " += " + perRow + ") {");
+    ++depth_;
+    unflatten(dims, k);
+    auto body = emitExpr(*e.args[0]);
+    if (!body) return body.takeError();
+    const std::string v = temp();
+    line("const " + type + " " + v + " = " + *body + ";");
+    combine(e, t, acc, index, v, k);
+    --depth_;
+    line("}");
+    combineAcrossRow(t, acc, index, [&](const std::string& other, const std::string& otherIndex) {
+      combine(e, t, acc, index, other, otherIndex);
+    });
+    if (!arg && isFloat(t) && (kind == ReduceKind::Max || kind == ReduceKind::Min)) KILN_TRY(zeroFromFirst(e, acc));
+    return arg ? index : acc;
+  }
+
+  /// The sign of a zero max or min: every element is then on the zero's
+  /// side, and the sequential loop keeps the first zero of the row, -0 or
+  /// +0. A rare case, so the row's threads search it only then (the test
+  /// is the same in all of them), evaluating the elements again: each its
+  /// slice up to its first zero, then the lowest index wins.
+  Status zeroFromFirst(const Expr& e, const std::string& acc) {
+    const DType t = e.type;
+    const std::string type = valueType(t), zero = temp(), index = zero + "_index", k = zero + "_k";
+    line("if (" + acc + " == " + floatLiteral(t, 0.0) + ") {");
+    ++depth_;
+    line(type + " " + zero + " = " + acc + ";");
+    line("long long " + index + " = " + intLiteral(DType::I64, kNoIndex) + ";");
+    const std::vector<std::pair<int, int64_t>> dims = reductionDims(e);
+    line("for (long long " + k + " = lane; " + k + " < " + intLiteral(DType::I64, iterationsOf(dims)) + "; " + k +
+         " += " + intLiteral(DType::I64, threads_) + ") {");
+    ++depth_;
+    unflatten(dims, k);
+    auto body = emitExpr(*e.args[0]);
+    if (!body) return body.takeError();
+    const std::string v = temp();
+    line("const " + type + " " + v + " = " + *body + ";");
+    line("if (" + v + " == " + floatLiteral(t, 0.0) + ") {");
+    ++depth_;
+    line(zero + " = " + v + ";");
+    line(index + " = " + k + ";");
+    line("break;");
+    --depth_;
+    line("}");
+    --depth_;
+    line("}");
+    combineAcrossRow(t, zero, index, [&](const std::string& other, const std::string& otherIndex) {
+      line("if (" + otherIndex + " < " + index + ") {");
+      ++depth_;
+      line(zero + " = " + other + ";");
+      line(index + " = " + otherIndex + ";");
+      --depth_;
+      line("}");
+    });
+    line(acc + " = " + zero + ";");
+    --depth_;
+    line("}");
+    return {};
+  }
+
+  /// Gives every thread of the row the combination of all its threads'
+  /// `acc` (and `index`, unless empty), values of type `t`: a butterfly of
+  /// __shfl_xor_sync over the warp, after which every lane holds the
+  /// warp's result, then for a block-wide row the warps' results through
+  /// shared memory, combined in warp order in every thread. `fold(v,
+  /// vIndex)` emits the folding of one more partial result into `acc`.
+  void combineAcrossRow(DType t, const std::string& acc, const std::string& index,
+                        const std::function<void(const std::string&, const std::string&)>& fold) {
+    const std::string type = valueType(t);
+    // int carries the narrow types and bool through the shuffle.
+    const bool widen = isNarrow(t) || t == DType::Bool;
+    {
+      const std::string other = temp(), m = acc + "_lanes";
+      line("#pragma unroll");
+      line("for (int " + m + " = " + std::to_string(std::min(threads_, kWarpSize) / 2) + "; " + m + " > 0; " + m +
+           " /= 2) {");
+      ++depth_;
+      line("const " + type + " " + other + " = " + (widen ? "(" + type + ")" : "") + "__shfl_xor_sync(0xffffffffu, " +
+           (widen ? "(int)" : "") + acc + ", " + m + ");");
+      if (!index.empty())
+        line("const long long " + other + "_index = __shfl_xor_sync(0xffffffffu, " + index + ", " + m + ");");
+      fold(other, other + "_index");
+      --depth_;
+      line("}");
+    }
+    if (threads_ <= kWarpSize) return;
+    const std::string warps = std::to_string(threads_ / kWarpSize), warp = std::to_string(kWarpSize);
+    const std::string other = temp();
+    line("{");
+    ++depth_;
+    line("__shared__ " + type + " " + acc + "_warps[" + warps + "];");
+    if (!index.empty()) line("__shared__ long long " + index + "_warps[" + warps + "];");
+    line("if (lane % " + warp + " == 0) {");
+    ++depth_;
+    line(acc + "_warps[lane / " + warp + "] = " + acc + ";");
+    if (!index.empty()) line(index + "_warps[lane / " + warp + "] = " + index + ";");
+    --depth_;
+    line("}");
+    line("__syncthreads();");
+    line(acc + " = " + acc + "_warps[0];");
+    if (!index.empty()) line(index + " = " + index + "_warps[0];");
+    line("for (int w = 1; w < " + warps + "; ++w) {");
+    ++depth_;
+    line("const " + type + " " + other + " = " + acc + "_warps[w];");
+    if (!index.empty()) line("const long long " + other + "_index = " + index + "_warps[w];");
+    fold(other, other + "_index");
+    --depth_;
+    line("}");
+    line("__syncthreads();  // every thread has read the partials before the next row writes them");
+    --depth_;
+    line("}");
+  }
+
+  /// Reduction `e`'s variables (id, extent), the innermost last.
+  static std::vector<std::pair<int, int64_t>> reductionDims(const Expr& e) {
+    std::vector<std::pair<int, int64_t>> dims;
+    for (size_t level = 0; level < e.extents.size(); ++level)
+      dims.emplace_back(e.id + static_cast<int>(level), e.extents[level]);
+    return dims;
+  }
+  static int64_t iterationsOf(const std::vector<std::pair<int, int64_t>>& dims) {
+    int64_t n = 1;
+    for (const auto& d : dims) n *= d.second;
+    return n;
+  }
+
+  /// Folds element `v` (at `vIndex`) into accumulator `acc` (at `index`,
+  /// argmax and argmin only) of row reduction `e` over values of type `t`.
+  void combine(const Expr& e, DType t, const std::string& acc, const std::string& index, const std::string& v,
+               const std::string& vIndex) {
+    switch (e.reduce) {
+      case ReduceKind::Sum:
+        line(acc + " = " + (isFloat(t) ? paren(acc + " + " + v) : "kiln_iadd(" + acc + ", " + v + ")") + ";");
+        return;
+      case ReduceKind::Prod:
+        line(acc + " = " + (isFloat(t) ? paren(acc + " * " + v) : "kiln_imul(" + acc + ", " + v + ")") + ";");
+        return;
+      default: break;
+    }
+    const std::string strict = e.reduce == ReduceKind::Max || e.reduce == ReduceKind::ArgMax ? " > " : " < ";
+    if (e.reduce == ReduceKind::Max || e.reduce == ReduceKind::Min) {
+      // NaN sticks: once the accumulator is NaN no comparison is true.
+      line("if (" + v + strict + acc + (isFloat(t) ? " || " + v + " != " + v : "") + ") " + acc + " = " + v + ";");
+      return;
+    }
+    const std::string later = paren(vIndex + " > " + index), earlier = paren(vIndex + " < " + index);
+    const std::string wins = e.selectLast ? later : earlier;
+    std::string beats = v + strict + acc + " || (" + v + " == " + acc + " && " + wins + ")";
+    if (isFloat(t))
+      beats = "(" + v + " != " + v + ") ? (" + acc + " == " + acc + " || " + wins + ") : (" + acc + " == " + acc +
+              " && (" + beats + "))";
+    line("if (" + beats + ") {");
+    ++depth_;
+    line(acc + " = " + v + ";");
+    line(index + " = " + vIndex + ";");
+    --depth_;
+    line("}");
+  }
+
   const kir::Kernel& kernel_;
   kir::ValueRanges ranges_;
+  /// Row schedules: the variable holding each row reduction, by reductionKey.
+  std::map<std::string, std::string> rowValues_;
+  int threads_ = 0;
   std::string* out_ = nullptr;
   int depth_ = 1;
   int nextTemp_ = 0;

@@ -9,9 +9,16 @@
 // which a grid-stride loop covers (`blockIdx.x * blockDim.x + threadIdx.x`,
 // stepping by `gridDim.x * blockDim.x`), so any grid size is correct and the
 // runtime picks one. Each thread computes whole result elements: reductions
-// are sequential loops inside a thread (no cooperation between threads yet),
-// other loops plain loops. A kernel without a parallel loop (a scalar
-// result) runs on thread 0 of block 0.
+// are sequential loops inside a thread, other loops plain loops. A kernel
+// without a parallel loop (a scalar result) runs on thread 0 of block 0.
+//
+// Row schedules (codegen/Schedule.h, threadsPerRow 32 or the block): the
+// index space is rows times the threads of a row, each warp (or block)
+// taking rows grid-stride, so any grid is still correct. The row's
+// reductions that do not change along its Lanes loop are computed once per
+// row by all its threads (strided slices, a __shfl_xor_sync butterfly, and
+// shared memory between the warps of a block), then the row's elements are
+// written strided over the Lanes loop, or by the row's first thread.
 //
 // The signature mirrors the CPU's (`void** buffers, const int64_t* sizes`):
 // one `__restrict__` pointer per buffer, typed by its dtype (inputs const),
@@ -36,8 +43,9 @@
 namespace kiln::codegen {
 
 /// How one emitted kernel is launched: the size of its flattened grid
-/// index space (1 for a kernel without a parallel loop) and the block size
-/// its `__launch_bounds__` promises.
+/// index space (1 for a kernel without a parallel loop; rows times threads
+/// per row for a row schedule) and the block size its `__launch_bounds__`
+/// promises.
 struct CudaLaunch {
   std::string name;
   int64_t workItems = 1;

@@ -22,6 +22,7 @@
 #include <random>
 
 #include "codegen/CpuExecutable.h"
+#include "codegen/Schedule.h"
 #include "codegen/cuda/CudaEmitter.h"
 #include "codegen/cuda/NvrtcCompiler.h"
 #include "frontend/Model.h"
@@ -217,6 +218,14 @@ std::vector<kir::Kernel> allKernels(const std::vector<LoweredCase>& lowered) {
   return kernels;
 }
 
+/// `kernels` with one thread per result element: the host build runs one
+/// thread after another, which cannot run a row schedule's shuffles
+/// (CudaRowReductionTest runs those on the emulated GPU).
+std::vector<kir::Kernel> perThread(std::vector<kir::Kernel> kernels) {
+  for (kir::Kernel& k : kernels) codegen::scheduleForCuda(k, {.cooperativeRows = false});
+  return kernels;
+}
+
 TEST(CudaEmitterTest, NvrtcCompilesEveryCase) {
   const std::vector<LoweredCase> lowered = lowerCases();
   auto source = codegen::emitCudaSource(allKernels(lowered));
@@ -236,7 +245,7 @@ TEST(CudaEmitterTest, NvrtcCompilesEveryCase) {
 
 TEST(CudaEmitterTest, EmittedCudaRunAsHostCodeMatchesInterpreter) {
   const std::vector<LoweredCase> lowered = lowerCases();
-  auto source = codegen::emitCudaSource(allKernels(lowered));
+  auto source = codegen::emitCudaSource(perThread(allKernels(lowered)));
   ASSERT_TRUE(source.ok()) << source.error().str();
   void* library = buildCudaHostLibrary(source->code);
   ASSERT_NE(library, nullptr);
@@ -302,7 +311,7 @@ TEST(CudaEmitterTest, EndToEndModelsRunAsHostCodeMatchPyTorch) {
     all.insert(all.end(), m.kernels.begin(), m.kernels.end());
     models.push_back(std::move(m));
   }
-  auto source = codegen::emitCudaSource(all);
+  auto source = codegen::emitCudaSource(perThread(all));
   ASSERT_TRUE(source.ok()) << source.error().str();
   void* library = buildCudaHostLibrary(source->code);
   ASSERT_NE(library, nullptr);
@@ -375,9 +384,131 @@ TEST(CudaEmitterTest, GridMappingAndLaunchSizes) {
   EXPECT_NE(source->code.find("t < 105LL; t += (long long)gridDim.x * blockDim.x"), std::string::npos);
   EXPECT_NE(source->code.find("const long long i1 = t % 3LL;"), std::string::npos);
   EXPECT_NE(source->code.find("const long long i0 = t / 3LL;"), std::string::npos);
-  // The scalar sum runs on one thread.
+  // The scalar sum of 105 elements is one row, which a warp reduces.
+  EXPECT_EQ(source->launches[1].workItems, 32);
+  EXPECT_EQ(source->code.find("if (blockIdx.x != 0 || threadIdx.x != 0) return;"), std::string::npos);
+  // With one thread per element, it runs on one thread.
+  source = codegen::emitCudaSource(perThread(*kernels));
+  ASSERT_TRUE(source.ok()) << source.error().str();
+  EXPECT_EQ(source->launches[0].workItems, 105);
   EXPECT_EQ(source->launches[1].workItems, 1);
   EXPECT_NE(source->code.find("if (blockIdx.x != 0 || threadIdx.x != 0) return;"), std::string::npos);
+}
+
+/// The kernels of `text` (one function of static shapes) for CUDA at -O3.
+std::vector<kir::Kernel> kernelsOf(const std::string& text) {
+  auto m = parseVerified(text, "rows.kir");
+  if (!m) return {};
+  const Function& f = *m->functions().front();
+  std::vector<TensorType> types;
+  for (size_t i = 0; i < f.numArguments(); ++i) types.push_back(f.argument(i)->type());
+  auto kernels = codegen::lowerToKernels(f, types, 3);
+  EXPECT_TRUE(kernels.ok()) << (kernels.ok() ? "" : kernels.error().str());
+  return kernels.ok() ? *kernels : std::vector<kir::Kernel>{};
+}
+
+/// Row reductions of 32 iterations or more get a warp per row, of 1024 or
+/// more a block; the schedule says so (`--emit=kernel`), the launch covers
+/// rows times threads per row, and the code combines the row's lanes with
+/// __shfl_xor_sync (and a block's warps through shared memory).
+TEST(CudaEmitterTest, RowReductionsGetAWarpOrABlockPerRow) {
+  // A softmax over rows of 16 is one fused kernel whose every element
+  // would recompute the row's max and sum: the warp computes the max (once:
+  // the group repeats it inside the sum) and the sum, then writes the row
+  // strided.
+  std::vector<kir::Kernel> softmax = kernelsOf(
+      "func @f(%x: f32[6,16]) -> f32[6,16] {\n  %y = softmax(%x) {axis = -1} : f32[6,16]\n"
+      "  return %y\n}\n");
+  ASSERT_EQ(softmax.size(), 1u);
+  EXPECT_EQ(softmax[0].schedule.threadsPerRow, 32);
+  const std::string printed = kir::printKernel(softmax[0]);
+  EXPECT_NE(printed.find("} schedule cuda: %i0 grid, %i1 lanes (256 threads per block, 32 per row)"), std::string::npos)
+      << printed;
+  auto source = codegen::emitCudaSource(softmax);
+  ASSERT_TRUE(source.ok()) << source.error().str();
+  EXPECT_EQ(source->launches[0].workItems, 6 * 32);
+  const std::string& code = source->code;
+  EXPECT_NE(code.find("const long long lane = threadIdx.x % 32LL;"), std::string::npos) << code;
+  EXPECT_NE(code.find("for (long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32LL; row < 6LL; "
+                      "row += ((long long)gridDim.x * blockDim.x) / 32LL) {"),
+            std::string::npos)
+      << code;
+  EXPECT_NE(code.find("__shfl_xor_sync(0xffffffffu, "), std::string::npos) << code;
+  EXPECT_NE(code.find("for (long long i1 = lane; i1 < 16LL; i1 += 32LL) {"), std::string::npos) << code;
+  size_t rowLoops = 0;
+  for (size_t at = code.find("_k = lane;"); at != std::string::npos; at = code.find("_k = lane;", at + 1)) ++rowLoops;
+  EXPECT_EQ(rowLoops, 3u) << "the max, its search for the first zero, the sum:\n" << code;
+  size_t maxima = 0;
+  for (size_t at = code.find(" = (-__int_as_float(0x7f800000));"); at != std::string::npos;
+       at = code.find(" = (-__int_as_float(0x7f800000));", at + 1))
+    ++maxima;
+  EXPECT_EQ(maxima, 1u) << "one max, though the group has two copies of it:\n" << code;
+  EXPECT_EQ(code.find("__syncthreads"), std::string::npos);
+
+  // Over rows of 100 the fuser ends a group at each reduction: the max and
+  // the sum kernels get a warp per row, written by its first lane.
+  std::vector<kir::Kernel> split = kernelsOf(
+      "func @f(%x: f32[6,100]) -> f32[6,100] {\n  %y = softmax(%x) {axis = -1} : f32[6,100]\n"
+      "  return %y\n}\n");
+  int rowKernels = 0;
+  for (const kir::Kernel& k : split) rowKernels += k.schedule.threadsPerRow == 32;
+  EXPECT_EQ(rowKernels, 2);
+  source = codegen::emitCudaSource(split);
+  ASSERT_TRUE(source.ok()) << source.error().str();
+  EXPECT_NE(source->code.find("if (lane == 0) {"), std::string::npos);
+
+  // Rows of 2000: a block each, its warps combined through shared memory.
+  std::vector<kir::Kernel> sum =
+      kernelsOf("func @f(%x: f32[3,2000]) -> f32[3] {\n  %y = reduce_sum(%x) {axes = [1]} : f32[3]\n  return %y\n}\n");
+  ASSERT_EQ(sum.size(), 1u);
+  EXPECT_EQ(sum[0].schedule.threadsPerRow, 256);
+  source = codegen::emitCudaSource(sum);
+  ASSERT_TRUE(source.ok()) << source.error().str();
+  EXPECT_EQ(source->launches[0].workItems, 3 * 256);
+  EXPECT_NE(source->code.find("const long long lane = threadIdx.x;"), std::string::npos);
+  EXPECT_NE(source->code.find("__shared__ float r0_warps[8];"), std::string::npos) << source->code;
+  EXPECT_NE(source->code.find("__syncthreads();"), std::string::npos);
+  EXPECT_NE(source->code.find("if (lane == 0) {"), std::string::npos);
+
+  // A whole tensor to a scalar: one row, one block.
+  std::vector<kir::Kernel> all =
+      kernelsOf("func @f(%x: f32[40,30]) -> f32[] {\n  %y = reduce_max(%x) {axes = []} : f32[]\n  return %y\n}\n");
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_NE(kir::printKernel(all[0]).find("} schedule cuda: one row (256 threads per block, 256 per row)"),
+            std::string::npos)
+      << kir::printKernel(all[0]);
+  source = codegen::emitCudaSource(all);
+  ASSERT_TRUE(source.ok()) << source.error().str();
+  EXPECT_EQ(source->launches[0].workItems, 256);
+  // A float max of zero searches the row's first zero, whose sign the
+  // sequential loop keeps (of -0 and +0 the first wins).
+  EXPECT_NE(source->code.find("if (r0 == 0.0f) {"), std::string::npos) << source->code;
+}
+
+/// Short rows, columns and strided operands keep one thread per element:
+/// a row schedule pays only when a warp's lanes read consecutive elements
+/// of a long enough row.
+TEST(CudaEmitterTest, OtherReductionsKeepOneThreadPerElement) {
+  for (const char* text : {
+           // 7 iterations: a warp would idle.
+           "func @f(%x: f32[5,7]) -> f32[5] {\n  %y = reduce_sum(%x) {axes = [1]} : f32[5]\n  return %y\n}\n",
+           // A column: consecutive iterations are 64 elements apart.
+           "func @f(%x: f32[100,64]) -> f32[64] {\n  %y = reduce_sum(%x) {axes = [0]} : f32[64]\n  return %y\n}\n",
+           // A matmul's right operand is read down its columns (f64: not
+           // cuBLASLt's).
+           "func @f(%x: f64[4,64], %w: f64[64,5]) -> f64[4,5] {\n  %y = matmul(%x, %w) : f64[4,5]\n  return %y\n}\n",
+       }) {
+    SCOPED_TRACE(text);
+    std::vector<kir::Kernel> kernels = kernelsOf(text);
+    ASSERT_FALSE(kernels.empty());
+    for (const kir::Kernel& k : kernels) {
+      EXPECT_EQ(k.schedule.threadsPerRow, 0) << kir::printKernel(k);
+      EXPECT_EQ(kir::printKernel(k).find("per row"), std::string::npos);
+    }
+    auto source = codegen::emitCudaSource(kernels);
+    ASSERT_TRUE(source.ok()) << source.error().str();
+    EXPECT_EQ(source->code.find("__shfl_xor_sync"), std::string::npos);
+  }
 }
 
 TEST(CudaEmitterTest, CompileErrorCarriesNvrtcLogAndKernel) {
