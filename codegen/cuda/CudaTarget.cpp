@@ -1,21 +1,44 @@
-// The CUDA target of CudaTarget.h: a matmul and its epilogue are read as one
-// library call (codegen/CpuTarget.h, the reading both targets share), and
-// cuBLASLt takes the call when runtime/cuda/CublasLtMatmul.h can plan it.
+// The CUDA target of CudaTarget.h: a matmul or convolution and its epilogue
+// are read as one library call (codegen/CpuTarget.h, the reading both
+// targets share); cuBLASLt takes the call when runtime/cuda/CublasLtMatmul.h
+// can plan it, cuDNN (when present) when runtime/cuda/CudnnConvolution.h can.
 #include "codegen/cuda/CudaTarget.h"
+
+#include <cstdlib>
+#include <string_view>
 
 #include "codegen/CpuTarget.h"
 #include "runtime/cuda/CublasLtMatmul.h"
+#include "runtime/cuda/CudnnConvolution.h"
 
 namespace kiln::codegen {
 
-bool CudaTarget::acceptsLibraryCall(const Op& anchor, std::span<const Op* const> epilogue) const {
-  if (anchor.kind() != OpKind::MatMul) return false;
-  const DType dtype = anchor.result()->type().dtype;
-  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) return false;
-  auto call = describeLibraryCall(anchor, epilogue);
-  return call && cuda::cublasLtMatmulShape(*call).ok();
+bool cudnnPresentForCompilation() {
+  const char* hidden = std::getenv("KILN_NO_CUDNN");
+  if (hidden && std::string_view(hidden) == "1") return false;
+  static const bool present = [] {
+    const cuda::LibrarySearchOptions options = cuda::mathLibraryOptions(cuda::LibrarySearchOptions::fromEnvironment());
+    return cuda::loadCudnn(options).ok();
+  }();
+  return present;
 }
 
-std::string describeCudaLibraryCallText(const LibraryCall& call) { return cuda::describeCublasLtMatmul(call); }
+bool CudaTarget::acceptsLibraryCall(const Op& anchor, std::span<const Op* const> epilogue) const {
+  const DType dtype = anchor.result()->type().dtype;
+  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) return false;
+  if (anchor.kind() == OpKind::MatMul) {
+    auto call = describeLibraryCall(anchor, epilogue);
+    return call && cuda::cublasLtMatmulShape(*call).ok();
+  }
+  if (anchor.kind() != OpKind::Conv && anchor.kind() != OpKind::ConvTranspose) return false;
+  if (!epilogue.empty() || !useCudnn_.value_or(cudnnPresentForCompilation())) return false;
+  auto call = describeLibraryCall(anchor, epilogue);
+  return call && cuda::cudnnConvolutionShape(*call).ok();
+}
+
+std::string describeCudaLibraryCallText(const LibraryCall& call) {
+  return call.kind == LibraryCall::Kind::MatMul ? cuda::describeCublasLtMatmul(call)
+                                                : cuda::describeCudnnConvolution(call);
+}
 
 }  // namespace kiln::codegen

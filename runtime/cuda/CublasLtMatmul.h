@@ -24,6 +24,7 @@
 #include "runtime/LibraryCall.h"
 #include "runtime/cuda/CublasLtAbi.h"
 #include "runtime/cuda/CudaLibraries.h"
+#include "runtime/cuda/CudaLibraryStep.h"
 
 namespace kiln::cuda {
 
@@ -54,7 +55,7 @@ std::string describeCublasLtMatmul(const LibraryCall& call);
 
 /// One planned cublasLtMatmul: descriptors, layouts and the algorithm the
 /// heuristic chose, made once; run() enqueues it on a stream.
-class CublasLtMatmul {
+class CublasLtMatmul : public CudaLibraryStep {
  public:
   /// The matmul of `call` on `dtype` (a, b, the bias and the result; f32,
   /// f16 or bf16), accumulating in f32. `allowTf32` lets an f32 product use
@@ -62,23 +63,23 @@ class CublasLtMatmul {
   /// is CUBLAS_COMPUTE_32F. Errors name the call and cuBLASLt's status.
   static Expected<std::unique_ptr<CublasLtMatmul>> create(const CudaMathLibrary& cublasLt, const LibraryCall& call,
                                                           DType dtype, bool allowTf32);
-  ~CublasLtMatmul();
+  ~CublasLtMatmul() override;
   CublasLtMatmul(const CublasLtMatmul&) = delete;
   CublasLtMatmul& operator=(const CublasLtMatmul&) = delete;
 
   /// The device workspace run() needs (0 when the algorithm needs none).
-  size_t workspaceBytes() const;
+  size_t workspaceBytes() const override;
 
   /// Enqueues the matmul on `stream`. `buffers` are the device pointers of
   /// the call's buffers in LibraryCall order (operands..., result), each
   /// aligned to kMinAlignment bytes; `workspace` holds at least
   /// workspaceBytes() bytes.
   Status run(CUstream stream, const std::vector<CUdeviceptr>& buffers, CUdeviceptr workspace,
-             size_t workspaceBytes) const;
+             size_t workspaceBytes) const override;
 
   /// "cublasLt matmul [8,64]x[64,12] + bias, relu (f16, compute 32F)", for
   /// profiles and --print-kernels.
-  std::string describe() const;
+  std::string describe() const override;
 
   /// The buffer alignment the algorithm is chosen for. cuMemAlloc gives
   /// 256 bytes and Kiln's arenas 64; 16 keeps cuBLASLt's vectorized kernels.

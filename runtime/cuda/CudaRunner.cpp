@@ -9,10 +9,35 @@
 
 #include "runtime/HostCheck.h"
 #include "runtime/cuda/CublasLtMatmul.h"
+#include "runtime/cuda/CudnnConvolution.h"
 
 namespace kiln::cuda {
 
 namespace {
+
+/// The library object that runs `call` (a cuBLASLt matmul or a cuDNN
+/// convolution), or an error naming `stepName`.
+Expected<std::unique_ptr<CudaLibraryStep>> createLibraryStep(const LibraryCall& call, DType dtype,
+                                                             const LibrarySearchOptions& search, bool allowTf32,
+                                                             const std::string& stepName) {
+  const LibrarySearchOptions options = mathLibraryOptions(search);
+  if (call.kind == LibraryCall::Kind::MatMul) {
+    auto cublasLt = loadCublasLt(options);
+    if (!cublasLt) return cublasLt.takeError();
+    auto matmul = CublasLtMatmul::create(**cublasLt, call, dtype, allowTf32);
+    if (!matmul) return Error(stepName + ": " + matmul.error().message());
+    return std::unique_ptr<CudaLibraryStep>(std::move(*matmul));
+  }
+  auto cudnn = loadCudnn(options);
+  if (!cudnn)
+    return Error(stepName + " is a cuDNN convolution (" + describeCudnnConvolution(call) +
+                 "), but cuDNN cannot be loaded here; compile the model again here (with KILN_NO_CUDNN=1 where "
+                 "cuDNN is present but unwanted) to use Kiln's own convolution kernels.\n" +
+                 cudnn.error().message());
+  auto conv = CudnnConvolution::create(**cudnn, call, dtype, allowTf32);
+  if (!conv) return Error(stepName + ": " + conv.error().message());
+  return std::unique_ptr<CudaLibraryStep>(std::move(*conv));
+}
 
 size_t byteSize(const TensorType& type) {
   return static_cast<size_t>(numElements(type.shape)) * static_cast<size_t>(dtypeSize(type.dtype));
@@ -44,7 +69,7 @@ struct CudaRunner::Impl {
   std::vector<std::vector<CUdeviceptr>> paramValues;
   std::vector<std::vector<void*>> params;
   /// Per step: the library call's runner, or null for a kernel.
-  std::vector<std::unique_ptr<CublasLtMatmul>> libraries;
+  std::vector<std::unique_ptr<CudaLibraryStep>> libraries;
   CUdeviceptr workspace = 0;
   size_t workspaceBytes = 0;
   CUevent copied = nullptr;
@@ -192,16 +217,11 @@ Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const C
     for (int s : step.operands) values.push_back(m.slotPtr[static_cast<size_t>(s)]);
     values.push_back(m.slotPtr[static_cast<size_t>(step.result)]);
     if (step.kind == CpuProgram::Step::Kind::Library) {
-      if (step.call.kind != LibraryCall::Kind::MatMul)
-        return Error("step %" + step.name + " of " + what + " is a library call (" + step.what +
-                     ") that only cuBLASLt matrix products may be on CUDA");
-      auto cublasLt = loadCublasLt(mathLibraryOptions(context->searchOptions()));
-      if (!cublasLt) return cublasLt.takeError();
-      auto matmul = CublasLtMatmul::create(**cublasLt, step.call, p.slots[static_cast<size_t>(step.result)].type.dtype,
-                                           options.allowTf32);
-      if (!matmul) return Error("step %" + step.name + " of " + what + ": " + matmul.error().message());
-      m.workspaceBytes = std::max(m.workspaceBytes, (*matmul)->workspaceBytes());
-      m.libraries.push_back(std::move(*matmul));
+      auto library = createLibraryStep(step.call, p.slots[static_cast<size_t>(step.result)].type.dtype,
+                                       context->searchOptions(), options.allowTf32, "step %" + step.name + " of " + what);
+      if (!library) return library.takeError();
+      m.workspaceBytes = std::max(m.workspaceBytes, (*library)->workspaceBytes());
+      m.libraries.push_back(std::move(*library));
     } else {
       values.push_back(0);  // `sizes`, unused
       m.libraries.push_back(nullptr);
@@ -214,7 +234,7 @@ Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const C
     m.params.push_back(std::move(pointers));
   }
   if (m.workspaceBytes > 0) {
-    auto workspace = m.allocate(m.workspaceBytes, "cuBLASLt's workspace");
+    auto workspace = m.allocate(m.workspaceBytes, "the math libraries' workspace");
     if (!workspace) return workspace.takeError();
     m.workspace = *workspace;
   }
@@ -339,11 +359,11 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
         KILN_TRY(runHostCheck(c.check, value.raw(), value.dtype(), value.numElements()));
       }
       const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-      if (const CublasLtMatmul* matmul = m.libraries[k].get()) {
-        if (Status ran = matmul->run(compute, m.paramValues[k], m.workspace, m.workspaceBytes); !ran)
-          return Error("step %" + step.name + " of '" + p.name + "' (" + matmul->describe() + "): " + ran.error().message());
+      if (const CudaLibraryStep* library = m.libraries[k].get()) {
+        if (Status ran = library->run(compute, m.paramValues[k], m.workspace, m.workspaceBytes); !ran)
+          return Error("step %" + step.name + " of '" + p.name + "' (" + library->describe() + "): " + ran.error().message());
         if (profile) {
-          KILN_TRY(m.check(api.cuStreamSynchronize(compute), "running " + matmul->describe()));
+          KILN_TRY(m.check(api.cuStreamSynchronize(compute), "running " + library->describe()));
           profile->entries[k].seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           ++profile->entries[k].calls;
         }
