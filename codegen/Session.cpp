@@ -166,8 +166,9 @@ Expected<std::vector<Tensor>> CompiledModel::run(const std::vector<Tensor>& inpu
   return interpret(function_, inputs);
 }
 
-Expected<std::vector<Tensor>> CompiledModel::runInPlace(std::vector<Tensor>& inputs) {
-  if (cudaExecutor_) return cudaExecutor_->runInPlace(inputs);
+Expected<std::vector<Tensor>> CompiledModel::runInPlace(std::vector<Tensor>& inputs,
+                                                        const std::vector<const Tensor*>* next) {
+  if (cudaExecutor_) return cudaExecutor_->runInPlace(inputs, next);
   if (executor_ && executor_->isCompiled(inputs)) return executor_->runInPlace(inputs);
   KILN_TRY(prepare(inputs));
   if (executor_) return executor_->runInPlace(inputs);

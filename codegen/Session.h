@@ -107,7 +107,12 @@ class CompiledModel {
   /// Runs and writes each donated argument's new value into `inputs`, in
   /// place where the memory plan allows (codegen::CpuExecutor::runInPlace);
   /// the donated results come back empty.
-  Expected<std::vector<Tensor>> runInPlace(std::vector<Tensor>& inputs);
+  ///
+  /// On CUDA, `next` (the next runInPlace's inputs; null entries skipped)
+  /// are copied to the device while this run computes
+  /// (cuda::CudaRunner::runInPlace); ignored elsewhere.
+  Expected<std::vector<Tensor>> runInPlace(std::vector<Tensor>& inputs,
+                                           const std::vector<const Tensor*>* next = nullptr);
   /// Brings donated values kept on the device (keepDonatedOnDevice) back
   /// into the host tensors runInPlace was given; nothing to do elsewhere.
   Status syncDonated();

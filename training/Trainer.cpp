@@ -229,7 +229,7 @@ Expected<EvalResult> Trainer::evaluate() {
   return r;
 }
 
-Expected<std::vector<Tensor>> Trainer::runStep(Batch batch, Clock::duration& compileTime) {
+Expected<std::vector<Tensor>> Trainer::runStep(Batch batch, Clock::duration& compileTime, const Batch* upcoming) {
   const TrainOptions& o = options_;
   const int64_t size = batch.x.shape()[0];
   const auto compileStart = Clock::now();
@@ -277,7 +277,15 @@ Expected<std::vector<Tensor>> Trainer::runStep(Batch batch, Clock::duration& com
     if (Status synced = inPlace_->syncDonated(); !synced) return synced.takeError();
     inPlace_ = nullptr;
   }
-  auto out = donate ? model.runInPlace(in) : model.run(in);
+  // The next step's data and labels, for the device to copy while this step
+  // runs: the same tensors will be bound then (moved, not copied).
+  std::vector<const Tensor*> next;
+  if (upcoming && donate && upcoming->x.shape()[0] == size)
+    for (size_t i = 0; i < f.numArguments(); ++i) {
+      const std::string& name = f.argument(i)->name();
+      next.push_back(name == "labels" ? &upcoming->y : name == signature_.inputName ? &upcoming->x : nullptr);
+    }
+  auto out = donate ? model.runInPlace(in, next.empty() ? nullptr : &next) : model.run(in);
   if (!out) return out.takeError();
   if (donate) inPlace_ = &model;
   if (timed)
@@ -342,10 +350,16 @@ Expected<TrainSummary> Trainer::train() {
   BatchPrefetcher batches(*trainData_, plan_, o.overlap, summary.firstStep, totalSteps_);
   double epochLoss = 0;
   int64_t epochSteps = 0;
+  // On CUDA the next batch is taken one step early, so that its copy to the
+  // device overlaps the current step.
+  const bool stageAhead = session_.device().kind == DeviceChoice::Kind::Cuda;
+  std::optional<Batch> upcoming;
   for (int64_t k = summary.firstStep; k < totalSteps_; ++k) {
-    Batch batch = batches.next();
+    Batch batch = upcoming ? std::move(*upcoming) : batches.next();
+    upcoming.reset();
+    if (stageAhead && k + 1 < totalSteps_) upcoming = batches.next();
     const int64_t size = batch.x.shape()[0];
-    auto out = runStep(std::move(batch), excluded);
+    auto out = runStep(std::move(batch), excluded, upcoming ? &*upcoming : nullptr);
     if (!out) return out.takeError();
     const double loss = (*out)[0].getDouble(0);
     state_.values.assign(std::make_move_iterator(out->begin() + 1), std::make_move_iterator(out->end()));

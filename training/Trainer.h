@@ -194,7 +194,10 @@ class Trainer {
   Expected<Program*> program(int64_t batch);
   Expected<std::unique_ptr<CompiledModel>> compile(const Function& f, const std::vector<Tensor>& inputs, bool donate,
                                                    int threads = 0);
-  Expected<std::vector<Tensor>> runStep(Batch batch, std::chrono::steady_clock::duration& compileTime);
+  /// One training step on `batch`. `upcoming`, the next step's batch when
+  /// known, is copied to the device while this step runs (on CUDA).
+  Expected<std::vector<Tensor>> runStep(Batch batch, std::chrono::steady_clock::duration& compileTime,
+                                        const Batch* upcoming = nullptr);
   void notify(const std::string& text) const;
 
   Session& session_;

@@ -111,13 +111,18 @@ Expected<std::vector<Tensor>> CudaExecutor::run(const std::vector<Tensor>& input
   return (*c)->runner->run(inputs);
 }
 
-Expected<std::vector<Tensor>> CudaExecutor::runInPlace(std::vector<Tensor>& inputs) {
+Expected<std::vector<Tensor>> CudaExecutor::runInPlace(std::vector<Tensor>& inputs,
+                                                       const std::vector<const Tensor*>* next) {
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   // Values kept on the device by the runner of other shapes come home first.
   for (auto& [shapes, other] : cache_)
     if (other.get() != *c) KILN_TRY(other->runner->syncDonated());
-  return (*c)->runner->runInPlace(inputs);
+  // Staged only for a run of the same program.
+  bool sameShapes = next && next->size() == inputs.size();
+  for (size_t a = 0; sameShapes && a < inputs.size(); ++a)
+    sameShapes = !(*next)[a] || (*next)[a]->shape() == inputs[a].shape();
+  return (*c)->runner->runInPlace(inputs, sameShapes ? next : nullptr);
 }
 
 Status CudaExecutor::syncDonated() {

@@ -46,7 +46,10 @@ class CudaExecutor {
   Status prepare(const std::vector<Tensor>& inputs);
   const std::vector<std::string>& unsupportedOps() const { return unsupported_; }
   Expected<std::vector<Tensor>> run(const std::vector<Tensor>& inputs);
-  Expected<std::vector<Tensor>> runInPlace(std::vector<Tensor>& inputs);
+  /// `next`: the next runInPlace's inputs, copied to the device ahead
+  /// (CudaRunner::runInPlace) when they have this run's shapes.
+  Expected<std::vector<Tensor>> runInPlace(std::vector<Tensor>& inputs,
+                                           const std::vector<const Tensor*>* next = nullptr);
   /// Copies donated values kept on the device back to the host (every
   /// runner's; CudaRunOptions::keepDonated).
   Status syncDonated();

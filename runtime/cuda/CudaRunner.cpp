@@ -2,6 +2,7 @@
 #include "runtime/cuda/CudaRunner.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -60,14 +61,31 @@ struct CudaRunner::Impl {
   std::vector<unsigned> blocks;       // per kernel
   std::vector<DeviceBuffer> owned;    // everything cuMemAlloc gave, freed at the end
   std::vector<void*> pinned;          // everything cuMemHostAlloc gave
-  std::vector<CUdeviceptr> slotPtr;   // per slot
-  std::vector<CUdeviceptr> argPtr;    // per argument
-  std::vector<void*> argStage;        // per argument: pinned staging, host to device and back
+  /// The device buffers of the arguments and what points at them. A run
+  /// uses one set; the next run's inputs may be copied into the other while
+  /// it computes (runInPlace's `next`). Donated arguments have one buffer,
+  /// shared by both sets; the second set is made when first needed.
+  struct ArgumentSet {
+    std::vector<CUdeviceptr> argPtr;  // per argument
+    std::vector<void*> argStage;      // per argument: pinned staging, host to device and back
+    std::vector<CUdeviceptr> slotPtr;  // per slot
+    /// Per step: the kernel's argument values and the pointers to them that
+    /// cuLaunchKernel takes (or the library call's buffers).
+    std::vector<std::vector<CUdeviceptr>> paramValues;
+    std::vector<std::vector<void*>> params;
+    /// Per argument: the host memory copied in ahead of the run (by the
+    /// previous run's `next`), or null; and the event after those copies.
+    std::vector<const uint8_t*> staged;
+    CUevent stagedEvent = nullptr;
+    /// The graph captured for this set, and which arguments it copies in.
+    CUgraph graph = nullptr;
+    CUgraphExec graphExec = nullptr;
+    std::vector<bool> graphUploads;
+  };
+  std::array<ArgumentSet, 2> sets;
+  int current = 0;   // the set the next run uses
+  bool bothSets = false;
   std::vector<void*> resultStage;     // per result (not aliased): pinned, device to host
-  /// Per step: the kernel's argument values and the pointers to them that
-  /// cuLaunchKernel takes.
-  std::vector<std::vector<CUdeviceptr>> paramValues;
-  std::vector<std::vector<void*>> params;
   /// Per step: the library call's runner, or null for a kernel.
   std::vector<std::unique_ptr<CudaLibraryStep>> libraries;
   CUdeviceptr workspace = 0;
@@ -79,11 +97,54 @@ struct CudaRunner::Impl {
   /// only (a donated argument kept there, CudaRunOptions::keepDonated).
   std::vector<uint8_t*> resident;
   int runs = 0;
-  /// The graph, captured for one kind of run: whether donated arguments
-  /// were copied in and out.
-  CUgraph graph = nullptr;
-  CUgraphExec graphExec = nullptr;
-  bool graphResident = false;
+
+  /// The kernels' and library calls' buffers in `set`, from its slots.
+  void bindParams(const CpuProgram& p, ArgumentSet& set) {
+    set.paramValues.clear();
+    set.params.clear();
+    for (size_t k = 0; k < p.steps.size(); ++k) {
+      const CpuProgram::Step& step = p.steps[k];
+      std::vector<CUdeviceptr> values;
+      for (int s : step.operands) values.push_back(set.slotPtr[static_cast<size_t>(s)]);
+      values.push_back(set.slotPtr[static_cast<size_t>(step.result)]);
+      if (!libraries[k]) values.push_back(0);  // a kernel's `sizes`, unused
+      set.paramValues.push_back(std::move(values));
+    }
+    for (std::vector<CUdeviceptr>& values : set.paramValues) {
+      std::vector<void*> pointers;
+      for (CUdeviceptr& v : values) pointers.push_back(&v);
+      set.params.push_back(std::move(pointers));
+    }
+  }
+
+  /// The second argument set: its own buffers for the arguments that are
+  /// not donated, everything else shared with the first.
+  Status makeSecondSet(const CpuProgram& p) {
+    if (bothSets) return Status::success();
+    ArgumentSet& first = sets[0];
+    ArgumentSet& second = sets[1];
+    second.argPtr = first.argPtr;
+    second.argStage = first.argStage;
+    for (size_t a = 0; a < p.arguments.size(); ++a) {
+      if (donated[a]) continue;
+      const size_t bytes = byteSize(p.arguments[a].type);
+      auto ptr = allocate(bytes, "the next run's input '" + p.arguments[a].name + "'");
+      if (!ptr) return ptr.takeError();
+      auto stage = allocatePinned(bytes, "the next run's input '" + p.arguments[a].name + "'");
+      if (!stage) return stage.takeError();
+      second.argPtr[a] = *ptr;
+      second.argStage[a] = *stage;
+    }
+    second.slotPtr = first.slotPtr;
+    for (size_t s = 0; s < p.slots.size(); ++s)
+      if (p.slots[s].kind == CpuProgram::SlotKind::Argument)
+        second.slotPtr[s] = second.argPtr[static_cast<size_t>(p.slots[s].index)];
+    bindParams(p, second);
+    second.staged.assign(p.arguments.size(), nullptr);
+    KILN_TRY(check(ctx->api().cuEventCreate(&second.stagedEvent, CU_EVENT_DISABLE_TIMING), "creating an event"));
+    bothSets = true;
+    return Status::success();
+  }
 
   Status check(CUresult r, const std::string& what) const { return ctx->check(r, what); }
 
@@ -108,8 +169,11 @@ struct CudaRunner::Impl {
     const CudaExecApi& api = ctx->api();
     (void)ctx->makeCurrent();
     (void)api.cuStreamSynchronize(ctx->computeStream());
-    if (graphExec) api.cuGraphExecDestroy(graphExec);
-    if (graph) api.cuGraphDestroy(graph);
+    for (ArgumentSet& set : sets) {
+      if (set.graphExec) api.cuGraphExecDestroy(set.graphExec);
+      if (set.graph) api.cuGraphDestroy(set.graph);
+      if (set.stagedEvent) api.cuEventDestroy(set.stagedEvent);
+    }
     if (copied) api.cuEventDestroy(copied);
     libraries.clear();
     for (const DeviceBuffer& b : owned) (void)ctx->allocator().free(b.ptr);
@@ -170,8 +234,8 @@ Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const C
     if (!ptr) return ptr.takeError();
     auto stage = m.allocatePinned(bytes, "input '" + p.arguments[a].name + "'");
     if (!stage) return stage.takeError();
-    m.argPtr.push_back(*ptr);
-    m.argStage.push_back(*stage);
+    m.sets[0].argPtr.push_back(*ptr);
+    m.sets[0].argStage.push_back(*stage);
   }
   std::vector<CUdeviceptr> constPtr;
   for (const Tensor& c : p.constants) {
@@ -188,7 +252,7 @@ Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const C
     CUdeviceptr ptr = 0;
     switch (slot.kind) {
       case CpuProgram::SlotKind::Argument:
-      case CpuProgram::SlotKind::InPlace: ptr = m.argPtr[static_cast<size_t>(slot.index)]; break;
+      case CpuProgram::SlotKind::InPlace: ptr = m.sets[0].argPtr[static_cast<size_t>(slot.index)]; break;
       case CpuProgram::SlotKind::Constant: ptr = constPtr[static_cast<size_t>(slot.index)]; break;
       case CpuProgram::SlotKind::Arena: ptr = *arena + static_cast<CUdeviceptr>(slot.index); break;
       case CpuProgram::SlotKind::Output: {
@@ -198,7 +262,7 @@ Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const C
         break;
       }
     }
-    m.slotPtr.push_back(ptr);
+    m.sets[0].slotPtr.push_back(ptr);
   }
   for (const CpuProgram::Result& r : p.results) {
     void* stage = nullptr;
@@ -213,9 +277,6 @@ Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const C
   for (const CpuProgram::Step& step : p.steps) {
     for (const CpuProgram::SlotCheck& c : step.checks)
       if (p.slots[static_cast<size_t>(c.slot)].kind != CpuProgram::SlotKind::Argument) m.capturable = false;
-    std::vector<CUdeviceptr> values;
-    for (int s : step.operands) values.push_back(m.slotPtr[static_cast<size_t>(s)]);
-    values.push_back(m.slotPtr[static_cast<size_t>(step.result)]);
     if (step.kind == CpuProgram::Step::Kind::Library) {
       auto library = createLibraryStep(step.call, p.slots[static_cast<size_t>(step.result)].type.dtype,
                                        context->searchOptions(), options.allowTf32, "step %" + step.name + " of " + what);
@@ -223,16 +284,10 @@ Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const C
       m.workspaceBytes = std::max(m.workspaceBytes, (*library)->workspaceBytes());
       m.libraries.push_back(std::move(*library));
     } else {
-      values.push_back(0);  // `sizes`, unused
       m.libraries.push_back(nullptr);
     }
-    m.paramValues.push_back(std::move(values));
   }
-  for (std::vector<CUdeviceptr>& values : m.paramValues) {
-    std::vector<void*> pointers;
-    for (CUdeviceptr& v : values) pointers.push_back(&v);
-    m.params.push_back(std::move(pointers));
-  }
+  m.bindParams(p, m.sets[0]);
   if (m.workspaceBytes > 0) {
     auto workspace = m.allocate(m.workspaceBytes, "the math libraries' workspace");
     if (!workspace) return workspace.takeError();
@@ -242,6 +297,8 @@ Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const C
   for (const CpuProgram::Result& r : p.results)
     if (r.aliasedArgument >= 0) m.donated[static_cast<size_t>(r.aliasedArgument)] = true;
   m.resident.assign(p.arguments.size(), nullptr);
+  m.sets[0].staged.assign(p.arguments.size(), nullptr);
+  KILN_TRY(m.check(api.cuEventCreate(&m.sets[0].stagedEvent, CU_EVENT_DISABLE_TIMING), "creating an event"));
   KILN_TRY(m.check(api.cuEventCreate(&m.copied, CU_EVENT_DISABLE_TIMING), "creating an event"));
   KILN_TRY(m.check(api.cuStreamSynchronize(context->computeStream()), "uploading the constants of " + what));
 
@@ -260,12 +317,14 @@ Status CudaRunner::syncDonated() {
   const CpuProgram& p = program_->plan;
   for (size_t a = 0; a < m.resident.size(); ++a) {
     if (!m.resident[a]) continue;
-    KILN_TRY(m.check(api.cuMemcpyDtoHAsync(m.argStage[a], m.argPtr[a], byteSize(p.arguments[a].type), context_->computeStream()),
+    KILN_TRY(m.check(api.cuMemcpyDtoHAsync(m.sets[0].argStage[a], m.sets[0].argPtr[a], byteSize(p.arguments[a].type),
+                                           context_->computeStream()),
                      "copying '" + p.arguments[a].name + "' back to the host"));
   }
   KILN_TRY(m.check(api.cuStreamSynchronize(context_->computeStream()), "copying donated values back to the host"));
   for (size_t a = 0; a < m.resident.size(); ++a)
-    if (uint8_t* host = std::exchange(m.resident[a], nullptr)) std::memcpy(host, m.argStage[a], byteSize(p.arguments[a].type));
+    if (uint8_t* host = std::exchange(m.resident[a], nullptr))
+      std::memcpy(host, m.sets[0].argStage[a], byteSize(p.arguments[a].type));
   return Status::success();
 }
 
@@ -273,7 +332,7 @@ Expected<std::vector<Tensor>> CudaRunner::run(const std::vector<Tensor>& inputs)
   // The device's copies of donated arguments are about to be overwritten.
   KILN_TRY(syncDonated());
   std::vector<Tensor> copy = inputs;
-  auto results = execute(copy, false);
+  auto results = execute(copy, false, nullptr);
   if (!results) return results;
   // Donated results come back as results here: run leaves inputs alone.
   for (size_t r = 0; r < program_->plan.results.size(); ++r)
@@ -281,10 +340,15 @@ Expected<std::vector<Tensor>> CudaRunner::run(const std::vector<Tensor>& inputs)
   return results;
 }
 
-Expected<std::vector<Tensor>> CudaRunner::runInPlace(std::vector<Tensor>& inputs) { return execute(inputs, true); }
+Expected<std::vector<Tensor>> CudaRunner::runInPlace(std::vector<Tensor>& inputs,
+                                                     const std::vector<const Tensor*>* next) {
+  return execute(inputs, true, next);
+}
 
-Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, bool writeDonated) {
+Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, bool writeDonated,
+                                                  const std::vector<const Tensor*>* next) {
   Impl& m = *impl_;
+  Impl::ArgumentSet& S = m.sets[static_cast<size_t>(m.current)];
   const CpuProgram& p = program_->plan;
   const CudaExecApi& api = context_->api();
   const CUstream compute = context_->computeStream(), copy = context_->copyStream();
@@ -319,8 +383,17 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
     else allResident = false;
     m.resident[a] = nullptr;
   }
+  // Copied in ahead by the previous run (its `next`): the same host memory.
+  bool stagedUsed = false;
+  for (size_t a = 0; a < inputs.size(); ++a) {
+    if (!m.donated[a] && S.staged[a] && S.staged[a] == inputs[a].raw()) {
+      upload[a] = false;
+      stagedUsed = true;
+    }
+    S.staged[a] = nullptr;
+  }
   for (size_t a = 0; a < inputs.size(); ++a)
-    if (upload[a]) std::memcpy(m.argStage[a], inputs[a].raw(), inputs[a].numBytes());
+    if (upload[a]) std::memcpy(S.argStage[a], inputs[a].raw(), inputs[a].numBytes());
 
   StepProfile* profile = m.options.profile;
   if (profile && profile->entries.size() != p.steps.size()) {
@@ -341,7 +414,7 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
     const CUstream uploadStream = eager ? copy : compute;
     for (size_t a = 0; a < inputs.size(); ++a)
       if (upload[a])
-        KILN_TRY(m.check(api.cuMemcpyHtoDAsync(m.argPtr[a], m.argStage[a], inputs[a].numBytes(), uploadStream),
+        KILN_TRY(m.check(api.cuMemcpyHtoDAsync(S.argPtr[a], S.argStage[a], inputs[a].numBytes(), uploadStream),
                          "copying input '" + p.arguments[a].name + "' to the device"));
     if (eager) {
       KILN_TRY(m.check(api.cuEventRecord(m.copied, copy), "recording the inputs' copy"));
@@ -353,14 +426,14 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
         const CpuProgram::Slot& slot = p.slots[static_cast<size_t>(c.slot)];
         if (slot.kind == CpuProgram::SlotKind::Argument) continue;
         Tensor value(slot.type.dtype, staticDims(slot.type.shape));
-        KILN_TRY(m.check(api.cuMemcpyDtoHAsync(value.raw(), m.slotPtr[static_cast<size_t>(c.slot)], value.numBytes(), compute),
+        KILN_TRY(m.check(api.cuMemcpyDtoHAsync(value.raw(), S.slotPtr[static_cast<size_t>(c.slot)], value.numBytes(), compute),
                          "copying a checked value back"));
         KILN_TRY(m.check(api.cuStreamSynchronize(compute), "computing the value a host check reads"));
         KILN_TRY(runHostCheck(c.check, value.raw(), value.dtype(), value.numElements()));
       }
       const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       if (const CudaLibraryStep* library = m.libraries[k].get()) {
-        if (Status ran = library->run(compute, m.paramValues[k], m.workspace, m.workspaceBytes); !ran)
+        if (Status ran = library->run(compute, S.paramValues[k], m.workspace, m.workspaceBytes); !ran)
           return Error("step %" + step.name + " of '" + p.name + "' (" + library->describe() + "): " + ran.error().message());
         if (profile) {
           KILN_TRY(m.check(api.cuStreamSynchronize(compute), "running " + library->describe()));
@@ -371,7 +444,7 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
       }
       const size_t kernel = static_cast<size_t>(step.kernel);
       KILN_TRY(m.check(api.cuLaunchKernel(m.functions[kernel], m.grids[kernel], 1, 1, m.blocks[kernel], 1, 1, 0, compute,
-                                          m.params[k].data(), nullptr),
+                                          S.params[k].data(), nullptr),
                        "launching kernel " + p.kernelNames[kernel] + " (" + step.what + ")"));
       if (blocking && !profile)
         KILN_TRY(m.check(api.cuStreamSynchronize(compute), "running kernel " + p.kernelNames[kernel] + " (" + step.what + ")"));
@@ -384,41 +457,65 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
     // Results copied into donated arguments after the last step; a source
     // that another copy overwrites is read first into the result staging.
     for (const auto& [source, argument] : p.finalCopies)
-      KILN_TRY(m.check(api.cuMemcpyDtoDAsync(m.argPtr[static_cast<size_t>(argument)], m.slotPtr[static_cast<size_t>(source)],
+      KILN_TRY(m.check(api.cuMemcpyDtoDAsync(S.argPtr[static_cast<size_t>(argument)], S.slotPtr[static_cast<size_t>(source)],
                                              inputs[static_cast<size_t>(argument)].numBytes(), compute),
                        "copying a result into its donated input"));
     for (size_t r = 0; r < p.results.size(); ++r) {
       const CpuProgram::Result& result = p.results[r];
       if (result.aliasedArgument >= 0) continue;
       const size_t s = static_cast<size_t>(result.slot);
-      KILN_TRY(m.check(api.cuMemcpyDtoHAsync(m.resultStage[r], m.slotPtr[s], byteSize(p.slots[s].type), compute),
+      KILN_TRY(m.check(api.cuMemcpyDtoHAsync(m.resultStage[r], S.slotPtr[s], byteSize(p.slots[s].type), compute),
                        "copying result " + std::to_string(r) + " back to the host"));
     }
     for (size_t r = 0; r < p.results.size() && !keep; ++r)
       if (const int a = p.results[r].aliasedArgument; a >= 0)
-        KILN_TRY(m.check(api.cuMemcpyDtoHAsync(m.argStage[static_cast<size_t>(a)], m.argPtr[static_cast<size_t>(a)],
+        KILN_TRY(m.check(api.cuMemcpyDtoHAsync(S.argStage[static_cast<size_t>(a)], S.argPtr[static_cast<size_t>(a)],
                                                inputs[static_cast<size_t>(a)].numBytes(), compute),
                          "copying donated input '" + p.arguments[static_cast<size_t>(a)].name + "' back to the host"));
     return Status::success();
   };
 
-  // The steady state is captured once: in keepDonated mode the runs whose
-  // donated arguments are all on the device already, else every run.
+  // The steady state is captured once per argument set: in keepDonated
+  // mode the runs whose donated arguments are all on the device already,
+  // else every run; a graph replays only runs that copy in the same
+  // arguments it does.
   const bool steady = keep ? allResident : true;
-  if (graphs && steady && m.runs >= 1 && !m.graphExec) {
-    m.graphResident = keep;
+  if (stagedUsed)
+    KILN_TRY(m.check(api.cuStreamWaitEvent(compute, S.stagedEvent, 0), "ordering the steps after the inputs copied ahead"));
+  if (graphs && steady && m.runs >= 1 && !S.graphExec) {
+    S.graphUploads = upload;
     KILN_TRY(m.check(api.cuStreamBeginCapture(compute, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "starting a graph capture"));
     Status captured = enqueue(false);
-    const CUresult ended = api.cuStreamEndCapture(compute, &m.graph);
+    const CUresult ended = api.cuStreamEndCapture(compute, &S.graph);
     KILN_TRY(std::move(captured));
     KILN_TRY(m.check(ended, "ending the graph capture of '" + p.name + "'"));
-    KILN_TRY(m.check(api.cuGraphInstantiateWithFlags(&m.graphExec, m.graph, 0), "instantiating the graph of '" + p.name + "'"));
+    KILN_TRY(m.check(api.cuGraphInstantiateWithFlags(&S.graphExec, S.graph, 0), "instantiating the graph of '" + p.name + "'"));
   }
-  if (graphs && steady && m.graphExec && m.graphResident == keep) {
-    KILN_TRY(m.check(api.cuGraphLaunch(m.graphExec, compute), "replaying the graph of '" + p.name + "'"));
+  if (graphs && steady && S.graphExec && S.graphUploads == upload) {
+    KILN_TRY(m.check(api.cuGraphLaunch(S.graphExec, compute), "replaying the graph of '" + p.name + "'"));
     ++replays_;
   } else {
     KILN_TRY(enqueue(true));
+  }
+  // The next run's inputs (those not donated) go to the device on the copy
+  // stream while this run computes, into the other argument set.
+  if (next) {
+    if (next->size() != inputs.size())
+      return Error("'" + p.name + "': the next run's inputs number " + std::to_string(next->size()) + ", expected " +
+                   std::to_string(inputs.size()));
+    KILN_TRY(m.makeSecondSet(p));
+    Impl::ArgumentSet& T = m.sets[static_cast<size_t>(1 - m.current)];
+    for (size_t a = 0; a < inputs.size(); ++a) {
+      T.staged[a] = nullptr;
+      const Tensor* t = (*next)[a];
+      if (m.donated[a] || !t || t->type() != p.arguments[a].type) continue;
+      std::memcpy(T.argStage[a], t->raw(), t->numBytes());
+      KILN_TRY(m.check(api.cuMemcpyHtoDAsync(T.argPtr[a], T.argStage[a], t->numBytes(), copy),
+                       "copying the next run's input '" + p.arguments[a].name + "' to the device"));
+      T.staged[a] = t->raw();
+    }
+    KILN_TRY(m.check(api.cuEventRecord(T.stagedEvent, copy), "recording the next run's inputs' copy"));
+    m.current = 1 - m.current;
   }
   if (Status ran = m.check(api.cuStreamSynchronize(compute), "running '" + p.name + "'"); !ran)
     return Error(ran.error().message() +
@@ -443,7 +540,7 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
       if (keep)
         m.resident[static_cast<size_t>(a)] = donated.raw();
       else
-        std::memcpy(donated.raw(), m.argStage[static_cast<size_t>(a)], donated.numBytes());
+        std::memcpy(donated.raw(), S.argStage[static_cast<size_t>(a)], donated.numBytes());
     }
   return results;
 }

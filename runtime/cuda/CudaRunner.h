@@ -15,6 +15,11 @@
 // copied; a check of a computed value copies it back first, and such a
 // program is never captured.
 //
+// A training loop (runInPlace with keepDonated and `next`) keeps its
+// parameters on the device and has the next batch copied into a second set
+// of argument buffers on the copy stream while the current step computes;
+// each set has its own graph.
+//
 // A runner runs one call at a time.
 #pragma once
 
@@ -60,7 +65,14 @@ class CudaRunner {
   Expected<std::vector<Tensor>> run(const std::vector<Tensor>& inputs);
   /// Runs and writes each donated argument's new value into `inputs`; those
   /// results come back as empty Tensors.
-  Expected<std::vector<Tensor>> runInPlace(std::vector<Tensor>& inputs);
+  ///
+  /// `next`, when given, points at the next runInPlace's inputs (null
+  /// entries are skipped): those that are not donated are copied to the
+  /// device on the copy stream while this run computes, and that run copies
+  /// them no more when it is given the same tensors. They must stay alive
+  /// and unchanged until then.
+  Expected<std::vector<Tensor>> runInPlace(std::vector<Tensor>& inputs,
+                                           const std::vector<const Tensor*>* next = nullptr);
   /// With keepDonated: copies the donated arguments' newest values back into
   /// the host tensors they came from; nothing to do otherwise.
   Status syncDonated();
@@ -75,7 +87,8 @@ class CudaRunner {
  private:
   struct Impl;
   explicit CudaRunner(std::unique_ptr<Impl> impl);
-  Expected<std::vector<Tensor>> execute(std::vector<Tensor>& inputs, bool writeDonated);
+  Expected<std::vector<Tensor>> execute(std::vector<Tensor>& inputs, bool writeDonated,
+                                        const std::vector<const Tensor*>* next);
 
   std::unique_ptr<Impl> impl_;
   std::shared_ptr<const CudaProgram> program_;

@@ -297,6 +297,39 @@ TEST(CudaRunnerTest, DonatedValuesStayOnTheDeviceUntilSynced) {
   expectClose((*again)[1], (*reference)[1]);
 }
 
+TEST(CudaRunnerTest, NextInputsAreCopiedAheadAndUsedOnlyWhenTheSame) {
+  REQUIRE_EMULATOR();
+  auto m = parseModule(kStep, "step.kir");
+  ASSERT_TRUE(m) << m.error().message();
+  const Function& f = *(*m)->functions().front();
+  codegen::CudaOptions options;
+  options.aliases = {ResultAlias{1, 0}};
+  options.run.keepDonated = true;
+  auto executor = codegen::CudaExecutor::create(f, context(), options);
+  ASSERT_TRUE(executor) << executor.error().message();
+  std::vector<Tensor> batches;
+  for (uint32_t k = 0; k < 6; ++k) batches.push_back(random({16}, 100 + k));
+  std::vector<Tensor> inputs{random({16}, 1), batches[0]};
+  std::vector<Tensor> want = inputs;
+  for (size_t k = 0; k < batches.size(); ++k) {
+    // Step 3 is given a copy of the batch staged for it (other host memory):
+    // it must copy that one in, not use what was staged.
+    if (k == 3) batches[3] = Tensor(batches[3]);
+    // Moved, as the trainer binds a batch: the same host memory as staged.
+    if (k > 0) inputs[1] = std::move(batches[k]);
+    want[1] = inputs[1];
+    std::vector<const Tensor*> next{nullptr, k + 1 < batches.size() ? &batches[k + 1] : nullptr};
+    auto got = (*executor)->runInPlace(inputs, &next);
+    ASSERT_TRUE(got) << got.error().message();
+    auto reference = interpret(f, want);
+    ASSERT_TRUE(reference);
+    expectClose((*got)[0], (*reference)[0]);
+    want[0] = (*reference)[1];
+  }
+  ASSERT_TRUE((*executor)->syncDonated());
+  expectClose(inputs[0], want[0]);
+}
+
 TEST(CudaRunnerTest, ProgramRefusesInputsOfOtherShapes) {
   REQUIRE_EMULATOR();
   auto m = model();
