@@ -1139,6 +1139,42 @@ extern "C" __global__ void copy(const int* in, int* out) { out[threadIdx.x] = in
   EXPECT_TRUE(raced) << "no seed ran the kernel before the copy it did not wait for";
 }
 
+TEST_F(CudaEmulatorTest, AdversarialModeShufflesBlocksAndWarps) {
+  KILN_PTX_OR_SKIP(ptx, R"(
+// Races a GPU may or may not show: warp 1 reads shared memory warp 0 wrote
+// without __syncthreads, and each block reads what the previous block wrote.
+extern "C" __global__ void warps(int* out) {
+  __shared__ int s[64];
+  s[threadIdx.x] = threadIdx.x + 1;
+  if (threadIdx.x >= 32) out[threadIdx.x - 32] = s[threadIdx.x - 32];
+}
+extern "C" __global__ void blocks(int* data) {
+  if (threadIdx.x == 0) data[blockIdx.x + 1] = data[blockIdx.x] + 1;
+})");
+  auto run = [&]() {
+    CUmodule module = load(ptx);
+    CUdeviceptr out = upload(std::vector<int>(32, 0)), data = upload(std::vector<int>(9, 0));
+    EXPECT_EQ(launch(function(module, "warps"), 1, 64, nullptr, 0, out), CUDA_SUCCESS);
+    EXPECT_EQ(launch(function(module, "blocks"), 8, 32, nullptr, 0, data), CUDA_SUCCESS);
+    std::vector<int> got = download<int>(out, 32);
+    const bool warpsInOrder = got[31] == 32;
+    const bool blocksInOrder = download<int>(data, 9)[8] == 8;
+    return std::make_pair(warpsInOrder, blocksInOrder);
+  };
+  EXPECT_EQ(run(), std::make_pair(true, true));  // index order without a seed
+  bool warpsShuffled = false, blocksShuffled = false;
+  for (int seed = 1; seed <= 16 && !(warpsShuffled && blocksShuffled); ++seed) {
+    setenv("KILN_EMULATOR_SEED", std::to_string(seed).c_str(), 1);
+    recreateContext();
+    auto [warpsInOrder, blocksInOrder] = run();
+    warpsShuffled = warpsShuffled || !warpsInOrder;
+    blocksShuffled = blocksShuffled || !blocksInOrder;
+  }
+  unsetenv("KILN_EMULATOR_SEED");
+  EXPECT_TRUE(warpsShuffled) << "no seed ran warp 1 before warp 0";
+  EXPECT_TRUE(blocksShuffled) << "no seed ran the blocks out of order";
+}
+
 TEST_F(CudaEmulatorTest, EventTimingAndQueries) {
   CUstream stream = nullptr;
   CUevent start = nullptr, end = nullptr;

@@ -9,7 +9,8 @@
 // implicit ordering with the blocking streams. Among the streams whose next
 // command is ready, the scheduler takes them in creation order, or, with a
 // seed (adversarial mode), in a seeded pseudo-random order, so that a host
-// that forgets a cuStreamWaitEvent sees the race.
+// that forgets a cuStreamWaitEvent sees the race; in that mode each launch
+// also runs its blocks, and its warps between barriers, in a shuffled order.
 //
 // A command that faults (a kernel's illegal or misaligned access, a trap,
 // a host work item that calls kilnEmulatorFault) breaks the context as on a
@@ -297,6 +298,9 @@ class Context {
   void hostFault(const std::string& message);
 
   const EmulatorOptions& options() const { return options_; }
+  /// The block and warp order seed of a new launch: 0 (index order), or in
+  /// adversarial mode a number drawn from the context's seeded generator.
+  uint64_t launchOrderSeed() { return options_.adversarial ? (rng_() | 1) : 0; }
   InterpreterStats& stats() { return stats_; }
 
  private:

@@ -781,6 +781,7 @@ KILN_CU_EXPORT CUresult cuLaunchKernel(void* function, unsigned gridX, unsigned 
     shape.block[1] = blockY;
     shape.block[2] = blockZ;
     shape.dynamicSharedBytes = sharedBytes;
+    shape.orderSeed = c.launchOrderSeed();
     return c.enqueue(s, std::make_shared<KernelWork>(f->module, f->kernel, shape, std::move(params)));
   });
 }

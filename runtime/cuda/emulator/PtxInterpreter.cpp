@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <type_traits>
 
 namespace kiln::emulator {
@@ -462,6 +463,8 @@ class Launch {
   uint32_t sharedBytes_ = 0;
   uint32_t localBytes_ = 0;
   std::vector<Warp> warps_;
+  std::vector<uint32_t> warpOrder_;
+  std::mt19937_64 rng_;  // adversarial block and warp order
 
   uint64_t cacheBase_ = 0, cacheBytes_ = 0;
   uint8_t* cacheHost_ = nullptr;
@@ -1216,9 +1219,23 @@ void Launch::run(InterpreterStats& stats) {
     }
   }
 
-  for (uint32_t z = 0; z < shape_.grid[2]; ++z)
-    for (uint32_t y = 0; y < shape_.grid[1]; ++y)
-      for (uint32_t x = 0; x < shape_.grid[0]; ++x) runBlock(x, y, z);
+  const uint64_t blocks = static_cast<uint64_t>(shape_.grid[0]) * shape_.grid[1] * shape_.grid[2];
+  if (shape_.orderSeed == 0) {
+    for (uint32_t z = 0; z < shape_.grid[2]; ++z)
+      for (uint32_t y = 0; y < shape_.grid[1]; ++y)
+        for (uint32_t x = 0; x < shape_.grid[0]; ++x) runBlock(x, y, z);
+  } else {
+    rng_.seed(shape_.orderSeed);
+    std::vector<uint64_t> order(blocks);
+    for (uint64_t i = 0; i < blocks; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng_);
+    for (uint64_t i : order) {
+      const uint32_t x = static_cast<uint32_t>(i % shape_.grid[0]);
+      const uint32_t y = static_cast<uint32_t>(i / shape_.grid[0] % shape_.grid[1]);
+      const uint32_t z = static_cast<uint32_t>(i / (static_cast<uint64_t>(shape_.grid[0]) * shape_.grid[1]));
+      runBlock(x, y, z);
+    }
+  }
   ++stats.launches;
   stats.warpInstructions += warpSteps_;
   stats.laneInstructions += laneSteps_;
@@ -1228,9 +1245,16 @@ void Launch::runBlock(uint32_t bx, uint32_t by, uint32_t bz) {
   block_[0] = bx;
   block_[1] = by;
   block_[2] = bz;
+  // The order warps run in between barriers: index order, or shuffled.
+  warpOrder_.resize(warpsPerBlock_);
+  for (uint32_t i = 0; i < warpsPerBlock_; ++i) warpOrder_[i] = i;
+  auto shuffleWarps = [&]() {
+    if (shape_.orderSeed != 0) std::shuffle(warpOrder_.begin(), warpOrder_.end(), rng_);
+  };
   if (!k_.usesBarrier) {
     Warp& w = warps_[0];
-    for (uint32_t i = 0; i < warpsPerBlock_; ++i) {
+    shuffleWarps();
+    for (uint32_t i : warpOrder_) {
       startWarp(w, i);
       runWarp(w);
     }
@@ -1238,7 +1262,9 @@ void Launch::runBlock(uint32_t bx, uint32_t by, uint32_t bz) {
   }
   for (uint32_t i = 0; i < warpsPerBlock_; ++i) startWarp(warps_[i], i);
   while (true) {
-    for (Warp& w : warps_) {
+    shuffleWarps();
+    for (uint32_t i : warpOrder_) {
+      Warp& w = warps_[i];
       if (w.live & ~w.exited & ~w.waiting) runWarp(w);
     }
     bool anyWaiting = false;

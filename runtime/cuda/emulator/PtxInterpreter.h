@@ -35,6 +35,11 @@ struct LaunchShape {
   uint32_t grid[3] = {1, 1, 1};
   uint32_t block[3] = {1, 1, 1};
   uint32_t dynamicSharedBytes = 0;
+  /// Not 0: run blocks, and warps between barriers, in an order shuffled
+  /// with this seed instead of index order (adversarial mode), so a kernel
+  /// that reads what another warp or block writes without synchronizing
+  /// shows it.
+  uint64_t orderSeed = 0;
 };
 
 /// Why a launch stopped: a CUresult (700 illegal address, 716 misaligned
