@@ -759,6 +759,14 @@ class KernelDecoder {
     }
     const std::string_view base = m.base;
     const auto& ops = s.operands;
+    // A negated predicate operand (!%p) is implemented for setp's combining
+    // operand and vote's operand only; anywhere else it is refused, never
+    // read as %p.
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const bool allowed = ((base == "setp" || base == "set") && i == 3) || (base == "vote" && i == 1);
+      if (ops[i].negated && !allowed)
+        fail(s.line, "a negated operand of '" + std::string(s.opcode) + "' is not implemented");
+    }
     auto need = [&](size_t n) {
       if (ops.size() != n)
         fail(s.line, "'" + std::string(s.opcode) + "' takes " + std::to_string(n) + " operands, found " +
@@ -1080,7 +1088,6 @@ class KernelDecoder {
       if (t != PtxType::Pred && !isBitType(t)) unsupported("");
       if (t == PtxType::B8) unsupported("");
       binary(base == "and" ? Opcode::And : base == "or" ? Opcode::Or : Opcode::Xor, t);
-      if (t == PtxType::Pred) negatablePredicates(in, ops);
     } else if (base == "not" || base == "cnot") {
       const PtxType t = oneType();
       finish();
@@ -1348,13 +1355,6 @@ class KernelDecoder {
       fail(s.line, "unknown instruction '" + std::string(s.opcode) + "'");
     }
     emit(in, s.text);
-  }
-
-  /// `and.pred %p, %q, !%r`: negated predicate sources are not implemented
-  /// beyond setp and vote.
-  void negatablePredicates(Instruction&, const std::vector<Operand>& ops) {
-    for (const Operand& o : ops)
-      if (o.negated) fail(line_, "negated predicate operands are only implemented for setp and vote");
   }
 
   uint32_t carrySlot() {
