@@ -46,7 +46,7 @@ constexpr OptionSpec kOptions[] = {
     {"--emit", "ir|kernel|llvm|cuda|ptx|cubin-size",
      "print the optimized IR, the kernel IR, the optimized LLVM IR, the CUDA C++, NVRTC's PTX, or the size of "
      "NVRTC's CUBIN instead"},
-    {"--cuda-arch", "sm_80,sm_90",
+    {"--cuda-arch", "sm_80,sm_90a",
      "the GPU architectures NVRTC compiles for with --device cuda (default: the device's, else sm_90); -o stores a "
      "CUBIN for each and PTX for the oldest"},
     {"--input-shape", "NAME=2x3x8", "the static shape of input NAME, for inputs with symbolic or unknown dims", true},
@@ -196,8 +196,8 @@ int compileForCuda(const Function& f, const std::vector<Tensor>& inputs, const s
 /// `archs` (and PTX for the oldest, or `ptxArch` alone when `archs` is
 /// empty). No GPU is needed.
 int compileCudaArtifact(const Function& f, const std::vector<Tensor>& inputs, const cuda::NvrtcApi& nvrtc,
-                        const std::vector<int>& archs, int ptxArch, int optLevel, const std::string& output,
-                        bool printPlan) {
+                        const std::vector<int>& archs, const std::vector<int>& specificArchs, int ptxArch, int optLevel,
+                        const std::string& output, bool printPlan) {
   std::vector<TensorType> types;
   for (const Tensor& t : inputs) types.push_back(t.type());
   auto optimized = codegen::specializeAndOptimize(f, types, {}, *codegen::targetNamed("cuda"), optLevel, nullptr);
@@ -205,6 +205,7 @@ int compileCudaArtifact(const Function& f, const std::vector<Tensor>& inputs, co
   const Function& g = *(*optimized)->functions().front();
   codegen::CudaCompileOptions options;
   options.archs = archs;
+  options.specificArchs = specificArchs;
   options.ptxArch = ptxArch;
   auto compiled = codegen::compileCudaProgram(g, nvrtc, options);
   if (!compiled) return reportError(kName, compiled.takeError()), kExitError;
@@ -260,19 +261,20 @@ int compile(const ParsedArgs& args) {
   int cudaArch = 90;
   // -o with --device cuda: CUBINs for each of --cuda-arch's list, PTX for
   // the oldest; without it, for the device found (see below).
-  std::vector<int> cudaArchs;
+  std::vector<int> cudaArchs, specificArchs;
   int ptxArch = 90;
   const cuda::CudaDeviceInfo* cudaDevice = nullptr;
   if (const std::string* arch = args.get("--cuda-arch")) {
     for (size_t begin = 0; begin <= arch->size();) {
       const size_t comma = std::min(arch->find(',', begin), arch->size());
-      auto value = codegen::parseCudaArch(arch->substr(begin, comma - begin));
+      auto value = codegen::parseCudaArchSpec(arch->substr(begin, comma - begin));
       if (!value) return usageError(kName, value.error().message());
-      cudaArchs.push_back(*value);
+      (value->specific ? specificArchs : cudaArchs).push_back(value->arch);
       begin = comma + 1;
     }
-    if (emit && cudaArchs.size() > 1) return usageError(kName, "--emit takes one --cuda-arch");
-    cudaArch = cudaArchs.front();
+    if (emit && (cudaArchs.size() != 1 || !specificArchs.empty()))
+      return usageError(kName, "--emit takes one --cuda-arch, not architecture-specific");
+    cudaArch = cudaArchs.empty() ? specificArchs.front() : cudaArchs.front();
   } else if (cuda) {
     // Without --cuda-arch: the architecture of the device named (cuda:N) or
     // of the first usable one, when the driver shows any; else sm_90.
@@ -350,10 +352,10 @@ int compile(const ParsedArgs& args) {
   if (cuda && !emit) {
     auto nvrtc = cuda::loadNvrtc();
     if (!nvrtc) return reportError(kName, nvrtc.takeError()), kExitError;
-    if (cudaArchs.empty())
+    if (cudaArchs.empty() && specificArchs.empty())
       cudaArchs = cudaDevice ? codegen::defaultCudaArchs(**nvrtc, cudaDevice->computeMajor, cudaDevice->computeMinor, &ptxArch)
                              : std::vector<int>{90};
-    return compileCudaArtifact(f, *inputs, **nvrtc, cudaArchs, ptxArch, optLevel.value_or(3), *output,
+    return compileCudaArtifact(f, *inputs, **nvrtc, cudaArchs, specificArchs, ptxArch, optLevel.value_or(3), *output,
                                args.has("--print-memory-plan"));
   }
   if (emit && *emit == "ir") {

@@ -2,6 +2,7 @@
 #include "codegen/cuda/CudaCompiler.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "codegen/CpuCompiler.h"
 #include "codegen/cuda/CudaEmitter.h"
@@ -50,7 +51,14 @@ Expected<CudaCompilation> compileCudaProgram(const Function& f, const cuda::Nvrt
     std::vector<int> archs = options.archs;
     std::sort(archs.begin(), archs.end());
     archs.erase(std::unique(archs.begin(), archs.end()), archs.end());
-    p.ptxArch = archs.empty() ? options.ptxArch : archs.front();
+    std::vector<int> specific = options.specificArchs;
+    std::sort(specific.begin(), specific.end());
+    specific.erase(std::unique(specific.begin(), specific.end()), specific.end());
+    // The PTX is for the oldest architecture asked for, specific or not (as
+    // plain compute_XY PTX, which runs on any newer GPU).
+    p.ptxArch = options.ptxArch;
+    if (!archs.empty() || !specific.empty())
+      p.ptxArch = std::min(archs.empty() ? INT32_MAX : archs.front(), specific.empty() ? INT32_MAX : specific.front());
     const std::string name = f.name() + ".cu";
     for (int arch : archs) {
       auto binary = compileCudaSource(nvrtc, out.source, name, arch);
@@ -62,6 +70,16 @@ Expected<CudaCompilation> compileCudaProgram(const Function& f, const cuda::Nvrt
       if (arch == p.ptxArch) p.ptx = binary->ptx;
       out.log += binary->log;
       p.cubins.push_back({arch, false, std::move(binary->cubin)});
+    }
+    for (int arch : specific) {
+      auto binary = compileCudaSource(nvrtc, out.source, name, arch, /*ptxOnly=*/false, /*archSpecific=*/true);
+      if (!binary) return binary.takeError();
+      const size_t found = countKernelsInCubin(binary->cubin, p.plan.kernelNames);
+      if (found != p.plan.kernelNames.size())
+        return Error("the CUBIN NVRTC produced for sm_" + std::to_string(arch) + "a defines " + std::to_string(found) +
+                     " of the " + std::to_string(p.plan.kernelNames.size()) + " kernels of '" + f.name() + "'");
+      out.log += binary->log;
+      p.cubins.push_back({arch, true, std::move(binary->cubin)});
     }
     if (p.ptx.empty()) {
       auto binary = compileCudaSource(nvrtc, out.source, name, p.ptxArch, /*ptxOnly=*/true);

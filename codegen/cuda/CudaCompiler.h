@@ -35,7 +35,10 @@ struct CudaCompileOptions {
   /// Architectures to build CUBINs for (90 for sm_90; empty: PTX only, for
   /// `ptxArch`).
   std::vector<int> archs;
-  /// The architecture of the PTX when `archs` is empty.
+  /// Architecture-specific CUBINs (90 for sm_90a), which run on that exact
+  /// architecture only.
+  std::vector<int> specificArchs;
+  /// The architecture of the PTX when `archs` and `specificArchs` are empty.
   int ptxArch = 75;
   std::string kernelPrefix = "kiln_";
 };

@@ -62,8 +62,17 @@ Expected<int> parseCudaArch(std::string_view text) {
   return std::stoi(std::string(digits));
 }
 
+Expected<CudaArchSpec> parseCudaArchSpec(std::string_view text) {
+  const bool specific = text.size() > 4 && text.back() == 'a';
+  auto arch = parseCudaArch(specific ? text.substr(0, text.size() - 1) : text);
+  if (!arch)
+    return Error("--cuda-arch expects a real GPU architecture such as sm_80, sm_90 or sm_90a, got '" +
+                 std::string(text) + "'");
+  return CudaArchSpec{*arch, specific};
+}
+
 Expected<CudaBinary> compileCudaSource(const cuda::NvrtcApi& nvrtc, const std::string& source, const std::string& name,
-                                       int arch, bool ptxOnly) {
+                                       int arch, bool ptxOnly, bool archSpecific) {
   CudaBinary binary;
   binary.arch = arch;
   binary.nvrtcVersion = nvrtc.version();
@@ -82,7 +91,8 @@ Expected<CudaBinary> compileCudaSource(const cuda::NvrtcApi& nvrtc, const std::s
     ~Destroy() { api.nvrtcDestroyProgram(&p); }
   } destroy{nvrtc, program};
 
-  const std::string archOption = (ptxOnly ? "--gpu-architecture=compute_" : "--gpu-architecture=sm_") + std::to_string(arch);
+  const std::string archOption = (ptxOnly ? "--gpu-architecture=compute_" : "--gpu-architecture=sm_") +
+                                 std::to_string(arch) + (archSpecific && !ptxOnly ? "a" : "");
   const char* options[] = {archOption.c_str(), "--std=c++17"};
   const cuda::nvrtcResult compiled = nvrtc.nvrtcCompileProgram(program, 2, options);
   size_t logSize = 0;

@@ -22,6 +22,14 @@ namespace kiln::codegen {
 /// The architecture of `sm_90` (90); an error saying what is expected for
 /// anything else. Whether NVRTC supports it is checked when compiling.
 Expected<int> parseCudaArch(std::string_view text);
+/// `sm_90` or the architecture-specific `sm_90a` (code for that exact
+/// architecture, with its own instructions): the number, and whether the
+/// `a` was there.
+struct CudaArchSpec {
+  int arch = 90;
+  bool specific = false;
+};
+Expected<CudaArchSpec> parseCudaArchSpec(std::string_view text);
 
 /// What NVRTC made of one translation unit.
 struct CudaBinary {
@@ -37,8 +45,9 @@ struct CudaBinary {
 /// failed compilation is an error holding NVRTC's log, with the kernel each
 /// error line falls in. With `ptxOnly`, only PTX is made (for the virtual
 /// architecture compute_<arch>), and `cubin` stays empty.
+/// With `archSpecific`, the CUBIN is for sm_<arch>a.
 Expected<CudaBinary> compileCudaSource(const cuda::NvrtcApi& nvrtc, const std::string& source, const std::string& name,
-                                       int arch, bool ptxOnly = false);
+                                       int arch, bool ptxOnly = false, bool archSpecific = false);
 
 /// How many of `kernels` the CUBIN defines (their names in its symbol
 /// table), as a check that what NVRTC produced holds every kernel.
