@@ -332,6 +332,7 @@ std::string printKernel(const Kernel& kernel) {
     if (schedule.blockSize > 0) {
       os << " (" << schedule.blockSize << " threads per block";
       if (schedule.threadsPerRow > 0) os << ", " << schedule.threadsPerRow << " per row";
+      if (schedule.vectorWidth > 0) os << ", vector " << schedule.vectorWidth;
       os << ")";
     }
   }

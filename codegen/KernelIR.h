@@ -178,6 +178,11 @@ struct Schedule {
   /// computed by all of them, each thread a strided slice, then combined
   /// across the threads (codegen/Schedule.h, rowInvariantReductions).
   int threadsPerRow = 0;
+  /// CUDA: 0 when each thread takes one element per step. Otherwise the
+  /// consecutive elements each thread takes per step with one vector load
+  /// per buffer read and one vector store (4: float4/int4), a scalar loop
+  /// taking the last elements (codegen/Schedule.h).
+  int vectorWidth = 0;
   LoopMapping of(int var) const;
 };
 

@@ -21,6 +21,8 @@ using kir::ExprPtr;
 /// Threads per block of every CUDA kernel.
 constexpr int kCudaBlockSize = 256;
 constexpr int kWarpSize = 32;
+/// Elements per step of a vectorized CUDA kernel: 16 bytes of a 4-byte dtype.
+constexpr int kCudaVectorWidth = 4;
 
 bool usesVar(const Expr& e, int var) {
   if (e.kind == ExprKind::Var) return e.id == var;
@@ -159,6 +161,61 @@ void scheduleRows(kir::Kernel& kernel, const std::vector<const kir::Stmt*>& grid
   }
 }
 
+/// The value of i64 index `e` with every variable 0, if `e` is built of
+/// constants, variables, + - and * only.
+std::optional<int64_t> valueAtZero(const Expr& e) {
+  if (e.kind == ExprKind::Const) return e.intValue;
+  if (e.kind == ExprKind::Var) return 0;
+  if (e.kind != ExprKind::Binary) return std::nullopt;
+  const auto a = valueAtZero(*e.args[0]), b = valueAtZero(*e.args[1]);
+  if (!a || !b) return std::nullopt;
+  switch (e.binary) {
+    case kir::BinaryFn::Add: return *a + *b;
+    case kir::BinaryFn::Sub: return *a - *b;
+    case kir::BinaryFn::Mul: return *a * *b;
+    default: return std::nullopt;
+  }
+}
+
+/// Whether index `e` is exactly the flat element index of the `grid` loops
+/// (row-major, the innermost fastest): affine in their variables only, each
+/// with its row-major stride (any for a loop of one iteration), offset 0.
+bool isFlatIndex(const Expr& e, const std::vector<const kir::Stmt*>& grid) {
+  std::set<int> vars, bound;
+  for (const kir::Stmt* loop : grid) vars.insert(loop->var);
+  if (!freeVarsWithin(e, vars, bound)) return false;
+  int64_t stride = 1;
+  for (size_t k = grid.size(); k-- > 0;) {
+    if (grid[k]->extent != 1 && strideIn(e, grid[k]->var) != stride) return false;
+    stride *= grid[k]->extent;
+  }
+  return valueAtZero(e) == 0;
+}
+
+bool isFourBytes(DType t) { return t == DType::F32 || t == DType::I32; }
+
+/// Whether the `grid` loops of `kernel` hold one store that a thread can do
+/// for consecutive elements with vector loads and stores: the store and
+/// every load index their buffer at the flat element index, all of 4-byte
+/// dtypes, and the value reads nothing else (no loop variable outside a
+/// load's index, no reduction).
+bool isVectorElementwise(const kir::Kernel& kernel, const std::vector<const kir::Stmt*>& grid) {
+  if (grid.empty() || grid.back()->body.size() != 1 || grid.back()->body[0]->kind != kir::Stmt::Kind::Store)
+    return false;
+  int64_t total = 1;
+  for (const kir::Stmt* loop : grid) total *= loop->extent;
+  const kir::Stmt& store = *grid.back()->body[0];
+  if (total < 1 || !isFourBytes(kernel.buffers[store.buffer].dtype) || !isFlatIndex(*store.index, grid)) return false;
+  std::function<bool(const Expr&)> elementwise = [&](const Expr& e) {
+    if (e.kind == ExprKind::Var || e.kind == ExprKind::Reduce) return false;
+    if (e.kind == ExprKind::Load) return isFourBytes(kernel.buffers[e.id].dtype) && isFlatIndex(*e.args[0], grid);
+    for (const ExprPtr& arg : e.args)
+      if (!elementwise(*arg)) return false;
+    return true;
+  };
+  return elementwise(*store.value);
+}
+
 }  // namespace
 
 void scheduleForCpu(kir::Kernel& kernel) {
@@ -201,6 +258,8 @@ void scheduleForCuda(kir::Kernel& kernel, const CudaScheduleOptions& options) {
   // A parallel loop beside other statements stays as it is (the emitter
   // refuses it); so does a body of several statements.
   if (options.cooperativeRows && kernel.body.size() == 1) scheduleRows(kernel, grid, options);
+  if (kernel.schedule.threadsPerRow == 0 && kernel.body.size() == 1 && isVectorElementwise(kernel, grid))
+    kernel.schedule.vectorWidth = kCudaVectorWidth;
 }
 
 void scheduleFor(std::string_view target, kir::Kernel& kernel) {

@@ -8,6 +8,11 @@
 // a warp (or, for long rows, a block) shares each row: its threads reduce
 // strided slices of the row and combine them with warp shuffles (and shared
 // memory across the warps of a block), then write the row's elements.
+// A plain elementwise map over 4-byte dtypes, whose store and every load
+// index their buffers at the flat element index, takes 4 consecutive
+// elements per thread step instead, with float4/int4 loads and stores
+// (aligned: every buffer the runner hands a kernel starts at a multiple of
+// 16 bytes) and a scalar tail.
 #pragma once
 
 #include <string_view>

@@ -14,12 +14,14 @@
 
 #include "codegen/Schedule.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "codegen/Embedded.h"
 #include "codegen/ValueRanges.h"
@@ -187,13 +189,11 @@ class KernelEmitter {
       // An empty result still launches one block, whose threads skip the
       // loop: CUDA rejects a grid of no blocks.
       launch.workItems = total > 0 ? total : 1;
-      line("for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < " + intLiteral(DType::I64, total) +
-           "; t += (long long)gridDim.x * blockDim.x) {");
-      ++depth_;
-      unflatten(dimsOf(loops), "t");
-      for (const kir::StmtPtr& s : loops.back()->body) KILN_TRY(emitStmt(*s));
-      --depth_;
-      line("}");
+      if (schedule.vectorWidth > 0) {
+        KILN_TRY(emitVectors(loops, total, launch));
+      } else {
+        KILN_TRY(emitGridLoop(loops, 0, total));
+      }
     } else {
       line("if (blockIdx.x != 0 || threadIdx.x != 0) return;");
       for (const kir::StmtPtr& s : kernel_.body) KILN_TRY(emitStmt(*s));
@@ -223,6 +223,80 @@ class KernelEmitter {
       line("const long long " + loopVar(var) + " = " + value + ";");
       inner *= extent;
     }
+  }
+
+  /// The grid-stride loop over elements [first, total) of the flat index
+  /// space of `loops`, one element per thread step.
+  Status emitGridLoop(const std::vector<const kir::Stmt*>& loops, int64_t first, int64_t total) {
+    const std::string start = first == 0 ? "" : intLiteral(DType::I64, first) + " + ";
+    line("for (long long t = " + start + "(long long)blockIdx.x * blockDim.x + threadIdx.x; t < " +
+         intLiteral(DType::I64, total) + "; t += (long long)gridDim.x * blockDim.x) {");
+    ++depth_;
+    unflatten(dimsOf(loops), "t");
+    for (const kir::StmtPtr& s : loops.back()->body) KILN_TRY(emitStmt(*s));
+    --depth_;
+    line("}");
+    return {};
+  }
+
+  /// A vector schedule (kir::Schedule::vectorWidth, 4): each thread step
+  /// takes elements 4q..4q+3 of the flat index space, q grid-stride below
+  /// total / 4, with one float4/int4 load per buffer the store reads and
+  /// one vector store; each component is the store's value printed by
+  /// emitExpr with the loads replaced by that component. The scheduler
+  /// vectorizes only a store whose index and every load's are the flat
+  /// index, so element 4q of every buffer is 16-byte aligned. The last
+  /// total % 4 elements are the scalar grid loop's.
+  Status emitVectors(const std::vector<const kir::Stmt*>& loops, int64_t total, CudaLaunch& launch) {
+    const int width = kernel_.schedule.vectorWidth;
+    const std::vector<kir::StmtPtr>& body = loops.back()->body;
+    if (width != 4 || body.size() != 1 || body[0]->kind != kir::Stmt::Kind::Store)
+      return Error("kernel '" + kernel_.name + "' is scheduled with vector " + std::to_string(width) +
+                   "; the CUDA emitter vectorizes only 4 elements of a grid loop nest holding one store");
+    const kir::Stmt& store = *body[0];
+    std::set<int> loaded;
+    std::function<void(const Expr&)> collect = [&](const Expr& e) {
+      if (e.kind == ExprKind::Load) loaded.insert(e.id);
+      for (const kir::ExprPtr& arg : e.args) collect(*arg);
+    };
+    collect(*store.value);
+    std::set<int> buffers = loaded;
+    buffers.insert(store.buffer);
+    for (int b : buffers)
+      if (!vectorType(kernel_.buffers[b].dtype))
+        return Error("kernel '" + kernel_.name + "' is scheduled with vector 4, but buffer " + std::to_string(b) +
+                     " is " + std::string(dtypeName(kernel_.buffers[b].dtype)) + ", not f32 or i32");
+
+    const int64_t vectors = total / width;
+    launch.workItems = std::max<int64_t>((total + width - 1) / width, 1);
+    line("for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < " + intLiteral(DType::I64, vectors) +
+         "; q += (long long)gridDim.x * blockDim.x) {");
+    ++depth_;
+    for (int b : loaded) {
+      const std::string type = vectorType(kernel_.buffers[b].dtype), name = "b" + std::to_string(b);
+      line("const " + type + " " + name + "_v = reinterpret_cast<const " + type + "*>(" + name + ")[q];");
+    }
+    const std::string type = vectorType(kernel_.buffers[store.buffer].dtype), stored = "stored";
+    line(type + " " + stored + ";");
+    for (const char* component : {"x", "y", "z", "w"}) {
+      for (int b : loaded) vectorLoads_[b] = "b" + std::to_string(b) + "_v." + component;
+      auto value = emitExpr(*store.value);
+      if (!value) return value.takeError();
+      line(stored + "." + component + " = " + *value + ";");
+    }
+    vectorLoads_.clear();
+    line("reinterpret_cast<" + type + "*>(b" + std::to_string(store.buffer) + ")[q] = " + stored + ";");
+    --depth_;
+    line("}");
+    if (total % width != 0) KILN_TRY(emitGridLoop(loops, vectors * width, total));
+    return {};
+  }
+
+  /// The CUDA vector of 4 elements of `t`, for the dtypes a vector
+  /// schedule takes; null for others.
+  static const char* vectorType(DType t) {
+    if (t == DType::F32) return "float4";
+    return t == DType::I32 ? "int4" : nullptr;
   }
 
   /// A row schedule (kir::Schedule::threadsPerRow): each group of
@@ -318,6 +392,8 @@ class KernelEmitter {
       case ExprKind::Const: return isFloat(e.type) ? floatLiteral(e.type, e.floatValue) : intLiteral(e.type, e.intValue);
       case ExprKind::Var: return loopVar(e.id);
       case ExprKind::Load: {
+        // A vector schedule's component of the buffer's vector load.
+        if (const auto it = vectorLoads_.find(e.id); it != vectorLoads_.end()) return it->second;
         auto index = emitExpr(*e.args[0]);
         if (!index) return index.takeError();
         const std::string load = "b" + std::to_string(e.id) + "[" + *index + "]";
@@ -796,6 +872,9 @@ class KernelEmitter {
   kir::ValueRanges ranges_;
   /// Row schedules: the variable holding each row reduction, by reductionKey.
   std::map<std::string, std::string> rowValues_;
+  /// Vector schedules: the component of each buffer's vector load that
+  /// stands for its loads while one component is emitted.
+  std::map<int, std::string> vectorLoads_;
   int threads_ = 0;
   std::string* out_ = nullptr;
   int depth_ = 1;

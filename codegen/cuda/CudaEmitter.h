@@ -12,6 +12,11 @@
 // are sequential loops inside a thread, other loops plain loops. A kernel
 // without a parallel loop (a scalar result) runs on thread 0 of block 0.
 //
+// Vector schedules (codegen/Schedule.h, vectorWidth 4: a plain elementwise
+// map over f32/i32): each thread step takes 4 consecutive elements with
+// one float4/int4 load per buffer read and one vector store, the index
+// space is ceil(n / 4), and a scalar grid-stride loop takes the last n % 4.
+//
 // Row schedules (codegen/Schedule.h, threadsPerRow 32 or the block): the
 // index space is rows times the threads of a row, each warp (or block)
 // taking rows grid-stride, so any grid is still correct. The row's
@@ -44,7 +49,7 @@ namespace kiln::codegen {
 
 /// How one emitted kernel is launched: the size of its flattened grid
 /// index space (1 for a kernel without a parallel loop; rows times threads
-/// per row for a row schedule) and the block size its `__launch_bounds__`
+/// per row for a row schedule; ceil(elements / 4) for a vector one) and the block size its `__launch_bounds__`
 /// promises.
 struct CudaLaunch {
   std::string name;

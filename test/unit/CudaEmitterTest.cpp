@@ -389,8 +389,10 @@ TEST(CudaEmitterTest, GridMappingAndLaunchSizes) {
   auto source = codegen::emitCudaSource(*kernels);
   ASSERT_TRUE(source.ok()) << source.error().str();
   ASSERT_EQ(source->launches.size(), 2u);
-  // exp: the 35 outer rows and the 3 inner elements, one index space.
-  EXPECT_EQ(source->launches[0].workItems, 105);
+  // exp: the 35 outer rows and the 3 inner elements, one index space of
+  // 105, which an f32 map takes 4 elements per thread step (26 steps and
+  // a scalar tail of 1: 27 work items).
+  EXPECT_EQ(source->launches[0].workItems, 27);
   EXPECT_NE(source->code.find("t < 105LL; t += (long long)gridDim.x * blockDim.x"), std::string::npos);
   EXPECT_NE(source->code.find("const long long i1 = t % 3LL;"), std::string::npos);
   EXPECT_NE(source->code.find("const long long i0 = t / 3LL;"), std::string::npos);
@@ -400,7 +402,7 @@ TEST(CudaEmitterTest, GridMappingAndLaunchSizes) {
   // With one thread per element, it runs on one thread.
   source = codegen::emitCudaSource(perThread(*kernels));
   ASSERT_TRUE(source.ok()) << source.error().str();
-  EXPECT_EQ(source->launches[0].workItems, 105);
+  EXPECT_EQ(source->launches[0].workItems, 27);
   EXPECT_EQ(source->launches[1].workItems, 1);
   EXPECT_NE(source->code.find("if (blockIdx.x != 0 || threadIdx.x != 0) return;"), std::string::npos);
 }
@@ -519,6 +521,87 @@ TEST(CudaEmitterTest, OtherReductionsKeepOneThreadPerElement) {
     ASSERT_TRUE(source.ok()) << source.error().str();
     EXPECT_EQ(source->code.find("__shfl_xor_sync"), std::string::npos);
   }
+}
+
+/// The code of kernel `name` in translation unit `code`.
+std::string kernelCode(const std::string& code, const std::string& name) {
+  const size_t begin = code.find(" " + name + "(");
+  if (begin == std::string::npos) return "";
+  return code.substr(begin, code.find("\n}\n", begin) - begin);
+}
+
+/// A plain elementwise map over f32 or i32 (store and loads at the flat
+/// element index) takes 4 elements per thread step with float4/int4 loads
+/// and stores, and a scalar tail; the schedule says `vector 4`, the launch
+/// covers ceil(n / 4) steps, and each component is the scalar path's
+/// expression. A broadcast operand or an i64 buffer keeps one element per
+/// thread step.
+TEST(CudaEmitterTest, PlainElementwiseMapsUseVectorLoadsAndStores) {
+  std::vector<kir::Kernel> kernels = kernelsOf(
+      "func @f(%x: f32[5,7,3], %y: f32[5,7,3], %b: f32[3], %k: i32[8], %l: i64[6]) -> (f32[5,7,3], f32[5,7,3], "
+      "i32[8], i64[6]) {\n"
+      "  %s = add(%x, %y) : f32[5,7,3]\n  %e = exp(%s) : f32[5,7,3]\n"
+      "  %c = add(%x, %b) : f32[5,7,3]\n  %j = mul(%k, %k) : i32[8]\n  %m = neg(%l) : i64[6]\n"
+      "  return %e, %c, %j, %m\n}\n");
+  ASSERT_EQ(kernels.size(), 4u);
+  for (kir::Kernel& k : kernels) codegen::scheduleForCuda(k);
+  const std::vector<int> widths = {4, 0, 4, 0};
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    EXPECT_EQ(kernels[i].schedule.vectorWidth, widths[i]) << kir::printKernel(kernels[i]);
+    EXPECT_EQ(kir::printKernel(kernels[i]).find("(256 threads per block, vector 4)") != std::string::npos,
+              widths[i] == 4)
+        << kir::printKernel(kernels[i]);
+  }
+  auto source = codegen::emitCudaSource(kernels);
+  ASSERT_TRUE(source.ok()) << source.error().str();
+  ASSERT_EQ(source->launches.size(), 4u);
+
+  // exp(x + y) over 105 elements: 26 vector steps, then element 104 alone.
+  const std::string map = kernelCode(source->code, source->launches[0].name);
+  EXPECT_EQ(source->launches[0].workItems, 27);
+  EXPECT_NE(map.find("for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < 26LL; "
+                     "q += (long long)gridDim.x * blockDim.x) {\n"
+                     "    const float4 b0_v = reinterpret_cast<const float4*>(b0)[q];\n"
+                     "    const float4 b1_v = reinterpret_cast<const float4*>(b1)[q];\n"
+                     "    float4 stored;\n"
+                     "    stored.x = expf((b0_v.x + b1_v.x));\n"
+                     "    stored.y = expf((b0_v.y + b1_v.y));\n"
+                     "    stored.z = expf((b0_v.z + b1_v.z));\n"
+                     "    stored.w = expf((b0_v.w + b1_v.w));\n"
+                     "    reinterpret_cast<float4*>(b2)[q] = stored;\n  }\n"),
+            std::string::npos)
+      << map;
+  EXPECT_NE(map.find("for (long long t = 104LL + (long long)blockIdx.x * blockDim.x + threadIdx.x; t < 105LL; "),
+            std::string::npos)
+      << map;
+  EXPECT_NE(map.find("b2[((i0 * 3LL) + i1)] = expf((b0[((i0 * 3LL) + i1)] + b1[((i0 * 3LL) + i1)]));"),
+            std::string::npos)
+      << map;
+
+  // The broadcast add reads %b at another index: one element per step.
+  const std::string broadcast = kernelCode(source->code, source->launches[1].name);
+  EXPECT_EQ(source->launches[1].workItems, 105);
+  EXPECT_EQ(broadcast.find("float4"), std::string::npos) << broadcast;
+  EXPECT_NE(broadcast.find("t < 105LL;"), std::string::npos) << broadcast;
+
+  // i32 * i32 over 8 elements: int4, no tail.
+  const std::string ints = kernelCode(source->code, source->launches[2].name);
+  EXPECT_EQ(source->launches[2].workItems, 2);
+  EXPECT_NE(ints.find("const int4 b0_v = reinterpret_cast<const int4*>(b0)[q];"), std::string::npos) << ints;
+  EXPECT_NE(ints.find("stored.w = kiln_imul(b0_v.w, b1_v.w);"), std::string::npos) << ints;
+  EXPECT_EQ(ints.find("long long t ="), std::string::npos) << ints;
+
+  // i64 elements are 8 bytes: one element per step.
+  const std::string wide = kernelCode(source->code, source->launches[3].name);
+  EXPECT_EQ(source->launches[3].workItems, 6);
+  EXPECT_EQ(wide.find("long long q"), std::string::npos) << wide;
+
+  // Row reductions are never vectorized.
+  std::vector<kir::Kernel> sum =
+      kernelsOf("func @f(%x: f32[3,64]) -> f32[3] {\n  %y = reduce_sum(%x) {axes = [1]} : f32[3]\n  return %y\n}\n");
+  ASSERT_EQ(sum.size(), 1u);
+  codegen::scheduleForCuda(sum[0]);
+  EXPECT_EQ(sum[0].schedule.vectorWidth, 0);
 }
 
 TEST(CudaEmitterTest, CompileErrorCarriesNvrtcLogAndKernel) {

@@ -32,6 +32,8 @@ extern "C" void kiln_host_set(unsigned block, unsigned thread, unsigned blocks, 
 #define __forceinline__ inline
 #define __launch_bounds__(n)
 #define __restrict__ __restrict
+struct float4 { float x, y, z, w; };
+struct int4 { int x, y, z, w; };
 static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 static inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
 static inline double __longlong_as_double(long long i) { double d; memcpy(&d, &i, 8); return d; }
