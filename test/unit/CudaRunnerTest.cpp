@@ -4,10 +4,8 @@
 // allocator's statistics account for exactly the runner's buffers,
 // out-of-memory and kernel faults give their messages. Faults break the
 // emulated context for the rest of the process (as on a GPU), so those
-// tests run in a child process.
+// tests run in a fresh child process.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <random>
@@ -69,15 +67,15 @@ std::unique_ptr<Module> model() {
   return std::move(*m);
 }
 
-/// Runs `body` in a child process; returns its exit status (or 128 + signal).
-template <typename Body>
-int inChild(Body body) {
-  const pid_t pid = fork();
-  if (pid == 0) _exit(body());
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+/// Runs `body` in a fresh process (gtest's threadsafe death-test style
+/// starts the test binary again, so no lock another thread held at fork
+/// time is inherited) and expects it to exit with 0; `body` returns the
+/// exit status.
+#define EXPECT_CHILD_SUCCEEDS(body)                                        \
+  do {                                                                     \
+    GTEST_FLAG_SET(death_test_style, "threadsafe");                        \
+    EXPECT_EXIT(std::exit((body)()), ::testing::ExitedWithCode(0), "");    \
+  } while (0)
 
 TEST(CudaRunnerTest, GraphReplayReadsEachRunsInputs) {
   REQUIRE_EMULATOR();
@@ -219,7 +217,7 @@ int runFaultingProgram(bool blocking, std::string& message) {
 
 TEST(CudaRunnerTest, KernelFaultIsAnErrorNamingTheCall) {
   REQUIRE_EMULATOR();
-  const int status = inChild([] {
+  EXPECT_CHILD_SUCCEEDS([] {
     std::string message;
     if (int rc = runFaultingProgram(false, message)) return rc;
     const bool ok = message.find("CUDA error while running 'bad' on cuda:0 (Kiln emulated GPU): "
@@ -228,12 +226,11 @@ TEST(CudaRunnerTest, KernelFaultIsAnErrorNamingTheCall) {
     if (!ok) fprintf(stderr, "unexpected message: %s\n", message.c_str());
     return ok ? 0 : 1;
   });
-  EXPECT_EQ(status, 0);
 }
 
 TEST(CudaRunnerTest, LaunchBlockingNamesTheFailingKernel) {
   REQUIRE_EMULATOR();
-  const int status = inChild([] {
+  EXPECT_CHILD_SUCCEEDS([] {
     std::string message;
     if (int rc = runFaultingProgram(true, message)) return rc;
     const bool ok = message.find("CUDA error while running kernel kiln_bad_0 (store through null) on cuda:0") !=
@@ -242,7 +239,6 @@ TEST(CudaRunnerTest, LaunchBlockingNamesTheFailingKernel) {
     if (!ok) fprintf(stderr, "unexpected message: %s\n", message.c_str());
     return ok ? 0 : 1;
   });
-  EXPECT_EQ(status, 0);
 }
 
 /// A training-like step: the parameter `w` is donated, its new value
