@@ -3,8 +3,9 @@
 
 These are the models of the tutorials Kiln's users come from (an MLP, the
 small CNN on 3x28x28 images, an RNN, a 2-layer LSTM, a GRU, a Transformer
-encoder layer and a small decoder-only GPT), with small sizes and random
-weights from fixed seeds. For each model, test/e2e/<model>/ receives:
+encoder layer, a small decoder-only GPT, and a small ResNet-like CNN with
+batch norm, a residual add, a depthwise convolution and a channel concat),
+with small sizes and random weights from fixed seeds. For each model, test/e2e/<model>/ receives:
 
   model.onnx           torch.onnx.export, opset 17, dynamic batch axis (the
                        Transformer and GPT also with a static one)
@@ -163,6 +164,57 @@ class GPT(nn.Module):
         return self.head(self.ln_f(self.blocks(x)))
 
 
+class ResNetish(nn.Module):
+    """A small CNN with the layers of ResNets and MobileNets on 3x32x32: a
+    stem conv + BatchNorm + ReLU, a residual block (conv-bn-relu-conv-bn,
+    identity add, ReLU), a depthwise conv (groups == channels) + BN + ReLU6,
+    a channel concat of two branches (16 + 8 = 24 channels, not a multiple
+    of 16) and a batch norm of the concat, a max pool, then a pointwise conv
+    + BN + ReLU to 32 channels, global average pooling and a Linear head.
+    In eval mode; the batch norms' running statistics and affine parameters
+    are random (set by `randomize_bn`), so that no batch norm is the
+    identity. The export folds each batch norm that follows a conv into the
+    conv's weights; the one after the concat stays a BatchNormalization."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
+        self.res_conv1 = nn.Conv2d(16, 16, 3, padding=1, bias=False)
+        self.res_bn1 = nn.BatchNorm2d(16)
+        self.res_conv2 = nn.Conv2d(16, 16, 3, padding=1, bias=False)
+        self.res_bn2 = nn.BatchNorm2d(16)
+        self.depthwise = nn.Sequential(nn.Conv2d(16, 16, 3, stride=2, padding=1, groups=16, bias=False),
+                                       nn.BatchNorm2d(16), nn.ReLU6())
+        self.branch = nn.Sequential(nn.Conv2d(16, 8, 1), nn.ReLU())
+        self.concat_bn = nn.BatchNorm2d(24)
+        self.pool = nn.MaxPool2d(2)
+        self.pointwise = nn.Sequential(nn.Conv2d(24, 32, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU())
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = self.stem(x)
+        y = F.relu(self.res_bn1(self.res_conv1(x)))
+        x = F.relu(x + self.res_bn2(self.res_conv2(y)))
+        d = self.depthwise(x)
+        x = torch.cat([d, self.branch(d)], dim=1)
+        x = self.pointwise(self.pool(self.concat_bn(x)))
+        x = F.adaptive_avg_pool2d(x, 1).flatten(1)
+        return self.head(x)
+
+
+def randomize_bn(module, gen):
+    """Random running statistics and affine parameters for every BatchNorm2d
+    of MODULE (from GEN), so that eval-mode batch norm is not the identity."""
+    for m in module.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            with torch.no_grad():
+                m.running_mean.copy_(0.5 * randn(gen, m.num_features))
+                m.running_var.copy_(0.5 + torch.rand(m.num_features, generator=gen))
+                m.weight.copy_(1.0 + 0.25 * randn(gen, m.num_features))
+                m.bias.copy_(0.25 * randn(gen, m.num_features))
+    return module
+
+
 def randn(gen, *shape):
     return torch.randn(*shape, generator=gen, dtype=torch.float32)
 
@@ -195,6 +247,8 @@ def models():
     idx = torch.randint(0, 64, (batch, 8), generator=gen, dtype=torch.long)
     yield "gpt", gpt, {"idx": idx}, ["logits"], {}
     yield "gpt-dynamic", gpt, {"idx": idx}, ["logits"], {"idx": {0: "batch"}, "logits": {0: "batch"}}
+    yield ("resnetish", randomize_bn(ResNetish(), gen), {"x": randn(gen, batch, 3, 32, 32)}, ["logits"],
+           {"x": {0: "batch"}, "logits": {0: "batch"}})
 
 
 def export(name, module, inputs, output_names, dynamic_axes, out_dir):
