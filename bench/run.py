@@ -123,13 +123,16 @@ def torch_optimizer(module, name):
 # --- Workers: PyTorch and ONNX Runtime, each in its own process ------------------------------------------------
 
 
-def worker_main(system):
-    """Serves requests, one JSON object per line on stdin, one reply per line on stdout."""
+def worker_main(system, module_for=None):
+    """Serves requests, one JSON object per line on stdin, one reply per line on stdout. The torch worker gets
+    each request's module from module_for(model name) (default: the end-to-end models of the export script); its
+    weights come from the request's state file."""
     if system == "torch":
         import torch
         torch.set_num_threads(2)
-        export = load_export_module()
-        modules = {name: m for name, (m, _, _, _) in e2e_models(export).items()}
+        if module_for is None:
+            export = load_export_module()
+            module_for = {name: m for name, (m, _, _, _) in e2e_models(export).items()}.__getitem__
     else:
         import onnxruntime as ort
     loaded = {}
@@ -142,7 +145,7 @@ def worker_main(system):
             if req["cmd"] == "load":
                 inputs = {n: np.load(p) for n, p in req["inputs"].items()}
                 if system == "torch":
-                    module = modules[req["model"]]
+                    module = module_for(req["model"])
                     module.load_state_dict(torch.load(req["state"]))
                     module.eval()
                     args = tuple(torch.from_numpy(v) for v in inputs.values())
@@ -167,9 +170,11 @@ def worker_main(system):
                 reply = {"ok": True}
             elif req["cmd"] == "train_load":
                 import torch.nn.functional as F
-                module = modules[req["model"]]
+                module = module_for(req["model"])
                 module.load_state_dict(torch.load(req["state"]))
-                module.train()  # none of the timed models has dropout or batch norm, so this changes no value
+                # None of this script's models has dropout or batch norm, so this changes no value here;
+                # bench/real.py's ResNet-18 trains its batch norms in train mode, as kiln-train-bench does.
+                module.train()
                 optimizer = torch_optimizer(module, req["optimizer"])
                 args = tuple(torch.from_numpy(np.load(p)) for p in req["inputs"].values())
                 labels = torch.from_numpy(np.load(req["labels"]))
@@ -204,8 +209,10 @@ def worker_main(system):
 
 
 class Worker:
-    def __init__(self, system, env):
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", system], env=env,
+    """A worker process: SCRIPT (default this one) run with `--worker SYSTEM`, which calls worker_main."""
+
+    def __init__(self, system, env, script=__file__):
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(script), "--worker", system], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def call(self, **req):
@@ -254,15 +261,23 @@ def kiln_error(proc):
     return text[-1] if text else f"exit status {proc.returncode}"
 
 
-def kiln_load(kiln, config, output_dir):
-    proc = subprocess.run(kiln_command(kiln, config) + ["--no-fallback", "--output-dir", output_dir],
-                          capture_output=True, text=True, env=KILN_ENV)
+def run_kiln(cmd, timeout):
+    """subprocess.run of a Kiln command; a command that runs past `timeout` seconds (None: no limit) is killed
+    and reported as one that failed, with exit status 124."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, env=KILN_ENV, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(cmd, 124, "", f"{os.path.basename(cmd[0])} {cmd[1]}: killed after "
+                                           f"{timeout:.0f} s (the timeout)")
+
+
+def kiln_load(kiln, config, output_dir, timeout=None):
+    proc = run_kiln(kiln_command(kiln, config) + ["--no-fallback", "--output-dir", output_dir], timeout)
     return {"ok": True} if proc.returncode == 0 else {"ok": False, "error": kiln_error(proc)}
 
 
-def kiln_bench(kiln, config, runs, warmup):
-    proc = subprocess.run(kiln_command(kiln, config) + ["--bench", str(runs), "--warmup", str(warmup), "--json"],
-                          capture_output=True, text=True, env=KILN_ENV)
+def kiln_bench(kiln, config, runs, warmup, timeout=None):
+    proc = run_kiln(kiln_command(kiln, config) + ["--bench", str(runs), "--warmup", str(warmup), "--json"], timeout)
     if proc.returncode != 0:
         return {"ok": False, "error": kiln_error(proc)}
     return {"ok": True, "median_ms": json.loads(proc.stdout)["median_ms"]}
@@ -276,10 +291,10 @@ def kiln_train_command(train_bench, config):
     return cmd
 
 
-def kiln_train(train_bench, config, steps, warmup):
+def kiln_train(train_bench, config, steps, warmup, timeout=None):
     """Runs kiln-train-bench: `steps` timed steps after `warmup` ones; its JSON reply (median_ms, losses)."""
-    proc = subprocess.run(kiln_train_command(train_bench, config) + ["--steps", str(steps), "--warmup", str(warmup)],
-                          capture_output=True, text=True, env=KILN_ENV)
+    proc = run_kiln(kiln_train_command(train_bench, config) + ["--steps", str(steps), "--warmup", str(warmup)],
+                    timeout)
     if proc.returncode != 0:
         return {"ok": False, "error": kiln_error(proc)}
     return dict(json.loads(proc.stdout), ok=True)
@@ -306,6 +321,101 @@ def compare(outputs, reference):
 
 def read_outputs(folder):
     return {f[:-4]: np.load(os.path.join(folder, f)) for f in os.listdir(folder) if f.endswith(".npy")}
+
+
+def check_inference(configs, workers, kiln, work, timeout=None):
+    """Agreement first: each system runs each configuration once; Kiln's and ORT's outputs are compared with
+    PyTorch's. A system that fails or disagrees is recorded in the configuration's "failed" and not timed."""
+    for c in configs:
+        outputs = {}
+        for system in SYSTEMS:
+            out_dir = os.path.join(work, c["name"], f"out_{c['batch']}_{system}")
+            os.makedirs(out_dir)
+            if system == "kiln":
+                reply = kiln_load(kiln, c, out_dir, timeout)
+            else:
+                reply = workers[system].call(cmd="load", key=c["key"], model=c["model"], state=c["state"],
+                                             onnx=c["onnx"], inputs=c["inputs"], output_names=c["output_names"],
+                                             output_dir=out_dir)
+            if reply["ok"]:
+                outputs[system] = read_outputs(out_dir)
+            else:
+                c["failed"][system] = reply["error"]
+        if "torch" in outputs:
+            for system in ("kiln", "ort"):
+                if system in outputs:
+                    worst, problem = compare(outputs[system], outputs["torch"])
+                    if problem:
+                        c["failed"][system] = f"does not match PyTorch: {problem}"
+                    else:
+                        c.setdefault("agreement", {})[system] = worst
+        status = ", ".join(f"{s} FAILED ({e})" for s, e in c["failed"].items()) or "all agree"
+        print(f"[check] {c['key']}: {status}", file=sys.stderr, flush=True)
+
+
+def check_training(train_configs, workers, train_bench, timeout=None):
+    """Training agreement: the losses of the first steps from the same weights and batch (each step's loss
+    depends on every earlier step's gradients and update)."""
+    for c in train_configs:
+        kiln_reply = kiln_train(train_bench, c, TRAIN_CHECK_STEPS, 0, timeout)
+        torch_reply = workers["torch"].call(cmd="train_load", key=c["key"], model=c["model"], state=c["state"],
+                                            optimizer=c["optimizer"], inputs=c["inputs"], labels=c["labels"],
+                                            steps=TRAIN_CHECK_STEPS)
+        for system, reply in (("kiln", kiln_reply), ("torch", torch_reply)):
+            if not reply["ok"]:
+                c["failed"][system] = reply["error"]
+        if kiln_reply["ok"] and torch_reply["ok"]:
+            got, want = np.array(kiln_reply["losses"]), np.array(torch_reply["losses"])
+            c["losses"] = (got, want)
+            drop_got, drop_want = got[0] - got[1:], want[0] - want[1:]
+            rtol = TRAIN_LOSS_RTOL_ADAMW if c["optimizer"] == "adamw" else TRAIN_LOSS_RTOL
+            if not np.allclose(got, want, rtol=rtol, atol=0) or not np.allclose(
+                    drop_got, drop_want, rtol=TRAIN_DROP_RTOL, atol=1e-6):
+                c["failed"]["kiln"] = f"losses {got.tolist()} do not match PyTorch's {want.tolist()}"
+        status = ", ".join(f"{s} FAILED ({e})" for s, e in c["failed"].items()) or (
+            f"losses agree ({' '.join(f'{v:.4f}' for v in c['losses'][1])})")
+        print(f"[check] {c['key']}: {status}", file=sys.stderr, flush=True)
+
+
+def time_rounds(configs, train_configs, workers, kiln, train_bench, args, started, timeout=None):
+    """Times in args.rounds rounds: each round runs every system once per configuration (args.warmup warm-up runs,
+    then args.runs timed ones, after args.pause seconds idle) and appends its median to the configuration's
+    "rounds"; a system that fails is recorded in "failed" and not run again."""
+    for r in range(args.rounds):
+        for c in configs:
+            for system in SYSTEMS:
+                if system in c["failed"]:
+                    continue
+                # The previous system's idle threads may still spin (OpenMP, ONNX Runtime's pool) and would
+                # take the cores from this one.
+                time.sleep(args.pause)
+                if system == "kiln":
+                    reply = kiln_bench(kiln, c, args.runs, args.warmup, timeout)
+                    median = reply.get("median_ms")
+                else:
+                    reply = workers[system].call(cmd="bench", key=c["key"], runs=args.runs, warmup=args.warmup)
+                    median = statistics.median(reply["times_ms"]) if reply["ok"] else None
+                if reply["ok"]:
+                    c["rounds"][system].append(median)
+                else:
+                    c["failed"][system] = reply["error"]
+        for c in train_configs:
+            for system in TRAIN_SYSTEMS:
+                if system in c["failed"]:
+                    continue
+                time.sleep(args.pause)
+                if system == "kiln":
+                    reply = kiln_train(train_bench, c, args.runs, args.warmup, timeout)
+                    median = reply.get("median_ms")
+                else:
+                    reply = workers[system].call(cmd="bench", key=c["key"], runs=args.runs, warmup=args.warmup)
+                    median = statistics.median(reply["times_ms"]) if reply["ok"] else None
+                if reply["ok"]:
+                    c["rounds"][system].append(median)
+                else:
+                    c["failed"][system] = reply["error"]
+        print(f"[bench] round {r + 1}/{args.rounds} done ({time.time() - started:.0f} s)", file=sys.stderr,
+              flush=True)
 
 
 def machine_description():
@@ -470,89 +580,9 @@ def main():
     if configs:
         workers["ort"] = Worker("ort", ort_env())
     try:
-        # Agreement first: each system runs each configuration once; Kiln and ORT are compared with PyTorch.
-        for c in configs:
-            outputs = {}
-            for system in SYSTEMS:
-                out_dir = os.path.join(work, c["name"], f"out_{c['batch']}_{system}")
-                os.makedirs(out_dir)
-                if system == "kiln":
-                    reply = kiln_load(kiln, c, out_dir)
-                else:
-                    reply = workers[system].call(cmd="load", key=c["key"], model=c["model"], state=c["state"],
-                                                 onnx=c["onnx"], inputs=c["inputs"], output_names=c["output_names"],
-                                                 output_dir=out_dir)
-                if reply["ok"]:
-                    outputs[system] = read_outputs(out_dir)
-                else:
-                    c["failed"][system] = reply["error"]
-            if "torch" in outputs:
-                for system in ("kiln", "ort"):
-                    if system in outputs:
-                        worst, problem = compare(outputs[system], outputs["torch"])
-                        if problem:
-                            c["failed"][system] = f"does not match PyTorch: {problem}"
-                        else:
-                            c.setdefault("agreement", {})[system] = worst
-            status = ", ".join(f"{s} FAILED ({e})" for s, e in c["failed"].items()) or "all agree"
-            print(f"[check] {c['key']}: {status}", file=sys.stderr, flush=True)
-        # Training agreement: the losses of the first steps from the same weights and batch (each step's loss
-        # depends on every earlier step's gradients and update).
-        for c in train_configs:
-            kiln_reply = kiln_train(train_bench, c, TRAIN_CHECK_STEPS, 0)
-            torch_reply = workers["torch"].call(cmd="train_load", key=c["key"], model=c["model"], state=c["state"],
-                                                optimizer=c["optimizer"], inputs=c["inputs"], labels=c["labels"],
-                                                steps=TRAIN_CHECK_STEPS)
-            for system, reply in (("kiln", kiln_reply), ("torch", torch_reply)):
-                if not reply["ok"]:
-                    c["failed"][system] = reply["error"]
-            if kiln_reply["ok"] and torch_reply["ok"]:
-                got, want = np.array(kiln_reply["losses"]), np.array(torch_reply["losses"])
-                c["losses"] = (got, want)
-                drop_got, drop_want = got[0] - got[1:], want[0] - want[1:]
-                rtol = TRAIN_LOSS_RTOL_ADAMW if c["optimizer"] == "adamw" else TRAIN_LOSS_RTOL
-                if not np.allclose(got, want, rtol=rtol, atol=0) or not np.allclose(
-                        drop_got, drop_want, rtol=TRAIN_DROP_RTOL, atol=1e-6):
-                    c["failed"]["kiln"] = f"losses {got.tolist()} do not match PyTorch's {want.tolist()}"
-            status = ", ".join(f"{s} FAILED ({e})" for s, e in c["failed"].items()) or (
-                f"losses agree ({' '.join(f'{v:.4f}' for v in c['losses'][1])})")
-            print(f"[check] {c['key']}: {status}", file=sys.stderr, flush=True)
-
-        for r in range(args.rounds):
-            for c in configs:
-                for system in SYSTEMS:
-                    if system in c["failed"]:
-                        continue
-                    # The previous system's idle threads may still spin (OpenMP, ONNX Runtime's pool) and would
-                    # take the cores from this one.
-                    time.sleep(args.pause)
-                    if system == "kiln":
-                        reply = kiln_bench(kiln, c, args.runs, args.warmup)
-                        median = reply.get("median_ms")
-                    else:
-                        reply = workers[system].call(cmd="bench", key=c["key"], runs=args.runs, warmup=args.warmup)
-                        median = statistics.median(reply["times_ms"]) if reply["ok"] else None
-                    if reply["ok"]:
-                        c["rounds"][system].append(median)
-                    else:
-                        c["failed"][system] = reply["error"]
-            for c in train_configs:
-                for system in TRAIN_SYSTEMS:
-                    if system in c["failed"]:
-                        continue
-                    time.sleep(args.pause)
-                    if system == "kiln":
-                        reply = kiln_train(train_bench, c, args.runs, args.warmup)
-                        median = reply.get("median_ms")
-                    else:
-                        reply = workers[system].call(cmd="bench", key=c["key"], runs=args.runs, warmup=args.warmup)
-                        median = statistics.median(reply["times_ms"]) if reply["ok"] else None
-                    if reply["ok"]:
-                        c["rounds"][system].append(median)
-                    else:
-                        c["failed"][system] = reply["error"]
-            print(f"[bench] round {r + 1}/{args.rounds} done ({time.time() - started:.0f} s)", file=sys.stderr,
-                  flush=True)
+        check_inference(configs, workers, kiln, work)
+        check_training(train_configs, workers, train_bench)
+        time_rounds(configs, train_configs, workers, kiln, train_bench, args, started)
     finally:
         for w in workers.values():
             w.close()
