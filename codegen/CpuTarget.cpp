@@ -3,6 +3,7 @@
 // is read as what it is (`gelu` is GELU): nothing is recognized from values.
 #include "codegen/CpuTarget.h"
 
+#include <algorithm>
 #include <functional>
 
 #include "codegen/cuda/CudaTarget.h"
@@ -163,6 +164,7 @@ Expected<LibraryCall> describe(const Op& anchor, std::span<const Op* const> epil
     call.pads = intsOr(anchor, "pads", 0, 2 * k);
     call.dilations = intsOr(anchor, "dilations", 1, k);
     call.groups = anchor.getInt("groups");
+    call.channelsLast = call.kind == LibraryCall::Kind::Conv && anchor.getBool("channels_last");
     if (call.kind == LibraryCall::Kind::ConvTranspose) call.outputPadding = intsOr(anchor, "output_padding", 0, k);
   }
   const Value* current = anchor.result();
@@ -190,6 +192,20 @@ bool CpuTarget::acceptsLibraryCall(const Op& anchor, std::span<const Op* const> 
   auto impl = DnnlKernel::implementation(*call);
   if (!impl) return false;
   return call->postOps.empty() || impl->rfind("ref", 0) != 0;
+}
+
+bool CpuTarget::prefersChannelsLast(const Op& conv) const {
+  if (conv.kind() != OpKind::Conv || conv.result()->type().dtype != DType::F32 ||
+      conv.operand(0)->type().rank() != 4)
+    return false;
+  auto call = describeLibraryCall(conv, {});
+  if (!call) return false;
+  call->channelsLast = true;
+  for (std::vector<int64_t>* dims : {&call->operandDims[0], &call->resultDims})
+    std::rotate(dims->begin() + 1, dims->begin() + 2, dims->end());
+  auto impl = DnnlKernel::implementation(*call);
+  // brgconv, brgconv_1x1, brdgmm_dw (depthwise) and the jit_* kernels.
+  return impl && (impl->rfind("br", 0) == 0 || impl->rfind("jit", 0) == 0);
 }
 
 const Target* targetNamed(std::string_view name) {

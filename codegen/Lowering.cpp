@@ -698,8 +698,17 @@ WindowRead windowRead(const Index& index, const Window& w, const std::vector<int
 
 /// conv as a sum over the group's input channels and the kernel taps;
 /// taps in the padding read a clamped element and multiply by zero.
-Expected<ExprPtr> lowerConv(const Op& op, LoweringContext& ctx, const Index& index) {
-  const std::vector<int64_t> x = dimsOf(op.operand(0)), w = dimsOf(op.operand(1));
+Expected<ExprPtr> lowerConv(const Op& op, LoweringContext& ctx, const Index& resultIndex) {
+  // channels_last: x[N, D..., C] and the result [N, D..., M] are read as
+  // x[N, C, D...] and [N, M, D...]; the channel index moves back when x is read.
+  const bool channelsLast = op.getBool("channels_last");
+  std::vector<int64_t> x = dimsOf(op.operand(0));
+  const std::vector<int64_t> w = dimsOf(op.operand(1));
+  Index index = resultIndex;
+  if (channelsLast) {
+    std::rotate(x.begin() + 1, x.end() - 1, x.end());
+    std::rotate(index.begin() + 1, index.end() - 1, index.end());
+  }
   const std::vector<int64_t> inDims(x.begin() + 2, x.end()), kernel(w.begin() + 2, w.end());
   const int64_t groups = op.getInt("groups");
   const int64_t groupIn = w[1], groupOut = w[0] / groups;
@@ -710,6 +719,7 @@ Expected<ExprPtr> lowerConv(const Op& op, LoweringContext& ctx, const Index& ind
       kir::add(kir::mul(kir::div(index[1], kir::index(groupOut)), kir::index(groupIn)), kir::var(first));
   Index xi = {index[0], channel};
   xi.insert(xi.end(), read.positions.begin(), read.positions.end());
+  if (channelsLast) std::rotate(xi.begin() + 1, xi.begin() + 2, xi.end());
   Index wi = {index[1], kir::var(first)};
   for (size_t d = 0; d < kernel.size(); ++d) wi.push_back(kir::var(first + 1 + static_cast<int>(d)));
   auto xv = ctx.operand(0, xi);
@@ -777,14 +787,21 @@ Expected<ExprPtr> lowerConvTranspose(const Op& op, LoweringContext& ctx, const I
 
 /// max_pool: padding never wins (it reads as -inf, or an integer type's
 /// minimum); NaN propagates.
-Expected<ExprPtr> lowerMaxPool(const Op& op, LoweringContext& ctx, const Index& index) {
-  const std::vector<int64_t> x = dimsOf(op.operand(0));
+Expected<ExprPtr> lowerMaxPool(const Op& op, LoweringContext& ctx, const Index& resultIndex) {
+  const bool channelsLast = op.getBool("channels_last");
+  std::vector<int64_t> x = dimsOf(op.operand(0));
+  Index index = resultIndex;
+  if (channelsLast) {  // read as x[N, C, D...], as lowerConv does
+    std::rotate(x.begin() + 1, x.end() - 1, x.end());
+    std::rotate(index.begin() + 1, index.end() - 1, index.end());
+  }
   const std::vector<int64_t> inDims(x.begin() + 2, x.end());
   const std::vector<int64_t>& kernel = op.getInts("kernel");
   const int first = ctx.newVars(static_cast<int>(kernel.size()));
   const WindowRead read = windowRead(index, readWindow(op, inDims.size()), inDims, first);
   Index xi = {index[0], index[1]};
   xi.insert(xi.end(), read.positions.begin(), read.positions.end());
+  if (channelsLast) std::rotate(xi.begin() + 1, xi.begin() + 2, xi.end());
   auto v = ctx.operand(0, xi);
   if (!v) return v;
   const DType t = op.result()->type().dtype;
@@ -793,8 +810,14 @@ Expected<ExprPtr> lowerMaxPool(const Op& op, LoweringContext& ctx, const Index& 
 
 /// avg_pool: the window's sum over the count of its real elements, or with
 /// count_include_pad of its positions inside the padded input.
-Expected<ExprPtr> lowerAvgPool(const Op& op, LoweringContext& ctx, const Index& index) {
-  const std::vector<int64_t> x = dimsOf(op.operand(0));
+Expected<ExprPtr> lowerAvgPool(const Op& op, LoweringContext& ctx, const Index& resultIndex) {
+  const bool channelsLast = op.getBool("channels_last");
+  std::vector<int64_t> x = dimsOf(op.operand(0));
+  Index index = resultIndex;
+  if (channelsLast) {  // read as x[N, C, D...], as lowerConv does
+    std::rotate(x.begin() + 1, x.end() - 1, x.end());
+    std::rotate(index.begin() + 1, index.end() - 1, index.end());
+  }
   const std::vector<int64_t> inDims(x.begin() + 2, x.end());
   const std::vector<int64_t>& kernel = op.getInts("kernel");
   const Window window = readWindow(op, inDims.size());
@@ -803,6 +826,7 @@ Expected<ExprPtr> lowerAvgPool(const Op& op, LoweringContext& ctx, const Index& 
   const WindowRead read = windowRead(index, window, inDims, first);
   Index xi = {index[0], index[1]};
   xi.insert(xi.end(), read.positions.begin(), read.positions.end());
+  if (channelsLast) std::rotate(xi.begin() + 1, xi.begin() + 2, xi.end());
   auto v = ctx.operand(0, xi);
   if (!v) return v;
   const ExprPtr zero = kir::constant(t, 0), one = kir::constant(t, 1);

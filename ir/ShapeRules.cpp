@@ -717,7 +717,11 @@ Result inferConv(const ShapeQuery& q) {
   auto groups = intAttr(q, "groups");
   if (!groups) return groups.takeError();
   if (*groups < 1) return fail(q, "attribute 'groups' = " + std::to_string(*groups) + ", expected at least 1");
-  const Shape& x = shapeOf(q, 0);
+  auto channelsLast = boolAttr(q, "channels_last");
+  if (!channelsLast) return channelsLast.takeError();
+  // channels_last: x[N, D..., C] read as x[N, C, D...]; the result likewise.
+  Shape x = shapeOf(q, 0);
+  if (*channelsLast) std::rotate(x.begin() + 1, x.end() - 1, x.end());
   const Shape& w = shapeOf(q, 1);
   if (x[1].isStatic() && x[1].size % *groups != 0)
     return fail(q, "operand 0 has " + x[1].str() + " channels, not divisible by groups = " + std::to_string(*groups));
@@ -737,6 +741,7 @@ Result inferConv(const ShapeQuery& q) {
     if (!out) return out.takeError();
     shape.push_back(*out);
   }
+  if (*channelsLast) std::rotate(shape.begin() + 1, shape.begin() + 2, shape.end());
   return Types{{operand(q, 0).dtype, std::move(shape)}};
 }
 
@@ -807,13 +812,17 @@ Result inferPool(const ShapeQuery& q) {
                          ", expected at least 1");
   auto windows = windowAttrs(q, spatial);
   if (!windows) return windows.takeError();
-  const Shape& x = shapeOf(q, 0);
+  auto channelsLast = boolAttr(q, "channels_last");
+  if (!channelsLast) return channelsLast.takeError();
+  Shape x = shapeOf(q, 0);
+  if (*channelsLast) std::rotate(x.begin() + 1, x.end() - 1, x.end());
   Shape shape{x[0], x[1]};
   for (size_t i = 0; i < spatial; ++i) {
     auto out = windowOutput(q, i, x[i + 2], Dim::fixed((*kernel)[i]), (*windows)[i]);
     if (!out) return out.takeError();
     shape.push_back(*out);
   }
+  if (*channelsLast) std::rotate(shape.begin() + 1, shape.begin() + 2, shape.end());
   return Types{{operand(q, 0).dtype, std::move(shape)}};
 }
 

@@ -29,6 +29,11 @@ constexpr int kMaxSweeps = 64;
 /// interpreter spends on it (a matmul of two large weights is left for run
 /// time).
 constexpr int64_t kMaxFoldedElements = int64_t{1} << 20;
+/// The bound for a transpose of a constant, which only moves elements: a
+/// weight an exporter stored transposed (Gemm's transB, a tied embedding)
+/// is transposed once here instead of on every run (MobileNetV2's
+/// 1280x1000 classifier took 0.85 ms per run, 6% of it).
+constexpr int64_t kMaxFoldedTransposeElements = int64_t{1} << 26;
 
 // --- Matching helpers ------------------------------------------------------
 
@@ -350,7 +355,7 @@ Expected<std::vector<Value*>> foldConstants(Op& op, Builder& b, const OpEvaluato
     if (!r->type().isStatic()) return none;
     elements += numElements(r->type().shape);
   }
-  if (elements > kMaxFoldedElements) return none;
+  if (elements > (op.kind() == OpKind::Transpose ? kMaxFoldedTransposeElements : kMaxFoldedElements)) return none;
 
   auto folded = evaluator.evaluate(op, operands);
   if (!folded) return none;

@@ -73,11 +73,11 @@ std::string_view optLevelPipeline(int level, bool forTarget) {
       case 0: return "schedule,insert-host-checks";
       case 1: return "infer-shapes,canonicalize,cse,dce,schedule,insert-host-checks";
       case 2:
-        return "infer-shapes,canonicalize,raise-activations,select-library,decompose,canonicalize,cse,dce,schedule,"
-               "insert-host-checks";
+        return "infer-shapes,canonicalize,raise-activations,assign-layouts,canonicalize,select-library,decompose,"
+               "canonicalize,cse,dce,schedule,insert-host-checks";
       default:
-        return "infer-shapes,canonicalize,raise-activations,select-library,decompose,canonicalize,cse,dce,fuse,"
-               "split-fused-results,schedule,insert-host-checks";
+        return "infer-shapes,canonicalize,raise-activations,assign-layouts,canonicalize,select-library,decompose,"
+               "canonicalize,cse,dce,fuse,split-fused-results,schedule,insert-host-checks";
     }
   }
   switch (level) {

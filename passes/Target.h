@@ -27,6 +27,14 @@ class Target {
   /// too small to pay for a library call, and post-ops the library has —
   /// so an empty epilogue asks whether the anchor alone goes to the library.
   virtual bool acceptsLibraryCall(const Op& anchor, std::span<const Op* const> epilogue) const = 0;
+
+  /// Whether `conv` (a channels-first 2-d conv with static shapes) is better
+  /// computed channels last, its input and result stored [N, H, W, C]
+  /// (assign-layouts). No, unless the target says so.
+  virtual bool prefersChannelsLast(const Op& conv) const {
+    (void)conv;
+    return false;
+  }
 };
 
 }  // namespace kiln

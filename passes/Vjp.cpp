@@ -611,6 +611,12 @@ Grads withParamGrads(Grad& g, const Op& op, Value* x, Value* dy, Value* dx, cons
 Grads vjpConv(Grad& g, const Op& op, Value* dy) {
   Value *x = op.operand(0), *w = op.operand(1);
   Grads none(op.numOperands(), nullptr);
+  // Layouts are assigned after autodiff (assign-layouts), so a channels_last
+  // conv is never differentiated; one written by hand is refused.
+  if (op.getBool("channels_last")) {
+    g.fail("conv with channels_last has no gradient rule; differentiate the channels-first conv");
+    return none;
+  }
   auto xd = g.dims(x, "conv");
   auto wd = g.dims(w, "conv");
   auto yd = g.dims(y0(op), "conv");
@@ -668,6 +674,10 @@ Grads vjpConvTranspose(Grad& g, const Op& op, Value* dy) {
 /// equals the maximum, shared evenly by ties; avg_pool: g_t = dy / the
 /// window's divisor.
 Grads vjpPool(Grad& g, const Op& op, Value* dy, bool isMax) {
+  if (op.getBool("channels_last")) {
+    g.fail("a channels_last pool has no gradient rule; differentiate the channels-first pool");
+    return Grads(op.numOperands(), nullptr);
+  }
   Value *x = x0(op), *y = y0(op);
   auto xd = g.dims(x, isMax ? "max_pool" : "avg_pool");
   auto yd = g.dims(y, isMax ? "max_pool" : "avg_pool");

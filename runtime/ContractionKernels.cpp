@@ -4,6 +4,7 @@
 // the textbook definitions: each output element sums (or maxes) over its
 // window, skipping positions that fall in the padding. Floats accumulate in
 // double, integers in wrapping int64.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -129,19 +130,34 @@ Status Conv(const KernelCall& c) {
     return c.op.emitError("expects x[N,C,D...] and w[M,C/groups,K...] of one rank, got " + x.type().str() + " and " +
                           w.type().str());
   KILN_TRY(checkSameDType(c));
-  const int64_t batchSize = x.shape()[0], channels = x.shape()[1], outChannels = w.shape()[0];
+  // channels_last: x[N, D..., C] and out[N, D..., M], read through the same
+  // loops with the channel as the innermost dim.
+  const bool channelsLast = c.op.getBool("channels_last");
+  std::vector<int64_t> xShape = x.shape(), outShape = out.shape();
+  if (channelsLast) {
+    std::rotate(xShape.begin() + 1, xShape.end() - 1, xShape.end());
+    std::rotate(outShape.begin() + 1, outShape.end() - 1, outShape.end());
+  }
+  const int64_t batchSize = xShape[0], channels = xShape[1], outChannels = w.shape()[0];
   const int64_t groups = c.op.getInt("groups");
   if (groups <= 0 || channels % groups || outChannels % groups || w.shape()[1] * groups != channels ||
-      out.shape()[1] != outChannels)
+      outShape[1] != outChannels)
     return c.op.emitError("channels of x " + x.type().str() + " and w " + w.type().str() + " do not fit " +
                           std::to_string(groups) + " groups");
   if (c.numOperands() == 3 && (c.in(2).rank() != 1 || c.in(2).shape()[0] != outChannels))
     return c.op.emitError("bias " + c.in(2).type().str() + " must be [" + std::to_string(outChannels) + "]");
   auto window = readWindow(c.op, spatial(w.shape()));
   if (!window) return window.takeError();
-  const std::vector<int64_t> inDims = spatial(x.shape()), outDims = spatial(out.shape());
+  const std::vector<int64_t> inDims = spatial(xShape), outDims = spatial(outShape);
   const int64_t inSize = product(inDims), outSize = product(outDims), kernelSize = product(window->kernel);
   const int64_t groupIn = channels / groups, groupOut = outChannels / groups;
+  // Element offsets of (batch, channel, spatial position) in x and out.
+  auto xOffset = [&](int64_t nb, int64_t channel, int64_t pos) {
+    return channelsLast ? (nb * inSize + pos) * channels + channel : (nb * channels + channel) * inSize + pos;
+  };
+  auto outOffset = [&](int64_t nb, int64_t mo, int64_t o) {
+    return channelsLast ? (nb * outSize + o) * outChannels + mo : (nb * outChannels + mo) * outSize + o;
+  };
 
   withComputeType(x.dtype(), [&]<typename Acc>() {
     const std::vector<Acc> xv = readAs<Acc>(x), wv = readAs<Acc>(w);
@@ -159,11 +175,11 @@ Status Conv(const KernelCall& c) {
               const int64_t pos = windowPosition(outIndex, kernelIndex, *window, inDims);
               if (pos < 0) continue;
               acc = addAcc(
-                  acc, mulAcc(xv[(nb * channels + channel) * inSize + pos], wv[(mo * groupIn + ci) * kernelSize + kp]));
+                  acc, mulAcc(xv[xOffset(nb, channel, pos)], wv[(mo * groupIn + ci) * kernelSize + kp]));
             }
           }
           if (c.numOperands() == 3) acc = addAcc(acc, getElement<Acc>(c.in(2), mo));
-          setElement<Acc>(out, (nb * outChannels + mo) * outSize + o, acc);
+          setElement<Acc>(out, outOffset(nb, mo, o), acc);
         }
       }
   });
@@ -222,21 +238,48 @@ Status ConvTranspose(const KernelCall& c) {
   return {};
 }
 
+/// A pooling's x and result as planes (one per batch element and channel)
+/// of spatial positions, stored channels first or, with channels_last,
+/// channels innermost.
+struct PoolPlanes {
+  std::vector<int64_t> inDims, outDims;
+  int64_t channels = 1, planes = 0, inSize = 0, outSize = 0;
+  bool channelsLast = false;
+
+  PoolPlanes(const Op& op, const Tensor& x, const Tensor& out) : channelsLast(op.getBool("channels_last")) {
+    std::vector<int64_t> xs = x.shape(), os = out.shape();
+    if (channelsLast) {
+      std::rotate(xs.begin() + 1, xs.end() - 1, xs.end());
+      std::rotate(os.begin() + 1, os.end() - 1, os.end());
+    }
+    inDims = spatial(xs);
+    outDims = spatial(os);
+    channels = xs[1];
+    planes = xs[0] * xs[1];
+    inSize = product(inDims);
+    outSize = product(outDims);
+  }
+  /// The offset of plane `p`'s position `pos` in x (size inSize) or the result (outSize).
+  int64_t offset(int64_t p, int64_t pos, int64_t size) const {
+    return channelsLast ? ((p / channels) * size + pos) * channels + p % channels : p * size + pos;
+  }
+};
+
 Status MaxPool(const KernelCall& c) {
   const Tensor& x = c.in(0);
   Tensor& out = c.out();
   if (x.rank() < 3 || out.rank() != x.rank()) return c.op.emitError("expects x[N,C,D...], got " + x.type().str());
   auto window = readWindow(c.op, c.op.getInts("kernel"));
   if (!window) return window.takeError();
-  const std::vector<int64_t> inDims = spatial(x.shape()), outDims = spatial(out.shape());
+  const PoolPlanes planes(c.op, x, out);
+  const std::vector<int64_t>&inDims = planes.inDims, &outDims = planes.outDims;
   if (window->kernel.size() != inDims.size())
     return c.op.emitError("kernel " + listStr(window->kernel) + " does not match " + x.type().str());
-  const int64_t planes = x.shape()[0] * x.shape()[1];
-  const int64_t inSize = product(inDims), outSize = product(outDims), kernelSize = product(window->kernel);
+  const int64_t inSize = planes.inSize, outSize = planes.outSize, kernelSize = product(window->kernel);
   withComputeType(x.dtype(), [&]<typename Acc>() {
     constexpr bool kFloat = std::is_same_v<Acc, double>;
     std::vector<int64_t> outIndex;
-    for (int64_t p = 0; p < planes; ++p)
+    for (int64_t p = 0; p < planes.planes; ++p)
       for (int64_t o = 0; o < outSize; ++o) {
         unravel(o, outDims, outIndex);
         // Padding never wins: only real elements are candidates.
@@ -246,7 +289,7 @@ Status MaxPool(const KernelCall& c) {
           const std::vector<int64_t>& kernelIndex = window->taps[kp];
           const int64_t pos = windowPosition(outIndex, kernelIndex, *window, inDims);
           if (pos < 0) continue;
-          const Acc v = getElement<Acc>(x, p * inSize + pos);
+          const Acc v = getElement<Acc>(x, planes.offset(p, pos, inSize));
           if (v != v || best != best) {
             best = v != v ? v : best;  // NaN propagates
           } else if (!found || v > best) {
@@ -254,7 +297,7 @@ Status MaxPool(const KernelCall& c) {
           }
           found = true;
         }
-        setElement<Acc>(out, p * outSize + o, best);
+        setElement<Acc>(out, planes.offset(p, o, outSize), best);
       }
   });
   return {};
@@ -266,14 +309,14 @@ Status AvgPool(const KernelCall& c) {
   if (x.rank() < 3 || out.rank() != x.rank()) return c.op.emitError("expects x[N,C,D...], got " + x.type().str());
   auto window = readWindow(c.op, c.op.getInts("kernel"));
   if (!window) return window.takeError();
-  const std::vector<int64_t> inDims = spatial(x.shape()), outDims = spatial(out.shape());
+  const PoolPlanes planes(c.op, x, out);
+  const std::vector<int64_t>&inDims = planes.inDims, &outDims = planes.outDims;
   if (window->kernel.size() != inDims.size())
     return c.op.emitError("kernel " + listStr(window->kernel) + " does not match " + x.type().str());
   const bool countPad = c.op.getBool("count_include_pad");
-  const int64_t planes = x.shape()[0] * x.shape()[1];
-  const int64_t inSize = product(inDims), outSize = product(outDims), kernelSize = product(window->kernel);
+  const int64_t inSize = planes.inSize, outSize = planes.outSize, kernelSize = product(window->kernel);
   std::vector<int64_t> outIndex;
-  for (int64_t p = 0; p < planes; ++p)
+  for (int64_t p = 0; p < planes.planes; ++p)
     for (int64_t o = 0; o < outSize; ++o) {
       unravel(o, outDims, outIndex);
       double sum = 0;
@@ -291,10 +334,10 @@ Status AvgPool(const KernelCall& c) {
         padded += insidePadded;
         const int64_t pos = windowPosition(outIndex, kernelIndex, *window, inDims);
         if (pos < 0) continue;
-        sum += x.getDouble(p * inSize + pos);
+        sum += x.getDouble(planes.offset(p, pos, inSize));
         ++real;
       }
-      out.setDouble(p * outSize + o, sum / static_cast<double>(countPad ? padded : real));
+      out.setDouble(planes.offset(p, o, outSize), sum / static_cast<double>(countPad ? padded : real));
     }
   return {};
 }

@@ -61,6 +61,7 @@ void putCall(std::string& out, const LibraryCall& call) {
   putInts(out, call.dilations);
   putInts(out, call.outputPadding);
   putI64(out, call.groups);
+  out += static_cast<char>(call.channelsLast ? 1 : 0);
   putLE(out, call.postOps.size(), 4);
   for (const PostOp& p : call.postOps) {
     out += static_cast<char>(p.kind);
@@ -198,6 +199,10 @@ class ProgramReader {
     auto groups = i64("a convolution's groups");
     if (!groups) return groups.takeError();
     c.groups = *groups;
+    auto channelsLast = r_.uint(1, "a convolution's layout");
+    if (!channelsLast) return channelsLast.takeError();
+    if (*channelsLast > 1) return r_.error("corrupt: a convolution's layout");
+    c.channelsLast = *channelsLast == 1;
     auto np = count("a library call's post-ops");
     if (!np) return np.takeError();
     for (size_t i = 0; i < *np; ++i) {

@@ -10,6 +10,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -32,6 +33,18 @@ memory::dims rowMajorStrides(const memory::dims& dims) {
 
 memory::desc plainDesc(const memory::dims& dims) {
   return memory::desc(dims, memory::data_type::f32, rowMajorStrides(dims));
+}
+
+/// Memory stored channels last, [N, D..., C] as `dims` say, described in
+/// oneDNN's logical order [N, C, D...] with the strides that read it (nhwc
+/// for 2-d convolutions).
+memory::desc channelsLastDesc(const memory::dims& dims) {
+  memory::dims strides = rowMajorStrides(dims), logical = dims;
+  if (dims.size() > 2) {
+    std::rotate(logical.begin() + 1, logical.end() - 1, logical.end());
+    std::rotate(strides.begin() + 1, strides.end() - 1, strides.end());
+  }
+  return memory::desc(logical, memory::data_type::f32, strides);
 }
 
 /// `dims` right-aligned in `rank` dims, padded with leading 1s (NumPy
@@ -166,6 +179,12 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
   const std::vector<PostOp>& postOps = call.postOps;
   dnnl::engine& engine = cpuEngine();
   const memory::dims dstDims(call.resultDims.begin(), call.resultDims.end());
+  if (call.channelsLast && call.kind != LibraryCall::Kind::Conv)
+    return Error("only convolutions are stored channels last");
+  // A tensor post-op operand is stored as the result is.
+  auto operandDesc = [&](const memory::dims& dims) {
+    return call.channelsLast ? channelsLastDesc(dims) : plainDesc(dims);
+  };
   std::string chosenImpl;
   try {
     dnnl::post_ops ops;
@@ -173,7 +192,7 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
     for (const PostOp& p : postOps) {
       if (p.isBinary()) {
         if (p.dims.size() != dstDims.size()) return Error("a binary post-op's operand is not aligned to the result");
-        ops.append_binary(binaryAlgorithm(p.kind), plainDesc(p.dims));
+        ops.append_binary(binaryAlgorithm(p.kind), operandDesc(p.dims));
       } else {
         ops.append_eltwise(1.0f, eltwiseAlgorithm(p.kind), p.alpha, p.beta);
       }
@@ -210,7 +229,13 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       impl->bindings = {
           {DNNL_ARG_SRC, operandBuffer[0]}, {DNNL_ARG_WEIGHTS, operandBuffer[1]}, {DNNL_ARG_DST, resultBuffer}};
     } else {
-      const std::vector<int64_t>& x = call.operandDims[0];
+      // Channels last: x and the result in oneDNN's logical order.
+      std::vector<int64_t> x = call.operandDims[0];
+      memory::dims logicalDst = dstDims;
+      if (call.channelsLast && x.size() > 2) {
+        std::rotate(x.begin() + 1, x.end() - 1, x.end());
+        std::rotate(logicalDst.begin() + 1, logicalDst.end() - 1, logicalDst.end());
+      }
       const std::vector<int64_t>& w = call.operandDims[1];
       if (x.size() < 3 || x.size() > 5) return Error("oneDNN convolutions are 1-, 2- or 3-d");
       const size_t k = x.size() - 2;
@@ -264,17 +289,22 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
         }
         wmd = memory::desc(wd, memory::data_type::f32, wStrides);
       }
-      const memory::desc xmd = plainDesc(x), ymd = plainDesc(dstDims);
+      const memory::desc xmd = operandDesc(call.operandDims[0]), ymd = operandDesc(dstDims);
       const bool hasBias = call.operands.size() > 2;
       const memory::desc bmd = hasBias ? plainDesc({outChannels}) : memory::desc();
       const memory::dims strideDims(strides.begin(), strides.end());
-      const memory::desc anyX(x, memory::data_type::f32, memory::format_tag::any);
-      const memory::desc anyW(wd, memory::data_type::f32, memory::format_tag::any);
-      const memory::desc anyY(dstDims, memory::data_type::f32, memory::format_tag::any);
       // Layouts of oneDNN's choosing (blocked channels, for its direct
       // convolution kernels), with the input and output reordered, beat the
       // plain layouts (its gemm-based convolution) at batch 1 and 64 on the
       // CNN (docs/matmul.md); the plain ones remain for what it refuses.
+      // Stored channels last (assign-layouts), x and the result keep their
+      // layout, which oneDNN's brgemm convolutions read without a reorder,
+      // and only the constant weights are reordered (once).
+      const memory::desc anyX =
+          call.channelsLast ? xmd : memory::desc(x, memory::data_type::f32, memory::format_tag::any);
+      const memory::desc anyW(wd, memory::data_type::f32, memory::format_tag::any);
+      const memory::desc anyY =
+          call.channelsLast ? ymd : memory::desc(logicalDst, memory::data_type::f32, memory::format_tag::any);
       auto choose = [&]<typename Primitive>(auto describe) {
         std::optional<typename Primitive::primitive_desc> pd;
         try {
@@ -306,7 +336,8 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       impl->work = libraryCallWork(call);
       const bool blocked = chosen.src != xmd || chosen.weights != wmd || chosen.dst != ymd;
       impl->description = std::string(transposed ? "onednn deconv " : "onednn conv ") + dimsText(x) + "*" +
-                          dimsText(wd) + postText + " (" + chosen.impl + (blocked ? ", blocked" : "") + ")";
+                          dimsText(wd) + postText + " (" + chosen.impl + (blocked ? ", blocked" : "") +
+                          (call.channelsLast ? ", channels last" : "") + ")";
       if (describeOnly) return chosenImpl;
       // An operand whose chosen layout is not the plain one goes through a
       // reorder into memory of the kernel's own.
@@ -352,7 +383,7 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
     for (size_t i = 0; i < postOps.size(); ++i) {
       if (!postOps[i].isBinary()) continue;
       const int arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1;
-      impl->args[arg] = memory(plainDesc(postOps[i].dims), engine, DNNL_MEMORY_NONE);
+      impl->args[arg] = memory(operandDesc(postOps[i].dims), engine, DNNL_MEMORY_NONE);
       impl->bindings.push_back({arg, postOps[i].operand});
     }
   } catch (const dnnl::error& e) {

@@ -50,9 +50,9 @@ namespace kiln {
 
 /// The `.kc` format version this Kiln reads and writes. Version 1 (Kiln
 /// before compiled programs were plain data) held only object files to link
-/// into a JIT; such a file is refused with a request to compile the model
-/// again.
-inline constexpr uint32_t kArtifactVersion = 2;
+/// into a JIT; version 2 had no layout in its convolutions' library calls.
+/// Such files are refused with a request to compile the model again.
+inline constexpr uint32_t kArtifactVersion = 3;
 /// The first bytes of every `.kc` file.
 inline constexpr std::string_view kArtifactMagic{"KILNKC\0\0", 8};
 

@@ -51,6 +51,9 @@ struct LibraryCall {
   /// spatial dim, filled in), groups; output_padding of a transposed one.
   std::vector<int64_t> strides, pads, dilations, outputPadding;
   int64_t groups = 1;
+  /// Convolutions: x, the result and tensor post-op operands are stored
+  /// channels last ([N, D..., C], as their dims say); w stays [M, C/g, K...].
+  bool channelsLast = false;
   std::vector<PostOp> postOps;
 
   bool operator==(const LibraryCall&) const = default;

@@ -32,6 +32,9 @@ bool CudaTarget::acceptsLibraryCall(const Op& anchor, std::span<const Op* const>
   }
   if (anchor.kind() != OpKind::Conv && anchor.kind() != OpKind::ConvTranspose) return false;
   if (!epilogue.empty() || !useCudnn_.value_or(cudnnPresentForCompilation())) return false;
+  // cuDNN is given channels-first convolutions only; a channels_last one
+  // (written so by hand: assign-layouts leaves CUDA's alone) is a kernel.
+  if (anchor.kind() == OpKind::Conv && anchor.getBool("channels_last")) return false;
   auto call = describeLibraryCall(anchor, epilogue);
   return call && cuda::cudnnConvolutionShape(*call).ok();
 }

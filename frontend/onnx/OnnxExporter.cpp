@@ -460,6 +460,8 @@ Status exportOp(OnnxWriter& w, const Op& op) {
     }
     case OpKind::Conv:
     case OpKind::ConvTranspose: {
+      if (kind == OpKind::Conv && op.getBool("channels_last"))
+        return op.emitError("cannot be exported to ONNX opset 17: ONNX's Conv is channels first (drop channels_last)");
       auto* n = w.node(kind == OpKind::Conv ? "Conv" : "ConvTranspose", in, out);
       attrInts(n, "strides", op.getInts("strides"));
       attrInts(n, "pads", op.getInts("pads"));
@@ -470,6 +472,8 @@ Status exportOp(OnnxWriter& w, const Op& op) {
     }
     case OpKind::MaxPool:
     case OpKind::AvgPool: {
+      if (op.getBool("channels_last"))
+        return op.emitError("cannot be exported to ONNX opset 17: ONNX's pools are channels first (drop channels_last)");
       auto* n = w.node(kind == OpKind::MaxPool ? "MaxPool" : "AveragePool", in, out);
       attrInts(n, "kernel_shape", op.getInts("kernel"));
       attrInts(n, "strides", op.getInts("strides"));

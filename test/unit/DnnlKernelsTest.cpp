@@ -71,6 +71,61 @@ TEST(DnnlKernelsTest, MatMulGoesToOneDnnAndMatches) {
   }
 }
 
+/// Convolutions and pools stored channels last (as assign-layouts makes
+/// them): the interpreter's reference gives the channels-first results
+/// transposed, and the JIT matches it both through oneDNN (f32) and through
+/// generated loop nests (f64, which oneDNN is not given).
+std::string channelsLastFunction(const std::string& t) {
+  auto ty = [&](const std::string& dims) { return t + "[" + dims + "]"; };
+  return "func @f(%x: " + ty("2,3,7,6") + ", %w: " + ty("4,3,3,2") + ", %b: " + ty("4") + ") -> (" + ty("2,4,6,3") +
+         ", " + ty("2,4,6,3") + ", " + ty("2,4,3,2") + ", " + ty("2,4,3,2") + ", " + ty("2,4,6,3") + ", " +
+         ty("2,4,6,3") + ") {\n"
+         "  %a = conv(%x, %w, %b) {strides = [1, 2], pads = [1, 0, 0, 1]} : " + ty("2,4,6,3") + "\n"
+         "  %xt = transpose(%x) {perm = [0, 2, 3, 1]} : " + ty("2,7,6,3") + "\n"
+         "  %c = conv(%xt, %w, %b) {channels_last = true, strides = [1, 2], pads = [1, 0, 0, 1]} : " + ty("2,6,3,4") + "\n"
+         "  %ct = transpose(%c) {perm = [0, 3, 1, 2]} : " + ty("2,4,6,3") + "\n"
+         "  %p = max_pool(%a) {kernel = [2, 2], strides = [2, 1]} : " + ty("2,4,3,2") + "\n"
+         "  %pl = max_pool(%c) {channels_last = true, kernel = [2, 2], strides = [2, 1]} : " + ty("2,3,2,4") + "\n"
+         "  %plt = transpose(%pl) {perm = [0, 3, 1, 2]} : " + ty("2,4,3,2") + "\n"
+         "  %q = avg_pool(%a) {kernel = [3, 2], pads = [1, 1, 1, 0]} : " + ty("2,4,6,3") + "\n"
+         "  %ql = avg_pool(%c) {channels_last = true, kernel = [3, 2], pads = [1, 1, 1, 0]} : " + ty("2,6,3,4") + "\n"
+         "  %qlt = transpose(%ql) {perm = [0, 3, 1, 2]} : " + ty("2,4,6,3") + "\n"
+         "  return %a, %ct, %p, %plt, %q, %qlt\n}\n";
+}
+
+TEST(DnnlKernelsTest, ChannelsLastConvAndPoolsMatchChannelsFirst) {
+  for (const char* dtype : {"f32", "f64"}) {
+    const std::string text = channelsLastFunction(dtype);
+    SCOPED_TRACE(text);
+    auto m = test::parseVerified(text);
+    ASSERT_TRUE(m);
+    const Function& f = *m->functions().front();
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<double> real(-1.0, 1.0);
+    std::vector<Tensor> inputs;
+    for (size_t i = 0; i < f.numArguments(); ++i) {
+      const TensorType& type = f.argument(i)->type();
+      Tensor t(type.dtype, staticDims(type.shape));
+      for (int64_t j = 0; j < t.numElements(); ++j) t.setDouble(j, real(rng));
+      inputs.push_back(std::move(t));
+    }
+    auto results = interpret(f, inputs);
+    ASSERT_TRUE(results.ok()) << results.error().str();
+    for (size_t r = 0; r < 6; r += 2) {
+      const Tensor &first = (*results)[r], &last = (*results)[r + 1];
+      ASSERT_EQ(first.shape(), last.shape());
+      for (int64_t i = 0; i < first.numElements(); ++i)
+        EXPECT_NEAR(first.getDouble(i), last.getDouble(i), 1e-6) << "result " << r << " element " << i;
+    }
+    const std::string ir = expectMatches(text);
+    if (std::string(dtype) == "f32") {
+      EXPECT_NE(ir.find("channels last)"), std::string::npos) << ir;
+    } else {
+      EXPECT_EQ(ir.find("library"), std::string::npos) << ir;
+    }
+  }
+}
+
 /// A product too small to pay for oneDNN's call stays a generated loop nest.
 TEST(DnnlKernelsTest, SmallMatMulStaysGenerated) {
   const std::string ir = expectMatches(matmulFunction("f32[2,16]", "f32[16,8]", "f32[2,8]"));
@@ -90,10 +145,16 @@ TEST(DnnlKernelsTest, ConvGoesToOneDnnAndMatches) {
   for (const char* text : cases) {
     const std::string ir = expectMatches(text);
     EXPECT_NE(ir.find("library %y: onednn conv"), std::string::npos) << ir;
-    // oneDNN picks blocked layouts for the first case, so the reorders in
-    // and out of them are checked too.
-    if (text == cases[0]) {
+    // The 2-d cases are stored channels last (assign-layouts), with
+    // transposes at the function's edges; the 3-d one is not, and oneDNN
+    // picks blocked layouts for it, so its reorders in and out are checked.
+    if (text == cases[0] || text == cases[1]) {
+      EXPECT_NE(ir.find(", channels last)"), std::string::npos) << ir;
+      EXPECT_NE(ir.find("transpose"), std::string::npos) << ir;
+    }
+    if (text == cases[3]) {
       EXPECT_NE(ir.find(", blocked)"), std::string::npos) << ir;
+      EXPECT_EQ(ir.find("channels last"), std::string::npos) << ir;
     }
   }
 }

@@ -396,6 +396,21 @@ std::string pool(OpKind kind, std::string_view type, AttrMap attrs) {
   return infer(kind, {std::string(type)}, std::move(attrs));
 }
 
+/// channels_last: x[N, D..., C] in, [N, D..., M] out; w stays [M, C/g, K...].
+TEST(ShapeRulesTest, ChannelsLastConvAndPool) {
+  AttrMap last{{"channels_last", Attribute(true)}};
+  EXPECT_EQ(infer(OpKind::Conv, {"f32[1,32,30,3]", "f32[8,3,3,3]"}, last), "f32[1,30,28,8]");
+  AttrMap grouped = last;
+  grouped["groups"] = Attribute(4);
+  grouped["strides"] = Attribute(Ints{2, 1});
+  EXPECT_EQ(infer(OpKind::Conv, {"f32[N,9,9,8]", "f32[8,2,3,3]", "f32[8]"}, grouped), "f32[N,4,7,8]");
+  EXPECT_EQ(infer(OpKind::Conv, {"f32[1,32,30,3]", "f32[8,4,3,3]"}, last),
+            "error: 'conv' operand 1 has dim 1 = 4, expected 3 (operand 0's channels / groups)");
+  AttrMap k2s2{{"kernel", Attribute(Ints{2, 2})}, {"strides", Attribute(Ints{2, 2})}, {"channels_last", Attribute(true)}};
+  EXPECT_EQ(pool(OpKind::MaxPool, "f32[1,6,4,3]", k2s2), "f32[1,3,2,3]");
+  EXPECT_EQ(pool(OpKind::AvgPool, "f32[2,6,4,16]", k2s2), "f32[2,3,2,16]");
+}
+
 TEST(ShapeRulesTest, PoolOutputSizesWithCeilMode) {
   AttrMap k2s2{{"kernel", Attribute(Ints{2, 2})}, {"strides", Attribute(Ints{2, 2})}};
   EXPECT_EQ(pool(OpKind::MaxPool, "f32[1,3,5,5]", k2s2), "f32[1,3,2,2]");
