@@ -35,18 +35,34 @@ std::string StepProfile::format(size_t limit) const {
   }
   std::stable_sort(sorted.begin(), sorted.end(), [](const Entry* a, const Entry* b) { return a->seconds > b->seconds; });
   std::ostringstream out;
-  char line[96];
-  std::snprintf(line, sizeof line, "%8s %6s %10s  %s\n", "total ms", "share", "ms/call", "step");
+  char line[128];
+  std::snprintf(line, sizeof line, "%8s %6s %10s %8s  %s\n", "total ms", "share", "ms/call", "GFLOP/s", "step");
   out << line;
+  double flops = 0, flopSeconds = 0;
+  for (const Entry& e : entries)
+    if (e.flops > 0) {
+      flops += e.flops * static_cast<double>(e.calls);
+      flopSeconds += e.seconds;
+    }
   for (size_t i = 0; i < sorted.size() && i < limit; ++i) {
     const Entry& e = *sorted[i];
-    std::snprintf(line, sizeof line, "%8.2f %5.1f%% %10.4f  ", e.seconds * 1e3, total > 0 ? 100 * e.seconds / total : 0.0,
-                  e.calls ? e.seconds * 1e3 / static_cast<double>(e.calls) : 0.0);
+    char rate[16] = "-";
+    if (e.flops > 0 && e.seconds > 0)
+      std::snprintf(rate, sizeof rate, "%.1f", e.flops * static_cast<double>(e.calls) / e.seconds * 1e-9);
+    std::snprintf(line, sizeof line, "%8.2f %5.1f%% %10.4f %8s  ", e.seconds * 1e3,
+                  total > 0 ? 100 * e.seconds / total : 0.0,
+                  e.calls ? e.seconds * 1e3 / static_cast<double>(e.calls) : 0.0, rate);
     out << line << e.name << " = " << e.what << "\n";
   }
   if (sorted.size() > limit) out << "(" << sorted.size() - limit << " more steps)\n";
-  std::snprintf(line, sizeof line, "%8.2f ms in %zu steps\n", total * 1e3, entries.size());
+  std::snprintf(line, sizeof line, "%8.2f ms in %zu steps", total * 1e3, entries.size());
   out << line;
+  if (flopSeconds > 0)
+    std::snprintf(line, sizeof line, "; library calls %.2f ms at %.1f GFLOP/s", flopSeconds * 1e3,
+                  flops / flopSeconds * 1e-9);
+  else
+    line[0] = 0;
+  out << line << "\n";
   return out.str();
 }
 
@@ -163,8 +179,11 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
   StepProfile* profile = profile_;
   if (profile && profile->entries.size() != p.steps.size()) {
     profile->entries.clear();
-    for (size_t k = 0; k < p.steps.size(); ++k)
-      profile->entries.push_back({"%" + p.steps[k].name, libraries_[k] ? libraries_[k]->description() : p.steps[k].what});
+    for (size_t k = 0; k < p.steps.size(); ++k) {
+      const DnnlKernel* library = libraries_[k].get();
+      profile->entries.push_back({"%" + p.steps[k].name, library ? library->description() : p.steps[k].what});
+      if (library) profile->entries.back().flops = 2.0 * static_cast<double>(library->work());
+    }
   }
   for (size_t k = 0; k < p.steps.size(); ++k) {
     const CpuProgram::Step& step = p.steps[k];

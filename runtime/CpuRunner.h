@@ -35,10 +35,14 @@ struct StepProfile {
     std::string what;
     double seconds = 0;
     int64_t calls = 0;
+    /// Floating-point operations of one call (2 per multiply-add of a
+    /// library call's matmul or convolution); 0 where not counted.
+    double flops = 0;
   };
   std::vector<Entry> entries;
-  /// The table sorted by time, largest first, with each step's share and
-  /// milliseconds per call; at most `limit` rows.
+  /// The table sorted by time, largest first, with each step's share,
+  /// milliseconds per call and GFLOP/s (where counted); at most `limit`
+  /// rows, then the total.
   std::string format(size_t limit = 40) const;
 };
 

@@ -51,6 +51,7 @@ constexpr OptionSpec kOptions[] = {
     {"--threads", "N", "CPU JIT: threads that split each kernel (default: all cores)"},
     {"--no-fallback", "", "CPU JIT: fail when an op cannot be compiled instead of using the interpreter"},
     {"--time-passes", "", "CPU JIT: print the time of each pass and code generation phase to stderr"},
+    {"--profile", "", "CPU JIT: after the runs, print each kernel's and library call's time (and GFLOP/s) to stderr"},
     {"--cache-dir", "DIR", "CPU JIT: the kernel cache folder (default: $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln)"},
     {"--no-cache", "", "CPU JIT: neither read nor write the kernel cache"},
     {"--recompile", "", ".kc: ignore its machine code and compile its stored program for this machine"},
@@ -420,7 +421,8 @@ int run(const ParsedArgs& args) {
     if (!value) return usageError(kName, value.error().message());
     cpuOptions.threads = static_cast<int>(*value);
   }
-  for (std::string_view jitOnly : {"--no-fallback", "--time-passes", "--cache-dir", "--no-cache", "--recompile"})
+  for (std::string_view jitOnly :
+       {"--no-fallback", "--time-passes", "--profile", "--cache-dir", "--no-cache", "--recompile"})
     if (interpretOnly && args.has(jitOnly))
       return usageError(kName, std::string(jitOnly) + " applies to the CPU JIT, not to --interpret");
   if (args.has("--cache-dir") && args.has("--no-cache"))
@@ -430,6 +432,15 @@ int run(const ParsedArgs& args) {
   cpuOptions.cacheDir = kernelCacheDir(args);
   codegen::CompileReport report;
   if (args.has("--time-passes")) cpuOptions.report = &report;
+  codegen::StepProfile profile;
+  if (args.has("--profile")) cpuOptions.profile = &profile;
+  // The profile, on stderr, once the runs are done (whatever they returned).
+  struct ProfilePrinter {
+    const codegen::StepProfile* profile;
+    ~ProfilePrinter() {
+      if (profile && !profile->entries.empty()) std::cerr << profile->format();
+    }
+  } profilePrinter{args.has("--profile") ? &profile : nullptr};
   if (const std::string* dir = args.get("--output-dir"); dir && dir->empty())
     return usageError(kName, "--output-dir needs a folder name");
 
@@ -504,6 +515,7 @@ int run(const ParsedArgs& args) {
   sessionOptions.cudaMemoryLimit = memoryLimit;
   for (std::string_view cudaOnly : {"--no-cuda-graph", "--allow-tf32", "--memory-stats", "--cuda-memory-limit"})
     if (!onCuda && args.has(cudaOnly)) return usageError(kName, std::string(cudaOnly) + " applies to --device cuda");
+  if (onCuda && args.has("--profile")) return usageError(kName, "--profile applies to the CPU JIT, not yet to --device cuda");
   if (onCuda) sessionOptions.device = "cuda:" + std::to_string(device.cuda.index);
   auto created = Session::create(sessionOptions);
   if (auto* error = std::get_if<DeviceError>(&created)) {
