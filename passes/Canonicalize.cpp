@@ -29,11 +29,16 @@ constexpr int kMaxSweeps = 64;
 /// interpreter spends on it (a matmul of two large weights is left for run
 /// time).
 constexpr int64_t kMaxFoldedElements = int64_t{1} << 20;
-/// The bound for a transpose of a constant, which only moves elements: a
-/// weight an exporter stored transposed (Gemm's transB, a tied embedding)
-/// is transposed once here instead of on every run (MobileNetV2's
-/// 1280x1000 classifier took 0.85 ms per run, 6% of it).
-constexpr int64_t kMaxFoldedTransposeElements = int64_t{1} << 26;
+/// The bound for ops that only move a constant's elements (transpose,
+/// reshape, slice, concat): a weight an exporter stored transposed (Gemm's
+/// transB) or stacked (an LSTM's directions) is rearranged once here
+/// instead of on every run (MobileNetV2's 1280x1000 classifier took
+/// 0.85 ms per run, 6% of it; an LSTM's weights 2 ms).
+constexpr int64_t kMaxFoldedMoveElements = int64_t{1} << 26;
+
+bool onlyMovesElements(OpKind k) {
+  return k == OpKind::Transpose || k == OpKind::Reshape || k == OpKind::Slice || k == OpKind::Concat;
+}
 
 // --- Matching helpers ------------------------------------------------------
 
@@ -355,7 +360,7 @@ Expected<std::vector<Value*>> foldConstants(Op& op, Builder& b, const OpEvaluato
     if (!r->type().isStatic()) return none;
     elements += numElements(r->type().shape);
   }
-  if (elements > (op.kind() == OpKind::Transpose ? kMaxFoldedTransposeElements : kMaxFoldedElements)) return none;
+  if (elements > (onlyMovesElements(op.kind()) ? kMaxFoldedMoveElements : kMaxFoldedElements)) return none;
 
   auto folded = evaluator.evaluate(op, operands);
   if (!folded) return none;

@@ -77,7 +77,7 @@ std::string_view optLevelPipeline(int level, bool forTarget) {
                "canonicalize,cse,dce,schedule,insert-host-checks";
       default:
         return "infer-shapes,canonicalize,raise-activations,assign-layouts,canonicalize,select-library,decompose,"
-               "canonicalize,cse,dce,fuse,split-fused-results,schedule,insert-host-checks";
+               "canonicalize,cse,dce,select-library,fuse,split-fused-results,schedule,insert-host-checks";
     }
   }
   switch (level) {

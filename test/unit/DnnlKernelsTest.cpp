@@ -68,7 +68,29 @@ TEST(DnnlKernelsTest, MatMulGoesToOneDnnAndMatches) {
   for (auto& c : cases) {
     const std::string ir = expectMatches(matmulFunction(c[0], c[1], c[2]));
     EXPECT_NE(ir.find("library %y: onednn matmul"), std::string::npos) << ir;
+    // b without a batch: a's batch and rows are one GEMM's rows.
+    if (c[1] == std::string("f32[64,7]")) {
+      EXPECT_NE(ir.find("matmul [15,64]x[64,7]"), std::string::npos) << ir;
+    }
+    if (c[1] == std::string("f32[3,64,5]")) {
+      EXPECT_NE(ir.find("matmul [2,1,6,64]x[1,3,64,5]"), std::string::npos) << ir;
+    }
   }
+}
+
+/// A product whose b has no batch is given to oneDNN as one GEMM over a's
+/// batch and rows; its tensor post-ops must then be per column ([N]) or per
+/// element ([B..., M, N]), and one broadcast another way keeps the batch.
+TEST(DnnlKernelsTest, UnbatchedWeightsMakeOneGemm) {
+  const std::string bias = expectMatches(
+      "func @f(%x: f32[4,6,64], %w: f32[64,32], %b: f32[32], %r: f32[4,6,32]) -> f32[4,6,32] {\n"
+      "  %m = matmul(%x, %w) : f32[4,6,32]\n  %s = add(%m, %b) : f32[4,6,32]\n"
+      "  %t = add(%s, %r) : f32[4,6,32]\n  return %t\n}\n");
+  EXPECT_NE(bias.find("onednn matmul [24,64]x[64,32] + add, add"), std::string::npos) << bias;
+  const std::string rows = expectMatches(
+      "func @f(%x: f32[4,6,64], %w: f32[64,32], %c: f32[4,1,32]) -> f32[4,6,32] {\n"
+      "  %m = matmul(%x, %w) : f32[4,6,32]\n  %s = add(%m, %c) : f32[4,6,32]\n  return %s\n}\n");
+  EXPECT_NE(rows.find("onednn matmul [4,6,64]x[1,64,32] + add"), std::string::npos) << rows;
 }
 
 /// Convolutions and pools stored channels last (as assign-layouts makes
@@ -163,14 +185,15 @@ TEST(DnnlKernelsTest, ConvGoesToOneDnnAndMatches) {
 /// oneDNN's reference implementation, many times slower than its matmul
 /// with a generated epilogue kernel: select-library offers oneDNN a
 /// shorter epilogue (the product times %a has an optimized one), and the
-/// rest is a generated kernel.
+/// rest is a generated kernel. The weights have no batch, so oneDNN is
+/// given one [64,128]x[128,32] product.
 TEST(DnnlKernelsTest, ReferenceImplementationsAreRefused) {
   const std::string ir = expectMatches(
       "func @f(%x: f32[8,8,128], %w: f32[1,128,32], %a: f32[32], %b: f32[8,8,1]) -> f32[8,8,32] {\n"
       "  %m = matmul(%x, %w) : f32[8,8,32]\n  %p = mul(%m, %a) : f32[8,8,32]\n"
       "  %q = mul(%p, %b) : f32[8,8,32]\n  return %q\n}\n",
       3);
-  EXPECT_NE(ir.find("library %p: onednn matmul [8,8,128]x[1,128,32] + mul ("), std::string::npos) << ir;
+  EXPECT_NE(ir.find("library %p: onednn matmul [64,128]x[128,32] + mul ("), std::string::npos) << ir;
   EXPECT_EQ(ir.find("(ref"), std::string::npos) << ir;
   EXPECT_NE(ir.find("kernel @"), std::string::npos) << ir;
 }
