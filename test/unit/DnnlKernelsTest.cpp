@@ -148,6 +148,34 @@ TEST(DnnlKernelsTest, ChannelsLastConvAndPoolsMatchChannelsFirst) {
   }
 }
 
+/// scatter_elements compiles to a scatter: one line of the result along
+/// the axis per parallel iteration, the data copied, then the updates
+/// applied in order (a loop over the updates along the axis, not a gather
+/// of all of them for each element); duplicate and negative indices,
+/// indices narrower than the data, every reduction and both axes match the
+/// interpreter.
+TEST(DnnlKernelsTest, ScatterElementsIsAScatterKernel) {
+  const char* cases[] = {
+      "func @f(%d: f32[6,4], %u: f32[3,4]) -> f32[6,4] {\n"
+      "  %i = constant() {value = dense<i64[3,4]>[0, 5, -1, 2, 0, 0, 3, 2, 5, 1, -1, 2]} : i64[3,4]\n"
+      "  %s = scatter_elements(%d, %i, %u) {axis = 0, reduction = \"add\"} : f32[6,4]\n  return %s\n}\n",
+      "func @f(%d: f32[6,4], %u: f32[3,2]) -> f32[6,4] {\n"
+      "  %i = constant() {value = dense<i32[3,2]>[1, 1, 1, 4, -6, 1]} : i32[3,2]\n"
+      "  %s = scatter_elements(%d, %i, %u) {axis = 0, reduction = \"none\"} : f32[6,4]\n  return %s\n}\n",
+      "func @f(%d: f32[2,5,3], %u: f32[2,4,3]) -> f32[2,5,3] {\n"
+      "  %i = constant() {value = dense<i64[2,4,3]>[0, 1, 2, 4, 4, 4, 0, 0, 0, 3, 2, 1, 1, 1, 1, 1, 1, 1, 0, 2, 4, "
+      "3, 3, 3]} : i64[2,4,3]\n"
+      "  %s = scatter_elements(%d, %i, %u) {axis = 1, reduction = \"max\"} : f32[2,5,3]\n  return %s\n}\n",
+      "func @f(%d: f32[3,5], %u: f32[3,2]) -> f32[3,5] {\n"
+      "  %i = constant() {value = dense<i64[3,2]>[4, 4, 0, -5, 2, 1]} : i64[3,2]\n"
+      "  %s = scatter_elements(%d, %i, %u) {axis = 1, reduction = \"mul\"} : f32[3,5]\n  return %s\n}\n"};
+  for (const char* text : cases) {
+    const std::string ir = expectMatches(text);
+    EXPECT_NE(ir.find("kernel @kiln0_scatter_elements"), std::string::npos) << ir;
+    EXPECT_NE(ir.find("for %i2 in"), std::string::npos) << ir;  // the loop over the updates
+  }
+}
+
 /// A product too small to pay for oneDNN's call stays a generated loop nest.
 TEST(DnnlKernelsTest, SmallMatMulStaysGenerated) {
   const std::string ir = expectMatches(matmulFunction("f32[2,16]", "f32[16,8]", "f32[2,8]"));
