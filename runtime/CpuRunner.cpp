@@ -13,6 +13,7 @@
 
 #include "runtime/DnnlKernels.h"
 #include "runtime/LoadedCode.h"
+#include "runtime/PackedMatmul.h"
 
 namespace kiln {
 
@@ -84,11 +85,31 @@ Expected<std::unique_ptr<CpuRunner>> CpuRunner::create(std::shared_ptr<const Cpu
   // it is created; a run may have left it at 1 (small calls run alone).
   setDnnlThreads(runner->threads_);
   size_t maxBuffers = 0;
+  // b packed once per constant, for every small-row matmul by it (an
+  // unrolled recurrent net multiplies by the same R^T at each time step).
+  std::map<int, std::shared_ptr<const PackedMatmul::Weights>> packedWeights;
   for (const CpuProgram::Step& step : p.steps) {
     maxBuffers = std::max(maxBuffers, step.operands.size() + 1);
+    runner->packed_.emplace_back();
     if (step.kind != CpuProgram::Step::Kind::Library) {
       runner->libraries_.emplace_back();
       continue;
+    }
+    if (PackedMatmul::accepts(step.call)) {
+      const int b = step.operands[static_cast<size_t>(step.call.operands[1])];
+      const CpuProgram::Slot& slot = p.slots[static_cast<size_t>(b)];
+      if (slot.kind == CpuProgram::SlotKind::Constant && slot.type.dtype == DType::F32) {
+        std::shared_ptr<const PackedMatmul::Weights>& weights = packedWeights[b];
+        const std::vector<int64_t>& dims = step.call.operandDims[1];
+        if (!weights)
+          weights = PackedMatmul::pack(reinterpret_cast<const float*>(p.constants[static_cast<size_t>(slot.index)].raw()),
+                                       dims[dims.size() - 2], dims.back());
+        auto packed = PackedMatmul::create(step.call, weights);
+        if (!packed) return Error("program '" + p.name + "', step %" + step.name + ": " + packed.error().message());
+        runner->packed_.back() = std::move(*packed);
+        runner->libraries_.emplace_back();
+        continue;
+      }
     }
     // Constant buffers (weights) are reordered into oneDNN's layout once.
     std::vector<bool> constant;
@@ -131,6 +152,7 @@ Expected<std::unique_ptr<CpuRunner>> CpuRunner::create(std::shared_ptr<const Cpu
 }
 
 std::string CpuRunner::libraryDescription(size_t i) const {
+  if (i < packed_.size() && packed_[i]) return packed_[i]->description();
   return i < libraries_.size() && libraries_[i] ? libraries_[i]->description() : std::string();
 }
 
@@ -181,8 +203,10 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
     profile->entries.clear();
     for (size_t k = 0; k < p.steps.size(); ++k) {
       const DnnlKernel* library = libraries_[k].get();
-      profile->entries.push_back({"%" + p.steps[k].name, library ? library->description() : p.steps[k].what});
+      const PackedMatmul* packed = packed_[k].get();
+      profile->entries.push_back({"%" + p.steps[k].name, library || packed ? libraryDescription(k) : p.steps[k].what});
       if (library) profile->entries.back().flops = 2.0 * static_cast<double>(library->work());
+      if (packed) profile->entries.back().flops = 2.0 * static_cast<double>(packed->work());
     }
   }
   for (size_t k = 0; k < p.steps.size(); ++k) {
@@ -195,7 +219,14 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
     for (size_t i = 0; i < step.operands.size(); ++i) args[i] = slotData_[static_cast<size_t>(step.operands[i])];
     args[step.operands.size()] = slotData_[static_cast<size_t>(step.result)];
     const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-    if (const DnnlKernel* library = libraries_[k].get()) {
+    if (const PackedMatmul* packed = packed_[k].get()) {
+      if (step.parallel && threads_ > 1) {
+#pragma omp parallel num_threads(threads_)
+        packed->run(args, omp_get_thread_num(), omp_get_num_threads());
+      } else {
+        packed->run(args, 0, 1);
+      }
+    } else if (const DnnlKernel* library = libraries_[k].get()) {
       setDnnlThreads(step.parallel ? threads_ : 1);
       library->run(args);
     } else if (step.parallel && threads_ > 1) {

@@ -1,9 +1,11 @@
 // Runs a compiled CPU program (runtime/CpuProgram.h): loads its kernels'
 // shared object (runtime/LoadedCode.h), creates its oneDNN primitives
-// (runtime/DnnlKernels.h) and its arena, then runs the steps in order on
-// one OpenMP team of `threads` threads — a kernel's parallel loop split
-// into one contiguous slice per thread, oneDNN's own loops on the same team
-// (Debian's oneDNN runs on OpenMP, so the two never compete for cores).
+// (runtime/DnnlKernels.h), or for a matmul of a few rows by a constant its
+// own kernel with that constant packed once (runtime/PackedMatmul.h), and
+// its arena, then runs the steps in order on one OpenMP team of `threads`
+// threads: a kernel's parallel loop split into one contiguous slice per
+// thread, a packed matmul's panels likewise, oneDNN's own loops on the same
+// team (Debian's oneDNN runs on OpenMP, so the two never compete for cores).
 // Host checks run before the step they guard. A runner owns one arena, so
 // it runs one call at a time.
 //
@@ -22,6 +24,7 @@ namespace kiln {
 
 class DnnlKernel;
 class LoadedCode;
+class PackedMatmul;
 
 /// Time spent in each step of a program, added up over the runs of a runner
 /// given it (`kiln-train-bench --profile`). One entry per step, in step
@@ -70,7 +73,8 @@ class CpuRunner {
   Expected<std::vector<Tensor>> runInPlace(std::vector<Tensor>& inputs);
 
   const CpuProgram& program() const { return *program_; }
-  /// The oneDNN primitive's description of step `i`, or "" for a kernel.
+  /// The library call's description of step `i` (its oneDNN primitive, or
+  /// the runtime's packed matmul), or "" for a kernel.
   std::string libraryDescription(size_t i) const;
 
  private:
@@ -83,6 +87,9 @@ class CpuRunner {
   StepProfile* profile_ = nullptr;
   std::unique_ptr<LoadedCode> code_;
   std::vector<std::unique_ptr<DnnlKernel>> libraries_;  // per step; null for kernels
+  // Per step: the runtime's own kernel of a library call that multiplies a
+  // few rows by a constant (PackedMatmul.h), which then has no DnnlKernel.
+  std::vector<std::unique_ptr<PackedMatmul>> packed_;
   std::unique_ptr<uint8_t, decltype(&std::free)> arena_{nullptr, &std::free};
   std::vector<void*> slotData_;
   std::vector<void*> buffers_;  // per-step scratch for kernel arguments
