@@ -51,7 +51,7 @@ constexpr OptionSpec kOptions[] = {
     {"--threads", "N", "CPU JIT: threads that split each kernel (default: all cores)"},
     {"--no-fallback", "", "CPU JIT: fail when an op cannot be compiled instead of using the interpreter"},
     {"--time-passes", "", "CPU JIT: print the time of each pass and code generation phase to stderr"},
-    {"--profile", "", "CPU JIT: after the runs, print each kernel's and library call's time (and GFLOP/s) to stderr"},
+    {"--profile", "", "CPU JIT: after the runs (with --bench, the timed ones), print each kernel's and library call's time (and GFLOP/s) to stderr"},
     {"--cache-dir", "DIR", "CPU JIT: the kernel cache folder (default: $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln)"},
     {"--no-cache", "", "CPU JIT: neither read nor write the kernel cache"},
     {"--recompile", "", ".kc: ignore its machine code and compile its stored program for this machine"},
@@ -261,11 +261,14 @@ std::string millis(double ms) {
 using Runner = std::function<Expected<std::vector<Tensor>>(std::vector<Tensor>)>;
 
 /// Runs `runner` `warmup` times untimed, then `runs` times timed; prints the
-/// statistics. `last` receives the outputs of the final run.
+/// statistics. `last` receives the outputs of the final run; `profile`, when
+/// given, keeps the step times of the timed runs only.
 int bench(const Runner& runner, const std::vector<Tensor>& inputs, int64_t warmup, int64_t runs, bool json,
-          const std::string& model, const std::string& device, std::vector<Tensor>& last) {
+          const std::string& model, const std::string& device, std::vector<Tensor>& last,
+          codegen::StepProfile* profile) {
   std::vector<double> times;
   for (int64_t k = 0; k < warmup + runs; ++k) {
+    if (k == warmup && profile) profile->entries.clear();  // only the timed runs
     std::vector<Tensor> copy = inputs;  // copying is not timed
     auto start = std::chrono::steady_clock::now();
     auto outputs = runner(std::move(copy));
@@ -572,7 +575,8 @@ int run(const ParsedArgs& args) {
   std::vector<Tensor> outputs;
   if (benchRuns) {
     if (int rc = bench(runner, *inputs, warmup, *benchRuns, args.has("--json"), modelPath,
-                       onCuda ? "cuda:" + std::to_string(device.cuda.index) : "cpu", outputs))
+                       onCuda ? "cuda:" + std::to_string(device.cuda.index) : "cpu", outputs,
+                       args.has("--profile") ? &profile : nullptr))
       return rc;
     const std::string* dir = args.get("--output-dir");
     return dir ? writeOutputs(f, outputs, *dir) : kExitOk;
