@@ -146,6 +146,7 @@ Expected<LibraryCall> describe(const Op& anchor, std::span<const Op* const> epil
     case OpKind::MatMul: call.kind = LibraryCall::Kind::MatMul; break;
     case OpKind::Conv: call.kind = LibraryCall::Kind::Conv; break;
     case OpKind::ConvTranspose: call.kind = LibraryCall::Kind::ConvTranspose; break;
+    case OpKind::ConvWeightGrad: call.kind = LibraryCall::Kind::ConvWeightGrad; break;
     default: return anchor.emitError("is not a matmul or convolution");
   }
   const TensorType& result = anchor.result()->type();
@@ -187,6 +188,7 @@ bool CpuTarget::acceptsLibraryCall(const Op& anchor, std::span<const Op* const> 
   // against 0.35 ms without it plus a generated kernel for the division
   // (kiln-train-bench --profile). So a conv_transpose takes no epilogue.
   if (anchor.kind() == OpKind::ConvTranspose && !epilogue.empty()) return false;
+  if (anchor.kind() == OpKind::ConvWeightGrad && !epilogue.empty()) return false;
   auto call = describeLibraryCall(anchor, epilogue);
   if (!call) return false;
   auto impl = DnnlKernel::implementation(*call);

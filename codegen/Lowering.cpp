@@ -785,6 +785,41 @@ Expected<ExprPtr> lowerConvTranspose(const Op& op, LoweringContext& ctx, const I
   return kir::binary(kir::BinaryFn::Add, sum, *bias);
 }
 
+/// conv_weight_grad: dw[m, c, k...] as a sum over the batch and dy's
+/// positions o of dy[n, m, o] times x at o * stride - pad + k * dilation
+/// (0 in the padding).
+Expected<ExprPtr> lowerConvWeightGrad(const Op& op, LoweringContext& ctx, const Index& index) {
+  const std::vector<int64_t> x = dimsOf(op.operand(0)), dy = dimsOf(op.operand(1));
+  const std::vector<int64_t> inDims(x.begin() + 2, x.end()), outDims(dy.begin() + 2, dy.end());
+  const size_t k = inDims.size();
+  const int64_t groups = op.getInt("groups");
+  const int64_t groupIn = x[1] / groups, groupOut = dy[1] / groups;
+  const Window window = readWindow(op, k);
+  const int first = ctx.newVars(1 + static_cast<int>(k));
+  const ExprPtr n = kir::var(first);
+  Index dyi = {n, index[0]};
+  Index xi = {n, kir::add(kir::mul(kir::div(index[0], kir::index(groupOut)), kir::index(groupIn)), index[1])};
+  ExprPtr inside;
+  for (size_t d = 0; d < k; ++d) {
+    const ExprPtr o = kir::var(first + 1 + static_cast<int>(d));
+    dyi.push_back(o);
+    const ExprPtr pos = kir::add(kir::sub(kir::mul(o, kir::index(window.strides[d])), kir::index(window.padBegin[d])),
+                                 kir::mul(index[2 + d], kir::index(window.dilations[d])));
+    ExprPtr ok = inRange(pos, inDims[d]);
+    inside = inside ? kir::binary(kir::BinaryFn::And, inside, ok) : ok;
+    xi.push_back(clampIndex(pos, inDims[d]));
+  }
+  auto xv = ctx.operand(0, xi);
+  if (!xv) return xv;
+  auto dv = ctx.operand(1, dyi);
+  if (!dv) return dv;
+  const DType t = op.result()->type().dtype;
+  std::vector<int64_t> extents = {x[0]};
+  extents.insert(extents.end(), outDims.begin(), outDims.end());
+  return kir::reduce(kir::ReduceKind::Sum, first, extents,
+                     kir::binary(kir::BinaryFn::Mul, *dv, kir::select(inside, *xv, kir::constant(t, 0))));
+}
+
 /// max_pool: padding never wins (it reads as -inf, or an integer type's
 /// minimum); NaN propagates.
 Expected<ExprPtr> lowerMaxPool(const Op& op, LoweringContext& ctx, const Index& resultIndex) {
@@ -916,6 +951,7 @@ constexpr LowerFn ArgMin = lowerArgReduce<ReduceKind::ArgMin>;
 constexpr LowerFn MatMul = lowerMatMul;
 constexpr LowerFn Conv = lowerConv;
 constexpr LowerFn ConvTranspose = lowerConvTranspose;
+constexpr LowerFn ConvWeightGrad = lowerConvWeightGrad;
 constexpr LowerFn MaxPool = lowerMaxPool;
 constexpr LowerFn AvgPool = lowerAvgPool;
 constexpr LowerFn RandomUniform = lowerRandomUniform;
@@ -979,7 +1015,8 @@ std::string whyNotLowerable(const Op& op) {
   for (const Value* v : op.results())
     if (std::string why = check(v); !why.empty()) return why;
   const OpKind k = op.kind();
-  if ((k == OpKind::Conv || k == OpKind::ConvTranspose || k == OpKind::AvgPool) && !isFloat(op.result()->type().dtype))
+  if ((k == OpKind::Conv || k == OpKind::ConvTranspose || k == OpKind::ConvWeightGrad || k == OpKind::AvgPool) &&
+      !isFloat(op.result()->type().dtype))
     return "'" + std::string(op.name()) + "' on " + std::string(dtypeName(op.result()->type().dtype)) +
            " (convolutions and average pooling are lowered for floats only)";
   return {};

@@ -745,6 +745,45 @@ Result inferConv(const ShapeQuery& q) {
   return Types{{operand(q, 0).dtype, std::move(shape)}};
 }
 
+/// conv_weight_grad(x[N, C, D...], dy[N, M, O...]) -> [M, C/groups, kernel...],
+/// with dy's spatial dims those of conv(x, w) for a w of that shape.
+Result inferConvWeightGrad(const ShapeQuery& q) {
+  KILN_TRY(expectDType(q, 0, DTypes::Float));
+  KILN_TRY(expectSameDType(q, 0, 1));
+  KILN_TRY(expectMinRank(q, 0, 3, "x[N, C, D...] with at least one spatial dim"));
+  const int64_t rank = rankOf(q, 0);
+  KILN_TRY(expectRank(q, 1, rank, "dy[N, M, O...] has x's rank"));
+  auto groups = intAttr(q, "groups");
+  if (!groups) return groups.takeError();
+  if (*groups < 1) return fail(q, "attribute 'groups' = " + std::to_string(*groups) + ", expected at least 1");
+  const size_t spatial = static_cast<size_t>(rank - 2);
+  auto kernel = intsAttr(q, "kernel");
+  if (!kernel) return kernel.takeError();
+  if (kernel->size() != spatial)
+    return fail(q, "attribute 'kernel' has " + std::to_string(kernel->size()) + " entries, expected " +
+                       std::to_string(spatial) + " (one per spatial dim)");
+  const Shape& x = shapeOf(q, 0);
+  const Shape& dy = shapeOf(q, 1);
+  KILN_TRY(expectDim(q, 1, 0, x[0], "operand 0's batch"));
+  if (x[1].isStatic() && x[1].size % *groups != 0)
+    return fail(q, "operand 0 has " + x[1].str() + " channels, not divisible by groups = " + std::to_string(*groups));
+  if (dy[1].isStatic() && dy[1].size % *groups != 0)
+    return fail(q, "operand 1 has " + dy[1].str() + " channels, not divisible by groups = " + std::to_string(*groups));
+  auto windows = windowAttrs(q, spatial);
+  if (!windows) return windows.takeError();
+  Shape shape{dy[1], x[1].isStatic() ? Dim::fixed(x[1].size / *groups) : Dim::unknown()};
+  for (size_t i = 0; i < spatial; ++i) {
+    if ((*kernel)[i] < 1)
+      return fail(q, "attribute 'kernel' entry " + std::to_string(i) + " = " + std::to_string((*kernel)[i]) +
+                         ", expected at least 1");
+    auto out = windowOutput(q, i, x[i + 2], Dim::fixed((*kernel)[i]), (*windows)[i]);
+    if (!out) return out.takeError();
+    KILN_TRY(expectDim(q, 1, i + 2, *out, "the convolution's output size"));
+    shape.push_back(Dim::fixed((*kernel)[i]));
+  }
+  return Types{{operand(q, 0).dtype, std::move(shape)}};
+}
+
 Result inferConvTranspose(const ShapeQuery& q) {
   KILN_TRY(expectDType(q, 0, DTypes::Numeric));
   KILN_TRY(expectSameDType(q, 0, 1));
@@ -1073,6 +1112,7 @@ template <> constexpr Rule kOwnRule<OpKind::ScatterElements> = &inferScatterElem
 template <> constexpr Rule kOwnRule<OpKind::MatMul> = &inferMatMul;
 template <> constexpr Rule kOwnRule<OpKind::Conv> = &inferConv;
 template <> constexpr Rule kOwnRule<OpKind::ConvTranspose> = &inferConvTranspose;
+template <> constexpr Rule kOwnRule<OpKind::ConvWeightGrad> = &inferConvWeightGrad;
 template <> constexpr Rule kOwnRule<OpKind::Softmax> = &inferAlongAxis;
 template <> constexpr Rule kOwnRule<OpKind::LogSoftmax> = &inferAlongAxis;
 template <> constexpr Rule kOwnRule<OpKind::LayerNorm> = &inferLayerNorm;

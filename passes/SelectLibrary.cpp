@@ -20,7 +20,8 @@ namespace {
 constexpr size_t kMaxEpilogue = 8;
 
 bool isContraction(const Op& op) {
-  return op.kind() == OpKind::MatMul || op.kind() == OpKind::Conv || op.kind() == OpKind::ConvTranspose;
+  return op.kind() == OpKind::MatMul || op.kind() == OpKind::Conv || op.kind() == OpKind::ConvTranspose ||
+         op.kind() == OpKind::ConvWeightGrad;
 }
 
 /// A single-element constant: copied into the group's region, where the

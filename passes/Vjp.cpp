@@ -589,13 +589,25 @@ Value* groupSlice(Grad& g, Value* v, int64_t axis, int64_t group, int64_t n) {
 /// dy summed over N and the spatial dims.
 Grads withParamGrads(Grad& g, const Op& op, Value* x, Value* dy, Value* dx, const ConvWindow& win,
                      const std::vector<int64_t>& groupW, int64_t groups, int64_t cg, int64_t mg, bool transposed) {
-  std::vector<Value*> dws;
-  for (int64_t gi = 0; gi < groups; ++gi) {
-    Value* xg = groups > 1 ? groupSlice(g, x, 1, gi, cg) : x;
-    Value* dyg = groups > 1 ? groupSlice(g, dy, 1, gi, mg) : dy;
-    dws.push_back(convWeightGrad(g, xg, dyg, win, groupW, transposed));
+  Value* dw = nullptr;
+  if (!transposed) {
+    // A conv's: one conv_weight_grad over all groups (oneDNN's backward
+    // weights convolution on the CPU).
+    dw = g.emit(OpKind::ConvWeightGrad, {x, dy},
+                {{"kernel", Attribute(std::vector<int64_t>(groupW.begin() + 2, groupW.end()))},
+                 {"strides", Attribute(win.strides)},
+                 {"pads", Attribute(win.pads)},
+                 {"dilations", Attribute(win.dilations)},
+                 {"groups", Attribute(groups)}});
+  } else {
+    std::vector<Value*> dws;
+    for (int64_t gi = 0; gi < groups; ++gi) {
+      Value* xg = groups > 1 ? groupSlice(g, x, 1, gi, cg) : x;
+      Value* dyg = groups > 1 ? groupSlice(g, dy, 1, gi, mg) : dy;
+      dws.push_back(convWeightGrad(g, xg, dyg, win, groupW, transposed));
+    }
+    dw = dws.size() == 1 ? dws[0] : g.emit(OpKind::Concat, dws, {{"axis", Attribute(int64_t{0})}});
   }
-  Value* dw = dws.size() == 1 ? dws[0] : g.emit(OpKind::Concat, dws, {{"axis", Attribute(int64_t{0})}});
   Grads grads{dx, dw};
   if (op.numOperands() == 3) {
     std::vector<int64_t> axes{0};
@@ -606,8 +618,8 @@ Grads withParamGrads(Grad& g, const Op& op, Value* x, Value* dy, Value* dx, cons
 }
 
 /// y = conv(x, w [M, C/G, K...], b). dx is the transposed convolution of dy
-/// by the same w and groups (output_padding restoring x's size); dw is computed per group (convWeightGrad); db sums dy
-/// over N and the spatial dims.
+/// by the same w and groups (output_padding restoring x's size); dw is one
+/// conv_weight_grad of x and dy; db sums dy over N and the spatial dims.
 Grads vjpConv(Grad& g, const Op& op, Value* dy) {
   Value *x = op.operand(0), *w = op.operand(1);
   Grads none(op.numOperands(), nullptr);
@@ -662,6 +674,14 @@ Grads vjpConvTranspose(Grad& g, const Op& op, Value* dy) {
   std::vector<int64_t> groupW = *wd;
   groupW[0] = cg;
   return withParamGrads(g, op, x, dy, dx, win, groupW, groups, cg, mg, true);
+}
+
+/// conv_weight_grad appears only in a gradient (conv's dw); differentiating
+/// it again (a second derivative) is refused, not taken as zero.
+Grads vjpConvWeightGrad(Grad& g, const Op& op, Value*) {
+  g.fail("conv_weight_grad (a convolution's weight gradient) has no gradient rule: second derivatives of "
+         "convolutions are not supported");
+  return Grads(op.numOperands(), nullptr);
 }
 
 /// Pooling's adjoint. Each kernel tap t reads, for every output position,
@@ -904,6 +924,7 @@ KILN_VJP(ArgMin, kNone)
 KILN_VJP(MatMul, rule(vjpMatMul))
 KILN_VJP(Conv, rule(vjpConv))
 KILN_VJP(ConvTranspose, rule(vjpConvTranspose))
+KILN_VJP(ConvWeightGrad, rule(vjpConvWeightGrad))
 KILN_VJP(MaxPool, rule(vjpMaxPool))
 KILN_VJP(AvgPool, rule(vjpAvgPool))
 KILN_VJP(RandomUniform, kNone)

@@ -238,6 +238,51 @@ Status ConvTranspose(const KernelCall& c) {
   return {};
 }
 
+Status ConvWeightGrad(const KernelCall& c) {
+  const Tensor& x = c.in(0);
+  const Tensor& dy = c.in(1);
+  Tensor& out = c.out();
+  if (x.rank() < 3 || dy.rank() != x.rank() || out.rank() != x.rank())
+    return c.op.emitError("expects x[N,C,D...] and dy[N,M,O...] of one rank, got " + x.type().str() + " and " +
+                          dy.type().str());
+  KILN_TRY(checkSameDType(c));
+  const int64_t batchSize = x.shape()[0], channels = x.shape()[1], outChannels = dy.shape()[1];
+  const int64_t groups = c.op.getInt("groups");
+  if (groups <= 0 || channels % groups || outChannels % groups || out.shape()[0] != outChannels ||
+      out.shape()[1] * groups != channels || dy.shape()[0] != batchSize)
+    return c.op.emitError("x " + x.type().str() + ", dy " + dy.type().str() + " and the result " + out.type().str() +
+                          " do not fit " + std::to_string(groups) + " groups");
+  auto window = readWindow(c.op, c.op.getInts("kernel"));
+  if (!window) return window.takeError();
+  const std::vector<int64_t> inDims = spatial(x.shape()), outDims = spatial(dy.shape());
+  const int64_t inSize = product(inDims), outSize = product(outDims), kernelSize = product(window->kernel);
+  const int64_t groupIn = channels / groups, groupOut = outChannels / groups;
+  withComputeType(x.dtype(), [&]<typename Acc>() {
+    const std::vector<Acc> xv = readAs<Acc>(x), dv = readAs<Acc>(dy);
+    std::vector<Acc> result(static_cast<size_t>(out.numElements()), Acc(0));
+    std::vector<int64_t> outIndex;
+    for (int64_t nb = 0; nb < batchSize; ++nb)
+      for (int64_t mo = 0; mo < outChannels; ++mo) {
+        const int64_t group = mo / groupOut;
+        for (int64_t o = 0; o < outSize; ++o) {
+          unravel(o, outDims, outIndex);
+          const Acc d = dv[(nb * outChannels + mo) * outSize + o];
+          for (int64_t ci = 0; ci < groupIn; ++ci) {
+            const int64_t channel = group * groupIn + ci;
+            for (int64_t kp = 0; kp < kernelSize; ++kp) {
+              const int64_t pos = windowPosition(outIndex, window->taps[kp], *window, inDims);
+              if (pos < 0) continue;
+              Acc& r = result[(mo * groupIn + ci) * kernelSize + kp];
+              r = addAcc(r, mulAcc(d, xv[(nb * channels + channel) * inSize + pos]));
+            }
+          }
+        }
+      }
+    writeAll(out, result);
+  });
+  return {};
+}
+
 /// A pooling's x and result as planes (one per batch element and channel)
 /// of spatial positions, stored channels first or, with channels_last,
 /// channels innermost.

@@ -169,7 +169,7 @@ class ProgramReader {
     LibraryCall c;
     auto kind = r_.uint(1, "a library call's kind");
     if (!kind) return kind.takeError();
-    if (*kind > static_cast<uint64_t>(LibraryCall::Kind::ConvTranspose)) return r_.error("corrupt: a library call");
+    if (*kind > static_cast<uint64_t>(LibraryCall::Kind::ConvWeightGrad)) return r_.error("corrupt: a library call");
     c.kind = static_cast<LibraryCall::Kind>(*kind);
     auto n = count("a library call's operands");
     if (!n) return n.takeError();

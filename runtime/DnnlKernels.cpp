@@ -262,6 +262,88 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       impl->args[DNNL_ARG_DST] = memory(cmd, engine, DNNL_MEMORY_NONE);
       impl->bindings = {
           {DNNL_ARG_SRC, operandBuffer[0]}, {DNNL_ARG_WEIGHTS, operandBuffer[1]}, {DNNL_ARG_DST, resultBuffer}};
+    } else if (call.kind == LibraryCall::Kind::ConvWeightGrad) {
+      // oneDNN's backward-weights convolution: dw from x (src) and dy
+      // (diff_dst), in layouts of its choosing with reorders, as a
+      // convolution's.
+      if (!postOps.empty()) return Error("a convolution's weight gradient takes no post-ops");
+      const std::vector<int64_t>& x = call.operandDims[0];
+      const std::vector<int64_t>& dy = call.operandDims[1];
+      if (x.size() < 3 || x.size() > 5 || dy.size() != x.size() || dstDims.size() != x.size())
+        return Error("oneDNN convolutions are 1-, 2- or 3-d");
+      const size_t k = x.size() - 2;
+      const int64_t groups = call.groups;
+      if (call.strides.size() != k || call.dilations.size() != k || call.pads.size() != 2 * k || groups < 1)
+        return Error("a convolution's attributes do not match its rank");
+      memory::dims dnnlDilations, padL, padR;
+      for (size_t d = 0; d < k; ++d) {
+        dnnlDilations.push_back(call.dilations[d] - 1);
+        padL.push_back(call.pads[d]);
+        padR.push_back(call.pads[k + d]);
+      }
+      // The gradient's [M, C/g, K...] read as [g, M/g, C/g, K...], the same memory.
+      memory::dims wd = dstDims;
+      if (groups > 1) {
+        wd.insert(wd.begin(), groups);
+        wd[1] /= groups;
+      }
+      const memory::desc xmd = plainDesc(x), dymd = plainDesc(dy), wmd = plainDesc(wd);
+      const memory::dims strideDims(call.strides.begin(), call.strides.end());
+      auto describe = [&](const memory::desc& src, const memory::desc& weights, const memory::desc& dst)
+          -> dnnl::convolution_backward_weights::primitive_desc {
+        dnnl::convolution_forward::primitive_desc hint(
+            dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm::convolution_direct, src,
+                                            weights, dst, strideDims, dnnlDilations, padL, padR),
+            engine);
+        return dnnl::convolution_backward_weights::primitive_desc(
+            dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, src, weights, dst, strideDims,
+                                                     dnnlDilations, padL, padR),
+            engine, hint);
+      };
+      std::optional<dnnl::convolution_backward_weights::primitive_desc> pd;
+      try {
+        pd.emplace(describe(memory::desc(x, memory::data_type::f32, memory::format_tag::any),
+                            memory::desc(wd, memory::data_type::f32, memory::format_tag::any),
+                            memory::desc(dy, memory::data_type::f32, memory::format_tag::any)));
+      } catch (const dnnl::error&) {
+        pd.reset();
+      }
+      if (!pd) pd.emplace(describe(xmd, wmd, dymd));
+      chosenImpl = pd->impl_info_str();
+      impl->work = libraryCallWork(call);
+      const bool blocked = pd->src_desc() != xmd || pd->diff_dst_desc() != dymd || pd->diff_weights_desc() != wmd;
+      impl->description = "onednn conv_weight_grad " + dimsText(x) + "*" + dimsText(dy) + " -> " + dimsText(wd) +
+                          " (" + chosenImpl + (blocked ? ", blocked" : "") + ")";
+      if (describeOnly) return chosenImpl;
+      impl->primitive = dnnl::convolution_backward_weights(*pd);
+      auto bindInput = [&](int arg, const memory::desc& plain, const memory::desc& chosenDesc, int buffer) {
+        if (chosenDesc == plain) {
+          impl->args[arg] = memory(plain, engine, DNNL_MEMORY_NONE);
+          impl->bindings.push_back({arg, buffer});
+          return;
+        }
+        Impl::Reorder r;
+        r.plain = memory(plain, engine, DNNL_MEMORY_NONE);
+        r.blocked = memory(chosenDesc, engine);
+        r.primitive = dnnl::reorder(r.plain, r.blocked);
+        r.buffer = buffer;
+        impl->args[arg] = r.blocked;
+        impl->inputReorders.push_back(std::move(r));
+      };
+      bindInput(DNNL_ARG_SRC, xmd, pd->src_desc(), operandBuffer[0]);
+      bindInput(DNNL_ARG_DIFF_DST, dymd, pd->diff_dst_desc(), operandBuffer[1]);
+      if (pd->diff_weights_desc() == wmd) {
+        impl->args[DNNL_ARG_DIFF_WEIGHTS] = memory(wmd, engine, DNNL_MEMORY_NONE);
+        impl->bindings.push_back({DNNL_ARG_DIFF_WEIGHTS, resultBuffer});
+      } else {
+        Impl::Reorder r;
+        r.plain = memory(wmd, engine, DNNL_MEMORY_NONE);
+        r.blocked = memory(pd->diff_weights_desc(), engine);
+        r.primitive = dnnl::reorder(r.blocked, r.plain);
+        r.buffer = resultBuffer;
+        impl->args[DNNL_ARG_DIFF_WEIGHTS] = r.blocked;
+        impl->outputReorders.push_back(std::move(r));
+      }
     } else {
       // Channels last: x and the result in oneDNN's logical order.
       std::vector<int64_t> x = call.operandDims[0];

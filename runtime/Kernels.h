@@ -243,6 +243,7 @@ Status ArgMin(const KernelCall&);
 Status MatMul(const KernelCall&);
 Status Conv(const KernelCall&);
 Status ConvTranspose(const KernelCall&);
+Status ConvWeightGrad(const KernelCall&);
 Status MaxPool(const KernelCall&);
 Status AvgPool(const KernelCall&);
 

@@ -21,6 +21,8 @@ int64_t libraryCallWork(const LibraryCall& call) {
   if (w.size() < 2) return 0;
   const int64_t taps = product(w, 2);
   if (call.kind == LibraryCall::Kind::ConvTranspose) return product(a) * w[1] * taps;
+  // ConvWeightGrad: each dy element meets C/g x taps elements of x.
+  if (call.kind == LibraryCall::Kind::ConvWeightGrad) return product(w) * product(call.resultDims, 1);
   return product(call.resultDims) * w[1] * taps;
 }
 

@@ -36,10 +36,11 @@ struct PostOp {
 };
 
 struct LibraryCall {
-  enum class Kind : uint8_t { MatMul, Conv, ConvTranspose };
+  enum class Kind : uint8_t { MatMul, Conv, ConvTranspose, ConvWeightGrad };
   Kind kind = Kind::MatMul;
   /// The call's buffers holding the anchor's operands: (a, b) of a matmul,
-  /// (x, w[, bias]) of a convolution; the result is the last buffer.
+  /// (x, w[, bias]) of a convolution, (x, dy) of a convolution's weight
+  /// gradient (whose result is w-shaped); the result is the last buffer.
   std::vector<int> operands;
   /// Their dims, and the result's.
   std::vector<std::vector<int64_t>> operandDims;

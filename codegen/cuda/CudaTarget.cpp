@@ -30,6 +30,7 @@ bool CudaTarget::acceptsLibraryCall(const Op& anchor, std::span<const Op* const>
     auto call = describeLibraryCall(anchor, epilogue);
     return call && cuda::cublasLtMatmulShape(*call).ok();
   }
+  // (conv_weight_grad is a generated kernel on CUDA.)
   if (anchor.kind() != OpKind::Conv && anchor.kind() != OpKind::ConvTranspose) return false;
   if (!epilogue.empty() || !useCudnn_.value_or(cudnnPresentForCompilation())) return false;
   // cuDNN is given channels-first convolutions only; a channels_last one

@@ -470,6 +470,8 @@ Status exportOp(OnnxWriter& w, const Op& op) {
       attrInt(n, "group", op.getInt("groups"));
       return Status::success();
     }
+    case OpKind::ConvWeightGrad:
+      return op.emitError("cannot be exported to ONNX opset 17: ONNX has no convolution weight gradient op");
     case OpKind::MaxPool:
     case OpKind::AvgPool: {
       if (op.getBool("channels_last"))
