@@ -102,10 +102,15 @@ Group initialGroup(const Op& op, int index) {
   if (isHostCheckedArithmetic(op)) return g;
   // A reshape reads its input at the flat index it writes, so it is an
   // elementwise op over its result shape: it heads a group that reads a
-  // tensor in another shape. Transposes and slices remap indices, which
-  // would break the plan's in-place rule for elementwise kernels
-  // (docs/codegen.md section 4), so they stay kernels of their own.
-  if (op.info().isElementwise() || op.kind() == OpKind::Broadcast || op.kind() == OpKind::Reshape) {
+  // tensor in another shape. So is a slice, reading its input at a shifted
+  // (or strided) index: it heads the group of its readers, which then read
+  // the sliced tensor where it is instead of a copy (an LSTM step's four
+  // gates out of one [batch, 4H] product). The memory plan writes a kernel
+  // in place only over inputs it reads at the written index, which a
+  // slice's input is not (docs/codegen.md section 4). Transposes stay
+  // kernels of their own.
+  if (op.info().isElementwise() || op.kind() == OpKind::Broadcast || op.kind() == OpKind::Reshape ||
+      op.kind() == OpKind::Slice) {
     g.kind = GroupKind::Elementwise;
     g.space = out;
   } else if (isReduce(op.kind())) {
@@ -445,8 +450,8 @@ class FunctionFuser {
 /// Groups primitives into kernels (docs/codegen.md section 1) and replaces
 /// each group of two or more ops by a `fused` op whose region holds them:
 ///
-///  - elementwise: elementwise ops, casts, selects, broadcasts and reshapes
-///    over one result shape;
+///  - elementwise: elementwise ops, casts, selects, broadcasts, reshapes and
+///    slices over one result shape;
 ///  - reduction: up to two reduces with the same input shape and axes, and
 ///    elementwise ops over that input shape or the reduced shape;
 ///  - matmul_epilogue / conv_epilogue: a matmul or conv, then elementwise
@@ -458,7 +463,7 @@ class FunctionFuser {
 /// its group becomes a result of the fused op; scalar constants are copied
 /// into the regions that read them (and erased when nothing else does). An
 /// op that joins nothing stays unwrapped, and so does everything else
-/// (transposes, slices, concats, pads, gathers, pooling, random, composites).
+/// (transposes, concats, pads, gathers, pooling, random, composites).
 /// Ops are reordered only where a fused op must move before an outside op
 /// that reads its results.
 ///

@@ -41,21 +41,45 @@ bool isKernel(const Op& op) {
   return op.info().opClass != OpClass::Constant && op.kind() != OpKind::Return && op.kind() != OpKind::Check;
 }
 
-/// Kernels that read each input element only at the index they write: a
+/// Kernels that may read an input element only at the index they write: a
 /// single-result primitive elementwise op, or a fused group of kind
 /// "elementwise". Such a kernel may write its result over an input of the
-/// same element count and element size (an input that is not broadcast).
-/// That holds for fused groups only while `fuse` puts nothing but
-/// elementwise ops in them (docs/codegen.md §1); once transposes or slices
-/// of inputs join, this must check the input's index map in the region.
-/// The fused op is recognized by name, so this file does not depend on when
-/// the op table gains it.
+/// same element count and element size (an input that is not broadcast)
+/// that it reads at the written index (readsAtWrittenIndex). The fused op is
+/// recognized by name, so this file does not depend on when the op table
+/// gains it.
 bool mayRunInPlace(const Op& op) {
   if (op.numResults() != 1) return false;
   if (op.info().isElementwise()) return true;
   if (op.name() != "fused") return false;
   const Attribute* kind = op.attr("kind");
   return kind && kind->kind() == AttrKind::String && kind->getString() == "elementwise";
+}
+
+/// Whether kernel `op` (mayRunInPlace) reads operand `i`, of the result's
+/// element count, only at the element it writes. A fused group's slices
+/// (docs/codegen.md §1) read their input at other indices, and so does
+/// everything computed from what they read: the operand qualifies when
+/// every path from its block argument to the return runs through
+/// elementwise ops, reshapes and broadcasts only (which read at the flat
+/// index they write, or broadcast an input of fewer elements).
+bool readsAtWrittenIndex(const Op& op, size_t i) {
+  const Function* region = op.region();
+  if (!region) return true;
+  std::vector<const Value*> work = {region->argument(i)};
+  std::unordered_set<const Value*> seen(work.begin(), work.end());
+  while (!work.empty()) {
+    const Value* v = work.back();
+    work.pop_back();
+    for (const Op* user : v->users()) {
+      if (user->kind() == OpKind::Return) continue;
+      if (!user->info().isElementwise() && user->kind() != OpKind::Reshape && user->kind() != OpKind::Broadcast)
+        return false;
+      for (const Value* r : user->results())
+        if (seen.insert(r).second) work.push_back(r);
+    }
+  }
+  return true;
 }
 
 /// A set of values sharing one place in the arena: a value and those
@@ -187,7 +211,8 @@ Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias
           atWrittenElement =
               atWrittenElement &&
               (readsInPlace ? readsInPlace(def, i)
-                            : mayRunInPlace(def) && numElements(arg->type().shape) == numElements(v->type().shape));
+                            : mayRunInPlace(def) && numElements(arg->type().shape) == numElements(v->type().shape) &&
+                                  readsAtWrittenIndex(def, i));
         }
         if (reader == writer && !atWrittenElement) {
           alias.whyCopied = kernelRef(def, writer) + " reads " + argRef + " at other elements than it writes";
@@ -253,12 +278,13 @@ Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias
     const Op* def = b.value->definingOp();
     if (mayRunInPlace(*def)) {
       const TensorType& out = b.value->type();
-      for (const Value* in : def->operands()) {
+      for (size_t k = 0; k < def->numOperands(); ++k) {
+        const Value* in = def->operand(k);
         auto it = bufferOf.find(in);
         if (it == bufferOf.end()) continue;
         const MemoryPlan::Buffer& input = plan.buffers[it->second];
         if (input.last != b.first || numElements(in->type().shape) != numElements(out.shape) ||
-            dtypeSize(in->type().dtype) != dtypeSize(out.dtype))
+            dtypeSize(in->type().dtype) != dtypeSize(out.dtype) || !readsAtWrittenIndex(*def, k))
           continue;
         b.inPlaceOf = it->second;
         break;

@@ -161,6 +161,28 @@ func @shared_and_cycle(%x: f32[4,4], %w: f32[4,4]) -> (f32[4,4], f32[4,4]) {
   return %r, %b
 })",
      2, 2},
+    // Slices head their readers' groups: an LSTM cell reading its four gates
+    // out of one product (one group, two results), and a strided reversal.
+    {"slices", R"(
+func @slices(%g: f32[2,16], %c: f32[2,4], %v: f32[7]) -> (f32[2,4], f32[2,4], f32[3]) {
+  %ig = slice(%g) {ends = [2, 4], starts = [0, 0], steps = [1, 1]} : f32[2,4]
+  %i = sigmoid(%ig) : f32[2,4]
+  %og = slice(%g) {ends = [2, 8], starts = [0, 4], steps = [1, 1]} : f32[2,4]
+  %o = sigmoid(%og) : f32[2,4]
+  %fg = slice(%g) {ends = [2, 12], starts = [0, 8], steps = [1, 1]} : f32[2,4]
+  %f = sigmoid(%fg) : f32[2,4]
+  %cg = slice(%g) {ends = [2, 16], starts = [0, 12], steps = [1, 1]} : f32[2,4]
+  %cand = tanh(%cg) : f32[2,4]
+  %kept = mul(%f, %c) : f32[2,4]
+  %new = mul(%i, %cand) : f32[2,4]
+  %c1 = add(%kept, %new) : f32[2,4]
+  %tc = tanh(%c1) : f32[2,4]
+  %h1 = mul(%o, %tc) : f32[2,4]
+  %rev = slice(%v) {ends = [0], starts = [6], steps = [-2]} : f32[3]
+  %e = exp(%rev) : f32[3]
+  return %h1, %c1, %e
+})",
+     2, 2},
 };
 
 INSTANTIATE_TEST_SUITE_P(Functions, FuseEquivalence, testing::ValuesIn(kCases),
