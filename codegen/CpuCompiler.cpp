@@ -91,8 +91,16 @@ bool readsOnlyAtStoredIndex(const kir::Kernel& kernel, size_t input) {
 }
 
 
-/// Below this much work per kernel, waking threads costs more than it saves.
-constexpr int64_t kParallelWork = 1 << 15;
+/// Below this much work per kernel (codegen's estimateWork: result
+/// elements times reduction iterations), a generated kernel runs on the
+/// calling thread alone. Measured here (kiln run --bench, 2 threads against
+/// 1): a two-op elementwise kernel over 32K elements took 5.8 against
+/// 2.7 us, over 128K-2M elements the same time either way (one core
+/// saturates the memory), and a row-mean over [197,768] 4.2 against
+/// 5.2 us; every OpenMP region also risks a stall of a scheduler tick
+/// (4-12 ms maxima seen) when the machine is busy and a team thread is
+/// descheduled. 2^15 split most of a transformer's small kernels.
+constexpr int64_t kParallelWork = 1 << 18;
 /// A oneDNN call below this many multiply-adds runs on one thread
 /// (omp_set_num_threads(1) around it): splitting a small product costs an
 /// OpenMP barrier, and on a loaded machine a wait for a descheduled thread.
