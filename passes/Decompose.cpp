@@ -10,6 +10,7 @@
 #include "passes/Decompose.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -108,13 +109,18 @@ class Emitter {
     return emit(OpKind::Iota, {}, {{"axis", Attribute(axis)}}, {std::move(type)});
   }
   /// Elements [start, end) of `x` along `axis`, all of every other dim.
-  Value* sliceAxis(Value* x, int64_t axis, int64_t start, int64_t end) {
+  Value* sliceAxis(Value* x, int64_t axis, int64_t start, int64_t end) { return slice(x, {{axis, start, end}}); }
+  /// Elements [start, end) of `x` along each (axis, start, end) of `ranges`,
+  /// all of every other dim.
+  Value* slice(Value* x, const std::vector<std::array<int64_t, 3>>& ranges) {
     if (!x) return nullptr;
     const Shape& shape = x->type().shape;
     std::vector<int64_t> starts(shape.size(), 0), ends, steps(shape.size(), 1);
     for (const Dim& d : shape) ends.push_back(d.isStatic() ? d.size : kToEnd);
-    starts[axis] = start;
-    ends[axis] = end;
+    for (const auto& [axis, start, end] : ranges) {
+      starts[axis] = start;
+      ends[axis] = end;
+    }
     return emit(OpKind::Slice, {x},
                 {{"starts", Attribute(starts)}, {"ends", Attribute(ends)}, {"steps", Attribute(steps)}});
   }
@@ -247,9 +253,26 @@ Lowered lowerSoftplus(Emitter& e, const Op& op) {
 
 // --- Recurrent ops -------------------------------------------------------------
 
-/// One time step of a cell: from the input projection x W^T + Wb of this
-/// step ([batch, G*H]) and the carried state (h, or h and c) to the next state.
-using Step = std::function<std::vector<Value*>(Value* xp, const std::vector<Value*>& state)>;
+/// The input projection x W^T + Wb of one time step, read gate by gate:
+/// gates(k, n) is gates [k, k+n) of step t, [batch, n*H], sliced out of the
+/// projection of all steps ([seq, batch, G*H]) where the cell reads it. A
+/// cell that adds it to its h R^T gate by gate computes the sum inside its
+/// fused kernel, so no step copies its row of the projection first.
+struct StepInput {
+  Emitter& e;
+  Value* projections;
+  int64_t t;
+  int64_t hidden;
+  Dim batch;
+  Value* gates(int64_t first, int64_t count = 1) const {
+    Value* part = e.slice(projections, {{0, t, t + 1}, {2, first * hidden, (first + count) * hidden}});
+    return e.reshape(part, {batch, Dim::fixed(count * hidden)});
+  }
+};
+
+/// One time step of a cell: from the input projection of this step and the
+/// carried state (h, or h and c) to the next state.
+using Step = std::function<std::vector<Value*>(const StepInput& x, const std::vector<Value*>& state)>;
 /// Prepares one direction's step from R^T ([H, G*H]) and, for cells that
 /// keep it separate, the recurrent bias ([G*H], else null). Called once per
 /// direction so that weight slicing stays out of the time loop.
@@ -262,8 +285,8 @@ Value* gate(Emitter& e, Value* projection, int64_t gate, int64_t hidden) {
 
 /// Unrolls a recurrent op (ONNX layout, docs/ops.md) over its static
 /// sequence length. Per direction: the input projection of all steps is one
-/// matmul; each step slices its rows, applies the cell, and its h becomes
-/// row t of Y; directions are concatenated along Y's dirs axis.
+/// matmul; each step's cell reads its gates of it (StepInput), and its h
+/// becomes row t of Y; directions are concatenated along Y's dirs axis.
 Lowered unrollRecurrence(Emitter& e, const Op& op, int64_t numGates, int64_t numStates, bool separateRecurrentBias,
                          const StepFactory& makeStep) {
   Value* x = op.operand(0);
@@ -315,7 +338,7 @@ Lowered unrollRecurrence(Emitter& e, const Op& op, int64_t numGates, int64_t num
     std::vector<Value*> steps(static_cast<size_t>(seq));
     for (int64_t i = 0; i < seq; ++i) {
       int64_t t = reverse ? seq - 1 - i : i;
-      state = step(e.reshape(e.sliceAxis(projections, 0, t, t + 1), {batch, Dim::fixed(gates)}), state);
+      state = step(StepInput{e, projections, t, hidden, batch}, state);
       steps[static_cast<size_t>(t)] = e.reshape(state[0], {Dim::fixed(1), Dim::fixed(1), batch, h});
     }
     ys.push_back(e.concat(steps, 0));
@@ -341,20 +364,27 @@ Lowered lowerRnn(Emitter& e, const Op& op) {
   std::optional<OpKind> act = rnnActivation(activation);
   if (!act) return op.emitError("has activation = \"" + activation + "\"; expected \"tanh\", \"relu\" or \"sigmoid\"");
   return unrollRecurrence(e, op, 1, 1, false, [&](Value* rT, Value*) -> Step {
-    return [&e, act = *act, rT](Value* xp, const std::vector<Value*>& state) {
-      return std::vector{e.unary(act, e.add(xp, e.matmul(state[0], rT)))};
+    return [&e, act = *act, rT](const StepInput& x, const std::vector<Value*>& state) {
+      Value* xh = x.gates(0);
+      return std::vector{e.unary(act, e.add(xh, e.matmul(state[0], rT)))};
     };
   });
 }
 
 /// lstm: [i o f c~] = x W^T + h R^T + Wb + Rb; c = sig(f) c + sig(i) tanh(c~); h = sig(o) tanh(c).
+/// Each gate's sum is taken after slicing both terms, so that one kernel
+/// after the h R^T product computes all of the cell.
 Lowered lowerLstm(Emitter& e, const Op& op) {
   int64_t hidden = op.getInt("hidden_size");
   return unrollRecurrence(e, op, 4, 2, false, [&](Value* rT, Value*) -> Step {
-    return [&e, hidden, rT](Value* xp, const std::vector<Value*>& state) {
-      Value* g = e.add(xp, e.matmul(state[0], rT));
-      auto sigmoidGate = [&](int64_t k) { return e.unary(OpKind::Sigmoid, gate(e, g, k, hidden)); };
-      Value* candidate = e.unary(OpKind::Tanh, gate(e, g, 3, hidden));
+    return [&e, hidden, rT](const StepInput& x, const std::vector<Value*>& state) {
+      Value* hr = e.matmul(state[0], rT);
+      auto preactivation = [&](int64_t k) {
+        Value* xk = x.gates(k);
+        return e.add(xk, gate(e, hr, k, hidden));
+      };
+      auto sigmoidGate = [&](int64_t k) { return e.unary(OpKind::Sigmoid, preactivation(k)); };
+      Value* candidate = e.unary(OpKind::Tanh, preactivation(3));
       Value* kept = e.mul(sigmoidGate(2), state[1]);
       Value* c = e.add(kept, e.mul(sigmoidGate(0), candidate));
       Value* output = sigmoidGate(1);
@@ -366,23 +396,29 @@ Lowered lowerLstm(Emitter& e, const Op& op) {
 
 /// gru: z, r = sig(x W^T + h R^T + Wb + Rb) (gates z r); h~ = tanh(xh + (r h) Rh^T + Rbh),
 /// or tanh(xh + r (h Rh^T + Rbh)) with linear_before_reset; h = (1 - z) h~ + z h.
+/// With linear_before_reset all three gates' h R^T + Rb are one product; z
+/// and r sum their two terms after slicing them, as the LSTM's gates do.
 Lowered lowerGru(Emitter& e, const Op& op) {
   int64_t hidden = op.getInt("hidden_size");
   bool linearBeforeReset = op.getBool("linear_before_reset");
   return unrollRecurrence(e, op, 3, 1, true, [&](Value* rT, Value* rb) -> Step {
-    Value* rTzr = e.sliceAxis(rT, 1, 0, 2 * hidden);
-    Value* rbzr = e.sliceAxis(rb, 0, 0, 2 * hidden);
-    Value* rTh = e.sliceAxis(rT, 1, 2 * hidden, 3 * hidden);
-    Value* rbh = e.sliceAxis(rb, 0, 2 * hidden, 3 * hidden);
-    return [=, &e](Value* xp, const std::vector<Value*>& state) {
+    Value* rTzr = linearBeforeReset ? rT : e.sliceAxis(rT, 1, 0, 2 * hidden);
+    Value* rbzr = linearBeforeReset ? rb : e.sliceAxis(rb, 0, 0, 2 * hidden);
+    Value* rTh = linearBeforeReset ? nullptr : e.sliceAxis(rT, 1, 2 * hidden, 3 * hidden);
+    Value* rbh = linearBeforeReset ? nullptr : e.sliceAxis(rb, 0, 2 * hidden, 3 * hidden);
+    return [=, &e](const StepInput& x, const std::vector<Value*>& state) {
       Value* h = state[0];
-      Value* xzr = e.sliceAxis(xp, 1, 0, 2 * hidden);
-      Value* zr = e.add(xzr, e.add(e.matmul(h, rTzr), rbzr));
-      Value* z = e.unary(OpKind::Sigmoid, gate(e, zr, 0, hidden));
-      Value* r = e.unary(OpKind::Sigmoid, gate(e, zr, 1, hidden));
+      // [batch, 3H] with linear_before_reset, else [batch, 2H].
+      Value* hr = e.add(e.matmul(h, rTzr), rbzr);
+      auto sigmoidGate = [&](int64_t k) {
+        Value* xk = x.gates(k);
+        return e.unary(OpKind::Sigmoid, e.add(xk, gate(e, hr, k, hidden)));
+      };
+      Value* z = sigmoidGate(0);
+      Value* r = sigmoidGate(1);
       Value* recurrent =
-          linearBeforeReset ? e.mul(r, e.add(e.matmul(h, rTh), rbh)) : e.add(e.matmul(e.mul(r, h), rTh), rbh);
-      Value* candidate = e.unary(OpKind::Tanh, e.add(gate(e, xp, 2, hidden), recurrent));
+          linearBeforeReset ? e.mul(r, gate(e, hr, 2, hidden)) : e.add(e.matmul(e.mul(r, h), rTh), rbh);
+      Value* candidate = e.unary(OpKind::Tanh, e.add(x.gates(2), recurrent));
       Value* update = e.mul(e.sub(1.0, z), candidate);
       return std::vector{e.add(update, e.mul(z, h))};
     };
