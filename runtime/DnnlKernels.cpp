@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
 #include <set>
@@ -117,6 +118,12 @@ struct DnnlKernel::Impl {
     /// long as it is at the same address.
     bool constant = false;
     const void* reordered = nullptr;
+    /// A constant matmul b: `blocked` is the copy every kernel of the
+    /// process shares for the same source and layout (PackedWeights), made
+    /// on the first run; `argument` is the primitive's argument it binds.
+    bool shared = false;
+    int argument = 0;
+    std::shared_ptr<const memory> sharedCopy;
   };
   dnnl::primitive primitive;
   std::unordered_map<int, memory> args;
@@ -248,20 +255,39 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       if (!postOps.empty() && cd.size() != dstDims.size() && !rows)
         return Error("post-ops on a matmul of 1-D operands");
       const memory::desc amd = plainDesc(ad), bmd = plainDesc(bd), cmd = plainDesc(cd);
-      // (A constant b packed once in oneDNN's own layout measured no faster:
-      // BERT-base b1 63.6 vs 62.8 ms, the LSTM classifier 7.3-7.8 vs
-      // 6.8-7.0 ms; its brgemm matmul reads a plain b well.)
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, bmd, cmd), attr, engine);
+      // A constant b without a batch is packed once in the layout oneDNN
+      // picks, one copy per source shared by every kernel that multiplies by
+      // it (an unrolled recurrent net's steps). An LSTM classifier's input
+      // projections at batch 1, [64,512]x[512,1024] + add on 2 threads: 186
+      // us with the plain b, 133 us packed. (Packing per primitive, without
+      // sharing, made that classifier slower: 7.3-7.8 vs 6.8-7.0 ms, each of
+      // its 256 steps reading its own copy of R^T.)
+      const bool packB = operandBuffer[1] < static_cast<int>(constantBuffers.size()) &&
+                         constantBuffers[operandBuffer[1]] && bd.size() == 2;
+      const memory::desc anyB = packB ? memory::desc(bd, memory::data_type::f32, memory::format_tag::any) : bmd;
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, anyB, cmd), attr, engine);
       chosenImpl = pd.impl_info_str();
       impl->work = libraryCallWork(call);
-      impl->description = "onednn matmul " + dimsText(ad) + "x" + dimsText(bd) + postText + " (" + chosenImpl + ")";
+      impl->description = "onednn matmul " + dimsText(ad) + "x" + dimsText(bd) + postText + " (" + chosenImpl +
+                          (pd.weights_desc() != bmd ? ", packed b" : "") + ")";
       if (describeOnly) return chosenImpl;
       impl->primitive = dnnl::matmul(pd);
       impl->args[DNNL_ARG_SRC] = memory(amd, engine, DNNL_MEMORY_NONE);
-      impl->args[DNNL_ARG_WEIGHTS] = memory(bmd, engine, DNNL_MEMORY_NONE);
       impl->args[DNNL_ARG_DST] = memory(cmd, engine, DNNL_MEMORY_NONE);
-      impl->bindings = {
-          {DNNL_ARG_SRC, operandBuffer[0]}, {DNNL_ARG_WEIGHTS, operandBuffer[1]}, {DNNL_ARG_DST, resultBuffer}};
+      impl->bindings = {{DNNL_ARG_SRC, operandBuffer[0]}, {DNNL_ARG_DST, resultBuffer}};
+      if (pd.weights_desc() == bmd) {
+        impl->args[DNNL_ARG_WEIGHTS] = memory(bmd, engine, DNNL_MEMORY_NONE);
+        impl->bindings.push_back({DNNL_ARG_WEIGHTS, operandBuffer[1]});
+      } else {
+        Impl::Reorder r;
+        r.plain = memory(bmd, engine, DNNL_MEMORY_NONE);
+        r.blocked = memory(pd.weights_desc(), engine, DNNL_MEMORY_NONE);
+        r.primitive = dnnl::reorder(r.plain, r.blocked);
+        r.buffer = operandBuffer[1];
+        r.constant = r.shared = true;
+        r.argument = DNNL_ARG_WEIGHTS;
+        impl->inputReorders.push_back(std::move(r));
+      }
     } else if (call.kind == LibraryCall::Kind::ConvWeightGrad) {
       // oneDNN's backward-weights convolution: dw from x (src) and dy
       // (diff_dst), in layouts of its choosing with reorders, as a
@@ -510,11 +536,58 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
 
 }  // namespace
 
+namespace {
+
+/// The packed copies of constant matmul operands, by source address and
+/// layout, for as long as a kernel holds one. A source cannot change while
+/// a kernel holding its copy lives: the program owning the constant outlives
+/// its kernels.
+class PackedWeights {
+ public:
+  static PackedWeights& instance() {
+    static PackedWeights weights;
+    return weights;
+  }
+  /// The copy of `source` in `packed`'s layout, reordered by `reorder` (from
+  /// `plain`) when nobody holds one.
+  std::shared_ptr<const memory> get(const void* source, memory& plain, const memory& packed,
+                                    const dnnl::reorder& reorder, dnnl::stream& stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<Entry>& entries = bySource_[source];
+    std::erase_if(entries, [](const Entry& e) { return e.copy.expired(); });
+    for (const Entry& e : entries)
+      if (e.desc == packed.get_desc())
+        if (auto copy = e.copy.lock()) return copy;
+    auto copy = std::make_shared<const memory>(packed.get_desc(), cpuEngine());
+    plain.set_data_handle(const_cast<void*>(source));
+    reorder.execute(stream, plain, const_cast<memory&>(*copy));
+    stream.wait();
+    entries.push_back({packed.get_desc(), copy});
+    return copy;
+  }
+
+ private:
+  struct Entry {
+    memory::desc desc;
+    std::weak_ptr<const memory> copy;
+  };
+  std::mutex mutex_;
+  std::unordered_map<const void*, std::vector<Entry>> bySource_;
+};
+
+}  // namespace
+
 void DnnlKernel::run(void* const* buffers) const {
   for (const auto& [arg, buffer] : impl_->bindings) impl_->args.at(arg).set_data_handle(buffers[buffer]);
   static thread_local dnnl::stream stream(cpuEngine());
   for (Impl::Reorder& r : impl_->inputReorders) {
     if (r.constant && r.reordered == buffers[r.buffer]) continue;
+    if (r.shared) {
+      r.sharedCopy = PackedWeights::instance().get(buffers[r.buffer], r.plain, r.blocked, r.primitive, stream);
+      impl_->args[r.argument] = *r.sharedCopy;
+      r.reordered = buffers[r.buffer];
+      continue;
+    }
     r.plain.set_data_handle(buffers[r.buffer]);
     r.primitive.execute(stream, r.plain, r.blocked);
     r.reordered = buffers[r.buffer];

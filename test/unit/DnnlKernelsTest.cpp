@@ -378,5 +378,38 @@ TEST(DnnlKernelsTest, MultiResultGroupSharesItsContraction) {
   EXPECT_EQ(kernels, 2u) << ir;
 }
 
+/// A constant b without a batch is packed once in oneDNN's layout, one copy
+/// shared by every matmul by it (two here, of other row counts, one with a
+/// post-op), and both still match the interpreter.
+TEST(DnnlKernelsTest, ConstantWeightsArePackedOnceAndShared) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> real(-0.5, 0.5);
+  std::string w = "dense<f32[64,48]>[";
+  for (int i = 0; i < 64 * 48; ++i) w += (i ? ", " : "") + std::to_string(real(rng));
+  const std::string text = "func @f(%x: f32[16,64], %y: f32[12,64], %b: f32[48]) -> (f32[16,48], f32[12,48]) {\n"
+                           "  %w = constant() {value = " + w + "]} : f32[64,48]\n"
+                           "  %m = matmul(%x, %w) : f32[16,48]\n  %n = matmul(%y, %w) : f32[12,48]\n"
+                           "  %s = add(%n, %b) : f32[12,48]\n  return %m, %s\n}\n";
+  auto m = test::parseVerified(text);
+  ASSERT_TRUE(m);
+  const Function& f = *m->functions().front();
+  const std::vector<Tensor> inputs = {test::randomF32({16, 64}, 1), test::randomF32({12, 64}, 2),
+                                      test::randomF32({48}, 3)};
+  auto want = interpret(f, inputs);
+  ASSERT_TRUE(want.ok()) << want.error().str();
+  StepProfile profile;
+  auto executor = CpuExecutor::create(f, {.threads = 2, .profile = &profile});
+  ASSERT_TRUE(executor.ok()) << executor.error().str();
+  for (int run = 0; run < 2; ++run) {
+    auto got = (*executor)->run(inputs);
+    ASSERT_TRUE(got.ok()) << got.error().str();
+    ASSERT_EQ(got->size(), 2u);
+    for (size_t r = 0; r < 2; ++r) test::expectClose((*got)[r], (*want)[r], "result " + std::to_string(r));
+  }
+  int packed = 0;
+  for (const StepProfile::Entry& e : profile.entries) packed += e.what.find(", packed b)") != std::string::npos;
+  EXPECT_EQ(packed, 2);
+}
+
 }  // namespace
 }  // namespace kiln
