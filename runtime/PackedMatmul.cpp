@@ -202,28 +202,39 @@ KILN_VECTOR_INLINE void tile(const Impl& m, void* const* buffers, int64_t row, i
   finish<R, Q>(m, buffers, acc, row, panel * kPanel);
 }
 
-/// Panels [begin, end), every row: two panels at a time for one or two rows.
+/// Panels [begin, end) for rows [row, row+R), two at a time for one or two
+/// rows, in order or in reverse.
+template <int R>
+KILN_VECTOR_INLINE void sweep(const Impl& m, void* const* buffers, int64_t row, int64_t begin, int64_t end,
+                              bool backward) {
+  constexpr int64_t Q = R <= 2 ? 2 : 1;
+  const int64_t groups = (end - begin + Q - 1) / Q;
+  for (int64_t i = 0; i < groups; ++i) {
+    const int64_t p = begin + (backward ? groups - 1 - i : i) * Q;
+    if (Q == 2 && p + 2 <= end)
+      tile<R, 2>(m, buffers, row, p);
+    else
+      tile<R, 1>(m, buffers, row, p);
+  }
+}
+
+/// Panels [begin, end), every row, in blocks of up to 4 rows. Each sweep
+/// over the panels runs the other way from this thread's previous one: a
+/// thread's half of an LSTM's R^T (512 KiB) read in the same order at every
+/// time step streamed from its 1 MiB L2 at about 150 GB/s, as if part of it
+/// were evicted each time (the cache's replacement does not keep a cyclic
+/// sweep of half its size), and in alternating order at about 225 GB/s, the
+/// last panels read being the first read again (one thread, [1,256]x[256,
+/// 512]: 3.5 against 2.3 us).
 KILN_VECTOR_INLINE void panels(const Impl& m, void* const* buffers, int64_t begin, int64_t end) {
+  static thread_local bool backward = false;
   for (int64_t row = 0; row < m.m; row += 4) {
+    backward = !backward;
     switch (std::min<int64_t>(4, m.m - row)) {
-      case 1: {
-        int64_t p = begin;
-        for (; p + 2 <= end; p += 2) tile<1, 2>(m, buffers, row, p);
-        if (p < end) tile<1, 1>(m, buffers, row, p);
-        break;
-      }
-      case 2: {
-        int64_t p = begin;
-        for (; p + 2 <= end; p += 2) tile<2, 2>(m, buffers, row, p);
-        if (p < end) tile<2, 1>(m, buffers, row, p);
-        break;
-      }
-      case 3:
-        for (int64_t p = begin; p < end; ++p) tile<3, 1>(m, buffers, row, p);
-        break;
-      default:
-        for (int64_t p = begin; p < end; ++p) tile<4, 1>(m, buffers, row, p);
-        break;
+      case 1: sweep<1>(m, buffers, row, begin, end, backward); break;
+      case 2: sweep<2>(m, buffers, row, begin, end, backward); break;
+      case 3: sweep<3>(m, buffers, row, begin, end, backward); break;
+      default: sweep<4>(m, buffers, row, begin, end, backward); break;
     }
   }
 }

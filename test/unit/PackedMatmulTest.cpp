@@ -1,13 +1,14 @@
 // The CPU runtime's matmul of a few rows by a packed constant
 // (runtime/PackedMatmul.h): every row count up to kMaxRows, k and n that are
 // and are not multiples of the panel width, each post-op, any split of the
-// panels among threads, against a sum in double; which calls it takes; and
+// panels among threads, panels swept either way, against a sum in double; which calls it takes; and
 // through the CPU executor, where a constant b of a matmul with few rows
 // (an LSTM's R^T at each time step) takes it instead of oneDNN.
 #include "runtime/PackedMatmul.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -88,22 +89,26 @@ void expectMatches(int64_t m, int64_t k, int64_t n, std::vector<PostOp> postOps,
   ASSERT_TRUE(packed.ok()) << packed.error().str();
   std::vector<void*> pointers;
   for (std::vector<float>& b : buffers) pointers.push_back(b.data());
-  for (int t = 0; t < threads; ++t) (*packed)->run(pointers.data(), t, threads);
-  const std::vector<float>& c = buffers.back();
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      double x = 0;
-      for (int64_t l = 0; l < k; ++l) x += double(buffers[0][i * k + l]) * buffers[1][l * n + j];
-      for (const PostOp& p : postOps) {
-        double y = 0;
-        if (p.isBinary()) {
-          const int64_t rows = p.dims[0], cols = p.dims[1];
-          y = buffers[static_cast<size_t>(p.operand)][(rows == 1 ? 0 : i) * cols + (cols == 1 ? 0 : j)];
+  // Twice: a thread sweeps its panels the other way at every call.
+  for (int call = 0; call < 2; ++call) {
+    std::vector<float>& c = buffers.back();
+    std::fill(c.begin(), c.end(), std::numeric_limits<float>::quiet_NaN());
+    for (int t = 0; t < threads; ++t) (*packed)->run(pointers.data(), t, threads);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double x = 0;
+        for (int64_t l = 0; l < k; ++l) x += double(buffers[0][i * k + l]) * buffers[1][l * n + j];
+        for (const PostOp& p : postOps) {
+          double y = 0;
+          if (p.isBinary()) {
+            const int64_t rows = p.dims[0], cols = p.dims[1];
+            y = buffers[static_cast<size_t>(p.operand)][(rows == 1 ? 0 : i) * cols + (cols == 1 ? 0 : j)];
+          }
+          x = apply(p, x, y);
         }
-        x = apply(p, x, y);
+        ASSERT_NEAR(c[i * n + j], x, 2e-5 + 2e-5 * std::fabs(x)) << "element [" << i << "," << j << "], call " << call;
       }
-      ASSERT_NEAR(c[i * n + j], x, 2e-5 + 2e-5 * std::fabs(x)) << "element [" << i << "," << j << "]";
-    }
+  }
 }
 
 PostOp binary(PostOp::Kind kind, const char* name, std::vector<int64_t> dims) {
