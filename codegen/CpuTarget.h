@@ -28,6 +28,8 @@ class CpuTarget : public Target {
  public:
   std::string_view name() const override { return "cpu"; }
   bool acceptsLibraryCall(const Op& anchor, std::span<const Op* const> epilogue) const override;
+  /// oneDNN's backward-weights convolution computes it.
+  bool takesConvWeightGrad() const override { return true; }
   /// f32 2-d convolutions for which oneDNN has a brgemm (brgconv, brdgmm_dw) or jit kernel that
   /// reads and writes [N, H, W, C] (its reference and gemm-based ones are
   /// slower than a channels-first call with its own reorders).

@@ -73,11 +73,12 @@ std::string_view optLevelPipeline(int level, bool forTarget) {
       case 0: return "schedule,insert-host-checks";
       case 1: return "infer-shapes,canonicalize,cse,dce,schedule,insert-host-checks";
       case 2:
-        return "infer-shapes,canonicalize,raise-activations,assign-layouts,canonicalize,select-library,decompose,"
-               "canonicalize,cse,dce,schedule,insert-host-checks";
+        return "infer-shapes,canonicalize,raise-activations,expand-conv-weight-grad,assign-layouts,canonicalize,"
+               "select-library,decompose,canonicalize,cse,dce,schedule,insert-host-checks";
       default:
-        return "infer-shapes,canonicalize,raise-activations,assign-layouts,canonicalize,select-library,decompose,"
-               "canonicalize,cse,dce,select-library,fuse,split-fused-results,schedule,insert-host-checks";
+        return "infer-shapes,canonicalize,raise-activations,expand-conv-weight-grad,assign-layouts,canonicalize,"
+               "select-library,decompose,canonicalize,cse,dce,select-library,fuse,split-fused-results,schedule,"
+               "insert-host-checks";
     }
   }
   switch (level) {

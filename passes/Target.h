@@ -28,6 +28,10 @@ class Target {
   /// so an empty epilogue asks whether the anchor alone goes to the library.
   virtual bool acceptsLibraryCall(const Op& anchor, std::span<const Op* const> epilogue) const = 0;
 
+  /// Whether the target's library computes conv_weight_grad itself; if not,
+  /// expand-conv-weight-grad rewrites it as a forward convolution.
+  virtual bool takesConvWeightGrad() const { return false; }
+
   /// Whether `conv` (a channels-first 2-d conv with static shapes) is better
   /// computed channels last, its input and result stored [N, H, W, C]
   /// (assign-layouts). No, unless the target says so.
