@@ -696,19 +696,35 @@ WindowRead windowRead(const Index& index, const Window& w, const std::vector<int
   return r;
 }
 
+/// A conv's or pool's x dims and result index as channels first: with
+/// channels_last, x[N, D..., C] and the result [N, D..., M] are read as
+/// x[N, C, D...] and [N, M, D...], and `toX` moves the channel of an x
+/// index built that way back to the end.
+struct ChannelsFirst {
+  std::vector<int64_t> x;
+  Index index;
+  bool channelsLast = false;
+
+  ChannelsFirst(const Op& op, const Index& resultIndex)
+      : x(dimsOf(op.operand(0))), index(resultIndex), channelsLast(op.getBool("channels_last")) {
+    if (channelsLast) {
+      std::rotate(x.begin() + 1, x.end() - 1, x.end());
+      std::rotate(index.begin() + 1, index.end() - 1, index.end());
+    }
+  }
+  Index toX(Index xi) const {
+    if (channelsLast) std::rotate(xi.begin() + 1, xi.begin() + 2, xi.end());
+    return xi;
+  }
+};
+
 /// conv as a sum over the group's input channels and the kernel taps;
 /// taps in the padding read a clamped element and multiply by zero.
 Expected<ExprPtr> lowerConv(const Op& op, LoweringContext& ctx, const Index& resultIndex) {
-  // channels_last: x[N, D..., C] and the result [N, D..., M] are read as
-  // x[N, C, D...] and [N, M, D...]; the channel index moves back when x is read.
-  const bool channelsLast = op.getBool("channels_last");
-  std::vector<int64_t> x = dimsOf(op.operand(0));
+  const ChannelsFirst view(op, resultIndex);
+  const std::vector<int64_t>& x = view.x;
+  const Index& index = view.index;
   const std::vector<int64_t> w = dimsOf(op.operand(1));
-  Index index = resultIndex;
-  if (channelsLast) {
-    std::rotate(x.begin() + 1, x.end() - 1, x.end());
-    std::rotate(index.begin() + 1, index.end() - 1, index.end());
-  }
   const std::vector<int64_t> inDims(x.begin() + 2, x.end()), kernel(w.begin() + 2, w.end());
   const int64_t groups = op.getInt("groups");
   const int64_t groupIn = w[1], groupOut = w[0] / groups;
@@ -719,10 +735,9 @@ Expected<ExprPtr> lowerConv(const Op& op, LoweringContext& ctx, const Index& res
       kir::add(kir::mul(kir::div(index[1], kir::index(groupOut)), kir::index(groupIn)), kir::var(first));
   Index xi = {index[0], channel};
   xi.insert(xi.end(), read.positions.begin(), read.positions.end());
-  if (channelsLast) std::rotate(xi.begin() + 1, xi.begin() + 2, xi.end());
   Index wi = {index[1], kir::var(first)};
   for (size_t d = 0; d < kernel.size(); ++d) wi.push_back(kir::var(first + 1 + static_cast<int>(d)));
-  auto xv = ctx.operand(0, xi);
+  auto xv = ctx.operand(0, view.toX(std::move(xi)));
   if (!xv) return xv;
   auto wv = ctx.operand(1, wi);
   if (!wv) return wv;
@@ -823,21 +838,16 @@ Expected<ExprPtr> lowerConvWeightGrad(const Op& op, LoweringContext& ctx, const 
 /// max_pool: padding never wins (it reads as -inf, or an integer type's
 /// minimum); NaN propagates.
 Expected<ExprPtr> lowerMaxPool(const Op& op, LoweringContext& ctx, const Index& resultIndex) {
-  const bool channelsLast = op.getBool("channels_last");
-  std::vector<int64_t> x = dimsOf(op.operand(0));
-  Index index = resultIndex;
-  if (channelsLast) {  // read as x[N, C, D...], as lowerConv does
-    std::rotate(x.begin() + 1, x.end() - 1, x.end());
-    std::rotate(index.begin() + 1, index.end() - 1, index.end());
-  }
+  const ChannelsFirst view(op, resultIndex);
+  const std::vector<int64_t>& x = view.x;
+  const Index& index = view.index;
   const std::vector<int64_t> inDims(x.begin() + 2, x.end());
   const std::vector<int64_t>& kernel = op.getInts("kernel");
   const int first = ctx.newVars(static_cast<int>(kernel.size()));
   const WindowRead read = windowRead(index, readWindow(op, inDims.size()), inDims, first);
   Index xi = {index[0], index[1]};
   xi.insert(xi.end(), read.positions.begin(), read.positions.end());
-  if (channelsLast) std::rotate(xi.begin() + 1, xi.begin() + 2, xi.end());
-  auto v = ctx.operand(0, xi);
+  auto v = ctx.operand(0, view.toX(std::move(xi)));
   if (!v) return v;
   const DType t = op.result()->type().dtype;
   return kir::reduce(kir::ReduceKind::Max, first, kernel, kir::select(read.inside, *v, lowestOf(t)));
@@ -846,13 +856,9 @@ Expected<ExprPtr> lowerMaxPool(const Op& op, LoweringContext& ctx, const Index& 
 /// avg_pool: the window's sum over the count of its real elements, or with
 /// count_include_pad of its positions inside the padded input.
 Expected<ExprPtr> lowerAvgPool(const Op& op, LoweringContext& ctx, const Index& resultIndex) {
-  const bool channelsLast = op.getBool("channels_last");
-  std::vector<int64_t> x = dimsOf(op.operand(0));
-  Index index = resultIndex;
-  if (channelsLast) {  // read as x[N, C, D...], as lowerConv does
-    std::rotate(x.begin() + 1, x.end() - 1, x.end());
-    std::rotate(index.begin() + 1, index.end() - 1, index.end());
-  }
+  const ChannelsFirst view(op, resultIndex);
+  const std::vector<int64_t>& x = view.x;
+  const Index& index = view.index;
   const std::vector<int64_t> inDims(x.begin() + 2, x.end());
   const std::vector<int64_t>& kernel = op.getInts("kernel");
   const Window window = readWindow(op, inDims.size());
@@ -861,8 +867,7 @@ Expected<ExprPtr> lowerAvgPool(const Op& op, LoweringContext& ctx, const Index& 
   const WindowRead read = windowRead(index, window, inDims, first);
   Index xi = {index[0], index[1]};
   xi.insert(xi.end(), read.positions.begin(), read.positions.end());
-  if (channelsLast) std::rotate(xi.begin() + 1, xi.begin() + 2, xi.end());
-  auto v = ctx.operand(0, xi);
+  auto v = ctx.operand(0, view.toX(std::move(xi)));
   if (!v) return v;
   const ExprPtr zero = kir::constant(t, 0), one = kir::constant(t, 1);
   ExprPtr sum = kir::reduce(kir::ReduceKind::Sum, first, kernel, kir::select(read.inside, *v, zero));

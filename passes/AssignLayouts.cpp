@@ -92,12 +92,9 @@ class Assigner {
   /// Builds `op`'s channels-last form when it has one here; true when built
   /// (the old op then has a channels-last twin in channelsLast_).
   Expected<bool> convert(Op& op) {
-    if (op.numResults() != 1 || !isRank4Static(op.result())) {
-      // A reduction to fewer dims may still read a channels-last operand.
-      if (op.info().opClass == OpClass::Reduce && op.numOperands() == 1 && channelsLast_.count(op.operand(0)))
-        return convertReduce(op);
-      return false;
-    }
+    // A reduction's result may have fewer dims than its operand.
+    if (op.info().opClass == OpClass::Reduce) return convertReduce(op);
+    if (op.numResults() != 1 || !isRank4Static(op.result())) return false;
     if (op.kind() == OpKind::Conv && !op.getBool("channels_last") && isRank4Static(op.operand(0)) &&
         target_.prefersChannelsLast(op)) {
       auto x = channelsLastForm(op.operand(0), &op);
@@ -122,7 +119,6 @@ class Assigner {
       }
       return rebuild(op, std::move(operands), op.attrs());
     }
-    if (op.info().opClass == OpClass::Reduce) return convertReduce(op);
     if ((op.kind() == OpKind::MaxPool || op.kind() == OpKind::AvgPool) && !op.getBool("channels_last")) {
       AttrMap attrs = op.attrs();
       attrs["channels_last"] = Attribute(true);

@@ -173,6 +173,45 @@ Expected<std::string> DnnlKernel::describe(const LibraryCall& call) {
 
 namespace {
 
+/// Gives argument `arg` of `impl`'s primitive the call's buffer `buffer`:
+/// bound as it is when the primitive reads the plain layout, else reordered
+/// on each run (on the first only, for a constant) into memory of the
+/// kernel's own in the layout the primitive chose.
+void bindInput(DnnlKernel::Impl& impl, int arg, const memory::desc& plain, const memory::desc& chosen, int buffer,
+               bool constant = false) {
+  if (chosen == plain) {
+    impl.args[arg] = memory(plain, cpuEngine(), DNNL_MEMORY_NONE);
+    impl.bindings.push_back({arg, buffer});
+    return;
+  }
+  DnnlKernel::Impl::Reorder r;
+  r.plain = memory(plain, cpuEngine(), DNNL_MEMORY_NONE);
+  r.blocked = memory(chosen, cpuEngine());
+  r.primitive = dnnl::reorder(r.plain, r.blocked);
+  r.buffer = buffer;
+  r.constant = constant;
+  impl.args[arg] = r.blocked;
+  impl.inputReorders.push_back(std::move(r));
+}
+
+/// Binds the primitive's result `arg` to buffer `buffer`: as it is in the
+/// plain layout, else written to memory of the kernel's own and reordered
+/// into the buffer after each run.
+void bindOutput(DnnlKernel::Impl& impl, int arg, const memory::desc& plain, const memory::desc& chosen, int buffer) {
+  if (chosen == plain) {
+    impl.args[arg] = memory(plain, cpuEngine(), DNNL_MEMORY_NONE);
+    impl.bindings.push_back({arg, buffer});
+    return;
+  }
+  DnnlKernel::Impl::Reorder r;
+  r.plain = memory(plain, cpuEngine(), DNNL_MEMORY_NONE);
+  r.blocked = memory(chosen, cpuEngine());
+  r.primitive = dnnl::reorder(r.blocked, r.plain);
+  r.buffer = buffer;
+  impl.args[arg] = r.blocked;
+  impl.outputReorders.push_back(std::move(r));
+}
+
 Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& constantBuffers, bool describeOnly,
                             DnnlKernel::Impl& implRef) {
   DnnlKernel::Impl* impl = &implRef;
@@ -342,34 +381,9 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
                           " (" + chosenImpl + (blocked ? ", blocked" : "") + ")";
       if (describeOnly) return chosenImpl;
       impl->primitive = dnnl::convolution_backward_weights(*pd);
-      auto bindInput = [&](int arg, const memory::desc& plain, const memory::desc& chosenDesc, int buffer) {
-        if (chosenDesc == plain) {
-          impl->args[arg] = memory(plain, engine, DNNL_MEMORY_NONE);
-          impl->bindings.push_back({arg, buffer});
-          return;
-        }
-        Impl::Reorder r;
-        r.plain = memory(plain, engine, DNNL_MEMORY_NONE);
-        r.blocked = memory(chosenDesc, engine);
-        r.primitive = dnnl::reorder(r.plain, r.blocked);
-        r.buffer = buffer;
-        impl->args[arg] = r.blocked;
-        impl->inputReorders.push_back(std::move(r));
-      };
-      bindInput(DNNL_ARG_SRC, xmd, pd->src_desc(), operandBuffer[0]);
-      bindInput(DNNL_ARG_DIFF_DST, dymd, pd->diff_dst_desc(), operandBuffer[1]);
-      if (pd->diff_weights_desc() == wmd) {
-        impl->args[DNNL_ARG_DIFF_WEIGHTS] = memory(wmd, engine, DNNL_MEMORY_NONE);
-        impl->bindings.push_back({DNNL_ARG_DIFF_WEIGHTS, resultBuffer});
-      } else {
-        Impl::Reorder r;
-        r.plain = memory(wmd, engine, DNNL_MEMORY_NONE);
-        r.blocked = memory(pd->diff_weights_desc(), engine);
-        r.primitive = dnnl::reorder(r.blocked, r.plain);
-        r.buffer = resultBuffer;
-        impl->args[DNNL_ARG_DIFF_WEIGHTS] = r.blocked;
-        impl->outputReorders.push_back(std::move(r));
-      }
+      bindInput(*impl, DNNL_ARG_SRC, xmd, pd->src_desc(), operandBuffer[0]);
+      bindInput(*impl, DNNL_ARG_DIFF_DST, dymd, pd->diff_dst_desc(), operandBuffer[1]);
+      bindOutput(*impl, DNNL_ARG_DIFF_WEIGHTS, wmd, pd->diff_weights_desc(), resultBuffer);
     } else {
       // Channels last: x and the result in oneDNN's logical order.
       std::vector<int64_t> x = call.operandDims[0];
@@ -481,46 +495,17 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
                           dimsText(wd) + postText + " (" + chosen.impl + (blocked ? ", blocked" : "") +
                           (call.channelsLast ? ", channels last" : "") + ")";
       if (describeOnly) return chosenImpl;
-      // An operand whose chosen layout is not the plain one goes through a
-      // reorder into memory of the kernel's own.
-      auto bindInput = [&](int arg, const memory::desc& plain, const memory::desc& chosenDesc, int buffer,
-                           bool constant) {
-        if (chosenDesc == plain) {
-          impl->args[arg] = memory(plain, engine, DNNL_MEMORY_NONE);
-          impl->bindings.push_back({arg, buffer});
-          return;
-        }
-        Impl::Reorder r;
-        r.plain = memory(plain, engine, DNNL_MEMORY_NONE);
-        r.blocked = memory(chosenDesc, engine);
-        r.primitive = dnnl::reorder(r.plain, r.blocked);
-        r.buffer = buffer;
-        r.constant = constant;
-        impl->args[arg] = r.blocked;
-        impl->inputReorders.push_back(std::move(r));
-      };
       auto isConstant = [&](size_t operand) {
         const int buffer = operandBuffer[operand];
         return buffer < static_cast<int>(constantBuffers.size()) && constantBuffers[buffer];
       };
-      bindInput(DNNL_ARG_SRC, xmd, chosen.src, operandBuffer[0], isConstant(0));
-      bindInput(DNNL_ARG_WEIGHTS, wmd, chosen.weights, operandBuffer[1], isConstant(1));
+      bindInput(*impl, DNNL_ARG_SRC, xmd, chosen.src, operandBuffer[0], isConstant(0));
+      bindInput(*impl, DNNL_ARG_WEIGHTS, wmd, chosen.weights, operandBuffer[1], isConstant(1));
       if (hasBias) {
         impl->args[DNNL_ARG_BIAS] = memory(bmd, engine, DNNL_MEMORY_NONE);
         impl->bindings.push_back({DNNL_ARG_BIAS, operandBuffer[2]});
       }
-      if (chosen.dst == ymd) {
-        impl->args[DNNL_ARG_DST] = memory(ymd, engine, DNNL_MEMORY_NONE);
-        impl->bindings.push_back({DNNL_ARG_DST, resultBuffer});
-      } else {
-        Impl::Reorder r;
-        r.plain = memory(ymd, engine, DNNL_MEMORY_NONE);
-        r.blocked = memory(chosen.dst, engine);
-        r.primitive = dnnl::reorder(r.blocked, r.plain);
-        r.buffer = resultBuffer;
-        impl->args[DNNL_ARG_DST] = r.blocked;
-        impl->outputReorders.push_back(std::move(r));
-      }
+      bindOutput(*impl, DNNL_ARG_DST, ymd, chosen.dst, resultBuffer);
     }
     for (size_t i = 0; i < postOps.size(); ++i) {
       if (!postOps[i].isBinary()) continue;

@@ -16,15 +16,10 @@ namespace {
 
 using codegen::CpuExecutor;
 
-/// Runs `text` on the JIT at `optLevel` and on the interpreter with random
-/// inputs in [-1, 1], compares the results with a tolerance for sums of up
-/// to a few hundred terms, and returns the JIT's --emit=kernel text.
-std::string expectMatches(const std::string& text, int optLevel = 2) {
-  SCOPED_TRACE(text);
-  auto m = test::parseVerified(text);
-  if (!m) return {};
-  const Function& f = *m->functions().front();
-  std::mt19937 rng(7);
+/// Inputs for `f`'s arguments, uniform in [-1, 1] from a generator seeded
+/// with `seed`.
+std::vector<Tensor> randomInputs(const Function& f, unsigned seed) {
+  std::mt19937 rng(seed);
   std::uniform_real_distribution<double> real(-1.0, 1.0);
   std::vector<Tensor> inputs;
   for (size_t i = 0; i < f.numArguments(); ++i) {
@@ -33,6 +28,18 @@ std::string expectMatches(const std::string& text, int optLevel = 2) {
     for (int64_t j = 0; j < t.numElements(); ++j) t.setDouble(j, real(rng));
     inputs.push_back(std::move(t));
   }
+  return inputs;
+}
+
+/// Runs `text` on the JIT at `optLevel` and on the interpreter with random
+/// inputs in [-1, 1], compares the results with a tolerance for sums of up
+/// to a few hundred terms, and returns the JIT's --emit=kernel text.
+std::string expectMatches(const std::string& text, int optLevel = 2) {
+  SCOPED_TRACE(text);
+  auto m = test::parseVerified(text);
+  if (!m) return {};
+  const Function& f = *m->functions().front();
+  const std::vector<Tensor> inputs = randomInputs(f, 7);
   auto want = interpret(f, inputs);
   EXPECT_TRUE(want.ok()) << want.error().str();
   auto executor = CpuExecutor::create(f, {.threads = 2, .optLevel = optLevel});
@@ -122,15 +129,7 @@ TEST(DnnlKernelsTest, ChannelsLastConvAndPoolsMatchChannelsFirst) {
     auto m = test::parseVerified(text);
     ASSERT_TRUE(m);
     const Function& f = *m->functions().front();
-    std::mt19937 rng(11);
-    std::uniform_real_distribution<double> real(-1.0, 1.0);
-    std::vector<Tensor> inputs;
-    for (size_t i = 0; i < f.numArguments(); ++i) {
-      const TensorType& type = f.argument(i)->type();
-      Tensor t(type.dtype, staticDims(type.shape));
-      for (int64_t j = 0; j < t.numElements(); ++j) t.setDouble(j, real(rng));
-      inputs.push_back(std::move(t));
-    }
+    const std::vector<Tensor> inputs = randomInputs(f, 11);
     auto results = interpret(f, inputs);
     ASSERT_TRUE(results.ok()) << results.error().str();
     for (size_t r = 0; r < 6; r += 2) {
@@ -165,15 +164,7 @@ TEST(DnnlKernelsTest, ConvWeightGradMatchesTheConvOfTransposes) {
   auto m = test::parseVerified(reference);
   ASSERT_TRUE(m);
   const Function& f = *m->functions().front();
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<double> real(-1.0, 1.0);
-  std::vector<Tensor> inputs;
-  for (size_t i = 0; i < f.numArguments(); ++i) {
-    const TensorType& type = f.argument(i)->type();
-    Tensor t(type.dtype, staticDims(type.shape));
-    for (int64_t j = 0; j < t.numElements(); ++j) t.setDouble(j, real(rng));
-    inputs.push_back(std::move(t));
-  }
+  const std::vector<Tensor> inputs = randomInputs(f, 5);
   auto results = interpret(f, inputs);
   ASSERT_TRUE(results.ok()) << results.error().str();
   for (int64_t i = 0; i < (*results)[0].numElements(); ++i)
