@@ -244,7 +244,7 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
     const bool bUnbatched = b.size() < 2 || std::all_of(b.begin(), b.end() - 2, [](int64_t d) { return d == 1; });
     int64_t batch = 1;
     for (size_t i = 0; i + 2 < a.size(); ++i) batch *= a[i];
-    if (bUnbatched && b.size() >= 2 && batch > 1) rows = batch * a[a.size() - 2];
+    if (bUnbatched && b.size() >= 2) rows = batch * a[a.size() - 2];
     for (const PostOp& p : postOps) {
       if (!rows || !p.isBinary()) continue;
       const bool broadcastRows = std::all_of(p.dims.begin(), p.dims.end() - 1, [](int64_t d) { return d == 1; });

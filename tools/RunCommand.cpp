@@ -52,6 +52,7 @@ constexpr OptionSpec kOptions[] = {
     {"--no-fallback", "", "CPU JIT: fail when an op cannot be compiled instead of using the interpreter"},
     {"--time-passes", "", "CPU JIT: print the time of each pass and code generation phase to stderr"},
     {"--profile", "", "CPU JIT: after the runs (with --bench, the timed ones), print each kernel's and library call's time (and GFLOP/s) to stderr"},
+    {"--profile-rows", "N", "with --profile: the number of steps listed, largest first (default: 40; 0: all)"},
     {"--cache-dir", "DIR", "CPU JIT: the kernel cache folder (default: $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln)"},
     {"--no-cache", "", "CPU JIT: neither read nor write the kernel cache"},
     {"--recompile", "", ".kc: ignore its machine code and compile its stored program for this machine"},
@@ -438,12 +439,20 @@ int run(const ParsedArgs& args) {
   codegen::StepProfile profile;
   if (args.has("--profile")) cpuOptions.profile = &profile;
   // The profile, on stderr, once the runs are done (whatever they returned).
+  size_t profileRows = 40;
+  if (const std::string* n = args.get("--profile-rows")) {
+    if (!args.has("--profile")) return usageError(kName, "--profile-rows applies with --profile");
+    auto value = parseInteger(*n, "--profile-rows", 0, 1 << 30);
+    if (!value) return usageError(kName, value.error().message());
+    profileRows = *value == 0 ? SIZE_MAX : static_cast<size_t>(*value);
+  }
   struct ProfilePrinter {
     const codegen::StepProfile* profile;
+    size_t rows;
     ~ProfilePrinter() {
-      if (profile && !profile->entries.empty()) std::cerr << profile->format();
+      if (profile && !profile->entries.empty()) std::cerr << profile->format(rows);
     }
-  } profilePrinter{args.has("--profile") ? &profile : nullptr};
+  } profilePrinter{args.has("--profile") ? &profile : nullptr, profileRows};
   if (const std::string* dir = args.get("--output-dir"); dir && dir->empty())
     return usageError(kName, "--output-dir needs a folder name");
 

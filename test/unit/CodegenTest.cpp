@@ -220,6 +220,22 @@ TEST(CodegenTest, Reductions) {
     expectJitMatchesInterpreter(
         "func @f(%x: f32[2,4]) -> f32[2] {\n  %y = " + std::string(op) + "(%x) {axes = [1]} : f32[2]\n  return %y\n}\n",
         {x});
+  // Rows long enough for the vectorized max and min (a softmax's row max),
+  // of a length no vector width divides: a NaN early, one last, one in the
+  // tail, infinities alone, -0 and +0 alone, and a row of random numbers.
+  Tensor rows(DType::F32, {6, 77});
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> uniform(-5, 5);
+  for (int64_t i = 0; i < rows.numElements(); ++i) rows.setDouble(i, uniform(rng));
+  rows.setDouble(0 * 77 + 3, NAN);
+  rows.setDouble(1 * 77 + 76, NAN);
+  rows.setDouble(2 * 77 + 70, NAN);
+  for (int64_t j = 0; j < 77; ++j) rows.setDouble(3 * 77 + j, j % 2 ? INFINITY : -INFINITY);
+  for (int64_t j = 0; j < 77; ++j) rows.setDouble(4 * 77 + j, j % 3 ? 0.0 : -0.0);
+  for (const char* op : {"reduce_max", "reduce_min"})
+    expectJitMatchesInterpreter("func @f(%x: f32[6,77]) -> f32[6,1] {\n  %y = " + std::string(op) +
+                                    "(%x) {axes = [1], keepdims = true} : f32[6,1]\n  return %y\n}\n",
+                                {rows});
 }
 
 TEST(CodegenTest, MatMul) {
