@@ -191,12 +191,35 @@ Expected<CpuCompilation> layoutProgram(const Function& f, std::string_view targe
     if (unsupportedOut) *unsupportedOut = unsupported;
     return lowered.takeError();
   }
+  // The arena: each step's result at its planned offset, except results
+  // the function returns, which each run allocates for the caller, and
+  // results written in place into donated arguments. A donated argument
+  // takes its result in place only from a generated kernel that reads it at
+  // the element it writes; library calls never.
+  std::map<const Op*, const kir::Kernel*> kernelOf;
+  for (const LoweredStep& step : *lowered)
+    if (step.kind == LoweredStep::Kind::Kernel) kernelOf[step.op] = &step.kernel;
+  const ReadsInPlace readsInPlace = [&](const Op& op, size_t operand) {
+    auto it = kernelOf.find(&op);
+    return it != kernelOf.end() && readsOnlyAtStoredIndex(*it->second, operand);
+  };
+  auto plan = planMemory(f, {}, readsInPlace);
+  if (!plan) return plan.takeError();
+  out.plan = *plan;
+
   // Checks run on the host before the step that follows them.
   std::vector<CpuProgram::SlotCheck> pendingChecks;
   for (LoweredStep& step : *lowered) {
     const Op* op = step.op;
     if (step.kind == LoweredStep::Kind::Check) {
       pendingChecks.push_back({std::move(step.check), slots.at(op->operand(0))});
+      continue;
+    }
+    // A view (a reshape in the arena over its input's bytes) needs no step,
+    // unless checks wait to run before it.
+    if (const MemoryPlan::Buffer* b = plan->find(op->result()); b && b->viewOf >= 0 && pendingChecks.empty()) {
+      slots[op->result()] = static_cast<int>(p.slots.size());
+      p.slots.push_back({CpuProgram::SlotKind::Output, op->result()->type(), 0});  // placed below
       continue;
     }
     CpuProgram::Step s;
@@ -222,25 +245,6 @@ Expected<CpuCompilation> layoutProgram(const Function& f, std::string_view targe
     }
     p.steps.push_back(std::move(s));
   }
-  std::map<const Op*, const kir::Kernel*> kernelOf;
-  {
-    size_t next = 0;
-    for (const LoweredStep& step : *lowered)
-      if (step.kind == LoweredStep::Kind::Kernel) kernelOf[step.op] = &out.kernels[next++];
-  }
-
-  // The arena: each step's result at its planned offset, except results
-  // the function returns, which each run allocates for the caller, and
-  // results written in place into donated arguments. A donated argument
-  // takes its result in place only from a generated kernel that reads it at
-  // the element it writes; library calls never.
-  const ReadsInPlace readsInPlace = [&](const Op& op, size_t operand) {
-    auto it = kernelOf.find(&op);
-    return it != kernelOf.end() && readsOnlyAtStoredIndex(*it->second, operand);
-  };
-  auto plan = planMemory(f, {}, readsInPlace);
-  if (!plan) return plan.takeError();
-  out.plan = *plan;
   for (size_t r = 0; r < ret->numOperands(); ++r)
     p.results.push_back({f.resultName(r), slots.at(ret->operand(r)), -1});
   for (const MemoryPlan::Alias& a : plan->aliases) {

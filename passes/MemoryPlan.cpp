@@ -45,6 +45,7 @@ std::string MemoryPlan::str() const {
     os << valueRef(b.name) << ": offset " << b.offset << ", size " << b.size << ", live [" << b.first << ", " << b.last
        << "]";
     if (b.inPlaceOf >= 0) os << ", in place of " << valueRef(buffers[b.inPlaceOf].name);
+    if (b.viewOf >= 0) os << ", view of " << valueRef(buffers[b.viewOf].name);
     os << "\n";
   }
   for (const Alias& a : aliases) {

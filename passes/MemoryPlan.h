@@ -46,6 +46,11 @@ struct MemoryPlan {
     /// Index in `buffers` of the input whose memory this value overwrites
     /// in place, or -1.
     int inPlaceOf = -1;
+    /// Index in `buffers` of the input this value is a view of, or -1: the
+    /// same bytes read as another shape (a reshape, or a transpose that
+    /// moves only dims of size 1), so no kernel needs to compute it. The two
+    /// share memory while either is live (isView).
+    int viewOf = -1;
   };
 
   /// How a donated argument receives its result.
@@ -96,6 +101,11 @@ struct MemoryPlan {
 /// default a kernel that mayRunInPlace (an elementwise op or group) does,
 /// for an operand of the result's element count.
 using ReadsInPlace = std::function<bool(const Op& op, size_t operand)>;
+
+/// Whether `op` computes a view of its operand: the same elements in the
+/// same order, so its result may share the operand's memory. Reshapes, and
+/// transposes whose permutation moves only dims of size 1.
+bool isView(const Op& op);
 
 /// Plans the arena of `f`: each top-level op other than a constant or the
 /// `return` is one kernel, in order. An error names the first value whose

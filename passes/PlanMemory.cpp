@@ -82,8 +82,32 @@ bool readsAtWrittenIndex(const Op& op, size_t i) {
   return true;
 }
 
-/// A set of values sharing one place in the arena: a value and those
-/// written in place over it, one after another.
+}  // namespace
+
+bool isView(const Op& op) {
+  if (op.numOperands() != 1 || op.numResults() != 1) return false;
+  const TensorType& in = op.operand(0)->type();
+  const TensorType& out = op.result()->type();
+  if (in.dtype != out.dtype || !in.isStatic() || !out.isStatic()) return false;
+  if (op.kind() == OpKind::Reshape) return true;
+  if (op.kind() != OpKind::Transpose) return false;
+  // The dims other than those of size 1 keep their order.
+  const Attribute* perm = op.attr("perm");
+  if (!perm || perm->kind() != AttrKind::Ints) return false;
+  int64_t lastMoved = -1;
+  for (int64_t d : perm->getInts()) {
+    if (d < 0 || d >= static_cast<int64_t>(in.shape.size())) return false;
+    if (in.shape[static_cast<size_t>(d)].size == 1) continue;
+    if (d < lastMoved) return false;
+    lastMoved = d;
+  }
+  return true;
+}
+
+namespace {
+
+/// A set of values sharing one place in the arena: a value, those written
+/// in place over it one after another, and views of any of them.
 struct Group {
   int64_t size = 0;
   int first = 0;
@@ -270,27 +294,37 @@ Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias
   // dies there, when the two have the same element count and size. The
   // result joins the input's group, so a chain of such kernels shares one
   // buffer; the group lives from its first value's birth to its last
-  // value's death.
+  // value's death. A view joins its input's group whether or not the input
+  // lives on (the bytes do not change), so a kernel may write over an input
+  // only when the input's whole group, views included, dies there.
   std::vector<int> groupOf(plan.buffers.size());
   std::vector<Group> groups;
   for (size_t i = 0; i < plan.buffers.size(); ++i) {
     MemoryPlan::Buffer& b = plan.buffers[i];
     const Op* def = b.value->definingOp();
-    if (mayRunInPlace(*def)) {
+    if (isView(*def)) {
+      auto it = bufferOf.find(def->operand(0));
+      if (it != bufferOf.end()) b.viewOf = it->second;
+    }
+    if (b.viewOf < 0 && mayRunInPlace(*def)) {
       const TensorType& out = b.value->type();
       for (size_t k = 0; k < def->numOperands(); ++k) {
         const Value* in = def->operand(k);
         auto it = bufferOf.find(in);
         if (it == bufferOf.end()) continue;
         const MemoryPlan::Buffer& input = plan.buffers[it->second];
-        if (input.last != b.first || numElements(in->type().shape) != numElements(out.shape) ||
+        if (input.last != b.first || groups[groupOf[it->second]].last != b.first ||
+            numElements(in->type().shape) != numElements(out.shape) ||
             dtypeSize(in->type().dtype) != dtypeSize(out.dtype) || !readsAtWrittenIndex(*def, k))
           continue;
         b.inPlaceOf = it->second;
         break;
       }
     }
-    if (b.inPlaceOf >= 0) {
+    if (b.viewOf >= 0) {
+      groupOf[i] = groupOf[b.viewOf];
+      groups[groupOf[i]].last = std::max(groups[groupOf[i]].last, b.last);
+    } else if (b.inPlaceOf >= 0) {
       groupOf[i] = groupOf[b.inPlaceOf];
       groups[groupOf[i]].last = b.last;
     } else {
