@@ -148,6 +148,12 @@ std::vector<std::string> kernelHashes(const std::vector<kir::Kernel>& kernels) {
   return hashes;
 }
 
+bool elidedAsView(const LoweredStep& step, const MemoryPlan& plan, bool checksPending) {
+  if (step.kind == LoweredStep::Kind::Check || checksPending) return false;
+  const MemoryPlan::Buffer* b = plan.find(step.op->result());
+  return b && b->viewOf >= 0;
+}
+
 Expected<CpuCompilation> layoutProgram(const Function& f, std::string_view target, const std::string& kernelPrefix,
                                        std::vector<std::string>* unsupportedOut) {
   for (size_t i = 0; i < f.numArguments(); ++i)
@@ -215,9 +221,7 @@ Expected<CpuCompilation> layoutProgram(const Function& f, std::string_view targe
       pendingChecks.push_back({std::move(step.check), slots.at(op->operand(0))});
       continue;
     }
-    // A view (a reshape in the arena over its input's bytes) needs no step,
-    // unless checks wait to run before it.
-    if (const MemoryPlan::Buffer* b = plan->find(op->result()); b && b->viewOf >= 0 && pendingChecks.empty()) {
+    if (elidedAsView(step, *plan, !pendingChecks.empty())) {
       slots[op->result()] = static_cast<int>(p.slots.size());
       p.slots.push_back({CpuProgram::SlotKind::Output, op->result()->type(), 0});  // placed below
       continue;

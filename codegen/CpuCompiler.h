@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "codegen/KernelIR.h"
+#include "codegen/LowerToKernels.h"
 #include "ir/IR.h"
 #include "passes/MemoryPlan.h"
 #include "runtime/CpuProgram.h"
@@ -50,6 +51,11 @@ struct CpuCompileOptions {
 /// (codegen/cuda/CudaCompiler.h adds CUDA code instead of a shared object).
 Expected<CpuCompilation> layoutProgram(const Function& f, std::string_view target, const std::string& kernelPrefix,
                                        std::vector<std::string>* unsupported = nullptr);
+
+/// Whether layoutProgram runs no step for `step`: its result is a view in
+/// `plan` (MemoryPlan::Buffer::viewOf) and no host checks wait to run
+/// before it.
+bool elidedAsView(const LoweredStep& step, const MemoryPlan& plan, bool checksPending);
 
 /// Compiles `f` for the CPU. Ops that cannot be lowered yet make an error
 /// that names every one, each also in `unsupported` (`name (why) at loc`).

@@ -268,13 +268,22 @@ Expected<std::string> CpuExecutor::kernelIR(const std::vector<Tensor>& inputs) {
   if (!c) return c.takeError();
   if (!(*c)->module) return Error("a compiled program from a file does not keep its kernel IR");
   // The steps again, with the kernels under the names they were compiled
-  // with.
+  // with, less the views that run no step.
   auto steps = lowerToSteps(*(*c)->module->functions().front(), "");
   if (!steps) return steps.takeError();
+  std::vector<LoweredStep> run;
   size_t next = 0;
-  for (LoweredStep& step : *steps)
-    if (step.kind == LoweredStep::Kind::Kernel) step.kernel = (*c)->kernels[next++];
-  return printSteps(*steps, describeLibraryCallText);
+  bool checksPending = false;
+  for (LoweredStep& step : *steps) {
+    if ((*c)->plan && elidedAsView(step, *(*c)->plan, checksPending)) continue;
+    checksPending = step.kind == LoweredStep::Kind::Check;
+    if (step.kind == LoweredStep::Kind::Kernel) {
+      if (next >= (*c)->kernels.size()) return Error("the compiled program has fewer kernels than its steps");
+      step.kernel = (*c)->kernels[next++];
+    }
+    run.push_back(std::move(step));
+  }
+  return printSteps(run, describeLibraryCallText);
 }
 
 Expected<std::string> CpuExecutor::llvmIR(const std::vector<Tensor>& inputs) {

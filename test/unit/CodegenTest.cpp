@@ -236,6 +236,21 @@ TEST(CodegenTest, Reductions) {
     expectJitMatchesInterpreter("func @f(%x: f32[6,77]) -> f32[6,1] {\n  %y = " + std::string(op) +
                                     "(%x) {axes = [1], keepdims = true} : f32[6,1]\n  return %y\n}\n",
                                 {rows});
+  // Column reductions (the kept innermost dim contiguous, the reduced dims
+  // strided: a channels-last global average pool), which run column-wise:
+  // more lanes than one chunk of accumulators (300 > 256), NaN in a few.
+  Tensor cols(DType::F32, {2, 5, 3, 300});
+  for (int64_t i = 0; i < cols.numElements(); ++i) cols.setDouble(i, uniform(rng));
+  cols.setDouble(7, NAN);
+  cols.setDouble(2 * 3 * 300 + 299, NAN);
+  cols.setDouble(cols.numElements() - 1, NAN);
+  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod"}) {
+    expectJitMatchesInterpreter("func @f(%x: f32[2,5,3,300]) -> f32[2,1,1,300] {\n  %y = " + std::string(op) +
+                                    "(%x) {axes = [1, 2], keepdims = true} : f32[2,1,1,300]\n  return %y\n}\n",
+                                {cols});
+    expectJitMatchesInterpreter("func @f(%x: i32[4,6,40]) -> i32[4,40] {\n  %y = " + std::string(op) +
+                                "(%x) {axes = [1]} : i32[4,40]\n  return %y\n}\n");
+  }
 }
 
 TEST(CodegenTest, MatMul) {
