@@ -105,12 +105,14 @@ Group initialGroup(const Op& op, int index) {
   // tensor in another shape. So is a slice, reading its input at a shifted
   // (or strided) index: it heads the group of its readers, which then read
   // the sliced tensor where it is instead of a copy (an LSTM step's four
-  // gates out of one [batch, 4H] product). The memory plan writes a kernel
-  // in place only over inputs it reads at the written index, which a
-  // slice's input is not (docs/codegen.md section 4). Transposes stay
-  // kernels of their own.
+  // gates out of one [batch, 4H] product). So is a transpose, reading its
+  // input at a permuted index: attention's heads, sliced out of one QKV
+  // product, reshaped and transposed, are one kernel instead of two copies.
+  // The memory plan writes a kernel in place only over inputs it reads at
+  // the written index, which a slice's or a transpose's input is not
+  // (docs/codegen.md section 4).
   if (op.info().isElementwise() || op.kind() == OpKind::Broadcast || op.kind() == OpKind::Reshape ||
-      op.kind() == OpKind::Slice) {
+      op.kind() == OpKind::Slice || op.kind() == OpKind::Transpose) {
     g.kind = GroupKind::Elementwise;
     g.space = out;
   } else if (isReduce(op.kind())) {
@@ -242,7 +244,8 @@ class FunctionFuser {
     const Group &producer = groups_[p], &consumer = groups_[c];
     if (producer.kind != GroupKind::Elementwise || consumer.kind != GroupKind::Elementwise) return false;
     for (const Op* op : crossing)
-      if (op->kind() != OpKind::Reshape && op->kind() != OpKind::Broadcast) return false;
+      if (op->kind() != OpKind::Reshape && op->kind() != OpKind::Broadcast && op->kind() != OpKind::Transpose)
+        return false;
     auto elements = [](const Shape& s) {
       int64_t n = 1;
       for (const Dim& d : s) {

@@ -86,6 +86,15 @@ bool readsAtWrittenIndex(const Op& op, size_t i) {
 
 bool isView(const Op& op) {
   if (op.numOperands() != 1 || op.numResults() != 1) return false;
+  // A fused group of one such op (what split-fused-results leaves of a
+  // group whose results are each read elsewhere).
+  if (const Function* region = op.region()) {
+    const Op* ret = region->returnOp();
+    if (region->numArguments() != 1 || region->ops().size() != 2 || !ret || ret->numOperands() != 1) return false;
+    const Op& inner = *region->ops().front();
+    return inner.numOperands() == 1 && inner.operand(0) == region->argument(0) &&
+           ret->operand(0) == inner.result() && !inner.region() && isView(inner);
+  }
   const TensorType& in = op.operand(0)->type();
   const TensorType& out = op.result()->type();
   if (in.dtype != out.dtype || !in.isStatic() || !out.isStatic()) return false;
