@@ -64,6 +64,13 @@ INFERENCE_MODELS = {
 DEFAULT_BATCHES = [1, 8]
 # Training rows: (name, batch). Both are GEMM/conv-bound.
 TRAIN_MODELS = [("resnet18", 32), ("gpt-4l-256", 8)]
+# The losses' rtol where run.py's TRAIN_LOSS_RTOL (1e-4, for losses that move by less than 1e-3 a step) is tighter
+# than float order allows. ResNet-18 with random weights and batch norms in train mode drops by about 0.5 a step, and
+# five such steps carry the order of each sum along: its 5th loss was 4.92996 against PyTorch's 4.93070 (1.5e-4),
+# with Kiln's weight gradients the closer of the two to a float64 reference (oneDNN's backward-weights convolution,
+# 3.2e-6 against 7.1e-6 for the formulation before it). The drops' check (rtol 0.02) still catches a weight left
+# untrained.
+TRAIN_LOSS_RTOL = {"resnet18": 1e-3}
 DEFAULT_TIMEOUT = 900  # seconds for one Kiln process (compile and runs)
 
 
@@ -492,7 +499,8 @@ def benchmark(args, kiln, train_bench, inference, training, batches, work):
         labels_path = os.path.join(folder, f"train{batch}_labels.npy")
         np.save(labels_path, labels)
         train_configs.append({"key": f"train/{name}/{batch}", "model": name, "name": name, "batch": batch,
-                              "optimizer": "sgd", "onnx": onnx_path, "state": state, "inputs": inputs,
+                              "optimizer": "sgd", "loss_rtol": TRAIN_LOSS_RTOL.get(name),
+                              "onnx": onnx_path, "state": state, "inputs": inputs,
                               "labels": labels_path, "failed": {}, "rounds": {s: [] for s in base.TRAIN_SYSTEMS},
                               "flops": None if forward is None else 3 * forward})
         gc.collect()
@@ -584,7 +592,8 @@ def benchmark(args, kiln, train_bench, inference, training, batches, work):
         lines.append(f"Ratios below 1 mean Kiln is faster; geometric mean over the {len(done)} of "
                      f"{len(train_configs)} configurations where both ran. GFLOP: 3 x the forward pass's (forward, "
                      f"backward to the inputs, backward to the weights). The losses of the first "
-                     f"{base.TRAIN_CHECK_STEPS} steps agreed (rtol {base.TRAIN_LOSS_RTOL}, their drops rtol "
+                     f"{base.TRAIN_CHECK_STEPS} steps agreed (rtol {base.TRAIN_LOSS_RTOL}"
+                     + "".join(f"; {m} {r}" for m, r in TRAIN_LOSS_RTOL.items()) + ", their drops rtol "
                      f"{base.TRAIN_DROP_RTOL}) before timing, or the row is listed under Failures.")
     if notes:
         lines += ["", "Failures:"] + notes
