@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 
 #include "codegen/cuda/CudaTarget.h"
 #include "runtime/DnnlKernels.h"
@@ -106,9 +107,12 @@ Expected<PostOp> postOpOf(const Op& op, const Value* current, size_t rank,
       case OpKind::Div:
         if (!left) return Error("'div' of a constant by the chain has no post-op");
         return eltwise(PostOp::Kind::Linear, static_cast<float>(1.0 / *c), 0);
+      // oneDNN's clip keeps x where alpha < x <= beta, so infinite bounds
+      // leave every other number (and an infinity) as it is.
       case OpKind::Max:
-        if (*c != 0) return Error("'max' with a constant other than 0 has no post-op");
-        return eltwise(PostOp::Kind::Relu);
+        if (*c == 0) return eltwise(PostOp::Kind::Relu);
+        return eltwise(PostOp::Kind::Clip, k, std::numeric_limits<float>::max());
+      case OpKind::Min: return eltwise(PostOp::Kind::Clip, std::numeric_limits<float>::lowest(), k);
       default: return Error("'" + p.name + "' has no oneDNN post-op");
     }
   }
@@ -134,6 +138,30 @@ Expected<PostOp> postOpOf(const Op& op, const Value* current, size_t rank,
       return p;
     default: return Error("'" + p.name + "' has no oneDNN post-op");
   }
+}
+
+/// Folds eltwise post-op `next` into `last` where one post-op computes
+/// both: linear after linear, clip after an overlapping clip, relu after
+/// relu.
+bool mergeEltwise(PostOp& last, const PostOp& next) {
+  if (last.isBinary() || next.isBinary() || last.kind != next.kind) return false;
+  switch (next.kind) {
+    case PostOp::Kind::Linear:
+      last.beta = next.alpha * last.beta + next.beta;
+      last.alpha = next.alpha * last.alpha;
+      break;
+    case PostOp::Kind::Clip: {
+      const float lo = std::max(last.alpha, next.alpha), hi = std::min(last.beta, next.beta);
+      if (lo > hi) return false;
+      last.alpha = lo;
+      last.beta = hi;
+      break;
+    }
+    case PostOp::Kind::Relu: break;
+    default: return false;
+  }
+  last.name += "+" + next.name;
+  return true;
 }
 
 /// The library call of `anchor` and `epilogue`, with buffers from `bufferOf`:
@@ -172,8 +200,17 @@ Expected<LibraryCall> describe(const Op& anchor, std::span<const Op* const> epil
   for (const Op* op : epilogue) {
     auto p = postOpOf(*op, current, call.resultDims.size(), bufferOf);
     if (!p) return p.takeError();
-    call.postOps.push_back(std::move(*p));
     current = op->result();
+    if (!call.postOps.empty() && mergeEltwise(call.postOps.back(), *p)) continue;
+    // oneDNN 2.6 gives every eltwise post-op of one algorithm the
+    // parameters of the first (a conv + mul 0.5 + add 3 computed y * 0.25;
+    // ReLU6's clips lost their upper bound behind another clip), so an
+    // algorithm may recur only with the same parameters.
+    if (!p->isBinary())
+      for (const PostOp& q : call.postOps)
+        if (!q.isBinary() && q.kind == p->kind && (q.alpha != p->alpha || q.beta != p->beta))
+          return Error("a second '" + p->name + "' post-op with other parameters than '" + q.name + "'");
+    call.postOps.push_back(std::move(*p));
   }
   return call;
 }

@@ -209,7 +209,7 @@ class ProgramReader {
       PostOp p;
       auto k = r_.uint(1, "a post-op");
       if (!k) return k.takeError();
-      if (*k > static_cast<uint64_t>(PostOp::Kind::Min)) return r_.error("corrupt: a post-op's kind");
+      if (*k > static_cast<uint64_t>(PostOp::Kind::Clip)) return r_.error("corrupt: a post-op's kind");
       p.kind = static_cast<PostOp::Kind>(*k);
       auto alpha = r_.uint(4, "a post-op"), beta = r_.uint(4, "a post-op");
       if (!alpha) return alpha.takeError();

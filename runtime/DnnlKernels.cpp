@@ -71,6 +71,7 @@ algorithm eltwiseAlgorithm(PostOp::Kind kind) {
     case PostOp::Kind::GeluErf: return algorithm::eltwise_gelu_erf;
     case PostOp::Kind::GeluTanh: return algorithm::eltwise_gelu_tanh;
     case PostOp::Kind::Swish: return algorithm::eltwise_swish;
+    case PostOp::Kind::Clip: return algorithm::eltwise_clip;
     default: return algorithm::undef;
   }
 }

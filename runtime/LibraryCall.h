@@ -20,6 +20,7 @@ struct PostOp {
     Linear,  // alpha * x + beta
     GeluErf, GeluTanh, Swish,  // swish: x * sigmoid(alpha * x)
     Add, Sub, Mul, Div, Max, Min,  // binary, the running value on the left
+    Clip,  // min(max(x, alpha), beta): max or min with a constant (ReLU6's min(x, 6))
   };
   Kind kind = Kind::Relu;
   float alpha = 0;
@@ -31,7 +32,7 @@ struct PostOp {
   /// The op it came from, for descriptions: "add", "relu", "gelu_erf".
   std::string name;
 
-  bool isBinary() const { return kind >= Kind::Add; }
+  bool isBinary() const { return kind >= Kind::Add && kind <= Kind::Min; }
   bool operator==(const PostOp&) const = default;
 };
 
