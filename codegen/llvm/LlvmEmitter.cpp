@@ -600,6 +600,12 @@ class KernelEmitter {
     };
     visit(*loop.body[0]->value);
     if (reductions != 1 || found->extents.empty() || found->reduce > ReduceKind::Min) return nullptr;
+    // A pooling window (2x2, 3x3) is too short to pay for the accumulators'
+    // loops: max_pool over [64,14,14,16] took 0.073 ms column-wise against
+    // 0.026 ms as written.
+    int64_t elements = 1;
+    for (int64_t e : found->extents) elements *= e;
+    if (elements < kColumnMinElements) return nullptr;
     const int innermost = found->id + static_cast<int>(found->extents.size()) - 1;
     bool contiguousLanes = false;
     bool stridedReduction = false;
@@ -672,6 +678,7 @@ class KernelEmitter {
   /// lane's value with its accumulator in place of the reduction. Each
   /// lane combines its elements in the same order as before.
   static constexpr int64_t kColumnChunk = 256;
+  static constexpr int64_t kColumnMinElements = 32;
 
   void emitColumnReduction(const kir::Stmt& loop, llvm::Value* lo, llvm::Value* hi, const Expr& reduction) {
     const DType t = reduction.type;
