@@ -44,30 +44,6 @@ bool freeVarsWithin(const Expr& e, const std::set<int>& allowed, std::set<int>& 
   return within;
 }
 
-/// The constant step of i64 index `e` when `var` steps by one, if `e` is
-/// affine in `var` with a constant coefficient (other terms anything).
-std::optional<int64_t> strideIn(const Expr& e, int var) {
-  if (!usesVar(e, var)) return 0;
-  if (e.kind == ExprKind::Var) return 1;
-  if (e.kind != ExprKind::Binary) return std::nullopt;
-  const Expr &a = *e.args[0], &b = *e.args[1];
-  switch (e.binary) {
-    case kir::BinaryFn::Add:
-    case kir::BinaryFn::Sub: {
-      const auto sa = strideIn(a, var), sb = strideIn(b, var);
-      if (!sa || !sb) return std::nullopt;
-      return e.binary == kir::BinaryFn::Add ? *sa + *sb : *sa - *sb;
-    }
-    case kir::BinaryFn::Mul:
-      if (a.kind == ExprKind::Const)
-        if (const auto sb = strideIn(b, var)) return a.intValue * *sb;
-      if (b.kind == ExprKind::Const)
-        if (const auto sa = strideIn(a, var)) return *sa * b.intValue;
-      return std::nullopt;
-    default: return std::nullopt;
-  }
-}
-
 /// Whether `reduction` walks memory contiguously: every load its innermost
 /// variable moves steps one element per iteration, so that the consecutive
 /// iterations a warp's lanes take read consecutive addresses (a row, not a
@@ -84,11 +60,6 @@ bool isContiguous(const Expr& reduction) {
   return visit(*reduction.args[0]);
 }
 
-int64_t iterations(const Expr& reduction) {
-  int64_t n = 1;
-  for (int64_t extent : reduction.extents) n *= extent;
-  return n;
-}
 
 void appendKey(const Expr& e, std::map<int, std::string>& bound, int depth, std::string& key) {
   key += std::to_string(static_cast<int>(e.kind)) + ":" + std::to_string(static_cast<int>(e.type));
@@ -217,6 +188,34 @@ bool isVectorElementwise(const kir::Kernel& kernel, const std::vector<const kir:
 }
 
 }  // namespace
+
+std::optional<int64_t> strideIn(const Expr& e, int var) {
+  if (!usesVar(e, var)) return 0;
+  if (e.kind == ExprKind::Var) return 1;
+  if (e.kind != ExprKind::Binary) return std::nullopt;
+  const Expr &a = *e.args[0], &b = *e.args[1];
+  switch (e.binary) {
+    case kir::BinaryFn::Add:
+    case kir::BinaryFn::Sub: {
+      const auto sa = strideIn(a, var), sb = strideIn(b, var);
+      if (!sa || !sb) return std::nullopt;
+      return e.binary == kir::BinaryFn::Add ? *sa + *sb : *sa - *sb;
+    }
+    case kir::BinaryFn::Mul:
+      if (a.kind == ExprKind::Const)
+        if (const auto sb = strideIn(b, var)) return a.intValue * *sb;
+      if (b.kind == ExprKind::Const)
+        if (const auto sa = strideIn(a, var)) return *sa * b.intValue;
+      return std::nullopt;
+    default: return std::nullopt;
+  }
+}
+
+int64_t iterations(const Expr& reduction) {
+  int64_t n = 1;
+  for (int64_t extent : reduction.extents) n *= extent;
+  return n;
+}
 
 void scheduleForCpu(kir::Kernel& kernel) {
   kir::Schedule schedule;

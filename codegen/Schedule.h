@@ -15,6 +15,7 @@
 // 16 bytes) and a scalar tail.
 #pragma once
 
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -51,6 +52,13 @@ void scheduleFor(std::string_view target, kir::Kernel& kernel);
 /// the ids of their own variables (a fused softmax repeats its max) are
 /// listed once, as reductionKey tells.
 std::vector<kir::ExprPtr> rowInvariantReductions(const kir::Stmt& store, const std::vector<int>& rowVars);
+
+/// The constant step of i64 index `e` when `var` steps by one, if `e` is
+/// affine in `var` with a constant coefficient (other terms anything).
+std::optional<int64_t> strideIn(const kir::Expr& e, int var);
+
+/// The number of elements `reduction` combines: the product of its extents.
+int64_t iterations(const kir::Expr& reduction);
 
 /// A text equal for two reductions exactly when they compute the same
 /// value: the expression with each reduction's own variables numbered by
