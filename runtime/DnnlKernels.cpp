@@ -174,43 +174,44 @@ Expected<std::string> DnnlKernel::describe(const LibraryCall& call) {
 
 namespace {
 
-/// Gives argument `arg` of `impl`'s primitive the call's buffer `buffer`:
-/// bound as it is when the primitive reads the plain layout, else reordered
-/// on each run (on the first only, for a constant) into memory of the
-/// kernel's own in the layout the primitive chose.
-void bindInput(DnnlKernel::Impl& impl, int arg, const memory::desc& plain, const memory::desc& chosen, int buffer,
-               bool constant = false) {
+/// Argument `arg` of `impl`'s primitive on the call's buffer `buffer`: bound
+/// to it as it is when the primitive uses the plain layout (and nullopt),
+/// else to memory of the kernel's own in the layout the primitive chose, and
+/// the reorder between the two, whose primitive the caller makes.
+std::optional<DnnlKernel::Impl::Reorder> bindOrReorder(DnnlKernel::Impl& impl, int arg, const memory::desc& plain,
+                                                       const memory::desc& chosen, int buffer) {
   if (chosen == plain) {
     impl.args[arg] = memory(plain, cpuEngine(), DNNL_MEMORY_NONE);
     impl.bindings.push_back({arg, buffer});
-    return;
+    return std::nullopt;
   }
   DnnlKernel::Impl::Reorder r;
   r.plain = memory(plain, cpuEngine(), DNNL_MEMORY_NONE);
   r.blocked = memory(chosen, cpuEngine());
-  r.primitive = dnnl::reorder(r.plain, r.blocked);
   r.buffer = buffer;
-  r.constant = constant;
   impl.args[arg] = r.blocked;
-  impl.inputReorders.push_back(std::move(r));
+  return r;
 }
 
-/// Binds the primitive's result `arg` to buffer `buffer`: as it is in the
-/// plain layout, else written to memory of the kernel's own and reordered
-/// into the buffer after each run.
+/// Gives argument `arg` of `impl`'s primitive the call's buffer `buffer`,
+/// reordered on each run (on the first only, for a constant) when the
+/// primitive chose another layout.
+void bindInput(DnnlKernel::Impl& impl, int arg, const memory::desc& plain, const memory::desc& chosen, int buffer,
+               bool constant = false) {
+  std::optional<DnnlKernel::Impl::Reorder> r = bindOrReorder(impl, arg, plain, chosen, buffer);
+  if (!r) return;
+  r->primitive = dnnl::reorder(r->plain, r->blocked);
+  r->constant = constant;
+  impl.inputReorders.push_back(std::move(*r));
+}
+
+/// Binds the primitive's result `arg` to buffer `buffer`, reordered into it
+/// after each run when the primitive chose another layout.
 void bindOutput(DnnlKernel::Impl& impl, int arg, const memory::desc& plain, const memory::desc& chosen, int buffer) {
-  if (chosen == plain) {
-    impl.args[arg] = memory(plain, cpuEngine(), DNNL_MEMORY_NONE);
-    impl.bindings.push_back({arg, buffer});
-    return;
-  }
-  DnnlKernel::Impl::Reorder r;
-  r.plain = memory(plain, cpuEngine(), DNNL_MEMORY_NONE);
-  r.blocked = memory(chosen, cpuEngine());
-  r.primitive = dnnl::reorder(r.blocked, r.plain);
-  r.buffer = buffer;
-  impl.args[arg] = r.blocked;
-  impl.outputReorders.push_back(std::move(r));
+  std::optional<DnnlKernel::Impl::Reorder> r = bindOrReorder(impl, arg, plain, chosen, buffer);
+  if (!r) return;
+  r->primitive = dnnl::reorder(r->blocked, r->plain);
+  impl.outputReorders.push_back(std::move(*r));
 }
 
 Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& constantBuffers, bool describeOnly,
