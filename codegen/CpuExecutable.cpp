@@ -12,9 +12,11 @@
 #include "codegen/Schedule.h"
 #include "codegen/Session.h"
 #include "codegen/llvm/CpuJit.h"
+#include "ir/Printer.h"
 #include "ir/Verifier.h"
 #include "passes/MemoryPlan.h"
 #include "passes/PassManager.h"
+#include "runtime/KcFile.h"
 
 namespace kiln::codegen {
 
@@ -303,6 +305,22 @@ Expected<MemoryPlan> CpuExecutor::memoryPlan(const std::vector<Tensor>& inputs) 
 size_t CpuExecutor::numKernels(const std::vector<Tensor>& inputs) {
   auto c = compiled(inputs);
   return c ? (*c)->program->steps.size() : 0;
+}
+
+Expected<std::string> CpuExecutor::artifact(const std::vector<Tensor>& inputs, std::string* planText) {
+  auto compiled = compiledProgram(inputs);
+  if (!compiled) return compiled.takeError();
+  const Function& optimized = *compiled->first->functions().front();
+  auto plan = planMemory(optimized);
+  if (!plan) return plan.takeError();
+  // The names the stored module's text gives the values.
+  const auto printedNames = printedValueNames(optimized);
+  for (MemoryPlan::Buffer& b : plan->buffers)
+    if (auto it = printedNames.find(b.value); it != printedNames.end()) b.name = it->second;
+  const std::string text = plan->str();
+  if (planText)
+    *planText = "memory plan @" + optimized.name() + ": " + std::to_string(plan->numKernels) + " kernels\n" + text;
+  return serializeArtifact(optimized, *compiled->second, options_.optLevel, text);
 }
 
 }  // namespace kiln::codegen

@@ -128,6 +128,12 @@ class CpuExecutor {
   Expected<std::pair<const Module*, std::shared_ptr<const CpuProgram>>> compiledProgram(
       const std::vector<Tensor>& inputs);
 
+  /// The `.kc` file (runtime/KcFile.h) of the program compiled for
+  /// `inputs`' shapes, at this executor's optimization level; `planText`,
+  /// when given, receives its memory plan as `kiln compile
+  /// --print-memory-plan` prints it.
+  Expected<std::string> artifact(const std::vector<Tensor>& inputs, std::string* planText = nullptr);
+
   /// Notices since the last call (a damaged kernel cache entry, an unusable
   /// cache folder), for the tool to print.
   std::vector<std::string> takeNotices();

@@ -388,21 +388,12 @@ int compile(const ParsedArgs& args) {
     return finish(kExitOk);
   }
 
-  auto compiled = (*executor)->compiledProgram(*inputs);
-  if (!compiled) return reportError(kName, compiled.takeError()), finish(kExitError);
-  const Function& optimized = *compiled->first->functions().front();
-  auto plan = planMemory(optimized);
-  if (!plan) return reportError(kName, plan.takeError()), finish(kExitError);
-  // The names the stored module's text gives the values.
-  const auto printedNames = printedValueNames(optimized);
-  for (MemoryPlan::Buffer& b : plan->buffers)
-    if (auto it = printedNames.find(b.value); it != printedNames.end()) b.name = it->second;
-  const std::string planText = plan->str();
-  auto bytes = serializeArtifact(optimized, *compiled->second, options.optLevel, planText);
+  std::string planText;
+  auto bytes = (*executor)->artifact(*inputs, &planText);
   if (!bytes) return reportError(kName, bytes.takeError()), finish(kExitError);
   if (Status s = writeFileAtomically(*output, *bytes); !s) return reportError(kName, s.takeError()), finish(kExitError);
   if (args.has("--print-memory-plan"))
-    std::cout << "memory plan @" << optimized.name() << ": " << plan->numKernels << " kernels\n" << planText;
+    std::cout << planText;
   return finish(kExitOk);
 }
 

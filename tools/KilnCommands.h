@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "ir/IR.h"
+#include "ir/Json.h"
 #include "ir/Support.h"
 #include "tools/CommandLine.h"
 
@@ -39,9 +40,6 @@ const Command& trainCommand();
 /// $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; empty
 /// with `--no-cache` or when none of these is set.
 std::string kernelCacheDir(const ParsedArgs& args);
-
-/// `s` as a JSON string literal, quoted and escaped.
-std::string jsonString(std::string_view s);
 
 /// Prints `error` to stderr as `kiln <command>: error: message`, or with
 /// the error's own location (`file:line:col: error: ...`) when it has one.

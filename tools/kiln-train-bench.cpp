@@ -34,6 +34,7 @@
 #include "codegen/CpuExecutable.h"
 #include "codegen/Session.h"
 #include "frontend/Model.h"
+#include "ir/Json.h"
 #include "ir/Builder.h"
 #include "passes/TrainingStep.h"
 #include "runtime/Npy.h"
@@ -96,21 +97,6 @@ std::string millis(double ms) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.4f", ms);
   return buf;
-}
-
-std::string jsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
 }
 
 /// Flattens a [B, T, V] model output to [B*T, V] (the language-model loss);

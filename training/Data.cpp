@@ -77,6 +77,14 @@ Expected<Dataset> loadDataset(const std::string& file, const DataSpec& spec, con
     if (!found)
       return Error(file + ": no array '" + key + "' (the file holds: " + (present.empty() ? "nothing" : present) +
                    "); name the input and label arrays with --data-keys X,Y");
+  return checkDataset(file, *x, *y, spec, notice);
+}
+
+/// Checks arrays `x` and `y` against the model: every error names `file`
+/// (the arrays' source) and says what was expected.
+Expected<Dataset> checkDataset(const std::string& file, const Tensor& xArray, const Tensor& yArray,
+                               const DataSpec& spec, const NoticeFn& notice) {
+  const Tensor *x = &xArray, *y = &yArray;
   if (x->rank() == 0) return Error(file + ": '" + spec.xKey + "' is a scalar; expected one sample per row");
   if (y->rank() == 0) return Error(file + ": '" + spec.yKey + "' is a scalar; expected one label per sample");
   Dataset d;

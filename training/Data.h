@@ -51,6 +51,12 @@ struct Dataset {
 /// (float64 inputs to float32) is reported through `notice`.
 Expected<Dataset> loadDataset(const std::string& file, const DataSpec& spec, const NoticeFn& notice = {});
 
+/// The checks and conversions of loadDataset on arrays already in memory
+/// (the Python package's kiln.Trainer); errors name them as `source`'s
+/// arrays spec.xKey and spec.yKey.
+Expected<Dataset> checkDataset(const std::string& source, const Tensor& x, const Tensor& y, const DataSpec& spec,
+                               const NoticeFn& notice = {});
+
 /// Rows `rows` of `t` (a dataset array) as one batch tensor.
 Tensor gatherRows(const Tensor& t, const std::vector<int64_t>& rows);
 

@@ -51,17 +51,15 @@ Status Trainer::loadAndCheck() {
   if (!sig) return sig.takeError();
   signature_ = std::move(*sig);
 
+  lr_ = learningRateTensor(signature_.output.dtype, o.lr);
+  // Batches handed over one at a time (trainBatch) are checked as they come.
+  if (o.dataPath.empty()) {
+    totalSteps_ = o.steps.value_or(0);
+    o.step.schedule.totalSteps = totalSteps_;
+    return Status();
+  }
   // The data, checked against the model's input.
-  const DataSpec spec{.modelPath = o.modelPath,
-                      .xKey = o.xKey,
-                      .yKey = o.yKey,
-                      .input = signature_.input,
-                      .output = signature_.output,
-                      .inputName = signature_.inputName,
-                      .outputName = signature_.outputName,
-                      .loss = o.step.loss.kind,
-                      .classesLast = o.classesLast,
-                      .ignoreIndex = o.step.loss.ignoreIndex};
+  const DataSpec spec = dataSpec(o.modelPath);
   auto trainData = loadDataset(o.dataPath, spec, callbacks_.notice);
   if (!trainData) return trainData.takeError();
   trainData_ = std::move(*trainData);
@@ -96,8 +94,26 @@ Status Trainer::loadAndCheck() {
   }
   totalSteps_ = o.steps ? *o.steps : o.epochs.value_or(1) * plan_.stepsPerEpoch;
   o.step.schedule.totalSteps = totalSteps_;
-  lr_ = learningRateTensor(signature_.output.dtype, o.lr);
   return Status();
+}
+
+DataSpec Trainer::dataSpec(const std::string& source) const {
+  const TrainOptions& o = options_;
+  return DataSpec{.modelPath = source,
+                  .xKey = o.xKey,
+                  .yKey = o.yKey,
+                  .input = signature_.input,
+                  .output = signature_.output,
+                  .inputName = signature_.inputName,
+                  .outputName = signature_.outputName,
+                  .loss = o.step.loss.kind,
+                  .classesLast = o.classesLast,
+                  .ignoreIndex = o.step.loss.ignoreIndex};
+}
+
+void Trainer::setLearningRate(double lr) {
+  options_.lr = lr;
+  lr_ = learningRateTensor(signature_.output.dtype, lr);
 }
 
 std::optional<std::string> Trainer::scheduleProblem() const {
@@ -159,10 +175,10 @@ Expected<std::unique_ptr<CompiledModel>> Trainer::compile(const Function& f, con
   return model;
 }
 
-Status Trainer::initializeState() {
+Status Trainer::initializeState(int64_t batch) {
   if (stateReady_) return Status();
-  // The step of the full batch size; its leading arguments are the state.
-  auto first = program(std::min(options_.batchSize, trainData_->size));
+  // The step of the first batch size; its leading arguments are the state.
+  auto first = program(batch);
   if (!first) return first.takeError();
   state_ = initialState(*(*first)->step->functions().front());
   // The state by name: the step names each parameter (and batch norm
@@ -194,11 +210,28 @@ Status Trainer::syncState() {
 
 Expected<EvalResult> Trainer::evaluate() {
   if (!evalData_) return Error("no evaluation data: the options name no eval file");
-  KILN_TRY(initializeState());
+  KILN_TRY(initializeState(std::min(options_.batchSize, trainData_->size)));
+  return evaluateOn(*evalData_);
+}
+
+Expected<EvalResult> Trainer::evaluate(const Tensor& x, const Tensor& y, const std::string& source) {
+  auto data = checkDataset(source, x, y, dataSpec(source), callbacks_.notice);
+  if (!data) return data.takeError();
+  const std::vector<int64_t> sample(data->x.shape().begin() + 1, data->x.shape().end());
+  if (signature_.sampleShape.empty()) signature_.sampleShape = sample;
+  if (sample != signature_.sampleShape)
+    return Error(source + ": '" + options_.xKey + "' holds samples of shape " + shapeString(data->x.shape(), 1) +
+                 ", the model was trained on samples of shape " + shapeString(signature_.sampleShape) +
+                 "; the model is compiled for one sample shape");
+  KILN_TRY(initializeState(std::min(options_.batchSize, data->size)));
+  return evaluateOn(*data);
+}
+
+Expected<EvalResult> Trainer::evaluateOn(const Dataset& data) {
   KILN_TRY(syncState());
   EvalResult r;
-  const BatchPlan plan = BatchPlan::of(evalData_->size, options_.batchSize, false, false, 0);
-  BatchGatherer gatherer(*evalData_, plan);
+  const BatchPlan plan = BatchPlan::of(data.size, options_.batchSize, false, false, 0);
+  BatchGatherer gatherer(data, plan);
   for (int64_t k = 0; k < plan.stepsPerEpoch; ++k) {
     Batch batch = gatherer.gather(k);
     const int64_t size = plan.sizeOf(k);
@@ -310,7 +343,8 @@ Expected<TrainSummary> Trainer::train() {
   if (trained_) return Error("this trainer has trained already");
   trained_ = true;
   const TrainOptions& o = options_;
-  KILN_TRY(initializeState());
+  if (!trainData_) return Error("no training data: the options name no data file");
+  KILN_TRY(initializeState(std::min(options_.batchSize, trainData_->size)));
   TrainSummary summary;
   summary.totalSteps = totalSteps_;
   summary.finalLoss = NAN;
@@ -394,6 +428,37 @@ Expected<TrainSummary> Trainer::train() {
   summary.seconds = seconds();
   KILN_TRY(syncState());
   return summary;
+}
+
+Expected<double> Trainer::trainBatch(const Tensor& x, const Tensor& y, const std::string& source) {
+  if (trainData_) return Error("this trainer trains on its data file; it takes no batches");
+  auto data = checkDataset(source, x, y, dataSpec(source), callbacks_.notice);
+  if (!data) return data.takeError();
+  const std::vector<int64_t> sample(data->x.shape().begin() + 1, data->x.shape().end());
+  if (signature_.sampleShape.empty()) signature_.sampleShape = sample;
+  if (sample != signature_.sampleShape)
+    return Error(source + ": '" + options_.xKey + "' holds samples of shape " + shapeString(data->x.shape(), 1) +
+                 ", the earlier batches samples of shape " + shapeString(signature_.sampleShape) +
+                 "; the model is compiled for one sample shape");
+  const Dim& batchDim = signature_.input.shape[0];
+  if (batchDim.isStatic() && batchDim.size != data->size)
+    return Error(source + ": a batch of " + std::to_string(data->size) + " samples, but the model's input '" +
+                 signature_.inputName + "' (" + signature_.input.str() + ") has a fixed batch size of " +
+                 std::to_string(batchDim.size));
+  KILN_TRY(initializeState(data->size));
+  Clock::duration compileTime{};
+  auto out = runStep(Batch{batchesTrained_, std::move(data->x), std::move(data->y)}, compileTime);
+  if (!out) return out.takeError();
+  const double loss = (*out)[0].getDouble(0);
+  state_.values.assign(std::make_move_iterator(out->begin() + 1), std::make_move_iterator(out->end()));
+  ++batchesTrained_;
+  return loss;
+}
+
+Expected<const TrainState*> Trainer::currentState(int64_t batch) {
+  KILN_TRY(initializeState(batch));
+  KILN_TRY(syncState());
+  return &state_;
 }
 
 }  // namespace kiln::training

@@ -168,6 +168,25 @@ class Trainer {
   /// options must name).
   Expected<EvalResult> evaluate();
 
+  /// Training on batches the caller hands over (the Python package's
+  /// kiln.Trainer) instead of options().dataPath's, which is then empty:
+  /// one step on the batch (x, y), checked and converted as a data file's
+  /// arrays are (errors name them as x and y of `source`); returns the
+  /// step's loss. Steps count on from the last one, and every batch must
+  /// have the first one's sample shape.
+  Expected<double> trainBatch(const Tensor& x, const Tensor& y, const std::string& source);
+  /// Evaluates the current parameters on (x, y) in batches of
+  /// options().batchSize.
+  Expected<EvalResult> evaluate(const Tensor& x, const Tensor& y, const std::string& source);
+  /// The state as of the last step (brought back from the device first):
+  /// parameters, batch norm running statistics, optimizer state. Before
+  /// the first step, the initial state of a step for `batch` samples.
+  Expected<const TrainState*> currentState(int64_t batch);
+  /// The base learning rate of the steps from now on.
+  void setLearningRate(double lr);
+  /// Steps run by trainBatch so far.
+  int64_t batchesTrained() const { return batchesTrained_; }
+
   /// The trained values of the model's weights (those the step updates;
   /// batch norms' frozen running statistics are not among them), by name.
   std::map<std::string, DenseTensor> trainedParameters() const;
@@ -190,7 +209,9 @@ class Trainer {
 
   Trainer(Session& session, TrainOptions options, TrainCallbacks callbacks);
   Status loadAndCheck();
-  Status initializeState();
+  Status initializeState(int64_t batch);
+  DataSpec dataSpec(const std::string& source) const;
+  Expected<EvalResult> evaluateOn(const Dataset& data);
   Expected<Program*> program(int64_t batch);
   Expected<std::unique_ptr<CompiledModel>> compile(const Function& f, const std::vector<Tensor>& inputs, bool donate,
                                                    int threads = 0);
@@ -220,6 +241,7 @@ class Trainer {
   CompiledModel* inPlace_ = nullptr;
   Status syncState();
   bool trained_ = false;
+  int64_t batchesTrained_ = 0;
 };
 
 }  // namespace kiln::training

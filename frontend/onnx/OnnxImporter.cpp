@@ -909,22 +909,34 @@ Expected<std::vector<UnsupportedOnnxOp>> findUnsupportedOnnxOps(const std::strin
   return collectUnsupported(model->graph(), *opsets);
 }
 
-Expected<std::vector<std::pair<std::string, TensorType>>> readOnnxDataInputs(const std::string& path) {
+Expected<OnnxSignature> readOnnxSignature(const std::string& path) {
   auto bytes = readWholeFile(path, kMaxModelBytes, "ONNX model");
   if (!bytes) return bytes.takeError();
   auto model = parseModel(*bytes, path);
   if (!model) return model.takeError();
   std::set<std::string> initialized;
   for (const onnx::TensorProto& t : model->graph().initializer()) initialized.insert(t.name());
-  std::vector<std::pair<std::string, TensorType>> inputs;
+  OnnxSignature signature;
   for (int i = 0; i < model->graph().input_size(); ++i) {
     const onnx::ValueInfoProto& input = model->graph().input(i);
     if (initialized.count(input.name())) continue;
     auto type = typeFromValueInfo(input, "graph input " + std::to_string(i) + " " + inQuotes(input.name()));
     if (!type) return Error(path + ": " + type.error().message());
-    inputs.emplace_back(input.name(), *type);
+    signature.inputs.emplace_back(input.name(), *type);
   }
-  return inputs;
+  for (int i = 0; i < model->graph().output_size(); ++i) {
+    const onnx::ValueInfoProto& output = model->graph().output(i);
+    auto type = typeFromValueInfo(output, "graph output " + std::to_string(i) + " " + inQuotes(output.name()));
+    if (!type) return Error(path + ": " + type.error().message());
+    signature.outputs.emplace_back(output.name(), *type);
+  }
+  return signature;
+}
+
+Expected<std::vector<std::pair<std::string, TensorType>>> readOnnxDataInputs(const std::string& path) {
+  auto signature = readOnnxSignature(path);
+  if (!signature) return signature.takeError();
+  return std::move(signature->inputs);
 }
 
 Expected<DenseTensor> parseOnnxTensor(std::string_view bytes, std::string_view what) {

@@ -54,6 +54,14 @@ Expected<std::vector<UnsupportedOnnxOp>> findUnsupportedOnnxOps(const std::strin
 /// shapes computed from a dynamic batch dim).
 Expected<std::vector<std::pair<std::string, TensorType>>> readOnnxDataInputs(const std::string& path);
 
+/// The data inputs (as readOnnxDataInputs) and the graph outputs of the
+/// `.onnx` file at `path`, with their declared types, read without
+/// importing the graph.
+struct OnnxSignature {
+  std::vector<std::pair<std::string, TensorType>> inputs, outputs;
+};
+Expected<OnnxSignature> readOnnxSignature(const std::string& path);
+
 /// Reads a serialized TensorProto (the `input_0.pb` files of the ONNX
 /// backend tests). Strings and other types Kiln has no dtype for are errors.
 Expected<DenseTensor> readOnnxTensor(const std::string& path);

@@ -1,0 +1,352 @@
+"""kiln.Trainer: Kiln's training step (forward, loss, backward and optimizer update in one compiled program) from Python."""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import tempfile
+import warnings
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from kiln import _kiln
+from kiln._model import KilnWarning, _is_torch_tensor, default_cache_dir
+from kiln._torch import _torch, export_onnx
+
+
+def _array(value: Any, what: str) -> np.ndarray:
+    if _is_torch_tensor(value):
+        return value.detach().cpu().numpy()
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, (list, tuple)):
+        return np.asarray(value)
+    raise _kiln.InputError(f"{what} is a {type(value).__name__}; expected a NumPy array or a torch tensor")
+
+
+def _undo_shared_weights(path: str) -> None:
+    """Gives each weight its own initializer again in the ONNX file at ``path``.
+
+    PyTorch's exporter keeps one initializer for weights of equal values and
+    feeds the others through Identity nodes: a fresh batch norm's running
+    variance becomes Identity(its weight), both ones. Trained, the two would
+    be one value. Each such Identity of an initializer becomes an initializer
+    of its own, named by the Identity's output (the module's key).
+    """
+    import onnx
+
+    model = onnx.load(path)
+    graph = model.graph
+    initializers = {t.name: t for t in graph.initializer}
+    kept = []
+    changed = False
+    for node in graph.node:
+        if node.op_type == "Identity" and len(node.input) == 1 and node.input[0] in initializers:
+            copy = onnx.TensorProto()
+            copy.CopyFrom(initializers[node.input[0]])
+            copy.name = node.output[0]
+            graph.initializer.append(copy)
+            initializers[copy.name] = copy
+            changed = True
+        else:
+            kept.append(node)
+    if changed:
+        del graph.node[:]
+        graph.node.extend(kept)
+        onnx.save(model, path)
+
+
+class Trainer:
+    """Trains a ``torch.nn.Module`` or a model file with Kiln.
+
+    Each step is one compiled program: the forward pass, the loss, the
+    backward pass and the optimizer's update, which follows ``torch.optim``
+    formula for formula (SGD with momentum, dampening and Nesterov; Adam;
+    AdamW). One program is compiled per batch size. Batch norms train as in
+    ``model.train()`` (``batch_norm="frozen"``: as in ``model.eval()``).
+
+    A module is exported to ONNX at the first step, with that batch's shape
+    (any batch size later); its parameters keep their names, and
+    :meth:`state_dict` returns the trained values under the module's own
+    keys, so ``module.load_state_dict(trainer.state_dict())`` works. Dropout
+    is not applied (the module is exported as in eval mode), with a warning
+    when the module has any.
+
+    ``loss``: ``"cross_entropy"``, ``"nll"`` or ``"mse"``; class losses take
+    integer labels and the classes in dim 1 of the output (``classes_last``:
+    the last dim). ``optimizer``: ``"sgd"``, ``"adam"`` or ``"adamw"``;
+    ``weight_decay`` defaults to PyTorch's (0, and 0.01 for AdamW).
+    """
+
+    def __init__(
+        self,
+        module_or_path: Any,
+        loss: str = "cross_entropy",
+        optimizer: str = "sgd",
+        lr: float = 0.01,
+        *,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        nesterov: bool = False,
+        weight_decay: Optional[float] = None,
+        betas: Tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        batch_size: int = 32,
+        reduction: str = "mean",
+        ignore_index: int = -100,
+        label_smoothing: float = 0.0,
+        classes_last: bool = False,
+        batch_norm: str = "train",
+        bn_momentum: Optional[float] = None,
+        device: str = "cpu",
+        threads: int = 0,
+        cache_dir: Optional[str] = None,
+    ) -> None:
+        if loss not in ("cross_entropy", "nll", "mse"):
+            raise ValueError(f"loss='{loss}': expected 'cross_entropy', 'nll' or 'mse'")
+        if optimizer not in ("sgd", "adam", "adamw"):
+            raise ValueError(f"optimizer='{optimizer}': expected 'sgd', 'adam' or 'adamw'")
+        if reduction not in ("mean", "sum"):
+            raise ValueError(f"reduction='{reduction}': expected 'mean' or 'sum'")
+        if batch_norm not in ("train", "frozen"):
+            raise ValueError(f"batch_norm='{batch_norm}': expected 'train' or 'frozen'")
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size={batch_size}: expected at least 1")
+        if optimizer != "sgd" and (momentum or dampening or nesterov):
+            raise ValueError("momentum, dampening and nesterov apply to optimizer='sgd'")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("nesterov=True needs momentum > 0 and dampening 0, as in torch.optim.SGD")
+        if weight_decay is None:
+            weight_decay = 0.01 if optimizer == "adamw" else 0.0
+        _kiln.check_device(device)
+        self._options: Dict[str, Any] = {
+            "loss": loss,
+            "reduction": reduction,
+            "ignore_index": int(ignore_index),
+            "label_smoothing": float(label_smoothing),
+            "classes_last": bool(classes_last),
+            "optimizer": optimizer,
+            "lr": float(lr),
+            "momentum": float(momentum),
+            "dampening": float(dampening),
+            "nesterov": bool(nesterov),
+            "weight_decay": float(weight_decay),
+            "beta1": float(betas[0]),
+            "beta2": float(betas[1]),
+            "eps": float(eps),
+            "batch_size": int(batch_size),
+            "batch_norm": batch_norm,
+            "bn_momentum": bn_momentum,
+            "device": device,
+            "threads": int(threads),
+            "cache_dir": default_cache_dir() if cache_dir is None else cache_dir,
+            "zero_inputs": [],
+        }
+        self._module = None
+        self._path: Optional[str] = None
+        self._workdir: Optional[str] = None
+        self._engine: Optional[_kiln.Trainer] = None
+        # module state_dict key -> the exported model's weight name
+        self._names: Dict[str, str] = {}
+        self._initial: Dict[str, Any] = {}
+        if isinstance(module_or_path, (str, os.PathLike)):
+            self._path = os.fspath(module_or_path)
+            self._engine = _kiln.Trainer(self._path, self._options)
+        else:
+            torch = _torch()
+            if not isinstance(module_or_path, torch.nn.Module):
+                raise TypeError(
+                    f"kiln.Trainer takes a torch.nn.Module or a model file's path, got a {type(module_or_path).__name__}"
+                )
+            self._module = module_or_path
+            self._initial = {k: v.detach().clone() for k, v in module_or_path.state_dict().items()}
+
+    # -- the engine ---------------------------------------------------------
+
+    def _ensure(self, x: np.ndarray) -> "_kiln.Trainer":
+        if self._engine is not None:
+            return self._engine
+        torch = _torch()
+        module = self._module
+        if any(isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0 for m in module.modules()):
+            warnings.warn(
+                "kiln.Trainer trains without dropout: the module is exported as in eval mode", KilnWarning, stacklevel=3
+            )
+        self._workdir = tempfile.mkdtemp(prefix="kiln-trainer-")
+        path = os.path.join(self._workdir, "model.onnx")
+        example = torch.from_numpy(np.ascontiguousarray(x[:1]))
+        was_training = module.training
+        module.eval()
+        try:
+            export_onnx(
+                module, (example,), path, ["input"], ["output"], dynamic_batch=True,
+                training=torch.onnx.TrainingMode.PRESERVE, constant_folding=False,
+            )
+        finally:
+            module.train(was_training)
+        _undo_shared_weights(path)
+        self._names = self._map_names(path)
+        engine = _kiln.Trainer(path, self._options)
+        unmapped = [p for p in engine.parameters if p not in self._names.values()]
+        if unmapped:
+            raise _kiln.UnsupportedError(
+                "kiln.Trainer cannot map the exported weights "
+                + ", ".join(f"'{p}'" for p in unmapped)
+                + " back to parameters of the module (PyTorch's exporter rewrote them, as it does for LSTM and "
+                "GRU weights), so state_dict() could not return them; export the module to ONNX yourself and "
+                "train the file with kiln.Trainer(path)"
+            )
+        self._path = path
+        self._engine = engine
+        return engine
+
+    def _map_names(self, path: str) -> Dict[str, str]:
+        """Each state_dict key of the module -> the exported weight holding it: by name, else by equal values."""
+        import onnx
+        from onnx import numpy_helper
+
+        graph = onnx.load(path).graph
+        weights = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+        names: Dict[str, str] = {}
+        claimed = set()
+        for key, value in self._initial.items():
+            if key in weights:
+                names[key] = key
+                claimed.add(key)
+        for key, value in self._initial.items():
+            if key in names or not value.is_floating_point():
+                continue
+            array = value.cpu().numpy()
+            for name, weight in weights.items():
+                if name not in claimed and weight.shape == array.shape and np.array_equal(weight, array):
+                    names[key] = name
+                    claimed.add(name)
+                    break
+        return names
+
+    # -- training -----------------------------------------------------------
+
+    @property
+    def lr(self) -> float:
+        """The base learning rate; setting it applies from the next step."""
+        return self._options["lr"]
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        self._options["lr"] = float(value)
+        if self._engine is not None:
+            self._engine.set_lr(float(value))
+
+    @property
+    def steps(self) -> int:
+        """Steps trained so far."""
+        return self._engine.steps if self._engine is not None else 0
+
+    def step(self, x: Any, y: Any) -> float:
+        """One training step on the batch ``(x, y)``; returns its loss.
+
+        ``x``: the model input, one sample per row. ``y``: integer class
+        labels for class losses, float targets shaped like the output for
+        ``"mse"``.
+        """
+        xs, ys = _array(x, "x"), _array(y, "y")
+        if xs.ndim == 0:
+            raise _kiln.InputError("kiln.Trainer.step(): 'x' is a scalar; expected one sample per row")
+        engine = self._ensure(xs)
+        loss, notices = engine.step(xs, ys, "kiln.Trainer.step()")
+        for notice in notices:
+            warnings.warn(notice, KilnWarning, stacklevel=2)
+        return loss
+
+    def fit(
+        self,
+        x: Any,
+        y: Any,
+        epochs: int = 1,
+        batch_size: Optional[int] = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        verbose: bool = False,
+    ) -> List[float]:
+        """Trains ``epochs`` passes over ``(x, y)`` in batches; returns each epoch's mean loss.
+
+        Each epoch visits the samples in an order drawn from ``seed`` and the
+        epoch (``shuffle=False``: in order). ``batch_size`` defaults to the
+        trainer's; a last partial batch is trained unless ``drop_last``.
+        """
+        xs, ys = _array(x, "x"), _array(y, "y")
+        if xs.ndim == 0 or ys.ndim == 0:
+            raise _kiln.InputError("kiln.Trainer.fit(): x and y need one row per sample")
+        if len(xs) != len(ys):
+            raise _kiln.InputError(
+                f"kiln.Trainer.fit(): 'x' holds {len(xs)} samples but 'y' holds {len(ys)} labels; "
+                "expected one label per sample"
+            )
+        size = int(batch_size or self._options["batch_size"])
+        if size < 1:
+            raise ValueError(f"batch_size={batch_size}: expected at least 1")
+        history: List[float] = []
+        for epoch in range(int(epochs)):
+            order = np.random.default_rng([seed, epoch]).permutation(len(xs)) if shuffle else np.arange(len(xs))
+            losses: List[float] = []
+            for start in range(0, len(xs), size):
+                rows = order[start : start + size]
+                if drop_last and len(rows) < size:
+                    break
+                losses.append(self.step(xs[rows], ys[rows]))
+            mean = float(np.mean(losses)) if losses else float("nan")
+            history.append(mean)
+            if verbose:
+                print(f"epoch {epoch + 1}/{epochs}: loss {mean:.6g} ({len(losses)} steps)")
+        return history
+
+    def evaluate(self, x: Any, y: Any) -> Dict[str, float]:
+        """The current parameters' mean loss on ``(x, y)`` and, for class losses, their accuracy.
+
+        Batch norms use their running statistics, as in ``model.eval()``.
+        """
+        xs, ys = _array(x, "x"), _array(y, "y")
+        engine = self._ensure(xs)
+        return engine.evaluate(xs, ys, "kiln.Trainer.evaluate()")
+
+    # -- results ------------------------------------------------------------
+
+    def _state(self) -> Dict[str, np.ndarray]:
+        assert self._engine is not None
+        return self._engine.state(self._options["batch_size"])
+
+    def state_dict(self) -> "collections.OrderedDict[str, Any]":
+        """The trained weights.
+
+        For a module: its own ``state_dict()`` keys, shapes and dtypes, with
+        the trained parameters, the batch norms' running statistics and
+        ``num_batches_tracked`` (advanced by the steps trained), so
+        ``module.load_state_dict(trainer.state_dict(), strict=True)`` loads
+        them. For a model file: NumPy arrays by weight name.
+        """
+        if self._module is None:
+            if self._engine is None or self._engine.steps == 0:
+                raise _kiln.Error("no step has run yet: the state of a model file is built with its first step")
+            return collections.OrderedDict(self._state())
+        torch = _torch()
+        state = self._state() if self._engine is not None and self._engine.steps > 0 else {}
+        steps = self.steps
+        trains_bn = self._options["batch_norm"] == "train"
+        out: "collections.OrderedDict[str, Any]" = collections.OrderedDict()
+        for key, initial in self._initial.items():
+            name = self._names.get(key)
+            if name is not None and name in state:
+                value = torch.from_numpy(np.array(state[name])).reshape(initial.shape).to(initial.dtype)
+            elif key.endswith("num_batches_tracked") and trains_bn:
+                value = initial + steps
+            else:
+                value = initial.clone()
+            out[key] = value
+        return out
+
+    def __del__(self) -> None:
+        if getattr(self, "_workdir", None):
+            shutil.rmtree(self._workdir, ignore_errors=True)
