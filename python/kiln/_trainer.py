@@ -26,6 +26,35 @@ def _array(value: Any, what: str) -> np.ndarray:
     raise _kiln.InputError(f"{what} is a {type(value).__name__}; expected a NumPy array or a torch tensor")
 
 
+def _loss_name(loss: Any) -> Tuple[Any, Dict[str, Any]]:
+    """A loss name, or PyTorch's loss module (CrossEntropyLoss, NLLLoss, MSELoss) as a name and its options."""
+    if isinstance(loss, str):
+        return loss, {}
+    kind = {"CrossEntropyLoss": "cross_entropy", "NLLLoss": "nll", "MSELoss": "mse"}.get(type(loss).__name__)
+    if kind is None or not type(loss).__module__.startswith("torch"):
+        raise ValueError(
+            f"loss={loss!r}: expected 'cross_entropy', 'nll' or 'mse', or torch.nn.CrossEntropyLoss, NLLLoss or MSELoss"
+        )
+    if getattr(loss, "weight", None) is not None:
+        raise ValueError(f"loss={loss!r}: class weights are not supported")
+    options: Dict[str, Any] = {"reduction": loss.reduction}
+    if kind != "mse":
+        options["ignore_index"] = loss.ignore_index
+    if kind == "cross_entropy":
+        options["label_smoothing"] = loss.label_smoothing
+    return kind, options
+
+
+def _optimizer_name(optimizer: Any) -> Any:
+    """An optimizer name, or PyTorch's optimizer class (torch.optim.SGD, Adam, AdamW) as a name."""
+    if isinstance(optimizer, str):
+        return optimizer
+    name = getattr(optimizer, "__name__", None)
+    if isinstance(optimizer, type) and name in ("SGD", "Adam", "AdamW") and optimizer.__module__.startswith("torch"):
+        return name.lower()
+    raise ValueError(f"optimizer={optimizer!r}: expected 'sgd', 'adam' or 'adamw', or torch.optim.SGD, Adam or AdamW")
+
+
 def _undo_shared_weights(path: str) -> None:
     """Gives each weight its own initializer again in the ONNX file at ``path``.
 
@@ -74,9 +103,12 @@ class Trainer:
     is not applied (the module is exported as in eval mode), with a warning
     when the module has any.
 
-    ``loss``: ``"cross_entropy"``, ``"nll"`` or ``"mse"``; class losses take
+    ``loss``: ``"cross_entropy"``, ``"nll"`` or ``"mse"`` (or PyTorch's
+    ``CrossEntropyLoss``, ``NLLLoss`` or ``MSELoss`` object, whose reduction,
+    ignore_index and label_smoothing are taken); class losses take
     integer labels and the classes in dim 1 of the output (``classes_last``:
-    the last dim). ``optimizer``: ``"sgd"``, ``"adam"`` or ``"adamw"``;
+    the last dim). ``optimizer``: ``"sgd"``, ``"adam"`` or ``"adamw"`` (or
+    ``torch.optim.SGD``, ``Adam`` or ``AdamW``, the class);
     ``weight_decay`` defaults to PyTorch's (0, and 0.01 for AdamW).
     """
 
@@ -104,6 +136,11 @@ class Trainer:
         threads: int = 0,
         cache_dir: Optional[str] = None,
     ) -> None:
+        loss, loss_options = _loss_name(loss)
+        reduction = loss_options.get("reduction", reduction)
+        ignore_index = loss_options.get("ignore_index", ignore_index)
+        label_smoothing = loss_options.get("label_smoothing", label_smoothing)
+        optimizer = _optimizer_name(optimizer)
         if loss not in ("cross_entropy", "nll", "mse"):
             raise ValueError(f"loss='{loss}': expected 'cross_entropy', 'nll' or 'mse'")
         if optimizer not in ("sgd", "adam", "adamw"):

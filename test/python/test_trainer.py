@@ -77,8 +77,9 @@ def test_adam_steps_match_pytorch(optimizer):
     reference = copy.deepcopy(module)
     g = torch.Generator().manual_seed(1)
     x, target = torch.randn(32, 12, generator=g), torch.randn(32, 3, generator=g)
-    trainer = kiln.Trainer(module, loss="mse", optimizer=optimizer, lr=1e-2)
     make = torch.optim.Adam if optimizer == "adam" else torch.optim.AdamW
+    # The optimizer and loss also go as PyTorch's own class and module.
+    trainer = kiln.Trainer(module, loss=torch.nn.MSELoss(), optimizer=make, lr=1e-2)
     opt = make(reference.parameters(), lr=1e-2)
     for step in range(20):
         rows = slice((step % 2) * 16, (step % 2) * 16 + 16)
