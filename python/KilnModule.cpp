@@ -223,8 +223,25 @@ class PyModel {
     if (!loaded && path_.ends_with(".onnx")) {
       // An ONNX model that imports only specialized to its input shapes (it
       // computes shapes from a dynamic batch): its declared signature.
+      // It must import specialized (dynamic dims as 1); otherwise the
+      // first error stands.
       auto declared = readOnnxSignature(path_);
       if (!declared) raiseError(loaded.error(), gModelError);
+      Status specializes;
+      {
+        py::gil_scoped_release release;
+        std::map<std::string, DenseTensor> example;
+        for (const auto& [name, type] : declared->inputs) {
+          std::vector<int64_t> dims;
+          for (const Dim& d : type.shape) dims.push_back(d.isStatic() ? d.size : 1);
+          example[name] = Tensor(type.dtype, dims).toDense();
+        }
+        LoadOptions options;
+        options.evaluator = &Session::evaluator();
+        auto specialized = loadModelForInputs(path_, options, example);
+        if (!specialized) specializes = specialized.takeError();
+      }
+      if (!specializes) raiseError(loaded.error(), isUnsupported(loaded.error()) ? gUnsupportedError : gModelError);
       for (auto& [name, type] : declared->inputs) inputs_.push_back({name, type, false});
       for (auto& [name, type] : declared->outputs) outputs_.push_back({name, type, false});
       return;

@@ -193,7 +193,18 @@ def compile(
         path = os.path.join(workdir, "model.onnx")
         mode = torch.onnx.TrainingMode.PRESERVE if module.training else torch.onnx.TrainingMode.EVAL
         export_onnx(module, example, path, names, outs, dynamic_batch, mode, constant_folding=True)
-        model = load(path, device, threads=threads, allow_fallback=allow_fallback, cache_dir=cache_dir)
+        try:
+            model = load(path, device, threads=threads, allow_fallback=allow_fallback, cache_dir=cache_dir)
+        except (_kiln.ModelError, _kiln.UnsupportedError) as e:
+            # The file is the exporter's: what does not import is what Kiln
+            # cannot compile.
+            hint = ""
+            if module.training:
+                hint = (
+                    "\n(the module is in training mode: call module.eval() before kiln.compile to compile it for "
+                    "inference; kiln.Trainer trains it)"
+                )
+            raise _kiln.UnsupportedError(f"Kiln cannot compile the exported module: {e}{hint}") from e
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise

@@ -104,6 +104,12 @@ def test_what_kiln_cannot_compile_is_named():
         kiln.compile(Unsupported(), (torch.randn(3),))
 
 
+def test_training_mode_dropout_is_named_with_the_fix():
+    module = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5)).train()
+    with pytest.raises(kiln.UnsupportedError, match=r"(?s)Dropout.*random dropout.*call module.eval\(\)"):
+        kiln.compile(module, (torch.randn(2, 4),))
+
+
 def test_cuda_without_a_gpu_raises():
     if kiln.devices()["cuda_available"]:
         pytest.skip("a usable CUDA device is present")

@@ -4,6 +4,7 @@ import json
 import os
 import resource
 import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -247,3 +248,46 @@ def test_interpreter_and_jit_agree(e2e_dir):
     jit = kiln.load(folder / "model.onnx")(x)
     ref = kiln.load(folder / "model.onnx", interpret=True)(x)
     np.testing.assert_allclose(jit, ref, rtol=1e-4, atol=1e-5)
+
+
+CUDA_SCRIPT = r"""
+import sys
+import numpy as np
+import torch
+import kiln
+
+e2e = sys.argv[1]
+devices = kiln.devices()
+assert devices["cuda_available"] and devices["emulated"], devices["verdict"]
+m = kiln.load(e2e + "/cnn/model.onnx", device="cuda")
+assert m.device.startswith("cuda:0"), m.device
+x = np.load(e2e + "/cnn/input_x.npy")
+np.testing.assert_allclose(m(x), np.load(e2e + "/cnn/expected_logits.npy"), rtol=1e-4, atol=1e-5)
+
+torch.manual_seed(0)
+module = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)).eval()
+features = torch.randn(4, 6)
+compiled = kiln.compile(module, (features,), device="cuda")
+with torch.no_grad():
+    torch.testing.assert_close(compiled(features), module(features), rtol=1e-4, atol=1e-5)
+
+labels = torch.tensor([0, 1, 2, 1])
+losses = {}
+for device in ("cpu", "cuda"):
+    torch.manual_seed(1)
+    trainer = kiln.Trainer(torch.nn.Linear(6, 3), lr=0.1, momentum=0.9, device=device)
+    losses[device] = [trainer.step(features, labels) for _ in range(3)]
+np.testing.assert_allclose(losses["cuda"], losses["cpu"], rtol=1e-4)
+print("ok")
+"""
+
+
+def test_cuda_on_the_emulated_gpu(e2e_dir):
+    # ctest names the emulated GPU (runtime/cuda/emulator/): kiln.load,
+    # kiln.compile and kiln.Trainer with device="cuda" run Kiln's CUDA path.
+    emulator = os.environ.get("KILN_CUDA_EMULATOR")
+    if not emulator:
+        pytest.fail("KILN_CUDA_EMULATOR must name the emulated GPU's libcuda.so.1 (ctest sets it)")
+    env = dict(os.environ, KILN_CUDA_DRIVER=emulator)
+    done = subprocess.run([sys.executable, "-c", CUDA_SCRIPT, str(e2e_dir)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
