@@ -179,9 +179,25 @@ def compile(
     names = list(input_names) if input_names else _forward_names(module, len(example))
     if len(names) != len(example):
         raise ValueError(f"{len(names)} input names for {len(example)} example inputs")
-    with torch.no_grad():
-        reference = module(*example)
-    count, container = _flatten_outputs(torch, reference)
+    # Running the module in training mode (here and in the exporter's trace)
+    # updates its batch norms' running statistics: they are put back after.
+    saved = {k: v.detach().clone() for k, v in module.state_dict().items()} if module.training else None
+    try:
+        with torch.no_grad():
+            reference = module(*example)
+        count, container = _flatten_outputs(torch, reference)
+        return _compile_exported(module, example, names, count, container, device, dynamic_batch, output_names,
+                                 threads, allow_fallback, cache_dir)
+    finally:
+        if saved is not None:
+            with torch.no_grad():
+                for key, value in module.state_dict().items():
+                    value.copy_(saved[key])
+
+
+def _compile_exported(module, example, names, count, container, device, dynamic_batch, output_names, threads,
+                      allow_fallback, cache_dir) -> "CompiledModule":
+    torch = _torch()
     if output_names:
         outs = list(output_names)
         if len(outs) != count:

@@ -43,6 +43,22 @@ def test_torchvision_resnet18_matches():
     torch.testing.assert_close(compiled(x), expected, rtol=1e-4, atol=1e-5)
 
 
+def test_a_module_in_training_mode_compiles_as_it_runs_and_keeps_its_statistics():
+    # torchvision builds ResNets in training mode: batch norms normalize with
+    # the batch's statistics, as PyTorch's forward does; compiling must not
+    # move the module's running statistics.
+    torch.manual_seed(4)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU())
+    x = torch.randn(2, 3, 10, 10)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    compiled = kiln.compile(model, (x,))
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    with torch.no_grad():
+        expected = model(x)
+    torch.testing.assert_close(compiled(x), expected, rtol=1e-4, atol=1e-5)
+
+
 class Small(torch.nn.Module):
     def __init__(self):
         super().__init__()
