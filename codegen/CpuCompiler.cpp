@@ -234,7 +234,10 @@ Expected<CpuCompilation> layoutProgram(const Function& f, std::string_view targe
     slots[op->result()] = s.result;
     p.slots.push_back({CpuProgram::SlotKind::Output, op->result()->type(), 0});  // placed below
     s.checks = std::exchange(pendingChecks, {});
-    if (step.kind == LoweredStep::Kind::Library) {
+    if (step.kind == LoweredStep::Kind::Collective) {
+      s.kind = CpuProgram::Step::Kind::Collective;
+      s.collective = std::move(step.collective);
+    } else if (step.kind == LoweredStep::Kind::Library) {
       s.kind = CpuProgram::Step::Kind::Library;
       s.call = std::move(step.call);
       s.parallel = libraryCallWork(s.call) >= kLibraryParallelWork;

@@ -28,6 +28,15 @@ Expected<std::vector<LoweredStep>> lowerToSteps(const Function& f, std::string_v
       continue;
     }
     if (op->numResults() != 1) return op->emitError("has several results; split-fused-results makes one per kernel");
+    if (opInfo(op->kind()).opClass == OpClass::Collective) {
+      auto call = collectiveOf(*op);
+      if (!call) return call.takeError();
+      step.kind = LoweredStep::Kind::Collective;
+      step.collective = std::move(*call);
+      steps.push_back(std::move(step));
+      ++computing;
+      continue;
+    }
     if (op->kind() == OpKind::Fused && op->getString("kind") == "library") {
       auto call = describeLibraryCall(*op);
       if (!call) return call.takeError();
@@ -86,6 +95,9 @@ std::string printSteps(const std::vector<LoweredStep>& steps,
       text += "check %" + step.op->operand(0)->name() + ": " + describeCheck(step.check) + "\n";
     else if (step.kind == LoweredStep::Kind::Library)
       text += "library %" + step.op->result()->name() + ": " + describeCall(step.call) + "\n";
+    else if (step.kind == LoweredStep::Kind::Collective)
+      text += "collective %" + step.op->result()->name() + ": " + describeCollective(step.collective) + " of " +
+              step.op->operand(0)->type().str() + "\n";
     else
       text += kir::printKernel(step.kernel);
   }

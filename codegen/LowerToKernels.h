@@ -17,19 +17,21 @@
 #include "codegen/KernelIR.h"
 #include "ir/IR.h"
 #include "runtime/HostCheck.h"
+#include "runtime/Collectives.h"
 #include "runtime/LibraryCall.h"
 
 namespace kiln::codegen {
 
 /// One step of a lowered function.
 struct LoweredStep {
-  enum class Kind { Kernel, Library, Check };
+  enum class Kind { Kernel, Library, Check, Collective };
   Kind kind = Kind::Kernel;
   /// The op of the step (for a check, the `check` op).
   const Op* op = nullptr;
   kir::Kernel kernel;  // Kind::Kernel
   LibraryCall call;    // Kind::Library
   HostCheck check;     // Kind::Check
+  CollectiveCall collective;  // Kind::Collective
 };
 
 /// The steps of `f` (an optimized function with static shapes). Kernels are

@@ -981,6 +981,13 @@ constexpr LowerFn MseLoss = nullptr;
 constexpr LowerFn Return = nullptr;
 // A check runs on the host before the step that reads its operand.
 constexpr LowerFn Check = nullptr;
+// Collectives are steps of their own that the runtime runs on the
+// communicator (LowerToKernels.cpp, runtime/Collectives.h).
+constexpr LowerFn AllReduce = nullptr;
+constexpr LowerFn BroadcastFrom = nullptr;
+constexpr LowerFn ReduceTo = nullptr;
+constexpr LowerFn AllGather = nullptr;
+constexpr LowerFn ReduceScatter = nullptr;
 // A `fused` op is not one element function but a group: lowerOpToKernel
 // composes its region's ops through a FusedContext.
 constexpr LowerFn Fused = nullptr;

@@ -43,4 +43,11 @@ class Builder {
   Location loc_;
 };
 
+/// Declares `var` as the value `expr` (an Expected<Value*>) builds, or
+/// returns its error.
+#define KILN_TRY_VALUE(var, expr)              \
+  auto var##_or = (expr);                      \
+  if (!var##_or.ok()) return var##_or.error(); \
+  Value* var = *var##_or
+
 }  // namespace kiln

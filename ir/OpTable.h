@@ -42,6 +42,7 @@ enum class OpClass : uint8_t {
   Composite,   // decomposes into primitives
   Fused,       // a group of primitives held in the op's region
   Check,       // a run-time check of an operand on the host; no results
+  Collective,  // communication between the ranks of a data-parallel job
   Terminator,  // return
 };
 
@@ -79,8 +80,11 @@ struct OpInfo {
   bool hasRegion() const { return opClass == OpClass::Fused; }
   bool isCommutative() const { return flags & kCommutative; }
   /// Ops whose results may differ between two evaluations, or that matter
-  /// without results (CSE, DCE and folding leave them alone).
-  bool hasSideEffects() const { return opClass == OpClass::Random || opClass == OpClass::Check; }
+  /// without results (CSE, DCE and folding leave them alone). A collective
+  /// is one: every rank must run the same collectives in the same order.
+  bool hasSideEffects() const {
+    return opClass == OpClass::Random || opClass == OpClass::Check || opClass == OpClass::Collective;
+  }
   const AttrSpec* findAttr(std::string_view name) const;
 };
 

@@ -19,6 +19,9 @@ struct PassContext {
   /// The target compiled for (passes/Target.h); null for target-independent
   /// pipelines. The target passes (select-library) need one.
   const Target* target = nullptr;
+  /// data-parallel: the most bytes of gradients in one all-reduce bucket
+  /// (DDP's bucket_cap_mb, 25 MB by default; `--bucket-cap-mb`).
+  int64_t bucketCapBytes = int64_t{25} * 1024 * 1024;
 };
 
 class Pass {

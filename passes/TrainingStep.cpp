@@ -13,13 +13,6 @@ namespace kiln {
 
 namespace {
 
-/// Declares `var` as the value `expr` (an Expected<Value*>) builds, or
-/// returns its error.
-#define KILN_TRY_VALUE(var, expr)              \
-  auto var##_or = (expr);                      \
-  if (!var##_or.ok()) return var##_or.error(); \
-  Value* var = *var##_or
-
 Status checkOptions(const Function& f, const TrainingStepOptions& o) {
   auto bad = [&](const std::string& what) { return Error("training step of @" + f.name() + ": " + what, f.loc()); };
   const OptimizerConfig& opt = o.optimizer;
@@ -308,7 +301,33 @@ Status buildTrainingStep(Function& f, const TrainingStepOptions& options) {
     lossKind = OpKind::NllLoss;
     lossAttrs["ignore_index"] = Attribute(options.loss.ignoreIndex);
   }
-  KILN_TRY_VALUE(lossOp, b.value(lossKind, {output, labels}, lossAttrs, {TensorType{outType.dtype, {}}}));
+  // Data-parallel with a mean: each rank's loss is its sum over its labels
+  // divided by the count of the whole job's (non-ignored) labels, so that
+  // the sum over ranks of the losses and of their gradients is the mean
+  // over the job's batch, as one process computes it (docs/distributed.md).
+  const bool jobMean = options.dataParallel && options.loss.reduction == "mean";
+  if (jobMean) lossAttrs["reduction"] = Attribute(std::string("sum"));
+  KILN_TRY_VALUE(lossSum, b.value(lossKind, {output, labels}, lossAttrs, {TensorType{outType.dtype, {}}}));
+  Value* lossOp = lossSum;
+  if (jobMean) {
+    const TensorType scalar{outType.dtype, {}};
+    Value* count = nullptr;
+    if (lossKind == OpKind::MseLoss) {
+      count = b.scalar(outType.dtype, static_cast<double>(numElements(outType.shape)));
+    } else {
+      Value* ignore = b.scalar(DType::I64, static_cast<double>(options.loss.ignoreIndex));
+      KILN_TRY_VALUE(counted, b.value(OpKind::Ne, {labels, ignore}));
+      KILN_TRY_VALUE(asFloat, b.value(OpKind::Cast, {counted}, {}, {TensorType{outType.dtype, labels->type().shape}}));
+      KILN_TRY_VALUE(local, b.value(OpKind::ReduceSum, {asFloat}, {{"axes", Attribute(std::vector<int64_t>{})}}, {scalar}));
+      count = local;
+    }
+    KILN_TRY_VALUE(jobCount, b.value(OpKind::AllReduce, {count}, {{"reduction", Attribute(std::string("sum"))}}));
+    jobCount->setName("job_count");
+    // No labels at all in the job's batch: a loss of 0, as PyTorch's NaN would stop training.
+    KILN_TRY_VALUE(atLeastOne, b.value(OpKind::Max, {jobCount, b.scalar(outType.dtype, 1.0)}));
+    KILN_TRY_VALUE(share, b.value(OpKind::Div, {lossSum, atLeastOne}));
+    lossOp = share;
+  }
   ret->setOperands({lossOp});
   f.setResultTypes({lossOp->type()});
   f.setResultName(0, "loss");
@@ -318,6 +337,15 @@ Status buildTrainingStep(Function& f, const TrainingStepOptions& options) {
   // Decomposition replaced the composite loss op: read the loss again.
   ret = f.returnOp();
   loss = ret->operand(0);
+  if (options.dataParallel) {
+    // The gradients summed over the job's ranks, in buckets: each rank's
+    // loss is its share of the job's (above).
+    DataParallelOptions dp = *options.dataParallel;
+    dp.reduction = "sum";
+    auto buckets = insertGradientAllReduces(f, dp);
+    if (!buckets) return buckets.takeError();
+    ret = f.returnOp();
+  }
   std::vector<Value*> grads;
   for (size_t i = 0; i < params.size(); ++i) grads.push_back(ret->operand(1 + i));
 
@@ -444,6 +472,17 @@ Status buildTrainingStep(Function& f, const TrainingStepOptions& options) {
     stateArgs.push_back(step);
     newState.push_back(t);
     stateNames.push_back("step");
+  }
+
+  if (options.dataParallel) {
+    // The job's loss (each rank's is its share), and rank 0's running
+    // statistics on every rank.
+    KILN_TRY_VALUE(jobLoss, u.value(OpKind::AllReduce, {loss}, {{"reduction", Attribute(std::string("sum"))}}));
+    loss = jobLoss;
+    for (RunningStatistic& stat : *runningStats) {
+      KILN_TRY_VALUE(shared, u.value(OpKind::BroadcastFrom, {stat.updated}, {{"root", Attribute(int64_t{0})}}));
+      stat.updated = shared;
+    }
   }
 
   // Results: loss, new params, new state.

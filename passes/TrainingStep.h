@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "ir/IR.h"
+#include "passes/DataParallel.h"
 #include "passes/MemoryPlan.h"
 
 namespace kiln {
@@ -118,6 +119,11 @@ struct TrainingStepOptions {
   LrScheduleConfig schedule = {};
   /// batch_norm ops (see BatchNormConfig).
   BatchNormConfig batchNorm = {};
+  /// A data-parallel step (passes/DataParallel.h): the gradients are
+  /// all-reduced over the job's ranks in buckets before the update, the
+  /// loss returned is the job's mean, and batch norms' running statistics
+  /// are rank 0's (broadcast from it at every step, as DDP does).
+  std::optional<DataParallelOptions> dataParallel = {};
 };
 
 /// Rewrites `f` into its training step. Arguments, in order: the parameters

@@ -48,6 +48,16 @@ void putLocation(std::string& out, const Location& loc) {
   putString(out, loc.name);
 }
 
+void putCollective(std::string& out, const CollectiveCall& call) {
+  out += static_cast<char>(call.kind);
+  out += static_cast<char>(call.reduction);
+  putI64(out, call.root);
+  putI64(out, call.axis);
+  putI64(out, call.worldSize);
+  out += static_cast<char>(call.dtype);
+  putInts(out, call.inputDims);
+}
+
 void putCall(std::string& out, const LibraryCall& call) {
   out += static_cast<char>(call.kind);
   putLE(out, call.operands.size(), 4);
@@ -165,6 +175,30 @@ class ProgramReader {
     loc.name = std::move(*name);
     return loc;
   }
+  Expected<CollectiveCall> collective() {
+    CollectiveCall c;
+    auto kind = r_.uint(1, "a collective's kind");
+    if (!kind) return kind.takeError();
+    if (*kind > static_cast<uint64_t>(CollectiveCall::Kind::ReduceScatter)) return r_.error("corrupt: a collective");
+    c.kind = static_cast<CollectiveCall::Kind>(*kind);
+    auto reduction = r_.uint(1, "a collective's reduction");
+    if (!reduction) return reduction.takeError();
+    if (*reduction > static_cast<uint64_t>(ReduceKind::Mean)) return r_.error("corrupt: a collective's reduction");
+    c.reduction = static_cast<ReduceKind>(*reduction);
+    for (int64_t* field : {&c.root, &c.axis, &c.worldSize}) {
+      auto v = i64("a collective's attributes");
+      if (!v) return v.takeError();
+      *field = *v;
+    }
+    auto dtype = r_.uint(1, "a collective's dtype");
+    if (!dtype) return dtype.takeError();
+    if (*dtype > static_cast<uint64_t>(DType::Bool)) return r_.error("corrupt: a collective's dtype");
+    c.dtype = static_cast<DType>(*dtype);
+    auto dims = ints("a collective's dims");
+    if (!dims) return dims.takeError();
+    c.inputDims = std::move(*dims);
+    return c;
+  }
   Expected<LibraryCall> call() {
     LibraryCall c;
     auto kind = r_.uint(1, "a library call's kind");
@@ -263,6 +297,7 @@ std::string serializeProgram(const CpuProgram& p, size_t inlineBelow) {
     putString(out, s.what);
     putI32(out, s.kernel);
     if (s.kind == CpuProgram::Step::Kind::Library) putCall(out, s.call);
+    if (s.kind == CpuProgram::Step::Kind::Collective) putCollective(out, s.collective);
     putLE(out, s.operands.size(), 4);
     for (int o : s.operands) putI32(out, o);
     putI32(out, s.result);
@@ -358,7 +393,8 @@ Status parseProgram(std::string_view bytes, const std::string& what, CpuProgram&
     CpuProgram::Step s;
     auto kind = r.raw().uint(1, "a step's kind");
     if (!kind) return kind.takeError();
-    if (*kind > static_cast<uint64_t>(CpuProgram::Step::Kind::Library)) return r.raw().error("corrupt: a step's kind");
+    if (*kind > static_cast<uint64_t>(CpuProgram::Step::Kind::Collective))
+      return r.raw().error("corrupt: a step's kind");
     s.kind = static_cast<CpuProgram::Step::Kind>(*kind);
     KILN_TRY(str(s.name, "a step's name"));
     KILN_TRY(str(s.what, "a step's description"));
@@ -369,6 +405,11 @@ Status parseProgram(std::string_view bytes, const std::string& what, CpuProgram&
       auto call = r.call();
       if (!call) return call.takeError();
       s.call = std::move(*call);
+    }
+    if (s.kind == CpuProgram::Step::Kind::Collective) {
+      auto call = r.collective();
+      if (!call) return call.takeError();
+      s.collective = std::move(*call);
     }
     auto numOperands = r.count("a step's operands");
     if (!numOperands) return numOperands.takeError();
@@ -505,6 +546,20 @@ Status CpuProgram::validate() const {
     if (s.kind == Step::Kind::Kernel) {
       if (s.kernel < 0 || s.kernel >= static_cast<int>(kernelNames.size()))
         return bad(what + " runs kernel " + std::to_string(s.kernel) + " of " + std::to_string(kernelNames.size()));
+      continue;
+    }
+    if (s.kind == Step::Kind::Collective) {
+      // A collective reads its operand and writes its result through the
+      // dims and dtype it describes: they must be the slots' own.
+      const CollectiveCall& c = s.collective;
+      const bool fits = s.operands.size() == 1 && c.worldSize >= 1 && c.axis >= 0 && c.root >= 0 &&
+                        slots[static_cast<size_t>(s.operands[0])].type == TensorType{c.dtype, staticShape(c.inputDims)} &&
+                        (c.kind != CollectiveCall::Kind::AllGather && c.kind != CollectiveCall::Kind::ReduceScatter
+                             ? true
+                             : static_cast<size_t>(c.axis) < c.inputDims.size()) &&
+                        slots[static_cast<size_t>(s.result)].type ==
+                            TensorType{c.dtype, staticShape(collectiveResultDims(c))};
+      if (!fits) return bad(what + " has a collective that does not fit its buffers");
       continue;
     }
     // A library call reads and writes its buffers through the dims it

@@ -20,6 +20,7 @@
 
 #include "ir/Types.h"
 #include "runtime/HostCheck.h"
+#include "runtime/Collectives.h"
 #include "runtime/LibraryCall.h"
 #include "runtime/Tensor.h"
 
@@ -64,7 +65,7 @@ struct CpuProgram {
   };
 
   struct Step {
-    enum class Kind : uint8_t { Kernel, Library };
+    enum class Kind : uint8_t { Kernel, Library, Collective };
     Kind kind = Kind::Kernel;
     /// The result's value name, and what computes it ("fused(add relu) ->
     /// f32[8,12]"), for profiles and messages.
@@ -72,6 +73,9 @@ struct CpuProgram {
     std::string what;
     int kernel = -1;   // Kernel: index into kernelNames
     LibraryCall call;  // Library
+    /// Collective: run on the communicator (runtime/Collectives.h); an
+    /// all-reduce is waited for only when a later step reads its result.
+    CollectiveCall collective;
     std::vector<int> operands;
     int result = 0;
     std::vector<SlotCheck> checks;

@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 
+#include "runtime/Collectives.h"
 #include "runtime/DnnlKernels.h"
 #include "runtime/LoadedCode.h"
 #include "runtime/PackedMatmul.h"
@@ -91,6 +92,15 @@ Expected<std::unique_ptr<CpuRunner>> CpuRunner::create(std::shared_ptr<const Cpu
   for (const CpuProgram::Step& step : p.steps) {
     maxBuffers = std::max(maxBuffers, step.operands.size() + 1);
     runner->packed_.emplace_back();
+    // An all-reduce whose result a later step reads runs while the steps
+    // in between do (a gradient bucket's reduction during the rest of the
+    // backward pass); its operand is copied into its result first.
+    bool async = false;
+    if (step.kind == CpuProgram::Step::Kind::Collective && step.collective.kind == CollectiveCall::Kind::AllReduce) {
+      for (const CpuProgram::Step& later : p.steps)
+        for (int o : later.operands) async = async || o == step.result;
+    }
+    runner->asyncCollective_.push_back(async);
     if (step.kind != CpuProgram::Step::Kind::Library) {
       runner->libraries_.emplace_back();
       continue;
@@ -209,8 +219,24 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
       if (packed) profile->entries.back().flops = 2.0 * static_cast<double>(packed->work());
     }
   }
+  // All-reduces in flight, by result slot; each is waited for before the
+  // first step that reads its result, and all before the run returns.
+  std::vector<std::pair<int, std::unique_ptr<CollectiveRequest>>> pending;
+  const auto waitFor = [&](int slot) -> Status {
+    for (auto it = pending.begin(); it != pending.end(); ++it) {
+      if (it->first != slot) continue;
+      Status s = it->second->wait();
+      pending.erase(it);
+      return s;
+    }
+    return Status();
+  };
   for (size_t k = 0; k < p.steps.size(); ++k) {
     const CpuProgram::Step& step = p.steps[k];
+    if (!pending.empty()) {
+      for (int o : step.operands) KILN_TRY(waitFor(o));
+      for (const CpuProgram::SlotCheck& c : step.checks) KILN_TRY(waitFor(c.slot));
+    }
     for (const CpuProgram::SlotCheck& c : step.checks) {
       const TensorType& type = p.slots[static_cast<size_t>(c.slot)].type;
       KILN_TRY(runHostCheck(c.check, slotData_[static_cast<size_t>(c.slot)], type.dtype, numElements(type.shape)));
@@ -219,7 +245,15 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
     for (size_t i = 0; i < step.operands.size(); ++i) args[i] = slotData_[static_cast<size_t>(step.operands[i])];
     args[step.operands.size()] = slotData_[static_cast<size_t>(step.result)];
     const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-    if (const PackedMatmul* packed = packed_[k].get()) {
+    if (step.kind == CpuProgram::Step::Kind::Collective) {
+      auto request = startCollective(communicator(), step.collective, args[0], args[1],
+                                     describeCollective(step.collective) + " %" + step.name);
+      if (!request) return Error("program '" + p.name + "': " + request.error().message());
+      if (asyncCollective_[k])
+        pending.emplace_back(step.result, std::move(*request));
+      else
+        KILN_TRY((*request)->wait());
+    } else if (const PackedMatmul* packed = packed_[k].get()) {
       if (step.parallel && threads_ > 1) {
 #pragma omp parallel num_threads(threads_)
         packed->run(args, omp_get_thread_num(), omp_get_num_threads());
@@ -246,6 +280,8 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
       ++profile->entries[k].calls;
     }
   }
+  for (auto& [slot, request] : pending) KILN_TRY(request->wait());
+  pending.clear();
   std::vector<Tensor> results;
   results.reserve(p.results.size());
   for (size_t r = 0; r < p.results.size(); ++r) {

@@ -103,6 +103,10 @@ class CpuRunner {
   std::vector<std::pair<int, size_t>> inputSlots_;
   std::vector<int> outputSlots_;
   std::vector<bool> movesResult_;
+  /// Per step: for an all-reduce whose result a later step reads, true (it
+  /// is waited for before that step); every other collective is waited for
+  /// at once.
+  std::vector<bool> asyncCollective_;
 };
 
 }  // namespace kiln

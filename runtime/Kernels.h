@@ -271,6 +271,14 @@ Status Rnn(const KernelCall&);
 Status Lstm(const KernelCall&);
 Status Gru(const KernelCall&);
 
+// CollectiveKernels.cpp: the collectives, on the thread's communicator
+// (runtime/Collectives.h).
+Status AllReduce(const KernelCall&);
+Status BroadcastFrom(const KernelCall&);
+Status ReduceTo(const KernelCall&);
+Status AllGather(const KernelCall&);
+Status ReduceScatter(const KernelCall&);
+
 // HostCheck.cpp: the `check` op, the same code as compiled programs' host
 // checks (runtime/HostCheck.h).
 Status Check(const KernelCall&);

@@ -19,11 +19,19 @@
 #include <iostream>
 #include <optional>
 
+#include <atomic>
+#include <csignal>
+#include <cstring>
+
 #include "codegen/Session.h"
+#include "runtime/Collectives.h"
 #include "tools/DeviceSelection.h"
 #include "tools/KilnCommands.h"
 #include "training/Numerics.h"
 #include "training/Trainer.h"
+#ifdef KILN_HAVE_MPI
+#include "runtime/mpi/MpiCommunicator.h"
+#endif
 
 namespace kiln::cli {
 
@@ -95,6 +103,11 @@ constexpr OptionSpec kOptions[] = {
     {"--check-numerics", "", "check every value of every step; name the op that first produces a NaN or Inf"},
     {"--no-overlap", "", "gather each batch in line instead of on a background thread during the previous step"},
     {"--log-every", "N", "when stderr is not a terminal: a progress line every N steps (default: about 10 lines)"},
+    {"--bucket-cap-mb", "X",
+     "under mpirun: the most MB of gradients all-reduced together, as DDP's bucket_cap_mb (default: 25)"},
+    {"--collective-timeout", "SECONDS",
+     "under mpirun: a rank waiting longer than this for the others (one died or hangs) ends the job with the step "
+     "(default: 300)"},
     {"--help", "", "show this help", false, "-h"},
 };
 
@@ -124,6 +137,7 @@ struct CommandOptions {
   training::TrainOptions train;
   codegen::CpuOptions cpu;          // --threads N, the kernel cache
   std::optional<int64_t> logEvery;  // progress lines without a terminal
+  double collectiveTimeout = 300;   // seconds, under mpirun
 };
 
 /// Fills `c` from the command line; a usage error's message otherwise.
@@ -313,6 +327,17 @@ std::optional<std::string> parseOptions(const ParsedArgs& args, CommandOptions& 
   if (!checkpointEvery && !o.checkpointDir.empty()) return "--checkpoint-dir needs --checkpoint-every N";
   o.checkpointEvery = checkpointEvery.value_or(0);
   if (const std::string* resume = args.get("--resume")) o.resumePath = *resume;
+  if (args.has("--bucket-cap-mb")) {
+    double mb = 0;
+    if (auto e = number("--bucket-cap-mb", mb)) return e;
+    if (!(mb > 0) || mb > 1e6) return "--bucket-cap-mb expects a positive number of MB, got " + *args.get("--bucket-cap-mb");
+    o.bucketCapBytes = static_cast<int64_t>(mb * 1024 * 1024);
+  }
+  if (args.has("--collective-timeout")) {
+    if (auto e = number("--collective-timeout", c.collectiveTimeout)) return e;
+    if (!(c.collectiveTimeout > 0))
+      return "--collective-timeout expects a number of seconds > 0, got " + *args.get("--collective-timeout");
+  }
   std::optional<int64_t> evalEvery;
   if (auto e = integer("--eval-every", 1, evalEvery)) return e;
   if (evalEvery && !args.has("--eval")) return "--eval-every needs --eval FILE.npz";
@@ -407,7 +432,52 @@ void printSummary(const training::TrainSummary& s, bool classLoss) {
               << kMaxConfusionClasses << ")\n";
 }
 
+// ---------------------------------------------------------------------------
+// Data-parallel jobs (docs/distributed.md)
+
+/// This process's rank and the job's size (1 outside mpirun), and the step
+/// it is at, for the message of a rank that mpirun ends.
+int gRank = 0, gWorld = 1;
+std::atomic<int64_t> gStep{0};
+
+/// mpirun ends the other ranks (SIGTERM) when one dies: each says where it
+/// was. Only async-signal-safe calls.
+void onTerminate(int) {
+  char text[192];
+  char number[24];
+  auto put = [&](size_t& at, const char* s) {
+    while (*s && at + 1 < sizeof text) text[at++] = *s++;
+  };
+  auto putInt = [&](size_t& at, int64_t v) {
+    int n = 0;
+    if (v == 0) number[n++] = '0';
+    while (v > 0 && n < 20) {
+      number[n++] = static_cast<char>('0' + v % 10);
+      v /= 10;
+    }
+    while (n > 0 && at + 1 < sizeof text) text[at++] = number[--n];
+  };
+  size_t at = 0;
+  put(at, "kiln train: rank ");
+  putInt(at, gRank);
+  put(at, " of ");
+  putInt(at, gWorld);
+  put(at, ": stopped at step ");
+  putInt(at, gStep.load() + 1);
+  put(at, ": mpirun ended the job (another rank died or failed; mpirun's message names it)\n");
+  [[maybe_unused]] ssize_t written = write(2, text, at);
+  _exit(kExitError);
+}
+
 int fail(const Error& e) {
+  if (gWorld > 1) {
+    // Every rank says what ended it, then the whole job ends: the others
+    // may be waiting in a collective.
+    reportError(kName, Error("rank " + std::to_string(gRank) + " of " + std::to_string(gWorld) + ": " + e.message(),
+                             e.location()));
+    std::cerr << std::flush;
+    communicator().abort(kExitError);
+  }
   reportError(kName, e);
   return kExitError;
 }
@@ -415,6 +485,27 @@ int fail(const Error& e) {
 int run(const ParsedArgs& args) {
   CommandOptions c;
   if (auto problem = parseOptions(args, c)) return usageError(kName, *problem);
+
+  // Under mpirun: one rank of a data-parallel job.
+#ifdef KILN_HAVE_MPI
+  std::shared_ptr<MpiCommunicator> mpi;
+  if (launchedByMpi()) {
+    auto initialized = MpiCommunicator::initialize(c.collectiveTimeout);
+    if (!initialized) return fail(initialized.takeError());
+    mpi = *initialized;
+    setProcessCommunicator(mpi);
+  }
+  struct Detach {
+    ~Detach() { setProcessCommunicator(nullptr); }
+  } detach;
+#endif
+  gRank = communicator().rank();
+  gWorld = communicator().size();
+  const bool lead = gRank == 0;
+  if (gWorld > 1) std::signal(SIGTERM, onTerminate);
+  for (std::string_view option : {"--bucket-cap-mb", "--collective-timeout"})
+    if (gWorld == 1 && args.has(option))
+      return usageError(kName, std::string(option) + " applies to a data-parallel job (mpirun -np N kiln train ...)");
 
   DeviceChoice device;
   if (int status = selectDevice(kName, args.get("--device") ? *args.get("--device") : "cpu", device); status != kExitOk)
@@ -432,6 +523,9 @@ int run(const ParsedArgs& args) {
     if (!bytes) return usageError(kName, bytes.error().message());
     sessionOptions.cudaMemoryLimit = static_cast<size_t>(*bytes);
   }
+  if (gWorld > 1 && device.kind == DeviceChoice::Kind::Cuda)
+    return fail(Error("data-parallel training on CUDA needs NCCL, which this Kiln does not run yet; train with "
+                      "--device cpu under mpirun (MPI), or with one process on the GPU"));
   auto created = Session::create(sessionOptions);
   if (auto* error = std::get_if<DeviceError>(&created)) return fail(error->error);
   std::unique_ptr<Session> session = std::move(std::get<std::unique_ptr<Session>>(created));
@@ -442,24 +536,35 @@ int run(const ParsedArgs& args) {
   };
   const bool classLoss = c.train.step.loss.kind != LossKind::Mse;
   training::TrainCallbacks callbacks;
+  // In a data-parallel job, rank 0 alone reports (the job's loss and
+  // samples: every rank's are the same).
   callbacks.notice = [&](const std::string& notice) {
+    if (!lead) return;
     breakLine();
     std::cerr << "kiln train: note: " << notice << "\n";
   };
   callbacks.resumed = [&](int64_t step, const std::string& path) {
     progress->setFirst(step);
-    std::cerr << "kiln train: resuming at step " << step << " from " << path << "\n";
+    if (lead) std::cerr << "kiln train: resuming at step " << step << " from " << path << "\n";
   };
-  callbacks.stepDone = [&](const training::StepReport& r) { progress->stepDone(r); };
+  callbacks.stepDone = [&](const training::StepReport& r) {
+    gStep = r.step + 1;
+    if (lead) progress->stepDone(r);
+  };
   callbacks.epochDone = [&](const training::EpochReport& r) {
+    if (!lead) return;
     breakLine();
     std::cout << "epoch " << r.epoch + 1 << ": mean loss " << fixed(r.meanLoss, 6) << " over " << r.steps << " steps\n"
               << std::flush;
   };
   callbacks.evaluated = [&](const training::EvalReport& r) {
+    if (!lead) return;
     breakLine();
     printEval(r, classLoss);
   };
+  if (gWorld > 1 && lead)
+    std::cerr << "kiln train: data-parallel over " << gWorld << " ranks (" << communicator().name() << "): batch "
+              << c.train.batchSize << " per rank, " << c.train.batchSize * gWorld << " per step\n";
 
   auto trainer = training::Trainer::create(*session, c.train, callbacks);
   if (!trainer) return fail(trainer.takeError());
@@ -468,6 +573,7 @@ int run(const ParsedArgs& args) {
   auto summary = (*trainer)->train();
   breakLine();
   if (!summary) return fail(summary.takeError());
+  if (!lead) return kExitOk;
   printSummary(*summary, classLoss);
   if (args.has("--memory-stats"))
     if (auto context = session->cudaContext()) std::cerr << (*context)->memoryReport();

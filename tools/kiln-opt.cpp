@@ -6,6 +6,7 @@
 //   kiln-opt in.kir --split-input-file --verify-diagnostics
 //   kiln-opt in.kir -O2 --print-memory-plan
 //   kiln-opt model.onnx --target cpu -O3 --print-after-all --print-kernels
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -53,6 +54,8 @@ options:
   --print-after-all      print the IR after every pass (to stderr)
   --print-after=NAME     print the IR after each run of pass NAME (to stderr)
   --time-passes          print per-pass wall times (to stderr)
+  --bucket-cap-mb=N      data-parallel: the most MB of gradients in one
+                         all-reduce bucket (default 25)
   --print-memory-plan    after the IR, print each function's memory plan as
                          '//' comments (offsets, sizes, live kernels, peak)
   --list-passes          list the registered passes and exit
@@ -68,6 +71,7 @@ struct Options {
   bool verifyDiagnostics = false;
   bool printMemoryPlan = false;
   bool printKernels = false;
+  int64_t bucketCapBytes = int64_t{25} * 1024 * 1024;
   const Target* target = nullptr;
   PassManagerOptions pm;
 };
@@ -124,6 +128,15 @@ bool parseArgs(int argc, char** argv, Options& o, bool& exitEarly) {
       }
     } else if (a == "--print-kernels") {
       o.printKernels = true;
+    } else if (a.rfind("--bucket-cap-mb", 0) == 0) {
+      auto v = value("--bucket-cap-mb");
+      char* end = nullptr;
+      const double mb = v ? std::strtod(v->c_str(), &end) : 0;
+      if (!v || v->empty() || *end != 0 || !(mb > 0) || mb > 1e6) {
+        std::cerr << "kiln-opt: error: --bucket-cap-mb needs a positive number of MB, e.g. --bucket-cap-mb=25\n";
+        return false;
+      }
+      o.bucketCapBytes = static_cast<int64_t>(mb * 1024 * 1024);
     } else if (a == "--print-memory-plan") {
       o.printMemoryPlan = true;
     } else if (a == "--time-passes") {
@@ -244,6 +257,7 @@ std::optional<std::string> processChunk(const Chunk& chunk, const std::string& f
   PassContext ctx;
   ctx.evaluator = &Session::evaluator();
   ctx.target = o.target;
+  ctx.bucketCapBytes = o.bucketCapBytes;
   PassManager pm(o.pm, ctx);
   if (Status s = pm.addPipeline(o.pipeline); !s) {
     report(s.error());

@@ -65,22 +65,34 @@ Tensor gatherRows(const Tensor& t, const std::vector<int64_t>& rows);
 std::vector<int64_t> epochOrder(int64_t n, bool shuffle, uint64_t seed, int64_t epoch);
 
 /// Which samples each step takes.
+///
+/// In a data-parallel job of `world` ranks each rank takes its shard of
+/// every epoch, as PyTorch's DistributedSampler (drop_last=False) gives it:
+/// the epoch's order (the same on every rank) padded with its first samples
+/// to a multiple of the world size, then every world-th sample from `rank`
+/// on. Each rank then batches its shard by `batchSize`.
 struct BatchPlan {
   int64_t samples = 0, batchSize = 1, stepsPerEpoch = 1;
   bool shuffle = false, dropLast = false;
   uint64_t seed = 0;
+  int64_t rank = 0, world = 1;
 
   /// The plan of `samples` in batches of `batchSize` (>= 1): every sample
-  /// once an epoch, the last batch smaller unless `dropLast` drops it.
-  static BatchPlan of(int64_t samples, int64_t batchSize, bool shuffle, bool dropLast, uint64_t seed) {
-    const int64_t steps = dropLast ? samples / batchSize : (samples + batchSize - 1) / batchSize;
-    return BatchPlan{samples, batchSize, steps, shuffle, dropLast, seed};
+  /// once an epoch, the last batch smaller unless `dropLast` drops it; for
+  /// `rank` of `world`, its shard's.
+  static BatchPlan of(int64_t samples, int64_t batchSize, bool shuffle, bool dropLast, uint64_t seed,
+                      int64_t rank = 0, int64_t world = 1) {
+    const int64_t shard = (samples + world - 1) / world;
+    const int64_t steps = dropLast ? shard / batchSize : (shard + batchSize - 1) / batchSize;
+    return BatchPlan{samples, batchSize, steps, shuffle, dropLast, seed, rank, world};
   }
 
+  /// The samples of each rank's shard of an epoch.
+  int64_t shardSize() const { return (samples + world - 1) / world; }
   int64_t epochOf(int64_t step) const { return step / stepsPerEpoch; }
   int64_t sizeOf(int64_t step) const {
     const int64_t start = (step % stepsPerEpoch) * batchSize;
-    return std::min(batchSize, samples - start);
+    return std::min(batchSize, shardSize() - start);
   }
 };
 
@@ -98,6 +110,13 @@ class BatchGatherer {
     const int64_t epoch = plan_.epochOf(step);
     if (epoch != orderEpoch_) {
       order_ = epochOrder(plan_.samples, plan_.shuffle, plan_.seed, epoch);
+      if (plan_.world > 1) {
+        // This rank's shard of the padded order.
+        std::vector<int64_t> shard;
+        for (int64_t j = plan_.rank; j < plan_.shardSize() * plan_.world; j += plan_.world)
+          shard.push_back(order_[static_cast<size_t>(j % plan_.samples)]);
+        order_ = std::move(shard);
+      }
       orderEpoch_ = epoch;
     }
     const int64_t start = (step % plan_.stepsPerEpoch) * plan_.batchSize;

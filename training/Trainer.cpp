@@ -4,8 +4,12 @@
 #include "training/Trainer.h"
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
+#include "frontend/Model.h"
+#include "runtime/Blake3.h"
+#include "runtime/Collectives.h"
 #include "training/Numerics.h"
 #include "training/Step.h"
 
@@ -52,6 +56,10 @@ Status Trainer::loadAndCheck() {
   signature_ = std::move(*sig);
 
   lr_ = learningRateTensor(signature_.output.dtype, o.lr);
+  const Communicator& comm = communicator();
+  rank_ = comm.rank();
+  world_ = comm.size();
+  if (world_ > 1) o.step.dataParallel = DataParallelOptions{.bucketCapBytes = o.bucketCapBytes};
   // Batches handed over one at a time (trainBatch) are checked as they come.
   if (o.dataPath.empty()) {
     totalSteps_ = o.steps.value_or(0);
@@ -73,12 +81,13 @@ Status Trainer::loadAndCheck() {
   if (o.dropLast && o.batchSize > data.size)
     return Error(o.dataPath + ": --batch-size " + std::to_string(o.batchSize) +
                  " with --drop-last leaves no batch: the data holds " + std::to_string(data.size) + " samples");
-  plan_ = BatchPlan::of(data.size, o.batchSize, o.shuffle, o.dropLast, o.seed);
-  const int64_t remainder = data.size % o.batchSize;
+  plan_ = BatchPlan::of(data.size, o.batchSize, o.shuffle, o.dropLast, o.seed, rank_, world_);
+  const int64_t remainder = plan_.shardSize() % o.batchSize;
   if (batchDim.isStatic() && !o.dropLast && remainder != 0)
     return Error(o.modelPath + ": the model's input '" + signature_.inputName + "' has a fixed batch size of " +
                  std::to_string(batchDim.size) + ", and " + o.dataPath + " holds " + std::to_string(data.size) +
-                 " samples, which leaves a last batch of " + std::to_string(remainder) + "; pass --drop-last");
+                 " samples" + (world_ > 1 ? ", " + std::to_string(plan_.shardSize()) + " for each of " + std::to_string(world_) + " ranks," : std::string(",")) +
+                 " which leaves a last batch of " + std::to_string(remainder) + "; pass --drop-last");
   if (!o.evalPath.empty()) {
     auto loaded = loadDataset(o.evalPath, spec, callbacks_.notice);
     if (!loaded) return loaded.takeError();
@@ -94,6 +103,54 @@ Status Trainer::loadAndCheck() {
   }
   totalSteps_ = o.steps ? *o.steps : o.epochs.value_or(1) * plan_.stepsPerEpoch;
   o.step.schedule.totalSteps = totalSteps_;
+  if (world_ > 1) KILN_TRY(checkSameRun());
+  return Status();
+}
+
+Status Trainer::checkSameRun() {
+  const TrainOptions& o = options_;
+  // What every rank must share, as three digests: the model, the data's
+  // shape, and the options that shape the step and the batches.
+  auto model = readFileBounded(o.modelPath, int64_t{1} << 36);
+  if (!model) return model.takeError();
+  const std::string data = std::to_string(trainData_->size) + " " + trainData_->x.type().str() + " " +
+                           trainData_->y.type().str();
+  const std::string run = std::to_string(o.batchSize) + " " + std::to_string(o.seed) + " " +
+                          std::to_string(o.shuffle) + std::to_string(o.dropLast) + " " + std::to_string(totalSteps_) +
+                          " " + shortest(o.lr) + " " + std::to_string(static_cast<int>(o.step.optimizer.kind)) + " " +
+                          std::to_string(static_cast<int>(o.step.loss.kind)) + " " + o.step.loss.reduction + " " +
+                          std::to_string(o.bucketCapBytes) + " " + shortest(o.step.optimizer.momentum) + " " +
+                          shortest(o.step.optimizer.weightDecay) + " " +
+                          std::to_string(static_cast<int>(o.step.batchNorm.mode));
+  std::vector<uint8_t> mine;
+  for (const std::string* part : std::initializer_list<const std::string*>{&*model, &data, &run}) {
+    const auto digest = blake3(*part);
+    mine.insert(mine.end(), digest.begin(), digest.end());
+  }
+  Communicator& comm = communicator();
+  std::vector<uint8_t> all(mine.size() * static_cast<size_t>(world_));
+  auto gathered = comm.startAllGather(mine.data(), all.data(), static_cast<int64_t>(mine.size()),
+                                      "the check that every rank runs the same training");
+  if (!gathered) return gathered.takeError();
+  KILN_TRY((*gathered)->wait());
+  for (int r = 1; r < world_; ++r)
+    for (size_t k = 0; k < 3; ++k)
+      if (std::memcmp(all.data() + k * 32, all.data() + static_cast<size_t>(r) * mine.size() + k * 32, 32) != 0)
+        return Error("rank " + std::to_string(r) + " of " + std::to_string(world_) + " was started with another " +
+                     (k == 0 ? std::string("model file") : k == 1 ? std::string("training data (its samples or shapes)")
+                                                                  : std::string("set of options")) +
+                     " than rank 0; every rank of a data-parallel job must run the same kiln train command");
+  return Status();
+}
+
+Status Trainer::broadcastState() {
+  if (world_ <= 1) return Status();
+  Communicator& comm = communicator();
+  for (size_t i = 0; i < state_.values.size(); ++i) {
+    Tensor& t = state_.values[i];
+    KILN_TRY(comm.broadcast(t.raw(), static_cast<int64_t>(t.numBytes()), 0,
+                            "the broadcast of rank 0's initial '" + state_.names[i] + "'"));
+  }
   return Status();
 }
 
@@ -357,7 +414,8 @@ Expected<TrainSummary> Trainer::train() {
                    std::to_string(totalSteps_) + " steps this run asks for");
     if (callbacks_.resumed) callbacks_.resumed(summary.firstStep, o.resumePath);
   }
-  if (o.checkpointEvery) {
+  KILN_TRY(broadcastState());
+  if (o.checkpointEvery && rank_ == 0) {
     std::error_code ec;
     std::filesystem::create_directories(o.checkpointDir, ec);
     if (ec || !std::filesystem::is_directory(o.checkpointDir))
@@ -394,11 +452,13 @@ Expected<TrainSummary> Trainer::train() {
     if (stageAhead && k + 1 < totalSteps_) upcoming = batches.next();
     const int64_t size = batch.x.shape()[0];
     auto out = runStep(std::move(batch), excluded, upcoming ? &*upcoming : nullptr);
+    if (!out && world_ > 1 && !out.error().message().starts_with("step "))
+      return Error("step " + std::to_string(k + 1) + ": " + out.error().message());
     if (!out) return out.takeError();
     const double loss = (*out)[0].getDouble(0);
     state_.values.assign(std::make_move_iterator(out->begin() + 1), std::make_move_iterator(out->end()));
     summary.finalLoss = loss;
-    summary.samples += size;
+    summary.samples += size * world_;  // every rank's batch is as large
     epochLoss += loss;
     ++epochSteps;
     const int64_t epoch = plan_.epochOf(k);
@@ -406,7 +466,7 @@ Expected<TrainSummary> Trainer::train() {
       callbacks_.stepDone(StepReport{k, epoch, size, loss, scheduledLearningRate(o.step.schedule, o.lr, k), seconds(),
                                      summary.samples});
 
-    if (o.checkpointEvery && (k + 1) % o.checkpointEvery == 0) {
+    if (o.checkpointEvery && (k + 1) % o.checkpointEvery == 0 && rank_ == 0) {
       const std::string path =
           (std::filesystem::path(o.checkpointDir) / ("step-" + std::to_string(k + 1) + ".npz")).string();
       KILN_TRY(syncState());

@@ -19,6 +19,13 @@
 // step count to resume exactly; the next batch is gathered on a background
 // thread while the current step runs (Data.h's BatchPrefetcher).
 //
+// Data-parallel (docs/distributed.md): under a communicator of several
+// ranks (kiln train under mpirun), every rank runs the same trainer on its
+// shard of each epoch (BatchPlan); the step all-reduces the gradients in
+// buckets, so the parameters stay equal on every rank; rank 0's parameters
+// are broadcast at the start. Only rank 0 writes checkpoints (its caller
+// writes the trained model).
+//
 // Numerics (Numerics.h): a non-finite loss stops training with the step
 // number; with checkNumerics every result of every step is checked, and on
 // the first non-finite value the step is run again on the interpreter to
@@ -89,6 +96,10 @@ struct TrainOptions {
   std::string resumePath;  // a checkpoint to continue from, or empty
   /// Also evaluate every this many steps (0: after each epoch only).
   int64_t evalEvery = 0;
+  /// In a data-parallel job (the communicator of runtime/Collectives.h has
+  /// more than one rank): the most bytes of gradients per all-reduce bucket
+  /// (passes/DataParallel.h).
+  int64_t bucketCapBytes = int64_t{25} * 1024 * 1024;
 };
 
 /// A step done.
@@ -99,7 +110,7 @@ struct StepReport {
   double loss = 0;
   double lr = 0;        // the rate the schedule gave this step
   double seconds = 0;   // training time of this run so far (no compiling, no evaluation)
-  int64_t samples = 0;  // samples trained by this run so far
+  int64_t samples = 0;  // samples trained by this run so far (by the whole job)
 };
 
 /// An epoch done.
@@ -209,6 +220,11 @@ class Trainer {
 
   Trainer(Session& session, TrainOptions options, TrainCallbacks callbacks);
   Status loadAndCheck();
+  /// Data-parallel: refuses a job whose ranks load other models, data or
+  /// options than rank 0.
+  Status checkSameRun();
+  /// Data-parallel: every rank takes rank 0's parameters and state.
+  Status broadcastState();
   Status initializeState(int64_t batch);
   DataSpec dataSpec(const std::string& source) const;
   Expected<EvalResult> evaluateOn(const Dataset& data);
@@ -242,6 +258,7 @@ class Trainer {
   Status syncState();
   bool trained_ = false;
   int64_t batchesTrained_ = 0;
+  int rank_ = 0, world_ = 1;  // this rank of the data-parallel job
 };
 
 }  // namespace kiln::training
