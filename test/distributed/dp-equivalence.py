@@ -1,0 +1,88 @@
+#!/usr/bin/python3
+"""Data-parallel training equals one process with the global batch.
+
+    dp-equivalence.py KILN MODEL_NAME OUT_DIR
+
+Trains MODEL_NAME (mlp, cnn or gpt: test/e2e/<model>/model.onnx, dynamic
+batch) for 10 SGD steps (momentum 0.9, shuffled) twice: one process with
+batch 8, and `mpirun -np 2` with batch 4 per rank. Each rank takes its
+DistributedSampler shard of the same shuffled order, so the two runs see the
+same samples at every step, and every trained weight must agree within
+rtol 1e-5 (up to the order of the sums). Only rank 0 may report.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+E2E = os.path.join(HERE, "..", "e2e")
+
+# Open MPI in containers: run as root, more ranks than cores, and no
+# cross-memory attach (docs/distributed.md).
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
+MPI_ENV = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_rmaps_base_oversubscribe="1")
+
+
+def data(model, rng):
+    if model == "mlp":
+        return rng.standard_normal((48, 64)).astype(np.float32), rng.integers(0, 10, 48), []
+    if model == "cnn":
+        return rng.standard_normal((16, 3, 28, 28)).astype(np.float32), rng.integers(0, 10, 16), []
+    if model == "gpt":
+        tokens = rng.integers(0, 64, (24, 9))
+        return tokens[:, :8].astype(np.int64), tokens[:, 1:].astype(np.int64), ["--classes-last"]
+    raise SystemExit(f"unknown model {model}")
+
+
+def weights(path):
+    return {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
+
+
+def main():
+    kiln, model, out = sys.argv[1], sys.argv[2], sys.argv[3]
+    os.makedirs(out, exist_ok=True)
+    x, y, extra = data(model, np.random.default_rng(7))
+    npz = os.path.join(out, "data.npz")
+    np.savez(npz, x=x, y=y)
+    source = os.path.join(E2E, "gpt-dynamic" if model == "gpt" else model, "model.onnx")
+    common = [source, "--data", npz, "--lr", "0.05", "--momentum", "0.9", "--steps", "10", "--seed", "3",
+              "--threads", "1"] + extra
+    one_path, two_path = os.path.join(out, "one.onnx"), os.path.join(out, "two.onnx")
+    one = subprocess.run([kiln, "train"] + common + ["--batch-size", "8", "-o", one_path],
+                         capture_output=True, text=True)
+    if one.returncode != 0:
+        raise SystemExit(f"one process failed:\n{one.stdout}{one.stderr}")
+    two = subprocess.run(MPIRUN + [kiln, "train"] + common + ["--batch-size", "4", "-o", two_path],
+                         capture_output=True, text=True, env=MPI_ENV, timeout=600)
+    if two.returncode != 0:
+        raise SystemExit(f"mpirun -np 2 failed:\n{two.stdout}{two.stderr}")
+    if "data-parallel over 2 ranks" not in two.stderr:
+        raise SystemExit(f"the job did not run data-parallel:\n{two.stderr}")
+    if two.stdout.count("trained 10 steps (80 samples)") != 1:
+        raise SystemExit(f"rank 0 alone reports the job's 80 samples:\n{two.stdout}")
+    a, b = weights(one_path), weights(two_path)
+    initial = weights(source)
+    worst = 0.0
+    for name, value in a.items():
+        if not np.issubdtype(value.dtype, np.floating):
+            if not np.array_equal(b[name], value):
+                raise SystemExit(f"{model}: constant {name} differs")
+            continue
+        if not np.allclose(b[name], value, rtol=1e-5, atol=1e-6):
+            raise SystemExit(f"{model}: weight {name} differs: max |2 ranks - 1 process| = "
+                             f"{np.abs(b[name] - value).max():.3g}")
+        worst = max(worst, float(np.abs(b[name] - value).max()))
+    moved = max(float(np.abs(a[n] - initial[n]).max()) for n in a
+                if n in initial and np.issubdtype(a[n].dtype, np.floating))
+    if moved < 1e-4:
+        raise SystemExit(f"{model}: training did not move the weights (largest change {moved:.3g})")
+    print(f"{model}: 2 ranks x batch 4 = 1 process x batch 8 after 10 steps: {len(a)} weights, "
+          f"largest difference {worst:.3g} (the weights moved by up to {moved:.3g})")
+
+
+if __name__ == "__main__":
+    main()
