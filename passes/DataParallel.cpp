@@ -112,6 +112,7 @@ Expected<std::vector<GradientBucket>> insertGradientAllReduces(Function& f, cons
     std::vector<Value*> reduced;
     if (bucket.size() == 1) {
       KILN_TRY_VALUE(r, b.value(OpKind::AllReduce, {bucket.front().value}, attrs));
+      r->setName("bucket" + std::to_string(k));
       reduced.push_back(r);
     } else {
       // Flattened and packed into one vector, as DDP copies gradients into
@@ -129,6 +130,9 @@ Expected<std::vector<GradientBucket>> insertGradientAllReduces(Function& f, cons
       KILN_TRY_VALUE(packed, b.value(OpKind::Concat, flat, {{"axis", Attribute(int64_t{0})}}));
       KILN_TRY_VALUE(all, b.value(OpKind::AllReduce, {packed}, attrs));
       all->setName("bucket" + std::to_string(k));
+      // Split back at the end, where the update reads the gradients: a
+      // read of the bucket right after it would wait for it there.
+      b.setInsertionPoint(ret);
       int64_t offset = 0;
       for (const Gradient& g : bucket) {
         const int64_t n = numElements(g.value->type().shape);

@@ -8,8 +8,9 @@
 //    them, up to `bucketCapBytes` each (a larger gradient is a bucket of its
 //    own), one dtype per bucket.
 //  - A bucket's gradients are flattened and concatenated into one vector
-//    (DDP's bucket buffer), all-reduced by one `all_reduce {bucket = k}`,
-//    and sliced back into their shapes.
+//    (DDP's bucket buffer), all-reduced by one `all_reduce {bucket = k}`
+//    (named %bucket<k>), and sliced back into their shapes at the end of
+//    the function, where the optimizer update will read them.
 //  - Each bucket's ops go right after the op that produces its last
 //    gradient, so its communication starts as soon as its gradients exist;
 //    the CPU runner waits for an all-reduce only when a later step reads its
