@@ -36,6 +36,10 @@ class CollectiveRequest {
   virtual ~CollectiveRequest();
   /// Waits until it is done; an error when it fails or misses the deadline.
   virtual Status wait() = 0;
+  /// Lets the transport move data without waiting (MPI progresses a
+  /// non-blocking collective only inside its calls); the runner calls it
+  /// between steps for the requests in flight.
+  virtual void progress() {}
 };
 
 /// A request that is done already.

@@ -279,6 +279,7 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
       profile->entries[k].seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       ++profile->entries[k].calls;
     }
+    for (auto& [slot, request] : pending) request->progress();
   }
   for (auto& [slot, request] : pending) KILN_TRY(request->wait());
   pending.clear();

@@ -52,6 +52,12 @@ class MpiRequest final : public CollectiveRequest {
     if (then_) then_();
     return Status();
   }
+  void progress() override {
+    if (done_ || tested_) return;
+    int flag = 0;
+    MPI_Test(&request_, &flag, MPI_STATUS_IGNORE);
+    tested_ = flag != 0;  // complete: wait() finds it so at once
+  }
 
  private:
   MPI_Request request_;
@@ -59,6 +65,7 @@ class MpiRequest final : public CollectiveRequest {
   double timeout_;
   std::function<void()> then_;
   bool done_ = false;
+  bool tested_ = false;
 };
 
 Expected<MPI_Datatype> mpiType(DType dtype, const std::string& what) {

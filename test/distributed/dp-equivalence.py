@@ -82,6 +82,24 @@ def main():
         raise SystemExit(f"{model}: training did not move the weights (largest change {moved:.3g})")
     print(f"{model}: 2 ranks x batch 4 = 1 process x batch 8 after 10 steps: {len(a)} weights, "
           f"largest difference {worst:.3g} (the weights moved by up to {moved:.3g})")
+    if model == "mlp":
+        # --resume on every rank: 5 steps with a checkpoint, then 5 more from it, equal the 10 in one go.
+        ckpt = os.path.join(out, "checkpoints")
+        first = subprocess.run(MPIRUN + [kiln, "train"] + common + ["--batch-size", "4", "--checkpoint-every", "5",
+                                                                    "--checkpoint-dir", ckpt],
+                               capture_output=True, text=True, env=MPI_ENV, timeout=600)
+        resumed_path = os.path.join(out, "resumed.onnx")
+        resumed = subprocess.run(MPIRUN + [kiln, "train"] + common + ["--batch-size", "4", "--resume",
+                                                                      os.path.join(ckpt, "step-5.npz"), "-o",
+                                                                      resumed_path],
+                                 capture_output=True, text=True, env=MPI_ENV, timeout=600)
+        if first.returncode != 0 or resumed.returncode != 0:
+            raise SystemExit(f"the resumed job failed:\n{first.stderr}{resumed.stdout}{resumed.stderr}")
+        c = weights(resumed_path)
+        for name, value in b.items():
+            if not np.array_equal(c[name], value):
+                raise SystemExit(f"resumed at step 5: weight {name} differs from the straight run")
+        print("mlp: resumed at step 5 on both ranks: the same weights as the straight run")
 
 
 if __name__ == "__main__":
