@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "runtime/Collectives.h"
 #include "runtime/HostCheck.h"
 #include "runtime/cuda/CublasLtMatmul.h"
 #include "runtime/cuda/CudnnConvolution.h"
@@ -39,6 +40,28 @@ Expected<std::unique_ptr<CudaLibraryStep>> createLibraryStep(const LibraryCall& 
   if (!conv) return Error(stepName + ": " + conv.error().message());
   return std::unique_ptr<CudaLibraryStep>(std::move(*conv));
 }
+
+/// A collective in a job of one process (rank 0 of 1, where each leaves
+/// its operand as it is): a copy on the stream. A job of several ranks on
+/// CUDA would need NCCL, which is refused when the runner is created.
+class SingleProcessCollective final : public CudaLibraryStep {
+ public:
+  SingleProcessCollective(const CudaExecApi& api, CollectiveCall call) : api_(api), call_(std::move(call)) {}
+  size_t workspaceBytes() const override { return 0; }
+  Status run(CUstream stream, const std::vector<CUdeviceptr>& buffers, CUdeviceptr, size_t) const override {
+    size_t bytes = dtypeSize(call_.dtype);
+    for (int64_t d : call_.inputDims) bytes *= static_cast<size_t>(d);
+    if (buffers.size() < 2 || buffers[0] == buffers[1] || bytes == 0) return Status();
+    if (CUresult r = api_.cuMemcpyDtoDAsync(buffers[1], buffers[0], bytes, stream); r != CUDA_SUCCESS)
+      return Error("copying on the device failed (CUDA error " + std::to_string(static_cast<int>(r)) + ")");
+    return Status();
+  }
+  std::string describe() const override { return describeCollective(call_) + " (one process)"; }
+
+ private:
+  const CudaExecApi& api_;
+  CollectiveCall call_;
+};
 
 size_t byteSize(const TensorType& type) {
   return static_cast<size_t>(numElements(type.shape)) * static_cast<size_t>(dtypeSize(type.dtype));
@@ -277,7 +300,14 @@ Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const C
   for (const CpuProgram::Step& step : p.steps) {
     for (const CpuProgram::SlotCheck& c : step.checks)
       if (p.slots[static_cast<size_t>(c.slot)].kind != CpuProgram::SlotKind::Argument) m.capturable = false;
-    if (step.kind == CpuProgram::Step::Kind::Library) {
+    if (step.kind == CpuProgram::Step::Kind::Collective) {
+      if (communicator().size() > 1)
+        return Error("step %" + step.name + " of " + what + " is a collective (" +
+                     describeCollective(step.collective) + ") in a job of " + std::to_string(communicator().size()) +
+                     " ranks; on CUDA that needs NCCL, which this Kiln does not run yet (train data-parallel on the "
+                     "CPU over MPI)");
+      m.libraries.push_back(std::make_unique<SingleProcessCollective>(api, step.collective));
+    } else if (step.kind == CpuProgram::Step::Kind::Library) {
       auto library = createLibraryStep(step.call, p.slots[static_cast<size_t>(step.result)].type.dtype,
                                        context->searchOptions(), options.allowTf32, "step %" + step.name + " of " + what);
       if (!library) return library.takeError();
