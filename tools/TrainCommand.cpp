@@ -25,6 +25,8 @@
 
 #include "codegen/Session.h"
 #include "runtime/Collectives.h"
+#include "runtime/cuda/CudaDevices.h"
+#include "runtime/cuda/NcclCollectives.h"
 #include "tools/DeviceSelection.h"
 #include "tools/KilnCommands.h"
 #include "training/Numerics.h"
@@ -523,12 +525,46 @@ int run(const ParsedArgs& args) {
     if (!bytes) return usageError(kName, bytes.error().message());
     sessionOptions.cudaMemoryLimit = static_cast<size_t>(*bytes);
   }
-  if (gWorld > 1 && device.kind == DeviceChoice::Kind::Cuda)
-    return fail(Error("data-parallel training on CUDA needs NCCL, which this Kiln does not run yet; train with "
-                      "--device cpu under mpirun (MPI), or with one process on the GPU"));
+#ifdef KILN_HAVE_MPI
+  // Data-parallel on CUDA: one GPU per rank of a machine (its local rank),
+  // NCCL between them.
+  if (gWorld > 1 && device.kind == DeviceChoice::Kind::Cuda) {
+    const std::string asked = args.get("--device") ? *args.get("--device") : "";
+    const cuda::CudaReport report = cuda::probeCuda(cuda::LibrarySearchOptions::fromEnvironment());
+    const int gpus = static_cast<int>(report.usableDevices().size());
+    if (!report.emulated.empty()) {
+      // Each process has an emulated GPU of its own.
+    } else if (asked.starts_with("cuda:")) {
+      return fail(Error("--device " + asked + " names one GPU for every rank; under mpirun give --device cuda, and "
+                        "each rank takes the GPU of its local rank"));
+    } else if (mpi->localSize() > gpus) {
+      return fail(Error(std::to_string(mpi->localSize()) + " ranks run on this machine but it has " +
+                        std::to_string(gpus) + " usable GPU" + (gpus == 1 ? "" : "s") +
+                        ": NCCL refuses two ranks on one GPU; start at most " + std::to_string(gpus) +
+                        " ranks per machine (mpirun --map-by ppr:" + std::to_string(gpus) + ":node)"));
+    } else {
+      sessionOptions.device = "cuda:" + std::to_string(mpi->localRank());
+    }
+  }
+#endif
   auto created = Session::create(sessionOptions);
   if (auto* error = std::get_if<DeviceError>(&created)) return fail(error->error);
   std::unique_ptr<Session> session = std::move(std::get<std::unique_ptr<Session>>(created));
+  std::shared_ptr<cuda::NcclCommunicator> nccl;
+  if (gWorld > 1 && device.kind == DeviceChoice::Kind::Cuda) {
+    auto context = session->cudaContext();
+    if (!context) return fail(context.takeError());
+    auto joined = cuda::NcclCommunicator::create(communicator(), **context);
+    if (!joined) return fail(joined.takeError());
+    nccl = *joined;
+    cuda::setProcessNccl(nccl);
+  }
+  struct DetachNccl {
+    bool set;
+    ~DetachNccl() {
+      if (set) cuda::setProcessNccl(nullptr);
+    }
+  } detachNccl{nccl != nullptr};
 
   std::optional<Progress> progress;  // once the number of steps is known
   auto breakLine = [&] {
@@ -563,7 +599,8 @@ int run(const ParsedArgs& args) {
     printEval(r, classLoss);
   };
   if (gWorld > 1 && lead)
-    std::cerr << "kiln train: data-parallel over " << gWorld << " ranks (" << communicator().name() << "): batch "
+    std::cerr << "kiln train: data-parallel over " << gWorld << " ranks (" << communicator().name()
+              << (nccl ? ", " + nccl->name() + " on " + session->device().str() : std::string()) << "): batch "
               << c.train.batchSize << " per rank, " << c.train.batchSize * gWorld << " per step\n";
 
   auto trainer = training::Trainer::create(*session, c.train, callbacks);

@@ -351,4 +351,25 @@ Expected<const CudaMathLibrary*> loadCudnn(const LibrarySearchOptions& options) 
   });
 }
 
+Expected<const CudaMathLibrary*> loadNccl(const LibrarySearchOptions& options) {
+  static LoadedTables<CudaMathLibrary> tables;
+  LibrarySpec spec{"NCCL (libnccl.so.2)",
+                   {"libnccl.so.2", "libnccl.so"},
+                   false,
+                   "NCCL is needed for data-parallel training on CUDA (mpirun -np N kiln train --device cuda). "
+                   "Install NVIDIA's NCCL 2 (libnccl2) for CUDA " +
+                       std::to_string(targetMajor()) + ", or set CUDA_HOME to a toolkit that has it."};
+  auto library = openCudaLibrary(spec, options);
+  if (!library) return library.takeError();
+  return tables.get(std::move(*library), [](CudaMathLibrary& math) -> Status {
+    int (*getVersion)(int*) = nullptr;
+    KILN_TRY(resolve(math.library, "ncclGetVersion", getVersion));
+    int v = 0;
+    if (getVersion(&v) != 0) return Error("NCCL at " + math.library.path + " did not report its version");
+    // NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch since 2.9.
+    math.version = std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+    return Status::success();
+  });
+}
+
 }  // namespace kiln::cuda

@@ -271,5 +271,9 @@ Expected<const CudaMathLibrary*> loadCublasLt(
     const LibrarySearchOptions& options = LibrarySearchOptions::fromEnvironment());
 Expected<const CudaMathLibrary*> loadCudnn(
     const LibrarySearchOptions& options = LibrarySearchOptions::fromEnvironment());
+/// NCCL (libnccl.so.2), for data-parallel training on CUDA
+/// (runtime/cuda/NcclCollectives.h); the emulated GPU brings its own.
+Expected<const CudaMathLibrary*> loadNccl(
+    const LibrarySearchOptions& options = LibrarySearchOptions::fromEnvironment());
 
 }  // namespace kiln::cuda

@@ -11,6 +11,7 @@
 #include "runtime/Collectives.h"
 #include "runtime/HostCheck.h"
 #include "runtime/cuda/CublasLtMatmul.h"
+#include "runtime/cuda/NcclCollectives.h"
 #include "runtime/cuda/CudnnConvolution.h"
 
 namespace kiln::cuda {
@@ -60,6 +61,23 @@ class SingleProcessCollective final : public CudaLibraryStep {
 
  private:
   const CudaExecApi& api_;
+  CollectiveCall call_;
+};
+
+/// A collective of a job of several ranks: NCCL's, enqueued on the stream.
+class NcclCollective final : public CudaLibraryStep {
+ public:
+  NcclCollective(const CudaExecApi& api, const NcclCommunicator& nccl, CollectiveCall call)
+      : api_(api), nccl_(nccl), call_(std::move(call)) {}
+  size_t workspaceBytes() const override { return 0; }
+  Status run(CUstream stream, const std::vector<CUdeviceptr>& buffers, CUdeviceptr, size_t) const override {
+    return nccl_.enqueue(call_, buffers[0], buffers[1], stream, api_);
+  }
+  std::string describe() const override { return describeCollective(call_) + " (" + nccl_.name() + ")"; }
+
+ private:
+  const CudaExecApi& api_;
+  const NcclCommunicator& nccl_;
   CollectiveCall call_;
 };
 
@@ -301,12 +319,21 @@ Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const C
     for (const CpuProgram::SlotCheck& c : step.checks)
       if (p.slots[static_cast<size_t>(c.slot)].kind != CpuProgram::SlotKind::Argument) m.capturable = false;
     if (step.kind == CpuProgram::Step::Kind::Collective) {
-      if (communicator().size() > 1)
+      if (communicator().size() == 1) {
+        m.libraries.push_back(std::make_unique<SingleProcessCollective>(api, step.collective));
+        continue;
+      }
+      const NcclCommunicator* nccl = processNccl();
+      if (!nccl)
         return Error("step %" + step.name + " of " + what + " is a collective (" +
                      describeCollective(step.collective) + ") in a job of " + std::to_string(communicator().size()) +
-                     " ranks; on CUDA that needs NCCL, which this Kiln does not run yet (train data-parallel on the "
-                     "CPU over MPI)");
-      m.libraries.push_back(std::make_unique<SingleProcessCollective>(api, step.collective));
+                     " ranks, and this process has no NCCL communicator (kiln train --device cuda under mpirun "
+                     "makes one)");
+      if (Status s = nccl->supports(step.collective); !s)
+        return Error("step %" + step.name + " of " + what + ": " + s.error().message());
+      // NCCL's calls are not captured into CUDA graphs here.
+      m.capturable = false;
+      m.libraries.push_back(std::make_unique<NcclCollective>(api, *nccl, step.collective));
     } else if (step.kind == CpuProgram::Step::Kind::Library) {
       auto library = createLibraryStep(step.call, p.slots[static_cast<size_t>(step.result)].type.dtype,
                                        context->searchOptions(), options.allowTf32, "step %" + step.name + " of " + what);

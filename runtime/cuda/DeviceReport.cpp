@@ -37,6 +37,7 @@ std::vector<LibraryStatus> probeLibraries(const LibrarySearchOptions& options) {
       libraryStatus("cublas", "cuBLAS", false, loadCublas(math), mathVersion),
       libraryStatus("cublaslt", "cuBLASLt", true, loadCublasLt(math), mathVersion),
       libraryStatus("cudnn", "cuDNN", false, loadCudnn(math), mathVersion),
+      libraryStatus("nccl", "NCCL", false, loadNccl(math), mathVersion),
   };
 }
 

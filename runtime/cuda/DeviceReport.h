@@ -22,7 +22,8 @@ struct LibraryStatus {
 
 /// NVRTC from the toolkit; the math libraries from where the driver wants
 /// them (the emulated GPU brings its own, mathLibraryOptions). Kiln calls
-/// cuBLASLt for matrix products; cuBLAS and cuDNN are optional.
+/// cuBLASLt for matrix products; cuBLAS, cuDNN and NCCL (data-parallel
+/// training) are optional.
 std::vector<LibraryStatus> probeLibraries(const LibrarySearchOptions& options);
 
 /// "9.0".
