@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Data-parallel training equals one process with the global batch.
 
-    dp-equivalence.py KILN MODEL_NAME OUT_DIR
+    dp-equivalence.py KILN MODEL_NAME OUT_DIR [CUDA_EMULATOR]
 
 Trains MODEL_NAME (mlp, cnn or gpt: test/e2e/<model>/model.onnx, dynamic
 batch) for 10 SGD steps (momentum 0.9, shuffled) twice: one process with
@@ -9,6 +9,11 @@ batch 8, and `mpirun -np 2` with batch 4 per rank. Each rank takes its
 DistributedSampler shard of the same shuffled order, so the two runs see the
 same samples at every step, and every trained weight must agree within
 rtol 1e-5 (up to the order of the sums). Only rank 0 may report.
+
+With CUDA_EMULATOR (the emulated GPU's libcuda.so.1), the 2 ranks train
+with --device cuda, each on its own emulated GPU, their gradients
+all-reduced by NCCL (the emulator's, between the processes), against the
+same one CPU process.
 """
 import os
 import subprocess
@@ -44,6 +49,7 @@ def weights(path):
 
 def main():
     kiln, model, out = sys.argv[1], sys.argv[2], sys.argv[3]
+    emulator = sys.argv[4] if len(sys.argv) > 4 else None
     os.makedirs(out, exist_ok=True)
     x, y, extra = data(model, np.random.default_rng(7))
     npz = os.path.join(out, "data.npz")
@@ -56,8 +62,15 @@ def main():
                          capture_output=True, text=True)
     if one.returncode != 0:
         raise SystemExit(f"one process failed:\n{one.stdout}{one.stderr}")
-    two = subprocess.run(MPIRUN + [kiln, "train"] + common + ["--batch-size", "4", "-o", two_path],
-                         capture_output=True, text=True, env=MPI_ENV, timeout=600)
+    if emulator:
+        launch = MPIRUN + ["-x", "KILN_CUDA_DRIVER"]
+        two = subprocess.run(launch + [kiln, "train"] + common + ["--batch-size", "4", "--device", "cuda", "-o", two_path],
+                             capture_output=True, text=True, env=dict(MPI_ENV, KILN_CUDA_DRIVER=emulator), timeout=900)
+        if "NCCL" not in two.stderr:
+            raise SystemExit(f"the CUDA job did not use NCCL:\n{two.stderr}")
+    else:
+        two = subprocess.run(MPIRUN + [kiln, "train"] + common + ["--batch-size", "4", "-o", two_path],
+                             capture_output=True, text=True, env=MPI_ENV, timeout=600)
     if two.returncode != 0:
         raise SystemExit(f"mpirun -np 2 failed:\n{two.stdout}{two.stderr}")
     if "data-parallel over 2 ranks" not in two.stderr:
@@ -80,9 +93,10 @@ def main():
                 if n in initial and np.issubdtype(a[n].dtype, np.floating))
     if moved < 1e-4:
         raise SystemExit(f"{model}: training did not move the weights (largest change {moved:.3g})")
-    print(f"{model}: 2 ranks x batch 4 = 1 process x batch 8 after 10 steps: {len(a)} weights, "
+    where = " (2 emulated GPUs, NCCL)" if emulator else ""
+    print(f"{model}: 2 ranks x batch 4{where} = 1 process x batch 8 after 10 steps: {len(a)} weights, "
           f"largest difference {worst:.3g} (the weights moved by up to {moved:.3g})")
-    if model == "mlp":
+    if model == "mlp" and not emulator:
         # --resume on every rank: 5 steps with a checkpoint, then 5 more from it, equal the 10 in one go.
         ckpt = os.path.join(out, "checkpoints")
         first = subprocess.run(MPIRUN + [kiln, "train"] + common + ["--batch-size", "4", "--checkpoint-every", "5",
