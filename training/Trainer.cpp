@@ -136,7 +136,7 @@ Status Trainer::checkSameRun() {
   for (int r = 1; r < world_; ++r)
     for (size_t k = 0; k < 3; ++k)
       if (std::memcmp(all.data() + k * 32, all.data() + static_cast<size_t>(r) * mine.size() + k * 32, 32) != 0)
-        return Error("rank " + std::to_string(r) + " of " + std::to_string(world_) + " was started with another " +
+        return Error("rank " + std::to_string(r) + " was started with another " +
                      (k == 0 ? std::string("model file") : k == 1 ? std::string("training data (its samples or shapes)")
                                                                   : std::string("set of options")) +
                      " than rank 0; every rank of a data-parallel job must run the same kiln train command");

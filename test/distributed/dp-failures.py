@@ -10,7 +10,8 @@ train, then
   - stops rank 1 (SIGSTOP) in a job with --collective-timeout 3: rank 0's
     next collective misses its deadline, and it names the collective, the
     step and its rank, and ends the job (MPI_Abort).
-Each job must end within 60 s with a non-zero exit status.
+Each job must end within 60 s with a non-zero exit status. And a job whose
+ranks were started with different options is refused before training.
 """
 import os
 import signal
@@ -86,6 +87,16 @@ def main():
     rng = np.random.default_rng(0)
     npz = os.path.join(out, "data.npz")
     np.savez(npz, x=rng.standard_normal((256, 64)).astype(np.float32), y=rng.integers(0, 10, 256))
+
+    # Ranks started with other options than rank 0's are refused before training.
+    base = [kiln, "train", MODEL, "--data", npz, "--batch-size", "16", "--steps", "5", "--threads", "1"]
+    mixed = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "1"] + base + ["--lr", "0.01",
+                            ":", "-np", "1"] + base + ["--lr", "0.02"],
+                           capture_output=True, text=True, env=MPI_ENV, timeout=120)
+    refusal = "rank 1 was started with another set of options than rank 0"
+    if mixed.returncode == 0 or refusal not in mixed.stderr:
+        raise SystemExit(f"ranks with other options: expected the refusal, got {mixed.returncode}:\n{mixed.stderr}")
+    print("ranks with other options: refused with: " + next(l for l in mixed.stderr.splitlines() if refusal in l))
 
     rc, seconds, text = run_and_break(kiln, npz, signal.SIGKILL, ["--log-every", "1000"])
     if rc == 0 or "kiln train: rank 0 of 2: stopped at step" not in text:
