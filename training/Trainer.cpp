@@ -271,15 +271,21 @@ Expected<EvalResult> Trainer::evaluate() {
   return evaluateOn(*evalData_);
 }
 
-Expected<EvalResult> Trainer::evaluate(const Tensor& x, const Tensor& y, const std::string& source) {
+Expected<Dataset> Trainer::checkBatch(const Tensor& x, const Tensor& y, const std::string& source) {
   auto data = checkDataset(source, x, y, dataSpec(source), callbacks_.notice);
   if (!data) return data.takeError();
   const std::vector<int64_t> sample(data->x.shape().begin() + 1, data->x.shape().end());
   if (signature_.sampleShape.empty()) signature_.sampleShape = sample;
   if (sample != signature_.sampleShape)
     return Error(source + ": '" + options_.xKey + "' holds samples of shape " + shapeString(data->x.shape(), 1) +
-                 ", the model was trained on samples of shape " + shapeString(signature_.sampleShape) +
+                 ", the first batch samples of shape " + shapeString(signature_.sampleShape) +
                  "; the model is compiled for one sample shape");
+  return data;
+}
+
+Expected<EvalResult> Trainer::evaluate(const Tensor& x, const Tensor& y, const std::string& source) {
+  auto data = checkBatch(x, y, source);
+  if (!data) return data.takeError();
   KILN_TRY(initializeState(std::min(options_.batchSize, data->size)));
   return evaluateOn(*data);
 }
@@ -492,14 +498,8 @@ Expected<TrainSummary> Trainer::train() {
 
 Expected<double> Trainer::trainBatch(const Tensor& x, const Tensor& y, const std::string& source) {
   if (trainData_) return Error("this trainer trains on its data file; it takes no batches");
-  auto data = checkDataset(source, x, y, dataSpec(source), callbacks_.notice);
+  auto data = checkBatch(x, y, source);
   if (!data) return data.takeError();
-  const std::vector<int64_t> sample(data->x.shape().begin() + 1, data->x.shape().end());
-  if (signature_.sampleShape.empty()) signature_.sampleShape = sample;
-  if (sample != signature_.sampleShape)
-    return Error(source + ": '" + options_.xKey + "' holds samples of shape " + shapeString(data->x.shape(), 1) +
-                 ", the earlier batches samples of shape " + shapeString(signature_.sampleShape) +
-                 "; the model is compiled for one sample shape");
   const Dim& batchDim = signature_.input.shape[0];
   if (batchDim.isStatic() && batchDim.size != data->size)
     return Error(source + ": a batch of " + std::to_string(data->size) + " samples, but the model's input '" +

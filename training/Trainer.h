@@ -227,6 +227,9 @@ class Trainer {
   Status broadcastState();
   Status initializeState(int64_t batch);
   DataSpec dataSpec(const std::string& source) const;
+  /// A batch handed over (trainBatch, evaluate), checked and converted; the
+  /// first one fixes the sample shape.
+  Expected<Dataset> checkBatch(const Tensor& x, const Tensor& y, const std::string& source);
   Expected<EvalResult> evaluateOn(const Dataset& data);
   Expected<Program*> program(int64_t batch);
   Expected<std::unique_ptr<CompiledModel>> compile(const Function& f, const std::vector<Tensor>& inputs, bool donate,

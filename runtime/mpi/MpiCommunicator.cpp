@@ -101,10 +101,19 @@ std::function<void()> scaleBy(void* data, int64_t count, DType dtype, double by)
   };
 }
 
-Status meanNeedsFloat(DType dtype, ReduceKind kind, const std::string& what) {
+/// The MPI type and count of a reduction of `count` elements of `dtype`.
+struct Reduction {
+  MPI_Datatype type;
+  int count;
+};
+Expected<Reduction> reductionOf(int64_t count, DType dtype, ReduceKind kind, const std::string& what) {
   if (kind == ReduceKind::Mean && dtype != DType::F32 && dtype != DType::F64)
     return Error(what + ": a mean over ranks takes f32 or f64 tensors, got " + std::string(dtypeName(dtype)));
-  return Status();
+  auto type = mpiType(dtype, what);
+  if (!type) return type.takeError();
+  auto n = mpiCount(count, what);
+  if (!n) return n.takeError();
+  return Reduction{*type, *n};
 }
 
 int envInt(const char* name, int fallback) {
@@ -162,13 +171,11 @@ void MpiCommunicator::abort(int exitCode) { MPI_Abort(MPI_COMM_WORLD, exitCode);
 
 Expected<std::unique_ptr<CollectiveRequest>> MpiCommunicator::startAllReduce(void* data, int64_t count, DType dtype,
                                                                              ReduceKind kind, const std::string& what) {
-  KILN_TRY(meanNeedsFloat(dtype, kind, what));
-  auto type = mpiType(dtype, what);
-  if (!type) return type.takeError();
-  auto n = mpiCount(count, what);
-  if (!n) return n.takeError();
+  auto r = reductionOf(count, dtype, kind, what);
+  if (!r) return r.takeError();
   MPI_Request request;
-  if (int rc = MPI_Iallreduce(MPI_IN_PLACE, data, *n, *type, MPI_SUM, MPI_COMM_WORLD, &request); rc != MPI_SUCCESS)
+  if (int rc = MPI_Iallreduce(MPI_IN_PLACE, data, r->count, r->type, MPI_SUM, MPI_COMM_WORLD, &request);
+      rc != MPI_SUCCESS)
     return Error(what + ": MPI_Iallreduce failed: " + mpiError(rc));
   std::function<void()> then;
   if (kind == ReduceKind::Mean) then = scaleBy(data, count, dtype, size_);
@@ -192,14 +199,11 @@ Expected<std::unique_ptr<CollectiveRequest>> MpiCommunicator::startReduce(void* 
                                                                           const std::string& what) {
   if (root < 0 || root >= size_)
     return Error(what + ": root rank " + std::to_string(root) + " of a job of " + std::to_string(size_) + " ranks");
-  KILN_TRY(meanNeedsFloat(dtype, kind, what));
-  auto type = mpiType(dtype, what);
-  if (!type) return type.takeError();
-  auto n = mpiCount(count, what);
-  if (!n) return n.takeError();
+  auto r = reductionOf(count, dtype, kind, what);
+  if (!r) return r.takeError();
   MPI_Request request;
   const bool isRoot = rank_ == root;
-  const int rc = MPI_Ireduce(isRoot ? MPI_IN_PLACE : data, isRoot ? data : nullptr, *n, *type, MPI_SUM, root,
+  const int rc = MPI_Ireduce(isRoot ? MPI_IN_PLACE : data, isRoot ? data : nullptr, r->count, r->type, MPI_SUM, root,
                              MPI_COMM_WORLD, &request);
   if (rc != MPI_SUCCESS) return Error(what + ": MPI_Ireduce failed: " + mpiError(rc));
   const size_t bytes = static_cast<size_t>(count) * dtypeSize(dtype);
@@ -225,13 +229,11 @@ Expected<std::unique_ptr<CollectiveRequest>> MpiCommunicator::startReduceScatter
                                                                                  int64_t count, DType dtype,
                                                                                  ReduceKind kind,
                                                                                  const std::string& what) {
-  KILN_TRY(meanNeedsFloat(dtype, kind, what));
-  auto type = mpiType(dtype, what);
-  if (!type) return type.takeError();
-  auto n = mpiCount(count, what);
-  if (!n) return n.takeError();
+  auto r = reductionOf(count, dtype, kind, what);
+  if (!r) return r.takeError();
   MPI_Request request;
-  if (int rc = MPI_Ireduce_scatter_block(in, out, *n, *type, MPI_SUM, MPI_COMM_WORLD, &request); rc != MPI_SUCCESS)
+  if (int rc = MPI_Ireduce_scatter_block(in, out, r->count, r->type, MPI_SUM, MPI_COMM_WORLD, &request);
+      rc != MPI_SUCCESS)
     return Error(what + ": MPI_Ireduce_scatter_block failed: " + mpiError(rc));
   std::function<void()> then;
   if (kind == ReduceKind::Mean) then = scaleBy(out, count, dtype, size_);
