@@ -72,13 +72,14 @@ Expected<std::vector<GradientBucket>> insertGradientAllReduces(Function& f, cons
   // Buckets: consecutive gradients of one dtype up to the cap (a larger
   // gradient is a bucket of its own).
   std::vector<std::vector<Gradient>> buckets;
+  std::vector<int64_t> filled;   // bytes, per bucket
   std::map<DType, size_t> open;  // dtype -> its bucket being filled
-  std::map<size_t, int64_t> filled;
   for (const Gradient& g : grads) {
     const DType dtype = g.value->type().dtype;
     auto it = open.find(dtype);
     if (it == open.end() || filled[it->second] + g.bytes > options.bucketCapBytes) {
       buckets.emplace_back();
+      filled.push_back(0);
       it = open.insert_or_assign(dtype, buckets.size() - 1).first;
     }
     buckets[it->second].push_back(g);
@@ -108,11 +109,12 @@ Expected<std::vector<GradientBucket>> insertGradientAllReduces(Function& f, cons
     b.setInsertionPoint(before);
     const DType dtype = bucket.front().value->type().dtype;
     const AttrMap attrs = {{"reduction", Attribute(options.reduction)}, {"bucket", Attribute(static_cast<int64_t>(k))}};
+    const std::string name = "bucket" + std::to_string(k);
     GradientBucket info;
     std::vector<Value*> reduced;
     if (bucket.size() == 1) {
       KILN_TRY_VALUE(r, b.value(OpKind::AllReduce, {bucket.front().value}, attrs));
-      r->setName("bucket" + std::to_string(k));
+      r->setName(name);
       reduced.push_back(r);
     } else {
       // Flattened and packed into one vector, as DDP copies gradients into
@@ -129,7 +131,7 @@ Expected<std::vector<GradientBucket>> insertGradientAllReduces(Function& f, cons
       }
       KILN_TRY_VALUE(packed, b.value(OpKind::Concat, flat, {{"axis", Attribute(int64_t{0})}}));
       KILN_TRY_VALUE(all, b.value(OpKind::AllReduce, {packed}, attrs));
-      all->setName("bucket" + std::to_string(k));
+      all->setName(name);
       // Split back at the end, where the update reads the gradients: a
       // read of the bucket right after it would wait for it there.
       b.setInsertionPoint(ret);

@@ -370,17 +370,19 @@ class PyModel {
   }
 
   /// The specialization for `bound`'s shapes, made on first use.
+  /// The cache key of `bound`: its types, and the values of the inputs
+  /// that the specialization for those types froze at import.
+  std::string cacheKey(const std::string& types, const std::vector<Tensor>& bound) const {
+    std::string key = types;
+    if (auto frozen = frozenKeys_.find(types); frozen != frozenKeys_.end())
+      for (size_t i : frozen->second) key.append(reinterpret_cast<const char*>(bound[i].raw()), bound[i].numBytes());
+    return key;
+  }
+
   Expected<Specialization*> specialize(const std::vector<Tensor>& bound) {
-    std::string key;
-    for (const Tensor& t : bound) key += t.type().str() + ";";
-    if (auto it = cache_.find(key); it != cache_.end()) {
-      // Inputs frozen into a specialization at import must match it too.
-      auto frozen = frozenKeys_.find(key);
-      if (frozen == frozenKeys_.end()) return it->second.get();
-      std::string values = key;
-      for (size_t i : frozen->second) values.append(reinterpret_cast<const char*>(bound[i].raw()), bound[i].numBytes());
-      if (auto exact = cache_.find(values); exact != cache_.end()) return exact->second.get();
-    }
+    std::string types;
+    for (const Tensor& t : bound) types += t.type().str() + ";";
+    if (auto it = cache_.find(cacheKey(types, bound)); it != cache_.end()) return it->second.get();
     LoadOptions options;
     options.evaluator = &Session::evaluator();
     std::map<std::string, DenseTensor> dense;
@@ -407,13 +409,8 @@ class PyModel {
     auto compiled = session_->compile(f);
     if (!compiled) return compiled.takeError();
     s->compiled = std::move(*compiled);
-    std::string cacheKey = key;
-    if (!frozen.empty()) {
-      for (size_t i : frozen) cacheKey.append(reinterpret_cast<const char*>(bound[i].raw()), bound[i].numBytes());
-      frozenKeys_[key] = frozen;
-      cache_.emplace(key, nullptr);  // marks the shapes as needing the frozen values
-    }
-    auto& slot = cache_[cacheKey];
+    if (!frozen.empty()) frozenKeys_[types] = frozen;
+    auto& slot = cache_[cacheKey(types, bound)];
     slot = std::move(s);
     return slot.get();
   }
@@ -461,8 +458,9 @@ class PyModel {
   std::unique_ptr<Module> signature_;  // the model as declared, for its ports
   std::unique_ptr<Model> kc_;          // a .kc file's program
   std::vector<PortInfo> inputs_, outputs_;
+  /// Specializations by cacheKey().
   std::map<std::string, std::unique_ptr<Specialization>> cache_;
-  /// Shape keys whose specializations froze inputs (their indices) at import.
+  /// Input types whose specializations froze inputs (their indices) at import.
   std::map<std::string, std::vector<size_t>> frozenKeys_;
   Specialization* last_ = nullptr;
   std::vector<std::pair<DType, std::vector<int64_t>>> lastShapes_;

@@ -82,12 +82,6 @@ std::shared_ptr<Communicator>& processCommunicator() {
 
 thread_local Communicator* tThreadCommunicator = nullptr;
 
-int64_t product(const std::vector<int64_t>& dims, size_t from, size_t to) {
-  int64_t n = 1;
-  for (size_t i = from; i < to; ++i) n *= dims[i];
-  return n;
-}
-
 Status checkWorld(const CollectiveCall& call, const Communicator& comm, const std::string& what) {
   if (call.worldSize != comm.size())
     return Error(what + ": " + describeCollective(call) + " was compiled for " + std::to_string(call.worldSize) +
@@ -96,6 +90,18 @@ Status checkWorld(const CollectiveCall& call, const Communicator& comm, const st
 }
 
 }  // namespace
+
+int64_t CollectiveCall::elements() const {
+  int64_t n = 1;
+  for (int64_t d : inputDims) n *= d;
+  return n;
+}
+
+int64_t CollectiveCall::outerElements() const {
+  int64_t n = 1;
+  for (size_t i = 0; i < static_cast<size_t>(axis) && i < inputDims.size(); ++i) n *= inputDims[i];
+  return n;
+}
 
 std::unique_ptr<CollectiveRequest> completedRequest(Status status) {
   return std::make_unique<DoneRequest>(std::move(status));
@@ -184,7 +190,7 @@ std::vector<int64_t> collectiveResultDims(const CollectiveCall& call) {
 
 Expected<std::unique_ptr<CollectiveRequest>> startCollective(Communicator& comm, const CollectiveCall& call,
                                                              const void* in, void* out, const std::string& what) {
-  const int64_t count = product(call.inputDims, 0, call.inputDims.size());
+  const int64_t count = call.elements();
   const size_t elem = dtypeSize(call.dtype);
   const size_t bytes = static_cast<size_t>(count) * elem;
   const auto copyIn = [&] {
@@ -202,8 +208,7 @@ Expected<std::unique_ptr<CollectiveRequest>> startCollective(Communicator& comm,
       return comm.startReduce(out, count, call.dtype, call.reduction, static_cast<int>(call.root), what);
     case CollectiveCall::Kind::AllGather: {
       KILN_TRY(checkWorld(call, comm, what));
-      const auto axis = static_cast<size_t>(call.axis);
-      const int64_t outer = product(call.inputDims, 0, axis);
+      const int64_t outer = call.outerElements();
       if (outer == 1) return comm.startAllGather(in, out, static_cast<int64_t>(bytes), what);
       // [world][outer][inner] gathered, then laid out as [outer][world][inner].
       auto gathered = std::make_shared<std::vector<uint8_t>>(bytes * static_cast<size_t>(call.worldSize));
@@ -227,7 +232,7 @@ Expected<std::unique_ptr<CollectiveRequest>> startCollective(Communicator& comm,
       if (axis >= call.inputDims.size() || call.inputDims[axis] % call.worldSize != 0)
         return Error(what + ": " + describeCollective(call) + " of " + TensorType{call.dtype, staticShape(call.inputDims)}.str() +
                      " does not split into " + std::to_string(call.worldSize) + " ranks");
-      const int64_t outer = product(call.inputDims, 0, axis);
+      const int64_t outer = call.outerElements();
       const int64_t world = call.worldSize;
       const size_t block = bytes / static_cast<size_t>(world);  // one rank's result
       const size_t inner = block / static_cast<size_t>(outer);

@@ -113,6 +113,12 @@ struct CollectiveCall {
   DType dtype = DType::F32;
   std::vector<int64_t> inputDims;
   bool operator==(const CollectiveCall&) const = default;
+
+  /// The operand's elements.
+  int64_t elements() const;
+  /// The operand's elements in the dims before `axis`: a gather or scatter
+  /// moves one contiguous block per rank when it is 1.
+  int64_t outerElements() const;
 };
 
 /// The collective of op `op` (a collective op with static operand type).

@@ -133,12 +133,11 @@ Status Trainer::checkSameRun() {
                                       "the check that every rank runs the same training");
   if (!gathered) return gathered.takeError();
   KILN_TRY((*gathered)->wait());
+  const char* const parts[] = {"model file", "training data (its samples or shapes)", "set of options"};
   for (int r = 1; r < world_; ++r)
-    for (size_t k = 0; k < 3; ++k)
+    for (size_t k = 0; k < std::size(parts); ++k)
       if (std::memcmp(all.data() + k * 32, all.data() + static_cast<size_t>(r) * mine.size() + k * 32, 32) != 0)
-        return Error("rank " + std::to_string(r) + " was started with another " +
-                     (k == 0 ? std::string("model file") : k == 1 ? std::string("training data (its samples or shapes)")
-                                                                  : std::string("set of options")) +
+        return Error("rank " + std::to_string(r) + " was started with another " + std::string(parts[k]) +
                      " than rank 0; every rank of a data-parallel job must run the same kiln train command");
   return Status();
 }

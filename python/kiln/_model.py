@@ -10,6 +10,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from kiln import _kiln
+from kiln._kiln import InputError
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -66,9 +67,6 @@ def _to_numpy(value: Any, name: str, model_device: str) -> Tuple[np.ndarray, Opt
     if isinstance(value, (int, float, bool, list, tuple, np.generic)):
         return np.asarray(value), None
     raise InputError(f"input '{name}' is a {type(value).__name__}; expected a NumPy array or a torch tensor")
-
-
-InputError = _kiln.InputError
 
 
 class CompiledModel:

@@ -43,15 +43,14 @@ Expected<std::unique_ptr<CudaLibraryStep>> createLibraryStep(const LibraryCall& 
 }
 
 /// A collective in a job of one process (rank 0 of 1, where each leaves
-/// its operand as it is): a copy on the stream. A job of several ranks on
-/// CUDA would need NCCL, which is refused when the runner is created.
+/// its operand as it is): a copy on the stream. A job of several ranks
+/// runs NcclCollective instead.
 class SingleProcessCollective final : public CudaLibraryStep {
  public:
   SingleProcessCollective(const CudaExecApi& api, CollectiveCall call) : api_(api), call_(std::move(call)) {}
   size_t workspaceBytes() const override { return 0; }
   Status run(CUstream stream, const std::vector<CUdeviceptr>& buffers, CUdeviceptr, size_t) const override {
-    size_t bytes = dtypeSize(call_.dtype);
-    for (int64_t d : call_.inputDims) bytes *= static_cast<size_t>(d);
+    const size_t bytes = static_cast<size_t>(call_.elements()) * dtypeSize(call_.dtype);
     if (buffers.size() < 2 || buffers[0] == buffers[1] || bytes == 0) return Status();
     if (CUresult r = api_.cuMemcpyDtoDAsync(buffers[1], buffers[0], bytes, stream); r != CUDA_SUCCESS)
       return Error("copying on the device failed (CUDA error " + std::to_string(static_cast<int>(r)) + ")");

@@ -47,12 +47,6 @@ Expected<nccl::ncclDataType_t> ncclType(DType dtype) {
   return Error("NCCL has no " + std::string(dtypeName(dtype)) + " type");
 }
 
-int64_t elements(const std::vector<int64_t>& dims, size_t from, size_t to) {
-  int64_t n = 1;
-  for (size_t i = from; i < to; ++i) n *= dims[i];
-  return n;
-}
-
 }  // namespace
 
 NcclCommunicator* processNccl() { return processSlot().get(); }
@@ -101,8 +95,9 @@ Status NcclCommunicator::supports(const CollectiveCall& call) const {
   auto type = ncclType(call.dtype);
   if (!type) return Error(describeCollective(call) + ": " + type.error().message());
   const bool blocks = call.kind == CollectiveCall::Kind::AllGather || call.kind == CollectiveCall::Kind::ReduceScatter;
-  if (blocks && elements(call.inputDims, 0, static_cast<size_t>(call.axis)) != 1)
-    return Error(describeCollective(call) + " of dims along a dim after the first non-1 dim is not run on CUDA yet");
+  if (blocks && call.outerElements() != 1)
+    return Error(describeCollective(call) + " with a dim of more than one element before its axis is not run on CUDA "
+                 "yet");
   if (blocks && call.worldSize != size_)
     return Error(describeCollective(call) + " was compiled for " + std::to_string(call.worldSize) +
                  " ranks, but the job has " + std::to_string(size_));
@@ -113,7 +108,7 @@ Status NcclCommunicator::enqueue(const CollectiveCall& call, CUdeviceptr in, CUd
                                  const CudaExecApi& exec) const {
   auto type = ncclType(call.dtype);
   if (!type) return type.takeError();
-  const auto count = static_cast<size_t>(elements(call.inputDims, 0, call.inputDims.size()));
+  const auto count = static_cast<size_t>(call.elements());
   const nccl::ncclRedOp_t op = call.reduction == ReduceKind::Mean ? nccl::ncclAvg : nccl::ncclSum;
   auto* comm = static_cast<nccl::ncclComm_t>(comm_);
   auto* s = reinterpret_cast<nccl::cudaStream_t>(stream);
