@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A rank that dies or hangs ends a data-parallel job with Kiln's message.
 
-    dp-failures.py KILN OUT_DIR
+    dp-failures.py KILN OUT_DIR FAKE_CUDA_DRIVER
 
 Starts `mpirun -np 2 kiln train` on a long run, waits until both ranks
 train, then
@@ -11,7 +11,9 @@ train, then
     next collective misses its deadline, and it names the collective, the
     step and its rank, and ends the job (MPI_Abort).
 Each job must end within 60 s with a non-zero exit status. And a job whose
-ranks were started with different options is refused before training.
+ranks were started with different options is refused before training, as is
+a job of 3 ranks with --device cuda on a machine of 2 GPUs (the fake driver
+of test/fake-cuda playing two H100s): NCCL refuses two ranks on one GPU.
 """
 import os
 import signal
@@ -97,6 +99,16 @@ def main():
     if mixed.returncode == 0 or refusal not in mixed.stderr:
         raise SystemExit(f"ranks with other options: expected the refusal, got {mixed.returncode}:\n{mixed.stderr}")
     print("ranks with other options: refused with: " + next(l for l in mixed.stderr.splitlines() if refusal in l))
+
+    # More ranks on a machine than GPUs.
+    crowded = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3", "-x", "KILN_CUDA_DRIVER",
+                              "-x", "KILN_FAKE_CUDA"] + base + ["--lr", "0.01", "--device", "cuda"],
+                             capture_output=True, text=True, timeout=120,
+                             env=dict(MPI_ENV, KILN_CUDA_DRIVER=sys.argv[3], KILN_FAKE_CUDA="2xh100"))
+    refusal = "3 ranks run on this machine but it has 2 usable GPUs: NCCL refuses two ranks on one GPU"
+    if crowded.returncode == 0 or refusal not in crowded.stderr:
+        raise SystemExit(f"3 ranks on 2 GPUs: expected the refusal, got {crowded.returncode}:\n{crowded.stderr}")
+    print("3 ranks on 2 GPUs: refused with: " + next(l for l in crowded.stderr.splitlines() if refusal in l))
 
     rc, seconds, text = run_and_break(kiln, npz, signal.SIGKILL, ["--log-every", "1000"])
     if rc == 0 or "kiln train: rank 0 of 2: stopped at step" not in text:
