@@ -90,15 +90,16 @@ Expected<Signature> readSignature(const std::string& path) {
   const Function& f = *(*module)->functions().front();
   for (size_t i = 0; i < f.numArguments(); ++i)
     if (!f.argumentDefault(i)) signature.inputs.push_back({f.argument(i)->name(), f.argument(i)->type()});
-  for (size_t i = 0; i < f.resultTypes().size(); ++i) signature.outputs.push_back({f.resultName(i), f.resultTypes()[i]});
+  for (size_t i = 0; i < f.resultTypes().size(); ++i)
+    signature.outputs.push_back({f.resultName(i), f.resultTypes()[i]});
   return signature;
 }
 
 /// How kiln generate feeds a model (docs/generate.md).
 struct Decoder {
-  std::string ids;       // the token ids input, i64[batch, length]
+  std::string ids;  // the token ids input, i64[batch, length]
   TensorType idsType;
-  std::string logits;    // the logits output, [batch, length, vocab]
+  std::string logits;  // the logits output, [batch, length, vocab]
   TensorType logitsType;
   /// With a cache: the position input (the number of tokens already in the
   /// caches), and each cache: past_X in, present_X out.
@@ -157,8 +158,7 @@ Expected<Decoder> decoderOf(const Signature& s, const std::string& path) {
       if (out->second.dtype != p.type.dtype || out->second.rank() != p.type.rank())
         return Error(where + "cache output '" + present + "' is " + out->second.str() + ", its input '" + p.name +
                      "' " + p.type.str() + "; they must have the same type");
-      if (p.type.rank() < 1)
-        return Error(where + "cache input '" + p.name + "' is a scalar; a cache is [batch, ...]");
+      if (p.type.rank() < 1) return Error(where + "cache input '" + p.name + "' is a scalar; a cache is [batch, ...]");
       for (size_t k = 1; k < p.type.shape.size(); ++k)
         if (!p.type.shape[k].isStatic())
           return Error(where + "cache input '" + p.name + "' is " + p.type.str() + ": dim " + std::to_string(k) +
@@ -199,7 +199,8 @@ int64_t cacheCapacity(const Decoder& d) {
 /// `type` with symbolic dim 0 taken by `batch`.
 std::vector<int64_t> withBatch(const TensorType& type, int64_t batch) {
   std::vector<int64_t> dims;
-  for (size_t k = 0; k < type.shape.size(); ++k) dims.push_back(k == 0 && !type.shape[0].isStatic() ? batch : type.shape[k].size);
+  for (size_t k = 0; k < type.shape.size(); ++k)
+    dims.push_back(k == 0 && !type.shape[0].isStatic() ? batch : type.shape[k].size);
   return dims;
 }
 
@@ -300,7 +301,8 @@ class Sampler {
                       [&](int64_t a, int64_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
     std::vector<double> weights(k);
     double total = 0;
-    for (int64_t i = 0; i < k; ++i) total += weights[i] = std::exp((logits[order[i]] - logits[order[0]]) / temperature_);
+    for (int64_t i = 0; i < k; ++i)
+      total += weights[i] = std::exp((logits[order[i]] - logits[order[0]]) / temperature_);
     // A uniform double in [0, total) from 53 random bits, the same on every
     // standard library (std::uniform_real_distribution is not specified).
     const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * total;
@@ -324,6 +326,9 @@ std::vector<double> logitsRow(const Tensor& logits, int64_t b, int64_t t) {
   for (int64_t v = 0; v < vocab; ++v) row[v] = logits.getDouble(base + v);
   return row;
 }
+
+/// "1 token", "5 tokens".
+std::string count(int64_t n, const std::string& noun) { return std::to_string(n) + " " + noun + (n == 1 ? "" : "s"); }
 
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -361,7 +366,8 @@ int run(const ParsedArgs& args) {
   const auto& positionals = args.positionals();
   if (positionals.empty()) return usageError(kName, "missing the MODEL to generate with");
   if (positionals.size() > 1)
-    return usageError(kName, "unexpected argument '" + positionals[1] + "'; the prompt is given with --prompt FILE.npy");
+    return usageError(kName,
+                      "unexpected argument '" + positionals[1] + "'; the prompt is given with --prompt FILE.npy");
   const std::string& modelPath = positionals[0];
   if (modelPath.ends_with(".kc"))
     return usageError(kName, "'" + modelPath +
@@ -450,8 +456,8 @@ int run(const ParsedArgs& args) {
   if (d.cached()) {
     const int64_t capacity = cacheCapacity(d);
     if (longest > capacity)
-      return fail(Error(modelPath + ": the prompt (" + std::to_string(promptLength) + " tokens) and " +
-                        std::to_string(*newTokens) + " new tokens need " + std::to_string(longest) +
+      return fail(Error(modelPath + ": the prompt (" + count(promptLength, "token") + ") and " +
+                        count(*newTokens, "new token") + " need " + std::to_string(longest) +
                         " positions of the cache, which holds " + std::to_string(capacity) + " ('" +
                         d.caches.front().past + "' is " + d.caches.front().type.str() +
                         "); export the model with a larger cache, or ask for fewer tokens"));
@@ -471,8 +477,8 @@ int run(const ParsedArgs& args) {
     const Dim& length = d.idsType.shape[1];
     if (length.isStatic() && longest > length.size)
       return fail(Error(modelPath + ": input '" + d.ids + "' is " + d.idsType.str() + ": the prompt (" +
-                        std::to_string(promptLength) + " tokens) and " + std::to_string(*newTokens) +
-                        " new tokens need " + std::to_string(longest) + " positions"));
+                        count(promptLength, "token") + ") and " + count(*newTokens, "new token") + " need " +
+                        std::to_string(longest) + " positions"));
     const int64_t runLength = length.isStatic() ? length.size : longest;
     if (Status s = loadProgram(modelPath, d, {{d.ids, {batch, runLength}}}, programs[0]); !s) return fail(s.error());
   }
@@ -605,12 +611,14 @@ int run(const ParsedArgs& args) {
     const int64_t decodeSteps = *newTokens - 1;
     std::string stats = "compiled " + std::to_string(programs.size()) +
                         (programs.size() == 1 ? " program" : " programs (prefill, decode)") + " in " +
-                        fixed(compileSeconds, 2) + " s; prefill " + std::to_string(promptLength) + " tokens x " +
+                        fixed(compileSeconds, 2) + " s; prefill " + count(promptLength, "token") + " x " +
                         std::to_string(batch) + " in " + fixed(prefillSeconds * 1e3, 2) + " ms";
     if (decodeSteps > 0)
-      stats += "; decode " + std::to_string(decodeSteps) + " steps in " + fixed(decodeSeconds * 1e3, 2) + " ms, " +
+      stats += "; decode " + count(decodeSteps, "step") + " in " + fixed(decodeSeconds * 1e3, 2) + " ms, " +
                fixed(static_cast<double>(batch * decodeSteps) / decodeSeconds, 1) + " tokens/s";
-    if (!d.cached()) stats += " (no cache: every step recomputes " + std::to_string(programs[0].inputs[programs[0].ids].shape()[1]) + " positions)";
+    if (!d.cached())
+      stats += " (no cache: every step recomputes " + std::to_string(programs[0].inputs[programs[0].ids].shape()[1]) +
+               " positions)";
     note(stats);
   }
   if (!updates.empty()) note(updates);
