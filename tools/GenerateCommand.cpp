@@ -528,6 +528,11 @@ int run(const ParsedArgs& args) {
     }
   };
   auto runStep = [&](Program& program) -> Expected<Tensor> {
+    // Every step runs a program compiled before the loop; one that would
+    // compile again (its shapes changed) is a bug here, not a slow step.
+    if (codegen::CpuExecutor* executor = program.compiled->executor();
+        executor && !executor->isCompiled(program.inputs))
+      return Error("internal error: a step of kiln generate would compile its program again");
     auto outputs = program.compiled->runInPlace(program.inputs);
     if (!outputs) return outputs.takeError();
     return std::move((*outputs)[program.logits]);
