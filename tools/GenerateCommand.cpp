@@ -155,14 +155,20 @@ Expected<Decoder> decoderOf(const Signature& s, const std::string& path) {
       if (out == outputs.end())
         return Error(where + "cache input '" + p.name + "' has no output '" + present +
                      "' to take its new value from (docs/generate.md)");
-      if (out->second.dtype != p.type.dtype || out->second.rank() != p.type.rank())
-        return Error(where + "cache output '" + present + "' is " + out->second.str() + ", its input '" + p.name +
-                     "' " + p.type.str() + "; they must have the same type");
-      if (p.type.rank() < 1) return Error(where + "cache input '" + p.name + "' is a scalar; a cache is [batch, ...]");
-      for (size_t k = 1; k < p.type.shape.size(); ++k)
+      if (p.type.rank() != 4)
+        return Error(where + "cache input '" + p.name + "' is " + p.type.str() +
+                     "; kiln generate expects caches [batch, heads, capacity, head_dim] (docs/generate.md)");
+      for (size_t k = 1; k < 4; ++k)
         if (!p.type.shape[k].isStatic())
           return Error(where + "cache input '" + p.name + "' is " + p.type.str() + ": dim " + std::to_string(k) +
                        " is not fixed; export the cache with a fixed capacity, only its batch (dim 0) may vary");
+      bool sameType = out->second.dtype == p.type.dtype && out->second.rank() == 4;
+      // Output dims the export left unknown are checked once specialized.
+      for (size_t k = 1; sameType && k < 4; ++k)
+        sameType = !out->second.shape[k].isStatic() || out->second.shape[k].size == p.type.shape[k].size;
+      if (!sameType)
+        return Error(where + "cache output '" + present + "' is " + out->second.str() + ", its input '" + p.name +
+                     "' " + p.type.str() + "; they must have the same type");
       d.caches.push_back({p.name, present, p.type});
     } else if (p.name == "position") {
       d.position = p.name;
@@ -186,13 +192,11 @@ Expected<Decoder> decoderOf(const Signature& s, const std::string& path) {
   return d;
 }
 
-/// The capacity of the caches: the positions they hold (dim 2 of
-/// [batch, heads, capacity, head_dim]; the smallest of a cache's dims after
-/// the batch when the cache has another layout).
+/// The capacity of the caches: the positions they hold, dim 2 of
+/// [batch, heads, capacity, head_dim] (the smallest, should they differ).
 int64_t cacheCapacity(const Decoder& d) {
   int64_t capacity = std::numeric_limits<int64_t>::max();
-  for (const Decoder::Cache& c : d.caches)
-    capacity = std::min(capacity, c.type.rank() == 4 ? c.type.shape[2].size : c.type.shape.back().size);
+  for (const Decoder::Cache& c : d.caches) capacity = std::min(capacity, c.type.shape[2].size);
   return capacity;
 }
 
