@@ -21,12 +21,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <limits>
 #include <map>
-#include <optional>
 #include <random>
-#include <set>
 
 #include "codegen/Session.h"
 #include "frontend/Model.h"
