@@ -459,8 +459,14 @@ class EinsumLowering {
       rhs = ellipsisLabels(0, ellipsisRank);
       for (auto [c, n] : counts)
         if (n == 1 && std::isalpha(static_cast<unsigned char>(c))) rhs += c;
-    } else if (const size_t at = rhs.find("..."); at != std::string::npos) {
-      rhs.replace(at, 3, ellipsisLabels(0, ellipsisRank));
+    } else {
+      for (char c : rhs)
+        if (!std::isalpha(static_cast<unsigned char>(c)) && c != '.')
+          return ctx_.error("equation '" + *eq + "' has an invalid output label '" + std::string(1, c) + "'");
+      if (const size_t at = rhs.find("..."); at != std::string::npos)
+        rhs.replace(at, 3, ellipsisLabels(0, ellipsisRank));
+      if (rhs.find('.') != std::string::npos)
+        return ctx_.error("equation '" + *eq + "' has a '.' outside an ellipsis in its output");
     }
     for (char c : rhs) {
       if (!counts.count(c)) return ctx_.error("output label '" + std::string(1, c) + "' appears in no operand");
@@ -523,9 +529,13 @@ class EinsumLowering {
   /// the two dims moved last, flattened, and every (n+1)-th element sliced
   /// out. `term` becomes the labels of the result.
   Expected<Value*> diagonal(Value* v, std::string& term) {
-    for (size_t first = 0; first < term.size(); ++first) {
-      const size_t second = term.find(term[first], first + 1);
-      if (second == std::string::npos) continue;
+    while (true) {
+      size_t first = 0, second = std::string::npos;
+      for (size_t d = 0; d < term.size() && second == std::string::npos; ++d) {
+        first = d;
+        second = term.find(term[d], d + 1);
+      }
+      if (second == std::string::npos) return v;
       const Shape& shape = v->type().shape;
       const int64_t n = shape[first].size;
       if (shape[second].size != n)
@@ -555,9 +565,7 @@ class EinsumLowering {
       if (!diag) return diag;
       v = *diag;
       term = rest + term[first];
-      first = static_cast<size_t>(-1);  // look again from the start
     }
-    return v;
   }
 
   /// `v` (labels `have`) transposed to `want` and reshaped to one dim per group.

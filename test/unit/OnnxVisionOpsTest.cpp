@@ -268,5 +268,16 @@ TEST(OnnxVisionOps, EinsumRepeatedLabelsTakeTheDiagonal) {
              {0, 7, 8, 15});
 }
 
+TEST(OnnxVisionOps, EinsumErrorsNameTheLabel) {
+  auto diagonalOfRectangle = importModel(einsum("ii->i", {2, 3}));
+  ASSERT_FALSE(diagonalOfRectangle.ok());
+  EXPECT_NE(diagonalOfRectangle.error().str().find("label 'i' is repeated over dims of sizes 2 and 3"),
+            std::string::npos)
+      << diagonalOfRectangle.error().str();
+  auto digit = importModel(einsum("ij->i0", {2, 3}));
+  ASSERT_FALSE(digit.ok());
+  EXPECT_NE(digit.error().str().find("invalid output label '0'"), std::string::npos) << digit.error().str();
+}
+
 }  // namespace
 }  // namespace kiln
