@@ -177,8 +177,8 @@ Status convertGridSample(NodeContext &ctx) {
     return ctx.error("attribute 'padding_mode' = \"" + padding + "\"; expected zeros, border or reflection");
   const std::vector<int64_t> &xd = *xDims, &gd = *gridDims;
   if (gd[0] != xd[0] || gd[3] != 2)
-    return ctx.error("Grid " + grid->type().str() + " must be [N, H_out, W_out, 2] with X's N = " +
-                     std::to_string(xd[0]));
+    return ctx.error("Grid " + grid->type().str() +
+                     " must be [N, H_out, W_out, 2] with X's N = " + std::to_string(xd[0]));
   if (!isFloat(grid->type().dtype)) return ctx.error("Grid must be a floating-point tensor; got " + grid->type().str());
   if (!isFloat(x->type().dtype) && mode != "nearest")
     return ctx.error("mode " + mode + " needs a floating-point X; got " + x->type().str());
@@ -273,8 +273,8 @@ AxisSamples axisSamples(NNEmitter &e, Value *start, Value *bin, Value *grid, int
 Status convertRoiAlign(NodeContext &ctx) {
   NNEmitter e(ctx);
   if (ctx.opset() >= 16)
-    e.expectOnlyAttributes({"coordinate_transformation_mode", "mode", "output_height", "output_width",
-                            "sampling_ratio", "spatial_scale"});
+    e.expectOnlyAttributes(
+        {"coordinate_transformation_mode", "mode", "output_height", "output_width", "sampling_ratio", "spatial_scale"});
   else
     e.expectOnlyAttributes({"mode", "output_height", "output_width", "sampling_ratio", "spatial_scale"});
   const std::string transform =
@@ -333,10 +333,15 @@ Status convertRoiAlign(NodeContext &ctx) {
     gridW = gridH = e.scalar(f, static_cast<double>(samplingRatio));
   } else {
     const DenseTensor *boxes = ctx.constantInput(1);
+    // TODO(kiln): adaptive sampling of run-time boxes needs a roi_align op
+    // whose kernel loops ceil(box / output) times per bin; kernel IR loops
+    // have static trip counts, and a static bound (H + 3 points per bin)
+    // would sample a 50x50 map's 1000 boxes some 100x more than needed.
     if (!boxes)
-      return ctx.error("sampling_ratio = 0 (adaptive) needs the rois known at import time: the number of sample "
-                       "points per bin is then ceil(box size / output size), which Kiln's static shapes cannot "
-                       "follow at run time; give sampling_ratio > 0");
+      return ctx.error(
+          "sampling_ratio = 0 (adaptive) needs the rois known at import time: the number of sample "
+          "points per bin is then ceil(box size / output size), which Kiln's static shapes cannot "
+          "follow at run time; give sampling_ratio > 0");
     // The float arithmetic of the graph above, repeated here to size the grid.
     auto round = [&](double v) { return f == DType::F64 ? v : static_cast<double>(static_cast<float>(v)); };
     auto scaled = [&](int64_t r, int64_t k) {
@@ -360,8 +365,8 @@ Status convertRoiAlign(NodeContext &ctx) {
     gridW = e.tensor(f, {numRois, 1, 1}, perBoxW);
     gridH = e.tensor(f, {numRois, 1, 1}, perBoxH);
   }
-  if (Status s = checkGeneratedSize(ctx, staticShape({numRois, outH, pointsH, outW, pointsW, xd[1]}),
-                                    "the sampled values");
+  if (Status s =
+          checkGeneratedSize(ctx, staticShape({numRois, outH, pointsH, outW, pointsW, xd[1]}), "the sampled values");
       !s)
     return s;
 
@@ -480,7 +485,8 @@ Status convertMaxUnpool(NodeContext &ctx) {
     outPlane *= out[i];
   }
   for (int64_t d : out)
-    if (d < 1) return ctx.error("the unpooled shape has a dim of " + std::to_string(d) + "; check kernel_shape and pads");
+    if (d < 1)
+      return ctx.error("the unpooled shape has a dim of " + std::to_string(d) + "; check kernel_shape and pads");
   if (Status s = checkGeneratedSize(ctx, staticShape(padded), "the output"); !s) return s;
   // I holds indices into the whole flattened output, as MaxPool returns
   // them; each (n, c) plane scatters into its own row, so an index is made

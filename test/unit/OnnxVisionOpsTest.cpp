@@ -241,9 +241,8 @@ TEST(OnnxVisionOps, MaxUnpoolIndexOutsideItsPlaneIsARunTimeError) {
   // Plane 1's index 2 lies in plane 0: an error, never a wrapped write.
   auto module = importModel(maxUnpool());
   ASSERT_TRUE(module.ok()) << module.error().str();
-  auto results = interpret(*(*module)->functions().front(),
-                           {test::tensorOf(DType::F32, {1, 2, 1, 1}, {7, 8}),
-                            test::tensorOf(DType::I64, {1, 2, 1, 1}, {3, 2})});
+  auto results = interpret(*(*module)->functions().front(), {test::tensorOf(DType::F32, {1, 2, 1, 1}, {7, 8}),
+                                                             test::tensorOf(DType::I64, {1, 2, 1, 1}, {3, 2})});
   EXPECT_FALSE(results.ok());
 }
 
