@@ -381,7 +381,9 @@ Status convertGemm(NodeContext& ctx) {
   return {};
 }
 
-/// Einsum as transposes, reshapes, reductions and one batched matmul.
+/// Einsum as transposes, reshapes, reductions and one batched matmul; an
+/// ellipsis becomes labels of its own, a label repeated within an operand a
+/// diagonal (`slice` with step n+1 of the two dims flattened).
 class EinsumLowering {
  public:
   explicit EinsumLowering(NodeContext& ctx) : ctx_(ctx) {}
@@ -392,8 +394,6 @@ class EinsumLowering {
     std::string equation;
     for (char c : *eq)
       if (c != ' ') equation += c;
-    if (equation.find("...") != std::string::npos)
-      return ctx_.error("ellipsis in equation '" + *eq + "' is not supported");
     std::string lhs = equation, rhs;
     const bool explicitOutput = equation.find("->") != std::string::npos;
     if (explicitOutput) {
@@ -411,31 +411,75 @@ class EinsumLowering {
     if (terms.size() != ctx_.numInputs() || terms.size() > 2)
       return ctx_.error("equation '" + *eq + "' has " + std::to_string(terms.size()) + " operands for " +
                         std::to_string(ctx_.numInputs()) + " inputs (Kiln supports one or two)");
-    std::map<char, int> counts;
-    for (const std::string& t : terms)
-      for (char c : t) {
-        if (!std::isalpha(static_cast<unsigned char>(c)))
-          return ctx_.error("equation '" + *eq + "' has an invalid label '" + std::string(1, c) + "'");
-        if (std::count(t.begin(), t.end(), c) > 1)
-          return ctx_.error("equation '" + *eq + "' repeats label '" + std::string(1, c) +
-                            "' within an operand (diagonals are not supported)");
-        ++counts[c];
-      }
-    if (!explicitOutput)
-      for (auto [c, n] : counts)
-        if (n == 1) rhs += c;
-    for (char c : rhs)
-      if (!counts.count(c)) return ctx_.error("output label '" + std::string(1, c) + "' appears in no operand");
-
     std::vector<Value*> operands;
     for (size_t i = 0; i < terms.size(); ++i) {
       auto v = ctx_.input(i);
       if (!v) return v.takeError();
-      if ((*v)->type().rank() != static_cast<int64_t>(terms[i].size()))
-        return ctx_.error("operand " + std::to_string(i) + " " + (*v)->type().str() + " does not have the " +
-                          std::to_string(terms[i].size()) + " dims of '" + terms[i] + "'");
       if (!(*v)->type().isStatic()) return ctx_.error("Einsum needs static shapes, got " + (*v)->type().str());
       operands.push_back(*v);
+    }
+    // An ellipsis stands for the dims no label names, aligned from the right
+    // across operands; each of them gets a label of its own, a digit (ONNX
+    // labels are letters).
+    std::vector<int64_t> ellipsisDims(terms.size(), 0);
+    int64_t ellipsisRank = 0;
+    for (size_t i = 0; i < terms.size(); ++i) {
+      const size_t at = terms[i].find("...");
+      if (at == std::string::npos) continue;
+      if (terms[i].find("...", at + 3) != std::string::npos)
+        return ctx_.error("equation '" + *eq + "' has two ellipses in operand " + std::to_string(i));
+      ellipsisDims[i] = operands[i]->type().rank() - static_cast<int64_t>(terms[i].size() - 3);
+      if (ellipsisDims[i] < 0)
+        return ctx_.error("operand " + std::to_string(i) + " " + operands[i]->type().str() + " has fewer dims than '" +
+                          terms[i] + "' names");
+      ellipsisRank = std::max(ellipsisRank, ellipsisDims[i]);
+    }
+    if (ellipsisRank > 10) return ctx_.error("an ellipsis of more than 10 dims is not supported");
+    auto ellipsisLabels = [](int64_t from, int64_t to) {
+      std::string labels;
+      for (int64_t k = from; k < to; ++k) labels += static_cast<char>('0' + k);
+      return labels;
+    };
+    for (size_t i = 0; i < terms.size(); ++i) {
+      for (char c : terms[i])
+        if (!std::isalpha(static_cast<unsigned char>(c)) && c != '.')
+          return ctx_.error("equation '" + *eq + "' has an invalid label '" + std::string(1, c) + "'");
+      const size_t at = terms[i].find("...");
+      if (at != std::string::npos)
+        terms[i].replace(at, 3, ellipsisLabels(ellipsisRank - ellipsisDims[i], ellipsisRank));
+      if (terms[i].find('.') != std::string::npos)
+        return ctx_.error("equation '" + *eq + "' has a '.' outside an ellipsis");
+    }
+    // Labels appearing once in the whole equation (a label repeated within
+    // an operand counts twice, so "ii" is a trace) form the implicit output.
+    std::map<char, int> counts;
+    for (const std::string& t : terms)
+      for (char c : t) ++counts[c];
+    if (!explicitOutput) {
+      rhs = ellipsisLabels(0, ellipsisRank);
+      for (auto [c, n] : counts)
+        if (n == 1 && std::isalpha(static_cast<unsigned char>(c))) rhs += c;
+    } else {
+      for (char c : rhs)
+        if (!std::isalpha(static_cast<unsigned char>(c)) && c != '.')
+          return ctx_.error("equation '" + *eq + "' has an invalid output label '" + std::string(1, c) + "'");
+      if (const size_t at = rhs.find("..."); at != std::string::npos)
+        rhs.replace(at, 3, ellipsisLabels(0, ellipsisRank));
+      if (rhs.find('.') != std::string::npos)
+        return ctx_.error("equation '" + *eq + "' has a '.' outside an ellipsis in its output");
+    }
+    for (char c : rhs) {
+      if (!counts.count(c)) return ctx_.error("output label '" + std::string(1, c) + "' appears in no operand");
+      if (std::count(rhs.begin(), rhs.end(), c) > 1)
+        return ctx_.error("output label '" + std::string(1, c) + "' is repeated in equation '" + *eq + "'");
+    }
+    for (size_t i = 0; i < terms.size(); ++i) {
+      if (operands[i]->type().rank() != static_cast<int64_t>(terms[i].size()))
+        return ctx_.error("operand " + std::to_string(i) + " " + operands[i]->type().str() + " does not have the " +
+                          std::to_string(terms[i].size()) + " dims of '" + terms[i] + "'");
+      auto d = diagonal(operands[i], terms[i]);
+      if (!d) return d.takeError();
+      operands[i] = *d;
     }
     // Sum out labels that only one operand has and the output lacks.
     for (size_t i = 0; i < terms.size(); ++i) {
@@ -481,6 +525,49 @@ class EinsumLowering {
   }
 
  private:
+  /// `v` with each label repeated within `term` taken once, on the diagonal:
+  /// the two dims moved last, flattened, and every (n+1)-th element sliced
+  /// out. `term` becomes the labels of the result.
+  Expected<Value*> diagonal(Value* v, std::string& term) {
+    while (true) {
+      size_t first = 0, second = std::string::npos;
+      for (size_t d = 0; d < term.size() && second == std::string::npos; ++d) {
+        first = d;
+        second = term.find(term[d], d + 1);
+      }
+      if (second == std::string::npos) return v;
+      const Shape& shape = v->type().shape;
+      const int64_t n = shape[first].size;
+      if (shape[second].size != n)
+        return ctx_.error("label '" + std::string(1, term[first]) + "' is repeated over dims of sizes " +
+                          std::to_string(n) + " and " + std::to_string(shape[second].size));
+      std::vector<int64_t> perm;
+      std::string rest;
+      Shape flat;
+      for (size_t d = 0; d < term.size(); ++d)
+        if (d != first && d != second) {
+          perm.push_back(static_cast<int64_t>(d));
+          rest += term[d];
+          flat.push_back(shape[d]);
+        }
+      perm.push_back(static_cast<int64_t>(first));
+      perm.push_back(static_cast<int64_t>(second));
+      flat.push_back(Dim::fixed(n * n));
+      auto t = ctx_.emit(OpKind::Transpose, {v}, {{"perm", Attribute(perm)}});
+      if (!t) return t;
+      auto r = reshapeTo(ctx_, *t, flat);
+      if (!r) return r;
+      std::vector<int64_t> starts(flat.size(), 0), ends, steps(flat.size(), 1);
+      for (const Dim& d : flat) ends.push_back(d.size);
+      steps.back() = n + 1;
+      auto diag = ctx_.emit(OpKind::Slice, {*r},
+                            {{"starts", Attribute(starts)}, {"ends", Attribute(ends)}, {"steps", Attribute(steps)}});
+      if (!diag) return diag;
+      v = *diag;
+      term = rest + term[first];
+    }
+  }
+
   /// `v` (labels `have`) transposed to `want` and reshaped to one dim per group.
   Expected<Value*> arrange(Value* v, const std::string& have, const std::string& want,
                            std::initializer_list<std::string> groups) {

@@ -1,7 +1,7 @@
 // The contract between the ONNX importer's core (OnnxImporter.cpp: reading
 // the model, opsets, initializers, graph inputs and outputs, topological
 // order, import-time constant folding) and the per-op converters (one table
-// per file: MathOps.cpp, TensorOps.cpp, NNOps.cpp). A converter turns one
+// per file: MathOps.cpp, TensorOps.cpp, NNOps.cpp, VisionOps.cpp). A converter turns one
 // NodeProto into Kiln IR through its NodeContext, following the semantics of
 // the node's opset (ctx.opset()), and never silently drops an attribute or
 // input it does not handle: it returns ctx.error(...) naming it instead.
@@ -94,6 +94,7 @@ struct OpConverter {
 std::span<const OpConverter> mathConverters();    // MathOps.cpp: elementwise, comparison, logic, cast, reductions, matmul/gemm
 std::span<const OpConverter> tensorConverters();  // TensorOps.cpp: shape, layout, indexing, constants, control-free utilities
 std::span<const OpConverter> nnConverters();      // NNOps.cpp: conv, pooling, normalization, activations, dropout, rnn/lstm/gru, resize, losses
+std::span<const OpConverter> visionConverters();  // VisionOps.cpp: GridSample, RoiAlign, MaxUnpool
 
 /// The converter for `opType` in `domain` at `opset`, or null.
 const OpConverter* findConverter(std::string_view domain, std::string_view opType, int64_t opset);
