@@ -1084,13 +1084,12 @@ Result inferQuantizedContraction(const ShapeQuery& q) {
   if (!isInt8(operand(q, 0).dtype))
     return fail(q, "operand 0 has dtype " + std::string(dtypeName(operand(q, 0).dtype)) + ", expected u8 or i8");
   if (operand(q, 1).dtype != DType::I8)
-    return fail(q, "operand 1 (the weights) has dtype " + std::string(dtypeName(operand(q, 1).dtype)) +
-                       ", expected i8");
+    return fail(q,
+                "operand 1 (the weights) has dtype " + std::string(dtypeName(operand(q, 1).dtype)) + ", expected i8");
   if (!conv) KILN_TRY(expectRank(q, 1, 2, "w[K, N]"));
   auto declared = declaredType(q);
   if (!declared) return declared.takeError();
-  if (!isInt8(declared->dtype))
-    return fail(q, "declared result type " + declared->str() + " must be u8 or i8");
+  if (!isInt8(declared->dtype)) return fail(q, "declared result type " + declared->str() + " must be u8 or i8");
   const std::vector<TensorType> floats = {{DType::F32, shapeOf(q, 0)}, {DType::F32, shapeOf(q, 1)}};
   auto shape = inferResultTypes(ShapeQuery{conv ? OpKind::Conv : OpKind::MatMul, floats, q.attrs, {}, q.loc});
   if (!shape) return fail(q, std::string(conv ? "as a convolution: " : "as a matmul: ") + shape.error().message());
@@ -1098,14 +1097,14 @@ Result inferQuantizedContraction(const ShapeQuery& q) {
   const Dim& channels = conv ? result[1] : result.back();
   const char* why = conv ? "one per output channel" : "one per output column";
   if (operand(q, 2).dtype != DType::F32)
-    return fail(q, "operand 2 (the scales) has dtype " + std::string(dtypeName(operand(q, 2).dtype)) +
-                       ", expected f32");
+    return fail(q,
+                "operand 2 (the scales) has dtype " + std::string(dtypeName(operand(q, 2).dtype)) + ", expected f32");
   KILN_TRY(expectRank(q, 2, 1, why));
   KILN_TRY(expectDim(q, 2, 0, channels, why));
   if (q.operands.size() == 4) {
     if (operand(q, 3).dtype != DType::I32)
-      return fail(q, "operand 3 (the bias) has dtype " + std::string(dtypeName(operand(q, 3).dtype)) +
-                         ", expected i32");
+      return fail(q,
+                  "operand 3 (the bias) has dtype " + std::string(dtypeName(operand(q, 3).dtype)) + ", expected i32");
     KILN_TRY(expectRank(q, 3, 1, why));
     KILN_TRY(expectDim(q, 3, 0, channels, why));
   }

@@ -159,7 +159,8 @@ std::optional<Fold> match(Op& quantize) {
   if (!conv) {
     if (wv->type().rank() != 2) return std::nullopt;
     const Op* t = wv->definingOp();
-    if (t && t->kind() == OpKind::Transpose && wv->users().size() == 1 && t->getInts("perm") == std::vector<int64_t>{1, 0}) {
+    if (t && t->kind() == OpKind::Transpose && wv->users().size() == 1 &&
+        t->getInts("perm") == std::vector<int64_t>{1, 0}) {
       transposed = true;
       wv = t->operand(0);
     }
@@ -265,8 +266,8 @@ class FoldQdqPass : public Pass {
         if (fold->bias) created.push_back(constant(std::move(*fold->bias)));
         Value* x = fold->x;
         if (fold->xShape) {
-          created.push_back(f->insert(
-              q, Op::create(OpKind::Reshape, {x}, {TensorType{x->type().dtype, *fold->xShape}}, {}, loc)));
+          created.push_back(
+              f->insert(q, Op::create(OpKind::Reshape, {x}, {TensorType{x->type().dtype, *fold->xShape}}, {}, loc)));
           x = created.back()->result();
         }
         std::vector<Value*> operands = {x};

@@ -454,8 +454,7 @@ Status QConv(const KernelCall& c) {
           for (int64_t kp = 0; kp < kernelSize; ++kp) {
             const int64_t pos = windowPosition(outIndex, window->taps[kp], *window, inDims);
             if (pos < 0) continue;  // padding holds x's zero point: it adds nothing
-            acc += (xv[(nb * channels + channel) * inSize + pos] - xZero) *
-                   wv[(mo * groupIn + ci) * kernelSize + kp];
+            acc += (xv[(nb * channels + channel) * inSize + pos] - xZero) * wv[(mo * groupIn + ci) * kernelSize + kp];
           }
         }
         out.setInt((nb * outChannels + mo) * outSize + o, requantize(acc, scale, relu, yZero, out.dtype()));

@@ -610,11 +610,13 @@ Status CpuProgram::validate() const {
     // result as the types it names (f32 calls, all f32, are checked as
     // ever by their slots' dims).
     if (c.quantized()) {
-      auto typeOfBuffer = [&](int b) { return slots[static_cast<size_t>(b == buffers ? s.result : s.operands[b])].type.dtype; };
+      auto typeOfBuffer = [&](int b) {
+        return slots[static_cast<size_t>(b == buffers ? s.result : s.operands[b])].type.dtype;
+      };
       const DType want[] = {c.srcType, DType::I8, DType::I32};
       bool fits = typeOfBuffer(buffers) == c.dstType && c.dstType != DType::F32;
       for (size_t k = 0; k < c.operands.size(); ++k) fits = fits && typeOfBuffer(c.operands[k]) == want[k];
-      const int64_t channels = c.resultDims.size() < 2 ? 0
+      const int64_t channels = c.resultDims.size() < 2               ? 0
                                : c.kind == LibraryCall::Kind::MatMul ? c.resultDims.back()
                                                                      : c.resultDims[1];
       if (!fits || static_cast<int64_t>(c.scales.size()) != channels)

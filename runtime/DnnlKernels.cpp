@@ -248,7 +248,8 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
   if (quantized) {
     if (call.kind != LibraryCall::Kind::MatMul && call.kind != LibraryCall::Kind::Conv)
       return Error("only matmuls and convolutions are quantized");
-    if (call.dstType == DType::F32 || call.scales.empty()) return Error("a quantized call needs an int8 result and scales");
+    if (call.dstType == DType::F32 || call.scales.empty())
+      return Error("a quantized call needs an int8 result and scales");
     for (const PostOp& p : postOps)
       if (p.kind != PostOp::Kind::Relu) return Error("a quantized call takes relu as its only post-op");
   }
@@ -351,8 +352,9 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
           matmulBias ? dnnl::matmul::desc(amd, anyB, biasMd, cmd) : dnnl::matmul::desc(amd, anyB, cmd), attr, engine);
       chosenImpl = pd.impl_info_str();
       impl->work = libraryCallWork(call);
-      impl->description = std::string(quantized ? "onednn int8 matmul " : "onednn matmul ") + dimsText(ad) + "x" + dimsText(bd) + postText + " (" + chosenImpl +
-                          (pd.weights_desc() != bmd ? ", packed b" : "") + ")";
+      impl->description = std::string(quantized ? "onednn int8 matmul " : "onednn matmul ") + dimsText(ad) + "x" +
+                          dimsText(bd) + postText + " (" + chosenImpl + (pd.weights_desc() != bmd ? ", packed b" : "") +
+                          ")";
       if (describeOnly) return chosenImpl;
       impl->primitive = dnnl::matmul(pd);
       impl->args[DNNL_ARG_SRC] = memory(amd, engine, DNNL_MEMORY_NONE);
@@ -539,9 +541,11 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       chosenImpl = chosen.impl;
       impl->work = libraryCallWork(call);
       const bool blocked = chosen.src != xmd || chosen.weights != wmd || chosen.dst != ymd;
-      impl->description = std::string(transposed ? "onednn deconv " : quantized ? "onednn int8 conv " : "onednn conv ") + dimsText(x) + "*" +
-                          dimsText(wd) + postText + " (" + chosen.impl + (blocked ? ", blocked" : "") +
-                          (call.channelsLast ? ", channels last" : "") + ")";
+      impl->description = std::string(transposed  ? "onednn deconv "
+                                      : quantized ? "onednn int8 conv "
+                                                  : "onednn conv ") +
+                          dimsText(x) + "*" + dimsText(wd) + postText + " (" + chosen.impl +
+                          (blocked ? ", blocked" : "") + (call.channelsLast ? ", channels last" : "") + ")";
       if (describeOnly) return chosenImpl;
       auto isConstant = [&](size_t operand) {
         const int buffer = operandBuffer[operand];

@@ -20,8 +20,8 @@ namespace {
 using codegen::CpuExecutor;
 
 /// A constant of `dtype` and `dims` with integers drawn from [lo, hi].
-std::string randomConstant(const std::string& name, const std::string& dtype, const std::vector<int64_t>& dims,
-                           int lo, int hi, std::mt19937& rng) {
+std::string randomConstant(const std::string& name, const std::string& dtype, const std::vector<int64_t>& dims, int lo,
+                           int hi, std::mt19937& rng) {
   std::uniform_int_distribution<int> value(lo, hi);
   int64_t count = 1;
   std::string type = dtype + "[";
