@@ -959,6 +959,9 @@ constexpr LowerFn ConvTranspose = lowerConvTranspose;
 constexpr LowerFn ConvWeightGrad = lowerConvWeightGrad;
 constexpr LowerFn MaxPool = lowerMaxPool;
 constexpr LowerFn AvgPool = lowerAvgPool;
+// Quantized contractions run only as oneDNN int8 library calls (select-library).
+constexpr LowerFn QConv = nullptr;
+constexpr LowerFn QMatMul = nullptr;
 constexpr LowerFn RandomUniform = lowerRandomUniform;
 constexpr LowerFn RandomNormal = lowerRandomNormal;
 // Composites are decomposed (-O2) before lowering.
@@ -978,6 +981,8 @@ constexpr LowerFn Attention = nullptr;
 constexpr LowerFn CrossEntropy = nullptr;
 constexpr LowerFn NllLoss = nullptr;
 constexpr LowerFn MseLoss = nullptr;
+constexpr LowerFn Quantize = nullptr;
+constexpr LowerFn Dequantize = nullptr;
 constexpr LowerFn Return = nullptr;
 // A check runs on the host before the step that reads its operand.
 constexpr LowerFn Check = nullptr;
@@ -1017,6 +1022,9 @@ std::string whyNotLowerable(const Op& op) {
     }
     return {};
   }
+  if (op.kind() == OpKind::QConv || op.kind() == OpKind::QMatMul)
+    return "'" + std::string(op.name()) +
+           "' (int8) is computed only by a library call (oneDNN on the CPU), which this target did not take";
   if (!loweringFor(op.kind())) return "no CPU lowering for '" + std::string(op.name()) + "' yet";
   auto check = [&](const Value* v) -> std::string {
     if (!v->type().isStatic()) return "'" + std::string(op.name()) + "' with a non-static type " + v->type().str();
@@ -1027,10 +1035,13 @@ std::string whyNotLowerable(const Op& op) {
   for (const Value* v : op.results())
     if (std::string why = check(v); !why.empty()) return why;
   const OpKind k = op.kind();
-  if ((k == OpKind::Conv || k == OpKind::ConvTranspose || k == OpKind::ConvWeightGrad || k == OpKind::AvgPool) &&
+  // An integer conv (ONNX ConvInteger's exact int32 sum) wraps as integer
+  // arithmetic does everywhere; the others are lowered for floats only.
+  if ((k == OpKind::ConvTranspose || k == OpKind::ConvWeightGrad || k == OpKind::AvgPool) &&
       !isFloat(op.result()->type().dtype))
     return "'" + std::string(op.name()) + "' on " + std::string(dtypeName(op.result()->type().dtype)) +
-           " (convolutions and average pooling are lowered for floats only)";
+           " (transposed convolutions, their weight gradients and average pooling are lowered for floats only)";
+  if (k == OpKind::Conv && op.result()->type().dtype == DType::Bool) return "'conv' on bool";
   return {};
 }
 

@@ -1031,6 +1031,96 @@ Result inferMseLoss(const ShapeQuery& q) {
   return lossResult(q, operand(q, 0).dtype, std::move(*shape));
 }
 
+// --- Quantization -------------------------------------------------------------
+
+bool isInt8(DType t) { return t == DType::U8 || t == DType::I8; }
+
+/// Operand `i` (a scale or zero point) is a scalar, a one-element vector, or
+/// one value per index of dim `axis` of operand 0.
+Status expectPerAxis(const ShapeQuery& q, size_t i, std::string_view what) {
+  if (rankOf(q, i) == 0) return Status::success();
+  if (rankOf(q, i) != 1)
+    return fail(q, operandName(i) + " (the " + std::string(what) + ") has type " + operand(q, i).str() +
+                       ", expected a scalar or a vector along `axis`");
+  const Dim& n = shapeOf(q, i)[0];
+  if (n.isStatic() && n.size == 1) return Status::success();
+  if (rankOf(q, 0) == 0)
+    return fail(q, operandName(i) + " (the " + std::string(what) + ") is a vector but operand 0 is a scalar");
+  auto axis = axisAttr(q, "axis", rankOf(q, 0));
+  if (!axis) return axis.takeError();
+  return expectDim(q, i, 0, shapeOf(q, 0)[static_cast<size_t>(*axis)],
+                   "operand 0's dim " + std::to_string(*axis) + ", the quantization axis");
+}
+
+/// quantize(x, scale, zero_point): x's shape in zero_point's dtype (u8, i8).
+Result inferQuantize(const ShapeQuery& q) {
+  KILN_TRY(expectDType(q, 0, DTypes::Float));
+  KILN_TRY(expectSameDType(q, 0, 1));
+  if (!isInt8(operand(q, 2).dtype))
+    return fail(q, "operand 2 (the zero point) has dtype " + std::string(dtypeName(operand(q, 2).dtype)) +
+                       ", expected u8 or i8 (it gives the result's dtype)");
+  KILN_TRY(expectPerAxis(q, 1, "scale"));
+  KILN_TRY(expectPerAxis(q, 2, "zero point"));
+  return Types{{operand(q, 2).dtype, shapeOf(q, 0)}};
+}
+
+/// dequantize(x, scale, zero_point): x's shape in scale's dtype.
+Result inferDequantize(const ShapeQuery& q) {
+  const DType x = operand(q, 0).dtype;
+  if (!isInt8(x) && x != DType::I32)
+    return fail(q, "operand 0 has dtype " + std::string(dtypeName(x)) + ", expected u8, i8 or i32");
+  KILN_TRY(expectDType(q, 1, DTypes::Float));
+  KILN_TRY(expectSameDType(q, 0, 2));
+  KILN_TRY(expectPerAxis(q, 1, "scale"));
+  KILN_TRY(expectPerAxis(q, 2, "zero point"));
+  return Types{{operand(q, 1).dtype, shapeOf(q, 0)}};
+}
+
+/// qconv and qmatmul: the shape of the float conv or matmul of x and w (a
+/// query of that op on the same attributes), in the declared dtype (u8 or
+/// i8); scale f32[M] and bias i32[M] per output channel.
+Result inferQuantizedContraction(const ShapeQuery& q) {
+  const bool conv = q.kind == OpKind::QConv;
+  if (!isInt8(operand(q, 0).dtype))
+    return fail(q, "operand 0 has dtype " + std::string(dtypeName(operand(q, 0).dtype)) + ", expected u8 or i8");
+  if (operand(q, 1).dtype != DType::I8)
+    return fail(q,
+                "operand 1 (the weights) has dtype " + std::string(dtypeName(operand(q, 1).dtype)) + ", expected i8");
+  if (!conv) KILN_TRY(expectRank(q, 1, 2, "w[K, N]"));
+  auto declared = declaredType(q);
+  if (!declared) return declared.takeError();
+  if (!isInt8(declared->dtype)) return fail(q, "declared result type " + declared->str() + " must be u8 or i8");
+  const std::vector<TensorType> floats = {{DType::F32, shapeOf(q, 0)}, {DType::F32, shapeOf(q, 1)}};
+  auto shape = inferResultTypes(ShapeQuery{conv ? OpKind::Conv : OpKind::MatMul, floats, q.attrs, {}, q.loc});
+  if (!shape) return fail(q, std::string(conv ? "as a convolution: " : "as a matmul: ") + shape.error().message());
+  const Shape& result = (*shape)[0].shape;
+  const Dim& channels = conv ? result[1] : result.back();
+  const char* why = conv ? "one per output channel" : "one per output column";
+  if (operand(q, 2).dtype != DType::F32)
+    return fail(q,
+                "operand 2 (the scales) has dtype " + std::string(dtypeName(operand(q, 2).dtype)) + ", expected f32");
+  KILN_TRY(expectRank(q, 2, 1, why));
+  KILN_TRY(expectDim(q, 2, 0, channels, why));
+  if (q.operands.size() == 4) {
+    if (operand(q, 3).dtype != DType::I32)
+      return fail(q,
+                  "operand 3 (the bias) has dtype " + std::string(dtypeName(operand(q, 3).dtype)) + ", expected i32");
+    KILN_TRY(expectRank(q, 3, 1, why));
+    KILN_TRY(expectDim(q, 3, 0, channels, why));
+  }
+  for (const char* name : {"x_zero_point", "y_zero_point"}) {
+    auto zp = intAttr(q, name);
+    if (!zp) return zp.takeError();
+    const int64_t lo = operand(q, 0).dtype == DType::U8 ? 0 : -128, hi = lo + 255;
+    const int64_t ylo = declared->dtype == DType::U8 ? 0 : -128, yhi = ylo + 255;
+    const bool isX = std::string_view(name) == "x_zero_point";
+    if (*zp < (isX ? lo : ylo) || *zp > (isX ? hi : yhi))
+      return fail(q, "attribute '" + std::string(name) + "' = " + std::to_string(*zp) + " is out of range for " +
+                         std::string(dtypeName(isX ? operand(q, 0).dtype : declared->dtype)));
+  }
+  return Types{{declared->dtype, result}};
+}
+
 Result inferReturn(const ShapeQuery&) { return Types{}; }
 
 /// A fused op's results are what its region returns, which a ShapeQuery
@@ -1148,6 +1238,8 @@ template <> constexpr Rule kOwnRule<OpKind::MatMul> = &inferMatMul;
 template <> constexpr Rule kOwnRule<OpKind::Conv> = &inferConv;
 template <> constexpr Rule kOwnRule<OpKind::ConvTranspose> = &inferConvTranspose;
 template <> constexpr Rule kOwnRule<OpKind::ConvWeightGrad> = &inferConvWeightGrad;
+template <> constexpr Rule kOwnRule<OpKind::QConv> = &inferQuantizedContraction;
+template <> constexpr Rule kOwnRule<OpKind::QMatMul> = &inferQuantizedContraction;
 template <> constexpr Rule kOwnRule<OpKind::Softmax> = &inferAlongAxis;
 template <> constexpr Rule kOwnRule<OpKind::LogSoftmax> = &inferAlongAxis;
 template <> constexpr Rule kOwnRule<OpKind::LayerNorm> = &inferLayerNorm;
@@ -1160,6 +1252,8 @@ template <> constexpr Rule kOwnRule<OpKind::Attention> = &inferAttention;
 template <> constexpr Rule kOwnRule<OpKind::CrossEntropy> = &inferClassLoss;
 template <> constexpr Rule kOwnRule<OpKind::NllLoss> = &inferClassLoss;
 template <> constexpr Rule kOwnRule<OpKind::MseLoss> = &inferMseLoss;
+template <> constexpr Rule kOwnRule<OpKind::Quantize> = &inferQuantize;
+template <> constexpr Rule kOwnRule<OpKind::Dequantize> = &inferDequantize;
 template <> constexpr Rule kOwnRule<OpKind::Fused> = &inferFused;
 // clang-format on
 

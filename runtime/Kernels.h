@@ -246,6 +246,8 @@ Status ConvTranspose(const KernelCall&);
 Status ConvWeightGrad(const KernelCall&);
 Status MaxPool(const KernelCall&);
 Status AvgPool(const KernelCall&);
+Status QConv(const KernelCall&);
+Status QMatMul(const KernelCall&);
 
 // RandomKernels.cpp
 Status RandomUniform(const KernelCall&);
@@ -265,6 +267,8 @@ Status Attention(const KernelCall&);
 Status CrossEntropy(const KernelCall&);
 Status NllLoss(const KernelCall&);
 Status MseLoss(const KernelCall&);
+Status Quantize(const KernelCall&);
+Status Dequantize(const KernelCall&);
 
 // RecurrentKernels.cpp
 Status Rnn(const KernelCall&);

@@ -942,88 +942,61 @@ Status convertDet(NodeContext& ctx) {
 }
 
 // --- Quantization ----------------------------------------------------------------
+// QuantizeLinear and DequantizeLinear become Kiln's `quantize` and
+// `dequantize` (composites), which the `fold-qdq` pass recognizes around
+// convolutions and matmuls; a missing zero point is a zero of the default
+// dtype (u8; i32 for a dequantized int32 bias).
 
-/// `scale` (a scalar or a 1-D tensor along `axis` of `x`) shaped to broadcast against `x`.
-Expected<Value*> perAxis(NodeContext& ctx, Value* scale, const TensorType& x) {
-  if (scale->type().rank() == 0 || x.rank() == 0) return scale;
-  if (scale->type().rank() != 1)
-    return ctx.error("scale and zero point must be scalars or 1-D, got " + scale->type().str());
-  if (scale->type().shape[0].isStatic() && scale->type().shape[0].size == 1 && ctx.opset() < 13) return scale;
-  auto axisAttr = ctx.intAttr("axis", 1);
-  if (!axisAttr) return axisAttr.takeError();
-  auto axis = normalizeAxis(ctx, *axisAttr, x.rank());
+/// The `axis` attribute of a per-axis scale, as a Kiln attribute map.
+Expected<AttrMap> quantizationAxis(NodeContext& ctx) {
+  auto axis = ctx.intAttr("axis", 1);
   if (!axis) return axis.takeError();
-  Shape shape(static_cast<size_t>(x.rank()), Dim::fixed(1));
-  shape[static_cast<size_t>(*axis)] = scale->type().shape[0];
-  return reshapeTo(ctx, scale, std::move(shape));
+  return AttrMap{{"axis", Attribute(*axis)}};
 }
 
-/// round(x / scale) + zero point, saturated to `dtype` (u8 or i8).
-Expected<Value*> quantize(NodeContext& ctx, Value* x, Value* scale, Value* zeroPoint, DType dtype) {
-  const DType f = x->type().dtype;
-  Chain c(ctx);
-  Value* q = c.op(OpKind::Round, {c.op(OpKind::Div, {x, scale})});
-  if (zeroPoint) {
-    auto zp = castTo(ctx, zeroPoint, f);
-    if (!zp) return zp.takeError();
-    q = c.op(OpKind::Add, {q, *zp});
-  }
-  const double lo = dtype == DType::U8 ? 0 : -128, hi = dtype == DType::U8 ? 255 : 127;
-  q = c.op(OpKind::Min, {c.op(OpKind::Max, {q, c.scalar(f, lo)}), c.scalar(f, hi)});
-  KILN_TRY(c.finish(nullptr));
-  return castTo(ctx, q, dtype);
+/// The zero point input `i`, or a scalar zero of `dtype` when it is absent.
+Expected<Value*> zeroPointOr(NodeContext& ctx, size_t i, DType dtype) {
+  if (!ctx.hasInput(i)) return ctx.scalar(dtype, 0);
+  return ctx.input(i);
+}
+
+/// round(x / scale) + zero point, saturated to `dtype` (u8 or i8); `scale`
+/// and `zeroPoint` scalars or vectors along `axis`.
+Expected<Value*> quantize(NodeContext& ctx, Value* x, Value* scale, Value* zeroPoint, AttrMap axis = {}) {
+  const DType dtype = zeroPoint->type().dtype;
+  if (dtype != DType::U8 && dtype != DType::I8)
+    return ctx.error("zero point must be uint8 or int8, got " + std::string(dtypeName(dtype)));
+  auto sc = castTo(ctx, scale, x->type().dtype);
+  if (!sc) return sc.takeError();
+  return ctx.emit(OpKind::Quantize, {x, *sc, zeroPoint}, std::move(axis));
 }
 
 Status convertQuantizeLinear(NodeContext& ctx) {
   KILN_INPUT(x, 0);
   KILN_INPUT(scale, 1);
-  Value* zp = nullptr;
-  DType dtype = DType::U8;
-  if (ctx.hasInput(2)) {
-    KILN_INPUT(z, 2);
-    dtype = z->type().dtype;
-    auto r = perAxis(ctx, z, x->type());
-    if (!r) return r.takeError();
-    zp = *r;
-  }
-  if (dtype != DType::U8 && dtype != DType::I8)
-    return ctx.error("zero point must be uint8 or int8, got " + std::string(dtypeName(dtype)));
-  auto s = perAxis(ctx, scale, x->type());
-  if (!s) return s.takeError();
-  auto sc = castTo(ctx, *s, x->type().dtype);
-  if (!sc) return sc.takeError();
-  return setOutput0(ctx, quantize(ctx, x, *sc, zp, dtype));
+  auto zp = zeroPointOr(ctx, 2, DType::U8);
+  if (!zp) return zp.takeError();
+  auto axis = quantizationAxis(ctx);
+  if (!axis) return axis.takeError();
+  return setOutput0(ctx, quantize(ctx, x, scale, *zp, std::move(*axis)));
 }
 
-/// (x - zero point) * scale in `f`.
-Expected<Value*> dequantize(NodeContext& ctx, Value* x, Value* scale, Value* zeroPoint) {
-  const DType f = scale->type().dtype;
-  auto xf = castTo(ctx, x, f);
-  if (!xf) return xf.takeError();
-  Value* v = *xf;
-  if (zeroPoint) {
-    auto zf = castTo(ctx, zeroPoint, f);
-    if (!zf) return zf.takeError();
-    auto d = ctx.emit(OpKind::Sub, {v, *zf});
-    if (!d) return d.takeError();
-    v = *d;
-  }
-  return ctx.emit(OpKind::Mul, {v, scale});
+/// (x - zero point) * scale in scale's dtype.
+Expected<Value*> dequantize(NodeContext& ctx, Value* x, Value* scale, Value* zeroPoint, AttrMap axis = {}) {
+  const DType dtype = x->type().dtype;
+  if (dtype != DType::U8 && dtype != DType::I8 && dtype != DType::I32)
+    return ctx.error("expects a uint8, int8 or int32 input, got " + x->type().str());
+  return ctx.emit(OpKind::Dequantize, {x, scale, zeroPoint}, std::move(axis));
 }
 
 Status convertDequantizeLinear(NodeContext& ctx) {
   KILN_INPUT(x, 0);
   KILN_INPUT(scale, 1);
-  auto s = perAxis(ctx, scale, x->type());
-  if (!s) return s.takeError();
-  Value* zp = nullptr;
-  if (ctx.hasInput(2)) {
-    KILN_INPUT(z, 2);
-    auto r = perAxis(ctx, z, x->type());
-    if (!r) return r.takeError();
-    zp = *r;
-  }
-  return setOutput0(ctx, dequantize(ctx, x, *s, zp));
+  auto zp = zeroPointOr(ctx, 2, x->type().dtype);
+  if (!zp) return zp.takeError();
+  auto axis = quantizationAxis(ctx);
+  if (!axis) return axis.takeError();
+  return setOutput0(ctx, dequantize(ctx, x, scale, *zp, std::move(*axis)));
 }
 
 Status convertDynamicQuantizeLinear(NodeContext& ctx) {
@@ -1047,7 +1020,7 @@ Status convertDynamicQuantizeLinear(NodeContext& ctx) {
   KILN_TRY(c.finish(nullptr));
   auto zp = castTo(ctx, zpr, DType::U8);
   if (!zp) return zp.takeError();
-  auto y = quantize(ctx, x, scale, *zp, DType::U8);
+  auto y = quantize(ctx, x, scale, *zp);
   if (!y) return y.takeError();
   ctx.setOutput(0, *y);
   ctx.setOutput(1, scale);
@@ -1088,15 +1061,15 @@ Status convertQLinearMatMul(NodeContext& ctx) {
     KILN_INPUT(v, i);
     in.push_back(v);
   }
-  auto a = dequantize(ctx, in[0], in[1], in[2]);
+  // a's scale and zero point are per row (axis 0 of a 2-D a), b's per
+  // column (its last axis): the `dequantize` of each with that axis.
+  auto a = dequantize(ctx, in[0], in[1], in[2], {{"axis", Attribute(int64_t{-2})}});
   if (!a) return a.takeError();
-  auto b = dequantize(ctx, in[3], in[4], in[5]);
+  auto b = dequantize(ctx, in[3], in[4], in[5], {{"axis", Attribute(int64_t{-1})}});
   if (!b) return b.takeError();
   auto mm = ctx.emit(OpKind::MatMul, {*a, *b});
   if (!mm) return mm.takeError();
-  const DType dtype = in[7]->type().dtype;
-  if (dtype != DType::U8 && dtype != DType::I8) return ctx.error("y_zero_point must be uint8 or int8");
-  return setOutput0(ctx, quantize(ctx, *mm, in[6], in[7], dtype));
+  return setOutput0(ctx, quantize(ctx, *mm, in[6], in[7], {{"axis", Attribute(int64_t{-1})}}));
 }
 
 // --- Training ops (ai.onnx.preview.training) ----------------------------------------

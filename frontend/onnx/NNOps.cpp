@@ -164,6 +164,80 @@ Status convertConv(NodeContext &ctx) {
   return e.status();
 }
 
+/// The attributes of Kiln's conv for an ONNX Conv-like node on x and w.
+AttrMap convAttributes(NNEmitter &e, Value *x, Value *w) {
+  std::vector<int64_t> kernel = convKernel(e, w->type());
+  WindowAttrs win = readWindow(e, x->type(), kernel, true);
+  int64_t groups = e.intAttr("group", 1);
+  return {{"strides", Attribute(win.strides)},
+          {"pads", Attribute(win.pads)},
+          {"dilations", Attribute(win.dilations)},
+          {"groups", Attribute(groups)}};
+}
+
+/// `zeroPoint` (a scalar, or a vector along dim `axis` of a rank-`rank`
+/// tensor) shaped to broadcast against that tensor.
+Value *alongAxis(NNEmitter &e, Value *zeroPoint, int64_t axis, int64_t rank) {
+  const TensorType &t = zeroPoint->type();
+  if (t.rank() == 0 || (t.rank() == 1 && t.shape[0].isStatic() && t.shape[0].size == 1))
+    return e.reshape(zeroPoint, {});
+  Shape shape(static_cast<size_t>(rank), Dim::fixed(1));
+  shape[static_cast<size_t>(axis)] = t.shape[0];
+  return e.reshape(zeroPoint, std::move(shape));
+}
+
+/// ConvInteger: the exact int32 convolution of (x - x_zero_point) by
+/// (w - w_zero_point), w's zero point per output channel.
+Status convertConvInteger(NodeContext &ctx) {
+  NNEmitter e(ctx);
+  e.expectOnlyAttributes({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+  Value *x = e.input(0);
+  Value *w = e.input(1);
+  if (!expectMinRank(e, x, 3, "X") || !expectMinRank(e, w, 3, "W")) return e.status();
+  AttrMap attrs = convAttributes(e, x, w);
+  Value *xi = e.cast(x, DType::I32);
+  Value *wi = e.cast(w, DType::I32);
+  if (Value *zp = e.optionalInput(2)) xi = e.sub(xi, e.cast(alongAxis(e, zp, 1, x->type().rank()), DType::I32));
+  if (Value *zp = e.optionalInput(3)) wi = e.sub(wi, e.cast(alongAxis(e, zp, 0, w->type().rank()), DType::I32));
+  e.setOutput(0, e.emit(OpKind::Conv, {xi, wi}, std::move(attrs)));
+  return e.status();
+}
+
+/// QLinearConv: quantize(conv(dequantize(x), dequantize(w), dequantize(bias)))
+/// with w's scale and zero point per output channel and the int32 bias at
+/// scale x_scale * w_scale; `fold-qdq` makes one int8 `qconv` of it where
+/// the weights are constant and symmetric.
+Status convertQLinearConv(NodeContext &ctx) {
+  NNEmitter e(ctx);
+  e.expectOnlyAttributes({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+  Value *x = e.input(0);
+  Value *xScale = e.input(1);
+  Value *xZero = e.input(2);
+  Value *w = e.input(3);
+  Value *wScale = e.input(4);
+  Value *wZero = e.input(5);
+  Value *yScale = e.input(6);
+  Value *yZero = e.input(7);
+  Value *bias = e.optionalInput(8);
+  if (e.failed()) return e.status();
+  if (!expectMinRank(e, x, 3, "x") || !expectMinRank(e, w, 3, "w")) return e.status();
+  for (Value *zp : {xZero, wZero, yZero})
+    if (zp->type().dtype != DType::U8 && zp->type().dtype != DType::I8)
+      return ctx.error("zero points must be uint8 or int8, got " + zp->type().str());
+  AttrMap attrs = convAttributes(e, x, w);
+  const AttrMap channels{{"axis", Attribute(int64_t{1})}}, filters{{"axis", Attribute(int64_t{0})}};
+  std::vector<Value *> operands{e.emit(OpKind::Dequantize, {x, xScale, xZero}, channels),
+                                e.emit(OpKind::Dequantize, {w, wScale, wZero}, filters)};
+  if (bias) {
+    if (bias->type().dtype != DType::I32) return ctx.error("B must be int32, got " + bias->type().str());
+    Value *biasScale = e.mul(xScale, wScale);
+    operands.push_back(e.emit(OpKind::Dequantize, {bias, biasScale, e.scalar(DType::I32, 0)}, filters));
+  }
+  Value *y = e.emit(OpKind::Conv, std::move(operands), std::move(attrs));
+  e.setOutput(0, e.emit(OpKind::Quantize, {y, yScale, yZero}, channels));
+  return e.status();
+}
+
 /// ConvTranspose. With output_shape (or auto_pad SAME_*, whose output shape
 /// is input * stride) the pads come from the total padding
 /// stride*(in-1) + output_padding + (K-1)*dilation + 1 - out: SAME_UPPER puts
@@ -930,6 +1004,8 @@ constexpr int64_t kLast = kNewestNNOpset;
 const OpConverter kNNConverters[] = {
     {"", "Conv", 1, kLast, &convertConv},
     {"", "ConvTranspose", 1, kLast, &convertConvTranspose},
+    {"", "ConvInteger", 10, kLast, &convertConvInteger},
+    {"", "QLinearConv", 10, kLast, &convertQLinearConv},
     {"", "MaxPool", 1, kLast, &convertMaxPool},
     {"", "AveragePool", 1, kLast, &convertAveragePool},
     {"", "GlobalAveragePool", 1, kLast, &convertGlobalPool<OpKind::ReduceMean>},

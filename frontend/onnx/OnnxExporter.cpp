@@ -472,6 +472,16 @@ Status exportOp(OnnxWriter& w, const Op& op) {
     }
     case OpKind::ConvWeightGrad:
       return op.emitError("cannot be exported to ONNX opset 17: ONNX has no convolution weight gradient op");
+    case OpKind::Quantize:
+    case OpKind::Dequantize:
+      attrInt(w.node(kind == OpKind::Quantize ? "QuantizeLinear" : "DequantizeLinear", in, out), "axis",
+              op.getInt("axis"));
+      return Status::success();
+    case OpKind::QConv:
+    case OpKind::QMatMul:
+      return op.emitError(
+          "cannot be exported to ONNX: an int8 contraction of fold-qdq; export the model before that pass (its "
+          "QuantizeLinear/DequantizeLinear form)");
     case OpKind::MaxPool:
     case OpKind::AvgPool: {
       if (op.getBool("channels_last"))

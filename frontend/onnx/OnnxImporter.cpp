@@ -617,7 +617,9 @@ Expected<std::vector<Value*>> NodeContextImpl::emitMulti(OpKind kind, std::vecto
   // Concat -> Reshape) must become constants because Kiln takes shapes as
   // attributes and declared types.
   const OpEvaluator* evaluator = importer_.options_.evaluator;
-  bool foldable = evaluator && !info.hasSideEffects() && kind != OpKind::Constant;
+  // A dequantize of constant weights stays: `fold-qdq` reads the integer
+  // weights through it (canonicalize folds those it leaves).
+  bool foldable = evaluator && !info.hasSideEffects() && kind != OpKind::Constant && kind != OpKind::Dequantize;
   std::vector<const DenseTensor*> constants;
   for (Value* v : operands) {
     if (!foldable) break;
