@@ -2,18 +2,23 @@
 // arithmetic at each width; u64 values from 2^63 up, which an int64 holds
 // as negative bits, compared, divided, reduced and converted as the
 // unsigned values they are; casts to and from floats and the other
-// integers; the text format; and the CPU JIT agreeing with the interpreter
-// and with the values worked by hand below.
+// integers; the text format; and the CPU JIT and the CUDA path (on the
+// emulated GPU) agreeing with the interpreter and with the values worked
+// by hand below.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <tuple>
 
 #include "codegen/CpuExecutable.h"
+#include "codegen/cuda/CudaExecutor.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
+#include "runtime/cuda/CudaContext.h"
+#include "runtime/cuda/CudaDevices.h"
 #include "test/unit/InterpreterTestSupport.h"
 #include "test/unit/TestSupport.h"
 
@@ -177,10 +182,9 @@ void expectJitAndInterpreter(const std::string& text, const std::vector<Tensor>&
   }
 }
 
-TEST(UnsignedTest, JitUsesUnsignedInstructions) {
-  // udiv, urem, icmp ult, uitofp, kiln_ftou and unsigned max/min: with
-  // signed ones each of these results would differ.
-  const std::string text =
+// udiv, urem, icmp ult, uitofp, kiln_ftou and unsigned max: with signed
+// ones each of these results would differ.
+const char* const kU64Function =
       "func @f(%a: u64[4], %b: u64[4]) -> (u64[4], u64[4], bool[4], u64[4], f64[4], u64[4], u64[]) {\n"
       "  %q = div(%a, %b) : u64[4]\n"
       "  %m = mod(%a, %b) : u64[4]\n"
@@ -191,16 +195,46 @@ TEST(UnsignedTest, JitUsesUnsignedInstructions) {
       "  %r = reduce_max(%a) {axes = [0]} : u64[]\n"
       "  return %q, %m, %lt, %mx, %f, %back, %r\n"
       "}\n";
-  const Tensor a = u64({4}, {kTop, kMax, 5, kTop + 4096});
-  const Tensor b = u64({4}, {1, 10, kTop, 3});
-  expectJitAndInterpreter(text, {a, b},
-                          {{kTop, 1844674407370955161u, 0, 3074457345618259968u},
-                           {0, 5, 5, 0},
-                           {0, 0, 1, 0},
-                           {kTop, kMax, kTop, kTop + 4096},
-                           {kTop, kMax /* 2^64 as a double */, 5, kTop + 4096},
-                           {kTop, kMax, 5, kTop + 4096},
-                           {kMax}});
+
+std::vector<Tensor> u64Inputs() { return {u64({4}, {kTop, kMax, 5, kTop + 4096}), u64({4}, {1, 10, kTop, 3})}; }
+
+const std::vector<std::vector<uint64_t>> kU64Results = {{kTop, 1844674407370955161u, 0, 3074457345618259968u},
+                                                         {0, 5, 5, 0},
+                                                         {0, 0, 1, 0},
+                                                         {kTop, kMax, kTop, kTop + 4096},
+                                                         {kTop, kMax /* 2^64 as a double */, 5, kTop + 4096},
+                                                         {kTop, kMax, 5, kTop + 4096},
+                                                         {kMax}};
+
+TEST(UnsignedTest, JitUsesUnsignedInstructions) { expectJitAndInterpreter(kU64Function, u64Inputs(), kU64Results); }
+
+TEST(UnsignedTest, CudaUsesUnsignedTypes) {
+  // The CUDA emitter's unsigned long long, kiln_ftou and unsigned
+  // reduction identity, compiled by NVRTC and run on the emulated GPU.
+  if (!std::filesystem::exists(KILN_CUDA_EMULATOR_DRIVER))
+    GTEST_SKIP() << "the emulated GPU (" KILN_CUDA_EMULATOR_DRIVER ") is not built";
+  cuda::LibrarySearchOptions emulator;
+  emulator.driverPath = KILN_CUDA_EMULATOR_DRIVER;
+  auto device = cuda::requireCudaDevice(emulator, std::nullopt);
+  ASSERT_TRUE(device) << device.error().message();
+  auto context = cuda::CudaContext::get(*device, emulator);
+  ASSERT_TRUE(context) << context.error().message();
+  auto m = parseVerified(kU64Function);
+  ASSERT_TRUE(m);
+  const Function& f = *m->functions().front();
+  auto executor = codegen::CudaExecutor::create(f, *context);
+  ASSERT_TRUE(executor) << executor.error().message();
+  auto got = (*executor)->run(u64Inputs());
+  ASSERT_TRUE(got) << got.error().message();
+  ASSERT_EQ(got->size(), kU64Results.size());
+  for (size_t r = 0; r < kU64Results.size(); ++r)
+    for (int64_t i = 0; i < (*got)[r].numElements(); ++i) {
+      const Tensor& t = (*got)[r];
+      if (isFloat(t.dtype()))
+        EXPECT_EQ(t.getDouble(i), static_cast<double>(kU64Results[r][i])) << "result " << r << " element " << i;
+      else
+        EXPECT_EQ(static_cast<uint64_t>(t.getInt(i)), kU64Results[r][i]) << "result " << r << " element " << i;
+    }
 }
 
 TEST(UnsignedTest, JitWrapsNarrowUnsignedTypes) {
