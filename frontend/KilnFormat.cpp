@@ -879,7 +879,7 @@ class ModelWriter {
     DType dtype = value.type.dtype;
     if (text_ && !isFloat(dtype) && intListIsExact(value)) {
       for (int64_t i = 0; i < n; ++i) out->add_int_values(value.getInt(i));
-    } else if (text_ && floatListsAreExact(value)) {
+    } else if (text_ && isFloat(dtype) && floatListsAreExact(value)) {
       for (int64_t i = 0; i < n; ++i) {
         if (dtype == DType::F64)
           out->add_double_values(value.getDouble(i));
