@@ -143,7 +143,7 @@ ExprPtr lowestOf(DType t) {
     case DType::I32: return kir::constantInt(t, std::numeric_limits<int32_t>::min());
     case DType::I16: return kir::constantInt(t, std::numeric_limits<int16_t>::min());
     case DType::I8: return kir::constantInt(t, std::numeric_limits<int8_t>::min());
-    default: return kir::constantInt(t, 0);  // u8, bool
+    default: return kir::constantInt(t, 0);  // unsigned, bool
   }
 }
 
@@ -155,7 +155,10 @@ ExprPtr highestOf(DType t) {
     case DType::I32: return kir::constantInt(t, std::numeric_limits<int32_t>::max());
     case DType::I16: return kir::constantInt(t, std::numeric_limits<int16_t>::max());
     case DType::I8: return kir::constantInt(t, std::numeric_limits<int8_t>::max());
-    case DType::U8: return kir::constantInt(t, 255);
+    case DType::U8: return kir::constantInt(t, std::numeric_limits<uint8_t>::max());
+    case DType::U16: return kir::constantInt(t, std::numeric_limits<uint16_t>::max());
+    case DType::U32: return kir::constantInt(t, std::numeric_limits<uint32_t>::max());
+    case DType::U64: return kir::constantInt(t, -1);  // the bits of 2^64 - 1
     default: return kir::constantInt(t, 1);  // bool
   }
 }

@@ -136,7 +136,7 @@ class ProgramReader {
   Expected<TensorType> type(std::string_view what) {
     auto dtype = r_.uint(1, what);
     if (!dtype) return dtype.takeError();
-    if (*dtype > static_cast<uint64_t>(DType::Bool) || dtypeName(static_cast<DType>(*dtype)) == "?")
+    if (*dtype > static_cast<uint64_t>(kLastDType) || dtypeName(static_cast<DType>(*dtype)) == "?")
       return r_.error("corrupt: " + std::string(what) + " has an unknown dtype " + std::to_string(*dtype));
     auto dims = ints(what);
     if (!dims) return dims.takeError();
@@ -202,7 +202,7 @@ class ProgramReader {
     }
     auto dtype = r_.uint(1, "a collective's dtype");
     if (!dtype) return dtype.takeError();
-    if (*dtype > static_cast<uint64_t>(DType::Bool)) return r_.error("corrupt: a collective's dtype");
+    if (*dtype > static_cast<uint64_t>(kLastDType)) return r_.error("corrupt: a collective's dtype");
     c.dtype = static_cast<DType>(*dtype);
     auto dims = ints("a collective's dims");
     if (!dims) return dims.takeError();

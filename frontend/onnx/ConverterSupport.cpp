@@ -18,6 +18,9 @@ std::optional<DType> dtypeFromOnnx(int32_t type) {
     case onnx::TensorProto::INT16: return DType::I16;
     case onnx::TensorProto::INT8: return DType::I8;
     case onnx::TensorProto::UINT8: return DType::U8;
+    case onnx::TensorProto::UINT16: return DType::U16;
+    case onnx::TensorProto::UINT32: return DType::U32;
+    case onnx::TensorProto::UINT64: return DType::U64;
     case onnx::TensorProto::BOOL: return DType::Bool;
     default: return std::nullopt;
   }

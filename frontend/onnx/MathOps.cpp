@@ -685,14 +685,6 @@ class Chain {
   std::optional<Error> error_;
 };
 
-/// `v` cast to `dtype` inside a Chain (null after an error).
-Value* castOrNull(NodeContext& ctx, Chain& c, Value* v, DType dtype) {
-  if (!v) return nullptr;
-  auto r = castTo(ctx, v, dtype);
-  if (!r) return c.fail(r.takeError());
-  return *r;
-}
-
 Status convertHardSigmoid(NodeContext& ctx) {
   KILN_INPUT(x, 0);
   auto alpha = ctx.floatAttr("alpha", 0.2);
@@ -875,24 +867,34 @@ Status convertTopK(NodeContext& ctx) {
   return {};
 }
 
-/// BitShift of unsigned integers as multiplication or division by 2^y.
+/// BitShift of unsigned integers as multiplication or division by 2^y in
+/// x's dtype. 2^y wraps to 0 once y reaches the width, so a left shift by
+/// the width or more gives 0 as the product wraps; a right shift by as much
+/// divides by 1 instead of 0 and selects 0.
 Status convertBitShift(NodeContext& ctx) {
   KILN_INPUT(x, 0);
   KILN_INPUT(y, 1);
   auto direction = ctx.stringAttr("direction", "");
   if (!direction) return direction.takeError();
   if (*direction != "LEFT" && *direction != "RIGHT") return ctx.error("direction must be LEFT or RIGHT");
-  if (x->type().dtype != DType::U8)
-    return ctx.error("BitShift supports uint8 (Kiln's only unsigned dtype), got " + x->type().str());
+  const DType dtype = x->type().dtype;
+  if (!isInteger(dtype) || isSigned(dtype))
+    return ctx.error("BitShift takes unsigned integers (u8, u16, u32 or u64), got " + x->type().str());
+  if (y->type().dtype != dtype)
+    return ctx.error("BitShift's shift amounts must have x's dtype " + std::string(dtypeName(dtype)) + ", got " +
+                     y->type().str());
   Chain c(ctx);
-  Value* factor = c.op(OpKind::Pow, {c.scalar(DType::I64, 2), castOrNull(ctx, c, y, DType::I64)});
-  Value* wide = castOrNull(ctx, c, x, DType::I64);
-  Value* shifted = c.op(*direction == "LEFT" ? OpKind::Mul : OpKind::Div, {wide, factor});
-  KILN_TRY(c.finish(nullptr));
-  // uint8 wraps: keep the low 8 bits.
-  auto low = ctx.emit(OpKind::Rem, {shifted, ctx.scalar(DType::I64, 256)});
-  if (!low) return low.takeError();
-  return setOutput0(ctx, castTo(ctx, *low, DType::U8));
+  Value* factor = c.op(OpKind::Pow, {c.scalar(dtype, 2), y});
+  Value* shifted = nullptr;
+  if (*direction == "LEFT") {
+    shifted = c.op(OpKind::Mul, {x, factor});
+  } else {
+    Value* zero = c.scalar(dtype, 0);
+    Value* pastWidth = c.op(OpKind::Eq, {factor, zero});
+    Value* quotient = c.op(OpKind::Div, {x, c.op(OpKind::Select, {pastWidth, c.scalar(dtype, 1), factor})});
+    shifted = c.op(OpKind::Select, {pastWidth, zero, quotient});
+  }
+  return c.finish(shifted);
 }
 
 /// The determinant of 1x1, 2x2 and 3x3 matrices by cofactor expansion.

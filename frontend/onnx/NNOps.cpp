@@ -320,6 +320,9 @@ Status convertConvTranspose(NodeContext &ctx) {
 double lowestOf(DType dtype) {
   switch (dtype) {
     case DType::U8:
+    case DType::U16:
+    case DType::U32:
+    case DType::U64:
       return 0;
     case DType::I8:
       return -128;

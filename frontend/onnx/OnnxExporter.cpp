@@ -44,6 +44,12 @@ int onnxTypeOf(DType dtype) {
       return onnx::TensorProto::INT8;
     case DType::U8:
       return onnx::TensorProto::UINT8;
+    case DType::U16:
+      return onnx::TensorProto::UINT16;
+    case DType::U32:
+      return onnx::TensorProto::UINT32;
+    case DType::U64:
+      return onnx::TensorProto::UINT64;
     case DType::Bool:
       return onnx::TensorProto::BOOL;
   }

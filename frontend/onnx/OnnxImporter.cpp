@@ -109,7 +109,7 @@ Expected<DType> requireDType(int32_t type, const std::string& what) {
   if (auto dtype = onnx_import::dtypeFromOnnx(type)) return *dtype;
   return Error(what + " has element type " + onnxTypeName(type) +
                ", which Kiln does not support (expected FLOAT, DOUBLE, FLOAT16, BFLOAT16, INT64, INT32, INT16, INT8, "
-               "UINT8 or BOOL)");
+               "UINT64, UINT32, UINT16, UINT8 or BOOL)");
 }
 
 /// Reads at most `maxBytes` of a regular file.
@@ -276,6 +276,12 @@ Expected<DenseTensor> tensorFromProto(const onnx::TensorProto& t, const std::str
     case DType::I64:
       KILN_TRY(
           copyTyped(t.int64_data(), count, out, what, "int64_data", [&](int64_t i, int64_t v) { out.setInt(i, v); }));
+      break;
+    case DType::U32:
+    case DType::U64:
+      // ONNX keeps these two in uint64_data (uint8 and uint16 in int32_data).
+      KILN_TRY(copyTyped(t.uint64_data(), count, out, what, "uint64_data",
+                         [&](int64_t i, uint64_t v) { out.setInt(i, static_cast<int64_t>(v)); }));
       break;
     default:
       KILN_TRY(

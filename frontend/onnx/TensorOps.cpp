@@ -616,15 +616,9 @@ Status convertEyeLike(NodeContext& ctx) {
   KILN_ASSIGN(k, ctx.intAttr("k", 0));
   DType dtype = x->type().dtype;
   if (const onnx::AttributeProto* a = ctx.attribute("dtype")) {
-    static const std::pair<int, DType> kTypes[] = {
-        {onnx::TensorProto::FLOAT, DType::F32},   {onnx::TensorProto::DOUBLE, DType::F64},
-        {onnx::TensorProto::FLOAT16, DType::F16}, {onnx::TensorProto::INT64, DType::I64},
-        {onnx::TensorProto::INT32, DType::I32},   {onnx::TensorProto::INT16, DType::I16},
-        {onnx::TensorProto::INT8, DType::I8},     {onnx::TensorProto::UINT8, DType::U8},
-        {onnx::TensorProto::BOOL, DType::Bool}};
-    auto it = std::find_if(std::begin(kTypes), std::end(kTypes), [&](auto& p) { return p.first == a->i(); });
-    if (it == std::end(kTypes)) return ctx.error("dtype " + std::to_string(a->i()) + " is not supported");
-    dtype = it->second;
+    const std::optional<DType> chosen = dtypeFromOnnx(static_cast<int32_t>(a->i()));
+    if (!chosen) return ctx.error("dtype " + std::to_string(a->i()) + " is not supported");
+    dtype = *chosen;
   }
   if (x->type().rank() != 2 || !x->type().isStatic())
     return ctx.error("expects a static 2-d input, got " + x->type().str());

@@ -545,11 +545,38 @@ TEST(OnnxImporter, ParseOnnxTensorTypedFieldsAndErrors) {
   EXPECT_EQ(t->getDouble(0), 1.0);
   EXPECT_EQ(t->getDouble(1), -2.0);
 
+  // UINT32 and UINT64 live in uint64_data, UINT16 in int32_data.
+  onnx::TensorProto u64;
+  u64.set_data_type(onnx::TensorProto::UINT64);
+  u64.add_dims(2);
+  u64.add_uint64_data(18446744073709551615u);
+  u64.add_uint64_data(7);
+  t = parseOnnxTensor(u64.SerializeAsString(), "u64");
+  ASSERT_TRUE(t.ok()) << t.error().str();
+  EXPECT_EQ(t->type.str(), "u64[2]");
+  EXPECT_EQ(static_cast<uint64_t>(t->getInt(0)), 18446744073709551615u);
+  EXPECT_EQ(t->getInt(1), 7);
   onnx::TensorProto u32;
   u32.set_data_type(onnx::TensorProto::UINT32);
-  auto bad = parseOnnxTensor(u32.SerializeAsString(), "u32");
+  u32.add_dims(1);
+  u32.add_uint64_data(4294967295u);
+  t = parseOnnxTensor(u32.SerializeAsString(), "u32");
+  ASSERT_TRUE(t.ok()) << t.error().str();
+  EXPECT_EQ(t->type.str(), "u32[1]");
+  EXPECT_EQ(t->getInt(0), 4294967295);
+  onnx::TensorProto u16;
+  u16.set_data_type(onnx::TensorProto::UINT16);
+  u16.add_dims(1);
+  u16.add_int32_data(65535);
+  t = parseOnnxTensor(u16.SerializeAsString(), "u16");
+  ASSERT_TRUE(t.ok()) << t.error().str();
+  EXPECT_EQ(t->getInt(0), 65535);
+
+  onnx::TensorProto complex;
+  complex.set_data_type(onnx::TensorProto::COMPLEX64);
+  auto bad = parseOnnxTensor(complex.SerializeAsString(), "complex");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.error().message().find("UINT32"), std::string::npos);
+  EXPECT_NE(bad.error().message().find("COMPLEX64"), std::string::npos);
   EXPECT_FALSE(parseOnnxTensor("\x0a\xff", "truncated").ok());
 }
 
