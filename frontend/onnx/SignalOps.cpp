@@ -90,7 +90,8 @@ Value* dft(NNEmitter& e, Value* x, int64_t axis, int64_t length, bool inverse, b
   DenseTensor m = DenseTensor::zeros(TensorType{t.dtype, staticShape({rows, cols})});
   for (int64_t j = 0; j < std::min(n, length); ++j) {
     for (int64_t k = 0; k < bins; ++k) {
-      // (j * k) mod length keeps the angle small, so cos and sin stay exact.
+      // (j * k) mod length keeps the angle in [0, 2 pi), where cos and sin
+      // are accurate to double rounding however long the signal.
       const double angle = 2 * std::numbers::pi * static_cast<double>((j * k) % length) / static_cast<double>(length);
       const double scale = inverse ? 1.0 / static_cast<double>(length) : 1.0;
       const double wr = std::cos(angle) * scale, wi = (inverse ? std::sin(angle) : -std::sin(angle)) * scale;
@@ -223,6 +224,7 @@ Status convertStft(NodeContext& ctx) {
     return ctx.error("frame length " + std::to_string(frameLength) + " must be from 1 to the signal's length " +
                      std::to_string(signalLength));
   const int64_t frames = 1 + (signalLength - frameLength) / *step;
+  KILN_TRY(checkGeneratedSize(ctx, staticShape({frames, frameLength}), "the frame index table"));
 
   // Frame f is samples [f * step, f * step + frameLength).
   std::vector<int64_t> index;
@@ -261,9 +263,12 @@ Status convertMelWeightMatrix(NodeContext& ctx) {
   if (!lower) return lower.takeError();
   auto upper = constantScalar(ctx, 4, "upper_edge_hertz");
   if (!upper) return upper.takeError();
-  if (!(*lower >= 0) || !(*upper >= *lower) || !std::isfinite(*upper))
-    return ctx.error("the edges must satisfy 0 <= lower_edge_hertz <= upper_edge_hertz, got " + std::to_string(*lower) +
-                     " and " + std::to_string(*upper));
+  // An edge above sample_rate is past every bin (checked below for the
+  // exact bound); refusing it first keeps the bin arithmetic in range.
+  if (!(*lower >= 0) || !(*upper >= *lower) || !(*upper <= static_cast<double>(*sampleRate)))
+    return ctx.error("the edges must satisfy 0 <= lower_edge_hertz <= upper_edge_hertz <= sample_rate / 2, got " +
+                     std::to_string(*lower) + " and " + std::to_string(*upper) + " for sample_rate " +
+                     std::to_string(*sampleRate));
   const int64_t bins = *dftLength / 2 + 1;
   KILN_TRY(checkGeneratedSize(ctx, staticShape({bins, *melBins}), "the mel weight matrix"));
 
@@ -339,7 +344,11 @@ Status convertTfIdfVectorizer(NodeContext& ctx) {
   if (pool.empty()) return ctx.error("pool_int64s must not be empty");
   if (indexes.empty() || *std::min_element(indexes.begin(), indexes.end()) < 0)
     return ctx.error("ngram_indexes must be a non-empty list of output coordinates >= 0");
-  const int64_t outputs = *std::max_element(indexes.begin(), indexes.end()) + 1;
+  const int64_t largest = *std::max_element(indexes.begin(), indexes.end());
+  if (largest >= kMaxGeneratedElements)
+    return ctx.error("ngram_indexes holds output coordinate " + std::to_string(largest) + "; at most " +
+                     std::to_string(kMaxGeneratedElements) + " coordinates are supported");
+  const int64_t outputs = largest + 1;
   if (weighted && weights.size() != indexes.size())
     return ctx.error("weights has " + std::to_string(weights.size()) + " entries, ngram_indexes " +
                      std::to_string(indexes.size()) + "; they must be equal");
@@ -393,6 +402,7 @@ Status convertTfIdfVectorizer(NodeContext& ctx) {
       found = found ? e.add(found, perDistance) : perDistance;
     }
     if (!found) continue;
+    KILN_TRY(checkGeneratedSize(ctx, staticShape({grams, outputs}), "the n-gram to output matrix"));
     std::vector<double> toOutput(static_cast<size_t>(grams * outputs), 0.0);
     for (int64_t g = 0; g < grams; ++g)
       toOutput[static_cast<size_t>(g * outputs + indexes[static_cast<size_t>(first + g)])] = 1.0;

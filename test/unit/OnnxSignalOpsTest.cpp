@@ -279,8 +279,11 @@ TEST(OnnxSignalOps, MelWeightMatrixIsAConstantOfTriangles) {
   EXPECT_EQ(y[0].shape(), (std::vector<int64_t>{9, 2}));
   expectNear(test::elementsOf(y[0]), {0, 0, 0.5, 0, 1, 0, 0.5, 0.5, 0, 1, 0, 0.5, 0, 0, 0, 0, 0, 0});
 
-  std::string error = errorOf(melModel(2, 16, 16, 0, 20));
-  EXPECT_NE(error.find("must not exceed sample_rate / 2 = 8"), std::string::npos) << error;
+  // Above the Nyquist frequency: past the last bin, or past sample_rate.
+  std::string error = errorOf(melModel(2, 16, 16, 0, 16));
+  EXPECT_NE(error.find("reaches DFT bin 11 of 9 (it must not exceed sample_rate / 2 = 8)"), std::string::npos) << error;
+  error = errorOf(melModel(2, 16, 16, 0, 20));
+  EXPECT_NE(error.find("upper_edge_hertz <= sample_rate / 2, got 0.000000 and 20.000000"), std::string::npos) << error;
 }
 
 TEST(OnnxSignalOps, MelWeightMatrixNeedsItsInputsAtImportTime) {
