@@ -843,7 +843,9 @@ Status convertDropout(NodeContext &ctx) {
                         {{"low", Attribute(0.0)}, {"high", Attribute(1.0)}, {"seed", Attribute(*seed)}},
                         {TensorType{DType::F64, x->type().shape}});
       Value *keep = e.binary(OpKind::Ge, u, e.scalar(DType::F64, ratio));
-      e.setOutput(0, e.select(keep, e.mul(x, 1.0 / (1.0 - ratio)), e.scalarLike(x, 0.0)));
+      Value *scaled = e.mul(x, 1.0 / (1.0 - ratio));
+      Value *zero = e.scalarLike(x, 0.0);
+      e.setOutput(0, e.select(keep, scaled, zero));
       e.setOutput(1, keep);
       return e.status();
     }

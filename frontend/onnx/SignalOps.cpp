@@ -116,7 +116,8 @@ Value* dft(NNEmitter& e, Value* x, int64_t axis, int64_t length, bool inverse, b
   if (!v) return nullptr;
   Shape flat(v->type().shape.begin(), v->type().shape.end() - 2);
   flat.push_back(Dim::fixed(rows));
-  Value* y = e.emit(OpKind::MatMul, {e.reshape(v, flat), e.constant(std::move(m))});
+  Value* signal = e.reshape(v, flat);
+  Value* y = e.emit(OpKind::MatMul, {signal, e.constant(std::move(m))});
   Shape complexShape(flat.begin(), flat.end() - 1);
   complexShape.push_back(Dim::fixed(bins));
   complexShape.push_back(Dim::fixed(2));
@@ -417,8 +418,13 @@ Status convertTfIdfVectorizer(NodeContext& ctx) {
   Value* y = total;
   if (mode == "IDF") {
     Value* present = e.binary(OpKind::Gt, total, e.scalar(DType::F32, 0.0));
-    y = weighted ? e.select(present, e.tensor(DType::F32, {outputs}, weights), e.scalar(DType::F32, 0.0))
-                 : e.cast(present, DType::F32);
+    if (weighted) {
+      Value* weight = e.tensor(DType::F32, {outputs}, weights);
+      Value* zero = e.scalar(DType::F32, 0.0);
+      y = e.select(present, weight, zero);
+    } else {
+      y = e.cast(present, DType::F32);
+    }
   } else if (mode == "TFIDF" && weighted) {
     y = e.mul(total, e.tensor(DType::F32, {outputs}, weights));
   }
