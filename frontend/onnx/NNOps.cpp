@@ -885,10 +885,13 @@ Status convertMish(NodeContext &ctx) {
 // --- Dropout
 // ---------------------------------------------------------------------------------
 
-/// Dropout. Kiln imports graphs for inference, where Dropout is the identity
-/// and its mask all true (bool from opset 10; ones of the input's type
-/// before). A constant training_mode = true (opset 12+) is honoured only with
-/// ratio 0, the one case that is not random; random dropout is an error.
+/// Dropout. In inference (the default, and opsets before 12) it is the
+/// identity and its mask all true (bool from opset 10; ones of the input's
+/// type before). A constant training_mode = true (opset 12+) with ratio r > 0
+/// drops at random as the ONNX reference does: mask = U >= r for uniform
+/// samples U (random_uniform in double, seeded by randomSeed), output
+/// x / (1 - r) where kept and 0 elsewhere. Kiln's samples are a function of
+/// the seed alone, so every run of the compiled model draws the same mask.
 Status convertDropout(NodeContext &ctx) {
   NNEmitter e(ctx);
   e.expectOnlyAttributes({"ratio", "is_test", "seed", "consumed_inputs"});
@@ -898,18 +901,31 @@ Status convertDropout(NodeContext &ctx) {
     const DenseTensor *training = ctx.constantInput(2);
     if (!training || training->numElements() != 1)
       return ctx.error(
-          "input 2 (training_mode) must be a constant scalar; "
-          "Kiln imports Dropout for inference");
+          "input 2 (training_mode) must be a constant scalar (inference or training is decided at import "
+          "time)");
     double ratio = 0.5;
     if (e.hasInput(1)) {
       const DenseTensor *r = ctx.constantInput(1);
       if (!r || r->numElements() != 1) return ctx.error("input 1 (ratio) must be a constant scalar in training mode");
       ratio = r->getDouble(0);
     }
-    if (training->getDouble(0) != 0.0 && ratio != 0.0)
-      return ctx.error("training_mode = true with ratio " + std::to_string(ratio) +
-                       " is random dropout, which Kiln does not import (export "
-                       "the model in eval mode)");
+    if (training->getDouble(0) != 0.0 && ratio != 0.0) {
+      if (!(ratio > 0.0 && ratio < 1.0))
+        return ctx.error("ratio " + std::to_string(ratio) + " must lie in [0, 1) in training mode");
+      for (const Dim &d : x->type().shape)
+        if (d.isUnknown()) return ctx.error("random dropout needs a known input shape, got " + x->type().str());
+      auto seed = randomSeed(ctx);
+      if (!seed) return seed.takeError();
+      Value *u = e.emit(OpKind::RandomUniform, {},
+                        {{"low", Attribute(0.0)}, {"high", Attribute(1.0)}, {"seed", Attribute(*seed)}},
+                        {TensorType{DType::F64, x->type().shape}});
+      Value *keep = e.binary(OpKind::Ge, u, e.scalar(DType::F64, ratio));
+      Value *scaled = e.mul(x, 1.0 / (1.0 - ratio));
+      Value *zero = e.scalarLike(x, 0.0);
+      e.setOutput(0, e.select(keep, scaled, zero));
+      e.setOutput(1, keep);
+      return e.status();
+    }
   }
   e.setOutput(0, x);
   if (e.hasOutput(1)) e.setOutput(1, e.filledLike(x, ctx.opset() >= 10 ? DType::Bool : x->type().dtype, 1.0));

@@ -967,7 +967,8 @@ namespace onnx_import {
 
 const OpConverter* findConverter(std::string_view domain, std::string_view opType, int64_t opset) {
   const std::string normalized = normalizeDomain(domain);
-  for (auto table : {mathConverters(), tensorConverters(), nnConverters(), visionConverters()})
+  for (auto table : {mathConverters(), tensorConverters(), nnConverters(), visionConverters(), signalConverters(),
+                     randomConverters()})
     for (const OpConverter& c : table)
       if (c.domain == normalized && c.opType == opType && c.minOpset <= opset && opset <= c.maxOpset) return &c;
   return nullptr;

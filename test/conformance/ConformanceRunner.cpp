@@ -20,6 +20,11 @@
 // shapes from input values (Reshape's shape fed by input_1.pb), those
 // shape-like inputs fixed as constants; the PASS line says so.
 //
+// The cases of Bernoulli and training-mode Dropout hold draws of NumPy's
+// random generator, which no other generator reproduces: they, and only
+// they (the fixed list of RandomCases.cpp), are checked statistically
+// instead (RandomCases.h), and their PASS line says "(statistical)".
+//
 // Prints one line per case, `PASS|FAIL|SKIP <suite>/<case>: reason`, and
 // last `N passed, M failed, K skipped`. With --expected FILE the exit status
 // is non-zero when a listed case does not pass; --write-passing FILE writes
@@ -66,6 +71,7 @@
 #include "runtime/cuda/CudaContext.h"
 #include "runtime/cuda/CudaDevices.h"
 #include "runtime/cuda/CudaLibraries.h"
+#include "test/conformance/RandomCases.h"
 
 namespace fs = std::filesystem;
 using namespace kiln;
@@ -266,6 +272,8 @@ class CaseRunner {
     const std::string modelPath = (dir_ / "model.onnx").string();
 
     std::string note;
+    const std::optional<conformance::RandomCase> randomCase =
+        conformance::randomCaseOf(dir_.parent_path().filename().string() + "/" + dir_.filename().string());
     const double compileBefore = options_.timings ? options_.timings->compile : 0;
     const auto sets = dataSets(dir_);
     if (sets.empty()) return {Outcome::Fail, "no test_data_set_* folder"};
@@ -279,6 +287,27 @@ class CaseRunner {
                                    std::to_string(boundInputs_.size()) + " graph inputs without initializer"};
       std::map<std::string, DenseTensor> byName;
       for (size_t k = 0; k < inputs->size(); ++k) byName[boundInputs_[k]] = (*inputs)[k];
+      if (randomCase) {
+        // Drawn by NumPy's generator: checked statistically (RandomCases.h).
+        std::vector<std::pair<std::string, DenseTensor>> named;
+        for (size_t k = 0; k < inputs->size(); ++k) named.emplace_back(boundInputs_[k], (*inputs)[k]);
+        auto runModel = [&](const std::string& path, const std::map<std::string, DenseTensor>& bound, bool reference) {
+          return execute(path, bound, reference);
+        };
+        std::string why = conformance::checkRandomCase(*randomCase, dir_ / "model.onnx", named, *outputs, runModel);
+        if (!unlowerable_.empty()) {
+          Outcome o{Outcome::NotCompilable, why};
+          o.unlowerable = unlowerable_;
+          o.interpreterPasses = interpreterPasses();
+          return o;
+        }
+        if (!why.empty()) {
+          Outcome o{Outcome::Fail, set.filename().string() + ": " + why};
+          if (options_.compiled()) o.interpreterPasses = interpreterPasses();
+          return o;
+        }
+        continue;
+      }
 
       // Specialized to the data set's inputs as `kiln run` does (frontend/Model.h).
       const auto importStart = std::chrono::steady_clock::now();
@@ -291,27 +320,16 @@ class CaseRunner {
         for (const std::string& name : specialized->frozenInputs) note += " " + name;
       }
       const Function& f = *module->functions().front();
-      std::vector<Tensor> args;
-      for (size_t i = 0; i < f.numArguments(); ++i) {
-        const std::string& name = f.argument(i)->name();
-        if (auto it = byName.find(name); it != byName.end()) {
-          args.push_back(Tensor::fromDense(it->second));
-        } else if (const DenseTensor* dflt = f.argumentDefault(i)) {
-          args.push_back(Tensor::fromDense(*dflt));
-        } else {
-          return {Outcome::Fail, "no input_K.pb binds argument '" + name + "'"};
-        }
-      }
+      auto bound = bindArguments(f, byName);
+      if (!bound) return {Outcome::Fail, bound.error().message()};
+      std::vector<Tensor> args = std::move(*bound);
       if (options_.compiled()) {
         Outcome outcome = runCompiled(f, args, *outputs);
         if (outcome.kind != Outcome::Pass) {
           if (outcome.kind == Outcome::Fail) outcome.reason = set.filename().string() + ": " + outcome.reason;
           // A compiler gap or a case that fails anyway? The interpreter
           // decides over all data sets.
-          RunOptions interpreterOnly = options_;
-          interpreterOnly.backend = Backend::Interpreter;
-          interpreterOnly.timings = nullptr;
-          outcome.interpreterPasses = CaseRunner(dir_, interpreterOnly).run().kind == Outcome::Pass;
+          outcome.interpreterPasses = interpreterPasses();
           return outcome;
         }
         continue;
@@ -322,7 +340,8 @@ class CaseRunner {
         return {Outcome::Fail, set.filename().string() + ": " + diff};
     }
     std::string what = note.empty() ? std::to_string(sets.size()) + " data set(s)" : note;
-    if (options_.compiled() && options_.timings) {
+    if (randomCase) what = "(statistical) " + what;
+    if (options_.compiled() && options_.timings && !randomCase) {
       // Compile time shows on the PASS line, so slow cases can be found.
       const double ms = 1000 * (options_.timings->compile - compileBefore);
       what += ", compiled in " + std::to_string(static_cast<int64_t>(ms + 0.5)) + " ms";
@@ -331,6 +350,64 @@ class CaseRunner {
   }
 
  private:
+  /// The function's arguments from tensors by name, or the defaults.
+  static Expected<std::vector<Tensor>> bindArguments(const Function& f,
+                                                     const std::map<std::string, DenseTensor>& byName) {
+    std::vector<Tensor> args;
+    for (size_t i = 0; i < f.numArguments(); ++i) {
+      const std::string& name = f.argument(i)->name();
+      if (auto it = byName.find(name); it != byName.end()) {
+        args.push_back(Tensor::fromDense(it->second));
+      } else if (const DenseTensor* dflt = f.argumentDefault(i)) {
+        args.push_back(Tensor::fromDense(*dflt));
+      } else {
+        return Error("no input_K.pb binds argument '" + name + "'");
+      }
+    }
+    return args;
+  }
+
+  /// The model at `path` specialized to `byName` and run on the backend
+  /// (the interpreter when `reference`); ops a compiler cannot lower are
+  /// kept in unlowerable_.
+  Expected<std::vector<Tensor>> execute(const std::string& path, const std::map<std::string, DenseTensor>& byName,
+                                        bool reference) {
+    LoadOptions options;
+    options.evaluator = evaluator_.get();
+    auto specialized = loadModelForInputs(path, options, byName);
+    if (!specialized) return specialized.takeError();
+    const Function& f = *specialized->module->functions().front();
+    auto args = bindArguments(f, byName);
+    if (!args) return args.takeError();
+    if (reference || !options_.compiled()) return interpret(f, std::move(*args));
+    auto compileAndRun = [&](auto& executor) -> Expected<std::vector<Tensor>> {
+      if (Status s = executor.prepare(*args); !s) {
+        for (const std::string& why : executor.unsupportedOps()) unlowerable_.push_back(withoutLocation(why));
+        return s.takeError();
+      }
+      return executor.run(*args);
+    };
+    if (options_.backend == Backend::Cuda) {
+      auto executor = codegen::CudaExecutor::create(f, options_.cudaDevice, codegen::CudaOptions{});
+      if (!executor) return executor.takeError();
+      return compileAndRun(**executor);
+    }
+    codegen::CpuOptions cpuOptions;
+    cpuOptions.threads = options_.threads;
+    cpuOptions.cacheDir = options_.cacheDir;
+    auto executor = codegen::CpuExecutor::create(f, cpuOptions);
+    if (!executor) return executor.takeError();
+    return compileAndRun(**executor);
+  }
+
+  /// Whether the interpreter passes the case (for a compiled failure).
+  bool interpreterPasses() const {
+    RunOptions interpreterOnly = options_;
+    interpreterOnly.backend = Backend::Interpreter;
+    interpreterOnly.timings = nullptr;
+    return CaseRunner(dir_, interpreterOnly).run().kind == Outcome::Pass;
+  }
+
   /// One data set on the compiled backend: compiles `f` for `args` with no
   /// fallback, runs it and compares with the expected outputs and the
   /// interpreter's.
@@ -394,6 +471,7 @@ class CaseRunner {
   onnx::ModelProto model_;
   std::vector<std::string> boundInputs_;
   std::unique_ptr<InterpreterEvaluator> evaluator_;
+  std::vector<std::string> unlowerable_;  // random cases: what the compiler could not lower
 };
 
 /// One error message on one line.
