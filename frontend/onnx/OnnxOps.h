@@ -94,6 +94,7 @@ struct OpConverter {
 std::span<const OpConverter> mathConverters();    // MathOps.cpp: elementwise, comparison, logic, cast, reductions, matmul/gemm
 std::span<const OpConverter> tensorConverters();  // TensorOps.cpp: shape, layout, indexing, constants, control-free utilities
 std::span<const OpConverter> nnConverters();      // NNOps.cpp: conv, pooling, normalization, activations, dropout, rnn/lstm/gru, resize, losses
+std::span<const OpConverter> dataDependentConverters();  // DataDependentOps.cpp: NonZero, Unique, NonMaxSuppression
 
 /// The converter for `opType` in `domain` at `opset`, or null.
 const OpConverter* findConverter(std::string_view domain, std::string_view opType, int64_t opset);
