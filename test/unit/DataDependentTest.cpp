@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "codegen/CpuExecutable.h"
+#include "codegen/llvm/CpuJit.h"
 #include "ir/ShapeRules.h"
 #include "passes/MemoryPlan.h"
 #include "runtime/Interpreter.h"
@@ -15,6 +16,7 @@ namespace kiln {
 namespace {
 
 using test::elementsOf;
+using test::parseOk;
 using test::parseVerified;
 using test::tensorOf;
 
@@ -181,8 +183,10 @@ TEST(DataDependentTest, CpuExecutorRunsStagesAndMatchesTheInterpreter) {
   auto m = parseVerified(kStaged);
   ASSERT_TRUE(m);
   const Function& f = *m->functions().front();
-  auto executor = codegen::CpuExecutor::create(f, {.threads = 1});
+  codegen::CompileReport report;
+  auto executor = codegen::CpuExecutor::create(f, {.threads = 1, .report = &report});
   ASSERT_TRUE(executor.ok()) << executor.error().str();
+  std::vector<int> compiledKernels;
   const std::vector<std::vector<double>> xs = {{1, 2, 3, 4, 5, 6}, {0, 9, 0, 9, 0, 9}, {0, 0, 0, 0, 0, 0}, {-1, -1, -1, -1, -2, -1}};
   for (const auto& values : xs) {
     std::vector<Tensor> in = {tensorOf(DType::F32, {6}, values), tensorOf(DType::F32, {6}, {0, 3, 1, 5, -1, 2})};
@@ -195,7 +199,16 @@ TEST(DataDependentTest, CpuExecutorRunsStagesAndMatchesTheInterpreter) {
       EXPECT_EQ((*got)[r].shape(), (*want)[r].shape()) << "result " << r;
       test::expectClose((*got)[r], (*want)[r], "result " + std::to_string(r));
     }
+    compiledKernels.push_back(report.kernels);
   }
+  // Counts 4, 4, 1, 0: the prefix and the suffix for 4 compile on the first
+  // run; the second run's count was seen before and compiles nothing; the
+  // counts 1 and 0 compile the suffix again.
+  ASSERT_EQ(compiledKernels.size(), 4u);
+  EXPECT_GT(compiledKernels[0], 0);
+  EXPECT_EQ(compiledKernels[1], compiledKernels[0]);
+  EXPECT_GT(compiledKernels[2], compiledKernels[1]);
+  EXPECT_GT(compiledKernels[3], compiledKernels[2]);
   // One program per shape set is not one program for the function.
   std::vector<Tensor> in = {tensorOf(DType::F32, {6}, xs[0]), tensorOf(DType::F32, {6}, xs[0])};
   auto plan = (*executor)->memoryPlan(in);
