@@ -145,6 +145,17 @@ Expected<std::vector<Tensor>> CpuExecutor::runStaged(const std::vector<Tensor>& 
   if (inputs.size() != source.numArguments())
     return Error("function '" + source.name() + "' takes " + std::to_string(source.numArguments()) + " inputs, got " +
                  std::to_string(inputs.size()));
+  // The host ops may read arguments directly, so every input is checked
+  // against its argument's type here, not only by the prefix's executor.
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorType& want = source.argument(i)->type();
+    bool fits = inputs[i].dtype() == want.dtype && inputs[i].rank() == want.rank();
+    for (int64_t d = 0; fits && d < want.rank(); ++d)
+      fits = !want.shape[d].isStatic() || want.shape[d].size == inputs[i].shape()[d];
+    if (!fits)
+      return Error("input " + std::to_string(i) + " of '" + source.name() + "' is " + inputs[i].type().str() +
+                   ", expected " + want.str());
+  }
   // Failures of a stage name its unlowerable ops as this executor's.
   auto noteUnsupported = [&](const CpuExecutor* stage) {
     if (stage && !stage->unsupported_.empty()) unsupported_ = stage->unsupported_;
@@ -336,7 +347,12 @@ std::vector<std::string> CpuExecutor::takeNotices() {
 
 Status CpuExecutor::prepare(const std::vector<Tensor>& inputs) {
   // With stages, only the prefix's shapes are known before a run.
-  if (stages_) return prefix_ ? prefix_->prepare(inputs) : Status::success();
+  if (stages_) {
+    if (!prefix_) return Status::success();
+    Status prepared = prefix_->prepare(inputs);
+    unsupported_ = prefix_->unsupported_;
+    return prepared;
+  }
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   return {};

@@ -151,8 +151,21 @@ bool suppresses(const Extent& a, const Extent& b, double threshold) {
 }
 
 Expected<std::vector<Tensor>> nonMaxSuppression(const DataDependentOp& op, std::span<const Tensor* const> operands) {
+  if (operands.size() < 2) return Error("'non_max_suppression' needs boxes and scores", op.loc);
   const Tensor& boxes = *operands[0];
   const Tensor& scores = *operands[1];
+  // The shape rule's conditions again: the executor may pass arguments
+  // straight from the caller.
+  if (boxes.rank() != 3 || boxes.shape()[2] != 4 || scores.rank() != 3 || scores.shape()[0] != boxes.shape()[0] ||
+      scores.shape()[2] != boxes.shape()[1])
+    return Error("'non_max_suppression' takes boxes[B,N,4] and scores[B,C,N], got " + boxes.type().str() + " and " +
+                     scores.type().str(),
+                 op.loc);
+  for (size_t i = 2; i < operands.size(); ++i)
+    if (operands[i]->numElements() != 1)
+      return Error("'non_max_suppression' operand " + std::to_string(i) + " has type " + operands[i]->type().str() +
+                       ", expected one element",
+                   op.loc);
   const int64_t maxPerClass = operands.size() > 2 ? std::max<int64_t>(operands[2]->getInt(0), 0) : 0;
   const double iouThreshold = operands.size() > 3 ? operands[3]->getDouble(0) : 0.0;
   const std::optional<double> scoreThreshold =
@@ -215,6 +228,7 @@ Expected<DataDependentOp> dataDependentOpOf(const Op& op) {
 }
 
 Expected<std::vector<Tensor>> runDataDependentOp(const DataDependentOp& op, std::span<const Tensor* const> operands) {
+  if (operands.empty()) return Error("'" + std::string(opName(op.kind)) + "' has no operands", op.loc);
   switch (op.kind) {
     case OpKind::NonZero: return nonZero(*operands[0]);
     case OpKind::Unique:
