@@ -1123,8 +1123,8 @@ Expected<std::optional<int64_t>> uniqueAxis(const ShapeQuery& q) {
                        " entries, expected at most one (none flattens the operand)");
   auto axis = normalizeAxis(axes->front(), rankOf(q, 0));
   if (!axis)
-    return fail(q, "attribute 'axis' is " + std::to_string(axes->front()) + ", out of range for " +
-                       operand(q, 0).str());
+    return fail(q,
+                "attribute 'axis' is " + std::to_string(axes->front()) + ", out of range for " + operand(q, 0).str());
   return std::optional<int64_t>{*axis};
 }
 

@@ -358,8 +358,8 @@ Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias
         auto it = bufferOf.find(in);
         if (it == bufferOf.end()) continue;
         const MemoryPlan::Buffer& input = plan.buffers[it->second];
-        if (input.sizing != MemoryPlan::Buffer::Sizing::Exact || input.last != b.first || groups[groupOf[it->second]].last != b.first ||
-            numElements(in->type().shape) != numElements(out.shape) ||
+        if (input.sizing != MemoryPlan::Buffer::Sizing::Exact || input.last != b.first ||
+            groups[groupOf[it->second]].last != b.first || numElements(in->type().shape) != numElements(out.shape) ||
             dtypeSize(in->type().dtype) != dtypeSize(out.dtype) || !readsAtWrittenIndex(*def, k))
           continue;
         b.inPlaceOf = it->second;

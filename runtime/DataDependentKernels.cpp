@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "runtime/Kernels.h"
@@ -113,8 +114,8 @@ Expected<std::vector<Tensor>> uniqueAs(const DataDependentOp& op, const Tensor& 
     const int64_t from = firsts[groupOrder[g]];
     // Copy bytes, so values keep their exact bits (NaN payloads, -0.0).
     for (int64_t o = 0; o < outer; ++o)
-      std::memcpy(out.raw() + ((o * count + g) * inner) * elementSize, x.raw() + ((o * slices + from) * inner) * elementSize,
-                  static_cast<size_t>(inner) * elementSize);
+      std::memcpy(out.raw() + ((o * count + g) * inner) * elementSize,
+                  x.raw() + ((o * slices + from) * inner) * elementSize, static_cast<size_t>(inner) * elementSize);
     results[1].data<int64_t>()[g] = from;
     results[3].data<int64_t>()[g] = counts[groupOrder[g]];
   }
@@ -238,7 +239,8 @@ Expected<std::vector<Tensor>> runDataDependentOp(const DataDependentOp& op, std:
                      op.loc);
       return isFloat(operands[0]->dtype()) ? uniqueAs<double>(op, *operands[0]) : uniqueAs<int64_t>(op, *operands[0]);
     case OpKind::NonMaxSuppression: return nonMaxSuppression(op, operands);
-    default: return Error("'" + std::string(opName(op.kind)) + "' is not an op with data-dependent result sizes", op.loc);
+    default:
+      return Error("'" + std::string(opName(op.kind)) + "' is not an op with data-dependent result sizes", op.loc);
   }
 }
 

@@ -25,7 +25,8 @@ Status convertUnique(NodeContext& ctx) {
   if (!x) return x.takeError();
   auto sorted = ctx.intAttr("sorted", 1);
   if (!sorted) return sorted.takeError();
-  if (*sorted != 0 && *sorted != 1) return ctx.error("attribute 'sorted' is " + std::to_string(*sorted) + ", expected 0 or 1");
+  if (*sorted != 0 && *sorted != 1)
+    return ctx.error("attribute 'sorted' is " + std::to_string(*sorted) + ", expected 0 or 1");
   std::vector<int64_t> axis;
   if (ctx.attribute("axis")) {
     auto a = ctx.intAttr("axis", 0);
@@ -34,8 +35,8 @@ Status convertUnique(NodeContext& ctx) {
     if (!normalized) return normalized.takeError();
     axis.push_back(*normalized);
   }
-  auto results = ctx.emitMulti(OpKind::Unique, {*x},
-                               {{"axis", Attribute(std::move(axis))}, {"sorted", Attribute(*sorted == 1)}});
+  auto results =
+      ctx.emitMulti(OpKind::Unique, {*x}, {{"axis", Attribute(std::move(axis))}, {"sorted", Attribute(*sorted == 1)}});
   if (!results) return results.takeError();
   for (size_t i = 0; i < results->size() && i < ctx.numOutputs(); ++i)
     if (ctx.hasOutput(i)) ctx.setOutput(i, (*results)[i]);

@@ -701,8 +701,8 @@ Status convertGatherND(NodeContext& ctx) {
   // NonZero, Transpose, GatherND).
   const Shape& qShape = indices->type().shape;
   if (!data->type().isStatic() || qShape.empty() || !qShape.back().isStatic())
-    return ctx.error("GatherND needs a static data shape and index tuple length, got " + data->type().str() +
-                     " and " + indices->type().str());
+    return ctx.error("GatherND needs a static data shape and index tuple length, got " + data->type().str() + " and " +
+                     indices->type().str());
   const auto d = staticDims(data->type().shape);
   const int64_t r = static_cast<int64_t>(d.size()), qr = static_cast<int64_t>(qShape.size());
   if (batch < 0 || batch >= std::min(r, qr))

@@ -128,9 +128,10 @@ TEST(DataDependentTest, ShapeRulesGiveAnUnknownDimAndItsBound) {
   EXPECT_EQ(dataDependentBound(unique, 2), std::nullopt);  // the inverse has a static size
   EXPECT_EQ(dataDependentBound(nms, 0), 2 * 3 * 5);
 
-  auto bad = parseOk("func @f(%x: f32[2,3]) -> f32[?] {\n"
-                     "  %y, %i, %inv, %c = unique(%x) {axis = [0, 1]} : f32[?], i64[?], i64[6], i64[?]\n"
-                     "  return %y\n}\n");
+  auto bad = parseOk(
+      "func @f(%x: f32[2,3]) -> f32[?] {\n"
+      "  %y, %i, %inv, %c = unique(%x) {axis = [0, 1]} : f32[?], i64[?], i64[6], i64[?]\n"
+      "  return %y\n}\n");
   ASSERT_TRUE(bad);
   auto types = inferResultTypes(*bad->functions().front()->ops().front());
   ASSERT_FALSE(types.ok());
@@ -187,7 +188,8 @@ TEST(DataDependentTest, CpuExecutorRunsStagesAndMatchesTheInterpreter) {
   auto executor = codegen::CpuExecutor::create(f, {.threads = 1, .report = &report});
   ASSERT_TRUE(executor.ok()) << executor.error().str();
   std::vector<int> compiledKernels;
-  const std::vector<std::vector<double>> xs = {{1, 2, 3, 4, 5, 6}, {0, 9, 0, 9, 0, 9}, {0, 0, 0, 0, 0, 0}, {-1, -1, -1, -1, -2, -1}};
+  const std::vector<std::vector<double>> xs = {
+      {1, 2, 3, 4, 5, 6}, {0, 9, 0, 9, 0, 9}, {0, 0, 0, 0, 0, 0}, {-1, -1, -1, -1, -2, -1}};
   for (const auto& values : xs) {
     std::vector<Tensor> in = {tensorOf(DType::F32, {6}, values), tensorOf(DType::F32, {6}, {0, 3, 1, 5, -1, 2})};
     auto want = interpret(f, in);
