@@ -996,6 +996,11 @@ constexpr LowerFn BroadcastFrom = nullptr;
 constexpr LowerFn ReduceTo = nullptr;
 constexpr LowerFn AllGather = nullptr;
 constexpr LowerFn ReduceScatter = nullptr;
+// Ops whose result sizes depend on values run on the host between the CPU
+// executor's compiled stages (CpuExecutable.cpp); the CUDA path refuses them.
+constexpr LowerFn NonZero = nullptr;
+constexpr LowerFn Unique = nullptr;
+constexpr LowerFn NonMaxSuppression = nullptr;
 // A `fused` op is not one element function but a group: lowerOpToKernel
 // composes its region's ops through a FusedContext.
 constexpr LowerFn Fused = nullptr;

@@ -43,6 +43,7 @@ enum class OpClass : uint8_t {
   Fused,       // a group of primitives held in the op's region
   Check,       // a run-time check of an operand on the host; no results
   Collective,  // communication between the ranks of a data-parallel job
+  DataDependent,  // result sizes depend on operand values (nonzero, unique)
   Terminator,  // return
 };
 
@@ -79,6 +80,9 @@ struct OpInfo {
   /// Ops that own a region (a body of primitives computing their results).
   bool hasRegion() const { return opClass == OpClass::Fused; }
   bool isCommutative() const { return flags & kCommutative; }
+  /// Ops whose result sizes depend on their operands' values, not only on
+  /// their types: their shape rules give unknown dims there.
+  bool hasDataDependentShape() const { return opClass == OpClass::DataDependent; }
   /// Ops whose results may differ between two evaluations, or that matter
   /// without results (CSE, DCE and folding leave them alone). A collective
   /// is one: every rank must run the same collectives in the same order.

@@ -291,6 +291,13 @@ Status ReduceScatter(const KernelCall&);
 // checks (runtime/HostCheck.h).
 Status Check(const KernelCall&);
 
+// DataDependentKernels.cpp: the ops whose result sizes depend on their
+// operands' values (runtime/DataDependent.h); they size their results
+// themselves, replacing the empty tensors the interpreter passes.
+Status NonZero(const KernelCall&);
+Status Unique(const KernelCall&);
+Status NonMaxSuppression(const KernelCall&);
+
 // Interpreter.cpp: a fused op runs its region through the interpreter.
 Status Fused(const KernelCall&);
 

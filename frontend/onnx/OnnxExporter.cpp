@@ -647,6 +647,18 @@ Status exportOp(OnnxWriter& w, const Op& op) {
       }
       return Status::success();
     }
+    case OpKind::NonZero:
+      w.node("NonZero", in, out);
+      return Status::success();
+    case OpKind::Unique: {
+      auto* n = w.node("Unique", in, out);
+      attrInt(n, "sorted", op.getBool("sorted") ? 1 : 0);
+      if (!op.getInts("axis").empty()) attrInt(n, "axis", op.getInts("axis").front());
+      return Status::success();
+    }
+    case OpKind::NonMaxSuppression:
+      attrInt(w.node("NonMaxSuppression", in, out), "center_point_box", op.getBool("center_point_box") ? 1 : 0);
+      return Status::success();
     default:
       break;
   }

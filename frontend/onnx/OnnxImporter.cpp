@@ -968,7 +968,7 @@ namespace onnx_import {
 const OpConverter* findConverter(std::string_view domain, std::string_view opType, int64_t opset) {
   const std::string normalized = normalizeDomain(domain);
   for (auto table : {mathConverters(), tensorConverters(), nnConverters(), visionConverters(), signalConverters(),
-                     randomConverters()})
+                     randomConverters(), dataDependentConverters()})
     for (const OpConverter& c : table)
       if (c.domain == normalized && c.opType == opType && c.minOpset <= opset && opset <= c.maxOpset) return &c;
   return nullptr;

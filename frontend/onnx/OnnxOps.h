@@ -98,6 +98,7 @@ std::span<const OpConverter> nnConverters();      // NNOps.cpp: conv, pooling, n
 std::span<const OpConverter> visionConverters();  // VisionOps.cpp: GridSample, RoiAlign, MaxUnpool
 std::span<const OpConverter> signalConverters();  // SignalOps.cpp: DFT, STFT, MelWeightMatrix, TfIdfVectorizer
 std::span<const OpConverter> randomConverters();  // RandomOps.cpp: RandomUniform/Normal(Like), Bernoulli
+std::span<const OpConverter> dataDependentConverters();  // DataDependentOps.cpp: NonZero, Unique, NonMaxSuppression
 
 /// The converter for `opType` in `domain` at `opset`, or null.
 const OpConverter* findConverter(std::string_view domain, std::string_view opType, int64_t opset);

@@ -729,5 +729,56 @@ TEST(OnnxImporter, EyeLikeAndTriluOfEmptyMatricesWithAHugeDimImportAtOnce) {
   }
 }
 
+TEST(OnnxImporter, DataDependentOpsKeepAnUnknownDimAndRun) {
+  // Unique with three of its four outputs asked for, and NonMaxSuppression
+  // with iou_threshold left out ("") before a given score_threshold: that
+  // one takes ONNX's default 0, so overlapping boxes are all suppressed.
+  auto m = makeModel(13);
+  addInput(m, "x", {5}, onnx::TensorProto::INT64);
+  addInput(m, "boxes", {1, 3, 4});
+  addInput(m, "scores", {1, 1, 3});
+  *m.mutable_graph()->add_initializer() = int64Tensor("k", {1}, {5});
+  *m.mutable_graph()->add_initializer() = floatTensor("min", {1}, {0.25f});
+  auto* unique = addNode(m, "Unique", {"x"}, {"y", "", "inverse", "counts"}, "u");
+  setInt(unique, "sorted", 0);
+  addNode(m, "NonMaxSuppression", {"boxes", "scores", "k", "", "min"}, {"sel"}, "nms");
+  addOutput(m, "y", onnx::TensorProto::INT64);
+  addOutput(m, "inverse", onnx::TensorProto::INT64);
+  addOutput(m, "counts", onnx::TensorProto::INT64);
+  addOutput(m, "sel", onnx::TensorProto::INT64);
+  auto module = importModel(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  const Function& f = *(*module)->functions().front();
+  EXPECT_EQ(f.resultTypes()[0].str(), "i64[?]");
+  EXPECT_EQ(f.resultTypes()[1].str(), "i64[5]");
+  EXPECT_EQ(f.resultTypes()[3].str(), "i64[?,3]");
+
+  // Boxes 0 and 1 overlap a little (IoU 1/7, above the default 0, so box 1
+  // goes), box 2 is apart.
+  auto out = run(**module, {test::tensorOf(DType::I64, {5}, {7, 3, 7, 7, 3}),
+                            test::tensorOf(DType::F32, {1, 3, 4}, {0, 0, 2, 2, 1, 1, 3, 3, 5, 5, 6, 6}),
+                            test::tensorOf(DType::F32, {1, 1, 3}, {0.9, 0.3, 0.5})});
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(test::elementsOf(out[0]), (std::vector<double>{7, 3}));
+  EXPECT_EQ(test::elementsOf(out[1]), (std::vector<double>{0, 1, 0, 0, 1}));
+  EXPECT_EQ(test::elementsOf(out[2]), (std::vector<double>{3, 2}));
+  EXPECT_EQ(test::elementsOf(out[3]), (std::vector<double>{0, 0, 0, 0, 0, 2}));
+}
+
+TEST(OnnxImporter, NonZeroOfAConstantFoldsAtImport) {
+  auto m = makeModel(13);
+  *m.mutable_graph()->add_initializer() = floatTensor("c", {2, 2}, {0, 1, 1, 0});
+  addNode(m, "NonZero", {"c"}, {"y"}, "nz");
+  addOutput(m, "y", onnx::TensorProto::INT64);
+  auto module = importModel(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  const Function& f = *(*module)->functions().front();
+  EXPECT_EQ(countOps(f, OpKind::NonZero), 0u);
+  auto out = run(**module, {});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].shape(), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(test::elementsOf(out[0]), (std::vector<double>{0, 1, 1, 0}));
+}
+
 }  // namespace
 }  // namespace kiln
