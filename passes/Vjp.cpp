@@ -989,6 +989,8 @@ KILN_VJP(BroadcastFrom, rule(vjpBroadcastFrom))
 KILN_VJP(ReduceTo, rule(vjpReduceTo))
 KILN_VJP(AllGather, rule(vjpAllGather))
 KILN_VJP(ReduceScatter, rule(vjpReduceScatter))
+KILN_VJP(If, kMissing)
+KILN_VJP(Loop, kMissing)
 KILN_VJP(Fused, kMissing)
 KILN_VJP(Return, kNone)
 #undef KILN_VJP
