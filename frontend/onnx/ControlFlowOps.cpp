@@ -241,7 +241,9 @@ Status convertLoop(NodeContext& ctx) {
     // bounded by it: Kiln takes slice bounds as attributes) cannot be a
     // region; with a known trip count and condition it is unrolled.
     auto unrolled = unrollLoop(ctx, maxTrip, cond, carried);
-    if (!unrolled) return ctx.error(body.error().message() + "; nor can it be unrolled: " + unrolled.error().message());
+    if (!unrolled)
+      return Error(body.error().message() + "; nor can it be unrolled: " + unrolled.error().message(),
+                   body.error().location());
     return {};
   }
   Function& region = *body->body;
