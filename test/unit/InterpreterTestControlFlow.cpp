@@ -77,9 +77,10 @@ TEST(InterpreterControlFlowTest, LoopRunsUpToItsTripCount) {
 TEST(InterpreterControlFlowTest, LoopStopsWhenItsBodyReturnsFalse) {
   auto m = parseControlFlow(kLoop);
   ASSERT_TRUE(m);
-  // The sums after each iteration are 4, 10, 16: the second passes 9.
+  // The totals after each iteration are 4, 7, 10, ...: the second is not
+  // below 6, so the loop ends after it (its rows are kept).
   auto out = interpret(*m->functions().front(),
-                       {i64Scalar(100), boolScalar(true), f32({2}, {0, 1}), f32({2}, {1, 2}), f32({}, {9})});
+                       {i64Scalar(100), boolScalar(true), f32({2}, {0, 1}), f32({2}, {1, 2}), f32({}, {6})});
   ASSERT_TRUE(out) << out.error().str();
   expectTensor((*out)[0], {2}, {2, 5});
   expectTensor((*out)[1], {2, 2}, {1, 3, 2, 5});
