@@ -11,6 +11,7 @@
 #include "codegen/LowerToKernels.h"
 #include "codegen/Schedule.h"
 #include "codegen/Session.h"
+#include "codegen/Stages.h"
 #include "codegen/llvm/CpuJit.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
@@ -111,7 +112,91 @@ Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Function& f, Cp
   if (!jit) return jit.takeError();
   std::unique_ptr<CpuExecutor> executor(new CpuExecutor(cloneFunction(f), options));
   executor->jit_ = std::move(*jit);
+  auto stages = splitAtDataDependentOps(f);
+  if (!stages) return stages.takeError();
+  if (!*stages) return executor;
+  if (!options.aliases.empty())
+    return Error("'" + f.name() + "' has ops whose result sizes depend on values (" + (*stages)->host.front().name +
+                 "), which run between compiled stages; such a function cannot take donated arguments");
+  executor->stages_ = std::make_unique<FunctionStages>(std::move(**stages));
+  FunctionStages& s = *executor->stages_;
+  if (s.prefix) {
+    auto prefix = create(*s.prefix->functions().front(), options);
+    if (!prefix) return prefix.takeError();
+    executor->prefix_ = std::move(*prefix);
+  }
+  if (s.suffix) {
+    auto suffix = create(*s.suffix->functions().front(), options);
+    if (!suffix) return suffix.takeError();
+    executor->suffix_ = std::move(*suffix);
+  }
   return executor;
+}
+
+Error CpuExecutor::notOneProgram() const {
+  return Error("'" + module_->functions().front()->name() + "' has ops whose result sizes depend on values (" +
+               stages_->host.front().name +
+               "): it runs as compiled stages with those ops on the host between them, one program per size they "
+               "give, not as one program (docs/codegen.md section 6)");
+}
+
+Expected<std::vector<Tensor>> CpuExecutor::runStaged(const std::vector<Tensor>& inputs) {
+  const Function& source = *module_->functions().front();
+  if (inputs.size() != source.numArguments())
+    return Error("function '" + source.name() + "' takes " + std::to_string(source.numArguments()) + " inputs, got " +
+                 std::to_string(inputs.size()));
+  // The host ops may read arguments directly, so every input is checked
+  // against its argument's type here, not only by the prefix's executor.
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorType& want = source.argument(i)->type();
+    bool fits = inputs[i].dtype() == want.dtype && inputs[i].rank() == want.rank();
+    for (int64_t d = 0; fits && d < want.rank(); ++d)
+      fits = !want.shape[d].isStatic() || want.shape[d].size == inputs[i].shape()[d];
+    if (!fits)
+      return Error("input " + std::to_string(i) + " of '" + source.name() + "' is " + inputs[i].type().str() +
+                   ", expected " + want.str());
+  }
+  // Failures of a stage name its unlowerable ops as this executor's.
+  auto noteUnsupported = [&](const CpuExecutor* stage) {
+    if (stage && !stage->unsupported_.empty()) unsupported_ = stage->unsupported_;
+  };
+  unsupported_.clear();
+  std::vector<Tensor> before;
+  if (prefix_) {
+    auto ran = prefix_->run(inputs);
+    noteUnsupported(prefix_.get());
+    if (!ran) return ran.takeError();
+    before = std::move(*ran);
+  }
+  std::vector<std::vector<Tensor>> host(stages_->host.size());
+  auto at = [&](const StageValue& v) -> const Tensor& {
+    switch (v.from) {
+      case StageValue::From::Argument: return inputs[v.index];
+      case StageValue::From::Prefix: return before[v.index];
+      case StageValue::From::Host: break;
+    }
+    return host[v.index][v.result];
+  };
+  for (size_t i = 0; i < stages_->host.size(); ++i) {
+    const FunctionStages::HostOp& op = stages_->host[i];
+    std::vector<const Tensor*> operands;
+    for (const StageValue& v : op.operands) operands.push_back(&at(v));
+    auto results = runDataDependentOp(op.op, operands);
+    if (!results) return results.takeError();
+    host[i] = std::move(*results);
+  }
+  std::vector<Tensor> outputs;
+  if (!suffix_) {
+    for (const StageValue& v : stages_->results) outputs.push_back(at(v));
+    return outputs;
+  }
+  // TODO(kiln): bucket data-dependent sizes (pad to a bound) so that the
+  // suffix compiles once for counts that vary from run to run.
+  std::vector<Tensor> after;
+  for (const StageValue& v : stages_->suffixInputs) after.push_back(at(v));
+  auto ran = suffix_->run(after);
+  noteUnsupported(suffix_.get());
+  return ran;
 }
 
 Status CpuExecutor::addCompiled(std::unique_ptr<CompiledFunction> compiled) {
@@ -168,7 +253,12 @@ CompiledFunction* CpuExecutor::find(const std::vector<Tensor>& inputs) {
   return nullptr;
 }
 
-bool CpuExecutor::isCompiled(const std::vector<Tensor>& inputs) { return find(inputs) != nullptr; }
+bool CpuExecutor::isCompiled(const std::vector<Tensor>& inputs) {
+  // With stages, the suffix's shapes depend on values: never all compiled
+  // before a run.
+  if (stages_) return false;
+  return find(inputs) != nullptr;
+}
 
 Expected<CompiledFunction*> CpuExecutor::compiled(const std::vector<Tensor>& inputs) {
   if (CompiledFunction* found = find(inputs)) return found;
@@ -240,32 +330,50 @@ Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<
 
 Expected<std::pair<const Module*, std::shared_ptr<const CpuProgram>>> CpuExecutor::compiledProgram(
     const std::vector<Tensor>& inputs) {
+  if (stages_) return notOneProgram();
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   return std::make_pair(static_cast<const Module*>((*c)->module.get()), (*c)->program);
 }
 
-std::vector<std::string> CpuExecutor::takeNotices() { return kernelCache_->takeNotices(); }
+std::vector<std::string> CpuExecutor::takeNotices() {
+  std::vector<std::string> notices = kernelCache_->takeNotices();
+  for (CpuExecutor* stage : {prefix_.get(), suffix_.get()}) {
+    if (!stage) continue;
+    for (std::string& n : stage->takeNotices()) notices.push_back(std::move(n));
+  }
+  return notices;
+}
 
 Status CpuExecutor::prepare(const std::vector<Tensor>& inputs) {
+  // With stages, only the prefix's shapes are known before a run.
+  if (stages_) {
+    if (!prefix_) return Status::success();
+    Status prepared = prefix_->prepare(inputs);
+    unsupported_ = prefix_->unsupported_;
+    return prepared;
+  }
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   return {};
 }
 
 Expected<std::vector<Tensor>> CpuExecutor::run(const std::vector<Tensor>& inputs) {
+  if (stages_) return runStaged(inputs);
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   return (*c)->runner->run(inputs);
 }
 
 Expected<std::vector<Tensor>> CpuExecutor::runInPlace(std::vector<Tensor>& inputs) {
+  if (stages_) return runStaged(inputs);  // no donated arguments (refused by create)
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   return (*c)->runner->runInPlace(inputs);
 }
 
 Expected<std::string> CpuExecutor::kernelIR(const std::vector<Tensor>& inputs) {
+  if (stages_) return notOneProgram();
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   if (!(*c)->module) return Error("a compiled program from a file does not keep its kernel IR");
@@ -289,6 +397,7 @@ Expected<std::string> CpuExecutor::kernelIR(const std::vector<Tensor>& inputs) {
 }
 
 Expected<std::string> CpuExecutor::llvmIR(const std::vector<Tensor>& inputs) {
+  if (stages_) return notOneProgram();
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   if (!(*c)->module) return Error("a compiled program from a file does not keep its kernel IR");
@@ -296,6 +405,7 @@ Expected<std::string> CpuExecutor::llvmIR(const std::vector<Tensor>& inputs) {
 }
 
 Expected<MemoryPlan> CpuExecutor::memoryPlan(const std::vector<Tensor>& inputs) {
+  if (stages_) return notOneProgram();
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   if (!(*c)->plan) return Error("a compiled program from a file does not keep its memory plan's values");
@@ -303,11 +413,13 @@ Expected<MemoryPlan> CpuExecutor::memoryPlan(const std::vector<Tensor>& inputs) 
 }
 
 size_t CpuExecutor::numKernels(const std::vector<Tensor>& inputs) {
+  if (stages_) return 0;
   auto c = compiled(inputs);
   return c ? (*c)->program->steps.size() : 0;
 }
 
 Expected<std::string> CpuExecutor::artifact(const std::vector<Tensor>& inputs, std::string* planText) {
+  if (stages_) return notOneProgram();
   auto compiled = compiledProgram(inputs);
   if (!compiled) return compiled.takeError();
   const Function& optimized = *compiled->first->functions().front();

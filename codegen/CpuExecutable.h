@@ -8,6 +8,13 @@
 // (runtime/CpuRunner.h). A new set of input shapes compiles again; each
 // compiled set is cached. It runs one call at a time (one arena per set).
 //
+// A function with ops whose result sizes depend on values (nonzero, unique,
+// non_max_suppression) runs in stages (codegen/Stages.h): the ops before
+// them compiled for the input shapes, the data-dependent ops on the host
+// (runtime/DataDependent.h), and the rest by an executor of its own that
+// compiles a program per set of sizes those ops give, cached like any
+// input shapes (docs/codegen.md section 6).
+//
 // An executor can also start from a function already optimized (a `.kc`
 // file's module, recompiled for this machine) or from a compiled program
 // itself (a `.kc` file's program, nothing compiled).
@@ -35,6 +42,7 @@ class CpuJit;
 class KernelCache;
 struct CompileReport;
 struct CompiledFunction;
+struct FunctionStages;
 
 using kiln::defaultThreads;
 using kiln::StepProfile;
@@ -147,6 +155,10 @@ class CpuExecutor {
   /// and its runner.
   Expected<std::unique_ptr<CompiledFunction>> finish(std::unique_ptr<Module> optimized);
   Status addCompiled(std::unique_ptr<CompiledFunction> compiled);
+  /// Runs a function split at its data-dependent ops.
+  Expected<std::vector<Tensor>> runStaged(const std::vector<Tensor>& inputs);
+  /// The error of a query that needs one program for the whole function.
+  Error notOneProgram() const;
 
   std::unique_ptr<Module> module_;  // a private copy of the function; null for fromProgram
   CpuOptions options_;
@@ -157,6 +169,11 @@ class CpuExecutor {
   std::vector<std::string> unsupported_;
   int compiledCount_ = 0;
   CompiledFunction* last_ = nullptr;  // the one the last call used
+  /// With data-dependent ops: the stages, and the executors of the prefix
+  /// and suffix (null where that part is absent).
+  std::unique_ptr<FunctionStages> stages_;
+  std::unique_ptr<CpuExecutor> prefix_;
+  std::unique_ptr<CpuExecutor> suffix_;
 };
 
 /// A copy of `source` whose arguments have `types` (static shapes) and

@@ -26,7 +26,7 @@ constexpr int64_t kLibraryMinK = 64;
 /// oneDNN, whose kernels beat the generated loop nest at every size of the
 /// e2e models.
 bool prefersLibrary(const Op& anchor) {
-  if (anchor.kind() != OpKind::MatMul) return true;
+  if (anchor.kind() != OpKind::MatMul) return true;  // qmatmul has no other lowering
   const std::vector<int64_t> a = staticDims(anchor.operand(0)->type().shape);
   const int64_t k = a.empty() ? 0 : a.back();
   return k >= kLibraryMinK || numElements(anchor.result()->type().shape) * k > kLibraryMinWork;
@@ -164,11 +164,60 @@ bool mergeEltwise(PostOp& last, const PostOp& next) {
   return true;
 }
 
+/// The int8 call of a qconv or qmatmul (ir/Ops.def): x, w and the bias as
+/// buffers, the scales (a constant, from `constantOf`) and zero points as
+/// numbers, relu as a post-op.
+Expected<LibraryCall> describeQuantized(const Op& anchor, std::span<const Op* const> epilogue,
+                                        const std::function<int(const Value*)>& bufferOf,
+                                        const std::function<const DenseTensor*(const Value*)>& constantOf) {
+  LibraryCall call;
+  call.kind = anchor.kind() == OpKind::QConv ? LibraryCall::Kind::Conv : LibraryCall::Kind::MatMul;
+  if (!epilogue.empty()) return Error("int8 library calls take no epilogue");
+  const TensorType& result = anchor.result()->type();
+  if (!result.isStatic()) return Error("library calls produce static results");
+  for (size_t i = 0; i < anchor.numOperands(); ++i) {
+    const Value* v = anchor.operand(i);
+    if (!v->type().isStatic()) return Error("library calls take static operands");
+    // The scales are numbers of the call. They are numbered as a buffer
+    // all the same, as the group has them for an argument, unless a single
+    // one, which select-library copies into the group.
+    const bool scalar = i == 2 && scalarConstant(v).has_value();
+    const int buffer = scalar ? -1 : bufferOf(v);
+    if (i == 2) continue;
+    call.operands.push_back(buffer);
+    call.operandDims.push_back(staticDims(v->type().shape));
+  }
+  const DenseTensor* scales = constantOf(anchor.operand(2));
+  if (!scales) return Error("the scales of an int8 library call must be a constant");
+  for (int64_t i = 0; i < scales->numElements(); ++i) call.scales.push_back(static_cast<float>(scales->getDouble(i)));
+  call.resultDims = staticDims(result.shape);
+  call.srcType = anchor.operand(0)->type().dtype;
+  call.dstType = result.dtype;
+  call.srcZeroPoint = static_cast<int32_t>(anchor.getInt("x_zero_point"));
+  call.dstZeroPoint = static_cast<int32_t>(anchor.getInt("y_zero_point"));
+  if (anchor.getBool("relu")) {
+    PostOp relu;
+    relu.name = "relu";
+    call.postOps.push_back(std::move(relu));
+  }
+  if (call.kind == LibraryCall::Kind::Conv) {
+    const size_t k = call.operandDims[0].size() < 2 ? 0 : call.operandDims[0].size() - 2;
+    call.strides = intsOr(anchor, "strides", 1, k);
+    call.pads = intsOr(anchor, "pads", 0, 2 * k);
+    call.dilations = intsOr(anchor, "dilations", 1, k);
+    call.groups = anchor.getInt("groups");
+  }
+  return call;
+}
+
 /// The library call of `anchor` and `epilogue`, with buffers from `bufferOf`:
 /// static operands and result of one floating-point dtype, which the
-/// target checks.
+/// target checks, or a quantized contraction's.
 Expected<LibraryCall> describe(const Op& anchor, std::span<const Op* const> epilogue,
-                               const std::function<int(const Value*)>& bufferOf) {
+                               const std::function<int(const Value*)>& bufferOf,
+                               const std::function<const DenseTensor*(const Value*)>& constantOf) {
+  if (anchor.kind() == OpKind::QConv || anchor.kind() == OpKind::QMatMul)
+    return describeQuantized(anchor, epilogue, bufferOf, constantOf);
   LibraryCall call;
   switch (anchor.kind()) {
     case OpKind::MatMul: call.kind = LibraryCall::Kind::MatMul; break;
@@ -218,6 +267,12 @@ Expected<LibraryCall> describe(const Op& anchor, std::span<const Op* const> epil
 }  // namespace
 
 bool CpuTarget::acceptsLibraryCall(const Op& anchor, std::span<const Op* const> epilogue) const {
+  // An int8 contraction has no other lowering: whatever oneDNN implements
+  // it with, it is taken.
+  if (anchor.kind() == OpKind::QConv || anchor.kind() == OpKind::QMatMul) {
+    auto call = describeLibraryCall(anchor, epilogue);
+    return call && DnnlKernel::implementation(*call).ok();
+  }
   if (anchor.result()->type().dtype != DType::F32 || !prefersLibrary(anchor)) return false;
   // oneDNN's deconvolution with a post-op falls off its fast path without
   // saying so (its implementation is still "jit:avx512_core"): on the CNN's
@@ -264,7 +319,11 @@ Expected<LibraryCall> describeLibraryCall(const Op& anchor, std::span<const Op* 
     buffers.push_back(v);
     return static_cast<int>(buffers.size() - 1);
   };
-  auto call = describe(anchor, epilogue, bufferOf);
+  auto constantOf = [](const Value* v) -> const DenseTensor* {
+    const Op* def = v->definingOp();
+    return def && def->kind() == OpKind::Constant ? &def->getTensor("value") : nullptr;
+  };
+  auto call = describe(anchor, epilogue, bufferOf, constantOf);
   if (!call) return call.takeError();
   call->resultBuffer = static_cast<int>(buffers.size());
   return call;
@@ -285,7 +344,15 @@ Expected<LibraryCall> describeLibraryCall(const Op& group) {
   }
   if (!anchor) return group.emitError("has an empty library group");
   auto bufferOf = [](const Value* v) { return v->isArgument() ? v->index() : -1; };
-  auto call = describe(*anchor, epilogue, bufferOf);
+  // A region argument's constant is the group operand's.
+  auto constantOf = [&group](const Value* v) -> const DenseTensor* {
+    const Value* outer = v->isArgument() && v->index() < static_cast<int>(group.numOperands())
+                             ? group.operand(static_cast<size_t>(v->index()))
+                             : v;
+    const Op* def = outer->definingOp();
+    return def && def->kind() == OpKind::Constant ? &def->getTensor("value") : nullptr;
+  };
+  auto call = describe(*anchor, epilogue, bufferOf, constantOf);
   if (!call) return group.emitError("is not a library call: " + call.error().message());
   for (int b : call->operands)
     if (b < 0) return group.emitError("is not a library call: its contraction reads a value computed in the group");

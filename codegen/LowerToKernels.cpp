@@ -35,6 +35,15 @@ Expected<std::vector<LoweredStep>> lowerToSteps(const Function& f, std::string_v
       ++computing;
       continue;
     }
+    if (op->info().hasDataDependentShape()) {
+      // The CPU executor runs these between compiled stages (Stages.h) and
+      // never lowers them; a target that gets one here cannot run it.
+      unsupported.push_back("'" + std::string(op->name()) +
+                            "' (its result size depends on values; not lowered to kernels on this target)" +
+                            (op->loc().isPrinted() ? " at " + op->loc().str() : ""));
+      ++computing;
+      continue;
+    }
     if (op->numResults() != 1) return op->emitError("has several results; split-fused-results makes one per kernel");
     if (opInfo(op->kind()).opClass == OpClass::Collective) {
       auto call = collectiveOf(*op);

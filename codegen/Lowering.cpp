@@ -143,7 +143,7 @@ ExprPtr lowestOf(DType t) {
     case DType::I32: return kir::constantInt(t, std::numeric_limits<int32_t>::min());
     case DType::I16: return kir::constantInt(t, std::numeric_limits<int16_t>::min());
     case DType::I8: return kir::constantInt(t, std::numeric_limits<int8_t>::min());
-    default: return kir::constantInt(t, 0);  // u8, bool
+    default: return kir::constantInt(t, 0);  // unsigned, bool
   }
 }
 
@@ -155,7 +155,10 @@ ExprPtr highestOf(DType t) {
     case DType::I32: return kir::constantInt(t, std::numeric_limits<int32_t>::max());
     case DType::I16: return kir::constantInt(t, std::numeric_limits<int16_t>::max());
     case DType::I8: return kir::constantInt(t, std::numeric_limits<int8_t>::max());
-    case DType::U8: return kir::constantInt(t, 255);
+    case DType::U8: return kir::constantInt(t, std::numeric_limits<uint8_t>::max());
+    case DType::U16: return kir::constantInt(t, std::numeric_limits<uint16_t>::max());
+    case DType::U32: return kir::constantInt(t, std::numeric_limits<uint32_t>::max());
+    case DType::U64: return kir::constantInt(t, -1);  // the bits of 2^64 - 1
     default: return kir::constantInt(t, 1);  // bool
   }
 }
@@ -959,6 +962,9 @@ constexpr LowerFn ConvTranspose = lowerConvTranspose;
 constexpr LowerFn ConvWeightGrad = lowerConvWeightGrad;
 constexpr LowerFn MaxPool = lowerMaxPool;
 constexpr LowerFn AvgPool = lowerAvgPool;
+// Quantized contractions run only as oneDNN int8 library calls (select-library).
+constexpr LowerFn QConv = nullptr;
+constexpr LowerFn QMatMul = nullptr;
 constexpr LowerFn RandomUniform = lowerRandomUniform;
 constexpr LowerFn RandomNormal = lowerRandomNormal;
 // Composites are decomposed (-O2) before lowering.
@@ -978,6 +984,8 @@ constexpr LowerFn Attention = nullptr;
 constexpr LowerFn CrossEntropy = nullptr;
 constexpr LowerFn NllLoss = nullptr;
 constexpr LowerFn MseLoss = nullptr;
+constexpr LowerFn Quantize = nullptr;
+constexpr LowerFn Dequantize = nullptr;
 constexpr LowerFn Return = nullptr;
 // A check runs on the host before the step that reads its operand.
 constexpr LowerFn Check = nullptr;
@@ -988,6 +996,11 @@ constexpr LowerFn BroadcastFrom = nullptr;
 constexpr LowerFn ReduceTo = nullptr;
 constexpr LowerFn AllGather = nullptr;
 constexpr LowerFn ReduceScatter = nullptr;
+// Ops whose result sizes depend on values run on the host between the CPU
+// executor's compiled stages (CpuExecutable.cpp); the CUDA path refuses them.
+constexpr LowerFn NonZero = nullptr;
+constexpr LowerFn Unique = nullptr;
+constexpr LowerFn NonMaxSuppression = nullptr;
 // A `fused` op is not one element function but a group: lowerOpToKernel
 // composes its region's ops through a FusedContext.
 constexpr LowerFn Fused = nullptr;
@@ -1021,6 +1034,9 @@ std::string whyNotLowerable(const Op& op) {
     }
     return {};
   }
+  if (op.kind() == OpKind::QConv || op.kind() == OpKind::QMatMul)
+    return "'" + std::string(op.name()) +
+           "' (int8) is computed only by a library call (oneDNN on the CPU), which this target did not take";
   if (!loweringFor(op.kind())) return "no CPU lowering for '" + std::string(op.name()) + "' yet";
   auto check = [&](const Value* v) -> std::string {
     if (!v->type().isStatic()) return "'" + std::string(op.name()) + "' with a non-static type " + v->type().str();
@@ -1031,10 +1047,13 @@ std::string whyNotLowerable(const Op& op) {
   for (const Value* v : op.results())
     if (std::string why = check(v); !why.empty()) return why;
   const OpKind k = op.kind();
-  if ((k == OpKind::Conv || k == OpKind::ConvTranspose || k == OpKind::ConvWeightGrad || k == OpKind::AvgPool) &&
+  // An integer conv (ONNX ConvInteger's exact int32 sum) wraps as integer
+  // arithmetic does everywhere; the others are lowered for floats only.
+  if ((k == OpKind::ConvTranspose || k == OpKind::ConvWeightGrad || k == OpKind::AvgPool) &&
       !isFloat(op.result()->type().dtype))
     return "'" + std::string(op.name()) + "' on " + std::string(dtypeName(op.result()->type().dtype)) +
-           " (convolutions and average pooling are lowered for floats only)";
+           " (transposed convolutions, their weight gradients and average pooling are lowered for floats only)";
+  if (k == OpKind::Conv && op.result()->type().dtype == DType::Bool) return "'conv' on bool";
   return {};
 }
 

@@ -21,6 +21,9 @@ std::pair<Wide, Wide> dtypeBounds(DType t) {
     case DType::I16: return {std::numeric_limits<int16_t>::min(), std::numeric_limits<int16_t>::max()};
     case DType::I8: return {std::numeric_limits<int8_t>::min(), std::numeric_limits<int8_t>::max()};
     case DType::U8: return {0, 255};
+    case DType::U16: return {0, std::numeric_limits<uint16_t>::max()};
+    case DType::U32: return {0, std::numeric_limits<uint32_t>::max()};
+    case DType::U64: return {0, std::numeric_limits<uint64_t>::max()};
     case DType::Bool: return {0, 1};
     default: return {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()};
   }
@@ -91,7 +94,11 @@ ValueRanges::Range ValueRanges::exact(const Expr& e) {
   const Range full{typeLo, typeHi};
   if (isFloat(e.type)) return full;
   switch (e.kind) {
-    case ExprKind::Const: return {e.intValue, e.intValue};
+    case ExprKind::Const: {
+      // A u64 constant's bits are its value.
+      const Wide v = e.type == DType::U64 ? Wide(static_cast<uint64_t>(e.intValue)) : Wide(e.intValue);
+      return {v, v};
+    }
     case ExprKind::Var: {
       auto it = extents_.find(e.id);
       if (it == extents_.end()) return full;

@@ -79,6 +79,12 @@ std::optional<DType> fromProto(int t) {
       return DType::I8;
     case proto::U8:
       return DType::U8;
+    case proto::U16:
+      return DType::U16;
+    case proto::U32:
+      return DType::U32;
+    case proto::U64:
+      return DType::U64;
     case proto::BOOL:
       return DType::Bool;
     default:
@@ -106,6 +112,12 @@ proto::DataType toProto(DType t) {
       return proto::I8;
     case DType::U8:
       return proto::U8;
+    case DType::U16:
+      return proto::U16;
+    case DType::U32:
+      return proto::U32;
+    case DType::U64:
+      return proto::U64;
     case DType::Bool:
       return proto::BOOL;
   }
@@ -119,7 +131,8 @@ std::string withArticle(AttrKind kind) {
 
 std::string inQuotes(std::string_view s) { return "'" + std::string(s) + "'"; }
 
-/// The range of values an integer dtype holds.
+/// The range of values an integer dtype holds (of u64, the part int64
+/// reaches: larger values need raw_data).
 std::pair<int64_t, int64_t> intRange(DType t) {
   switch (t) {
     case DType::I32:
@@ -130,6 +143,12 @@ std::pair<int64_t, int64_t> intRange(DType t) {
       return {INT8_MIN, INT8_MAX};
     case DType::U8:
       return {0, UINT8_MAX};
+    case DType::U16:
+      return {0, UINT16_MAX};
+    case DType::U32:
+      return {0, UINT32_MAX};
+    case DType::U64:
+      return {0, INT64_MAX};
     case DType::Bool:
       return {0, 1};
     default:
@@ -858,9 +877,9 @@ class ModelWriter {
       return;
     }
     DType dtype = value.type.dtype;
-    if (text_ && !isFloat(dtype)) {
+    if (text_ && !isFloat(dtype) && intListIsExact(value)) {
       for (int64_t i = 0; i < n; ++i) out->add_int_values(value.getInt(i));
-    } else if (text_ && floatListsAreExact(value)) {
+    } else if (text_ && isFloat(dtype) && floatListsAreExact(value)) {
       for (int64_t i = 0; i < n; ++i) {
         if (dtype == DType::F64)
           out->add_double_values(value.getDouble(i));
@@ -870,6 +889,14 @@ class ModelWriter {
     } else {
       appendBytes(value, out->mutable_raw_data());
     }
+  }
+
+  /// Whether int_values can hold every element: all but u64 from 2^63 up.
+  static bool intListIsExact(const DenseTensor& value) {
+    if (value.type.dtype != DType::U64) return true;
+    for (int64_t i = 0; i < value.numElements(); ++i)
+      if (value.getInt(i) < 0) return false;
+    return true;
   }
 
   /// The tensor's bytes, with bools normalized to 0/1 as the reader requires.

@@ -3,6 +3,8 @@
 
 #include <cstring>
 
+#include "ir/ScalarSemantics.h"
+
 namespace kiln {
 
 std::string_view attrKindName(AttrKind k) {
@@ -49,6 +51,9 @@ double DenseTensor::getDouble(int64_t i) const {
     case DType::I16: return load<int16_t>(p);
     case DType::I8: return load<int8_t>(p);
     case DType::U8: return load<uint8_t>(p);
+    case DType::U16: return load<uint16_t>(p);
+    case DType::U32: return load<uint32_t>(p);
+    case DType::U64: return static_cast<double>(load<uint64_t>(p));
     case DType::Bool: return load<uint8_t>(p) ? 1.0 : 0.0;
   }
   return 0;
@@ -62,6 +67,9 @@ int64_t DenseTensor::getInt(int64_t i) const {
     case DType::I16: return load<int16_t>(p);
     case DType::I8: return load<int8_t>(p);
     case DType::U8: return load<uint8_t>(p);
+    case DType::U16: return load<uint16_t>(p);
+    case DType::U32: return load<uint32_t>(p);
+    case DType::U64: return static_cast<int64_t>(load<uint64_t>(p));  // the bits
     case DType::Bool: return load<uint8_t>(p) ? 1 : 0;
     default: return static_cast<int64_t>(getDouble(i));
   }
@@ -75,6 +83,7 @@ void DenseTensor::setDouble(int64_t i, double v) {
     case DType::F16: store<uint16_t>(p, floatToHalf(static_cast<float>(v))); break;
     case DType::BF16: store<uint16_t>(p, floatToBFloat16(static_cast<float>(v))); break;
     case DType::Bool: store<uint8_t>(p, v != 0.0); break;
+    case DType::U64: store<uint64_t>(p, kiln_ftou(v)); break;
     default: setInt(i, static_cast<int64_t>(v)); break;
   }
 }
@@ -87,6 +96,9 @@ void DenseTensor::setInt(int64_t i, int64_t v) {
     case DType::I16: store<int16_t>(p, static_cast<int16_t>(v)); break;
     case DType::I8: store<int8_t>(p, static_cast<int8_t>(v)); break;
     case DType::U8: store<uint8_t>(p, static_cast<uint8_t>(v)); break;
+    case DType::U16: store<uint16_t>(p, static_cast<uint16_t>(v)); break;
+    case DType::U32: store<uint32_t>(p, static_cast<uint32_t>(v)); break;
+    case DType::U64: store<uint64_t>(p, static_cast<uint64_t>(v)); break;
     case DType::Bool: store<uint8_t>(p, v != 0); break;
     default: setDouble(i, static_cast<double>(v)); break;
   }

@@ -44,6 +44,7 @@ enum class OpClass : uint8_t {
   Control,     // if and loop: bodies held in regions, run by the op
   Check,       // a run-time check of an operand on the host; no results
   Collective,  // communication between the ranks of a data-parallel job
+  DataDependent,  // result sizes depend on operand values (nonzero, unique)
   Terminator,  // return
 };
 
@@ -82,6 +83,9 @@ struct OpInfo {
   /// `if` and `loop`, whose regions are whole sub-programs run at the op.
   bool isControlFlow() const { return opClass == OpClass::Control; }
   bool isCommutative() const { return flags & kCommutative; }
+  /// Ops whose result sizes depend on their operands' values, not only on
+  /// their types: their shape rules give unknown dims there.
+  bool hasDataDependentShape() const { return opClass == OpClass::DataDependent; }
   /// Ops whose results may differ between two evaluations, or that matter
   /// without results (CSE, DCE and folding leave them alone). A collective
   /// is one: every rank must run the same collectives in the same order.

@@ -870,6 +870,16 @@ class Parser {
     }
     if (e.kind != Tok::Int)
       return errorAt(e, "expected an integer as an element of a " + dtName + " tensor, found '" + e.text + "'");
+    if (dt == DType::U64) {
+      // 0 to 2^64 - 1, beyond int64.
+      uint64_t u = 0;
+      const char* end = e.text.data() + e.text.size();
+      auto [ptr, ec] = std::from_chars(e.text.data(), end, u);
+      if (ec != std::errc() || ptr != end)
+        return errorAt(e, "element " + e.text + " is out of the range of u64 (0 to 18446744073709551615)");
+      t.setInt(i, static_cast<int64_t>(u));
+      return Status::success();
+    }
     int64_t v = 0;
     KILN_TRY(parseInt(e, v));
     auto [lo, hi] = integerRange(dt);
@@ -886,6 +896,8 @@ class Parser {
       case DType::I16: return {std::numeric_limits<int16_t>::min(), std::numeric_limits<int16_t>::max()};
       case DType::I8: return {std::numeric_limits<int8_t>::min(), std::numeric_limits<int8_t>::max()};
       case DType::U8: return {0, 255};
+      case DType::U16: return {0, std::numeric_limits<uint16_t>::max()};
+      case DType::U32: return {0, std::numeric_limits<uint32_t>::max()};
       default: return {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()};
     }
   }

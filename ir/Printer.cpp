@@ -117,6 +117,7 @@ std::string formatElement(const DenseTensor& t, int64_t i) {
                            [b](double back) { return floatToBFloat16(static_cast<float>(back)) == b; });
     }
     case DType::Bool: return t.getInt(i) ? "true" : "false";
+    case DType::U64: return std::to_string(static_cast<uint64_t>(t.getInt(i)));
     default: return std::to_string(t.getInt(i));
   }
 }

@@ -13,8 +13,10 @@
 // with a `kiln_` prefix: one spelling serves host C++, CUDA C++ and the C
 // entry points of the bitcode. Floats come as `float` and `double`,
 // integers as any builtin integer type (the dtype's own width on the CPU and
-// GPU, int64 in the interpreter, which wraps on store: both give the same
-// bits, as wrapping arithmetic is arithmetic modulo 2^width).
+// GPU; in the interpreter int64 for the signed dtypes and uint64 for the
+// unsigned ones, which wrap on store: both give the same bits, as wrapping
+// arithmetic is arithmetic modulo 2^width, and comparison, division and
+// remainder see the same values).
 //
 // Naming follows LLVM: `rem` is C's truncated remainder (the dividend's
 // sign), `mod` is Python's % (the divisor's sign).
@@ -108,6 +110,17 @@ KILN_SCALAR long long kiln_ftoi(T x) {
   return high ? 9223372036854775807LL : (low ? -9223372036854775807LL - 1 : truncated);
 }
 
+/// Float to an unsigned 64-bit integer: as kiln_ftoi below 2^63 (so a
+/// negative value wraps, as it does for the narrower unsigned dtypes), exact
+/// truncation from 2^63 up, and 2^64 - 1 from 2^64 up; NaN gives 0.
+template <typename T>
+KILN_SCALAR unsigned long long kiln_ftou(T x) {
+  const bool upper = x >= T(9223372036854775808.0), high = x >= T(18446744073709551616.0);  // 2^63, 2^64
+  const unsigned long long wide = (unsigned long long)((upper & !high) ? x : T(0));
+  const unsigned long long low = (unsigned long long)kiln_ftoi(x);
+  return high ? 18446744073709551615ULL : (upper ? wide : low);
+}
+
 // --- Integers --------------------------------------------------------------------
 
 /// The unsigned type in which T's arithmetic wraps: unsigned int for every
@@ -123,6 +136,14 @@ struct kiln_wrapping<long> {
 };
 template <>
 struct kiln_wrapping<long long> {
+  typedef unsigned long long type;
+};
+template <>
+struct kiln_wrapping<unsigned long> {
+  typedef unsigned long type;
+};
+template <>
+struct kiln_wrapping<unsigned long long> {
   typedef unsigned long long type;
 };
 

@@ -1031,6 +1031,96 @@ Result inferMseLoss(const ShapeQuery& q) {
   return lossResult(q, operand(q, 0).dtype, std::move(*shape));
 }
 
+// --- Quantization -------------------------------------------------------------
+
+bool isInt8(DType t) { return t == DType::U8 || t == DType::I8; }
+
+/// Operand `i` (a scale or zero point) is a scalar, a one-element vector, or
+/// one value per index of dim `axis` of operand 0.
+Status expectPerAxis(const ShapeQuery& q, size_t i, std::string_view what) {
+  if (rankOf(q, i) == 0) return Status::success();
+  if (rankOf(q, i) != 1)
+    return fail(q, operandName(i) + " (the " + std::string(what) + ") has type " + operand(q, i).str() +
+                       ", expected a scalar or a vector along `axis`");
+  const Dim& n = shapeOf(q, i)[0];
+  if (n.isStatic() && n.size == 1) return Status::success();
+  if (rankOf(q, 0) == 0)
+    return fail(q, operandName(i) + " (the " + std::string(what) + ") is a vector but operand 0 is a scalar");
+  auto axis = axisAttr(q, "axis", rankOf(q, 0));
+  if (!axis) return axis.takeError();
+  return expectDim(q, i, 0, shapeOf(q, 0)[static_cast<size_t>(*axis)],
+                   "operand 0's dim " + std::to_string(*axis) + ", the quantization axis");
+}
+
+/// quantize(x, scale, zero_point): x's shape in zero_point's dtype (u8, i8).
+Result inferQuantize(const ShapeQuery& q) {
+  KILN_TRY(expectDType(q, 0, DTypes::Float));
+  KILN_TRY(expectSameDType(q, 0, 1));
+  if (!isInt8(operand(q, 2).dtype))
+    return fail(q, "operand 2 (the zero point) has dtype " + std::string(dtypeName(operand(q, 2).dtype)) +
+                       ", expected u8 or i8 (it gives the result's dtype)");
+  KILN_TRY(expectPerAxis(q, 1, "scale"));
+  KILN_TRY(expectPerAxis(q, 2, "zero point"));
+  return Types{{operand(q, 2).dtype, shapeOf(q, 0)}};
+}
+
+/// dequantize(x, scale, zero_point): x's shape in scale's dtype.
+Result inferDequantize(const ShapeQuery& q) {
+  const DType x = operand(q, 0).dtype;
+  if (!isInt8(x) && x != DType::I32)
+    return fail(q, "operand 0 has dtype " + std::string(dtypeName(x)) + ", expected u8, i8 or i32");
+  KILN_TRY(expectDType(q, 1, DTypes::Float));
+  KILN_TRY(expectSameDType(q, 0, 2));
+  KILN_TRY(expectPerAxis(q, 1, "scale"));
+  KILN_TRY(expectPerAxis(q, 2, "zero point"));
+  return Types{{operand(q, 1).dtype, shapeOf(q, 0)}};
+}
+
+/// qconv and qmatmul: the shape of the float conv or matmul of x and w (a
+/// query of that op on the same attributes), in the declared dtype (u8 or
+/// i8); scale f32[M] and bias i32[M] per output channel.
+Result inferQuantizedContraction(const ShapeQuery& q) {
+  const bool conv = q.kind == OpKind::QConv;
+  if (!isInt8(operand(q, 0).dtype))
+    return fail(q, "operand 0 has dtype " + std::string(dtypeName(operand(q, 0).dtype)) + ", expected u8 or i8");
+  if (operand(q, 1).dtype != DType::I8)
+    return fail(q,
+                "operand 1 (the weights) has dtype " + std::string(dtypeName(operand(q, 1).dtype)) + ", expected i8");
+  if (!conv) KILN_TRY(expectRank(q, 1, 2, "w[K, N]"));
+  auto declared = declaredType(q);
+  if (!declared) return declared.takeError();
+  if (!isInt8(declared->dtype)) return fail(q, "declared result type " + declared->str() + " must be u8 or i8");
+  const std::vector<TensorType> floats = {{DType::F32, shapeOf(q, 0)}, {DType::F32, shapeOf(q, 1)}};
+  auto shape = inferResultTypes(ShapeQuery{conv ? OpKind::Conv : OpKind::MatMul, floats, q.attrs, {}, q.loc});
+  if (!shape) return fail(q, std::string(conv ? "as a convolution: " : "as a matmul: ") + shape.error().message());
+  const Shape& result = (*shape)[0].shape;
+  const Dim& channels = conv ? result[1] : result.back();
+  const char* why = conv ? "one per output channel" : "one per output column";
+  if (operand(q, 2).dtype != DType::F32)
+    return fail(q,
+                "operand 2 (the scales) has dtype " + std::string(dtypeName(operand(q, 2).dtype)) + ", expected f32");
+  KILN_TRY(expectRank(q, 2, 1, why));
+  KILN_TRY(expectDim(q, 2, 0, channels, why));
+  if (q.operands.size() == 4) {
+    if (operand(q, 3).dtype != DType::I32)
+      return fail(q,
+                  "operand 3 (the bias) has dtype " + std::string(dtypeName(operand(q, 3).dtype)) + ", expected i32");
+    KILN_TRY(expectRank(q, 3, 1, why));
+    KILN_TRY(expectDim(q, 3, 0, channels, why));
+  }
+  for (const char* name : {"x_zero_point", "y_zero_point"}) {
+    auto zp = intAttr(q, name);
+    if (!zp) return zp.takeError();
+    const int64_t lo = operand(q, 0).dtype == DType::U8 ? 0 : -128, hi = lo + 255;
+    const int64_t ylo = declared->dtype == DType::U8 ? 0 : -128, yhi = ylo + 255;
+    const bool isX = std::string_view(name) == "x_zero_point";
+    if (*zp < (isX ? lo : ylo) || *zp > (isX ? hi : yhi))
+      return fail(q, "attribute '" + std::string(name) + "' = " + std::to_string(*zp) + " is out of range for " +
+                         std::string(dtypeName(isX ? operand(q, 0).dtype : declared->dtype)));
+  }
+  return Types{{declared->dtype, result}};
+}
+
 Result inferReturn(const ShapeQuery&) { return Types{}; }
 
 /// A fused op's results are what its region returns, which a ShapeQuery
@@ -1129,6 +1219,79 @@ Result inferCollective(const ShapeQuery& q) {
   return Types{{x.dtype, std::move(shape)}};
 }
 
+// --- Data-dependent shapes -------------------------------------------------
+
+/// The element count of `shape` when every dim is static, else nullopt.
+std::optional<int64_t> staticCount(const Shape& shape) {
+  if (!isStaticShape(shape)) return std::nullopt;
+  return numElements(shape);
+}
+
+/// nonzero: one row of indices per dim (a scalar counts as a 1-element
+/// vector, as in NumPy), one column per nonzero element.
+Result inferNonZero(const ShapeQuery& q) {
+  const int64_t rows = std::max<int64_t>(rankOf(q, 0), 1);
+  return Types{{DType::I64, {Dim::fixed(rows), Dim::unknown()}}};
+}
+
+/// unique's axis: nullopt when it flattens x.
+Expected<std::optional<int64_t>> uniqueAxis(const ShapeQuery& q) {
+  auto axes = intsAttr(q, "axis");
+  if (!axes) return axes.takeError();
+  if (axes->empty()) return std::optional<int64_t>{};
+  if (axes->size() > 1)
+    return fail(q, "attribute 'axis' has " + std::to_string(axes->size()) +
+                       " entries, expected at most one (none flattens the operand)");
+  auto axis = normalizeAxis(axes->front(), rankOf(q, 0));
+  if (!axis)
+    return fail(q,
+                "attribute 'axis' is " + std::to_string(axes->front()) + ", out of range for " + operand(q, 0).str());
+  return std::optional<int64_t>{*axis};
+}
+
+/// unique: (values, first indices, inverse indices, counts); the number of
+/// distinct values is unknown, the inverse has one entry per element (or
+/// per slice along the axis).
+Result inferUnique(const ShapeQuery& q) {
+  KILN_TRY(boolAttr(q, "sorted"));
+  auto axis = uniqueAxis(q);
+  if (!axis) return axis.takeError();
+  const TensorType& x = operand(q, 0);
+  TensorType values{x.dtype, {Dim::unknown()}};
+  Dim perValue = Dim::unknown();
+  if (*axis) {
+    values.shape = x.shape;
+    values.shape[**axis] = Dim::unknown();
+    perValue = x.shape[**axis];
+  } else if (auto count = staticCount(x.shape)) {
+    perValue = Dim::fixed(*count);
+  }
+  const TensorType vector{DType::I64, {Dim::unknown()}};
+  return Types{values, vector, {DType::I64, {perValue}}, vector};
+}
+
+/// non_max_suppression: boxes[B,N,4], scores[B,C,N] of one float dtype and
+/// optional one-element thresholds to the selected [?,3] triples.
+Result inferNonMaxSuppression(const ShapeQuery& q) {
+  KILN_TRY(boolAttr(q, "center_point_box"));
+  KILN_TRY(expectDType(q, 0, DTypes::Float));
+  KILN_TRY(expectSameDType(q, 0, 1));
+  KILN_TRY(expectRank(q, 0, 3, "boxes[batch, box, 4]"));
+  KILN_TRY(expectRank(q, 1, 3, "scores[batch, class, box]"));
+  KILN_TRY(expectDim(q, 0, 2, Dim::fixed(4), "four coordinates per box"));
+  KILN_TRY(expectDim(q, 1, 0, shapeOf(q, 0)[0], "the batch of operand 0"));
+  KILN_TRY(expectDim(q, 1, 2, shapeOf(q, 0)[1], "the boxes of operand 0"));
+  static constexpr std::string_view kNames[] = {"", "", "max_output_boxes_per_class", "iou_threshold",
+                                                "score_threshold"};
+  for (size_t i = 2; i < q.operands.size(); ++i) {
+    KILN_TRY(expectDType(q, i, i == 2 ? DTypes::Index : DTypes::Float));
+    if (auto count = staticCount(shapeOf(q, i)); !count || *count != 1)
+      return fail(q, operandName(i) + " (" + std::string(kNames[i]) + ") has type " + operand(q, i).str() +
+                         ", expected one element");
+  }
+  return Types{{DType::I64, {Dim::unknown(), Dim::fixed(3)}}};
+}
+
 // --- Dispatch -----------------------------------------------------------------
 
 // Marks "no rule here" in the tables below; ruleFor() rejects an op that
@@ -1179,6 +1342,8 @@ template <> constexpr Rule kOwnRule<OpKind::MatMul> = &inferMatMul;
 template <> constexpr Rule kOwnRule<OpKind::Conv> = &inferConv;
 template <> constexpr Rule kOwnRule<OpKind::ConvTranspose> = &inferConvTranspose;
 template <> constexpr Rule kOwnRule<OpKind::ConvWeightGrad> = &inferConvWeightGrad;
+template <> constexpr Rule kOwnRule<OpKind::QConv> = &inferQuantizedContraction;
+template <> constexpr Rule kOwnRule<OpKind::QMatMul> = &inferQuantizedContraction;
 template <> constexpr Rule kOwnRule<OpKind::Softmax> = &inferAlongAxis;
 template <> constexpr Rule kOwnRule<OpKind::LogSoftmax> = &inferAlongAxis;
 template <> constexpr Rule kOwnRule<OpKind::LayerNorm> = &inferLayerNorm;
@@ -1191,9 +1356,14 @@ template <> constexpr Rule kOwnRule<OpKind::Attention> = &inferAttention;
 template <> constexpr Rule kOwnRule<OpKind::CrossEntropy> = &inferClassLoss;
 template <> constexpr Rule kOwnRule<OpKind::NllLoss> = &inferClassLoss;
 template <> constexpr Rule kOwnRule<OpKind::MseLoss> = &inferMseLoss;
+template <> constexpr Rule kOwnRule<OpKind::Quantize> = &inferQuantize;
+template <> constexpr Rule kOwnRule<OpKind::Dequantize> = &inferDequantize;
 template <> constexpr Rule kOwnRule<OpKind::Fused> = &inferFused;
 template <> constexpr Rule kOwnRule<OpKind::If> = &inferIf;
 template <> constexpr Rule kOwnRule<OpKind::Loop> = &inferLoop;
+template <> constexpr Rule kOwnRule<OpKind::NonZero> = &inferNonZero;
+template <> constexpr Rule kOwnRule<OpKind::Unique> = &inferUnique;
+template <> constexpr Rule kOwnRule<OpKind::NonMaxSuppression> = &inferNonMaxSuppression;
 // clang-format on
 
 template <OpKind K, OpClass C>
@@ -1256,6 +1426,30 @@ Expected<std::vector<TensorType>> inferResultTypes(const Op& op) {
   declared.reserve(op.numResults());
   for (size_t i = 0; i < op.numResults(); ++i) declared.push_back(op.result(i)->type());
   return inferResultTypes(ShapeQuery{op.kind(), operands, &op.attrs(), declared, op.loc()});
+}
+
+std::optional<int64_t> dataDependentBound(const Op& op, size_t result) {
+  if (!op.info().hasDataDependentShape() || result >= op.numResults() || op.numOperands() == 0) return std::nullopt;
+  const Shape& x = op.operand(0)->type().shape;
+  switch (op.kind()) {
+    case OpKind::NonZero: return staticCount(x);
+    case OpKind::Unique: {
+      if (result == 2) return std::nullopt;  // the inverse's size is static or symbolic
+      const std::vector<int64_t>& axis = op.getInts("axis");
+      if (axis.empty()) return staticCount(x);
+      auto a = normalizeAxis(axis.front(), static_cast<int64_t>(x.size()));
+      if (!a || !x[*a].isStatic()) return std::nullopt;
+      return x[*a].size;
+    }
+    case OpKind::NonMaxSuppression: {
+      // At most every box of every batch and class.
+      if (op.numOperands() < 2 || x.size() != 3) return std::nullopt;
+      const Shape& scores = op.operand(1)->type().shape;
+      if (scores.size() != 3 || !x[0].isStatic() || !x[1].isStatic() || !scores[1].isStatic()) return std::nullopt;
+      return x[0].size * scores[1].size * x[1].size;
+    }
+    default: return std::nullopt;
+  }
 }
 
 }  // namespace kiln

@@ -5,6 +5,7 @@
 // shapes) to size its outputs.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -34,6 +35,14 @@ Expected<std::vector<TensorType>> inferResultTypes(const ShapeQuery& query);
 
 /// Convenience: the rule applied to an op in the IR.
 Expected<std::vector<TensorType>> inferResultTypes(const Op& op);
+
+/// For a result of an op whose result sizes depend on operand values
+/// (OpInfo::hasDataDependentShape): the most its one unknown dim can be,
+/// from the operands' static dims (nonzero: the operand's elements; unique:
+/// its elements, or its dim `axis`; non_max_suppression: batches * classes *
+/// boxes). Nullopt for other ops and results, and where the operands' dims
+/// are not static.
+std::optional<int64_t> dataDependentBound(const Op& op, size_t result);
 
 /// NumPy broadcasting of two shapes, or an error naming both.
 Expected<Shape> broadcastShapes(const Shape& a, const Shape& b);

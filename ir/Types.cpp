@@ -14,7 +14,8 @@ struct DTypeInfo {
 constexpr DTypeInfo kDTypeInfo[] = {
     {DType::F64, "f64", 8}, {DType::F32, "f32", 4}, {DType::F16, "f16", 2}, {DType::BF16, "bf16", 2},
     {DType::I64, "i64", 8}, {DType::I32, "i32", 4}, {DType::I16, "i16", 2}, {DType::I8, "i8", 1},
-    {DType::U8, "u8", 1},   {DType::Bool, "bool", 1},
+    {DType::U8, "u8", 1},   {DType::Bool, "bool", 1}, {DType::U16, "u16", 2},   {DType::U32, "u32", 4},
+    {DType::U64, "u64", 8},
 };
 }  // namespace
 
@@ -29,7 +30,9 @@ std::optional<DType> parseDType(std::string_view name) {
 
 bool isFloat(DType t) { return t == DType::F64 || t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 bool isInteger(DType t) { return !isFloat(t) && t != DType::Bool; }
-bool isSigned(DType t) { return isFloat(t) || (isInteger(t) && t != DType::U8); }
+bool isSigned(DType t) {
+  return isFloat(t) || t == DType::I64 || t == DType::I32 || t == DType::I16 || t == DType::I8;
+}
 
 std::string Dim::str() const {
   if (isStatic()) return std::to_string(size);

@@ -12,11 +12,17 @@
 
 namespace kiln {
 
-/// Element types, in the order of DESIGN.md. `Bool` is spelled `bool`.
-enum class DType : uint8_t { F64, F32, F16, BF16, I64, I32, I16, I8, U8, Bool };
+/// Element types. `Bool` is spelled `bool`. The numbers are stored in
+/// compiled programs (.kc), so new dtypes are added at the end (the
+/// unsigned types wider than u8 came after bool); kAllDTypes lists them in
+/// the order of DESIGN.md.
+enum class DType : uint8_t { F64, F32, F16, BF16, I64, I32, I16, I8, U8, Bool, U16, U32, U64 };
 
 inline constexpr DType kAllDTypes[] = {DType::F64, DType::F32, DType::F16, DType::BF16, DType::I64,
-                                       DType::I32, DType::I16, DType::I8,  DType::U8,   DType::Bool};
+                                       DType::I32, DType::I16, DType::I8,  DType::U64,  DType::U32,
+                                       DType::U16, DType::U8,  DType::Bool};
+/// The dtype with the largest number: every DType is at most this.
+inline constexpr DType kLastDType = DType::U64;
 
 std::string_view dtypeName(DType t);
 std::optional<DType> parseDType(std::string_view name);

@@ -538,6 +538,42 @@ Lowered lowerMseLoss(Emitter& e, const Op& op) {
   return std::vector{*reduced};
 }
 
+// --- Quantization ---------------------------------------------------------------------
+
+/// A quantization parameter shaped to broadcast against x: a scalar stays,
+/// a vector along `axis` becomes [1, ..., n, ..., 1].
+Value* alongAxis(Emitter& e, const Op& op, Value* param) {
+  const TensorType& x = op.operand(0)->type();
+  const TensorType& p = param->type();
+  if (p.rank() == 0 || x.rank() == 0) return param;
+  if (p.shape[0].isStatic() && p.shape[0].size == 1) return e.reshape(param, {});
+  auto axis = normalizeAxis(op.getInt("axis"), x.rank());
+  if (!axis) return e.reshape(param, {});  // the shape rule reported it
+  Shape shape(static_cast<size_t>(x.rank()), Dim::fixed(1));
+  shape[static_cast<size_t>(*axis)] = p.shape[0];
+  return e.reshape(param, std::move(shape));
+}
+
+/// quantize = cast(clamp(round(x / scale) + zero_point, lo, hi)).
+Lowered lowerQuantize(Emitter& e, const Op& op) {
+  Value* x = op.operand(0);
+  const DType f = x->type().dtype, dtype = op.operand(2)->type().dtype;
+  Value* scale = alongAxis(e, op, op.operand(1));
+  Value* zero = e.cast(alongAxis(e, op, op.operand(2)), f);
+  Value* q = e.add(e.unary(OpKind::Round, e.div(x, scale)), zero);
+  const double lo = dtype == DType::U8 ? 0 : -128;
+  q = e.binary(OpKind::Min, e.binary(OpKind::Max, q, e.scalar(f, lo)), e.scalar(f, lo + 255));
+  return std::vector{e.cast(q, dtype)};
+}
+
+/// dequantize = (cast(x) - cast(zero_point)) * scale.
+Lowered lowerDequantize(Emitter& e, const Op& op) {
+  const DType f = op.operand(1)->type().dtype;
+  Value* x = e.cast(op.operand(0), f);
+  Value* zero = e.cast(alongAxis(e, op, op.operand(2)), f);
+  return std::vector{e.mul(e.sub(x, zero), alongAxis(e, op, op.operand(1)))};
+}
+
 // --- Registration ------------------------------------------------------------------
 
 template <OpKind K>
@@ -574,6 +610,10 @@ template <>
 constexpr Lowering kLoweringOf<OpKind::NllLoss> = &lowerNllLoss;
 template <>
 constexpr Lowering kLoweringOf<OpKind::MseLoss> = &lowerMseLoss;
+template <>
+constexpr Lowering kLoweringOf<OpKind::Quantize> = &lowerQuantize;
+template <>
+constexpr Lowering kLoweringOf<OpKind::Dequantize> = &lowerDequantize;
 
 // Every composite has a lowering and nothing else does.
 #define KILN_OP(Enum, Mnemonic, Class, ...)                                                       \

@@ -42,8 +42,12 @@ const MemoryPlan::Buffer* MemoryPlan::find(const Value* v) const {
 std::string MemoryPlan::str() const {
   std::ostringstream os;
   for (const Buffer& b : buffers) {
-    os << valueRef(b.name) << ": offset " << b.offset << ", size " << b.size << ", live [" << b.first << ", " << b.last
-       << "]";
+    if (b.sizing == Buffer::Sizing::Dynamic)
+      os << valueRef(b.name) << ": dynamic size, allocated at run time";
+    else
+      os << valueRef(b.name) << ": offset " << b.offset << ", size "
+         << (b.sizing == Buffer::Sizing::Bound ? "at most " : "") << b.size;
+    os << ", live [" << b.first << ", " << b.last << "]";
     if (b.inPlaceOf >= 0) os << ", in place of " << valueRef(buffers[b.inPlaceOf].name);
     if (b.viewOf >= 0) os << ", view of " << valueRef(buffers[b.viewOf].name);
     os << "\n";

@@ -37,6 +37,15 @@ struct MemoryPlan {
     /// The value's name hint, printed as `%name`.
     std::string name;
     int64_t size = 0;  // bytes
+    /// How `size` was found. Exact: from a static type. Bound: the value
+    /// is a result of an op whose result sizes depend on values
+    /// (non_max_suppression, nonzero, unique) and `size` is the most it can
+    /// take (ir/ShapeRules.h dataDependentBound); the run uses a prefix.
+    /// Dynamic: no bound is known (a value computed from such a result):
+    /// it takes no arena space (`size` 0, `offset` -1) and is allocated
+    /// when its kernel runs.
+    enum class Sizing : uint8_t { Exact, Bound, Dynamic };
+    Sizing sizing = Sizing::Exact;
     int64_t alignment = kAlignment;
     int64_t offset = 0;  // bytes from the arena's start
     /// The kernels (indices into the function's kernel sequence) that write
@@ -89,7 +98,8 @@ struct MemoryPlan {
   /// The alias of result `result`, or null when it has none.
   const Alias* aliasOfResult(size_t result) const;
   /// One line per buffer (`%name: offset O, size S, live [a, b]`, plus `, in
-  /// place of %x`), one per alias (`result R -> argument %a: in place` or
+  /// place of %x`; `size at most S` for a bound, `dynamic size` for a
+  /// buffer outside the arena), one per alias (`result R -> argument %a: in place` or
   /// `: copied after the last kernel (why)`), then `peak P bytes, no reuse
   /// T bytes`.
   std::string str() const;
@@ -109,7 +119,8 @@ bool isView(const Op& op);
 
 /// Plans the arena of `f`: each top-level op other than a constant or the
 /// `return` is one kernel, in order. An error names the first value whose
-/// shape is not static. With `aliases`, each donated argument receives its
+/// shape is not static, unless an op with data-dependent result sizes gave
+/// it (Buffer::Sizing). With `aliases`, each donated argument receives its
 /// result in place where that is safe, else by a copy after the last kernel
 /// (MemoryPlan::Alias); an error names a bad alias (an index out of range,
 /// an argument or result named twice, types that differ). Without

@@ -56,6 +56,9 @@ const PassInfo* lookupPass(std::string_view name) {
 //    -O2 gains `fuse` when it does.
 //
 // A target's pipeline (`--target cpu|cuda`) continues to its kernel list:
+//  - fold-qdq right after infer-shapes, before canonicalize would fold the
+//    dequantized weights into float constants: the int8 contractions of a
+//    QDQ model, where the target's library takes them.
 //  - raise-activations turns exported GELU and SiLU subgraphs back into
 //    `gelu` and `silu`, after canonicalize has folded their constants.
 //  - select-library after it and before decompose: a
@@ -73,12 +76,12 @@ std::string_view optLevelPipeline(int level, bool forTarget) {
       case 0: return "schedule,insert-host-checks";
       case 1: return "infer-shapes,canonicalize,cse,dce,schedule,insert-host-checks";
       case 2:
-        return "infer-shapes,canonicalize,raise-activations,expand-conv-weight-grad,assign-layouts,canonicalize,"
-               "select-library,decompose,canonicalize,cse,dce,schedule,insert-host-checks";
+        return "infer-shapes,fold-qdq,canonicalize,raise-activations,expand-conv-weight-grad,assign-layouts,"
+               "canonicalize,select-library,decompose,canonicalize,cse,dce,schedule,insert-host-checks";
       default:
-        return "infer-shapes,canonicalize,raise-activations,expand-conv-weight-grad,assign-layouts,canonicalize,"
-               "select-library,decompose,canonicalize,cse,dce,select-library,fuse,split-fused-results,schedule,"
-               "insert-host-checks";
+        return "infer-shapes,fold-qdq,canonicalize,raise-activations,expand-conv-weight-grad,assign-layouts,"
+               "canonicalize,select-library,decompose,canonicalize,cse,dce,select-library,fuse,split-fused-results,"
+               "schedule,insert-host-checks";
     }
   }
   switch (level) {

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ir/ShapeRules.h"
 #include "passes/MemoryPlan.h"
 #include "passes/Pass.h"
 
@@ -37,6 +38,22 @@ std::optional<int64_t> byteSize(const TensorType& type) {
 
 /// Constants (and iota, which depends on nothing either) are stored with the
 /// weights; `return` computes nothing. Every other top-level op is a kernel.
+/// Bytes of result `v` of a data-dependent op at the most its unknown dim
+/// can be (dataDependentBound), when that and its other dims are static.
+std::optional<int64_t> boundedByteSize(const Op& op, const Value* v) {
+  auto bound = dataDependentBound(op, static_cast<size_t>(v->index()));
+  if (!bound) return std::nullopt;
+  TensorType type = v->type();
+  int unknown = 0;
+  for (Dim& d : type.shape) {
+    if (d.isStatic()) continue;
+    d = Dim::fixed(*bound);
+    ++unknown;
+  }
+  if (unknown != 1) return std::nullopt;
+  return byteSize(type);
+}
+
 bool isKernel(const Op& op) {
   return op.info().opClass != OpClass::Constant && op.kind() != OpKind::Return && op.kind() != OpKind::Check;
 }
@@ -261,16 +278,24 @@ Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias
   // Live ranges: a buffer is born at the kernel that defines it and dies at
   // the last kernel that reads it; one nobody reads still takes memory while
   // its kernel writes it. Arguments and constants are never buffers.
+  // Values after an op whose result sizes depend on values have sizes known
+  // only at run time: that op's results take their bound, where there is
+  // one, and the rest are allocated when they are computed.
   std::unordered_map<const Value*, int> bufferOf;
+  std::unordered_set<const Value*> dataDependent;
   std::vector<const Op*> kernels;
   for (const auto& op : f.ops()) {
     if (!isKernel(*op)) continue;
     int k = static_cast<int>(kernels.size());
     kernels.push_back(op.get());
+    bool reached = op->info().hasDataDependentShape();
     for (const Value* v : op->operands()) {
       auto it = bufferOf.find(v);
       if (it != bufferOf.end()) plan.buffers[it->second].last = k;
+      reached = reached || dataDependent.count(v);
     }
+    if (reached)
+      for (const Value* v : op->results()) dataDependent.insert(v);
     for (const Value* v : op->results()) {
       if (returned.count(v) || inPlaceValues.count(v)) continue;
       MemoryPlan::Buffer b;
@@ -278,10 +303,18 @@ Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias
       b.name = v->name().empty() ? std::string(op->name()) + "#" + std::to_string(v->index()) : v->name();
       // The JIT specializes symbolic dims to the bound inputs before it
       // plans, so a size expression is never needed at run time.
-      if (!v->type().isStatic())
+      if (!v->type().isStatic() && !dataDependent.count(v))
         return op->emitError("cannot plan memory for %" + b.name + " of type " + v->type().str() +
                              ": the memory plan needs static shapes (specialize the inputs' shapes first)");
-      std::optional<int64_t> size = byteSize(v->type());
+      std::optional<int64_t> size;
+      if (v->type().isStatic()) {
+        size = byteSize(v->type());
+      } else if (op->info().hasDataDependentShape() && (size = boundedByteSize(*op, v))) {
+        b.sizing = MemoryPlan::Buffer::Sizing::Bound;
+      } else {
+        b.sizing = MemoryPlan::Buffer::Sizing::Dynamic;
+        size = 0;
+      }
       if (!size)
         return op->emitError("cannot plan memory for %" + b.name + " of type " + v->type().str() +
                              ": larger than the arena's limit of 2^40 bytes");
@@ -311,19 +344,22 @@ Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias
   for (size_t i = 0; i < plan.buffers.size(); ++i) {
     MemoryPlan::Buffer& b = plan.buffers[i];
     const Op* def = b.value->definingOp();
-    if (isView(*def)) {
+    // A buffer of a size known only at run time shares with nothing.
+    const bool sized = b.sizing == MemoryPlan::Buffer::Sizing::Exact;
+    if (sized && isView(*def)) {
       auto it = bufferOf.find(def->operand(0));
-      if (it != bufferOf.end()) b.viewOf = it->second;
+      if (it != bufferOf.end() && plan.buffers[it->second].sizing == MemoryPlan::Buffer::Sizing::Exact)
+        b.viewOf = it->second;
     }
-    if (b.viewOf < 0 && mayRunInPlace(*def)) {
+    if (sized && b.viewOf < 0 && mayRunInPlace(*def)) {
       const TensorType& out = b.value->type();
       for (size_t k = 0; k < def->numOperands(); ++k) {
         const Value* in = def->operand(k);
         auto it = bufferOf.find(in);
         if (it == bufferOf.end()) continue;
         const MemoryPlan::Buffer& input = plan.buffers[it->second];
-        if (input.last != b.first || groups[groupOf[it->second]].last != b.first ||
-            numElements(in->type().shape) != numElements(out.shape) ||
+        if (input.sizing != MemoryPlan::Buffer::Sizing::Exact || input.last != b.first ||
+            groups[groupOf[it->second]].last != b.first || numElements(in->type().shape) != numElements(out.shape) ||
             dtypeSize(in->type().dtype) != dtypeSize(out.dtype) || !readsAtWrittenIndex(*def, k))
           continue;
         b.inPlaceOf = it->second;
@@ -356,7 +392,9 @@ Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias
   }
 
   for (size_t i = 0; i < plan.buffers.size(); ++i) {
-    plan.buffers[i].offset = groups[groupOf[i]].offset;
+    // A dynamic buffer's group has size 0: it takes no arena space.
+    plan.buffers[i].offset =
+        plan.buffers[i].sizing == MemoryPlan::Buffer::Sizing::Dynamic ? -1 : groups[groupOf[i]].offset;
     plan.noReuseTotal += alignUp(plan.buffers[i].size, MemoryPlan::kAlignment);
   }
   return plan;

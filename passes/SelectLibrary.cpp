@@ -21,7 +21,7 @@ constexpr size_t kMaxEpilogue = 8;
 
 bool isContraction(const Op& op) {
   return op.kind() == OpKind::MatMul || op.kind() == OpKind::Conv || op.kind() == OpKind::ConvTranspose ||
-         op.kind() == OpKind::ConvWeightGrad;
+         op.kind() == OpKind::ConvWeightGrad || op.kind() == OpKind::QConv || op.kind() == OpKind::QMatMul;
 }
 
 /// A single-element constant: copied into the group's region, where the

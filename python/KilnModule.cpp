@@ -83,8 +83,11 @@ std::optional<DType> dtypeOfNumpy(const py::dtype& d) {
     if (size == 4) return DType::I32;
     if (size == 2) return DType::I16;
     if (size == 1) return DType::I8;
-  } else if (kind == 'u' && size == 1) {
-    return DType::U8;
+  } else if (kind == 'u') {
+    if (size == 8) return DType::U64;
+    if (size == 4) return DType::U32;
+    if (size == 2) return DType::U16;
+    if (size == 1) return DType::U8;
   } else if (kind == 'b') {
     return DType::Bool;
   }
@@ -104,7 +107,7 @@ Tensor tensorOf(const py::array& array, const std::string& what) {
   if (!dt)
     raise(gInputError, what + " is a NumPy array of dtype " + py::cast<std::string>(dtype.attr("name")) +
                            ", which Kiln does not take (float64, float32, float16, int64, int32, int16, int8, "
-                           "uint8 and bool are taken)");
+                           "uint64, uint32, uint16, uint8 and bool are taken)");
   if (dtype.byteorder() == '>')
     raise(gInputError, what + " is big-endian (" + py::cast<std::string>(dtype.attr("name")) +
                            "); convert it with .astype(numpy." + std::string(numpyName(*dt)) + ")");

@@ -297,5 +297,62 @@ Status MseLoss(const KernelCall& c) {
   return reduceLosses(c, losses, a.numElements());
 }
 
+/// The index along `axis` of x that element `i` of x has, for per-axis
+/// quantization parameters (0 for scalar ones).
+namespace {
+Expected<std::vector<int64_t>> quantizationIndex(const KernelCall& c) {
+  const Tensor& x = c.in(0);
+  const bool perAxis = c.in(1).numElements() > 1 || c.in(2).numElements() > 1;
+  std::vector<int64_t> index(static_cast<size_t>(x.numElements()), 0);
+  if (!perAxis) return index;
+  auto axis = checkedAxis(c.op, c.op.getInt("axis"), x.rank());
+  if (!axis) return axis.takeError();
+  const int64_t dim = x.shape()[*axis], inner = product(x.shape(), *axis + 1, x.shape().size());
+  for (size_t k : {size_t{1}, size_t{2}})
+    if (c.in(k).numElements() != 1 && c.in(k).numElements() != dim)
+      return c.op.emitError("operand " + std::to_string(k) + " " + c.in(k).type().str() + " has neither 1 nor " +
+                            std::to_string(dim) + " elements (dim " + std::to_string(*axis) + " of x)");
+  for (int64_t i = 0; i < x.numElements(); ++i) index[i] = (i / inner) % dim;
+  return index;
+}
+/// Element `i` of a scalar or per-axis parameter.
+int64_t at(const Tensor& t, int64_t i) { return t.numElements() == 1 ? 0 : i; }
+}  // namespace
+
+// Quantization in the float dtype of x (f32 division as ONNX Runtime's),
+// rounded half to even.
+Status Quantize(const KernelCall& c) {
+  KILN_TRY(checkFloats(c, 2));
+  auto index = quantizationIndex(c);
+  if (!index) return index.takeError();
+  const Tensor& x = c.in(0);
+  const double lo = c.out().dtype() == DType::U8 ? 0 : -128, hi = lo + 255;
+  const bool single = x.dtype() != DType::F64;
+  for (int64_t i = 0; i < x.numElements(); ++i) {
+    const int64_t a = (*index)[i];
+    const double scale = c.in(1).getDouble(at(c.in(1), a)), zero = c.in(2).getDouble(at(c.in(2), a));
+    const double q = single ? kiln_fround(static_cast<float>(x.getDouble(i)) / static_cast<float>(scale))
+                            : kiln_fround(x.getDouble(i) / scale);
+    c.out().setInt(i, static_cast<int64_t>(std::clamp(q + zero, lo, hi)));
+  }
+  return {};
+}
+
+Status Dequantize(const KernelCall& c) {
+  if (!isFloat(c.in(1).dtype())) return dtypeError(c.op, c.in(1).dtype(), "a float scale");
+  auto index = quantizationIndex(c);
+  if (!index) return index.takeError();
+  const Tensor& x = c.in(0);
+  const bool single = c.out().dtype() != DType::F64;
+  for (int64_t i = 0; i < x.numElements(); ++i) {
+    const int64_t a = (*index)[i];
+    const int64_t d = x.getInt(i) - c.in(2).getInt(at(c.in(2), a));
+    const double scale = c.in(1).getDouble(at(c.in(1), a));
+    c.out().setDouble(i, single ? static_cast<double>(static_cast<float>(d) * static_cast<float>(scale))
+                                : static_cast<double>(d) * scale);
+  }
+  return {};
+}
+
 }  // namespace kernels
 }  // namespace kiln

@@ -387,5 +387,103 @@ Status AvgPool(const KernelCall& c) {
   return {};
 }
 
+// --- Quantized contractions ------------------------------------------------------
+
+}  // namespace kernels
+
+namespace {
+
+/// The requantization of qconv and qmatmul (ir/Ops.def): the exact integer
+/// accumulator times the channel's f32 scale, relu, rounded half to even,
+/// plus the result's zero point, saturated to u8 or i8.
+int64_t requantize(int64_t acc, float scale, bool relu, int64_t zeroPoint, DType dtype) {
+  float v = static_cast<float>(acc) * scale;
+  if (relu) v = std::max(v, 0.0f);
+  const int64_t lo = dtype == DType::U8 ? 0 : -128, hi = lo + 255;
+  const double q = static_cast<double>(kiln_fround(v)) + static_cast<double>(zeroPoint);
+  return static_cast<int64_t>(std::clamp(q, static_cast<double>(lo), static_cast<double>(hi)));
+}
+
+/// The operands a quantized contraction's kernel checks beyond its shape
+/// rule: one scale (and bias) per output channel.
+Status checkQuantizedOperands(const KernelCall& c, int64_t channels) {
+  if (c.in(2).numElements() != channels || (c.numOperands() == 4 && c.in(3).numElements() != channels))
+    return c.op.emitError("expects one scale and bias per output channel (" + std::to_string(channels) + "), got " +
+                          c.in(2).type().str() + (c.numOperands() == 4 ? " and " + c.in(3).type().str() : ""));
+  return {};
+}
+
+}  // namespace
+
+namespace kernels {
+
+Status QConv(const KernelCall& c) {
+  const Tensor& x = c.in(0);
+  const Tensor& w = c.in(1);
+  Tensor& out = c.out();
+  if (x.rank() < 3 || w.rank() != x.rank() || out.rank() != x.rank())
+    return c.op.emitError("expects x[N,C,D...] and w[M,C/groups,K...] of one rank, got " + x.type().str() + " and " +
+                          w.type().str());
+  const int64_t batchSize = x.shape()[0], channels = x.shape()[1], outChannels = w.shape()[0];
+  const int64_t groups = c.op.getInt("groups");
+  if (groups <= 0 || channels % groups || outChannels % groups || w.shape()[1] * groups != channels ||
+      out.shape()[1] != outChannels)
+    return c.op.emitError("channels of x " + x.type().str() + " and w " + w.type().str() + " do not fit " +
+                          std::to_string(groups) + " groups");
+  KILN_TRY(checkQuantizedOperands(c, outChannels));
+  auto window = readWindow(c.op, spatial(w.shape()));
+  if (!window) return window.takeError();
+  const std::vector<int64_t> inDims = spatial(x.shape()), outDims = spatial(out.shape());
+  const int64_t inSize = product(inDims), outSize = product(outDims), kernelSize = product(window->kernel);
+  const int64_t groupIn = channels / groups, groupOut = outChannels / groups;
+  const int64_t xZero = c.op.getInt("x_zero_point"), yZero = c.op.getInt("y_zero_point");
+  const bool relu = c.op.getBool("relu");
+  const std::vector<int64_t> xv = readAs<int64_t>(x), wv = readAs<int64_t>(w);
+  std::vector<int64_t> outIndex;
+  for (int64_t nb = 0; nb < batchSize; ++nb)
+    for (int64_t mo = 0; mo < outChannels; ++mo) {
+      const int64_t group = mo / groupOut;
+      const float scale = static_cast<float>(c.in(2).getDouble(mo));
+      const int64_t bias = c.numOperands() == 4 ? c.in(3).getInt(mo) : 0;
+      for (int64_t o = 0; o < outSize; ++o) {
+        unravel(o, outDims, outIndex);
+        // Exact: |terms| < 2^16, so int64 holds any realistic sum.
+        int64_t acc = bias;
+        for (int64_t ci = 0; ci < groupIn; ++ci) {
+          const int64_t channel = group * groupIn + ci;
+          for (int64_t kp = 0; kp < kernelSize; ++kp) {
+            const int64_t pos = windowPosition(outIndex, window->taps[kp], *window, inDims);
+            if (pos < 0) continue;  // padding holds x's zero point: it adds nothing
+            acc += (xv[(nb * channels + channel) * inSize + pos] - xZero) * wv[(mo * groupIn + ci) * kernelSize + kp];
+          }
+        }
+        out.setInt((nb * outChannels + mo) * outSize + o, requantize(acc, scale, relu, yZero, out.dtype()));
+      }
+    }
+  return {};
+}
+
+Status QMatMul(const KernelCall& c) {
+  const Tensor& a = c.in(0);
+  const Tensor& b = c.in(1);
+  if (a.rank() < 1 || b.rank() != 2 || a.shape().back() != b.shape()[0])
+    return c.op.emitError("expects x[...,M,K] and w[K,N], got " + a.type().str() + " and " + b.type().str());
+  const int64_t k = b.shape()[0], n = b.shape()[1], rows = a.numElements() / k;
+  if (rows * n != c.out().numElements())
+    return c.op.emitError("result " + c.out().type().str() + " does not match the product's shape");
+  KILN_TRY(checkQuantizedOperands(c, n));
+  const int64_t xZero = c.op.getInt("x_zero_point"), yZero = c.op.getInt("y_zero_point");
+  const bool relu = c.op.getBool("relu");
+  const std::vector<int64_t> av = readAs<int64_t>(a), bv = readAs<int64_t>(b);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t acc = c.numOperands() == 4 ? c.in(3).getInt(j) : 0;
+      for (int64_t p = 0; p < k; ++p) acc += (av[i * k + p] - xZero) * bv[p * n + j];
+      c.out().setInt(i * n + j,
+                     requantize(acc, static_cast<float>(c.in(2).getDouble(j)), relu, yZero, c.out().dtype()));
+    }
+  return {};
+}
+
 }  // namespace kernels
 }  // namespace kiln

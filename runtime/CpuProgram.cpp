@@ -84,6 +84,16 @@ void putCall(std::string& out, const LibraryCall& call) {
     putInts(out, p.dims);
     putString(out, p.name);
   }
+  out += static_cast<char>(call.srcType);
+  out += static_cast<char>(call.dstType);
+  putI32(out, call.srcZeroPoint);
+  putI32(out, call.dstZeroPoint);
+  putLE(out, call.scales.size(), 4);
+  for (float scale : call.scales) {
+    uint32_t bits;
+    std::memcpy(&bits, &scale, 4);
+    putLE(out, bits, 4);
+  }
 }
 
 int64_t bytesOf(const TensorType& t) {
@@ -126,7 +136,7 @@ class ProgramReader {
   Expected<TensorType> type(std::string_view what) {
     auto dtype = r_.uint(1, what);
     if (!dtype) return dtype.takeError();
-    if (*dtype > static_cast<uint64_t>(DType::Bool) || dtypeName(static_cast<DType>(*dtype)) == "?")
+    if (*dtype > static_cast<uint64_t>(kLastDType) || dtypeName(static_cast<DType>(*dtype)) == "?")
       return r_.error("corrupt: " + std::string(what) + " has an unknown dtype " + std::to_string(*dtype));
     auto dims = ints(what);
     if (!dims) return dims.takeError();
@@ -192,7 +202,7 @@ class ProgramReader {
     }
     auto dtype = r_.uint(1, "a collective's dtype");
     if (!dtype) return dtype.takeError();
-    if (*dtype > static_cast<uint64_t>(DType::Bool)) return r_.error("corrupt: a collective's dtype");
+    if (*dtype > static_cast<uint64_t>(kLastDType)) return r_.error("corrupt: a collective's dtype");
     c.dtype = static_cast<DType>(*dtype);
     auto dims = ints("a collective's dims");
     if (!dims) return dims.takeError();
@@ -261,6 +271,29 @@ class ProgramReader {
       if (!name) return name.takeError();
       p.name = std::move(*name);
       c.postOps.push_back(std::move(p));
+    }
+    for (DType* type : {&c.srcType, &c.dstType}) {
+      auto t = r_.uint(1, "a library call's element type");
+      if (!t) return t.takeError();
+      if (*t != static_cast<uint64_t>(DType::F32) && *t != static_cast<uint64_t>(DType::U8) &&
+          *t != static_cast<uint64_t>(DType::I8))
+        return r_.error("corrupt: a library call's element type");
+      *type = static_cast<DType>(*t);
+    }
+    for (int32_t* zeroPoint : {&c.srcZeroPoint, &c.dstZeroPoint}) {
+      auto z = i32("a library call's zero point");
+      if (!z) return z.takeError();
+      *zeroPoint = *z;
+    }
+    auto ns = count("a library call's scales");
+    if (!ns) return ns.takeError();
+    for (size_t i = 0; i < *ns; ++i) {
+      auto bits = r_.uint(4, "a library call's scale");
+      if (!bits) return bits.takeError();
+      const uint32_t b = static_cast<uint32_t>(*bits);
+      float scale;
+      std::memcpy(&scale, &b, 4);
+      c.scales.push_back(scale);
     }
     return c;
   }
@@ -573,6 +606,24 @@ Status CpuProgram::validate() const {
     for (size_t k = 0; k < c.operands.size(); ++k)
       if (c.operands[k] < 0 || c.operands[k] >= buffers || c.operandDims[k] != dimsOfBuffer(c.operands[k]))
         return bad(what + " has a library call operand that does not fit its buffers");
+    // Element types: a quantized call reads x, w and the bias and writes the
+    // result as the types it names (f32 calls, all f32, are checked as
+    // ever by their slots' dims).
+    if (c.quantized()) {
+      auto typeOfBuffer = [&](int b) {
+        return slots[static_cast<size_t>(b == buffers ? s.result : s.operands[b])].type.dtype;
+      };
+      const DType want[] = {c.srcType, DType::I8, DType::I32};
+      bool fits = typeOfBuffer(buffers) == c.dstType && c.dstType != DType::F32;
+      for (size_t k = 0; k < c.operands.size(); ++k) fits = fits && typeOfBuffer(c.operands[k]) == want[k];
+      const int64_t channels = c.resultDims.size() < 2               ? 0
+                               : c.kind == LibraryCall::Kind::MatMul ? c.resultDims.back()
+                                                                     : c.resultDims[1];
+      if (!fits || static_cast<int64_t>(c.scales.size()) != channels)
+        return bad(what + " has a quantized library call whose element types or scales do not fit its buffers");
+    } else if (c.dstType != DType::F32 || !c.scales.empty()) {
+      return bad(what + " has a library call of mixed element types");
+    }
     for (const PostOp& p : c.postOps) {
       if (!p.isBinary()) continue;
       if (p.operand < 0 || p.operand >= buffers || p.dims.size() != c.resultDims.size() ||

@@ -32,20 +32,30 @@ memory::dims rowMajorStrides(const memory::dims& dims) {
   return strides;
 }
 
-memory::desc plainDesc(const memory::dims& dims) {
-  return memory::desc(dims, memory::data_type::f32, rowMajorStrides(dims));
+memory::desc plainDesc(const memory::dims& dims, memory::data_type type = memory::data_type::f32) {
+  return memory::desc(dims, type, rowMajorStrides(dims));
+}
+
+/// oneDNN's type of a library call's elements: f32, or u8 and s8 (int8 calls).
+memory::data_type dnnlType(DType dtype) {
+  switch (dtype) {
+    case DType::U8: return memory::data_type::u8;
+    case DType::I8: return memory::data_type::s8;
+    case DType::I32: return memory::data_type::s32;
+    default: return memory::data_type::f32;
+  }
 }
 
 /// Memory stored channels last, [N, D..., C] as `dims` say, described in
 /// oneDNN's logical order [N, C, D...] with the strides that read it (nhwc
 /// for 2-d convolutions).
-memory::desc channelsLastDesc(const memory::dims& dims) {
+memory::desc channelsLastDesc(const memory::dims& dims, memory::data_type type = memory::data_type::f32) {
   memory::dims strides = rowMajorStrides(dims), logical = dims;
   if (dims.size() > 2) {
     std::rotate(logical.begin() + 1, logical.end() - 1, logical.end());
     std::rotate(strides.begin() + 1, strides.end() - 1, strides.end());
   }
-  return memory::desc(logical, memory::data_type::f32, strides);
+  return memory::desc(logical, type, strides);
 }
 
 /// `dims` right-aligned in `rank` dims, padded with leading 1s (NumPy
@@ -229,6 +239,20 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
   const memory::dims dstDims(call.resultDims.begin(), call.resultDims.end());
   if (call.channelsLast && call.kind != LibraryCall::Kind::Conv)
     return Error("only convolutions are stored channels last");
+  // Element types: all f32, or an int8 call's u8/s8 x and result, s8
+  // weights and s32 bias.
+  const bool quantized = call.quantized();
+  const memory::data_type xType = dnnlType(call.srcType), yType = dnnlType(call.dstType);
+  const memory::data_type wType = quantized ? memory::data_type::s8 : memory::data_type::f32;
+  const memory::data_type biasType = quantized ? memory::data_type::s32 : memory::data_type::f32;
+  if (quantized) {
+    if (call.kind != LibraryCall::Kind::MatMul && call.kind != LibraryCall::Kind::Conv)
+      return Error("only matmuls and convolutions are quantized");
+    if (call.dstType == DType::F32 || call.scales.empty())
+      return Error("a quantized call needs an int8 result and scales");
+    for (const PostOp& p : postOps)
+      if (p.kind != PostOp::Kind::Relu) return Error("a quantized call takes relu as its only post-op");
+  }
   // A tensor post-op operand is stored as the result is.
   auto operandDesc = [&](const memory::dims& dims) {
     return call.channelsLast ? channelsLastDesc(dims) : plainDesc(dims);
@@ -274,6 +298,19 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
     }
     dnnl::primitive_attr attr;
     attr.set_post_ops(ops);
+    if (quantized) {
+      // Known when the program is compiled, so oneDNN's int8 kernels (which
+      // refuse run-time scales in 2.6) take them: one scale per output
+      // channel (dim 1 of a convolution's result, of a matmul's 2-d one).
+      const int64_t channels = call.kind == LibraryCall::Kind::MatMul ? dstDims.back() : dstDims[1];
+      if (static_cast<int64_t>(call.scales.size()) != channels)
+        return Error("a quantized call has " + std::to_string(call.scales.size()) + " scales for " +
+                     std::to_string(channels) + " output channels");
+      attr.set_output_scales(1 << 1, call.scales);
+      if (call.srcZeroPoint != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {call.srcZeroPoint});
+      if (call.dstZeroPoint != 0) attr.set_zero_points(DNNL_ARG_DST, 0, {call.dstZeroPoint});
+      postText = " requantized" + std::string(postOps.empty() ? "" : " + relu");
+    }
 
     if (call.kind == LibraryCall::Kind::MatMul) {
       std::vector<int64_t> a = call.operandDims[0], b = call.operandDims[1];
@@ -295,7 +332,12 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       // operands that differs from the matmul's, so none are allowed then.
       if (!postOps.empty() && cd.size() != dstDims.size() && !rows)
         return Error("post-ops on a matmul of 1-D operands");
-      const memory::desc amd = plainDesc(ad), bmd = plainDesc(bd), cmd = plainDesc(cd);
+      // Output scales per column need the 2-d result that an int8 matmul
+      // (b of [K, N]) always has once a's rows are collapsed.
+      if (quantized && cd.size() != 2) return Error("a quantized matmul of a batched b");
+      const memory::desc amd = plainDesc(ad, xType), bmd = plainDesc(bd, wType), cmd = plainDesc(cd, yType);
+      const bool matmulBias = quantized && call.operands.size() > 2;
+      const memory::desc biasMd = matmulBias ? plainDesc({1, cd.back()}, biasType) : memory::desc();
       // A constant b without a batch is packed once in the layout oneDNN
       // picks, one copy per source shared by every kernel that multiplies by
       // it (an unrolled recurrent net's steps). An LSTM classifier's input
@@ -305,17 +347,23 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       // its 256 steps reading its own copy of R^T.)
       const bool packB = operandBuffer[1] < static_cast<int>(constantBuffers.size()) &&
                          constantBuffers[operandBuffer[1]] && bd.size() == 2;
-      const memory::desc anyB = packB ? memory::desc(bd, memory::data_type::f32, memory::format_tag::any) : bmd;
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, anyB, cmd), attr, engine);
+      const memory::desc anyB = packB ? memory::desc(bd, wType, memory::format_tag::any) : bmd;
+      dnnl::matmul::primitive_desc pd(
+          matmulBias ? dnnl::matmul::desc(amd, anyB, biasMd, cmd) : dnnl::matmul::desc(amd, anyB, cmd), attr, engine);
       chosenImpl = pd.impl_info_str();
       impl->work = libraryCallWork(call);
-      impl->description = "onednn matmul " + dimsText(ad) + "x" + dimsText(bd) + postText + " (" + chosenImpl +
-                          (pd.weights_desc() != bmd ? ", packed b" : "") + ")";
+      impl->description = std::string(quantized ? "onednn int8 matmul " : "onednn matmul ") + dimsText(ad) + "x" +
+                          dimsText(bd) + postText + " (" + chosenImpl + (pd.weights_desc() != bmd ? ", packed b" : "") +
+                          ")";
       if (describeOnly) return chosenImpl;
       impl->primitive = dnnl::matmul(pd);
       impl->args[DNNL_ARG_SRC] = memory(amd, engine, DNNL_MEMORY_NONE);
       impl->args[DNNL_ARG_DST] = memory(cmd, engine, DNNL_MEMORY_NONE);
       impl->bindings = {{DNNL_ARG_SRC, operandBuffer[0]}, {DNNL_ARG_DST, resultBuffer}};
+      if (matmulBias) {
+        impl->args[DNNL_ARG_BIAS] = memory(biasMd, engine, DNNL_MEMORY_NONE);
+        impl->bindings.push_back({DNNL_ARG_BIAS, operandBuffer[2]});
+      }
       if (pd.weights_desc() == bmd) {
         impl->args[DNNL_ARG_WEIGHTS] = memory(bmd, engine, DNNL_MEMORY_NONE);
         impl->bindings.push_back({DNNL_ARG_WEIGHTS, operandBuffer[1]});
@@ -428,7 +476,7 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
           wd.insert(wd.begin(), groups);
           wd[1] /= groups;
         }
-        wmd = plainDesc(wd);
+        wmd = plainDesc(wd, wType);
       } else {
         const int64_t groupIn = w[0] / groups, groupOut = w[1];
         wd = {groupOut, groupIn};
@@ -447,9 +495,11 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
         }
         wmd = memory::desc(wd, memory::data_type::f32, wStrides);
       }
-      const memory::desc xmd = operandDesc(call.operandDims[0]), ymd = operandDesc(dstDims);
+      if (quantized && (transposed || call.channelsLast)) return Error("a quantized convolution is a plain one");
+      const memory::desc xmd = quantized ? plainDesc(call.operandDims[0], xType) : operandDesc(call.operandDims[0]);
+      const memory::desc ymd = quantized ? plainDesc(dstDims, yType) : operandDesc(dstDims);
       const bool hasBias = call.operands.size() > 2;
-      const memory::desc bmd = hasBias ? plainDesc({outChannels}) : memory::desc();
+      const memory::desc bmd = hasBias ? plainDesc({outChannels}, biasType) : memory::desc();
       const memory::dims strideDims(strides.begin(), strides.end());
       // Layouts of oneDNN's choosing (blocked channels, for its direct
       // convolution kernels), with the input and output reordered, beat the
@@ -458,11 +508,9 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       // Stored channels last (assign-layouts), x and the result keep their
       // layout, which oneDNN's brgemm convolutions read without a reorder,
       // and only the constant weights are reordered (once).
-      const memory::desc anyX =
-          call.channelsLast ? xmd : memory::desc(x, memory::data_type::f32, memory::format_tag::any);
-      const memory::desc anyW(wd, memory::data_type::f32, memory::format_tag::any);
-      const memory::desc anyY =
-          call.channelsLast ? ymd : memory::desc(logicalDst, memory::data_type::f32, memory::format_tag::any);
+      const memory::desc anyX = call.channelsLast ? xmd : memory::desc(x, xType, memory::format_tag::any);
+      const memory::desc anyW(wd, wType, memory::format_tag::any);
+      const memory::desc anyY = call.channelsLast ? ymd : memory::desc(logicalDst, yType, memory::format_tag::any);
       auto choose = [&]<typename Primitive>(auto describe) {
         std::optional<typename Primitive::primitive_desc> pd;
         try {
@@ -493,9 +541,11 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       chosenImpl = chosen.impl;
       impl->work = libraryCallWork(call);
       const bool blocked = chosen.src != xmd || chosen.weights != wmd || chosen.dst != ymd;
-      impl->description = std::string(transposed ? "onednn deconv " : "onednn conv ") + dimsText(x) + "*" +
-                          dimsText(wd) + postText + " (" + chosen.impl + (blocked ? ", blocked" : "") +
-                          (call.channelsLast ? ", channels last" : "") + ")";
+      impl->description = std::string(transposed  ? "onednn deconv "
+                                      : quantized ? "onednn int8 conv "
+                                                  : "onednn conv ") +
+                          dimsText(x) + "*" + dimsText(wd) + postText + " (" + chosen.impl +
+                          (blocked ? ", blocked" : "") + (call.channelsLast ? ", channels last" : "") + ")";
       if (describeOnly) return chosenImpl;
       auto isConstant = [&](size_t operand) {
         const int buffer = operandBuffer[operand];

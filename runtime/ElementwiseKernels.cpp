@@ -1,13 +1,16 @@
 // Elementwise kernels: unary math, broadcasting binary arithmetic, logical
 // and comparison ops, select and cast. Each op is one line naming its float
 // and integer semantics; the loops live in a few shared templates. Floats
-// compute in double, integers in int64 with two's-complement wrap-around, so
-// results are rounded (or wrapped) only once, when stored. The scalar rules
+// compute in double, signed integers in int64 and unsigned ones in uint64,
+// with two's-complement wrap-around, so results are rounded (or wrapped)
+// only once, when stored; uint64 gives unsigned comparison, division and
+// remainder the values of u64 elements from 2^63 up. The scalar rules
 // (NaN-propagating max/min, mod and rem, division that never traps, pow by
 // squaring, round half to even, ...) are ir/ScalarSemantics.h's, which the
 // CPU JIT and the CUDA emitter share; this file adds only the errors a
 // kernel cannot report (a zero divisor, a negative integer exponent).
 #include <cmath>
+#include <type_traits>
 
 #include "runtime/Kernels.h"
 
@@ -15,23 +18,39 @@ namespace kiln {
 namespace {
 
 /// An integer result, or the run-time error that prevents it.
+template <typename T>
 struct IntResult {
-  int64_t value = 0;
+  T value = 0;
   const char* error = nullptr;
 };
+
+template <typename T>
+IntResult<T> ok(T value) {
+  return {value};
+}
+
+/// Calls `f(T{})` with the type in which integers of `dtype` compute: int64
+/// for the signed dtypes, uint64 for the unsigned ones and bool.
+template <typename F>
+auto withIntType(DType dtype, F f) {
+  return isSigned(dtype) ? f(int64_t{0}) : f(uint64_t{0});
+}
 
 /// A unary op on float and integer dtypes (not bool).
 template <typename FloatFn, typename IntFn>
 Status numericUnary(const KernelCall& c, FloatFn f, IntFn g) {
   const Tensor& x = c.in(0);
   if (x.dtype() == DType::Bool) return dtypeError(c.op, x.dtype(), "a numeric dtype");
-  for (int64_t i = 0; i < x.numElements(); ++i) {
-    if (isFloat(x.dtype()))
-      c.out().setDouble(i, f(x.getDouble(i)));
-    else
-      c.out().setInt(i, g(x.getInt(i)));
+  if (isFloat(x.dtype())) {
+    for (int64_t i = 0; i < x.numElements(); ++i) c.out().setDouble(i, f(x.getDouble(i)));
+    return {};
   }
-  return {};
+  return withIntType(x.dtype(), [&](auto zero) -> Status {
+    using T = decltype(zero);
+    for (int64_t i = 0; i < x.numElements(); ++i)
+      c.out().setInt(i, static_cast<int64_t>(g(static_cast<T>(x.getInt(i)))));
+    return {};
+  });
 }
 
 /// Walks the broadcast of operands 0 and 1 over the result's shape, calling
@@ -62,11 +81,14 @@ Status numericBinary(const KernelCall& c, FloatFn f, IntFn g) {
       out.setDouble(i, f(a.getDouble(ia), b.getDouble(ib)));
       return {};
     });
-  return walkBinary(c, [&](int64_t i, int64_t ia, int64_t ib) -> Status {
-    IntResult r = g(a.getInt(ia), b.getInt(ib));
-    if (r.error) return c.op.emitError(r.error);
-    out.setInt(i, r.value);
-    return {};
+  return withIntType(a.dtype(), [&](auto zero) -> Status {
+    using T = decltype(zero);
+    return walkBinary(c, [&](int64_t i, int64_t ia, int64_t ib) -> Status {
+      IntResult<T> r = g(static_cast<T>(a.getInt(ia)), static_cast<T>(b.getInt(ib)));
+      if (r.error) return c.op.emitError(r.error);
+      out.setInt(i, static_cast<int64_t>(r.value));
+      return {};
+    });
   });
 }
 
@@ -76,10 +98,17 @@ Status compare(const KernelCall& c, Cmp cmp) {
   const Tensor& a = c.in(0);
   const Tensor& b = c.in(1);
   Tensor& out = c.out();
-  const bool floats = isFloat(a.dtype());
-  return walkBinary(c, [&](int64_t i, int64_t ia, int64_t ib) -> Status {
-    out.setInt(i, floats ? cmp(a.getDouble(ia), b.getDouble(ib)) : cmp(a.getInt(ia), b.getInt(ib)));
-    return {};
+  if (isFloat(a.dtype()))
+    return walkBinary(c, [&](int64_t i, int64_t ia, int64_t ib) -> Status {
+      out.setInt(i, cmp(a.getDouble(ia), b.getDouble(ib)));
+      return {};
+    });
+  return withIntType(a.dtype(), [&](auto zero) -> Status {
+    using T = decltype(zero);
+    return walkBinary(c, [&](int64_t i, int64_t ia, int64_t ib) -> Status {
+      out.setInt(i, cmp(static_cast<T>(a.getInt(ia)), static_cast<T>(b.getInt(ib))));
+      return {};
+    });
   });
 }
 
@@ -94,23 +123,28 @@ Status logical(const KernelCall& c, F f) {
   });
 }
 
-IntResult intDiv(int64_t x, int64_t y) {
+template <typename T>
+IntResult<T> intDiv(T x, T y) {
   if (y == 0) return {0, "integer division by zero"};
   return {kiln_idiv(x, y)};
 }
 
-IntResult intRem(int64_t x, int64_t y) {
+template <typename T>
+IntResult<T> intRem(T x, T y) {
   if (y == 0) return {0, "integer remainder by zero"};
   return {kiln_irem(x, y)};
 }
 
-IntResult intMod(int64_t x, int64_t y) {
+template <typename T>
+IntResult<T> intMod(T x, T y) {
   if (y == 0) return {0, "integer remainder by zero"};
   return {kiln_imod(x, y)};
 }
 
-IntResult intPow(int64_t base, int64_t exponent) {
-  if (exponent < 0) return {0, "integer pow with a negative exponent"};
+template <typename T>
+IntResult<T> intPow(T base, T exponent) {
+  if constexpr (std::is_signed_v<T>)
+    if (exponent < 0) return {0, "integer pow with a negative exponent"};
   return {kiln_ipow(base, exponent)};
 }
 
@@ -119,10 +153,10 @@ IntResult intPow(int64_t base, int64_t exponent) {
 namespace kernels {
 
 // clang-format off
-Status Neg(const KernelCall& c) { return numericUnary(c, [](double x) { return -x; }, kiln_ineg<int64_t>); }
-Status Abs(const KernelCall& c) { return numericUnary(c, [](double x) { return std::fabs(x); }, kiln_iabs<int64_t>); }
-Status Sign(const KernelCall& c) { return numericUnary(c, kiln_fsign<double>, kiln_isign<int64_t>); }
-Status Relu(const KernelCall& c) { return numericUnary(c, kiln_frelu<double>, kiln_irelu<int64_t>); }
+Status Neg(const KernelCall& c) { return numericUnary(c, [](double x) { return -x; }, [](auto x) { return kiln_ineg(x); }); }
+Status Abs(const KernelCall& c) { return numericUnary(c, [](double x) { return std::fabs(x); }, [](auto x) { return kiln_iabs(x); }); }
+Status Sign(const KernelCall& c) { return numericUnary(c, kiln_fsign<double>, [](auto x) { return kiln_isign(x); }); }
+Status Relu(const KernelCall& c) { return numericUnary(c, kiln_frelu<double>, [](auto x) { return kiln_irelu(x); }); }
 Status Exp(const KernelCall& c) { return mapFloats(c, [](double x) { return std::exp(x); }); }
 Status Log(const KernelCall& c) { return mapFloats(c, [](double x) { return std::log(x); }); }
 Status Sqrt(const KernelCall& c) { return mapFloats(c, [](double x) { return std::sqrt(x); }); }
@@ -146,15 +180,15 @@ Status Floor(const KernelCall& c) { return mapFloats(c, [](double x) { return st
 Status Ceil(const KernelCall& c) { return mapFloats(c, [](double x) { return std::ceil(x); }); }
 Status Round(const KernelCall& c) { return mapFloats(c, [](double x) { return kiln_fround(x); }); }
 
-Status Add(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return x + y; }, [](int64_t x, int64_t y) { return IntResult{kiln_iadd(x, y)}; }); }
-Status Sub(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return x - y; }, [](int64_t x, int64_t y) { return IntResult{kiln_isub(x, y)}; }); }
-Status Mul(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return x * y; }, [](int64_t x, int64_t y) { return IntResult{kiln_imul(x, y)}; }); }
-Status Div(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return x / y; }, intDiv); }
-Status Pow(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return std::pow(x, y); }, intPow); }
-Status Max(const KernelCall& c) { return numericBinary(c, kiln_fmax<double>, [](int64_t x, int64_t y) { return IntResult{kiln_imax(x, y)}; }); }
-Status Min(const KernelCall& c) { return numericBinary(c, kiln_fmin<double>, [](int64_t x, int64_t y) { return IntResult{kiln_imin(x, y)}; }); }
-Status Mod(const KernelCall& c) { return numericBinary(c, kiln_fmod<double>, intMod); }
-Status Rem(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return kiln_frem(x, y); }, intRem); }
+Status Add(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return x + y; }, [](auto x, auto y) { return ok(kiln_iadd(x, y)); }); }
+Status Sub(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return x - y; }, [](auto x, auto y) { return ok(kiln_isub(x, y)); }); }
+Status Mul(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return x * y; }, [](auto x, auto y) { return ok(kiln_imul(x, y)); }); }
+Status Div(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return x / y; }, [](auto x, auto y) { return intDiv(x, y); }); }
+Status Pow(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return std::pow(x, y); }, [](auto x, auto y) { return intPow(x, y); }); }
+Status Max(const KernelCall& c) { return numericBinary(c, kiln_fmax<double>, [](auto x, auto y) { return ok(kiln_imax(x, y)); }); }
+Status Min(const KernelCall& c) { return numericBinary(c, kiln_fmin<double>, [](auto x, auto y) { return ok(kiln_imin(x, y)); }); }
+Status Mod(const KernelCall& c) { return numericBinary(c, kiln_fmod<double>, [](auto x, auto y) { return intMod(x, y); }); }
+Status Rem(const KernelCall& c) { return numericBinary(c, [](double x, double y) { return kiln_frem(x, y); }, [](auto x, auto y) { return intRem(x, y); }); }
 
 Status And(const KernelCall& c) { return logical(c, [](bool x, bool y) { return x && y; }); }
 Status Or(const KernelCall& c) { return logical(c, [](bool x, bool y) { return x || y; }); }
@@ -211,10 +245,13 @@ Status Select(const KernelCall& c) {
 
 Status Cast(const KernelCall& c) {
   // Tensor's setters implement the cast rules: float to integer truncates
-  // toward zero, integers wrap, anything to bool is `x != 0`.
+  // toward zero, integers wrap, anything to bool is `x != 0`. A u64 to a
+  // float goes through getDouble, which reads values from 2^63 up as
+  // unsigned.
   const Tensor& x = c.in(0);
+  const bool throughDouble = isFloat(x.dtype()) || (isFloat(c.out().dtype()) && x.dtype() == DType::U64);
   for (int64_t i = 0; i < x.numElements(); ++i) {
-    if (isFloat(x.dtype()))
+    if (throughDouble)
       c.out().setDouble(i, x.getDouble(i));
     else
       c.out().setInt(i, x.getInt(i));

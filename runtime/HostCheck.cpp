@@ -7,13 +7,21 @@ namespace kiln {
 
 namespace {
 
-/// Element `i` of integer (or bool) data of dtype `t` at `p`.
+/// Element `i` of integer (or bool) data of dtype `t` at `p`; a u64 from
+/// 2^63 up reads as int64's largest, which every check treats as the large
+/// non-negative value it is.
 int64_t intAt(const void* p, DType t, int64_t i) {
   switch (t) {
     case DType::I64: return static_cast<const int64_t*>(p)[i];
     case DType::I32: return static_cast<const int32_t*>(p)[i];
     case DType::I16: return static_cast<const int16_t*>(p)[i];
     case DType::I8: return static_cast<const int8_t*>(p)[i];
+    case DType::U64: {
+      const uint64_t v = static_cast<const uint64_t*>(p)[i];
+      return v > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(v);
+    }
+    case DType::U32: return static_cast<const uint32_t*>(p)[i];
+    case DType::U16: return static_cast<const uint16_t*>(p)[i];
     case DType::U8:
     case DType::Bool: return static_cast<const uint8_t*>(p)[i];
     default: return 0;

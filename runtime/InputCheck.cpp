@@ -23,6 +23,12 @@ std::string_view numpyName(DType dtype) {
       return "int8";
     case DType::U8:
       return "uint8";
+    case DType::U16:
+      return "uint16";
+    case DType::U32:
+      return "uint32";
+    case DType::U64:
+      return "uint64";
     case DType::Bool:
       return "bool";
   }

@@ -177,6 +177,14 @@ Expected<TensorType> resolveDeclaredType(const Op& op, size_t r, std::span<const
   return type;
 }
 
+/// True when a static `actual` type may be a value of `declared`.
+bool fitsType(const TensorType& declared, const TensorType& actual) {
+  if (declared.dtype != actual.dtype || declared.rank() != actual.rank()) return false;
+  for (int64_t d = 0; d < declared.rank(); ++d)
+    if (!dimsCompatible(declared.shape[d], actual.shape[d])) return false;
+  return true;
+}
+
 /// Checks that a static type is small enough to allocate.
 Status checkAllocatable(const Op& op, const TensorType& type) {
   int64_t n = 1;
@@ -221,6 +229,17 @@ Expected<std::vector<Tensor>> runOp(const Op& op, std::span<const Tensor* const>
     return op.emitError("shape rule gave " + std::to_string(resultTypes->size()) + " result types for " +
                         std::to_string(op.numResults()) + " results");
   std::vector<Tensor> results;
+  if (info.hasDataDependentShape()) {
+    // The kernel sizes the results from the values; they must still be
+    // what the shape rule and the declared types allow.
+    results.resize(resultTypes->size());
+    KILN_TRY(kKernels[static_cast<size_t>(op.kind())](KernelCall{op, operands, results}));
+    for (size_t r = 0; r < results.size(); ++r)
+      if (!fitsType((*resultTypes)[r], results[r].type()) || !fitsType(op.result(r)->type(), results[r].type()))
+        return op.emitError("result " + std::to_string(r) + " is " + results[r].type().str() + ", but its type is " +
+                            op.result(r)->type().str());
+    return results;
+  }
   for (const TensorType& type : *resultTypes) {
     if (!type.isStatic()) return op.emitError("cannot determine the result type " + type.str() + " at run time");
     KILN_TRY(checkAllocatable(op, type));
@@ -278,14 +297,6 @@ Status bindArguments(const Function& f, const std::vector<Tensor>& inputs, Symbo
     }
   }
   return {};
-}
-
-/// True when a static `actual` type may be a value of `declared`.
-bool fitsType(const TensorType& declared, const TensorType& actual) {
-  if (declared.dtype != actual.dtype || declared.rank() != actual.rank()) return false;
-  for (int64_t d = 0; d < declared.rank(); ++d)
-    if (!dimsCompatible(declared.shape[d], actual.shape[d])) return false;
-  return true;
 }
 
 }  // namespace

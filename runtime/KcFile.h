@@ -50,9 +50,10 @@ namespace kiln {
 
 /// The `.kc` format version this Kiln reads and writes. Version 1 (Kiln
 /// before compiled programs were plain data) held only object files to link
-/// into a JIT; version 2 had no layout in its convolutions' library calls.
-/// Such files are refused with a request to compile the model again.
-inline constexpr uint32_t kArtifactVersion = 3;
+/// into a JIT; version 2 had no layout in its convolutions' library calls,
+/// version 3 no element types (int8 calls). Such files are refused with a
+/// request to compile the model again.
+inline constexpr uint32_t kArtifactVersion = 4;
 /// The first bytes of every `.kc` file.
 inline constexpr std::string_view kArtifactMagic{"KILNKC\0\0", 8};
 

@@ -6,8 +6,9 @@
 // enumerator; the interpreter's dispatch table is generated from Ops.def
 // and refers to `kernels::<Enum>`, so an op added to the table without a
 // kernel declared here does not compile. Kernels of one family share a
-// template over the compute type: float dtypes compute in double, integer
-// and bool dtypes in int64 (narrowed with wrap-around on store).
+// template over the compute type: float dtypes compute in double, signed
+// integer and bool dtypes in int64, unsigned integer dtypes in uint64
+// (narrowed with wrap-around on store).
 #pragma once
 
 #include <cstdint>
@@ -46,10 +47,10 @@ Acc getElement(const Tensor& t, int64_t i) {
   if constexpr (std::is_same_v<Acc, double>)
     return t.getDouble(i);
   else
-    return t.getInt(i);
+    return static_cast<Acc>(t.getInt(i));
 }
 
-/// All elements of `t` converted to `Acc` (double or int64_t).
+/// All elements of `t` converted to `Acc` (double, int64_t or uint64_t).
 template <typename Acc>
 std::vector<Acc> readAs(const Tensor& t) {
   std::vector<Acc> v(static_cast<size_t>(t.numElements()));
@@ -63,7 +64,7 @@ void setElement(Tensor& t, int64_t i, Acc v) {
   if constexpr (std::is_same_v<Acc, double>)
     t.setDouble(i, v);
   else
-    t.setInt(i, v);
+    t.setInt(i, static_cast<int64_t>(v));
 }
 
 /// Stores `values` (one per element) into `t`.
@@ -73,10 +74,13 @@ void writeAll(Tensor& t, const std::vector<Acc>& values) {
 }
 
 /// Calls `f.template operator()<Acc>()` with the compute type of `dtype`:
-/// double for floats, int64_t for integers and bool.
+/// double for floats, int64_t for signed integers and bool, uint64_t for
+/// unsigned integers (so that u64 elements from 2^63 up compare, divide
+/// and convert as the unsigned values they are).
 template <typename F>
 auto withComputeType(DType dtype, F&& f) {
   if (isFloat(dtype)) return f.template operator()<double>();
+  if (isInteger(dtype) && !isSigned(dtype)) return f.template operator()<uint64_t>();
   return f.template operator()<int64_t>();
 }
 
@@ -246,6 +250,8 @@ Status ConvTranspose(const KernelCall&);
 Status ConvWeightGrad(const KernelCall&);
 Status MaxPool(const KernelCall&);
 Status AvgPool(const KernelCall&);
+Status QConv(const KernelCall&);
+Status QMatMul(const KernelCall&);
 
 // RandomKernels.cpp
 Status RandomUniform(const KernelCall&);
@@ -265,6 +271,8 @@ Status Attention(const KernelCall&);
 Status CrossEntropy(const KernelCall&);
 Status NllLoss(const KernelCall&);
 Status MseLoss(const KernelCall&);
+Status Quantize(const KernelCall&);
+Status Dequantize(const KernelCall&);
 
 // RecurrentKernels.cpp
 Status Rnn(const KernelCall&);
@@ -282,6 +290,13 @@ Status ReduceScatter(const KernelCall&);
 // HostCheck.cpp: the `check` op, the same code as compiled programs' host
 // checks (runtime/HostCheck.h).
 Status Check(const KernelCall&);
+
+// DataDependentKernels.cpp: the ops whose result sizes depend on their
+// operands' values (runtime/DataDependent.h); they size their results
+// themselves, replacing the empty tensors the interpreter passes.
+Status NonZero(const KernelCall&);
+Status Unique(const KernelCall&);
+Status NonMaxSuppression(const KernelCall&);
 
 // Interpreter.cpp: a fused op runs its region through the interpreter.
 Status Fused(const KernelCall&);

@@ -1,5 +1,5 @@
 // A library call as plain data: one matmul, convolution or transposed
-// convolution with the epilogue the library applies to its result
+// convolution (f32, or int8 with its requantization) with the epilogue the library applies to its result
 // (post-ops), described by shapes and numbers alone. Code generation fills
 // one in from a `library` group of the IR (codegen/CpuTarget.h), a compiled
 // program stores it, and the runtime creates the library's primitive from it
@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "ir/Types.h"
 
 namespace kiln {
 
@@ -57,7 +59,18 @@ struct LibraryCall {
   /// channels last ([N, D..., C], as their dims say); w stays [M, C/g, K...].
   bool channelsLast = false;
   std::vector<PostOp> postOps;
+  /// Quantized calls (qconv, qmatmul): x and the result are u8 or i8, w i8
+  /// and the bias i32; `scales` (one per output channel) take the i32
+  /// accumulator to the result's scale, where relu (a post-op) applies and
+  /// the result's zero point is added; padding holds x's zero point. F32
+  /// for every other call.
+  DType srcType = DType::F32;
+  DType dstType = DType::F32;
+  int32_t srcZeroPoint = 0;
+  int32_t dstZeroPoint = 0;
+  std::vector<float> scales;
 
+  bool quantized() const { return srcType != DType::F32; }
   bool operator==(const LibraryCall&) const = default;
 };
 

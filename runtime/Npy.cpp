@@ -24,7 +24,8 @@ struct NpyDType {
 };
 constexpr NpyDType kNpyDTypes[] = {
     {DType::F64, "f8"}, {DType::F32, "f4"}, {DType::F16, "f2"}, {DType::I64, "i8"}, {DType::I32, "i4"},
-    {DType::I16, "i2"}, {DType::I8, "i1"},  {DType::U8, "u1"},  {DType::Bool, "b1"},
+    {DType::I16, "i2"}, {DType::I8, "i1"},  {DType::U64, "u8"}, {DType::U32, "u4"}, {DType::U16, "u2"},
+    {DType::U8, "u1"},  {DType::Bool, "b1"},
 };
 
 /// A tiny scanner over the header dict.
@@ -140,7 +141,7 @@ Expected<Tensor> parseNpy(std::string_view bytes, const std::string& what) {
     if (code == d.descr) dtype = d.dtype;
   if (!dtype)
     return bad(what, "unsupported dtype '" + *descr +
-                         "' (expected float64/32/16, int64/32/16/8, uint8 or bool)");
+                         "' (expected float64/32/16, int64/32/16/8, uint64/32/16/8 or bool)");
 
   int64_t n = 1;
   for (int64_t d : *shape) {

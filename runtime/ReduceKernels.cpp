@@ -3,7 +3,7 @@
 // accumulator of its output element (found by walking the input with zero
 // strides on the reduced dims), so any rank works, rank 0 and empty dims
 // included. Floats accumulate in double; integer sums and products wrap in
-// int64 and the mean of integers truncates.
+// int64 (uint64 for unsigned dtypes) and the mean of integers truncates.
 #include <cmath>
 #include <limits>
 
@@ -12,13 +12,18 @@
 namespace kiln {
 namespace {
 
-/// The smallest and largest value of an integer or bool dtype.
+/// The smallest and largest value of an integer or bool dtype, as the
+/// bits of an int64 (u64's largest reads as -1; its compute type, uint64,
+/// gives it back).
 int64_t lowestOf(DType t) {
   switch (t) {
     case DType::I32: return std::numeric_limits<int32_t>::min();
     case DType::I16: return std::numeric_limits<int16_t>::min();
     case DType::I8: return std::numeric_limits<int8_t>::min();
     case DType::U8:
+    case DType::U16:
+    case DType::U32:
+    case DType::U64:
     case DType::Bool: return 0;
     default: return std::numeric_limits<int64_t>::min();
   }
@@ -30,6 +35,9 @@ int64_t highestOf(DType t) {
     case DType::I16: return std::numeric_limits<int16_t>::max();
     case DType::I8: return std::numeric_limits<int8_t>::max();
     case DType::U8: return std::numeric_limits<uint8_t>::max();
+    case DType::U16: return std::numeric_limits<uint16_t>::max();
+    case DType::U32: return std::numeric_limits<uint32_t>::max();
+    case DType::U64: return static_cast<int64_t>(std::numeric_limits<uint64_t>::max());
     case DType::Bool: return 1;
     default: return std::numeric_limits<int64_t>::max();
   }

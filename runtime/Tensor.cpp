@@ -57,6 +57,9 @@ double Tensor::getDouble(int64_t i) const {
     case DType::I16: return load<int16_t>(p);
     case DType::I8: return load<int8_t>(p);
     case DType::U8: return load<uint8_t>(p);
+    case DType::U16: return load<uint16_t>(p);
+    case DType::U32: return load<uint32_t>(p);
+    case DType::U64: return static_cast<double>(load<uint64_t>(p));
     case DType::Bool: return load<uint8_t>(p) ? 1.0 : 0.0;
   }
   return 0;
@@ -70,6 +73,11 @@ int64_t Tensor::getInt(int64_t i) const {
     case DType::I16: return load<int16_t>(p);
     case DType::I8: return load<int8_t>(p);
     case DType::U8: return load<uint8_t>(p);
+    case DType::U16: return load<uint16_t>(p);
+    case DType::U32: return load<uint32_t>(p);
+    // The bits: values from 2^63 up read as negative (getUnsigned reads
+    // them as they are).
+    case DType::U64: return static_cast<int64_t>(load<uint64_t>(p));
     case DType::Bool: return load<uint8_t>(p) ? 1 : 0;
     case DType::F64:
     case DType::F32:
@@ -91,7 +99,10 @@ void Tensor::setDouble(int64_t i, double v) {
     case DType::I32:
     case DType::I16:
     case DType::I8:
-    case DType::U8: setInt(i, truncateToInt64(v)); break;
+    case DType::U8:
+    case DType::U16:
+    case DType::U32: setInt(i, truncateToInt64(v)); break;
+    case DType::U64: store<uint64_t>(p, kiln_ftou(v)); break;
   }
 }
 
@@ -105,6 +116,9 @@ void Tensor::setInt(int64_t i, int64_t v) {
     case DType::I16: store<int16_t>(p, static_cast<int16_t>(v)); break;
     case DType::I8: store<int8_t>(p, static_cast<int8_t>(v)); break;
     case DType::U8: store<uint8_t>(p, static_cast<uint8_t>(v)); break;
+    case DType::U16: store<uint16_t>(p, static_cast<uint16_t>(v)); break;
+    case DType::U32: store<uint32_t>(p, static_cast<uint32_t>(v)); break;
+    case DType::U64: store<uint64_t>(p, static_cast<uint64_t>(v)); break;
     case DType::Bool: store<uint8_t>(p, v != 0); break;
     case DType::F64:
     case DType::F32:

@@ -35,6 +35,7 @@ const Command& checkCommand();
 const Command& convertCommand();
 const Command& devicesCommand();
 const Command& trainCommand();
+const Command& generateCommand();
 
 /// The folder of the disk cache of compiled kernels: `--cache-dir`, else
 /// $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; empty

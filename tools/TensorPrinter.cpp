@@ -188,12 +188,18 @@ void extendLine(std::string& s, std::string& line, const std::string& word, size
   line += word;
 }
 
+/// An integer element as NumPy prints it (a u64 as the unsigned value it is).
+std::string integerText(const Tensor& t, int64_t i) {
+  if (t.dtype() == DType::U64) return std::to_string(static_cast<uint64_t>(t.getInt(i)));
+  return std::to_string(t.getInt(i));
+}
+
 /// A 0-d array prints as NumPy prints its scalar, which follows Python's
 /// float repr: positional from 1e-4 to 1e16 (`1.0`, `0.5`), else scientific
 /// (`1e-05`).
 std::string formatScalar(const Tensor& t) {
   if (t.dtype() == DType::Bool) return t.getInt(0) ? "True" : "False";
-  if (!isFloat(t.dtype())) return std::to_string(t.getInt(0));
+  if (!isFloat(t.dtype())) return integerText(t, 0);
   const double v = t.getDouble(0);
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
@@ -243,7 +249,7 @@ std::string formatTensor(const Tensor& t) {
     // NumPy always widens True to the width of False, even when no element is False.
     size_t width = t.dtype() == DType::Bool ? 5 : 0;
     auto text = [&t](int64_t i) {
-      return t.dtype() == DType::Bool ? std::string(t.getInt(i) ? "True" : "False") : std::to_string(t.getInt(i));
+      return t.dtype() == DType::Bool ? std::string(t.getInt(i) ? "True" : "False") : integerText(t, i);
     };
     for (int64_t i : shown) width = std::max(width, text(i).size());
     element = [text, width](int64_t i) {

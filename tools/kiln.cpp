@@ -21,7 +21,8 @@ using namespace kiln::cli;
 constexpr const char* kVersion = "0.1.0";
 
 const Command* const kCommands[] = {&runCommand(),     &compileCommand(), &checkCommand(),
-                                    &convertCommand(), &devicesCommand(), &trainCommand()};
+                                    &convertCommand(), &devicesCommand(), &trainCommand(),
+                                    &generateCommand()};
 
 /// Commands of DESIGN.md that later backends bring; named here so that a
 /// user trying one learns it is planned rather than mistyped.

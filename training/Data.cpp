@@ -41,6 +41,9 @@ std::string numpyName(DType dtype) {
     case DType::I16: return "int16";
     case DType::I8: return "int8";
     case DType::U8: return "uint8";
+    case DType::U16: return "uint16";
+    case DType::U32: return "uint32";
+    case DType::U64: return "uint64";
     case DType::Bool: return "bool";
   }
   return "?";

@@ -12,6 +12,7 @@
 #include "frontend/Model.h"
 #include "frontend/onnx/OnnxImporter.h"
 #include "frontend/onnx/OnnxTraining.h"
+#include "ir/OpTable.h"
 #include "ir/Verifier.h"
 #include "passes/PassManager.h"
 #include "passes/TrainingStep.h"
@@ -45,6 +46,16 @@ Expected<std::unique_ptr<Module>> loadTrainableModel(const std::string& path,
   }
   if (module->functions().empty()) return Error(path + ": the model holds no function to train");
   Function& f = *module->functions().front();
+  // Kiln's random ops draw the same samples on every run (docs/ops.md): a
+  // training step would apply one fixed dropout mask at every step, which is
+  // not what the model asks for.
+  for (const auto& op : f.ops())
+    if (opInfo(op->kind()).opClass == OpClass::Random)
+      return Error(path + ": '" + std::string(opName(op->kind())) +
+                       "' draws random numbers (Dropout in training mode, Bernoulli or a Random* op); Kiln draws the "
+                       "same ones at every step, so training would use one fixed sample: export the model in eval "
+                       "mode",
+                   op->loc());
   // Other formats keep symbolic dims; autodiff and the JIT need static ones.
   for (Value* a : f.arguments()) {
     auto it = shapes.find(a->name());

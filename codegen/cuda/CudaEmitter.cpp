@@ -73,7 +73,7 @@ constexpr int kWarpSize = 32;
 constexpr int64_t kNoIndex = std::numeric_limits<int64_t>::max();
 
 /// Integer types narrower than int, whose C++ arithmetic must be cast back.
-bool isNarrow(DType t) { return t == DType::I16 || t == DType::I8 || t == DType::U8; }
+bool isNarrow(DType t) { return t == DType::I16 || t == DType::I8 || t == DType::U16 || t == DType::U8; }
 
 /// The C++ type of a value of dtype `t` in registers.
 const char* valueType(DType t) {
@@ -86,6 +86,9 @@ const char* valueType(DType t) {
     case DType::I32: return "int";
     case DType::I16: return "short";
     case DType::I8: return "signed char";
+    case DType::U64: return "unsigned long long";
+    case DType::U32: return "unsigned int";
+    case DType::U16: return "unsigned short";
     case DType::U8: return "unsigned char";
     case DType::Bool: return "bool";
   }
@@ -128,6 +131,7 @@ std::string intLiteral(DType t, int64_t v) {
     case DType::I32:
       if (v == std::numeric_limits<int32_t>::min()) return "(-2147483647 - 1)";
       return v < 0 ? paren(std::to_string(v)) : std::to_string(v);
+    case DType::U64: return std::to_string(static_cast<uint64_t>(v)) + "ULL";  // the bits are the value
     default: return "((" + std::string(valueType(t)) + ")" + std::to_string(v) + ")";
   }
 }
@@ -548,8 +552,8 @@ class KernelEmitter {
   }
 
   /// The interpreter's casts: float to integer is kiln_ftoi (toward zero
-  /// into i64, saturating, NaN 0) and then wraps, integers wrap, anything
-  /// to bool is x != 0.
+  /// into i64, saturating, NaN 0; kiln_ftou for u64) and then wraps,
+  /// integers wrap, anything to bool is x != 0.
   static std::string emitCast(const std::string& x, DType from, DType to) {
     if (from == to) return x;
     if (isHalf(from)) from = DType::F32;  // held in f32
@@ -562,7 +566,7 @@ class KernelEmitter {
     if (from == to) return x;
     if (to == DType::Bool) return paren(x + " != 0");
     const std::string type = "(" + std::string(valueType(to)) + ")";
-    if (isFloat(from) && !isFloat(to)) return paren(type + "kiln_ftoi(" + x + ")");
+    if (isFloat(from) && !isFloat(to)) return paren(type + (to == DType::U64 ? "kiln_ftou(" : "kiln_ftoi(") + x + ")");
     return paren(type + x);
   }
 
@@ -581,7 +585,10 @@ class KernelEmitter {
       case DType::I32: lowest = std::numeric_limits<int32_t>::min(), highest = std::numeric_limits<int32_t>::max(); break;
       case DType::I16: lowest = std::numeric_limits<int16_t>::min(), highest = std::numeric_limits<int16_t>::max(); break;
       case DType::I8: lowest = std::numeric_limits<int8_t>::min(), highest = std::numeric_limits<int8_t>::max(); break;
-      case DType::U8: lowest = 0, highest = 255; break;
+      case DType::U8: lowest = 0, highest = std::numeric_limits<uint8_t>::max(); break;
+      case DType::U16: lowest = 0, highest = std::numeric_limits<uint16_t>::max(); break;
+      case DType::U32: lowest = 0, highest = std::numeric_limits<uint32_t>::max(); break;
+      case DType::U64: lowest = 0, highest = -1; break;  // the bits of 2^64 - 1
       default: break;
     }
     switch (kind) {

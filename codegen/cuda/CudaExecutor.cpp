@@ -72,6 +72,20 @@ Expected<CudaExecutor::Compiled*> CudaExecutor::compiled(const std::vector<Tenso
   if (inputs.size() != f.numArguments())
     return Error("'" + f.name() + "' takes " + std::to_string(f.numArguments()) + " inputs, got " +
                  std::to_string(inputs.size()));
+  // Ops whose result sizes depend on values run between compiled stages on
+  // the CPU (codegen/Stages.h); CUDA has no such stages yet, so they are
+  // named as ops this target cannot lower, before any pass meets them.
+  unsupported_.clear();
+  for (const auto& op : f.ops())
+    if (op->info().hasDataDependentShape())
+      unsupported_.push_back("'" + std::string(op->name()) +
+                             "' (its result size depends on values; not lowered to kernels on this target)" +
+                             (op->loc().isPrinted() ? " at " + op->loc().str() : ""));
+  if (!unsupported_.empty()) {
+    std::string list;
+    for (const std::string& u : unsupported_) list += (list.empty() ? "" : "; ") + u;
+    return Error("cannot lower '" + f.name() + "' to kernels: " + list);
+  }
   std::vector<TensorType> types;
   for (const Tensor& t : inputs) types.push_back(t.type());
   auto optimized = specializeAndOptimize(f, types, options_.aliases, *targetNamed("cuda"), options_.optLevel,

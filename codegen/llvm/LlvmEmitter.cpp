@@ -44,7 +44,7 @@ using kir::ExprKind;
 using kir::ReduceKind;
 using kir::UnaryFn;
 
-bool isUnsigned(DType t) { return t == DType::U8 || t == DType::Bool; }
+bool isUnsigned(DType t) { return t == DType::Bool || (isInteger(t) && !isSigned(t)); }
 
 class KernelEmitter {
  public:
@@ -102,10 +102,13 @@ class KernelEmitter {
       case DType::BF16:
         return b_.getInt16Ty();
       case DType::I64:
+      case DType::U64:
         return b_.getInt64Ty();
       case DType::I32:
+      case DType::U32:
         return b_.getInt32Ty();
       case DType::I16:
+      case DType::U16:
         return b_.getInt16Ty();
       case DType::I8:
       case DType::U8:
@@ -438,8 +441,9 @@ class KernelEmitter {
   }
 
   /// The interpreter's cast rules: float to integer is kiln_ftoi (toward
-  /// zero into i64, saturating, NaN 0) and then wraps to the width,
-  /// integers wrap, anything to bool is x != 0.
+  /// zero into i64, saturating, NaN 0; kiln_ftou for u64) and then wraps to
+  /// the width, integers wrap (zero-extending the unsigned ones), anything
+  /// to bool is x != 0.
   llvm::Value* emitCast(llvm::Value* x, DType from, DType to) {
     if (from == to) return x;
     if (isHalf(from)) from = DType::F32;  // held in f32
@@ -456,7 +460,9 @@ class KernelEmitter {
       return b_.CreateICmpNE(x, llvm::ConstantInt::get(x->getType(), 0));
     }
     if (isFloat(from) && isFloat(to)) return b_.CreateFPCast(x, ty);
-    if (isFloat(from)) return b_.CreateTrunc(scalarReturning("fptosi", from, b_.getInt64Ty(), {x}), ty);
+    // A u64 from 2^63 up needs kiln_ftou; the narrower dtypes wrap the i64.
+    if (isFloat(from))
+      return b_.CreateTrunc(scalarReturning(to == DType::U64 ? "fptoui" : "fptosi", from, b_.getInt64Ty(), {x}), ty);
     if (isFloat(to)) return isUnsigned(from) ? b_.CreateUIToFP(x, ty) : b_.CreateSIToFP(x, ty);
     return b_.CreateIntCast(x, ty, !isUnsigned(from));
   }

@@ -16,7 +16,8 @@
   extern "C" T kiln_sign_##S(T x) { return kiln_fsign(x); }       \
   extern "C" T kiln_relu_##S(T x) { return kiln_frelu(x); }       \
   extern "C" T kiln_round_##S(T x) { return kiln_fround(x); }     \
-  extern "C" long long kiln_fptosi_##S(T x) { return kiln_ftoi(x); }
+  extern "C" long long kiln_fptosi_##S(T x) { return kiln_ftoi(x); }   \
+  extern "C" unsigned long long kiln_fptoui_##S(T x) { return kiln_ftou(x); }
 
 KILN_FLOAT_FUNCTIONS(float, f32)
 KILN_FLOAT_FUNCTIONS(double, f64)
@@ -40,4 +41,7 @@ KILN_INTEGER_FUNCTIONS(long long, i64)
 KILN_INTEGER_FUNCTIONS(int, i32)
 KILN_INTEGER_FUNCTIONS(short, i16)
 KILN_INTEGER_FUNCTIONS(signed char, i8)
+KILN_INTEGER_FUNCTIONS(unsigned long long, u64)
+KILN_INTEGER_FUNCTIONS(unsigned int, u32)
+KILN_INTEGER_FUNCTIONS(unsigned short, u16)
 KILN_INTEGER_FUNCTIONS(unsigned char, u8)

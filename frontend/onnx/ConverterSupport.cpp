@@ -2,6 +2,8 @@
 #include "frontend/onnx/ConverterSupport.h"
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 
 #include "onnx.pb.h"
 
@@ -18,6 +20,9 @@ std::optional<DType> dtypeFromOnnx(int32_t type) {
     case onnx::TensorProto::INT16: return DType::I16;
     case onnx::TensorProto::INT8: return DType::I8;
     case onnx::TensorProto::UINT8: return DType::U8;
+    case onnx::TensorProto::UINT16: return DType::U16;
+    case onnx::TensorProto::UINT32: return DType::U32;
+    case onnx::TensorProto::UINT64: return DType::U64;
     case onnx::TensorProto::BOOL: return DType::Bool;
     default: return std::nullopt;
   }
@@ -154,6 +159,22 @@ Status rejectMovedAttribute(NodeContext& ctx, std::string_view name, int64_t sin
     return ctx.error("attribute '" + std::string(name) + "' is not allowed since opset " + std::to_string(since) +
                      ", where it is an input");
   return {};
+}
+
+Expected<int64_t> randomSeed(NodeContext& ctx) {
+  const onnx::AttributeProto* attr = ctx.attribute("seed");
+  if (!attr) {
+    // FNV-1a of the output name: stable across imports, different per node.
+    uint64_t h = 0xcbf29ce484222325ull;
+    const std::string& name = ctx.node().output_size() > 0 ? ctx.node().output(0) : ctx.node().name();
+    for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+    return static_cast<int64_t>(h);
+  }
+  if (attr->type() == onnx::AttributeProto::INT) return attr->i();
+  if (attr->type() != onnx::AttributeProto::FLOAT) return ctx.error("attribute 'seed' must be a float");
+  const float seed = attr->f();
+  if (std::isfinite(seed) && seed == std::trunc(seed) && std::fabs(seed) < 0x1p62f) return static_cast<int64_t>(seed);
+  return static_cast<int64_t>(std::bit_cast<uint32_t>(seed));
 }
 
 Status setOutput0(NodeContext& ctx, Expected<Value*> v) {

@@ -59,6 +59,14 @@ Dim productDim(const Shape& shape, size_t begin, size_t end);
 /// attributes to inputs; silently ignoring the attribute would be wrong).
 Status rejectMovedAttribute(NodeContext& ctx, std::string_view name, int64_t since);
 
+/// The seed of a random node (Kiln's random ops draw a pure function of the
+/// seed and the element index, docs/ops.md): its `seed` attribute, a float
+/// in ONNX's random ops and an int in Dropout, as an integer (an integral
+/// float as itself, another as its bits), or, when absent, a hash of the
+/// node's first output name, so that nodes without a seed draw different
+/// samples and a model draws the same ones on every import.
+Expected<int64_t> randomSeed(NodeContext& ctx);
+
 /// Binds output 0 of the node to the value (or propagates the error).
 Status setOutput0(NodeContext& ctx, Expected<Value*> v);
 

@@ -381,7 +381,9 @@ Status convertGemm(NodeContext& ctx) {
   return {};
 }
 
-/// Einsum as transposes, reshapes, reductions and one batched matmul.
+/// Einsum as transposes, reshapes, reductions and one batched matmul; an
+/// ellipsis becomes labels of its own, a label repeated within an operand a
+/// diagonal (`slice` with step n+1 of the two dims flattened).
 class EinsumLowering {
  public:
   explicit EinsumLowering(NodeContext& ctx) : ctx_(ctx) {}
@@ -392,8 +394,6 @@ class EinsumLowering {
     std::string equation;
     for (char c : *eq)
       if (c != ' ') equation += c;
-    if (equation.find("...") != std::string::npos)
-      return ctx_.error("ellipsis in equation '" + *eq + "' is not supported");
     std::string lhs = equation, rhs;
     const bool explicitOutput = equation.find("->") != std::string::npos;
     if (explicitOutput) {
@@ -411,31 +411,75 @@ class EinsumLowering {
     if (terms.size() != ctx_.numInputs() || terms.size() > 2)
       return ctx_.error("equation '" + *eq + "' has " + std::to_string(terms.size()) + " operands for " +
                         std::to_string(ctx_.numInputs()) + " inputs (Kiln supports one or two)");
-    std::map<char, int> counts;
-    for (const std::string& t : terms)
-      for (char c : t) {
-        if (!std::isalpha(static_cast<unsigned char>(c)))
-          return ctx_.error("equation '" + *eq + "' has an invalid label '" + std::string(1, c) + "'");
-        if (std::count(t.begin(), t.end(), c) > 1)
-          return ctx_.error("equation '" + *eq + "' repeats label '" + std::string(1, c) +
-                            "' within an operand (diagonals are not supported)");
-        ++counts[c];
-      }
-    if (!explicitOutput)
-      for (auto [c, n] : counts)
-        if (n == 1) rhs += c;
-    for (char c : rhs)
-      if (!counts.count(c)) return ctx_.error("output label '" + std::string(1, c) + "' appears in no operand");
-
     std::vector<Value*> operands;
     for (size_t i = 0; i < terms.size(); ++i) {
       auto v = ctx_.input(i);
       if (!v) return v.takeError();
-      if ((*v)->type().rank() != static_cast<int64_t>(terms[i].size()))
-        return ctx_.error("operand " + std::to_string(i) + " " + (*v)->type().str() + " does not have the " +
-                          std::to_string(terms[i].size()) + " dims of '" + terms[i] + "'");
       if (!(*v)->type().isStatic()) return ctx_.error("Einsum needs static shapes, got " + (*v)->type().str());
       operands.push_back(*v);
+    }
+    // An ellipsis stands for the dims no label names, aligned from the right
+    // across operands; each of them gets a label of its own, a digit (ONNX
+    // labels are letters).
+    std::vector<int64_t> ellipsisDims(terms.size(), 0);
+    int64_t ellipsisRank = 0;
+    for (size_t i = 0; i < terms.size(); ++i) {
+      const size_t at = terms[i].find("...");
+      if (at == std::string::npos) continue;
+      if (terms[i].find("...", at + 3) != std::string::npos)
+        return ctx_.error("equation '" + *eq + "' has two ellipses in operand " + std::to_string(i));
+      ellipsisDims[i] = operands[i]->type().rank() - static_cast<int64_t>(terms[i].size() - 3);
+      if (ellipsisDims[i] < 0)
+        return ctx_.error("operand " + std::to_string(i) + " " + operands[i]->type().str() + " has fewer dims than '" +
+                          terms[i] + "' names");
+      ellipsisRank = std::max(ellipsisRank, ellipsisDims[i]);
+    }
+    if (ellipsisRank > 10) return ctx_.error("an ellipsis of more than 10 dims is not supported");
+    auto ellipsisLabels = [](int64_t from, int64_t to) {
+      std::string labels;
+      for (int64_t k = from; k < to; ++k) labels += static_cast<char>('0' + k);
+      return labels;
+    };
+    for (size_t i = 0; i < terms.size(); ++i) {
+      for (char c : terms[i])
+        if (!std::isalpha(static_cast<unsigned char>(c)) && c != '.')
+          return ctx_.error("equation '" + *eq + "' has an invalid label '" + std::string(1, c) + "'");
+      const size_t at = terms[i].find("...");
+      if (at != std::string::npos)
+        terms[i].replace(at, 3, ellipsisLabels(ellipsisRank - ellipsisDims[i], ellipsisRank));
+      if (terms[i].find('.') != std::string::npos)
+        return ctx_.error("equation '" + *eq + "' has a '.' outside an ellipsis");
+    }
+    // Labels appearing once in the whole equation (a label repeated within
+    // an operand counts twice, so "ii" is a trace) form the implicit output.
+    std::map<char, int> counts;
+    for (const std::string& t : terms)
+      for (char c : t) ++counts[c];
+    if (!explicitOutput) {
+      rhs = ellipsisLabels(0, ellipsisRank);
+      for (auto [c, n] : counts)
+        if (n == 1 && std::isalpha(static_cast<unsigned char>(c))) rhs += c;
+    } else {
+      for (char c : rhs)
+        if (!std::isalpha(static_cast<unsigned char>(c)) && c != '.')
+          return ctx_.error("equation '" + *eq + "' has an invalid output label '" + std::string(1, c) + "'");
+      if (const size_t at = rhs.find("..."); at != std::string::npos)
+        rhs.replace(at, 3, ellipsisLabels(0, ellipsisRank));
+      if (rhs.find('.') != std::string::npos)
+        return ctx_.error("equation '" + *eq + "' has a '.' outside an ellipsis in its output");
+    }
+    for (char c : rhs) {
+      if (!counts.count(c)) return ctx_.error("output label '" + std::string(1, c) + "' appears in no operand");
+      if (std::count(rhs.begin(), rhs.end(), c) > 1)
+        return ctx_.error("output label '" + std::string(1, c) + "' is repeated in equation '" + *eq + "'");
+    }
+    for (size_t i = 0; i < terms.size(); ++i) {
+      if (operands[i]->type().rank() != static_cast<int64_t>(terms[i].size()))
+        return ctx_.error("operand " + std::to_string(i) + " " + operands[i]->type().str() + " does not have the " +
+                          std::to_string(terms[i].size()) + " dims of '" + terms[i] + "'");
+      auto d = diagonal(operands[i], terms[i]);
+      if (!d) return d.takeError();
+      operands[i] = *d;
     }
     // Sum out labels that only one operand has and the output lacks.
     for (size_t i = 0; i < terms.size(); ++i) {
@@ -481,6 +525,49 @@ class EinsumLowering {
   }
 
  private:
+  /// `v` with each label repeated within `term` taken once, on the diagonal:
+  /// the two dims moved last, flattened, and every (n+1)-th element sliced
+  /// out. `term` becomes the labels of the result.
+  Expected<Value*> diagonal(Value* v, std::string& term) {
+    while (true) {
+      size_t first = 0, second = std::string::npos;
+      for (size_t d = 0; d < term.size() && second == std::string::npos; ++d) {
+        first = d;
+        second = term.find(term[d], d + 1);
+      }
+      if (second == std::string::npos) return v;
+      const Shape& shape = v->type().shape;
+      const int64_t n = shape[first].size;
+      if (shape[second].size != n)
+        return ctx_.error("label '" + std::string(1, term[first]) + "' is repeated over dims of sizes " +
+                          std::to_string(n) + " and " + std::to_string(shape[second].size));
+      std::vector<int64_t> perm;
+      std::string rest;
+      Shape flat;
+      for (size_t d = 0; d < term.size(); ++d)
+        if (d != first && d != second) {
+          perm.push_back(static_cast<int64_t>(d));
+          rest += term[d];
+          flat.push_back(shape[d]);
+        }
+      perm.push_back(static_cast<int64_t>(first));
+      perm.push_back(static_cast<int64_t>(second));
+      flat.push_back(Dim::fixed(n * n));
+      auto t = ctx_.emit(OpKind::Transpose, {v}, {{"perm", Attribute(perm)}});
+      if (!t) return t;
+      auto r = reshapeTo(ctx_, *t, flat);
+      if (!r) return r;
+      std::vector<int64_t> starts(flat.size(), 0), ends, steps(flat.size(), 1);
+      for (const Dim& d : flat) ends.push_back(d.size);
+      steps.back() = n + 1;
+      auto diag = ctx_.emit(OpKind::Slice, {*r},
+                            {{"starts", Attribute(starts)}, {"ends", Attribute(ends)}, {"steps", Attribute(steps)}});
+      if (!diag) return diag;
+      v = *diag;
+      term = rest + term[first];
+    }
+  }
+
   /// `v` (labels `have`) transposed to `want` and reshaped to one dim per group.
   Expected<Value*> arrange(Value* v, const std::string& have, const std::string& want,
                            std::initializer_list<std::string> groups) {
@@ -597,14 +684,6 @@ class Chain {
   NodeContext& ctx_;
   std::optional<Error> error_;
 };
-
-/// `v` cast to `dtype` inside a Chain (null after an error).
-Value* castOrNull(NodeContext& ctx, Chain& c, Value* v, DType dtype) {
-  if (!v) return nullptr;
-  auto r = castTo(ctx, v, dtype);
-  if (!r) return c.fail(r.takeError());
-  return *r;
-}
 
 Status convertHardSigmoid(NodeContext& ctx) {
   KILN_INPUT(x, 0);
@@ -788,24 +867,34 @@ Status convertTopK(NodeContext& ctx) {
   return {};
 }
 
-/// BitShift of unsigned integers as multiplication or division by 2^y.
+/// BitShift of unsigned integers as multiplication or division by 2^y in
+/// x's dtype. 2^y wraps to 0 once y reaches the width, so a left shift by
+/// the width or more gives 0 as the product wraps; a right shift by as much
+/// divides by 1 instead of 0 and selects 0.
 Status convertBitShift(NodeContext& ctx) {
   KILN_INPUT(x, 0);
   KILN_INPUT(y, 1);
   auto direction = ctx.stringAttr("direction", "");
   if (!direction) return direction.takeError();
   if (*direction != "LEFT" && *direction != "RIGHT") return ctx.error("direction must be LEFT or RIGHT");
-  if (x->type().dtype != DType::U8)
-    return ctx.error("BitShift supports uint8 (Kiln's only unsigned dtype), got " + x->type().str());
+  const DType dtype = x->type().dtype;
+  if (!isInteger(dtype) || isSigned(dtype))
+    return ctx.error("BitShift takes unsigned integers (u8, u16, u32 or u64), got " + x->type().str());
+  if (y->type().dtype != dtype)
+    return ctx.error("BitShift's shift amounts must have x's dtype " + std::string(dtypeName(dtype)) + ", got " +
+                     y->type().str());
   Chain c(ctx);
-  Value* factor = c.op(OpKind::Pow, {c.scalar(DType::I64, 2), castOrNull(ctx, c, y, DType::I64)});
-  Value* wide = castOrNull(ctx, c, x, DType::I64);
-  Value* shifted = c.op(*direction == "LEFT" ? OpKind::Mul : OpKind::Div, {wide, factor});
-  KILN_TRY(c.finish(nullptr));
-  // uint8 wraps: keep the low 8 bits.
-  auto low = ctx.emit(OpKind::Rem, {shifted, ctx.scalar(DType::I64, 256)});
-  if (!low) return low.takeError();
-  return setOutput0(ctx, castTo(ctx, *low, DType::U8));
+  Value* factor = c.op(OpKind::Pow, {c.scalar(dtype, 2), y});
+  Value* shifted = nullptr;
+  if (*direction == "LEFT") {
+    shifted = c.op(OpKind::Mul, {x, factor});
+  } else {
+    Value* zero = c.scalar(dtype, 0);
+    Value* pastWidth = c.op(OpKind::Eq, {factor, zero});
+    Value* quotient = c.op(OpKind::Div, {x, c.op(OpKind::Select, {pastWidth, c.scalar(dtype, 1), factor})});
+    shifted = c.op(OpKind::Select, {pastWidth, zero, quotient});
+  }
+  return c.finish(shifted);
 }
 
 /// The determinant of 1x1, 2x2 and 3x3 matrices by cofactor expansion.
@@ -855,88 +944,61 @@ Status convertDet(NodeContext& ctx) {
 }
 
 // --- Quantization ----------------------------------------------------------------
+// QuantizeLinear and DequantizeLinear become Kiln's `quantize` and
+// `dequantize` (composites), which the `fold-qdq` pass recognizes around
+// convolutions and matmuls; a missing zero point is a zero of the default
+// dtype (u8; i32 for a dequantized int32 bias).
 
-/// `scale` (a scalar or a 1-D tensor along `axis` of `x`) shaped to broadcast against `x`.
-Expected<Value*> perAxis(NodeContext& ctx, Value* scale, const TensorType& x) {
-  if (scale->type().rank() == 0 || x.rank() == 0) return scale;
-  if (scale->type().rank() != 1)
-    return ctx.error("scale and zero point must be scalars or 1-D, got " + scale->type().str());
-  if (scale->type().shape[0].isStatic() && scale->type().shape[0].size == 1 && ctx.opset() < 13) return scale;
-  auto axisAttr = ctx.intAttr("axis", 1);
-  if (!axisAttr) return axisAttr.takeError();
-  auto axis = normalizeAxis(ctx, *axisAttr, x.rank());
+/// The `axis` attribute of a per-axis scale, as a Kiln attribute map.
+Expected<AttrMap> quantizationAxis(NodeContext& ctx) {
+  auto axis = ctx.intAttr("axis", 1);
   if (!axis) return axis.takeError();
-  Shape shape(static_cast<size_t>(x.rank()), Dim::fixed(1));
-  shape[static_cast<size_t>(*axis)] = scale->type().shape[0];
-  return reshapeTo(ctx, scale, std::move(shape));
+  return AttrMap{{"axis", Attribute(*axis)}};
 }
 
-/// round(x / scale) + zero point, saturated to `dtype` (u8 or i8).
-Expected<Value*> quantize(NodeContext& ctx, Value* x, Value* scale, Value* zeroPoint, DType dtype) {
-  const DType f = x->type().dtype;
-  Chain c(ctx);
-  Value* q = c.op(OpKind::Round, {c.op(OpKind::Div, {x, scale})});
-  if (zeroPoint) {
-    auto zp = castTo(ctx, zeroPoint, f);
-    if (!zp) return zp.takeError();
-    q = c.op(OpKind::Add, {q, *zp});
-  }
-  const double lo = dtype == DType::U8 ? 0 : -128, hi = dtype == DType::U8 ? 255 : 127;
-  q = c.op(OpKind::Min, {c.op(OpKind::Max, {q, c.scalar(f, lo)}), c.scalar(f, hi)});
-  KILN_TRY(c.finish(nullptr));
-  return castTo(ctx, q, dtype);
+/// The zero point input `i`, or a scalar zero of `dtype` when it is absent.
+Expected<Value*> zeroPointOr(NodeContext& ctx, size_t i, DType dtype) {
+  if (!ctx.hasInput(i)) return ctx.scalar(dtype, 0);
+  return ctx.input(i);
+}
+
+/// round(x / scale) + zero point, saturated to `dtype` (u8 or i8); `scale`
+/// and `zeroPoint` scalars or vectors along `axis`.
+Expected<Value*> quantize(NodeContext& ctx, Value* x, Value* scale, Value* zeroPoint, AttrMap axis = {}) {
+  const DType dtype = zeroPoint->type().dtype;
+  if (dtype != DType::U8 && dtype != DType::I8)
+    return ctx.error("zero point must be uint8 or int8, got " + std::string(dtypeName(dtype)));
+  auto sc = castTo(ctx, scale, x->type().dtype);
+  if (!sc) return sc.takeError();
+  return ctx.emit(OpKind::Quantize, {x, *sc, zeroPoint}, std::move(axis));
 }
 
 Status convertQuantizeLinear(NodeContext& ctx) {
   KILN_INPUT(x, 0);
   KILN_INPUT(scale, 1);
-  Value* zp = nullptr;
-  DType dtype = DType::U8;
-  if (ctx.hasInput(2)) {
-    KILN_INPUT(z, 2);
-    dtype = z->type().dtype;
-    auto r = perAxis(ctx, z, x->type());
-    if (!r) return r.takeError();
-    zp = *r;
-  }
-  if (dtype != DType::U8 && dtype != DType::I8)
-    return ctx.error("zero point must be uint8 or int8, got " + std::string(dtypeName(dtype)));
-  auto s = perAxis(ctx, scale, x->type());
-  if (!s) return s.takeError();
-  auto sc = castTo(ctx, *s, x->type().dtype);
-  if (!sc) return sc.takeError();
-  return setOutput0(ctx, quantize(ctx, x, *sc, zp, dtype));
+  auto zp = zeroPointOr(ctx, 2, DType::U8);
+  if (!zp) return zp.takeError();
+  auto axis = quantizationAxis(ctx);
+  if (!axis) return axis.takeError();
+  return setOutput0(ctx, quantize(ctx, x, scale, *zp, std::move(*axis)));
 }
 
-/// (x - zero point) * scale in `f`.
-Expected<Value*> dequantize(NodeContext& ctx, Value* x, Value* scale, Value* zeroPoint) {
-  const DType f = scale->type().dtype;
-  auto xf = castTo(ctx, x, f);
-  if (!xf) return xf.takeError();
-  Value* v = *xf;
-  if (zeroPoint) {
-    auto zf = castTo(ctx, zeroPoint, f);
-    if (!zf) return zf.takeError();
-    auto d = ctx.emit(OpKind::Sub, {v, *zf});
-    if (!d) return d.takeError();
-    v = *d;
-  }
-  return ctx.emit(OpKind::Mul, {v, scale});
+/// (x - zero point) * scale in scale's dtype.
+Expected<Value*> dequantize(NodeContext& ctx, Value* x, Value* scale, Value* zeroPoint, AttrMap axis = {}) {
+  const DType dtype = x->type().dtype;
+  if (dtype != DType::U8 && dtype != DType::I8 && dtype != DType::I32)
+    return ctx.error("expects a uint8, int8 or int32 input, got " + x->type().str());
+  return ctx.emit(OpKind::Dequantize, {x, scale, zeroPoint}, std::move(axis));
 }
 
 Status convertDequantizeLinear(NodeContext& ctx) {
   KILN_INPUT(x, 0);
   KILN_INPUT(scale, 1);
-  auto s = perAxis(ctx, scale, x->type());
-  if (!s) return s.takeError();
-  Value* zp = nullptr;
-  if (ctx.hasInput(2)) {
-    KILN_INPUT(z, 2);
-    auto r = perAxis(ctx, z, x->type());
-    if (!r) return r.takeError();
-    zp = *r;
-  }
-  return setOutput0(ctx, dequantize(ctx, x, *s, zp));
+  auto zp = zeroPointOr(ctx, 2, x->type().dtype);
+  if (!zp) return zp.takeError();
+  auto axis = quantizationAxis(ctx);
+  if (!axis) return axis.takeError();
+  return setOutput0(ctx, dequantize(ctx, x, scale, *zp, std::move(*axis)));
 }
 
 Status convertDynamicQuantizeLinear(NodeContext& ctx) {
@@ -960,7 +1022,7 @@ Status convertDynamicQuantizeLinear(NodeContext& ctx) {
   KILN_TRY(c.finish(nullptr));
   auto zp = castTo(ctx, zpr, DType::U8);
   if (!zp) return zp.takeError();
-  auto y = quantize(ctx, x, scale, *zp, DType::U8);
+  auto y = quantize(ctx, x, scale, *zp);
   if (!y) return y.takeError();
   ctx.setOutput(0, *y);
   ctx.setOutput(1, scale);
@@ -1001,15 +1063,15 @@ Status convertQLinearMatMul(NodeContext& ctx) {
     KILN_INPUT(v, i);
     in.push_back(v);
   }
-  auto a = dequantize(ctx, in[0], in[1], in[2]);
+  // a's scale and zero point are per row (axis 0 of a 2-D a), b's per
+  // column (its last axis): the `dequantize` of each with that axis.
+  auto a = dequantize(ctx, in[0], in[1], in[2], {{"axis", Attribute(int64_t{-2})}});
   if (!a) return a.takeError();
-  auto b = dequantize(ctx, in[3], in[4], in[5]);
+  auto b = dequantize(ctx, in[3], in[4], in[5], {{"axis", Attribute(int64_t{-1})}});
   if (!b) return b.takeError();
   auto mm = ctx.emit(OpKind::MatMul, {*a, *b});
   if (!mm) return mm.takeError();
-  const DType dtype = in[7]->type().dtype;
-  if (dtype != DType::U8 && dtype != DType::I8) return ctx.error("y_zero_point must be uint8 or int8");
-  return setOutput0(ctx, quantize(ctx, *mm, in[6], in[7], dtype));
+  return setOutput0(ctx, quantize(ctx, *mm, in[6], in[7], {{"axis", Attribute(int64_t{-1})}}));
 }
 
 // --- Training ops (ai.onnx.preview.training) ----------------------------------------

@@ -243,6 +243,12 @@ std::optional<DType> dtypeOfOnnx(int64_t onnxType) {
       return DType::I8;
     case onnx::TensorProto::UINT8:
       return DType::U8;
+    case onnx::TensorProto::UINT16:
+      return DType::U16;
+    case onnx::TensorProto::UINT32:
+      return DType::U32;
+    case onnx::TensorProto::UINT64:
+      return DType::U64;
     case onnx::TensorProto::BOOL:
       return DType::Bool;
     default:

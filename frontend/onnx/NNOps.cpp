@@ -164,6 +164,80 @@ Status convertConv(NodeContext &ctx) {
   return e.status();
 }
 
+/// The attributes of Kiln's conv for an ONNX Conv-like node on x and w.
+AttrMap convAttributes(NNEmitter &e, Value *x, Value *w) {
+  std::vector<int64_t> kernel = convKernel(e, w->type());
+  WindowAttrs win = readWindow(e, x->type(), kernel, true);
+  int64_t groups = e.intAttr("group", 1);
+  return {{"strides", Attribute(win.strides)},
+          {"pads", Attribute(win.pads)},
+          {"dilations", Attribute(win.dilations)},
+          {"groups", Attribute(groups)}};
+}
+
+/// `zeroPoint` (a scalar, or a vector along dim `axis` of a rank-`rank`
+/// tensor) shaped to broadcast against that tensor.
+Value *alongAxis(NNEmitter &e, Value *zeroPoint, int64_t axis, int64_t rank) {
+  const TensorType &t = zeroPoint->type();
+  if (t.rank() == 0 || (t.rank() == 1 && t.shape[0].isStatic() && t.shape[0].size == 1))
+    return e.reshape(zeroPoint, {});
+  Shape shape(static_cast<size_t>(rank), Dim::fixed(1));
+  shape[static_cast<size_t>(axis)] = t.shape[0];
+  return e.reshape(zeroPoint, std::move(shape));
+}
+
+/// ConvInteger: the exact int32 convolution of (x - x_zero_point) by
+/// (w - w_zero_point), w's zero point per output channel.
+Status convertConvInteger(NodeContext &ctx) {
+  NNEmitter e(ctx);
+  e.expectOnlyAttributes({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+  Value *x = e.input(0);
+  Value *w = e.input(1);
+  if (!expectMinRank(e, x, 3, "X") || !expectMinRank(e, w, 3, "W")) return e.status();
+  AttrMap attrs = convAttributes(e, x, w);
+  Value *xi = e.cast(x, DType::I32);
+  Value *wi = e.cast(w, DType::I32);
+  if (Value *zp = e.optionalInput(2)) xi = e.sub(xi, e.cast(alongAxis(e, zp, 1, x->type().rank()), DType::I32));
+  if (Value *zp = e.optionalInput(3)) wi = e.sub(wi, e.cast(alongAxis(e, zp, 0, w->type().rank()), DType::I32));
+  e.setOutput(0, e.emit(OpKind::Conv, {xi, wi}, std::move(attrs)));
+  return e.status();
+}
+
+/// QLinearConv: quantize(conv(dequantize(x), dequantize(w), dequantize(bias)))
+/// with w's scale and zero point per output channel and the int32 bias at
+/// scale x_scale * w_scale; `fold-qdq` makes one int8 `qconv` of it where
+/// the weights are constant and symmetric.
+Status convertQLinearConv(NodeContext &ctx) {
+  NNEmitter e(ctx);
+  e.expectOnlyAttributes({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+  Value *x = e.input(0);
+  Value *xScale = e.input(1);
+  Value *xZero = e.input(2);
+  Value *w = e.input(3);
+  Value *wScale = e.input(4);
+  Value *wZero = e.input(5);
+  Value *yScale = e.input(6);
+  Value *yZero = e.input(7);
+  Value *bias = e.optionalInput(8);
+  if (e.failed()) return e.status();
+  if (!expectMinRank(e, x, 3, "x") || !expectMinRank(e, w, 3, "w")) return e.status();
+  for (Value *zp : {xZero, wZero, yZero})
+    if (zp->type().dtype != DType::U8 && zp->type().dtype != DType::I8)
+      return ctx.error("zero points must be uint8 or int8, got " + zp->type().str());
+  AttrMap attrs = convAttributes(e, x, w);
+  const AttrMap channels{{"axis", Attribute(int64_t{1})}}, filters{{"axis", Attribute(int64_t{0})}};
+  std::vector<Value *> operands{e.emit(OpKind::Dequantize, {x, xScale, xZero}, channels),
+                                e.emit(OpKind::Dequantize, {w, wScale, wZero}, filters)};
+  if (bias) {
+    if (bias->type().dtype != DType::I32) return ctx.error("B must be int32, got " + bias->type().str());
+    Value *biasScale = e.mul(xScale, wScale);
+    operands.push_back(e.emit(OpKind::Dequantize, {bias, biasScale, e.scalar(DType::I32, 0)}, filters));
+  }
+  Value *y = e.emit(OpKind::Conv, std::move(operands), std::move(attrs));
+  e.setOutput(0, e.emit(OpKind::Quantize, {y, yScale, yZero}, channels));
+  return e.status();
+}
+
 /// ConvTranspose. With output_shape (or auto_pad SAME_*, whose output shape
 /// is input * stride) the pads come from the total padding
 /// stride*(in-1) + output_padding + (K-1)*dilation + 1 - out: SAME_UPPER puts
@@ -246,6 +320,9 @@ Status convertConvTranspose(NodeContext &ctx) {
 double lowestOf(DType dtype) {
   switch (dtype) {
     case DType::U8:
+    case DType::U16:
+    case DType::U32:
+    case DType::U64:
       return 0;
     case DType::I8:
       return -128;
@@ -808,10 +885,13 @@ Status convertMish(NodeContext &ctx) {
 // --- Dropout
 // ---------------------------------------------------------------------------------
 
-/// Dropout. Kiln imports graphs for inference, where Dropout is the identity
-/// and its mask all true (bool from opset 10; ones of the input's type
-/// before). A constant training_mode = true (opset 12+) is honoured only with
-/// ratio 0, the one case that is not random; random dropout is an error.
+/// Dropout. In inference (the default, and opsets before 12) it is the
+/// identity and its mask all true (bool from opset 10; ones of the input's
+/// type before). A constant training_mode = true (opset 12+) with ratio r > 0
+/// drops at random as the ONNX reference does: mask = U >= r for uniform
+/// samples U (random_uniform in double, seeded by randomSeed), output
+/// x / (1 - r) where kept and 0 elsewhere. Kiln's samples are a function of
+/// the seed alone, so every run of the compiled model draws the same mask.
 Status convertDropout(NodeContext &ctx) {
   NNEmitter e(ctx);
   e.expectOnlyAttributes({"ratio", "is_test", "seed", "consumed_inputs"});
@@ -821,18 +901,31 @@ Status convertDropout(NodeContext &ctx) {
     const DenseTensor *training = ctx.constantInput(2);
     if (!training || training->numElements() != 1)
       return ctx.error(
-          "input 2 (training_mode) must be a constant scalar; "
-          "Kiln imports Dropout for inference");
+          "input 2 (training_mode) must be a constant scalar (inference or training is decided at import "
+          "time)");
     double ratio = 0.5;
     if (e.hasInput(1)) {
       const DenseTensor *r = ctx.constantInput(1);
       if (!r || r->numElements() != 1) return ctx.error("input 1 (ratio) must be a constant scalar in training mode");
       ratio = r->getDouble(0);
     }
-    if (training->getDouble(0) != 0.0 && ratio != 0.0)
-      return ctx.error("training_mode = true with ratio " + std::to_string(ratio) +
-                       " is random dropout, which Kiln does not import (export "
-                       "the model in eval mode)");
+    if (training->getDouble(0) != 0.0 && ratio != 0.0) {
+      if (!(ratio > 0.0 && ratio < 1.0))
+        return ctx.error("ratio " + std::to_string(ratio) + " must lie in [0, 1) in training mode");
+      for (const Dim &d : x->type().shape)
+        if (d.isUnknown()) return ctx.error("random dropout needs a known input shape, got " + x->type().str());
+      auto seed = randomSeed(ctx);
+      if (!seed) return seed.takeError();
+      Value *u = e.emit(OpKind::RandomUniform, {},
+                        {{"low", Attribute(0.0)}, {"high", Attribute(1.0)}, {"seed", Attribute(*seed)}},
+                        {TensorType{DType::F64, x->type().shape}});
+      Value *keep = e.binary(OpKind::Ge, u, e.scalar(DType::F64, ratio));
+      Value *scaled = e.mul(x, 1.0 / (1.0 - ratio));
+      Value *zero = e.scalarLike(x, 0.0);
+      e.setOutput(0, e.select(keep, scaled, zero));
+      e.setOutput(1, keep);
+      return e.status();
+    }
   }
   e.setOutput(0, x);
   if (e.hasOutput(1)) e.setOutput(1, e.filledLike(x, ctx.opset() >= 10 ? DType::Bool : x->type().dtype, 1.0));
@@ -930,6 +1023,8 @@ constexpr int64_t kLast = kNewestNNOpset;
 const OpConverter kNNConverters[] = {
     {"", "Conv", 1, kLast, &convertConv},
     {"", "ConvTranspose", 1, kLast, &convertConvTranspose},
+    {"", "ConvInteger", 10, kLast, &convertConvInteger},
+    {"", "QLinearConv", 10, kLast, &convertQLinearConv},
     {"", "MaxPool", 1, kLast, &convertMaxPool},
     {"", "AveragePool", 1, kLast, &convertAveragePool},
     {"", "GlobalAveragePool", 1, kLast, &convertGlobalPool<OpKind::ReduceMean>},

@@ -44,6 +44,12 @@ int onnxTypeOf(DType dtype) {
       return onnx::TensorProto::INT8;
     case DType::U8:
       return onnx::TensorProto::UINT8;
+    case DType::U16:
+      return onnx::TensorProto::UINT16;
+    case DType::U32:
+      return onnx::TensorProto::UINT32;
+    case DType::U64:
+      return onnx::TensorProto::UINT64;
     case DType::Bool:
       return onnx::TensorProto::BOOL;
   }
@@ -472,6 +478,16 @@ Status exportOp(OnnxWriter& w, const Op& op) {
     }
     case OpKind::ConvWeightGrad:
       return op.emitError("cannot be exported to ONNX opset 17: ONNX has no convolution weight gradient op");
+    case OpKind::Quantize:
+    case OpKind::Dequantize:
+      attrInt(w.node(kind == OpKind::Quantize ? "QuantizeLinear" : "DequantizeLinear", in, out), "axis",
+              op.getInt("axis"));
+      return Status::success();
+    case OpKind::QConv:
+    case OpKind::QMatMul:
+      return op.emitError(
+          "cannot be exported to ONNX: an int8 contraction of fold-qdq; export the model before that pass (its "
+          "QuantizeLinear/DequantizeLinear form)");
     case OpKind::MaxPool:
     case OpKind::AvgPool: {
       if (op.getBool("channels_last"))
@@ -631,6 +647,18 @@ Status exportOp(OnnxWriter& w, const Op& op) {
       }
       return Status::success();
     }
+    case OpKind::NonZero:
+      w.node("NonZero", in, out);
+      return Status::success();
+    case OpKind::Unique: {
+      auto* n = w.node("Unique", in, out);
+      attrInt(n, "sorted", op.getBool("sorted") ? 1 : 0);
+      if (!op.getInts("axis").empty()) attrInt(n, "axis", op.getInts("axis").front());
+      return Status::success();
+    }
+    case OpKind::NonMaxSuppression:
+      attrInt(w.node("NonMaxSuppression", in, out), "center_point_box", op.getBool("center_point_box") ? 1 : 0);
+      return Status::success();
     default:
       break;
   }

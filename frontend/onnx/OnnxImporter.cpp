@@ -115,7 +115,7 @@ Expected<DType> requireDType(int32_t type, const std::string& what) {
   if (auto dtype = onnx_import::dtypeFromOnnx(type)) return *dtype;
   return Error(what + " has element type " + onnxTypeName(type) +
                ", which Kiln does not support (expected FLOAT, DOUBLE, FLOAT16, BFLOAT16, INT64, INT32, INT16, INT8, "
-               "UINT8 or BOOL)");
+               "UINT64, UINT32, UINT16, UINT8 or BOOL)");
 }
 
 /// Reads at most `maxBytes` of a regular file.
@@ -282,6 +282,12 @@ Expected<DenseTensor> tensorFromProto(const onnx::TensorProto& t, const std::str
     case DType::I64:
       KILN_TRY(
           copyTyped(t.int64_data(), count, out, what, "int64_data", [&](int64_t i, int64_t v) { out.setInt(i, v); }));
+      break;
+    case DType::U32:
+    case DType::U64:
+      // ONNX keeps these two in uint64_data (uint8 and uint16 in int32_data).
+      KILN_TRY(copyTyped(t.uint64_data(), count, out, what, "uint64_data",
+                         [&](int64_t i, uint64_t v) { out.setInt(i, static_cast<int64_t>(v)); }));
       break;
     default:
       KILN_TRY(
@@ -706,7 +712,9 @@ Expected<std::vector<Value*>> NodeContextImpl::emitMulti(OpKind kind, std::vecto
   // Concat -> Reshape) must become constants because Kiln takes shapes as
   // attributes and declared types.
   const OpEvaluator* evaluator = importer_.options_.evaluator;
-  bool foldable = evaluator && !info.hasSideEffects() && kind != OpKind::Constant;
+  // A dequantize of constant weights stays: `fold-qdq` reads the integer
+  // weights through it (canonicalize folds those it leaves).
+  bool foldable = evaluator && !info.hasSideEffects() && kind != OpKind::Constant && kind != OpKind::Dequantize;
   std::vector<const DenseTensor*> constants;
   for (Value* v : operands) {
     if (!foldable) break;
@@ -1203,7 +1211,8 @@ namespace onnx_import {
 
 const OpConverter* findConverter(std::string_view domain, std::string_view opType, int64_t opset) {
   const std::string normalized = normalizeDomain(domain);
-  for (auto table : {mathConverters(), tensorConverters(), nnConverters(), controlFlowConverters()})
+  for (auto table : {mathConverters(), tensorConverters(), nnConverters(), visionConverters(), signalConverters(),
+                     randomConverters(), dataDependentConverters(), controlFlowConverters()})
     for (const OpConverter& c : table)
       if (c.domain == normalized && c.opType == opType && c.minOpset <= opset && opset <= c.maxOpset) return &c;
   return nullptr;

@@ -1,10 +1,11 @@
 // The contract between the ONNX importer's core (OnnxImporter.cpp: reading
 // the model, opsets, initializers, graph inputs and outputs, topological
 // order, import-time constant folding) and the per-op converters (one table
-// per file: MathOps.cpp, TensorOps.cpp, NNOps.cpp). A converter turns one
-// NodeProto into Kiln IR through its NodeContext, following the semantics of
-// the node's opset (ctx.opset()), and never silently drops an attribute or
-// input it does not handle: it returns ctx.error(...) naming it instead.
+// per file: MathOps.cpp, TensorOps.cpp, NNOps.cpp, VisionOps.cpp,
+// SignalOps.cpp, RandomOps.cpp). A converter turns one NodeProto into Kiln IR
+// through its NodeContext, following the semantics of the node's opset
+// (ctx.opset()), and never silently drops an attribute or input it does not
+// handle: it returns ctx.error(...) naming it instead.
 #pragma once
 
 #include <memory>
@@ -122,6 +123,10 @@ struct OpConverter {
 std::span<const OpConverter> mathConverters();    // MathOps.cpp: elementwise, comparison, logic, cast, reductions, matmul/gemm
 std::span<const OpConverter> tensorConverters();  // TensorOps.cpp: shape, layout, indexing, constants, control-free utilities
 std::span<const OpConverter> nnConverters();      // NNOps.cpp: conv, pooling, normalization, activations, dropout, rnn/lstm/gru, resize, losses
+std::span<const OpConverter> visionConverters();  // VisionOps.cpp: GridSample, RoiAlign, MaxUnpool
+std::span<const OpConverter> signalConverters();  // SignalOps.cpp: DFT, STFT, MelWeightMatrix, TfIdfVectorizer
+std::span<const OpConverter> randomConverters();  // RandomOps.cpp: RandomUniform/Normal(Like), Bernoulli
+std::span<const OpConverter> dataDependentConverters();  // DataDependentOps.cpp: NonZero, Unique, NonMaxSuppression
 std::span<const OpConverter> controlFlowConverters();  // ControlFlowOps.cpp: If, Loop, Scan
 
 /// The converter for `opType` in `domain` at `opset`, or null.

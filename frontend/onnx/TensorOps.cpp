@@ -616,15 +616,9 @@ Status convertEyeLike(NodeContext& ctx) {
   KILN_ASSIGN(k, ctx.intAttr("k", 0));
   DType dtype = x->type().dtype;
   if (const onnx::AttributeProto* a = ctx.attribute("dtype")) {
-    static const std::pair<int, DType> kTypes[] = {
-        {onnx::TensorProto::FLOAT, DType::F32},   {onnx::TensorProto::DOUBLE, DType::F64},
-        {onnx::TensorProto::FLOAT16, DType::F16}, {onnx::TensorProto::INT64, DType::I64},
-        {onnx::TensorProto::INT32, DType::I32},   {onnx::TensorProto::INT16, DType::I16},
-        {onnx::TensorProto::INT8, DType::I8},     {onnx::TensorProto::UINT8, DType::U8},
-        {onnx::TensorProto::BOOL, DType::Bool}};
-    auto it = std::find_if(std::begin(kTypes), std::end(kTypes), [&](auto& p) { return p.first == a->i(); });
-    if (it == std::end(kTypes)) return ctx.error("dtype " + std::to_string(a->i()) + " is not supported");
-    dtype = it->second;
+    const std::optional<DType> chosen = dtypeFromOnnx(static_cast<int32_t>(a->i()));
+    if (!chosen) return ctx.error("dtype " + std::to_string(a->i()) + " is not supported");
+    dtype = *chosen;
   }
   if (x->type().rank() != 2 || !x->type().isStatic())
     return ctx.error("expects a static 2-d input, got " + x->type().str());
@@ -696,19 +690,27 @@ Status convertGatherND(NodeContext& ctx) {
   KILN_INPUT(data, 0);
   KILN_INPUT(indices, 1);
   KILN_ASSIGN(batch, ctx.intAttr("batch_dims", 0));
-  if (!data->type().isStatic() || !indices->type().isStatic())
-    return ctx.error("GatherND needs static shapes, got " + data->type().str() + " and " + indices->type().str());
+  // The indices' dims other than the batch dims and the tuple length may be
+  // unknown: the tuples a NonZero found (PyTorch's x[mask] exports as
+  // NonZero, Transpose, GatherND).
+  const Shape& qShape = indices->type().shape;
+  if (!data->type().isStatic() || qShape.empty() || !qShape.back().isStatic())
+    return ctx.error("GatherND needs a static data shape and index tuple length, got " + data->type().str() + " and " +
+                     indices->type().str());
   const auto d = staticDims(data->type().shape);
-  const auto q = staticDims(indices->type().shape);
-  const int64_t r = static_cast<int64_t>(d.size()), qr = static_cast<int64_t>(q.size());
-  if (qr < 1 || batch < 0 || batch >= std::min(r, qr))
+  const int64_t r = static_cast<int64_t>(d.size()), qr = static_cast<int64_t>(qShape.size());
+  if (batch < 0 || batch >= std::min(r, qr))
     return ctx.error("batch_dims " + std::to_string(batch) + " is out of range");
-  const int64_t k = q.back();
+  const int64_t k = qShape.back().size;
   if (k < 1 || batch + k > r)
     return ctx.error("index tuples of length " + std::to_string(k) + " do not fit " + data->type().str());
-  for (int64_t i = 0; i < batch; ++i)
-    if (d[static_cast<size_t>(i)] != q[static_cast<size_t>(i)])
+  std::vector<int64_t> q;  // the batch dims
+  for (int64_t i = 0; i < batch; ++i) {
+    const Dim& dim = qShape[static_cast<size_t>(i)];
+    if (!dim.isStatic() || dim.size != d[static_cast<size_t>(i)])
       return ctx.error("batch dims of data and indices differ");
+    q.push_back(dim.size);
+  }
   std::vector<int64_t> indexed(d.begin() + batch, d.begin() + batch + k);
   KILN_ASSIGN(lin, linearIndex(ctx, indices, indexed));
   int64_t inner = 1, batches = 1;

@@ -173,6 +173,17 @@ def compile(
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"kiln.compile takes a torch.nn.Module, got a {type(module).__name__}")
     _kiln.check_device(device)
+    if module.training:
+        # The export keeps training-mode Dropout, which Kiln compiles with a
+        # mask fixed by its seed: the same on every call, unlike PyTorch's.
+        dropouts = [name or type(m).__name__ for name, m in module.named_modules()
+                    if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0]
+        if dropouts:
+            raise _kiln.UnsupportedError(
+                f"Kiln cannot compile the module: Dropout {dropouts[0]!r} in training mode is random dropout, which "
+                "Kiln would compile with the same mask on every call where PyTorch draws a new one"
+                "\n(the module is in training mode: call module.eval() before kiln.compile to compile it for "
+                "inference; kiln.Trainer trains it)")
     if isinstance(example_inputs, (torch.Tensor, np.ndarray)):
         example_inputs = (example_inputs,)
     example = tuple(_as_tensor(torch, x, i) for i, x in enumerate(example_inputs))

@@ -77,6 +77,9 @@ Expected<MPI_Datatype> mpiType(DType dtype, const std::string& what) {
     case DType::I16: return MPI_INT16_T;
     case DType::I8: return MPI_INT8_T;
     case DType::U8: return MPI_UINT8_T;
+    case DType::U16: return MPI_UINT16_T;
+    case DType::U32: return MPI_UINT32_T;
+    case DType::U64: return MPI_UINT64_T;
     default: break;
   }
   return Error(what + ": MPI reduces no " + std::string(dtypeName(dtype)) + " tensors");

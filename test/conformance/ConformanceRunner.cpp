@@ -7,14 +7,23 @@
 // output_K.pb. input_K.pb binds to the K-th graph input that has no
 // initializer; inputs with an initializer take it as their default. Outputs
 // are compared with rtol 1e-3 and atol 1e-5 (NaN equals NaN), integers and
-// bools exactly, shapes and dtypes exactly. Cases whose graph inputs or
-// outputs are sequences, optionals, maps, strings or bfloat16 are skipped.
+// bools exactly, shapes and dtypes exactly. The tensors are read from the
+// .pb files directly (never through .npy), so bfloat16 inputs and outputs
+// run like any other dtype (a data set's UINT16 tensor for a BFLOAT16
+// graph value is read as the bf16 bits it holds; readTensors); a bf16
+// output matches within one bf16 step (kBf16Steps says why). Cases whose graph inputs or outputs are sequences,
+// optionals, maps or strings are skipped.
 //
 // Kiln compiles static shapes, so each data set runs on the model
 // specialized to its inputs, exactly as `kiln run` does (loadModelForInputs
 // in frontend/Model.h): input shapes bound, and where the model computes
 // shapes from input values (Reshape's shape fed by input_1.pb), those
 // shape-like inputs fixed as constants; the PASS line says so.
+//
+// The cases of Bernoulli and training-mode Dropout hold draws of NumPy's
+// random generator, which no other generator reproduces: they, and only
+// they (the fixed list of RandomCases.cpp), are checked statistically
+// instead (RandomCases.h), and their PASS line says "(statistical)".
 //
 // Prints one line per case, `PASS|FAIL|SKIP <suite>/<case>: reason`, and
 // last `N passed, M failed, K skipped`. With --expected FILE the exit status
@@ -62,6 +71,7 @@
 #include "runtime/cuda/CudaContext.h"
 #include "runtime/cuda/CudaDevices.h"
 #include "runtime/cuda/CudaLibraries.h"
+#include "test/conformance/RandomCases.h"
 
 namespace fs = std::filesystem;
 using namespace kiln;
@@ -72,6 +82,14 @@ constexpr double kRtol = 1e-3;
 constexpr double kAtol = 1e-5;
 /// Compiled outputs against the interpreter's (issue 4: rtol 1e-4).
 constexpr double kJitRtol = 1e-4;
+/// How many bf16 steps an output may be from the data set's. rtol 1e-3
+/// is about one step of f16 (2^-10) but an eighth of one of bf16 (2^-7 to
+/// 2^-8), so bf16 gets the same latitude as a step: ONNX's data for
+/// FLOAT -> BFLOAT16 truncates (its test generator keeps the high 16 bits)
+/// where Kiln rounds to nearest even, as ONNX's reference Cast, PyTorch and
+/// the hardware do, and the two differ by at most one step. Compiled
+/// outputs must equal the interpreter's bf16 bits exactly.
+constexpr int kBf16Steps = 1;
 const char* const kSuites[] = {"node", "pytorch-converted", "pytorch-operator", "simple"};
 
 struct Outcome {
@@ -117,7 +135,6 @@ std::string skipReason(const onnx::TypeProto& type, const std::string& name) {
     case onnx::TypeProto::kOptionalType: return "'" + name + "' is an optional";
     case onnx::TypeProto::kTensorType:
       if (type.tensor_type().elem_type() == onnx::TensorProto::STRING) return "'" + name + "' holds strings";
-      if (type.tensor_type().elem_type() == onnx::TensorProto::BFLOAT16) return "'" + name + "' is bfloat16";
       return "";
     default: return "";
   }
@@ -129,18 +146,42 @@ Expected<std::string> readFile(const fs::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+/// An integer element as text (a u64 as the unsigned value it is).
+std::string elementText(const Tensor& t, int64_t i) {
+  if (t.dtype() == DType::U64) return std::to_string(static_cast<uint64_t>(t.getInt(i)));
+  return std::to_string(t.getInt(i));
+}
+
+/// Whether bf16 bit patterns `a` and `b` are the same number, both NaN,
+/// or (`steps` 1) neighbours: finite, of one sign, one bf16 step apart.
+bool bf16Match(uint16_t a, uint16_t b, int steps) {
+  const auto isNan = [](uint16_t v) { return (v & 0x7fff) > 0x7f80; };
+  if (isNan(a) || isNan(b)) return isNan(a) && isNan(b);
+  if (a == b || ((a | b) & 0x7fff) == 0) return true;  // equal, or +0 and -0
+  const bool finite = (a & 0x7fff) < 0x7f80 && (b & 0x7fff) < 0x7f80;
+  return finite && (a >> 15) == (b >> 15) && std::abs(int{a} - int{b}) <= steps;
+}
+
 /// Compares output `index` with what it should be; "" when it matches.
 /// Floats match within atol + rtol * |want| (NaN equals NaN, infinities
-/// must be equal); integers and bools exactly.
-std::string compare(const Tensor& got, const Tensor& want, size_t index, double rtol) {
+/// must be equal); integers and bools exactly. bf16 compares its bits:
+/// within `bf16Steps` steps (adjacent values), or exactly with 0.
+std::string compare(const Tensor& got, const Tensor& want, size_t index, double rtol, int bf16Steps) {
   const std::string what = "output " + std::to_string(index);
   if (got.type() != want.type()) return what + " is " + got.type().str() + ", expected " + want.type().str();
   const bool exact = !isFloat(want.dtype());
   for (int64_t i = 0; i < got.numElements(); ++i) {
+    if (want.dtype() == DType::BF16) {
+      const uint16_t a = got.data<uint16_t>()[i], b = want.data<uint16_t>()[i];
+      if (bf16Match(a, b, bf16Steps)) continue;
+      return what + " element " + std::to_string(i) + " is " + std::to_string(got.getDouble(i)) + ", expected " +
+             std::to_string(want.getDouble(i)) + " (bf16 bits " + std::to_string(a) + " and " + std::to_string(b) +
+             ")";
+    }
     if (exact) {
       if (got.getInt(i) != want.getInt(i))
-        return what + " element " + std::to_string(i) + " is " + std::to_string(got.getInt(i)) + ", expected " +
-               std::to_string(want.getInt(i));
+        return what + " element " + std::to_string(i) + " is " + elementText(got, i) + ", expected " +
+               elementText(want, i);
       continue;
     }
     const double a = got.getDouble(i), b = want.getDouble(i);
@@ -158,7 +199,8 @@ std::string compareAll(const std::vector<Tensor>& got, const std::vector<DenseTe
     return "the model computes " + std::to_string(got.size()) + " outputs, the data set has " +
            std::to_string(want.size());
   for (size_t k = 0; k < got.size(); ++k)
-    if (std::string diff = compare(got[k], Tensor::fromDense(want[k]), k, kRtol); !diff.empty()) return diff;
+    if (std::string diff = compare(got[k], Tensor::fromDense(want[k]), k, kRtol, kBf16Steps); !diff.empty())
+      return diff;
   return "";
 }
 
@@ -180,16 +222,25 @@ std::vector<fs::path> dataSets(const fs::path& dir) {
 }
 
 /// The tensors input_0.pb, input_1.pb, ... (or output_K.pb) of a data set.
-Expected<std::vector<DenseTensor>> readTensors(const fs::path& set, const std::string& prefix) {
+/// `bf16[k]` says that the K-th graph value is BFLOAT16: ONNX's data sets
+/// store such a tensor as UINT16 holding the bf16 bits (the generator's
+/// NumPy has no bfloat16), which is read back as the bf16 it is.
+Expected<std::vector<DenseTensor>> readTensors(const fs::path& set, const std::string& prefix,
+                                               const std::vector<bool>& bf16) {
   std::vector<DenseTensor> tensors;
   for (size_t k = 0;; ++k) {
     const fs::path path = set / (prefix + "_" + std::to_string(k) + ".pb");
     if (!fs::exists(path)) break;
     auto t = readOnnxTensor(path.string());
     if (!t) return t.takeError();
+    if (k < bf16.size() && bf16[k] && t->type.dtype == DType::U16) t->type.dtype = DType::BF16;
     tensors.push_back(std::move(*t));
   }
   return tensors;
+}
+
+bool isBf16(const onnx::ValueInfoProto& value) {
+  return value.type().has_tensor_type() && value.type().tensor_type().elem_type() == onnx::TensorProto::BFLOAT16;
 }
 
 class CaseRunner {
@@ -202,12 +253,18 @@ class CaseRunner {
     if (!model_.ParseFromString(*bytes)) return {Outcome::Fail, "model.onnx is not a valid ModelProto"};
     std::set<std::string> initializers;
     for (const auto& init : model_.graph().initializer()) initializers.insert(init.name());
+    std::vector<bool> bf16Inputs, bf16Outputs;
     for (const auto& input : model_.graph().input()) {
       if (std::string why = skipReason(input.type(), input.name()); !why.empty()) return {Outcome::Skip, why};
-      if (!initializers.count(input.name())) boundInputs_.push_back(input.name());
+      if (!initializers.count(input.name())) {
+        boundInputs_.push_back(input.name());
+        bf16Inputs.push_back(isBf16(input));
+      }
     }
-    for (const auto& output : model_.graph().output())
+    for (const auto& output : model_.graph().output()) {
       if (std::string why = skipReason(output.type(), output.name()); !why.empty()) return {Outcome::Skip, why};
+      bf16Outputs.push_back(isBf16(output));
+    }
 
     evaluator_ = std::make_unique<InterpreterEvaluator>();
     LoadOptions options;
@@ -215,19 +272,42 @@ class CaseRunner {
     const std::string modelPath = (dir_ / "model.onnx").string();
 
     std::string note;
+    const std::optional<conformance::RandomCase> randomCase =
+        conformance::randomCaseOf(dir_.parent_path().filename().string() + "/" + dir_.filename().string());
     const double compileBefore = options_.timings ? options_.timings->compile : 0;
     const auto sets = dataSets(dir_);
     if (sets.empty()) return {Outcome::Fail, "no test_data_set_* folder"};
     for (const fs::path& set : sets) {
-      auto inputs = readTensors(set, "input");
+      auto inputs = readTensors(set, "input", bf16Inputs);
       if (!inputs) return {Outcome::Fail, inputs.error().message()};
-      auto outputs = readTensors(set, "output");
+      auto outputs = readTensors(set, "output", bf16Outputs);
       if (!outputs) return {Outcome::Fail, outputs.error().message()};
       if (inputs->size() > boundInputs_.size())
         return {Outcome::Fail, std::to_string(inputs->size()) + " input files for " +
                                    std::to_string(boundInputs_.size()) + " graph inputs without initializer"};
       std::map<std::string, DenseTensor> byName;
       for (size_t k = 0; k < inputs->size(); ++k) byName[boundInputs_[k]] = (*inputs)[k];
+      if (randomCase) {
+        // Drawn by NumPy's generator: checked statistically (RandomCases.h).
+        std::vector<std::pair<std::string, DenseTensor>> named;
+        for (size_t k = 0; k < inputs->size(); ++k) named.emplace_back(boundInputs_[k], (*inputs)[k]);
+        auto runModel = [&](const std::string& path, const std::map<std::string, DenseTensor>& bound, bool reference) {
+          return execute(path, bound, reference);
+        };
+        std::string why = conformance::checkRandomCase(*randomCase, dir_ / "model.onnx", named, *outputs, runModel);
+        if (!unlowerable_.empty()) {
+          Outcome o{Outcome::NotCompilable, why};
+          o.unlowerable = unlowerable_;
+          o.interpreterPasses = interpreterPasses();
+          return o;
+        }
+        if (!why.empty()) {
+          Outcome o{Outcome::Fail, set.filename().string() + ": " + why};
+          if (options_.compiled()) o.interpreterPasses = interpreterPasses();
+          return o;
+        }
+        continue;
+      }
 
       // Specialized to the data set's inputs as `kiln run` does (frontend/Model.h).
       const auto importStart = std::chrono::steady_clock::now();
@@ -240,27 +320,16 @@ class CaseRunner {
         for (const std::string& name : specialized->frozenInputs) note += " " + name;
       }
       const Function& f = *module->functions().front();
-      std::vector<Tensor> args;
-      for (size_t i = 0; i < f.numArguments(); ++i) {
-        const std::string& name = f.argument(i)->name();
-        if (auto it = byName.find(name); it != byName.end()) {
-          args.push_back(Tensor::fromDense(it->second));
-        } else if (const DenseTensor* dflt = f.argumentDefault(i)) {
-          args.push_back(Tensor::fromDense(*dflt));
-        } else {
-          return {Outcome::Fail, "no input_K.pb binds argument '" + name + "'"};
-        }
-      }
+      auto bound = bindArguments(f, byName);
+      if (!bound) return {Outcome::Fail, bound.error().message()};
+      std::vector<Tensor> args = std::move(*bound);
       if (options_.compiled()) {
         Outcome outcome = runCompiled(f, args, *outputs);
         if (outcome.kind != Outcome::Pass) {
           if (outcome.kind == Outcome::Fail) outcome.reason = set.filename().string() + ": " + outcome.reason;
           // A compiler gap or a case that fails anyway? The interpreter
           // decides over all data sets.
-          RunOptions interpreterOnly = options_;
-          interpreterOnly.backend = Backend::Interpreter;
-          interpreterOnly.timings = nullptr;
-          outcome.interpreterPasses = CaseRunner(dir_, interpreterOnly).run().kind == Outcome::Pass;
+          outcome.interpreterPasses = interpreterPasses();
           return outcome;
         }
         continue;
@@ -271,7 +340,8 @@ class CaseRunner {
         return {Outcome::Fail, set.filename().string() + ": " + diff};
     }
     std::string what = note.empty() ? std::to_string(sets.size()) + " data set(s)" : note;
-    if (options_.compiled() && options_.timings) {
+    if (randomCase) what = "(statistical) " + what;
+    if (options_.compiled() && options_.timings && !randomCase) {
       // Compile time shows on the PASS line, so slow cases can be found.
       const double ms = 1000 * (options_.timings->compile - compileBefore);
       what += ", compiled in " + std::to_string(static_cast<int64_t>(ms + 0.5)) + " ms";
@@ -280,6 +350,64 @@ class CaseRunner {
   }
 
  private:
+  /// The function's arguments from tensors by name, or the defaults.
+  static Expected<std::vector<Tensor>> bindArguments(const Function& f,
+                                                     const std::map<std::string, DenseTensor>& byName) {
+    std::vector<Tensor> args;
+    for (size_t i = 0; i < f.numArguments(); ++i) {
+      const std::string& name = f.argument(i)->name();
+      if (auto it = byName.find(name); it != byName.end()) {
+        args.push_back(Tensor::fromDense(it->second));
+      } else if (const DenseTensor* dflt = f.argumentDefault(i)) {
+        args.push_back(Tensor::fromDense(*dflt));
+      } else {
+        return Error("no input_K.pb binds argument '" + name + "'");
+      }
+    }
+    return args;
+  }
+
+  /// The model at `path` specialized to `byName` and run on the backend
+  /// (the interpreter when `reference`); ops a compiler cannot lower are
+  /// kept in unlowerable_.
+  Expected<std::vector<Tensor>> execute(const std::string& path, const std::map<std::string, DenseTensor>& byName,
+                                        bool reference) {
+    LoadOptions options;
+    options.evaluator = evaluator_.get();
+    auto specialized = loadModelForInputs(path, options, byName);
+    if (!specialized) return specialized.takeError();
+    const Function& f = *specialized->module->functions().front();
+    auto args = bindArguments(f, byName);
+    if (!args) return args.takeError();
+    if (reference || !options_.compiled()) return interpret(f, std::move(*args));
+    auto compileAndRun = [&](auto& executor) -> Expected<std::vector<Tensor>> {
+      if (Status s = executor.prepare(*args); !s) {
+        for (const std::string& why : executor.unsupportedOps()) unlowerable_.push_back(withoutLocation(why));
+        return s.takeError();
+      }
+      return executor.run(*args);
+    };
+    if (options_.backend == Backend::Cuda) {
+      auto executor = codegen::CudaExecutor::create(f, options_.cudaDevice, codegen::CudaOptions{});
+      if (!executor) return executor.takeError();
+      return compileAndRun(**executor);
+    }
+    codegen::CpuOptions cpuOptions;
+    cpuOptions.threads = options_.threads;
+    cpuOptions.cacheDir = options_.cacheDir;
+    auto executor = codegen::CpuExecutor::create(f, cpuOptions);
+    if (!executor) return executor.takeError();
+    return compileAndRun(**executor);
+  }
+
+  /// Whether the interpreter passes the case (for a compiled failure).
+  bool interpreterPasses() const {
+    RunOptions interpreterOnly = options_;
+    interpreterOnly.backend = Backend::Interpreter;
+    interpreterOnly.timings = nullptr;
+    return CaseRunner(dir_, interpreterOnly).run().kind == Outcome::Pass;
+  }
+
   /// One data set on the compiled backend: compiles `f` for `args` with no
   /// fallback, runs it and compares with the expected outputs and the
   /// interpreter's.
@@ -332,7 +460,7 @@ class CaseRunner {
     if (std::string diff = compareAll(*results, want); !diff.empty()) return fail(diff);
     if (reference && reference->size() == results->size()) {
       for (size_t k = 0; k < results->size(); ++k)
-        if (std::string diff = compare((*results)[k], (*reference)[k], k, kJitRtol); !diff.empty())
+        if (std::string diff = compare((*results)[k], (*reference)[k], k, kJitRtol, 0); !diff.empty())
           return fail("against the interpreter: " + diff);
     }
     return {Outcome::Pass, ""};
@@ -343,6 +471,7 @@ class CaseRunner {
   onnx::ModelProto model_;
   std::vector<std::string> boundInputs_;
   std::unique_ptr<InterpreterEvaluator> evaluator_;
+  std::vector<std::string> unlowerable_;  // random cases: what the compiler could not lower
 };
 
 /// One error message on one line.

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 #include "runtime/Npy.h"
@@ -16,6 +17,17 @@
 namespace {
 
 using namespace kiln;
+
+/// Element `i` as text: integers exactly (a u64 as the unsigned value it
+/// is), floats to 9 significant digits.
+std::string elementText(const Tensor& t, int64_t i) {
+  if (t.dtype() == DType::U64) return std::to_string(static_cast<uint64_t>(t.getInt(i)));
+  if (!isFloat(t.dtype())) return std::to_string(t.getInt(i));
+  std::ostringstream os;
+  os.precision(9);
+  os << t.getDouble(i);
+  return os.str();
+}
 
 constexpr const char* kUsage = "usage: kiln-npy-compare ACTUAL.npy EXPECTED.npy [--rtol R] [--atol A]\n";
 
@@ -109,8 +121,8 @@ int main(int argc, char** argv) {
     std::cerr.precision(9);
     std::cerr << "kiln-npy-compare: " << files[0] << ": " << mismatches << " of " << actual->numElements()
               << " elements differ from " << files[1] << " beyond rtol " << rtol << ", atol " << atol
-              << "; the worst at " << indexStr(*actual, worst) << ": " << actual->getDouble(worst) << " vs "
-              << expected->getDouble(worst) << "\n";
+              << "; the worst at " << indexStr(*actual, worst) << ": " << elementText(*actual, worst) << " vs "
+              << elementText(*expected, worst) << "\n";
     return 1;
   }
   std::cout << files[0] << ": " << actual->numElements() << " elements of " << actual->type().str()

@@ -303,6 +303,20 @@ const Case kCases[] = {
      fn("%a: T[3,4], %b: T[3,4]", "T[]", "%y = mse_loss(%a, %b) {reduction = \"sum\"} : T[]\n  return %y")},
     {"mse_loss_none", fn("%a: T[2,3,2], %b: T[2,3,2]", "T[2,3,2]",
                          "%y = mse_loss(%a, %b) {reduction = \"none\"} : T[2,3,2]\n  return %y")},
+    // --- quantization: scales are positive (`var`), x wide enough to saturate
+    {"quantize_per_tensor",
+     fn("%wide: T[3,4], %var: T[], %z: u8[]", "u8[3,4]", "%y = quantize(%wide, %var, %z) : u8[3,4]\n  return %y"),
+     labels(50)},
+    {"quantize_per_axis_i8",
+     fn("%wide: T[2,3,4], %var: T[3], %z: i8[3]", "i8[2,3,4]",
+        "%y = quantize(%wide, %var, %z) : i8[2,3,4]\n  return %y"),
+     labels(20)},
+    {"dequantize_per_axis",
+     fn("%x: u8[2,3,4], %var: T[4], %z: u8[4]", "T[2,3,4]",
+        "%y = dequantize(%x, %var, %z) {axis = 2} : T[2,3,4]\n  return %y"),
+     labels(200)},
+    {"dequantize_i32", fn("%x: i32[5], %var: T[], %z: i32[]", "T[5]", "%y = dequantize(%x, %var, %z) : T[5]\n  return %y"),
+     labels(1000)},
 };
 
 INSTANTIATE_TEST_SUITE_P(AllComposites, DecomposeEquivalence, testing::ValuesIn(kCases),

@@ -98,6 +98,9 @@ constexpr std::string_view kEverything =
   %i8 = constant() {value = dense<i8[3]>[-128, 0, 127]} : i8[3] loc("m.kiln":"int8s")
   %i16 = cast(%i8) : i16[3]
   %u8 = cast(%i16) : u8[3]
+  %u64 = constant() {value = dense<u64[2]>[18446744073709551615, 7]} : u64[2]
+  %u32 = cast(%u64) : u32[2]
+  %u16 = cast(%u32) : u16[2]
   %sum = add(%b, %c) : bf16[3]
   %g = gather(%k, %idx) {axis = 1} : i32[2,2]
   %d = constant() {value = dense<f64[2]>[0.1, 1e+300]} : f64[2]
@@ -223,6 +226,31 @@ TEST(KilnFormatTest, TextKeepsNanPayloadsThroughRawData) {
   EXPECT_EQ((*back)->functions()[0]->ops().front()->getTensor("value"), t);
 }
 
+TEST(KilnFormatTest, TextWritesU64ListsOnlyWhereInt64HoldsThem) {
+  for (auto [values, listed] : {std::pair{"[7, 9223372036854775807]", true}, {"[7, 9223372036854775808]", false}}) {
+    auto m = parseOk(std::string("func @f() -> u64[2] {\n  %c = constant() {value = dense<u64[2]>") + values +
+                     "} : u64[2]\n  return %c\n}\n");
+    ASSERT_TRUE(m);
+    auto text = serializeKilnModel(*m, true);
+    ASSERT_TRUE(text.ok());
+    EXPECT_EQ(text->find("int_values") != std::string::npos, listed) << *text;
+    EXPECT_EQ(text->find("raw_data") != std::string::npos, !listed) << *text;
+    auto back = parseKilnModel(*text, true, "m.kiln.txt", "");
+    ASSERT_TRUE(back.ok()) << back.error().str();
+    EXPECT_EQ(print(**back), print(*m));
+  }
+  // A hand-written list may not go past int64 for u64, nor below 0.
+  for (const char* bad : {"-1", "4294967296"}) {
+    const std::string dtype = std::string(bad) == "-1" ? "U64" : "U32";
+    auto parsed = parseKilnModel("format_version: 1\ngraph {\n  name: \"f\"\n  outputs { value: \"c\" }\n"
+                                 "  initializers { name: \"c\" dtype: " + dtype + " dims: [1] int_values: [" + bad +
+                                     "] }\n}\n",
+                                 true, "bad.kiln.txt", "");
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_NE(parsed.error().message().find("out of range"), std::string::npos) << parsed.error().message();
+  }
+}
+
 TEST(KilnFormatTest, FilesRoundTripThroughDiskInBothForms) {
   TempDir dir;
   auto m = parseOk(kEverything);
@@ -250,9 +278,9 @@ TEST(KilnFormatTest, ExternalDataRoundTrips) {
     std::string path = dir / name;
     Status written = writeKilnModel(*m, path, KilnWriteOptions{.externalDataThreshold = 16});
     ASSERT_TRUE(written.ok()) << written.error().str();
-    // Out go the f16 default (32 bytes), the i32 constant (16) and the f64
-    // constant (16); the small ones stay inline. Each starts 64-aligned.
-    EXPECT_EQ(readFile(path + ".data").size(), 128u + 16u) << name;
+    // Out go the f16 default (32 bytes), the i32, u64 and f64 constants (16
+    // each); the small ones stay inline. Each starts 64-aligned.
+    EXPECT_EQ(readFile(path + ".data").size(), 192u + 16u) << name;
     std::string model = readFile(path);
     EXPECT_NE(model.find(std::string(name) + ".data"), std::string::npos);
     auto back = readKilnModel(path);

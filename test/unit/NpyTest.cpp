@@ -150,6 +150,26 @@ TEST(NpyTest, ReadsWhatNumpyWrites) {
   EXPECT_EQ(t->getInt(0), 254);
 }
 
+TEST(NpyTest, ReadsUnsignedIntegers) {
+  // np.array([2**64 - 2], np.uint64), [2**32 - 1] as uint32, [65534] as uint16.
+  auto t = parseNpy(npyFile("{'descr': '<u8', 'fortran_order': False, 'shape': (1,), }",
+                            "\xfe\xff\xff\xff\xff\xff\xff\xff"s),
+                    "u8.npy");
+  ASSERT_TRUE(t.ok()) << t.error().message();
+  EXPECT_EQ(t->dtype(), DType::U64);
+  EXPECT_EQ(static_cast<uint64_t>(t->getInt(0)), 18446744073709551614u);
+  EXPECT_EQ(t->getDouble(0), 18446744073709551614.0);
+  t = parseNpy(npyFile("{'descr': '<u4', 'fortran_order': False, 'shape': (1,), }", "\xff\xff\xff\xff"s), "u4.npy");
+  ASSERT_TRUE(t.ok()) << t.error().message();
+  EXPECT_EQ(t->dtype(), DType::U32);
+  EXPECT_EQ(t->getInt(0), 4294967295);
+  t = parseNpy(npyFile("{'descr': '<u2', 'fortran_order': False, 'shape': (1,), }", "\xfe\xff"s), "u2.npy");
+  ASSERT_TRUE(t.ok()) << t.error().message();
+  EXPECT_EQ(t->dtype(), DType::U16);
+  EXPECT_EQ(t->getInt(0), 65534);
+  EXPECT_EQ(*serializeNpy(*t), npyFile("{'descr': '<u2', 'fortran_order': False, 'shape': (1,), }", "\xfe\xff"s));
+}
+
 TEST(NpyTest, FortranOrderIsRejectedWithAdvice) {
   std::string bytes = npyFile("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", std::string(24, '\0'));
   std::string message = parseError(bytes);

@@ -253,6 +253,27 @@ TEST(OnnxExporter, AttentionAndLosses) {
   expectRoundTrip(*t.module, {{3, sample(labels->type(), 9, 6)}});
 }
 
+TEST(OnnxExporter, DataDependentOps) {
+  TestFunction t;
+  Value* x = t.arg("x", f32({3, 4}));
+  Value* boxes = t.arg("boxes", f32({1, 3, 4}));
+  Value* scores = t.arg("scores", f32({1, 2, 3}));
+  Value* positive = t.op(OpKind::Relu, {x});
+  Value* nonzero = t.op(OpKind::NonZero, {positive});
+  auto unique = t.ops(OpKind::Unique, {x},
+                      {{"axis", Attribute(std::vector<int64_t>{0})}, {"sorted", Attribute(false)}});
+  DenseTensor two = DenseTensor::zeros(TensorType{DType::I64, staticShape({1})});
+  two.setDouble(0, 2);
+  DenseTensor half = DenseTensor::zeros(f32({1}));
+  half.setDouble(0, 0.5);
+  Value* k = t.b.constant(two);
+  Value* iou = t.b.constant(half);
+  Value* nms = t.op(OpKind::NonMaxSuppression, {boxes, scores, k, iou}, {{"center_point_box", Attribute(true)}});
+  ASSERT_EQ(unique.size(), 4u);
+  t.b.ret({nonzero, unique[0], unique[1], unique[2], unique[3], nms});
+  expectRoundTrip(*t.module);
+}
+
 TEST(OnnxExporter, UnexportableOpIsAnErrorNamingIt) {
   TestFunction t;
   Value* x = t.arg("x", f32({4}));

@@ -546,11 +546,38 @@ TEST(OnnxImporter, ParseOnnxTensorTypedFieldsAndErrors) {
   EXPECT_EQ(t->getDouble(0), 1.0);
   EXPECT_EQ(t->getDouble(1), -2.0);
 
+  // UINT32 and UINT64 live in uint64_data, UINT16 in int32_data.
+  onnx::TensorProto u64;
+  u64.set_data_type(onnx::TensorProto::UINT64);
+  u64.add_dims(2);
+  u64.add_uint64_data(18446744073709551615u);
+  u64.add_uint64_data(7);
+  t = parseOnnxTensor(u64.SerializeAsString(), "u64");
+  ASSERT_TRUE(t.ok()) << t.error().str();
+  EXPECT_EQ(t->type.str(), "u64[2]");
+  EXPECT_EQ(static_cast<uint64_t>(t->getInt(0)), 18446744073709551615u);
+  EXPECT_EQ(t->getInt(1), 7);
   onnx::TensorProto u32;
   u32.set_data_type(onnx::TensorProto::UINT32);
-  auto bad = parseOnnxTensor(u32.SerializeAsString(), "u32");
+  u32.add_dims(1);
+  u32.add_uint64_data(4294967295u);
+  t = parseOnnxTensor(u32.SerializeAsString(), "u32");
+  ASSERT_TRUE(t.ok()) << t.error().str();
+  EXPECT_EQ(t->type.str(), "u32[1]");
+  EXPECT_EQ(t->getInt(0), 4294967295);
+  onnx::TensorProto u16;
+  u16.set_data_type(onnx::TensorProto::UINT16);
+  u16.add_dims(1);
+  u16.add_int32_data(65535);
+  t = parseOnnxTensor(u16.SerializeAsString(), "u16");
+  ASSERT_TRUE(t.ok()) << t.error().str();
+  EXPECT_EQ(t->getInt(0), 65535);
+
+  onnx::TensorProto complex;
+  complex.set_data_type(onnx::TensorProto::COMPLEX64);
+  auto bad = parseOnnxTensor(complex.SerializeAsString(), "complex");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.error().message().find("UINT32"), std::string::npos);
+  EXPECT_NE(bad.error().message().find("COMPLEX64"), std::string::npos);
   EXPECT_FALSE(parseOnnxTensor("\x0a\xff", "truncated").ok());
 }
 
@@ -827,6 +854,57 @@ TEST(OnnxImporter, UnsupportedOpsInsideSubgraphsAreListed) {
   setGraph(node, "else_branch", branch);
   addOutput(m, "r");
   EXPECT_NE(errorOf(importModel(m)).find("NoSuchOp (opset 13): 2 nodes"), std::string::npos) << errorOf(importModel(m));
+}
+
+TEST(OnnxImporter, DataDependentOpsKeepAnUnknownDimAndRun) {
+  // Unique with three of its four outputs asked for, and NonMaxSuppression
+  // with iou_threshold left out ("") before a given score_threshold: that
+  // one takes ONNX's default 0, so overlapping boxes are all suppressed.
+  auto m = makeModel(13);
+  addInput(m, "x", {5}, onnx::TensorProto::INT64);
+  addInput(m, "boxes", {1, 3, 4});
+  addInput(m, "scores", {1, 1, 3});
+  *m.mutable_graph()->add_initializer() = int64Tensor("k", {1}, {5});
+  *m.mutable_graph()->add_initializer() = floatTensor("min", {1}, {0.25f});
+  auto* unique = addNode(m, "Unique", {"x"}, {"y", "", "inverse", "counts"}, "u");
+  setInt(unique, "sorted", 0);
+  addNode(m, "NonMaxSuppression", {"boxes", "scores", "k", "", "min"}, {"sel"}, "nms");
+  addOutput(m, "y", onnx::TensorProto::INT64);
+  addOutput(m, "inverse", onnx::TensorProto::INT64);
+  addOutput(m, "counts", onnx::TensorProto::INT64);
+  addOutput(m, "sel", onnx::TensorProto::INT64);
+  auto module = importModel(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  const Function& f = *(*module)->functions().front();
+  EXPECT_EQ(f.resultTypes()[0].str(), "i64[?]");
+  EXPECT_EQ(f.resultTypes()[1].str(), "i64[5]");
+  EXPECT_EQ(f.resultTypes()[3].str(), "i64[?,3]");
+
+  // Boxes 0 and 1 overlap a little (IoU 1/7, above the default 0, so box 1
+  // goes), box 2 is apart.
+  auto out = run(**module, {test::tensorOf(DType::I64, {5}, {7, 3, 7, 7, 3}),
+                            test::tensorOf(DType::F32, {1, 3, 4}, {0, 0, 2, 2, 1, 1, 3, 3, 5, 5, 6, 6}),
+                            test::tensorOf(DType::F32, {1, 1, 3}, {0.9, 0.3, 0.5})});
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(test::elementsOf(out[0]), (std::vector<double>{7, 3}));
+  EXPECT_EQ(test::elementsOf(out[1]), (std::vector<double>{0, 1, 0, 0, 1}));
+  EXPECT_EQ(test::elementsOf(out[2]), (std::vector<double>{3, 2}));
+  EXPECT_EQ(test::elementsOf(out[3]), (std::vector<double>{0, 0, 0, 0, 0, 2}));
+}
+
+TEST(OnnxImporter, NonZeroOfAConstantFoldsAtImport) {
+  auto m = makeModel(13);
+  *m.mutable_graph()->add_initializer() = floatTensor("c", {2, 2}, {0, 1, 1, 0});
+  addNode(m, "NonZero", {"c"}, {"y"}, "nz");
+  addOutput(m, "y", onnx::TensorProto::INT64);
+  auto module = importModel(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  const Function& f = *(*module)->functions().front();
+  EXPECT_EQ(countOps(f, OpKind::NonZero), 0u);
+  auto out = run(**module, {});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].shape(), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(test::elementsOf(out[0]), (std::vector<double>{0, 1, 1, 0}));
 }
 
 }  // namespace

@@ -118,8 +118,12 @@ TEST(ParserTest, RoundTripsEveryDType) {
                             "-2147483648, 2147483647",
                             "-32768, 32767",
                             "-128, 127",
+                            "0, 18446744073709551615",
+                            "0, 4294967295",
+                            "0, 65535",
                             "0, 255",
                             "true, false"};
+  static_assert(std::size(elements) == std::size(kAllDTypes), "one element list per dtype");
   for (DType dt : kAllDTypes) {
     std::string type = std::string(dtypeName(dt)) + "[2]";
     std::string name = "%c" + std::to_string(i);

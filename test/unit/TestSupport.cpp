@@ -83,7 +83,7 @@ Tensor randomTensor(const TensorType& type, std::mt19937& rng, bool positive) {
     else if (isFloat(type.dtype))
       t.setDouble(i, real(rng));
     else
-      t.setInt(i, type.dtype == DType::U8 ? std::abs(integer(rng)) : integer(rng));
+      t.setInt(i, isSigned(type.dtype) ? integer(rng) : std::abs(integer(rng)));
   }
   return t;
 }
