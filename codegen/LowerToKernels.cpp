@@ -27,6 +27,14 @@ Expected<std::vector<LoweredStep>> lowerToSteps(const Function& f, std::string_v
       steps.push_back(std::move(step));
       continue;
     }
+    if (op->info().isControlFlow()) {
+      // TODO(kiln): compile each body as a sub-program run per branch or
+      // iteration (runtime/ControlFlow.h has the semantics to share).
+      unsupported.push_back("'" + std::string(op->name()) + "' (control flow) is not compiled yet" +
+                            (op->loc().isPrinted() ? " at " + op->loc().str() : ""));
+      ++computing;
+      continue;
+    }
     if (op->info().hasDataDependentShape()) {
       // The CPU executor runs these between compiled stages (Stages.h) and
       // never lowers them; a target that gets one here cannot run it.

@@ -1004,6 +1004,10 @@ constexpr LowerFn NonMaxSuppression = nullptr;
 // A `fused` op is not one element function but a group: lowerOpToKernel
 // composes its region's ops through a FusedContext.
 constexpr LowerFn Fused = nullptr;
+// `if` and `loop` are steps of their own that run their bodies as
+// sub-programs (LowerToKernels.cpp).
+constexpr LowerFn If = nullptr;
+constexpr LowerFn Loop = nullptr;
 }  // namespace lowerings
 
 namespace {

@@ -35,8 +35,8 @@ std::unique_ptr<Op> Op::create(OpKind kind, std::vector<Value*> operands,
 Op::Op(OpKind kind, AttrMap attrs, Location loc) : kind_(kind), attrs_(std::move(attrs)), loc_(std::move(loc)) {}
 
 Op::~Op() {
-  // The region goes first: its ops use only its own values.
-  region_.reset();
+  // The regions go first: their ops use only their own values.
+  regions_.clear();
   for (Value* v : operands_)
     if (v) v->removeUser(this);
 #ifndef NDEBUG
@@ -71,8 +71,13 @@ bool Op::hasUses() const {
 }
 
 void Op::setRegion(std::unique_ptr<Function> body) {
-  region_ = std::move(body);
-  if (region_) region_->parentOp_ = this;
+  regions_.clear();
+  if (body) addRegion(std::move(body));
+}
+
+void Op::addRegion(std::unique_ptr<Function> body) {
+  body->parentOp_ = this;
+  regions_.push_back(std::move(body));
 }
 
 const Attribute* Op::attr(std::string_view name) const {
@@ -179,7 +184,7 @@ std::unique_ptr<Function> Function::clone() const {
       c->result(i)->setName(op->result(i)->name());
       map[op->result(i)] = c->result(i);
     }
-    if (op->region_) c->setRegion(op->region_->clone());
+    for (const auto& region : op->regions_) c->addRegion(region->clone());
   }
   copy->resultTypes_ = resultTypes_;
   copy->resultNames_ = resultNames_;

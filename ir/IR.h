@@ -1,9 +1,11 @@
 // The in-memory IR: a Module holds Functions; a Function holds its argument
 // Values and a list of Ops in topological order ending in `return`; an Op has
-// operand Values, result Values, attributes, a location and, for `fused`, a
-// region: an unnamed Function whose arguments take the op's operands and
-// whose `return` gives its results. Values keep their users so that passes
-// can replace and erase in O(uses).
+// operand Values, result Values, attributes, a location and, for `fused`,
+// `if` and `loop`, regions: unnamed Functions whose arguments take (some of)
+// the op's operands and whose `return`s give its results. A region uses only
+// its own arguments and values (an `if` or `loop` passes the outer values its
+// bodies read as operands), so passes see every use as an operand. Values
+// keep their users so that passes can replace and erase in O(uses).
 #pragma once
 
 #include <list>
@@ -102,11 +104,16 @@ class Op {
   /// An error attached to this op's location, naming the op.
   Error emitError(const std::string& message) const;
 
-  /// The body of a `fused` op, or null. Its ops may use only its own
-  /// arguments and values (the verifier checks that).
-  Function* region() const { return region_.get(); }
-  /// Makes `body` this op's region (replacing any previous one).
+  /// Region `i` (the body of a `fused` op or a `loop`; an `if`'s then
+  /// (0) and else (1) branches), or null when the op has no such region.
+  /// Its ops may use only its own arguments and values (the verifier checks
+  /// that).
+  Function* region(size_t i = 0) const { return i < regions_.size() ? regions_[i].get() : nullptr; }
+  size_t numRegions() const { return regions_.size(); }
+  /// Makes `body` this op's only region (replacing any previous ones).
   void setRegion(std::unique_ptr<Function> body);
+  /// Appends `body` as this op's next region.
+  void addRegion(std::unique_ptr<Function> body);
 
  private:
   friend class Function;
@@ -117,7 +124,7 @@ class Op {
   std::vector<std::unique_ptr<Value>> results_;
   AttrMap attrs_;
   Location loc_;
-  std::unique_ptr<Function> region_;
+  std::vector<std::unique_ptr<Function>> regions_;
   Function* parent_ = nullptr;
   std::list<std::unique_ptr<Op>>::iterator self_;
 };

@@ -41,6 +41,7 @@ enum class OpClass : uint8_t {
   Random,      // samples; result type declared
   Composite,   // decomposes into primitives
   Fused,       // a group of primitives held in the op's region
+  Control,     // if and loop: bodies held in regions, run by the op
   Check,       // a run-time check of an operand on the host; no results
   Collective,  // communication between the ranks of a data-parallel job
   DataDependent,  // result sizes depend on operand values (nonzero, unique)
@@ -77,8 +78,10 @@ struct OpInfo {
     return opClass == OpClass::Unary || opClass == OpClass::Binary || opClass == OpClass::Logical ||
            opClass == OpClass::Compare || opClass == OpClass::Select || opClass == OpClass::Cast;
   }
-  /// Ops that own a region (a body of primitives computing their results).
-  bool hasRegion() const { return opClass == OpClass::Fused; }
+  /// Ops that own regions (bodies computing their results).
+  bool hasRegion() const { return opClass == OpClass::Fused || opClass == OpClass::Control; }
+  /// `if` and `loop`, whose regions are whole sub-programs run at the op.
+  bool isControlFlow() const { return opClass == OpClass::Control; }
   bool isCommutative() const { return flags & kCommutative; }
   /// Ops whose result sizes depend on their operands' values, not only on
   /// their types: their shape rules give unknown dims there.

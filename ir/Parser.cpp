@@ -1,7 +1,8 @@
 // The text parser of Kiln IR (syntax in docs/ir.md): a hand-written lexer
 // and a recursive-descent parser that builds a Module. The only nesting is
-// an op's region (a `fused` op's body), and regions do not nest, so the
-// recursion is one level deep and the work is linear in the input. Malformed input of any kind yields an
+// an op's regions (a `fused` op's body, the branches of `if`, the body of
+// `loop`); regions nest at most kMaxRegionDepth deep, so the recursion is
+// bounded and the work is linear in the input. Malformed input of any kind yields an
 // Error at `file:line:col` saying what was expected; every integer and size
 // is range-checked before use, and no allocation is sized from a number in
 // the input before the data it describes has been read.
@@ -588,17 +589,20 @@ class Parser {
                                 (resultNames.size() == 1 ? "" : "s") + " but has " + std::to_string(types.size()) +
                                 " type" + (types.size() == 1 ? "" : "s"));
 
-    std::unique_ptr<Function> region;
-    if (tok_.kind == Tok::LBrace) KILN_TRY(parseRegion(first, types, region));
+    std::vector<std::unique_ptr<Function>> regions;
+    while (tok_.kind == Tok::LBrace) {
+      regions.emplace_back();
+      KILN_TRY(parseRegion(first, types, regions.back()));
+    }
 
     Location loc = sourceLoc(first);
     if (isKeyword("loc")) KILN_TRY(parseLoc(loc));
 
     Op* op =
         f.insert(nullptr, Op::create(*kind, std::move(operands), std::move(types), std::move(attrs), std::move(loc)));
-    if (region) {
+    for (auto& region : regions) {
       region->setLoc(op->loc());
-      op->setRegion(std::move(region));
+      op->addRegion(std::move(region));
     }
     for (size_t i = 0; i < resultNames.size(); ++i) {
       op->result(i)->setName(resultNames[i].text);
@@ -607,25 +611,27 @@ class Parser {
     return Status::success();
   }
 
-  /// `{ ^(%a: T, ...): op* }` after an op's types: a body with its own
-  /// names, which cannot see the values around it. Its result types are the
-  /// op's; the verifier checks its `return` against them.
+  /// `{ ^(%a: T, ...) [-> (T, ...)]: op* }` after an op's types: a body
+  /// with its own names, which cannot see the values around it. Its result
+  /// types are the op's unless it declares its own (the bodies of `if` and
+  /// `loop`); the verifier checks its `return` against them.
   Status parseRegion(const Token& opTok, const std::vector<TensorType>& resultTypes, std::unique_ptr<Function>& out) {
-    if (inRegion_) return error("regions do not nest: an op inside a region cannot have one");
+    if (regionDepth_ >= kMaxRegionDepth)
+      return error("regions nest more than " + std::to_string(kMaxRegionDepth) + " deep");
     KILN_TRY(consume());  // '{'
     KILN_TRY(expect(Tok::Caret, "'^' to begin the arguments of a region"));
     KILN_TRY(expect(Tok::LParen, "'(' after '^'"));
     auto region = std::make_unique<Function>("");
     region->setLoc(sourceLoc(opTok));
+    region->setResultTypes(resultTypes);
     // The region's names are its own; the enclosing function's come back after.
     std::unordered_map<std::string, Value*> outer;
     outer.swap(values_);
-    inRegion_ = true;
+    ++regionDepth_;
     Status status = parseRegionBody(*region);
-    inRegion_ = false;
+    --regionDepth_;
     values_.swap(outer);
     KILN_TRY(std::move(status));
-    region->setResultTypes(resultTypes);
     out = std::move(region);
     return Status::success();
   }
@@ -645,6 +651,13 @@ class Parser {
       }
     }
     KILN_TRY(consume());  // ')'
+    if (tok_.kind == Tok::Arrow) {
+      KILN_TRY(consume());
+      KILN_TRY(expect(Tok::LParen, "'(' before the result types of a region"));
+      std::vector<TensorType> types;
+      KILN_TRY(parseTypeList(types, Tok::RParen, "')' after the result types of a region"));
+      region.setResultTypes(std::move(types));
+    }
     KILN_TRY(expect(Tok::Colon, "':' after the arguments of a region"));
     while (tok_.kind != Tok::RBrace) {
       if (tok_.kind == Tok::Eof) return error("expected '}' at the end of a region" + describeFound());
@@ -896,7 +909,9 @@ class Parser {
   std::unordered_set<std::string> functionNames_;
   /// Values visible in the function (or region) being parsed, by name.
   std::unordered_map<std::string, Value*> values_;
-  bool inRegion_ = false;
+  /// How many regions enclose the op being parsed.
+  int regionDepth_ = 0;
+  static constexpr int kMaxRegionDepth = 32;
 };
 
 }  // namespace

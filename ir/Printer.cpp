@@ -285,7 +285,7 @@ void printValue(std::ostream& os, ValueNamer& namer, const Value* v) {
     printString(os, name);
 }
 
-void printRegion(std::ostream& os, const Function& region, int indent);
+void printRegion(std::ostream& os, const Function& region, const Op& owner, int indent);
 
 /// One op; an op with a region continues over the following lines, its
 /// region indented by two more spaces than `indent` (the op's own).
@@ -326,14 +326,16 @@ void printOpLine(std::ostream& os, const Op& op, ValueNamer& namer, int indent =
       printType(os, op.result(i)->type());
     }
   }
-  if (const Function* region = op.region()) printRegion(os, *region, indent);
+  for (size_t r = 0; r < op.numRegions(); ++r) printRegion(os, *op.region(r), op, indent);
   printLoc(os, op.loc());
 }
 
 /// ` {`, then `^(%a: T, ...):` and the region's ops on their own lines, then
-/// `}` at the op's indentation. The region has its own namer: its values are
-/// local to it, so they may reuse the names of values outside.
-void printRegion(std::ostream& os, const Function& region, int indent) {
+/// `}` at the op's indentation. A region whose result types are not the
+/// op's (the bodies of `if` and `loop`) says them: `^(%a: T) -> (T, ...):`.
+/// The region has its own namer: its values are local to it, so they may
+/// reuse the names of values outside.
+void printRegion(std::ostream& os, const Function& region, const Op& owner, int indent) {
   ValueNamer namer(region);
   std::string pad(static_cast<size_t>(indent), ' ');
   os << " {\n" << pad << "^(";
@@ -343,7 +345,18 @@ void printRegion(std::ostream& os, const Function& region, int indent) {
     os << ": ";
     printType(os, region.argument(i)->type());
   }
-  os << "):\n";
+  os << ')';
+  std::vector<TensorType> ownerTypes;
+  for (const Value* r : owner.results()) ownerTypes.push_back(r->type());
+  if (region.resultTypes() != ownerTypes) {
+    os << " -> (";
+    for (size_t i = 0; i < region.resultTypes().size(); ++i) {
+      if (i) os << ", ";
+      printType(os, region.resultTypes()[i]);
+    }
+    os << ')';
+  }
+  os << ":\n";
   for (const auto& op : region.ops()) {
     os << pad << "  ";
     printOpLine(os, *op, namer, indent + 2);

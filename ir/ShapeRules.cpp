@@ -1137,6 +1137,37 @@ Result inferFused(const ShapeQuery& q) {
   return Types(q.declared.begin(), q.declared.end());
 }
 
+/// The operand types of `if` and `loop` that the op itself reads: a bool
+/// scalar condition and, for a loop, an i64 scalar trip bound. The results
+/// are declared: what the bodies compute (checked by the verifier against the
+/// regions, which the rule does not see).
+Status expectScalar(const ShapeQuery& q, size_t i, DType dtype, std::string_view what) {
+  const TensorType& t = operand(q, i);
+  if (t.dtype == dtype && t.rank() == 0) return Status::success();
+  return fail(q, operandName(i) + " (" + std::string(what) + ") has type " + t.str() + ", expected " +
+                     std::string(dtypeName(dtype)) + "[]");
+}
+
+Result inferIf(const ShapeQuery& q) {
+  KILN_TRY(expectScalar(q, 0, DType::Bool, "the condition"));
+  return Types(q.declared.begin(), q.declared.end());
+}
+
+Result inferLoop(const ShapeQuery& q) {
+  KILN_TRY(expectScalar(q, 0, DType::I64, "the trip bound"));
+  KILN_TRY(expectScalar(q, 1, DType::Bool, "the condition"));
+  auto carried = lookupAttr(q, "num_carried", AttrKind::Int);
+  if (!carried) return carried.takeError();
+  const int64_t n = (*carried)->getInt();
+  if (n < 0 || n > static_cast<int64_t>(q.operands.size()) - 2)
+    return fail(q, "has num_carried " + std::to_string(n) + ", expected 0 to " +
+                       std::to_string(q.operands.size() - 2) + " (the operands after the bound and condition)");
+  if (!q.declared.empty() && static_cast<int64_t>(q.declared.size()) < n)
+    return fail(q, "has " + std::to_string(q.declared.size()) + " results, fewer than its " + std::to_string(n) +
+                       " carried values");
+  return Types(q.declared.begin(), q.declared.end());
+}
+
 /// A check reads an integer (or bool) tensor and gives nothing; its
 /// condition is one of three, and an index check names a dim size.
 Result inferCheck(const ShapeQuery& q) {
@@ -1328,6 +1359,8 @@ template <> constexpr Rule kOwnRule<OpKind::MseLoss> = &inferMseLoss;
 template <> constexpr Rule kOwnRule<OpKind::Quantize> = &inferQuantize;
 template <> constexpr Rule kOwnRule<OpKind::Dequantize> = &inferDequantize;
 template <> constexpr Rule kOwnRule<OpKind::Fused> = &inferFused;
+template <> constexpr Rule kOwnRule<OpKind::If> = &inferIf;
+template <> constexpr Rule kOwnRule<OpKind::Loop> = &inferLoop;
 template <> constexpr Rule kOwnRule<OpKind::NonZero> = &inferNonZero;
 template <> constexpr Rule kOwnRule<OpKind::Unique> = &inferUnique;
 template <> constexpr Rule kOwnRule<OpKind::NonMaxSuppression> = &inferNonMaxSuppression;

@@ -8,7 +8,8 @@
 // region (the body of a `fused` op) is verified as a function of its own,
 // plus what ties it to its op: its arguments take the operands' types, its
 // results are the op's, it holds only primitives and it uses only its own
-// values.
+// values. The bodies of `if` and `loop` may hold any op; their arguments
+// and results must admit the types the op passes and declares (Ops.def).
 #include "ir/Verifier.h"
 
 #include <set>
@@ -74,6 +75,11 @@ class FunctionVerifier {
       if (region) emit(op.emitError("cannot have a region"));
       return;
     }
+    if (op.info().isControlFlow()) {
+      checkControlFlow(op);
+      return;
+    }
+    if (op.numRegions() > 1) emit(op.emitError("has " + count(op.numRegions(), "region") + ", expected 1"));
     if (!region) {
       emit(op.emitError("requires a region"));
       return;
@@ -107,6 +113,100 @@ class FunctionVerifier {
     }
     // The region's own errors go to the same handler; only its first is kept here.
     if (Status s = FunctionVerifier(*region, report_, &op).run(); !s && !first_) first_ = s.takeError();
+  }
+
+  /// `what` of a body admits type `want`: same dtype and rank, compatible dims.
+  void expectAdmits(const Op& op, const std::string& what, const TensorType& got, const TensorType& want) {
+    if (!typesCompatible(got, want))
+      emit(op.emitError(what + " has type " + got.str() + ", which does not admit " + want.str()));
+  }
+
+  /// The regions of `if` and `loop` against the op (Ops.def): how many, their
+  /// arguments and results; then each body is verified in itself.
+  void checkControlFlow(const Op& op) {
+    const bool isIf = op.kind() == OpKind::If;
+    const size_t wantRegions = isIf ? 2 : 1;
+    if (op.numRegions() != wantRegions) {
+      emit(op.emitError("has " + count(op.numRegions(), "region") + ", expected " + std::to_string(wantRegions) +
+                        (isIf ? " (then and else)" : " (the body)")));
+      return;
+    }
+    if (isIf) {
+      for (size_t b = 0; b < 2; ++b) {
+        const Function& body = *op.region(b);
+        const std::string name = b == 0 ? "the then branch" : "the else branch";
+        if (body.numArguments() != op.numOperands() - 1) {
+          emit(op.emitError("has " + count(op.numOperands() - 1, "captured operand") + " but " + name + " has " +
+                            count(body.numArguments(), "argument")));
+        } else {
+          for (size_t i = 1; i < op.numOperands(); ++i)
+            if (op.operand(i))
+              expectAdmits(op, name + "'s argument " + std::to_string(i - 1), body.argument(i - 1)->type(),
+                           op.operand(i)->type());
+        }
+        if (body.resultTypes().size() != op.numResults()) {
+          emit(op.emitError("has " + count(op.numResults(), "result") + " but " + name + " returns " +
+                            std::to_string(body.resultTypes().size())));
+        } else {
+          for (size_t i = 0; i < op.numResults(); ++i)
+            expectAdmits(op, "result " + std::to_string(i), op.result(i)->type(), body.resultTypes()[i]);
+        }
+      }
+    } else {
+      checkLoopBody(op, *op.region());
+    }
+    for (size_t b = 0; b < op.numRegions(); ++b)
+      if (Status s = FunctionVerifier(*op.region(b), report_, &op).run(); !s && !first_) first_ = s.takeError();
+  }
+
+  /// A loop body takes (i64[] iteration, bool[] condition, carried...,
+  /// captures...) and returns (bool[] condition, carried..., scans...); each
+  /// result of the op is a carried value or a scan value with a leading dim.
+  void checkLoopBody(const Op& op, const Function& body) {
+    const Attribute* attr = op.attr("num_carried");
+    if (!attr || attr->kind() != AttrKind::Int) return;  // checkAttributes reported it
+    const int64_t carried = attr->getInt();
+    if (carried < 0 || carried + 2 > static_cast<int64_t>(op.numOperands()) ||
+        carried > static_cast<int64_t>(op.numResults()))
+      return;  // the shape rule reported it
+    const size_t n = static_cast<size_t>(carried);
+    const TensorType iterType{DType::I64, {}};
+    const TensorType condType{DType::Bool, {}};
+    if (body.numArguments() != op.numOperands()) {
+      emit(op.emitError("has " + count(op.numOperands(), "operand") + " but its body has " +
+                        count(body.numArguments(), "argument") + " (the iteration number, the condition, then one " +
+                        "per carried value and capture)"));
+    } else {
+      if (body.argument(0)->type() != iterType)
+        emit(op.emitError("body argument 0 (the iteration number) is " + body.argument(0)->type().str() +
+                          ", expected i64[]"));
+      if (body.argument(1)->type() != condType)
+        emit(op.emitError("body argument 1 (the condition) is " + body.argument(1)->type().str() + ", expected bool[]"));
+      for (size_t i = 2; i < op.numOperands(); ++i)
+        if (op.operand(i))
+          expectAdmits(op, "body argument " + std::to_string(i), body.argument(i)->type(), op.operand(i)->type());
+    }
+    const size_t scans = op.numResults() - n;
+    const std::vector<TensorType>& returned = body.resultTypes();
+    if (returned.size() != 1 + n + scans) {
+      emit(op.emitError("has " + count(n, "carried value") + " and " + count(scans, "scan result") +
+                        " but its body returns " + std::to_string(returned.size()) + " values, expected " +
+                        std::to_string(1 + n + scans) + " (the condition first)"));
+      return;
+    }
+    if (returned[0] != condType)
+      emit(op.emitError("body result 0 (the next condition) is " + returned[0].str() + ", expected bool[]"));
+    for (size_t c = 0; c < n; ++c) {
+      if (body.numArguments() == op.numOperands())
+        expectAdmits(op, "body argument " + std::to_string(2 + c), body.argument(2 + c)->type(), returned[1 + c]);
+      expectAdmits(op, "result " + std::to_string(c), op.result(c)->type(), returned[1 + c]);
+    }
+    for (size_t s = 0; s < scans; ++s) {
+      const TensorType& row = returned[1 + n + s];
+      TensorType stacked = row;
+      stacked.shape.insert(stacked.shape.begin(), Dim::unknown());
+      expectAdmits(op, "scan result " + std::to_string(n + s), op.result(n + s)->type(), stacked);
+    }
   }
 
   void collectValues() {
@@ -255,9 +355,13 @@ class FunctionVerifier {
       return;
     }
     const auto& expected = f_.resultTypes();
+    // A control-flow body declares its own result types; a fused region's are its op's.
+    const bool body = owner_ && owner_->info().isControlFlow();
     if (last->numOperands() != expected.size()) {
       emit(last->emitError("returns " + count(last->numOperands(), "value") + ", but " +
-                           (owner_ ? "its '" + std::string(owner_->name()) + "' op has " : "@" + f_.name() + " declares ") +
+                           (body ? "its body declares "
+                            : owner_ ? "its '" + std::string(owner_->name()) + "' op has "
+                                     : "@" + f_.name() + " declares ") +
                            count(expected.size(), "result")));
       return;
     }
@@ -265,7 +369,8 @@ class FunctionVerifier {
       const Value* v = last->operand(i);
       if (v && !typesCompatible(v->type(), expected[i]))
         emit(last->emitError("operand " + std::to_string(i) + " type " + v->type().str() + " does not match " +
-                             (owner_ ? "the op's" : "the function's") + " result type " + expected[i].str()));
+                             (body ? "the body's" : owner_ ? "the op's" : "the function's") + " result type " +
+                             expected[i].str()));
     }
   }
 

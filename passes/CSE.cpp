@@ -95,7 +95,9 @@ struct OpsEquivalent {
 /// and attributes. Random ops draw fresh samples each time, and `return` is
 /// the function's end. Ops with a region are not merged either: what they
 /// compute is in their region, which the hash and equivalence above do not
-/// look at, so two fused ops with the same operands may differ.
+/// look at, so two fused ops (or two loops) with the same operands may
+/// differ. Regions are scopes of their own: an `if` or `loop` body's ops
+/// are merged among themselves, never with the ops outside.
 bool isMergeable(const Op& op) {
   return op.kind() != OpKind::Return && !op.info().hasSideEffects() && !op.region();
 }
@@ -121,7 +123,7 @@ bool eliminateCommonSubexpressions(Function& f) {
   // A region is a scope of its own: its ops are merged among themselves.
   bool changed = !duplicates.empty();
   for (const auto& op : f.ops())
-    if (Function* region = op->region()) changed |= eliminateCommonSubexpressions(*region);
+    for (size_t r = 0; r < op->numRegions(); ++r) changed |= eliminateCommonSubexpressions(*op->region(r));
   return changed;
 }
 

@@ -13,7 +13,20 @@ namespace {
 /// `check` (which matters without results), and no result has a user.
 /// Random ops qualify too: their only effect is the value they produce (the
 /// generator state is not observable elsewhere).
-bool isDead(const Op& op) { return op.kind() != OpKind::Return && op.kind() != OpKind::Check && !op.hasUses(); }
+bool isDead(const Op& op);
+
+/// True when a region of `op` holds a `check`, which must still run.
+bool holdsCheck(const Op& op) {
+  for (size_t r = 0; r < op.numRegions(); ++r)
+    for (const auto& inner : op.region(r)->ops())
+      if (inner->kind() == OpKind::Check || holdsCheck(*inner)) return true;
+  return false;
+}
+
+bool isDead(const Op& op) {
+  return op.kind() != OpKind::Return && op.kind() != OpKind::Check && !op.hasUses() &&
+         !(op.info().isControlFlow() && holdsCheck(op));
+}
 
 /// Erases the dead ops of `f`, last to first, and returns whether any went.
 bool eraseDeadOps(Function& f) {
@@ -26,8 +39,8 @@ bool eraseDeadOps(Function& f) {
   bool changed = false;
   for (auto it = body.rbegin(); it != body.rend(); ++it) {
     if (!isDead(**it)) {
-      // A live op's region keeps what its `return` needs and loses the rest.
-      if (Function* region = (*it)->region()) changed |= eraseDeadOps(*region);
+      // A live op's regions keep what their `return`s need and lose the rest.
+      for (size_t r = 0; r < (*it)->numRegions(); ++r) changed |= eraseDeadOps(*(*it)->region(r));
       continue;
     }
     f.erase(*it);
@@ -44,7 +57,9 @@ bool eraseDeadOps(Function& f) {
 /// goes in one run. `return` is never erased, and unused function arguments
 /// stay, since they are the function's signature. A `fused` op is dead like
 /// any other when no result is used; inside a live one's region the same
-/// rule erases ops its `return` does not need.
+/// rule erases ops its `return` does not need. So are `if` and `loop`,
+/// unless a body holds a `check`; their bodies read outer values only
+/// through the op's operands, so nothing a body uses is erased outside it.
 ///
 ///   %a = exp(%x) : f32[4]          (only used by %b)
 ///   %b = neg(%a) : f32[4]          (unused)

@@ -83,6 +83,15 @@ class InferShapesPass : public Pass {
     return changed;
   }
 
+  /// Refines the ops of a control-flow body, leaving its signature alone.
+  static Expected<bool> refineBody(Function& body) {
+    const std::vector<TensorType> signature = body.resultTypes();
+    auto changed = runOnFunction(body);
+    if (!changed) return changed;
+    body.setResultTypes(signature);
+    return changed;
+  }
+
   static Expected<bool> runOnFunction(Function& f) {
     bool changed = false;
     for (const auto& op : f.ops()) {
@@ -103,7 +112,16 @@ class InferShapesPass : public Pass {
           changed = true;
         }
       }
-      if (Function* region = op->region()) {
+      if (op->info().isControlFlow()) {
+        // A body's arguments may take other types on each iteration (a
+        // loop's carried values) and its results are tied to the op's by
+        // the verifier's looser rule, so only its ops are refined.
+        for (size_t r = 0; r < op->numRegions(); ++r) {
+          auto bodyChanged = refineBody(*op->region(r));
+          if (!bodyChanged) return bodyChanged.takeError();
+          changed |= *bodyChanged;
+        }
+      } else if (Function* region = op->region()) {
         auto regionChanged = refineRegion(*op, *region);
         if (!regionChanged) return regionChanged.takeError();
         changed |= *regionChanged;

@@ -14,6 +14,7 @@
 #include <map>
 #include <numbers>
 #include <optional>
+#include <set>
 
 namespace kiln {
 
@@ -27,6 +28,7 @@ constexpr int64_t kToEnd = std::numeric_limits<int64_t>::max();
 class Grad {
  public:
   Grad(Builder& b, const Op& op) : b_(b), op_(op) {}
+  Builder& builder() { return b_; }
 
   Status status() const { return error_ ? Status(*error_) : Status::success(); }
   /// Records why the rule does not apply (the first reason wins).
@@ -872,6 +874,120 @@ Grads vjpReduceScatter(Grad& g, const Op& op, Value* dy) {
   return {dx};
 }
 
+// --- Control flow ---------------------------------------------------------------------------
+
+/// Zeros of `like`'s type, built with `b`.
+Expected<Value*> zerosOf(Builder& b, Value* like) {
+  const TensorType& t = like->type();
+  if (t.isStatic()) return b.constant(DenseTensor::zeros(t));
+  return b.value(OpKind::Mul, {like, b.scalar(t.dtype, 0.0)});
+}
+
+/// The backward of one branch of an `if`: a copy of `body` that also takes
+/// dy (the gradient of the op's result) and returns the gradient of each
+/// argument listed in `floatArgs` (zeros where none flows), computed by
+/// sweeping the branch's ops backwards from its `return`. The forward ops
+/// stay in the copy: the branch is recomputed rather than its values kept.
+Expected<std::unique_ptr<Function>> backwardBranch(const Function& body, const TensorType& dyType,
+                                                   const std::vector<size_t>& floatArgs) {
+  std::unique_ptr<Function> back = body.clone();
+  Function& f = *back;
+  Value* dy = f.addArgument(dyType, "dy");
+  Op* ret = f.returnOp();
+  if (!ret || ret->numOperands() != 1) return Error("a branch of 'if' must return one value to be differentiated");
+  std::set<const Value*> active;
+  for (size_t i : floatArgs) active.insert(f.argument(i));
+  std::vector<Op*> forward;
+  for (const auto& op : f.ops()) {
+    if (op->kind() == OpKind::Return) continue;
+    forward.push_back(op.get());
+    for (Value* v : op->operands())
+      if (active.count(v)) {
+        for (Value* r : op->results()) active.insert(r);
+        break;
+      }
+  }
+  Builder b(f);
+  b.setLocation(body.loc());
+  std::map<const Value*, Value*> grads;
+  auto accumulate = [&](const Value* v, Value* g) -> Status {
+    Value*& slot = grads[v];
+    if (!slot) {
+      slot = g;
+      return Status::success();
+    }
+    auto sum = b.value(OpKind::Add, {slot, g});
+    if (!sum) return sum.takeError();
+    slot = *sum;
+    return Status::success();
+  };
+  if (active.count(ret->operand(0))) grads[ret->operand(0)] = dy;
+  for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
+    Op& op = **it;
+    bool reached = false;
+    for (Value* r : op.results()) reached |= grads.count(r) > 0;
+    if (!reached) continue;
+    if (op.numResults() != 1) return op.emitError("has several results; autodiff handles single-result ops only");
+    std::vector<bool> needs;
+    for (Value* v : op.operands()) needs.push_back(active.count(v) > 0);
+    b.setLocation(op.loc());
+    auto operandGrads = applyVjp(b, op, grads.at(op.result(0)), needs);
+    if (!operandGrads) return operandGrads.takeError();
+    for (size_t i = 0; i < op.numOperands(); ++i)
+      if (Value* g = (*operandGrads)[i]) KILN_TRY(accumulate(op.operand(i), g));
+  }
+  std::vector<Value*> results;
+  std::vector<TensorType> types;
+  for (size_t i : floatArgs) {
+    Value* arg = f.argument(i);
+    Value* g = grads.count(arg) ? grads.at(arg) : nullptr;
+    if (!g) {
+      auto zeros = zerosOf(b, arg);
+      if (!zeros) return zeros.takeError();
+      g = *zeros;
+    }
+    results.push_back(g);
+    types.push_back(arg->type());
+  }
+  ret->setOperands(results);
+  f.setResultTypes(std::move(types));
+  return back;
+}
+
+/// y = if(c, captures...) (one result): the gradients of the float captures
+/// come from an `if` on the same condition whose branches are the backward
+/// of the forward ones (backwardBranch), so only the branch taken is
+/// differentiated at run time. A branch with a composite op or an op of
+/// several results is an error naming it.
+Grads vjpIf(Grad& g, const Op& op, Value* dy) {
+  if (op.numResults() != 1) {
+    g.fail("an 'if' of several results is not differentiated yet");
+    return {};
+  }
+  std::vector<size_t> floatArgs;
+  for (size_t i = 1; i < op.numOperands(); ++i)
+    if (isFloat(op.operand(i)->type().dtype)) floatArgs.push_back(i - 1);
+  if (floatArgs.empty()) return {};
+  std::vector<std::unique_ptr<Function>> branches;
+  for (size_t k = 0; k < 2; ++k) {
+    auto back = backwardBranch(*op.region(k), dy->type(), floatArgs);
+    if (!back) {
+      g.fail(back.error().message());
+      return {};
+    }
+    branches.push_back(std::move(*back));
+  }
+  std::vector<Value*> operands(op.operands().begin(), op.operands().end());
+  operands.push_back(dy);
+  std::vector<TensorType> types;
+  for (size_t i : floatArgs) types.push_back(op.operand(1 + i)->type());
+  Op* backward = g.builder().create(OpKind::If, std::move(operands), std::move(types));
+  for (auto& branch : branches) backward->addRegion(std::move(branch));
+  Grads grads(op.numOperands(), nullptr);
+  for (size_t r = 0; r < floatArgs.size(); ++r) grads[1 + floatArgs[r]] = backward->result(r);
+  return grads;
+}
+
 // --- The table ----------------------------------------------------------------------------
 
 struct VjpEntry {
@@ -997,6 +1113,8 @@ KILN_VJP(BroadcastFrom, rule(vjpBroadcastFrom))
 KILN_VJP(ReduceTo, rule(vjpReduceTo))
 KILN_VJP(AllGather, rule(vjpAllGather))
 KILN_VJP(ReduceScatter, rule(vjpReduceScatter))
+KILN_VJP(If, rule(vjpIf))
+KILN_VJP(Loop, kMissing)
 KILN_VJP(Fused, kMissing)
 KILN_VJP(Return, kNone)
 #undef KILN_VJP

@@ -7,7 +7,8 @@
 // bindings, reshape's one unknown dim from the element count, broadcast's
 // from the operand. Tensors are freed after their last use. A `fused` op is
 // run by interpreting its region on its operands, so fusion never changes
-// what the interpreter computes.
+// what the interpreter computes; `if` and `loop` interpret their bodies
+// (runtime/ControlFlow.h says which and how often).
 #include "runtime/Interpreter.h"
 
 #include <iterator>
@@ -15,6 +16,7 @@
 #include <unordered_map>
 
 #include "ir/ShapeRules.h"
+#include "runtime/ControlFlow.h"
 #include "runtime/Kernels.h"
 
 namespace kiln {
@@ -37,6 +39,34 @@ Expected<std::vector<Tensor>> runRegion(const Op& op, std::span<const Tensor* co
   return outputs;
 }
 
+/// The results of `if` or `loop`: its bodies interpreted as ControlFlow.h
+/// directs. Result sizes come from the bodies, as for a region.
+Expected<std::vector<Tensor>> runControlFlow(const Op& op, std::span<const Tensor* const> operands) {
+  BodyRunner runBody = [&op](size_t index, std::vector<Tensor> inputs) -> Expected<std::vector<Tensor>> {
+    const Function* body = op.region(index);
+    if (!body) return op.emitError("has no region " + std::to_string(index) + " to run");
+    return interpret(*body, std::move(inputs));
+  };
+  if (op.kind() == OpKind::If) return runIf(operands, op.numResults(), runBody, op.loc());
+  std::vector<TensorType> declared;
+  for (const Value* r : op.results()) declared.push_back(r->type());
+  return runLoop(operands, op.getInt("num_carried"), declared, runBody, op.loc());
+}
+
+/// Moves `outputs` into results already sized by a caller of the kernel table.
+Status moveIntoResults(const KernelCall& call, std::vector<Tensor> outputs) {
+  if (outputs.size() != call.results.size())
+    return call.op.emitError("region returned " + std::to_string(outputs.size()) + " values for " +
+                             std::to_string(call.results.size()) + " results");
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].type() != call.results[i].type())
+      return call.op.emitError("region result " + std::to_string(i) + " is " + outputs[i].type().str() +
+                               ", expected " + call.results[i].type().str());
+    call.results[i] = std::move(outputs[i]);
+  }
+  return {};
+}
+
 }  // namespace
 
 namespace kernels {
@@ -47,17 +77,16 @@ namespace kernels {
 Status Fused(const KernelCall& call) {
   auto outputs = runRegion(call.op, call.operands);
   if (!outputs) return outputs.takeError();
-  if (outputs->size() != call.results.size())
-    return call.op.emitError("region returned " + std::to_string(outputs->size()) + " values for " +
-                             std::to_string(call.results.size()) + " results");
-  for (size_t i = 0; i < outputs->size(); ++i) {
-    if ((*outputs)[i].type() != call.results[i].type())
-      return call.op.emitError("region result " + std::to_string(i) + " is " + (*outputs)[i].type().str() +
-                               ", expected " + call.results[i].type().str());
-    call.results[i] = std::move((*outputs)[i]);
-  }
-  return {};
+  return moveIntoResults(call, std::move(*outputs));
 }
+
+Status If(const KernelCall& call) {
+  auto outputs = runControlFlow(call.op, call.operands);
+  if (!outputs) return outputs.takeError();
+  return moveIntoResults(call, std::move(*outputs));
+}
+
+Status Loop(const KernelCall& call) { return If(call); }
 
 }  // namespace kernels
 
@@ -170,6 +199,7 @@ Status checkAllocatable(const Op& op, const TensorType& type) {
 
 /// Runs `op` on `operands`; `symbols` resolves symbolic declared dims.
 Expected<std::vector<Tensor>> runOp(const Op& op, std::span<const Tensor* const> operands, const SymbolSizes& symbols) {
+  if (op.info().isControlFlow()) return runControlFlow(op, operands);
   if (op.region()) return runRegion(op, operands);
   const OpInfo& info = op.info();
   const int count = static_cast<int>(operands.size());

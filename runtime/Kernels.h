@@ -300,6 +300,9 @@ Status NonMaxSuppression(const KernelCall&);
 
 // Interpreter.cpp: a fused op runs its region through the interpreter.
 Status Fused(const KernelCall&);
+// Interpreter.cpp: `if` and `loop` interpret their bodies (ControlFlow.h).
+Status If(const KernelCall&);
+Status Loop(const KernelCall&);
 
 }  // namespace kernels
 }  // namespace kiln

@@ -3,9 +3,15 @@
 // constants or argument defaults, graph inputs into arguments and graph
 // outputs into named results, sorts nodes topologically, refuses models with
 // unsupported ops (all of them listed in one error), and runs each node's
-// converter (MathOps.cpp, TensorOps.cpp, NNOps.cpp) through a NodeContext that
-// folds ops on constants at import time with the injected evaluator. Every
-// count, index, rank and size read from the file is checked before use.
+// converter (MathOps.cpp, TensorOps.cpp, NNOps.cpp, ControlFlowOps.cpp)
+// through a NodeContext that folds ops on constants at import time with the
+// injected evaluator. A subgraph (the body of If, Loop or Scan) is imported
+// the same way into a region in a scope of its own: a name it does not
+// define is looked up in the enclosing scopes, and an outer value found there
+// becomes a trailing argument of the body ("captured": the op passes it as an
+// operand), or a copy when it is a small constant, so that shape computations
+// on it still fold. Every count, index, rank and size read from the file is
+// checked before use.
 #include "frontend/onnx/OnnxImporter.h"
 
 #include <algorithm>
@@ -352,12 +358,24 @@ Expected<OpsetMap> readOpsets(const onnx::ModelProto& model) {
   return opsets;
 }
 
-/// The unsupported ops of a graph, in order of first use.
-std::vector<UnsupportedOnnxOp> collectUnsupported(const onnx::GraphProto& graph, const OpsetMap& opsets) {
-  std::vector<UnsupportedOnnxOp> result;
-  std::map<std::pair<std::string, std::string>, size_t> index;
+/// The largest depth of nested subgraphs the importer follows.
+constexpr int kMaxSubgraphDepth = 32;
+
+/// Calls `visit` on every subgraph attribute of `node`.
+template <typename Visit>
+void forEachSubgraph(const onnx::NodeProto& node, Visit&& visit) {
+  for (const auto& a : node.attribute()) {
+    if (a.has_g()) visit(a.g());
+    for (const auto& g : a.graphs()) visit(g);
+  }
+}
+
+void collectUnsupportedInto(const onnx::GraphProto& graph, const OpsetMap& opsets, std::vector<UnsupportedOnnxOp>& result,
+                            std::map<std::pair<std::string, std::string>, size_t>& index, int depth) {
   for (int i = 0; i < graph.node_size(); ++i) {
     const onnx::NodeProto& node = graph.node(i);
+    if (depth < kMaxSubgraphDepth)
+      forEachSubgraph(node, [&](const onnx::GraphProto& g) { collectUnsupportedInto(g, opsets, result, index, depth + 1); });
     const std::string domain = normalizeDomain(node.domain());
     auto it = opsets.find(domain);
     const int64_t opset = it == opsets.end() ? 0 : it->second;
@@ -366,7 +384,34 @@ std::vector<UnsupportedOnnxOp> collectUnsupported(const onnx::GraphProto& graph,
     if (inserted) result.push_back({domain, node.op_type(), opset, {}});
     result[pos->second].nodes.push_back(nodeLabel(node, static_cast<size_t>(i)));
   }
+}
+
+/// The unsupported ops of a graph and its subgraphs, in order of first use.
+std::vector<UnsupportedOnnxOp> collectUnsupported(const onnx::GraphProto& graph, const OpsetMap& opsets) {
+  std::vector<UnsupportedOnnxOp> result;
+  std::map<std::pair<std::string, std::string>, size_t> index;
+  collectUnsupportedInto(graph, opsets, result, index, 0);
   return result;
+}
+
+/// The names the nodes of `graph` (and of their subgraphs) read but do not
+/// define: the values a subgraph takes from the scopes around it.
+void collectFreeNames(const onnx::GraphProto& graph, std::set<std::string>& out, int depth) {
+  std::set<std::string> defined;
+  for (const auto& input : graph.input()) defined.insert(input.name());
+  for (const auto& init : graph.initializer()) defined.insert(init.name());
+  for (const auto& node : graph.node())
+    for (const std::string& o : node.output()) defined.insert(o);
+  std::set<std::string> read;
+  for (const auto& node : graph.node()) {
+    for (const std::string& in : node.input())
+      if (!in.empty()) read.insert(in);
+    if (depth < kMaxSubgraphDepth)
+      forEachSubgraph(node, [&](const onnx::GraphProto& g) { collectFreeNames(g, read, depth + 1); });
+  }
+  for (const auto& o : graph.output()) read.insert(o.name());
+  for (const std::string& name : read)
+    if (!defined.count(name)) out.insert(name);
 }
 
 std::string describeUnsupported(const std::vector<UnsupportedOnnxOp>& ops) {
@@ -464,6 +509,11 @@ class NodeContextImpl final : public NodeContext {
                                           std::vector<TensorType> declared) override;
   Value* constant(DenseTensor value) override;
   Value* scalar(DType dtype, double value) override;
+  Expected<onnx_import::ImportedBody> importBody(std::string_view attrName, std::span<const TensorType> formalTypes,
+                                                 std::span<Value* const> sharedCaptures) override;
+  Builder& builder() override;
+  Expected<std::vector<Value*>> inlineBody(std::string_view attrName, std::span<Value* const> inputs,
+                                           const std::string& nameSuffix) override;
 
   Error error(const std::string& message) const override {
     return Error("node '" + nodeLabel(node_, index_) + "' (" + opTypeLabel() + ", opset " + std::to_string(opset_) +
@@ -509,24 +559,64 @@ class Importer {
  private:
   friend class NodeContextImpl;
 
+  /// The graph being imported (the model's, or a subgraph) and the function
+  /// it becomes, with the values its names are bound to. A subgraph's scope
+  /// has the enclosing one as its parent and records the outer values its
+  /// body captured, one per trailing argument.
+  struct Scope {
+    Function* f = nullptr;
+    std::optional<Builder> builder;
+    std::unordered_map<std::string, Value*> values;
+    Scope* parent = nullptr;
+    int depth = 0;
+    /// A subgraph inlined into its parent's function (an unrolled loop's
+    /// iteration): outer values are used as they are, and the names it binds
+    /// get `nameSuffix` so that each copy's are distinct.
+    bool inlined = false;
+    std::string nameSuffix;
+    std::vector<Value*> captures;
+    std::unordered_map<Value*, Value*> captured;  // outer value -> its value in this scope
+  };
+
   Status importInitializers();
   Status importInputs();
-  Expected<std::vector<size_t>> topologicalOrder();
+  Expected<std::vector<size_t>> topologicalOrder(const onnx::GraphProto& graph);
   Status convertNode(const onnx::NodeProto& node, size_t index);
   Status importOutputs();
-  void removeUnusedConstants();
+  void removeUnusedConstants(Function& f);
+  Status convertGraphNodes(const onnx::GraphProto& graph);
+  Expected<onnx_import::ImportedBody> importBody(const onnx::GraphProto& graph, std::span<const TensorType> formalTypes,
+                                                 std::span<Value* const> sharedCaptures, const std::string& what);
+  Expected<std::vector<Value*>> inlineSubgraph(const onnx::GraphProto& graph, std::span<Value* const> inputs,
+                                               const std::string& nameSuffix, const std::string& what);
+  /// Converts the initializers, nodes and outputs of a subgraph in the
+  /// current scope; returns the values of its outputs.
+  Expected<std::vector<Value*>> convertSubgraph(const onnx::GraphProto& graph, const std::string& what);
+
+  Function& f() const { return *scope_->f; }
+  Builder& builder() const { return *scope_->builder; }
+  /// The value `name` is bound to in `scope`, captured from the scopes
+  /// around it where it is defined there; null when no scope defines it.
+  Value* lookup(Scope& scope, const std::string& name);
+  Value* lookup(const std::string& name) { return lookup(*scope_, name); }
+  /// True when `name` is bound in the current scope or one around it.
+  bool isDefined(const std::string& name) const {
+    for (const Scope* s = scope_; s; s = s->parent)
+      if (s->values.count(name)) return true;
+    return false;
+  }
 
   /// Names `v` after the ONNX tensor `name` and binds the name to it.
   void bind(const std::string& name, Value* v) {
     if (!onnxNamed_.count(v)) {
-      v->setName(name);
+      v->setName(name + scope_->nameSuffix);
       onnxNamed_.insert(v);
     }
-    values_[name] = v;
+    scope_->values[name] = v;
   }
   Value* addConstant(DenseTensor t, Location loc) {
-    builder_->setLocation(std::move(loc));
-    return builder_->constant(std::move(t));
+    builder().setLocation(std::move(loc));
+    return builder().constant(std::move(t));
   }
 
   const onnx::ModelProto& model_;
@@ -536,9 +626,8 @@ class Importer {
   const std::map<std::string, DenseTensor>& frozen_;
   OpsetMap opsets_;
   std::unique_ptr<Module> module_;
-  Function* f_ = nullptr;
-  std::optional<Builder> builder_;
-  std::unordered_map<std::string, Value*> values_;
+  Scope root_;
+  Scope* scope_ = &root_;
   std::unordered_set<const Value*> onnxNamed_;
   std::map<std::string, std::shared_ptr<DenseTensor>> initializers_;
   std::set<std::string> graphInputs_;
@@ -547,18 +636,18 @@ class Importer {
 Expected<Value*> NodeContextImpl::input(size_t i) {
   if (!hasInput(i)) return error("input " + std::to_string(i) + " is required but absent");
   const std::string& name = node_.input(static_cast<int>(i));
-  auto it = importer_.values_.find(name);
-  if (it == importer_.values_.end())
+  Value* v = importer_.lookup(name);
+  if (!v)
     return error("input " + std::to_string(i) + " " + inQuotes(name) +
                  " is not defined by any node, initializer or graph input");
-  return it->second;
+  return v;
 }
 
 const DenseTensor* NodeContextImpl::constantInput(size_t i) {
   if (!hasInput(i)) return nullptr;
-  auto it = importer_.values_.find(node_.input(static_cast<int>(i)));
-  if (it == importer_.values_.end()) return nullptr;
-  const Op* def = it->second->definingOp();
+  Value* v = importer_.lookup(node_.input(static_cast<int>(i)));
+  if (!v) return nullptr;
+  const Op* def = v->definingOp();
   if (!def || def->kind() != OpKind::Constant) return nullptr;
   return &def->getTensor("value");
 }
@@ -613,7 +702,7 @@ Expected<std::vector<Value*>> NodeContextImpl::emitMulti(OpKind kind, std::vecto
   if (++emitted_ > kMaxOpsPerNode)
     return error("expands to more than " + std::to_string(kMaxOpsPerNode) +
                  " Kiln ops; its attributes or input shapes are too large to import");
-  Builder& b = *importer_.builder_;
+  Builder& b = importer_.builder();
   b.setLocation(Location::named(nodeLabel(node_, index_), importer_.filename_));
   auto built = b.build(kind, operands, std::move(attrs), std::move(declared));
   if (!built) return error(built.error().message());
@@ -655,7 +744,7 @@ Expected<std::vector<Value*>> NodeContextImpl::emitMulti(OpKind kind, std::vecto
     if (t.numElements() > kMaxFoldedElements) return op->results();
   std::vector<Value*> results;
   for (DenseTensor& t : *folded) results.push_back(b.constant(std::move(t)));
-  importer_.f_->erase(op);
+  importer_.f().erase(op);
   return results;
 }
 
@@ -701,13 +790,13 @@ Status Importer::importInputs() {
       TensorType bound{type->dtype, staticShape(shape->second)};
       if (typesCompatible(bound, *type)) type = bound;
     }
-    Value* arg = f_->addArgument(*type, input.name());
+    Value* arg = f().addArgument(*type, input.name());
     onnxNamed_.insert(arg);
-    values_[input.name()] = arg;
+    scope_->values[input.name()] = arg;
     if (init != initializers_.end()) {
       if (!typesCompatible(init->second->type, *type))
         return Error(what + " is declared " + type->str() + ", but its initializer is " + init->second->type.str());
-      f_->setArgumentDefault(f_->numArguments() - 1, init->second);
+      f().setArgumentDefault(f().numArguments() - 1, init->second);
     }
   }
   // Initializers that are not inputs are the model's weights: constants.
@@ -719,15 +808,14 @@ Status Importer::importInputs() {
   return {};
 }
 
-Expected<std::vector<size_t>> Importer::topologicalOrder() {
-  const onnx::GraphProto& graph = model_.graph();
+Expected<std::vector<size_t>> Importer::topologicalOrder(const onnx::GraphProto& graph) {
   const size_t n = static_cast<size_t>(graph.node_size());
   std::unordered_map<std::string, size_t> producer;
   for (size_t i = 0; i < n; ++i) {
     const onnx::NodeProto& node = graph.node(static_cast<int>(i));
     for (const std::string& out : node.output()) {
       if (out.empty()) continue;
-      if (graphInputs_.count(out) || values_.count(out))
+      if ((scope_ == &root_ && graphInputs_.count(out)) || scope_->values.count(out))
         return Error("node " + inQuotes(nodeLabel(node, i)) + " (" + node.op_type() + ") writes " + inQuotes(out) +
                      ", which is already a graph input or initializer");
       auto [it, inserted] = producer.emplace(out, i);
@@ -743,11 +831,24 @@ Expected<std::vector<size_t>> Importer::topologicalOrder() {
   for (size_t i = 0; i < n; ++i) {
     const onnx::NodeProto& node = graph.node(static_cast<int>(i));
     for (const std::string& in : node.input()) {
-      if (in.empty() || values_.count(in)) continue;
+      if (in.empty() || scope_->values.count(in)) continue;
       auto it = producer.find(in);
-      if (it == producer.end())
+      if (it == producer.end()) {
+        if (isDefined(in)) continue;  // from a scope around this subgraph
         return Error("node " + inQuotes(nodeLabel(node, i)) + " (" + node.op_type() + ") reads " + inQuotes(in) +
                      ", which no node, initializer or graph input defines");
+      }
+      users[it->second].push_back(i);
+      deps[i].push_back(it->second);
+      ++pending[i];
+    }
+    // A node's subgraphs may read values of this graph: it comes after
+    // their producers too.
+    std::set<std::string> free;
+    forEachSubgraph(node, [&](const onnx::GraphProto& g) { collectFreeNames(g, free, 1); });
+    for (const std::string& in : free) {
+      auto it = producer.find(in);
+      if (it == producer.end() || it->second == i) continue;
       users[it->second].push_back(i);
       deps[i].push_back(it->second);
       ++pending[i];
@@ -796,7 +897,7 @@ Status Importer::convertNode(const onnx::NodeProto& node, size_t index) {
     if (!a.ref_attr_name().empty()) return ctx.error("attribute '" + a.name() + "' refers to a function attribute");
   KILN_TRY(converter->convert(ctx));
   for (size_t i = 0; i < ctx.numOutputs(); ++i)
-    if (ctx.hasOutput(i) && !values_.count(node.output(static_cast<int>(i))))
+    if (ctx.hasOutput(i) && !scope_->values.count(node.output(static_cast<int>(i))))
       return ctx.error("output " + std::to_string(i) + " " + inQuotes(node.output(static_cast<int>(i))) +
                        " is not supported by the converter");
   return {};
@@ -815,8 +916,8 @@ Status Importer::importOutputs() {
       if (!type) return type.takeError();
     }
     if (!seen.insert(output.name()).second) return Error(what + " is declared twice");
-    auto it = values_.find(output.name());
-    if (it == values_.end()) return Error(what + " is not produced by any node, initializer or graph input");
+    auto it = scope_->values.find(output.name());
+    if (it == scope_->values.end()) return Error(what + " is not produced by any node, initializer or graph input");
     if (output.has_type() && output.type().has_tensor_type() && output.type().tensor_type().elem_type() != 0) {
       auto dtype = onnx_import::dtypeFromOnnx(output.type().tensor_type().elem_type());
       if (dtype && *dtype != it->second->type().dtype)
@@ -825,19 +926,164 @@ Status Importer::importOutputs() {
     }
     results.push_back(it->second);
   }
-  builder_->setLocation(Location::named("return", filename_));
-  builder_->ret(results);
-  for (int i = 0; i < graph.output_size(); ++i) f_->setResultName(static_cast<size_t>(i), graph.output(i).name());
+  builder().setLocation(Location::named("return", filename_));
+  builder().ret(results);
+  for (int i = 0; i < graph.output_size(); ++i) f().setResultName(static_cast<size_t>(i), graph.output(i).name());
   return {};
 }
 
-void Importer::removeUnusedConstants() {
+void Importer::removeUnusedConstants(Function& f) {
   // Folding leaves the constants it consumed behind, and models often carry
   // initializers no node reads.
   std::vector<Op*> dead;
-  for (const auto& op : f_->ops())
+  for (const auto& op : f.ops())
     if (op->kind() == OpKind::Constant && !op->hasUses()) dead.push_back(op.get());
-  for (Op* op : dead) f_->erase(op);
+  for (Op* op : dead) f.erase(op);
+}
+
+Status Importer::convertGraphNodes(const onnx::GraphProto& graph) {
+  auto order = topologicalOrder(graph);
+  if (!order) return order.takeError();
+  for (size_t i : *order) KILN_TRY(convertNode(graph.node(static_cast<int>(i)), i));
+  return {};
+}
+
+Value* Importer::lookup(Scope& scope, const std::string& name) {
+  if (auto it = scope.values.find(name); it != scope.values.end()) return it->second;
+  if (!scope.parent) return nullptr;
+  Value* outer = lookup(*scope.parent, name);
+  if (!outer) return nullptr;
+  if (scope.inlined) return scope.values[name] = outer;
+  if (auto it = scope.captured.find(outer); it != scope.captured.end()) return it->second;
+  Value* local;
+  const Op* def = outer->definingOp();
+  if (def && def->kind() == OpKind::Constant && def->getTensor("value").numElements() <= kMaxFoldedElements) {
+    // A copy of a small constant, so that what the body computes from it
+    // folds (shapes, axes and indices Kiln takes as attributes).
+    Builder& b = *scope.builder;
+    b.setLocation(def->loc());
+    local = b.constant(def->getTensor("value"));
+  } else {
+    local = scope.f->addArgument(outer->type(), scope.values.count(outer->name()) ? std::string() : outer->name());
+    scope.captures.push_back(outer);
+  }
+  scope.captured[outer] = local;
+  scope.values[name] = local;
+  return local;
+}
+
+Expected<onnx_import::ImportedBody> Importer::importBody(const onnx::GraphProto& graph,
+                                                         std::span<const TensorType> formalTypes,
+                                                         std::span<Value* const> sharedCaptures,
+                                                         const std::string& what) {
+  if (scope_->depth + 1 > kMaxSubgraphDepth)
+    return Error(what + " nests subgraphs more than " + std::to_string(kMaxSubgraphDepth) + " deep");
+  if (static_cast<size_t>(graph.input_size()) != formalTypes.size())
+    return Error(what + " has " + std::to_string(graph.input_size()) + " inputs, expected " +
+                 std::to_string(formalTypes.size()));
+  if (graph.sparse_initializer_size() > 0) return Error(what + " has sparse initializers, which are not supported");
+  auto body = std::make_unique<Function>("");
+  body->setLoc(Location::named(graph.name(), filename_));
+  Scope scope;
+  scope.f = body.get();
+  scope.builder.emplace(*body);
+  scope.parent = scope_;
+  scope.depth = scope_->depth + 1;
+  std::set<std::string> names;
+  for (int i = 0; i < graph.input_size(); ++i) {
+    const std::string& name = graph.input(i).name();
+    if (name.empty() || !names.insert(name).second)
+      return Error(what + ": input " + std::to_string(i) + " has no name or the name of another input");
+    Value* arg = body->addArgument(formalTypes[static_cast<size_t>(i)], name);
+    onnxNamed_.insert(arg);
+    scope.values[name] = arg;
+  }
+  // The captures another branch took already come first, in its order.
+  for (Value* outer : sharedCaptures) {
+    Value* arg = body->addArgument(outer->type());
+    scope.captures.push_back(outer);
+    scope.captured[outer] = arg;
+  }
+  Scope* saved = scope_;
+  scope_ = &scope;
+  auto results = convertSubgraph(graph, what);
+  if (results) {
+    builder().setLocation(Location::named("return", filename_));
+    builder().ret(*results);
+  }
+  scope_ = saved;
+  if (!results) return results.takeError();
+  removeUnusedConstants(*body);
+  return onnx_import::ImportedBody{std::move(body), std::move(scope.captures)};
+}
+
+Expected<std::vector<Value*>> Importer::convertSubgraph(const onnx::GraphProto& graph, const std::string& what) {
+  for (int i = 0; i < graph.initializer_size(); ++i) {
+    const onnx::TensorProto& t = graph.initializer(i);
+    auto dense = tensorFromProto(t, what + ": initializer " + inQuotes(t.name()), baseDir_);
+    if (!dense) return dense.takeError();
+    bind(t.name(), addConstant(std::move(*dense), Location::named(t.name(), filename_)));
+  }
+  KILN_TRY(convertGraphNodes(graph));
+  std::vector<Value*> results;
+  for (int i = 0; i < graph.output_size(); ++i) {
+    Value* v = lookup(graph.output(i).name());
+    if (!v)
+      return Error(what + ": output " + std::to_string(i) + " " + inQuotes(graph.output(i).name()) +
+                   " is not produced by any node or input");
+    results.push_back(v);
+  }
+  return results;
+}
+
+Expected<std::vector<Value*>> Importer::inlineSubgraph(const onnx::GraphProto& graph, std::span<Value* const> inputs,
+                                                       const std::string& nameSuffix, const std::string& what) {
+  if (scope_->depth + 1 > kMaxSubgraphDepth)
+    return Error(what + " nests subgraphs more than " + std::to_string(kMaxSubgraphDepth) + " deep");
+  if (static_cast<size_t>(graph.input_size()) != inputs.size())
+    return Error(what + " has " + std::to_string(graph.input_size()) + " inputs, expected " +
+                 std::to_string(inputs.size()));
+  if (graph.sparse_initializer_size() > 0) return Error(what + " has sparse initializers, which are not supported");
+  Scope scope;
+  scope.f = scope_->f;
+  scope.builder.emplace(*scope_->f);
+  scope.parent = scope_;
+  scope.depth = scope_->depth + 1;
+  scope.inlined = true;
+  scope.nameSuffix = scope_->nameSuffix + nameSuffix;
+  for (int i = 0; i < graph.input_size(); ++i) scope.values[graph.input(i).name()] = inputs[static_cast<size_t>(i)];
+  Scope* saved = scope_;
+  scope_ = &scope;
+  auto results = convertSubgraph(graph, what);
+  scope_ = saved;
+  return results;
+}
+
+Builder& NodeContextImpl::builder() {
+  Builder& b = importer_.builder();
+  b.setLocation(Location::named(nodeLabel(node_, index_), importer_.filename_));
+  return b;
+}
+
+Expected<std::vector<Value*>> NodeContextImpl::inlineBody(std::string_view attrName, std::span<Value* const> inputs,
+                                                          const std::string& nameSuffix) {
+  const auto* a = attribute(attrName);
+  if (!a) return error("attribute '" + std::string(attrName) + "' (a subgraph) is required but absent");
+  KILN_TRY(expectKind(*a, onnx::AttributeProto::GRAPH, a->has_g()));
+  auto results = importer_.inlineSubgraph(a->g(), inputs, nameSuffix, "subgraph '" + std::string(attrName) + "'");
+  if (!results) return error(results.error().message());
+  return results;
+}
+
+Expected<onnx_import::ImportedBody> NodeContextImpl::importBody(std::string_view attrName,
+                                                                std::span<const TensorType> formalTypes,
+                                                                std::span<Value* const> sharedCaptures) {
+  const auto* a = attribute(attrName);
+  if (!a) return error("attribute '" + std::string(attrName) + "' (a subgraph) is required but absent");
+  KILN_TRY(expectKind(*a, onnx::AttributeProto::GRAPH, a->has_g()));
+  auto body = importer_.importBody(a->g(), formalTypes, sharedCaptures, "subgraph '" + std::string(attrName) + "'");
+  if (!body) return error(body.error().message());
+  return body;
 }
 
 Expected<std::unique_ptr<Module>> Importer::run() {
@@ -850,17 +1096,15 @@ Expected<std::unique_ptr<Module>> Importer::run() {
   if (!unsupported.empty()) return Error(describeUnsupported(unsupported));
 
   module_ = std::make_unique<Module>();
-  f_ = module_->addFunction(graph.name().empty() ? "main" : graph.name());
-  f_->setLoc(Location::named(graph.name(), filename_));
-  builder_.emplace(*f_);
+  root_.f = module_->addFunction(graph.name().empty() ? "main" : graph.name());
+  root_.f->setLoc(Location::named(graph.name(), filename_));
+  root_.builder.emplace(*root_.f);
 
   KILN_TRY(importInitializers());
   KILN_TRY(importInputs());
-  auto order = topologicalOrder();
-  if (!order) return order.takeError();
-  for (size_t i : *order) KILN_TRY(convertNode(graph.node(static_cast<int>(i)), i));
+  KILN_TRY(convertGraphNodes(graph));
   KILN_TRY(importOutputs());
-  removeUnusedConstants();
+  removeUnusedConstants(*root_.f);
   return std::move(module_);
 }
 
@@ -968,7 +1212,7 @@ namespace onnx_import {
 const OpConverter* findConverter(std::string_view domain, std::string_view opType, int64_t opset) {
   const std::string normalized = normalizeDomain(domain);
   for (auto table : {mathConverters(), tensorConverters(), nnConverters(), visionConverters(), signalConverters(),
-                     randomConverters(), dataDependentConverters()})
+                     randomConverters(), dataDependentConverters(), controlFlowConverters()})
     for (const OpConverter& c : table)
       if (c.domain == normalized && c.opType == opType && c.minOpset <= opset && opset <= c.maxOpset) return &c;
   return nullptr;

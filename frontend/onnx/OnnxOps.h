@@ -8,6 +8,7 @@
 // handle: it returns ctx.error(...) naming it instead.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,6 +23,15 @@ class AttributeProto;
 }  // namespace onnx
 
 namespace kiln::onnx_import {
+
+/// A subgraph converted into a region body: the graph's inputs are its first
+/// arguments, then one argument per outer value it reads (`captures`, which
+/// the op passes as its trailing operands); its `return` gives the graph's
+/// outputs.
+struct ImportedBody {
+  std::unique_ptr<Function> body;
+  std::vector<Value*> captures;
+};
 
 class NodeContext {
  public:
@@ -72,6 +82,24 @@ class NodeContext {
   virtual Value* constant(DenseTensor value) = 0;
   virtual Value* scalar(DType dtype, double value) = 0;
 
+  /// The builder of the graph being imported, at its end, with the node's
+  /// location: for ops that emit() cannot build (those with regions), which
+  /// are never folded.
+  virtual Builder& builder() = 0;
+
+  /// Imports the subgraph attribute `attrName` (If's branches, Loop's and
+  /// Scan's body) as a body whose graph inputs take `formalTypes`. The
+  /// `sharedCaptures` (another branch's captures) become its first captured
+  /// arguments, in that order, whether it reads them or not.
+  virtual Expected<ImportedBody> importBody(std::string_view attrName, std::span<const TensorType> formalTypes,
+                                            std::span<Value* const> sharedCaptures = {}) = 0;
+
+  /// Converts the subgraph attribute `attrName` into the graph being
+  /// imported, its inputs bound to `inputs` (an unrolled loop's iteration),
+  /// and returns its outputs; the names it binds get `nameSuffix`.
+  virtual Expected<std::vector<Value*>> inlineBody(std::string_view attrName, std::span<Value* const> inputs,
+                                                   const std::string& nameSuffix) = 0;
+
   /// An error located at the node: "node 'NAME' (OpType, opset N): message".
   virtual Error error(const std::string& message) const = 0;
 };
@@ -99,6 +127,7 @@ std::span<const OpConverter> visionConverters();  // VisionOps.cpp: GridSample, 
 std::span<const OpConverter> signalConverters();  // SignalOps.cpp: DFT, STFT, MelWeightMatrix, TfIdfVectorizer
 std::span<const OpConverter> randomConverters();  // RandomOps.cpp: RandomUniform/Normal(Like), Bernoulli
 std::span<const OpConverter> dataDependentConverters();  // DataDependentOps.cpp: NonZero, Unique, NonMaxSuppression
+std::span<const OpConverter> controlFlowConverters();  // ControlFlowOps.cpp: If, Loop, Scan
 
 /// The converter for `opType` in `domain` at `opset`, or null.
 const OpConverter* findConverter(std::string_view domain, std::string_view opType, int64_t opset);

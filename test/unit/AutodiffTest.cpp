@@ -196,6 +196,33 @@ TEST(AutodiffTest, FloatCastPassesTheGradientBack) {
                         1e-3});
 }
 
+// --- Control flow -------------------------------------------------------------------
+
+/// The gradient of an `if` is an `if` of the branches' backwards: the branch
+/// taken gives its captures' gradients, the other's captures get zeros, and
+/// a capture also used outside the `if` sums both paths.
+TEST(AutodiffTest, IfDifferentiatesTheBranchTaken) {
+  for (const char* taken : {"true", "false"}) {
+    SCOPED_TRACE(taken);
+    expectGradientsMatch({"%x: f64[3], %y: f64[3]",
+                          std::string("  %t = constant() {value = dense<bool[]>[") + taken + "]} : bool[]\n" +
+                              "  %r = if(%t, %x, %y) : f64[3] {\n"
+                              "  ^(%a: f64[3], %b: f64[3]):\n"
+                              "    %m = mul(%a, %b) : f64[3]\n"
+                              "    %e = exp(%m) : f64[3]\n"
+                              "    return %e\n"
+                              "  } {\n"
+                              "  ^(%a: f64[3], %b: f64[3]):\n"
+                              "    %s = sin(%a) : f64[3]\n"
+                              "    return %s\n"
+                              "  }\n"
+                              "  %out = add(%r, %x) : f64[3]",
+                          "f64[3]",
+                          {"x", "y"},
+                          {{"x", {-1.0, 1.0}}, {"y", {-1.0, 1.0}}}});
+  }
+}
+
 // --- Data movement ----------------------------------------------------------------
 
 TEST(AutodiffTest, LayoutOpsMatchFiniteDifferences) {

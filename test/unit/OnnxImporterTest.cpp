@@ -12,6 +12,7 @@
 #include "frontend/Model.h"
 #include "frontend/onnx/OnnxImporter.h"
 #include "frontend/onnx/OnnxTraining.h"
+#include "ir/Verifier.h"
 #include "onnx.pb.h"
 #include "passes/TrainingStep.h"
 #include "runtime/Interpreter.h"
@@ -727,6 +728,132 @@ TEST(OnnxImporter, EyeLikeAndTriluOfEmptyMatricesWithAHugeDimImportAtOnce) {
               expected)
         << "k = " << k;
   }
+}
+
+// --- Control flow (ControlFlowOps.cpp) ----------------------------------------
+
+onnx::NodeProto* addGraphNode(onnx::GraphProto& g, const std::string& op, std::vector<std::string> inputs,
+                              std::vector<std::string> outputs) {
+  auto* n = g.add_node();
+  n->set_op_type(op);
+  for (auto& i : inputs) n->add_input(i);
+  for (auto& o : outputs) n->add_output(o);
+  return n;
+}
+
+void setGraph(onnx::NodeProto* n, const std::string& name, const onnx::GraphProto& g) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::GRAPH);
+  *a->mutable_g() = g;
+}
+
+/// If(c) whose then branch holds a Loop adding %s (read two scopes up) to %x
+/// %n times, and whose else branch multiplies %y (read only there) by %s.
+onnx::ModelProto nestedControlFlowModel() {
+  auto m = makeModel(13);
+  addInput(m, "c", {}, onnx::TensorProto::BOOL);
+  addInput(m, "n", {}, onnx::TensorProto::INT64);
+  addInput(m, "x", {2});
+  addInput(m, "y", {2});
+  addInput(m, "s", {2});
+  onnx::GraphProto body;
+  body.set_name("body");
+  addValueInfo(body.mutable_input(), "i", onnx::TensorProto::INT64, {});
+  addValueInfo(body.mutable_input(), "cond", onnx::TensorProto::BOOL, {});
+  addValueInfo(body.mutable_input(), "acc", onnx::TensorProto::FLOAT, {2});
+  addGraphNode(body, "Identity", {"cond"}, {"cond_out"});
+  addGraphNode(body, "Add", {"acc", "s"}, {"acc_out"});
+  addValueInfo(body.mutable_output(), "cond_out", onnx::TensorProto::BOOL, {});
+  addValueInfo(body.mutable_output(), "acc_out", onnx::TensorProto::FLOAT, {2});
+  onnx::GraphProto thenBranch;
+  thenBranch.set_name("then");
+  setGraph(addGraphNode(thenBranch, "Loop", {"n", "", "x"}, {"looped"}), "body", body);
+  addValueInfo(thenBranch.mutable_output(), "looped", onnx::TensorProto::FLOAT, {2});
+  onnx::GraphProto elseBranch;
+  elseBranch.set_name("else");
+  addGraphNode(elseBranch, "Mul", {"y", "s"}, {"product"});
+  addValueInfo(elseBranch.mutable_output(), "product", onnx::TensorProto::FLOAT, {2});
+  auto* node = addNode(m, "If", {"c"}, {"r"}, "If_0");
+  setGraph(node, "then_branch", thenBranch);
+  setGraph(node, "else_branch", elseBranch);
+  addOutput(m, "r");
+  return m;
+}
+
+TEST(OnnxImporter, SubgraphsCaptureOuterValuesThroughEveryScope) {
+  auto module = importModel(nestedControlFlowModel());
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  const Function& f = *(*module)->functions().front();
+  ASSERT_TRUE(verify(**module).ok());
+  const Op* op = nullptr;
+  for (const auto& o : f.ops())
+    if (o->kind() == OpKind::If) op = o.get();
+  ASSERT_NE(op, nullptr);
+  // The condition, then the then branch's captures in the order it reads
+  // them (n and x for the loop, s for the loop's body), then what only the
+  // else branch reads (y).
+  ASSERT_EQ(op->numOperands(), 5u);
+  EXPECT_EQ(op->operand(1)->name(), "n");
+  EXPECT_EQ(op->operand(2)->name(), "x");
+  EXPECT_EQ(op->operand(3)->name(), "s");
+  EXPECT_EQ(op->operand(4)->name(), "y");
+  EXPECT_EQ(op->region(0)->numArguments(), 4u);
+  EXPECT_EQ(op->region(1)->numArguments(), 4u);
+
+  Tensor x = test::tensorOf(DType::F32, {2}, {1, 2});
+  Tensor y = test::tensorOf(DType::F32, {2}, {3, 4});
+  Tensor s = test::tensorOf(DType::F32, {2}, {10, 20});
+  auto looped = run(**module, {test::tensorOf(DType::Bool, {}, {1}), test::tensorOf(DType::I64, {}, {3}), x, y, s});
+  ASSERT_EQ(looped.size(), 1u);
+  EXPECT_EQ(test::elementsOf(looped[0]), (std::vector<double>{31, 62}));
+  auto multiplied = run(**module, {test::tensorOf(DType::Bool, {}, {0}), test::tensorOf(DType::I64, {}, {3}), x, y, s});
+  ASSERT_EQ(multiplied.size(), 1u);
+  EXPECT_EQ(test::elementsOf(multiplied[0]), (std::vector<double>{30, 80}));
+}
+
+TEST(OnnxImporter, ScanReversesInputsAndMovesOutputAxes) {
+  auto m = makeModel(11);
+  addInput(m, "init", {2});
+  addInput(m, "x", {3, 2});
+  onnx::GraphProto body;
+  body.set_name("body");
+  addValueInfo(body.mutable_input(), "sum_in", onnx::TensorProto::FLOAT, {2});
+  addValueInfo(body.mutable_input(), "row", onnx::TensorProto::FLOAT, {2});
+  addGraphNode(body, "Add", {"sum_in", "row"}, {"sum_out"});
+  addGraphNode(body, "Identity", {"sum_out"}, {"scan_out"});
+  addValueInfo(body.mutable_output(), "sum_out", onnx::TensorProto::FLOAT, {2});
+  addValueInfo(body.mutable_output(), "scan_out", onnx::TensorProto::FLOAT, {2});
+  auto* node = addNode(m, "Scan", {"init", "x"}, {"total", "partial"}, "Scan_0");
+  setGraph(node, "body", body);
+  setInt(node, "num_scan_inputs", 1);
+  setInts(node, "scan_input_directions", {1});
+  setInts(node, "scan_output_axes", {1});
+  addOutput(m, "total");
+  addOutput(m, "partial");
+  auto module = importModel(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  auto out = run(**module, {test::tensorOf(DType::F32, {2}, {0, 0}), test::tensorOf(DType::F32, {3, 2}, {1, 2, 3, 4, 5, 6})});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(test::elementsOf(out[0]), (std::vector<double>{9, 12}));
+  // Rows last first: (5,6), (8,10), (9,12); stacked along axis 1: [2,3].
+  EXPECT_EQ(out[1].shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(test::elementsOf(out[1]), (std::vector<double>{5, 8, 9, 6, 10, 12}));
+}
+
+TEST(OnnxImporter, UnsupportedOpsInsideSubgraphsAreListed) {
+  auto m = makeModel(13);
+  addInput(m, "c", {}, onnx::TensorProto::BOOL);
+  addInput(m, "x", {2});
+  onnx::GraphProto branch;
+  branch.set_name("branch");
+  addGraphNode(branch, "NoSuchOp", {"x"}, {"z"});
+  addValueInfo(branch.mutable_output(), "z", onnx::TensorProto::FLOAT, {2});
+  auto* node = addNode(m, "If", {"c"}, {"r"}, "If_0");
+  setGraph(node, "then_branch", branch);
+  setGraph(node, "else_branch", branch);
+  addOutput(m, "r");
+  EXPECT_NE(errorOf(importModel(m)).find("NoSuchOp (opset 13): 2 nodes"), std::string::npos) << errorOf(importModel(m));
 }
 
 TEST(OnnxImporter, DataDependentOpsKeepAnUnknownDimAndRun) {
