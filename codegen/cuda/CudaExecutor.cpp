@@ -75,6 +75,7 @@ Expected<CudaExecutor::Compiled*> CudaExecutor::compiled(const std::vector<Tenso
   // Ops whose result sizes depend on values run between compiled stages on
   // the CPU (codegen/Stages.h); CUDA has no such stages yet, so they are
   // named as ops this target cannot lower, before any pass meets them.
+  // TODO(kiln): run them on the host between CUDA stages as the CPU does.
   unsupported_.clear();
   for (const auto& op : f.ops())
     if (op->info().hasDataDependentShape())

@@ -12,9 +12,9 @@ DequantizeLinear's, so one step is that node's scale.
 
 Usage: resnet18_qdq.py KILN WORKDIR [--bench N]
 Exits 77 (a skip for ctest) when torch, torchvision or onnxruntime cannot be
-imported: onnxruntime comes from PyPI (scripts/install-bench-deps), which
-scripts/install-deps does not install. With --bench it also times the
-quantized and the fp32 model with `kiln run --bench N` and prints both medians.
+imported: onnxruntime comes from PyPI into .venv-bench (scripts/install-deps).
+With --bench it also times the quantized and the fp32 model with
+`kiln run --bench N` and prints both medians.
 """
 import json
 import os
@@ -38,7 +38,7 @@ def main():
         import torchvision
         from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
     except ImportError as e:
-        print(f"SKIP: {e} (onnxruntime is installed by scripts/install-bench-deps)")
+        print(f"SKIP: {e} (onnxruntime is installed into .venv-bench by scripts/install-deps)")
         return SKIP
 
     os.makedirs(work, exist_ok=True)
