@@ -115,7 +115,8 @@ Expected<SpecializedModel> loadModelForInputs(const std::string& path, const Loa
     if (t.type.dtype == DType::I64 || t.type.dtype == DType::I32 ||
         (t.type.rank() <= 1 && t.numElements() <= kMaxFrozenElements))
       frozen[name] = t;
-  if (frozen.empty()) return generic.takeError();
+  // Inputs the caller will not bind take their initializers: fixed too.
+  specialized.freezeUnboundDefaults = true;
   auto again = importOnnx(path, specialized, frozen);
   if (!again) return generic.takeError();
   SpecializedModel result{std::move(*again), {}};

@@ -42,6 +42,11 @@ struct LoadOptions {
   /// input whose declared type does not admit the shape keeps its declared
   /// type (binding the tensor then reports the mismatch).
   std::map<std::string, std::vector<int64_t>> inputShapes;
+  /// Fixes as constants, at their initializers, the ONNX graph inputs that
+  /// have one and that `inputShapes` does not name: the inputs a caller of
+  /// loadModelForInputs will not bind, so they would take those defaults
+  /// anyway (a sequence position given as a defaulted input, say).
+  bool freezeUnboundDefaults = false;
 };
 
 /// Reads the model at `path`. Errors name the file and, where there is one,

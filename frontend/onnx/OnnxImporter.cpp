@@ -458,6 +458,8 @@ class NodeContextImpl final : public NodeContext {
   size_t numOutputs() const override { return static_cast<size_t>(node_.output_size()); }
   bool hasOutput(size_t i) const override { return i < numOutputs() && !node_.output(static_cast<int>(i)).empty(); }
   void setOutput(size_t i, Value* v) override;
+  Expected<std::vector<Value*>> sequenceInput(size_t i) override;
+  void setSequenceOutput(size_t i, std::vector<Value*> elements) override;
 
   const onnx::AttributeProto* attribute(std::string_view name) const override {
     for (const auto& a : node_.attribute())
@@ -567,6 +569,9 @@ class Importer {
     Function* f = nullptr;
     std::optional<Builder> builder;
     std::unordered_map<std::string, Value*> values;
+    /// Names bound to static sequences (SequenceOps.cpp): import-time lists
+    /// of this scope's values. They are never captured by a subgraph.
+    std::unordered_map<std::string, std::vector<Value*>> sequences;
     Scope* parent = nullptr;
     int depth = 0;
     /// A subgraph inlined into its parent's function (an unrolled loop's
@@ -602,8 +607,16 @@ class Importer {
   /// True when `name` is bound in the current scope or one around it.
   bool isDefined(const std::string& name) const {
     for (const Scope* s = scope_; s; s = s->parent)
-      if (s->values.count(name)) return true;
+      if (s->values.count(name) || s->sequences.count(name)) return true;
     return false;
+  }
+  /// Where `name` is bound to a static sequence: "" when it is not, else a
+  /// phrase for the error of reading it as a tensor.
+  std::string sequenceBinding(const std::string& name) const {
+    if (scope_->sequences.count(name)) return "a sequence";
+    for (const Scope* s = scope_->parent; s; s = s->parent)
+      if (s->sequences.count(name)) return "a sequence of an enclosing graph";
+    return "";
   }
 
   /// Names `v` after the ONNX tensor `name` and binds the name to it.
@@ -637,10 +650,34 @@ Expected<Value*> NodeContextImpl::input(size_t i) {
   if (!hasInput(i)) return error("input " + std::to_string(i) + " is required but absent");
   const std::string& name = node_.input(static_cast<int>(i));
   Value* v = importer_.lookup(name);
-  if (!v)
+  if (!v) {
+    const std::string sequence = importer_.sequenceBinding(name);
+    if (!sequence.empty())
+      return error("input " + std::to_string(i) + " " + inQuotes(name) + " is " + sequence +
+                   ", expected a tensor (Kiln resolves sequences at import: only the Sequence ops, SplitToSequence "
+                   "and ConcatFromSequence of the same graph can read one)");
     return error("input " + std::to_string(i) + " " + inQuotes(name) +
                  " is not defined by any node, initializer or graph input");
+  }
   return v;
+}
+
+Expected<std::vector<Value*>> NodeContextImpl::sequenceInput(size_t i) {
+  if (!hasInput(i)) return error("input " + std::to_string(i) + " is required but absent");
+  const std::string& name = node_.input(static_cast<int>(i));
+  auto it = importer_.scope_->sequences.find(name);
+  if (it != importer_.scope_->sequences.end()) return it->second;
+  const std::string what = "input " + std::to_string(i) + " " + inQuotes(name);
+  if (!importer_.sequenceBinding(name).empty())
+    return error(what + " is a sequence of an enclosing graph; Kiln resolves sequences at import and cannot pass "
+                 "one into an If, Loop or Scan body");
+  if (importer_.isDefined(name)) return error(what + " is a tensor, expected a sequence");
+  return error(what + " is not defined by any node, initializer or graph input");
+}
+
+void NodeContextImpl::setSequenceOutput(size_t i, std::vector<Value*> elements) {
+  if (!hasOutput(i)) return;
+  importer_.scope_->sequences[node_.output(static_cast<int>(i))] = std::move(elements);
 }
 
 const DenseTensor* NodeContextImpl::constantInput(size_t i) {
@@ -779,6 +816,11 @@ Status Importer::importInputs() {
       bind(input.name(), addConstant(frozen->second, Location::named(input.name(), filename_)));
       continue;
     }
+    if (options_.freezeUnboundDefaults && init != initializers_.end() && !options_.inputShapes.count(input.name())) {
+      // Not bound by the caller: its default, as a constant.
+      bind(input.name(), addConstant(*init->second, Location::named(input.name(), filename_)));
+      continue;
+    }
     auto type = typeFromValueInfo(input, what);
     if (!type) {
       // An initializer gives the type of an input that does not declare one.
@@ -897,7 +939,8 @@ Status Importer::convertNode(const onnx::NodeProto& node, size_t index) {
     if (!a.ref_attr_name().empty()) return ctx.error("attribute '" + a.name() + "' refers to a function attribute");
   KILN_TRY(converter->convert(ctx));
   for (size_t i = 0; i < ctx.numOutputs(); ++i)
-    if (ctx.hasOutput(i) && !scope_->values.count(node.output(static_cast<int>(i))))
+    if (ctx.hasOutput(i) && !scope_->values.count(node.output(static_cast<int>(i))) &&
+        !scope_->sequences.count(node.output(static_cast<int>(i))))
       return ctx.error("output " + std::to_string(i) + " " + inQuotes(node.output(static_cast<int>(i))) +
                        " is not supported by the converter");
   return {};
@@ -916,6 +959,8 @@ Status Importer::importOutputs() {
       if (!type) return type.takeError();
     }
     if (!seen.insert(output.name()).second) return Error(what + " is declared twice");
+    if (scope_->sequences.count(output.name()))
+      return Error(what + " is a sequence; Kiln resolves sequences at import, so a graph output must be a tensor");
     auto it = scope_->values.find(output.name());
     if (it == scope_->values.end()) return Error(what + " is not produced by any node, initializer or graph input");
     if (output.has_type() && output.type().has_tensor_type() && output.type().tensor_type().elem_type() != 0) {
@@ -1028,6 +1073,10 @@ Expected<std::vector<Value*>> Importer::convertSubgraph(const onnx::GraphProto& 
   std::vector<Value*> results;
   for (int i = 0; i < graph.output_size(); ++i) {
     Value* v = lookup(graph.output(i).name());
+    if (!v && !sequenceBinding(graph.output(i).name()).empty())
+      return Error(what + ": output " + std::to_string(i) + " " + inQuotes(graph.output(i).name()) +
+                   " is a sequence; Kiln resolves sequences at import and cannot return one from an If, Loop or "
+                   "Scan body");
     if (!v)
       return Error(what + ": output " + std::to_string(i) + " " + inQuotes(graph.output(i).name()) +
                    " is not produced by any node or input");
@@ -1212,7 +1261,7 @@ namespace onnx_import {
 const OpConverter* findConverter(std::string_view domain, std::string_view opType, int64_t opset) {
   const std::string normalized = normalizeDomain(domain);
   for (auto table : {mathConverters(), tensorConverters(), nnConverters(), visionConverters(), signalConverters(),
-                     randomConverters(), dataDependentConverters(), controlFlowConverters()})
+                     randomConverters(), dataDependentConverters(), controlFlowConverters(), sequenceConverters()})
     for (const OpConverter& c : table)
       if (c.domain == normalized && c.opType == opType && c.minOpset <= opset && opset <= c.maxOpset) return &c;
   return nullptr;

@@ -2,7 +2,7 @@
 // the model, opsets, initializers, graph inputs and outputs, topological
 // order, import-time constant folding) and the per-op converters (one table
 // per file: MathOps.cpp, TensorOps.cpp, NNOps.cpp, VisionOps.cpp,
-// SignalOps.cpp, RandomOps.cpp). A converter turns one NodeProto into Kiln IR
+// SignalOps.cpp, RandomOps.cpp, SequenceOps.cpp, ...). A converter turns one NodeProto into Kiln IR
 // through its NodeContext, following the semantics of the node's opset
 // (ctx.opset()), and never silently drops an attribute or input it does not
 // handle: it returns ctx.error(...) naming it instead.
@@ -53,11 +53,18 @@ class NodeContext {
   /// as attributes (Reshape's shape, Slice's starts, Pad's pads, ...).
   virtual const DenseTensor* constantInput(size_t i) = 0;
 
+  /// Input `i` as a static sequence: the import-time list of values an ONNX
+  /// sequence is resolved to (SequenceOps.cpp). An error naming the node
+  /// when it is absent, a tensor, or a sequence of an enclosing graph.
+  virtual Expected<std::vector<Value*>> sequenceInput(size_t i) = 0;
+
   /// Outputs as written; an output named "" is not requested.
   virtual size_t numOutputs() const = 0;
   virtual bool hasOutput(size_t i) const = 0;
   /// Binds output `i` to `v` (renaming `v` to the ONNX output name).
   virtual void setOutput(size_t i, Value* v) = 0;
+  /// Binds output `i` to a static sequence of `elements`.
+  virtual void setSequenceOutput(size_t i, std::vector<Value*> elements) = 0;
 
   /// The attribute `name`, or null when the node does not have it.
   virtual const onnx::AttributeProto* attribute(std::string_view name) const = 0;
@@ -128,6 +135,7 @@ std::span<const OpConverter> signalConverters();  // SignalOps.cpp: DFT, STFT, M
 std::span<const OpConverter> randomConverters();  // RandomOps.cpp: RandomUniform/Normal(Like), Bernoulli
 std::span<const OpConverter> dataDependentConverters();  // DataDependentOps.cpp: NonZero, Unique, NonMaxSuppression
 std::span<const OpConverter> controlFlowConverters();  // ControlFlowOps.cpp: If, Loop, Scan
+std::span<const OpConverter> sequenceConverters();  // SequenceOps.cpp: Sequence*, SplitToSequence, ConcatFromSequence
 
 /// The converter for `opType` in `domain` at `opset`, or null.
 const OpConverter* findConverter(std::string_view domain, std::string_view opType, int64_t opset);

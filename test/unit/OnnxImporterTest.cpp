@@ -907,5 +907,145 @@ TEST(OnnxImporter, NonZeroOfAConstantFoldsAtImport) {
   EXPECT_EQ(test::elementsOf(out[0]), (std::vector<double>{0, 1, 1, 0}));
 }
 
+// Sequences are resolved at import into lists of values: positions count
+// from the back when negative, and only tensors reach the graph's outputs.
+TEST(OnnxImporter, SequencePositionsCountFromTheBackWhenNegative) {
+  auto m = makeModel(13);
+  addInput(m, "a", {2});
+  addInput(m, "b", {2});
+  addInput(m, "c", {2});
+  *m.mutable_graph()->add_initializer() = int64Tensor("minus1", {}, {-1});
+  *m.mutable_graph()->add_initializer() = int64Tensor("minus3", {}, {-3});
+  addNode(m, "SequenceConstruct", {"a", "b"}, {"s0"}, "construct");
+  // Inserted before the last element: [a, c, b].
+  addNode(m, "SequenceInsert", {"s0", "c", "minus1"}, {"s1"}, "insert");
+  // The element 3 from the back: a.
+  addNode(m, "SequenceAt", {"s1", "minus3"}, {"first"}, "at");
+  // Without the last element: [a, c].
+  addNode(m, "SequenceErase", {"s1"}, {"s2"}, "erase");
+  addNode(m, "SequenceLength", {"s2"}, {"n"}, "length");
+  auto* concat = addNode(m, "ConcatFromSequence", {"s2"}, {"joined"}, "concat");
+  setInt(concat, "axis", 0);
+  auto* stack = addNode(m, "ConcatFromSequence", {"s1"}, {"stacked"}, "stack");
+  setInt(stack, "axis", -1);
+  setInt(stack, "new_axis", 1);
+  addOutput(m, "first");
+  addOutput(m, "n", onnx::TensorProto::INT64);
+  addOutput(m, "joined");
+  addOutput(m, "stacked");
+  auto module = importModel(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  ASSERT_TRUE(verify(**module).ok());
+  auto out = run(**module, {test::tensorOf(DType::F32, {2}, {1, 2}), test::tensorOf(DType::F32, {2}, {3, 4}),
+                            test::tensorOf(DType::F32, {2}, {5, 6})});
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(test::elementsOf(out[0]), (std::vector<double>{1, 2}));
+  EXPECT_EQ(test::elementsOf(out[1]), (std::vector<double>{2}));
+  EXPECT_EQ(test::elementsOf(out[2]), (std::vector<double>{1, 2, 5, 6}));
+  EXPECT_EQ(out[3].shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(test::elementsOf(out[3]), (std::vector<double>{1, 5, 3, 2, 6, 4}));
+}
+
+TEST(OnnxImporter, SplitToSequenceSplitsBySizesOrIntoSqueezedOnes) {
+  auto m = makeModel(13);
+  addInput(m, "x", {3, 2});
+  *m.mutable_graph()->add_initializer() = int64Tensor("sizes", {2}, {2, 1});
+  addNode(m, "SplitToSequence", {"x", "sizes"}, {"parts"}, "split");
+  auto* ones = addNode(m, "SplitToSequence", {"x"}, {"rows"}, "rows");
+  setInt(ones, "keepdims", 0);
+  *m.mutable_graph()->add_initializer() = int64Tensor("zero", {}, {0});
+  *m.mutable_graph()->add_initializer() = int64Tensor("minus1", {}, {-1});
+  addNode(m, "SequenceAt", {"parts", "zero"}, {"head"}, "at0");
+  addNode(m, "SequenceAt", {"rows", "minus1"}, {"last"}, "at1");
+  addNode(m, "SequenceLength", {"rows"}, {"n"}, "length");
+  addOutput(m, "head");
+  addOutput(m, "last");
+  addOutput(m, "n", onnx::TensorProto::INT64);
+  auto module = importModel(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  auto out = run(**module, {test::tensorOf(DType::F32, {3, 2}, {1, 2, 3, 4, 5, 6})});
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].shape(), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(test::elementsOf(out[0]), (std::vector<double>{1, 2, 3, 4}));
+  EXPECT_EQ(out[1].shape(), (std::vector<int64_t>{2}));
+  EXPECT_EQ(test::elementsOf(out[1]), (std::vector<double>{5, 6}));
+  EXPECT_EQ(test::elementsOf(out[2]), (std::vector<double>{3}));
+}
+
+TEST(OnnxImporter, SequencePositionKnownOnlyAtRunTimeIsAnError) {
+  auto m = makeModel(13);
+  addInput(m, "a", {2});
+  addInput(m, "pos", {}, onnx::TensorProto::INT64);
+  addNode(m, "SequenceConstruct", {"a", "a"}, {"s"}, "construct");
+  addNode(m, "SequenceAt", {"s", "pos"}, {"y"}, "at");
+  addOutput(m, "y");
+  std::string error = errorOf(importModel(m));
+  EXPECT_NE(error.find("node 'at' (SequenceAt"), std::string::npos) << error;
+  EXPECT_NE(error.find("the position of SequenceAt must be known when the model is loaded"), std::string::npos)
+      << error;
+}
+
+TEST(OnnxImporter, SequencePositionOutOfRangeIsAnError) {
+  auto m = makeModel(13);
+  addInput(m, "a", {2});
+  *m.mutable_graph()->add_initializer() = int64Tensor("minus3", {}, {-3});
+  addNode(m, "SequenceConstruct", {"a", "a"}, {"s"}, "construct");
+  addNode(m, "SequenceErase", {"s", "minus3"}, {"t"}, "erase");
+  addNode(m, "ConcatFromSequence", {"t"}, {"y"}, "concat");
+  setInt(m.mutable_graph()->mutable_node(2), "axis", 0);
+  addOutput(m, "y");
+  std::string error = errorOf(importModel(m));
+  EXPECT_NE(error.find("position -3 is out of range for a sequence of 2 elements, expected [-2, 1]"),
+            std::string::npos)
+      << error;
+}
+
+TEST(OnnxImporter, SequenceAsAGraphOutputOrATensorIsAnError) {
+  {
+    auto m = makeModel(13);
+    addInput(m, "a", {2});
+    addNode(m, "SequenceConstruct", {"a"}, {"s"}, "construct");
+    addOutput(m, "s");
+    std::string error = errorOf(importModel(m));
+    EXPECT_NE(error.find("graph output 0 's' is a sequence"), std::string::npos) << error;
+  }
+  {
+    auto m = makeModel(13);
+    addInput(m, "a", {2});
+    addNode(m, "SequenceConstruct", {"a"}, {"s"}, "construct");
+    addNode(m, "Abs", {"s"}, {"y"}, "abs");
+    addOutput(m, "y");
+    std::string error = errorOf(importModel(m));
+    EXPECT_NE(error.find("node 'abs' (Abs, opset 13): input 0 's' is a sequence, expected a tensor"),
+              std::string::npos)
+        << error;
+  }
+  {
+    auto m = makeModel(13);
+    addInput(m, "a", {2});
+    addNode(m, "SequenceLength", {"a"}, {"n"}, "length");
+    addOutput(m, "n", onnx::TensorProto::INT64);
+    std::string error = errorOf(importModel(m));
+    EXPECT_NE(error.find("input 0 'a' is a tensor, expected a sequence"), std::string::npos) << error;
+  }
+}
+
+TEST(OnnxImporter, SequenceReadInsideAnIfBodyIsAnError) {
+  auto m = makeModel(13);
+  addInput(m, "c", {}, onnx::TensorProto::BOOL);
+  addInput(m, "a", {2});
+  addNode(m, "SequenceConstruct", {"a"}, {"s"}, "construct");
+  onnx::GraphProto branch;
+  branch.set_name("branch");
+  addGraphNode(branch, "SequenceLength", {"s"}, {"n"});
+  addValueInfo(branch.mutable_output(), "n", onnx::TensorProto::INT64, {});
+  auto* node = addNode(m, "If", {"c"}, {"r"}, "If_0");
+  setGraph(node, "then_branch", branch);
+  setGraph(node, "else_branch", branch);
+  addOutput(m, "r", onnx::TensorProto::INT64);
+  std::string error = errorOf(importModel(m));
+  EXPECT_NE(error.find("'s' is a sequence of an enclosing graph"), std::string::npos) << error;
+}
+
 }  // namespace
 }  // namespace kiln
