@@ -72,6 +72,27 @@ Status checkSameDType(const KernelCall& c) {
   return {};
 }
 
+/// The ranks of a convolution's x[N,C,D...], w[M,C/groups,K...] and result.
+Status checkConvRanks(const KernelCall& c) {
+  const Tensor &x = c.in(0), &w = c.in(1);
+  if (x.rank() < 3 || w.rank() != x.rank() || c.out().rank() != x.rank())
+    return c.op.emitError("expects x[N,C,D...] and w[M,C/groups,K...] of one rank, got " + x.type().str() + " and " +
+                          w.type().str());
+  return {};
+}
+
+/// The channel counts of a convolution in `groups` groups: x's `channels`,
+/// w[M, C/groups, ...] and the result's `resultChannels` (M).
+Status checkConvGroups(const KernelCall& c, int64_t channels, int64_t resultChannels, int64_t groups) {
+  const Tensor &x = c.in(0), &w = c.in(1);
+  const int64_t outChannels = w.shape()[0];
+  if (groups <= 0 || channels % groups || outChannels % groups || w.shape()[1] * groups != channels ||
+      resultChannels != outChannels)
+    return c.op.emitError("channels of x " + x.type().str() + " and w " + w.type().str() + " do not fit " +
+                          std::to_string(groups) + " groups");
+  return {};
+}
+
 }  // namespace
 
 namespace kernels {
@@ -126,9 +147,7 @@ Status Conv(const KernelCall& c) {
   const Tensor& x = c.in(0);
   const Tensor& w = c.in(1);
   Tensor& out = c.out();
-  if (x.rank() < 3 || w.rank() != x.rank() || out.rank() != x.rank())
-    return c.op.emitError("expects x[N,C,D...] and w[M,C/groups,K...] of one rank, got " + x.type().str() + " and " +
-                          w.type().str());
+  KILN_TRY(checkConvRanks(c));
   KILN_TRY(checkSameDType(c));
   // channels_last: x[N, D..., C] and out[N, D..., M], read through the same
   // loops with the channel as the innermost dim.
@@ -140,10 +159,7 @@ Status Conv(const KernelCall& c) {
   }
   const int64_t batchSize = xShape[0], channels = xShape[1], outChannels = w.shape()[0];
   const int64_t groups = c.op.getInt("groups");
-  if (groups <= 0 || channels % groups || outChannels % groups || w.shape()[1] * groups != channels ||
-      outShape[1] != outChannels)
-    return c.op.emitError("channels of x " + x.type().str() + " and w " + w.type().str() + " do not fit " +
-                          std::to_string(groups) + " groups");
+  KILN_TRY(checkConvGroups(c, channels, outShape[1], groups));
   if (c.numOperands() == 3 && (c.in(2).rank() != 1 || c.in(2).shape()[0] != outChannels))
     return c.op.emitError("bias " + c.in(2).type().str() + " must be [" + std::to_string(outChannels) + "]");
   auto window = readWindow(c.op, spatial(w.shape()));
@@ -421,15 +437,10 @@ Status QConv(const KernelCall& c) {
   const Tensor& x = c.in(0);
   const Tensor& w = c.in(1);
   Tensor& out = c.out();
-  if (x.rank() < 3 || w.rank() != x.rank() || out.rank() != x.rank())
-    return c.op.emitError("expects x[N,C,D...] and w[M,C/groups,K...] of one rank, got " + x.type().str() + " and " +
-                          w.type().str());
+  KILN_TRY(checkConvRanks(c));
   const int64_t batchSize = x.shape()[0], channels = x.shape()[1], outChannels = w.shape()[0];
   const int64_t groups = c.op.getInt("groups");
-  if (groups <= 0 || channels % groups || outChannels % groups || w.shape()[1] * groups != channels ||
-      out.shape()[1] != outChannels)
-    return c.op.emitError("channels of x " + x.type().str() + " and w " + w.type().str() + " do not fit " +
-                          std::to_string(groups) + " groups");
+  KILN_TRY(checkConvGroups(c, channels, out.shape()[1], groups));
   KILN_TRY(checkQuantizedOperands(c, outChannels));
   auto window = readWindow(c.op, spatial(w.shape()));
   if (!window) return window.takeError();
