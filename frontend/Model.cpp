@@ -110,8 +110,7 @@ std::map<std::string, DenseTensor> flattenGraphValues(const std::map<std::string
   std::map<std::string, DenseTensor> flat;
   for (const auto& [name, value] : values) {
     const bool isSequence = value.kind == ValueKind::Sequence || value.kind == ValueKind::OptionalSequence;
-    for (size_t i = 0; i < value.tensors.size(); ++i)
-      flat[isSequence ? elementName(name, i) : name] = value.tensors[i];
+    for (size_t i = 0; i < value.tensors.size(); ++i) flat[isSequence ? elementName(name, i) : name] = value.tensors[i];
   }
   return flat;
 }

@@ -4,7 +4,10 @@
 // `loop` whose body takes row i of each scan input (gather) before running
 // the scan body inlined, and whose stacked scan values are then reversed and
 // moved to their output axes; opset 8's batched Scan is a loop over the batch
-// around that loop.
+// around that loop. What is known at import is resolved there instead: an If
+// whose condition is known inlines the branch it takes, and a Loop that
+// carries a sequence or an optional (Kiln has no such type at run time) is
+// unrolled, which needs its trip count known at import.
 #include <limits>
 #include <optional>
 #include <unordered_map>
@@ -265,7 +268,8 @@ Status convertLoop(NodeContext& ctx) {
       return ctx.error("loop-carried value " + std::to_string(c) + " " + inQuotesName(ctx, 2 + c) + " is " +
                        std::string(valueKindName(carriedValues[c].kind)) +
                        ", so the loop must be unrolled at import (Kiln resolves sequences and optionals at import), "
-                       "but it cannot be: " + unrolled.error().message());
+                       "but it cannot be: " +
+                       unrolled.error().message());
     return {};
   }
   std::vector<Value*> carried;

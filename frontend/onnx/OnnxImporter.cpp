@@ -10,8 +10,11 @@
 // define is looked up in the enclosing scopes, and an outer value found there
 // becomes a trailing argument of the body ("captured": the op passes it as an
 // operand), or a copy when it is a small constant, so that shape computations
-// on it still fold. Every count, index, rank and size read from the file is
-// checked before use.
+// on it still fold. Sequence and optional graph inputs and outputs are
+// specialized to the values they take (LoadOptions::inputForms; a sequence
+// is one argument or result per element, frontend/Model.h), and the value
+// files that hold such values are read by readOnnxValue. Every count, index,
+// rank and size read from the file is checked before use.
 #include "frontend/onnx/OnnxImporter.h"
 
 #include <algorithm>
@@ -600,7 +603,7 @@ class Importer {
   Expected<onnx_import::ImportedBody> importBody(const onnx::GraphProto& graph, std::span<const TensorType> formalTypes,
                                                  std::span<Value* const> sharedCaptures, const std::string& what);
   Expected<std::vector<ImportValue>> inlineSubgraph(const onnx::GraphProto& graph, std::span<const ImportValue> inputs,
-                                               const std::string& nameSuffix, const std::string& what);
+                                                    const std::string& nameSuffix, const std::string& what);
   /// Converts the initializers, nodes and outputs of a subgraph in the
   /// current scope; returns the values of its outputs.
   Expected<std::vector<ImportValue>> convertSubgraph(const onnx::GraphProto& graph, const std::string& what);
@@ -910,7 +913,11 @@ Expected<const onnx::TypeProto_Tensor*> structuredTensorType(const onnx::TypePro
     inner = &inner->sequence_type().elem_type();
   }
   if (!inner->has_tensor_type())
-    return Error(what + " holds " + (inner->has_sequence_type() ? "sequences of sequences" : inner->has_map_type() ? "maps" : inner->has_optional_type() ? "optionals" : "values other than tensors") +
+    return Error(what + " holds " +
+                 (inner->has_sequence_type()   ? "sequences of sequences"
+                  : inner->has_map_type()      ? "maps"
+                  : inner->has_optional_type() ? "optionals"
+                                               : "values other than tensors") +
                  "; Kiln's sequences and optionals hold tensors");
   return &inner->tensor_type();
 }
@@ -918,8 +925,7 @@ Expected<const onnx::TypeProto_Tensor*> structuredTensorType(const onnx::TypePro
 Status Importer::importStructuredInput(const onnx::ValueInfoProto& input, const std::string& what) {
   const onnx::TypeProto& type = input.type();
   const bool optional = type.has_optional_type();
-  const bool holdsSequence =
-      optional ? type.optional_type().elem_type().has_sequence_type() : type.has_sequence_type();
+  const bool holdsSequence = optional ? type.optional_type().elem_type().has_sequence_type() : type.has_sequence_type();
   auto tensorType = structuredTensorType(type, what);
   if (!tensorType) return tensorType.takeError();
   auto form = options_.inputForms.find(input.name());
@@ -933,8 +939,10 @@ Status Importer::importStructuredInput(const onnx::ValueInfoProto& input, const 
                                 kind == (holdsSequence ? ValueKind::OptionalSequence : ValueKind::OptionalTensor))
                              : kind == ValueKind::Sequence;
   if (!fits)
-    return Error(what + " is declared " + (optional ? std::string("an optional ") + (holdsSequence ? "sequence" : "tensor") : std::string("a sequence")) +
-                 ", but is given " + std::string(valueKindName(kind)));
+    return Error(
+        what + " is declared " +
+        (optional ? std::string("an optional ") + (holdsSequence ? "sequence" : "tensor") : std::string("a sequence")) +
+        ", but is given " + std::string(valueKindName(kind)));
   const size_t expected = kind == ValueKind::OptionalNone ? 0 : kind == ValueKind::OptionalTensor ? 1 : shapes.size();
   if (shapes.size() != expected)
     return Error(what + " is given " + std::string(valueKindName(kind)) + " with " + std::to_string(shapes.size()) +
@@ -1224,12 +1232,12 @@ Expected<onnx_import::ImportedBody> Importer::importBody(const onnx::GraphProto&
       tensors.push_back(v.tensor);
       continue;
     }
-    structuredResult = Error(what + ": output " + std::to_string(i) + " " +
-                             inQuotes(graph.output(static_cast<int>(i)).name()) + " is " +
-                             std::string(valueKindName(v.kind)) +
-                             "; Kiln resolves sequences and optionals at import and cannot return one from an If, "
-                             "Loop or Scan body that is not resolved at import (an If whose condition, or a Loop "
-                             "whose trip count, is known at import)");
+    structuredResult =
+        Error(what + ": output " + std::to_string(i) + " " + inQuotes(graph.output(static_cast<int>(i)).name()) +
+              " is " + std::string(valueKindName(v.kind)) +
+              "; Kiln resolves sequences and optionals at import and cannot return one from an If, "
+              "Loop or Scan body that is not resolved at import (an If whose condition, or a Loop "
+              "whose trip count, is known at import)");
   }
   if (results && !structuredResult) {
     builder().setLocation(Location::named("return", filename_));
@@ -1272,7 +1280,7 @@ Expected<std::vector<ImportValue>> Importer::convertSubgraph(const onnx::GraphPr
 
 Expected<std::vector<ImportValue>> Importer::inlineSubgraph(const onnx::GraphProto& graph,
                                                             std::span<const ImportValue> inputs,
-                                                       const std::string& nameSuffix, const std::string& what) {
+                                                            const std::string& nameSuffix, const std::string& what) {
   if (scope_->depth + 1 > kMaxSubgraphDepth)
     return Error(what + " nests subgraphs more than " + std::to_string(kMaxSubgraphDepth) + " deep");
   if (static_cast<size_t>(graph.input_size()) != inputs.size())
@@ -1478,7 +1486,8 @@ Expected<std::vector<DenseTensor>> sequenceTensors(const onnx::SequenceProto& se
 
 Expected<GraphValue> parseOnnxValue(std::string_view bytes, OnnxValueFile kind, std::string_view what) {
   const std::string name(what);
-  if (static_cast<int64_t>(bytes.size()) > kMaxModelBytes) return Error(name + ": too large for a protobuf message (2 GiB)");
+  if (static_cast<int64_t>(bytes.size()) > kMaxModelBytes)
+    return Error(name + ": too large for a protobuf message (2 GiB)");
   const int size = static_cast<int>(bytes.size());
   switch (kind) {
     case OnnxValueFile::Tensor: {

@@ -150,8 +150,7 @@ class NodeContext {
   /// the branch an If takes, a SequenceMap's element), and returns its
   /// outputs; the names it binds get `nameSuffix`. Sequences and optionals
   /// flow in and out, and the subgraph reads those of the enclosing graph.
-  virtual Expected<std::vector<ImportValue>> inlineBody(std::string_view attrName,
-                                                        std::span<const ImportValue> inputs,
+  virtual Expected<std::vector<ImportValue>> inlineBody(std::string_view attrName, std::span<const ImportValue> inputs,
                                                         const std::string& nameSuffix) = 0;
 
   /// An error located at the node: "node 'NAME' (OpType, opset N): message".
@@ -182,7 +181,7 @@ std::span<const OpConverter> signalConverters();  // SignalOps.cpp: DFT, STFT, M
 std::span<const OpConverter> randomConverters();  // RandomOps.cpp: RandomUniform/Normal(Like), Bernoulli
 std::span<const OpConverter> dataDependentConverters();  // DataDependentOps.cpp: NonZero, Unique, NonMaxSuppression
 std::span<const OpConverter> controlFlowConverters();  // ControlFlowOps.cpp: If, Loop, Scan
-std::span<const OpConverter> sequenceConverters();  // SequenceOps.cpp: Sequence*, SplitToSequence, ConcatFromSequence, SequenceMap, Optional*
+std::span<const OpConverter> sequenceConverters();     // SequenceOps.cpp: Sequence*, SequenceMap, Optional*
 
 /// The converter for `opType` in `domain` at `opset`, or null.
 const OpConverter* findConverter(std::string_view domain, std::string_view opType, int64_t opset);
