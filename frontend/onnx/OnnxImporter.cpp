@@ -579,8 +579,8 @@ class Importer {
     std::optional<Builder> builder;
     std::unordered_map<std::string, Value*> values;
     /// Names bound to sequences and optionals (ImportValue, never of kind
-    /// Tensor): import-time lists and presence of this scope's values.
-    /// of this scope's values. They are never captured by a subgraph.
+    /// Tensor): the import-time lists and presence of this scope's values.
+    /// A subgraph inlined here reads them; one that becomes a region cannot.
     std::unordered_map<std::string, ImportValue> structured;
     Scope* parent = nullptr;
     int depth = 0;
@@ -899,9 +899,10 @@ Status Importer::importInputs() {
   return {};
 }
 
-/// The element type a sequence or optional declares for its tensors, with
-/// `kind` saying which structure it has: an error for maps, sparse tensors,
-/// nested sequences and optionals of optionals.
+/// The tensor type a sequence or optional type declares for its tensors (an
+/// optional's, a sequence's elements', an optional sequence's elements'); an
+/// error for maps, sparse tensors, nested sequences and optionals of
+/// optionals.
 Expected<const onnx::TypeProto_Tensor*> structuredTensorType(const onnx::TypeProto& type, const std::string& what) {
   const onnx::TypeProto* inner = &type;
   if (inner->has_optional_type()) {
