@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <set>
 
 #include "frontend/KilnFormat.h"
 #include "frontend/onnx/OnnxExporter.h"
@@ -113,6 +114,53 @@ std::map<std::string, DenseTensor> flattenGraphValues(const std::map<std::string
     for (size_t i = 0; i < value.tensors.size(); ++i) flat[isSequence ? elementName(name, i) : name] = value.tensors[i];
   }
   return flat;
+}
+
+Expected<std::map<std::string, GraphValue>> groupGraphValues(const std::string& path,
+                                                             const std::map<std::string, DenseTensor>& tensors) {
+  std::map<std::string, ValueKind> structured;
+  auto format = modelFormatOf(path);
+  if (!format) return format.takeError();
+  if (*format == ModelFormat::Onnx) {
+    auto inputs = readOnnxStructuredInputs(path);
+    if (!inputs) return inputs.takeError();
+    structured = std::move(*inputs);
+  }
+  auto isIndex = [](const std::string& s) {
+    return !s.empty() && s.size() <= 9 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  std::map<std::string, GraphValue> values;
+  std::set<std::string> used;  // the names grouped into a sequence or optional
+  for (const auto& [name, kind] : structured) {
+    GraphValue& value = values[name];
+    if (kind == ValueKind::OptionalTensor) {
+      auto it = tensors.find(name);
+      value.kind = it == tensors.end() ? ValueKind::OptionalNone : ValueKind::OptionalTensor;
+      if (it != tensors.end()) value.tensors.push_back(it->second);
+      used.insert(name);
+      continue;
+    }
+    // A sequence's elements are NAME.0, NAME.1, ... with no gap.
+    for (size_t i = 0;; ++i) {
+      auto it = tensors.find(elementName(name, i));
+      if (it == tensors.end()) break;
+      value.tensors.push_back(it->second);
+      used.insert(it->first);
+    }
+    const std::string prefix = name + ".";
+    for (auto it = tensors.lower_bound(prefix); it != tensors.end() && it->first.starts_with(prefix); ++it)
+      if (isIndex(it->first.substr(prefix.size())) && !used.count(it->first))
+        return Error(path + ": '" + it->first + "' is bound, but '" + elementName(name, value.tensors.size()) +
+                     "' is not: the elements of sequence input '" + name + "' are bound as " + name + ".0, " + name +
+                     ".1, ... with no gap");
+    if (value.tensors.empty() && kind == ValueKind::Sequence)
+      return Error(path + ": sequence input '" + name + "' is not bound: bind its elements as " + name + ".0, " + name +
+                   ".1, ...");
+    value.kind = value.tensors.empty() ? ValueKind::OptionalNone : kind;
+  }
+  for (const auto& [name, tensor] : tensors)
+    if (!used.count(name)) values[name] = GraphValue{ValueKind::Tensor, {tensor}};
+  return values;
 }
 
 namespace {

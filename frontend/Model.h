@@ -130,6 +130,14 @@ Expected<SpecializedModel> loadModelForInputs(const std::string& path, const Loa
 /// of a sequence by elementName(name, i), an absent optional by none).
 std::map<std::string, DenseTensor> flattenGraphValues(const std::map<std::string, GraphValue>& values);
 
+/// The inverse, for callers that bind tensors by argument name (`kiln run`):
+/// `tensors` grouped into the values of the graph inputs of the model at
+/// `path`. An optional input is present when its name is bound, absent
+/// otherwise; a sequence input takes NAME.0 .. NAME.N-1 (a gap, or none at
+/// all, is an error naming it); other names are tensors.
+Expected<std::map<std::string, GraphValue>> groupGraphValues(const std::string& path,
+                                                             const std::map<std::string, DenseTensor>& tensors);
+
 /// Writes `module`'s first function to `path` in the format its extension
 /// names. The file is written atomically: on error nothing is left behind and
 /// an existing file is untouched.

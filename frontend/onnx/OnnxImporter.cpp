@@ -1415,6 +1415,23 @@ Expected<std::vector<UnsupportedOnnxOp>> findUnsupportedOnnxOps(const std::strin
   return collectUnsupported(model->graph(), *opsets);
 }
 
+Expected<std::map<std::string, ValueKind>> readOnnxStructuredInputs(const std::string& path) {
+  auto bytes = readWholeFile(path, kMaxModelBytes, "ONNX model");
+  if (!bytes) return bytes.takeError();
+  auto model = parseModel(*bytes, path);
+  if (!model) return model.takeError();
+  std::map<std::string, ValueKind> structured;
+  for (const onnx::ValueInfoProto& input : model->graph().input()) {
+    const onnx::TypeProto& type = input.type();
+    if (type.has_sequence_type())
+      structured[input.name()] = ValueKind::Sequence;
+    else if (type.has_optional_type())
+      structured[input.name()] = type.optional_type().elem_type().has_sequence_type() ? ValueKind::OptionalSequence
+                                                                                      : ValueKind::OptionalTensor;
+  }
+  return structured;
+}
+
 Expected<OnnxSignature> readOnnxSignature(const std::string& path) {
   auto bytes = readWholeFile(path, kMaxModelBytes, "ONNX model");
   if (!bytes) return bytes.takeError();

@@ -66,6 +66,11 @@ struct OnnxSignature {
 };
 Expected<OnnxSignature> readOnnxSignature(const std::string& path);
 
+/// The graph inputs of the `.onnx` file at `path` that are sequences or
+/// optionals, each with what it is declared (ValueKind::Sequence,
+/// OptionalTensor or OptionalSequence), read without importing the graph.
+Expected<std::map<std::string, ValueKind>> readOnnxStructuredInputs(const std::string& path);
+
 /// Reads a serialized TensorProto (the `input_0.pb` files of the ONNX
 /// backend tests). Strings and other types Kiln has no dtype for are errors.
 Expected<DenseTensor> readOnnxTensor(const std::string& path);
