@@ -14,6 +14,7 @@
 #include "frontend/onnx/OnnxTraining.h"
 #include "ir/Verifier.h"
 #include "onnx.pb.h"
+#include "onnx_values.pb.h"
 #include "passes/TrainingStep.h"
 #include "runtime/Interpreter.h"
 #include "test/unit/TestSupport.h"
@@ -1279,6 +1280,47 @@ TEST(OnnxImporter, IfWithAConditionKnownAtImportTakesItsBranchSequencesIncluded)
   EXPECT_EQ(countOps(*(*module)->functions().front(), OpKind::If), 0u);
   ASSERT_EQ(outputs.size(), 1u);
   EXPECT_EQ(outputs[0].count, 2u);
+}
+
+TEST(OnnxImporter, ValueFilesHoldSequencesAndOptionals) {
+  onnx::SequenceProto sequence;
+  sequence.set_elem_type(1);  // tensors
+  *sequence.add_tensor_values() = floatTensor("", {2}, {1, 2});
+  *sequence.add_tensor_values() = floatTensor("", {1}, {3});
+  std::string bytes;
+  ASSERT_TRUE(sequence.SerializeToString(&bytes));
+  auto value = parseOnnxValue(bytes, OnnxValueFile::Sequence, "seq.pb");
+  ASSERT_TRUE(value.ok()) << value.error().str();
+  EXPECT_EQ(value->kind, ValueKind::Sequence);
+  ASSERT_EQ(value->tensors.size(), 2u);
+  EXPECT_EQ(value->tensors[1].type.str(), "f32[1]");
+
+  onnx::OptionalProto optional;
+  optional.set_elem_type(3);  // would hold a sequence, but holds nothing
+  ASSERT_TRUE(optional.SerializeToString(&bytes));
+  value = parseOnnxValue(bytes, OnnxValueFile::Optional, "none.pb");
+  ASSERT_TRUE(value.ok()) << value.error().str();
+  EXPECT_EQ(value->kind, ValueKind::OptionalNone);
+  *optional.mutable_sequence_value() = sequence;
+  ASSERT_TRUE(optional.SerializeToString(&bytes));
+  value = parseOnnxValue(bytes, OnnxValueFile::Optional, "some.pb");
+  ASSERT_TRUE(value.ok()) << value.error().str();
+  EXPECT_EQ(value->kind, ValueKind::OptionalSequence);
+  EXPECT_EQ(value->tensors.size(), 2u);
+
+  // Elements of two dtypes, a sequence of maps, and bytes that are no message.
+  *sequence.add_tensor_values() = int64Tensor("", {1}, {4});
+  ASSERT_TRUE(sequence.SerializeToString(&bytes));
+  std::string error = parseOnnxValue(bytes, OnnxValueFile::Sequence, "mixed.pb").error().str();
+  EXPECT_NE(error.find("mixed.pb: element 2 is i64[1], but element 0 is f32[2]"), std::string::npos) << error;
+  onnx::SequenceProto maps;
+  maps.set_elem_type(4);
+  maps.add_sequence_values();
+  ASSERT_TRUE(maps.SerializeToString(&bytes));
+  error = parseOnnxValue(bytes, OnnxValueFile::Sequence, "maps.pb").error().str();
+  EXPECT_NE(error.find("maps.pb: a sequence of element type 4, expected tensors (1)"), std::string::npos) << error;
+  error = parseOnnxValue("\xff\xff\xff", OnnxValueFile::Optional, "bad.pb").error().str();
+  EXPECT_NE(error.find("bad.pb: not a valid ONNX OptionalProto"), std::string::npos) << error;
 }
 
 }  // namespace
