@@ -15,6 +15,7 @@
 
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 #include <string_view>
@@ -30,6 +31,14 @@ enum class ModelFormat { Onnx, Kiln, KilnText, KilnIR };
 /// extensions otherwise.
 Expected<ModelFormat> modelFormatOf(std::string_view path);
 std::string_view modelFormatName(ModelFormat format);
+
+class Builder;
+
+/// Builds with `b` the gradients of `y` with respect to `xs`, `zs` held
+/// constant (passes/Autodiff.h's buildGradients, which the frontend,
+/// depending on ir/ only, is handed rather than calling it).
+using GradientBuilder = Expected<std::vector<Value*>> (*)(Builder& b, Value* y, std::span<Value* const> xs,
+                                                          std::span<Value* const> zs);
 
 struct LoadOptions {
   /// Evaluates ops on constants while importing (ONNX shape computations
@@ -47,6 +56,9 @@ struct LoadOptions {
   /// loadModelForInputs will not bind, so they would take those defaults
   /// anyway (a sequence position given as a defaulted input, say).
   bool freezeUnboundDefaults = false;
+  /// Imports ONNX's Gradient op (ai.onnx.preview.training). May be null:
+  /// then a model with a Gradient node fails to import, saying why.
+  GradientBuilder gradients = nullptr;
 };
 
 /// Reads the model at `path`. Errors name the file and, where there is one,

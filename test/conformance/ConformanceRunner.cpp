@@ -67,6 +67,7 @@
 #include "codegen/llvm/CpuJit.h"
 #include "frontend/onnx/OnnxImporter.h"
 #include "onnx.pb.h"
+#include "passes/Autodiff.h"
 #include "runtime/Interpreter.h"
 #include "runtime/cuda/CudaContext.h"
 #include "runtime/cuda/CudaDevices.h"
@@ -269,6 +270,7 @@ class CaseRunner {
     evaluator_ = std::make_unique<InterpreterEvaluator>();
     LoadOptions options;
     options.evaluator = evaluator_.get();
+    options.gradients = &buildGradients;
     const std::string modelPath = (dir_ / "model.onnx").string();
 
     std::string note;
@@ -374,6 +376,7 @@ class CaseRunner {
                                         bool reference) {
     LoadOptions options;
     options.evaluator = evaluator_.get();
+    options.gradients = &buildGradients;
     auto specialized = loadModelForInputs(path, options, byName);
     if (!specialized) return specialized.takeError();
     const Function& f = *specialized->module->functions().front();
