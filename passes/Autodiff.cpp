@@ -101,17 +101,18 @@ Status buildBackward(Function& f, Builder& b, const std::vector<size_t>& params,
     if (op->kind() != OpKind::Return) forward.push_back(op.get());
   for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
     Op& op = **it;
-    auto found = grads.find(op.result(0));
-    if (op.numResults() != 1 || found == grads.end()) {
-      bool reached = false;
-      for (Value* r : op.results()) reached |= grads.count(r) > 0;
-      if (reached) return op.emitError("has several results; autodiff handles single-result ops only");
-      continue;
+    std::vector<Value*> dys;
+    bool reached = false;
+    for (Value* r : op.results()) {
+      auto found = grads.find(r);
+      dys.push_back(found == grads.end() ? nullptr : found->second);
+      reached |= found != grads.end();
     }
+    if (!reached) continue;
     std::vector<bool> needs;
     for (Value* v : op.operands()) needs.push_back(active.count(v) > 0);
     b.setLocation(op.loc());
-    auto operandGrads = applyVjp(b, op, found->second, needs);
+    auto operandGrads = applyVjpResults(b, op, dys, needs);
     if (!operandGrads) return operandGrads.takeError();
     for (size_t i = 0; i < op.numOperands(); ++i)
       if (Value* g = (*operandGrads)[i]) KILN_TRY(accumulate(op.operand(i), g));
@@ -173,10 +174,11 @@ class GradientSweep {
         KILN_TRY(sweepDecomposedCopy(op));
         continue;
       }
-      if (op.numResults() != 1) return op.emitError("has several results; autodiff handles single-result ops only");
+      std::vector<Value*> dys;
+      for (Value* r : op.results()) dys.push_back(grads_.count(r) ? grads_.at(r) : nullptr);
       std::vector<bool> needs;
       for (Value* v : op.operands()) needs.push_back(active_.count(v) > 0);
-      auto operandGrads = applyVjp(b_, op, grads_.at(op.result(0)), needs);
+      auto operandGrads = applyVjpResults(b_, op, dys, needs);
       if (!operandGrads) return operandGrads.takeError();
       for (size_t i = 0; i < op.numOperands(); ++i)
         if (Value* g = (*operandGrads)[i]) KILN_TRY(accumulate(op.operand(i), g));
