@@ -29,7 +29,8 @@ struct AutodiffOptions {
 /// several times are summed; a parameter the loss does not depend on gets
 /// zeros. Errors (a non-scalar or integer loss, an unknown parameter, an op
 /// without a rule on the path from a parameter to the loss) name what was
-/// wrong; on error `f` may be partly decomposed but has no backward ops.
+/// wrong; on error `f` may be partly decomposed (and a loop may stack its
+/// carried values, vjpLoop) but has no backward ops.
 Status differentiateFunction(Function& f, const AutodiffOptions& options = {});
 
 /// Builds with `b`, in `b`'s function, the gradient of the sum of `y`'s

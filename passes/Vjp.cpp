@@ -1047,8 +1047,9 @@ struct LoopGradients {
 /// gradients of the carried values entering iteration i and the captures'
 /// gradients summed over the iterations so far. Arguments: (t, cond,
 /// d_carried..., d_captures..., stacks..., d_scans..., captures...).
-Expected<std::unique_ptr<Function>> backwardLoopBody(const Function& body, const Op& op, const Op& forward,
-                                                     const LoopGradients& lg, std::span<Value* const> dys) {
+Expected<std::unique_ptr<Function>> backwardLoopBody(const Function& body, const Op& op,
+                                                     const std::vector<Value*>& stackResults, const LoopGradients& lg,
+                                                     std::span<Value* const> dys) {
   const size_t K = lg.numCarried;
   auto back = std::make_unique<Function>(body.name());
   back->setLoc(body.loc());
@@ -1057,8 +1058,7 @@ Expected<std::unique_ptr<Function>> backwardLoopBody(const Function& body, const
   std::vector<Value*> dCarried, dCaptures, stacks, dScans, captures;
   for (size_t k : lg.floatCarried) dCarried.push_back(back->addArgument(op.result(k)->type()));
   for (size_t j : lg.floatCaptures) dCaptures.push_back(back->addArgument(op.operand(2 + K + j)->type()));
-  const size_t S = op.numResults() - K;
-  for (size_t k = 0; k < K; ++k) stacks.push_back(back->addArgument(forward.result(K + S + k)->type()));
+  for (Value* stack : stackResults) stacks.push_back(back->addArgument(stack->type()));
   for (size_t s : lg.seededScans) dScans.push_back(back->addArgument(dys[K + s]->type()));
   for (size_t j = 0; 2 + K + j < op.numOperands(); ++j)
     captures.push_back(back->addArgument(body.argument(2 + K + j)->type()));
@@ -1137,16 +1137,48 @@ Expected<std::unique_ptr<Function>> backwardLoopBody(const Function& body, const
   return back;
 }
 
+/// The results of `op` (a loop of `trips` iterations) that stack the
+/// carried values entering each iteration, one per carried value: the
+/// loop's last scan results when its body already returns its carried
+/// arguments there (an earlier VJP of it added them), else new ones, added
+/// to the op in place (its other results and their uses stay).
+std::vector<Value*> stackCarriedValues(Op& op, int64_t trips) {
+  const size_t K = static_cast<size_t>(op.getInt("num_carried"));
+  Function& body = *op.region(0);
+  Op* ret = body.returnOp();
+  const size_t scans = op.numResults() - K;
+  bool stacked = scans >= K && K > 0;
+  for (size_t k = 0; stacked && k < K; ++k) stacked = ret->operand(1 + K + scans - K + k) == body.argument(2 + k);
+  std::vector<Value*> stacks;
+  if (stacked) {
+    for (size_t k = 0; k < K; ++k) stacks.push_back(op.result(op.numResults() - K + k));
+    return stacks;
+  }
+  std::vector<Value*> returned(ret->operands().begin(), ret->operands().end());
+  std::vector<TensorType> types = body.resultTypes();
+  for (size_t k = 0; k < K; ++k) {
+    Value* x = body.argument(2 + k);
+    returned.push_back(x);
+    types.push_back(x->type());
+    TensorType rows = x->type();
+    rows.shape.insert(rows.shape.begin(), Dim::fixed(trips));
+    stacks.push_back(op.addResult(rows));
+  }
+  ret->setOperands(returned);
+  body.setResultTypes(std::move(types));
+  return stacks;
+}
+
 /// results = loop(N, true, carried..., captures...) with a static trip
 /// count N and a body that never stops early: true reverse mode. The
-/// forward loop is replaced by one that also stacks, as scan results, the
-/// carried values entering each iteration (the original is left without
-/// uses, for DCE: the sweep may still hold its values). A backward loop of
+/// forward loop also stacks, as scan results added to it in place
+/// (stackCarriedValues), the carried values entering each iteration. A
+/// backward loop of
 /// N iterations then runs the body's VJP in reverse iteration order
 /// (backwardLoopBody), threading the carried values' gradients from the
 /// final ones (dys) to the initial ones and summing the captures'. A loop
 /// of no iteration passes its carried values' gradients through.
-Grads vjpLoop(Grad& g, const Op& op, std::span<Value* const> dys, const std::vector<bool>& needs) {
+Grads vjpLoop(Grad& g, Op& op, std::span<Value* const> dys, const std::vector<bool>& needs) {
   const Function& body = *op.region(0);
   LoopGradients lg;
   lg.numCarried = static_cast<size_t>(op.getInt("num_carried"));
@@ -1181,32 +1213,8 @@ Grads vjpLoop(Grad& g, const Op& op, std::span<Value* const> dys, const std::vec
     if (dys[K + s] && isFloat(op.result(K + s)->type().dtype)) lg.seededScans.push_back(s);
   if (lg.floatCarried.empty() && lg.floatCaptures.empty()) return grads;
 
-  // The forward loop, stacking the carried values entering each iteration.
-  std::unique_ptr<Function> stacking = body.clone();
-  Op* stackingRet = stacking->returnOp();
-  std::vector<Value*> returned(stackingRet->operands().begin(), stackingRet->operands().end());
-  std::vector<TensorType> bodyTypes = stacking->resultTypes();
-  std::vector<TensorType> types;
-  for (Value* r : op.results()) types.push_back(r->type());
-  for (size_t k = 0; k < K; ++k) {
-    Value* x = stacking->argument(2 + k);
-    returned.push_back(x);
-    bodyTypes.push_back(x->type());
-    TensorType stacked = x->type();
-    stacked.shape.insert(stacked.shape.begin(), Dim::fixed(lg.trips));
-    types.push_back(stacked);
-  }
-  stackingRet->setOperands(returned);
-  stacking->setResultTypes(std::move(bodyTypes));
-  Builder fb(*op.parent());
-  fb.setInsertionPoint(const_cast<Op*>(&op));
-  fb.setLocation(op.loc());
-  Op* forward = fb.create(OpKind::Loop, std::vector<Value*>(op.operands().begin(), op.operands().end()), types,
-                          op.attrs());
-  forward->addRegion(std::move(stacking));
-  for (size_t r = 0; r < op.numResults(); ++r) op.result(r)->replaceAllUsesWith(forward->result(r));
-
-  auto back = backwardLoopBody(body, op, *forward, lg, dys);
+  std::vector<Value*> stacks = stackCarriedValues(op, lg.trips);
+  auto back = backwardLoopBody(body, op, stacks, lg, dys);
   if (!back) {
     g.fail(back.error().message());
     return {};
@@ -1237,7 +1245,7 @@ Grads vjpLoop(Grad& g, const Op& op, std::span<Value* const> dys, const std::vec
     operands.push_back(*zeros);
     backTypes.push_back(capture->type());
   }
-  for (size_t k = 0; k < K; ++k) operands.push_back(forward->result(K + S + k));
+  operands.insert(operands.end(), stacks.begin(), stacks.end());
   for (size_t s : lg.seededScans) operands.push_back(dys[K + s]);
   for (size_t j = 0; 2 + K + j < op.numOperands(); ++j) operands.push_back(op.operand(2 + K + j));
   const int64_t threaded = static_cast<int64_t>(lg.floatCarried.size() + lg.floatCaptures.size());
@@ -1254,8 +1262,8 @@ Grads vjpLoop(Grad& g, const Op& op, std::span<Value* const> dys, const std::vec
 
 /// The rule of an op of several results (loop): the gradients of its
 /// operands given those of its results (null where none reached one) and
-/// which operands need one.
-using ResultsRule = Grads (*)(Grad&, const Op&, std::span<Value* const> dys, const std::vector<bool>& needs);
+/// which operands need one. It may widen the op in place (see vjpLoop).
+using ResultsRule = Grads (*)(Grad&, Op&, std::span<Value* const> dys, const std::vector<bool>& needs);
 
 struct VjpEntry {
   VjpKind kind;
@@ -1440,7 +1448,7 @@ Expected<Value*> unbroadcast(Builder& b, Value* g, const TensorType& target) {
   return v;
 }
 
-Expected<std::vector<Value*>> applyVjpResults(Builder& b, const Op& op, std::span<Value* const> dys,
+Expected<std::vector<Value*>> applyVjpResults(Builder& b, Op& op, std::span<Value* const> dys,
                                               const std::vector<bool>& needs) {
   const VjpEntry& entry = kVjps[static_cast<size_t>(op.kind())];
   if (entry.kind == VjpKind::NotDifferentiable) return std::vector<Value*>(op.numOperands(), nullptr);
@@ -1460,11 +1468,7 @@ Expected<std::vector<Value*>> applyVjpResults(Builder& b, const Op& op, std::spa
 
 Expected<std::vector<Value*>> applyVjp(Builder& b, const Op& op, Value* dy, const std::vector<bool>& needs) {
   const VjpEntry& entry = kVjps[static_cast<size_t>(op.kind())];
-  if (entry.resultsRule) {
-    std::vector<Value*> dys(op.numResults(), nullptr);
-    if (!dys.empty()) dys[0] = dy;
-    return applyVjpResults(b, op, dys, needs);
-  }
+  if (entry.resultsRule) return op.emitError("has a rule for several results: differentiate it with applyVjpResults");
   if (entry.kind == VjpKind::NotDifferentiable) return std::vector<Value*>(op.numOperands(), nullptr);
   if (entry.kind == VjpKind::Decompose) return op.emitError("is a composite op; decompose it before autodiff");
   if (entry.kind != VjpKind::Rule)

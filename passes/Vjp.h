@@ -46,8 +46,9 @@ Expected<std::vector<Value*>> applyVjp(Builder& b, const Op& op, Value* dy, cons
 /// applyVjp for an op of any number of results: `dys` holds the gradient of
 /// each result, null where none reached it. `loop` is the op of several
 /// results with a rule; another is an error naming it unless it carries no
-/// gradient.
-Expected<std::vector<Value*>> applyVjpResults(Builder& b, const Op& op, std::span<Value* const> dys,
+/// gradient. The rule of `loop` widens the forward op in place: it also
+/// stacks, as scan results, the carried values entering each iteration.
+Expected<std::vector<Value*>> applyVjpResults(Builder& b, Op& op, std::span<Value* const> dys,
                                               const std::vector<bool>& needs);
 
 /// Sums `g` over the dims that broadcasting added or stretched so that it

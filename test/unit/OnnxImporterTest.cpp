@@ -1200,6 +1200,44 @@ TEST(OnnxImporter, GradientOfAValueIndependentOfXIsZero) {
   EXPECT_EQ(test::elementsOf(out[1]), (std::vector<double>{0, 0}));
 }
 
+TEST(OnnxImporter, GradientThroughALoopIsReverseMode) {
+  // looped = x * w * w * w by a Loop of 3 iterations (a constant trip count,
+  // no condition): dy/dx = w^3 and dy/dw = 3 x w^2, through the loop's VJP.
+  auto m = makeModel(13);
+  addInput(m, "x", {2});
+  addInput(m, "w", {2});
+  *m.mutable_graph()->add_initializer() = int64Tensor("n", {}, {3});
+  onnx::GraphProto body;
+  body.set_name("body");
+  addValueInfo(body.mutable_input(), "i", onnx::TensorProto::INT64, {});
+  addValueInfo(body.mutable_input(), "cond", onnx::TensorProto::BOOL, {});
+  addValueInfo(body.mutable_input(), "acc", onnx::TensorProto::FLOAT, {2});
+  addGraphNode(body, "Identity", {"cond"}, {"cond_out"});
+  addGraphNode(body, "Mul", {"acc", "w"}, {"acc_out"});
+  addValueInfo(body.mutable_output(), "cond_out", onnx::TensorProto::BOOL, {});
+  addValueInfo(body.mutable_output(), "acc_out", onnx::TensorProto::FLOAT, {2});
+  setGraph(addNode(m, "Loop", {"n", "", "x"}, {"looped"}, "Loop_0"), "body", body);
+  // Two Gradient nodes of the same loop: the second reuses the stack of
+  // carried values that the first added to the forward loop.
+  addGradient(m, {"x"}, {}, "looped", {"dx"})->set_name("grad_x");
+  addGradient(m, {"w"}, {}, "looped", {"dw"})->set_name("grad_w");
+  for (const char* out : {"looped", "dx", "dw"}) addOutput(m, out);
+  auto module = importWithGradients(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  Status v = verify(**module);
+  ASSERT_TRUE(v.ok()) << v.error().str();
+  std::vector<const Op*> loops;
+  for (const auto& op : (*module)->functions().front()->ops())
+    if (op->kind() == OpKind::Loop) loops.push_back(op.get());
+  ASSERT_EQ(loops.size(), 3u) << "the forward loop and a backward loop per Gradient, not an unrolled one";
+  EXPECT_EQ(loops[0]->numResults(), 2u) << "the result and one stack of the carried value";
+  auto out = run(**module, {test::tensorOf(DType::F32, {2}, {1.5, -2}), test::tensorOf(DType::F32, {2}, {0.5, 3})});
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(test::elementsOf(out[0]), (std::vector<double>{1.5 * 0.125, -2.0 * 27}));
+  EXPECT_EQ(test::elementsOf(out[1]), (std::vector<double>{0.125, 27}));
+  EXPECT_EQ(test::elementsOf(out[2]), (std::vector<double>{3 * 1.5 * 0.25, 3 * -2.0 * 9}));
+}
+
 TEST(OnnxImporter, GradientErrorsNameWhatIsWrong) {
   {
     auto m = affineSquareModel();
