@@ -300,6 +300,10 @@ TEST(AutodiffTest, LoopWithoutAStaticTripCountIsAnError) {
                          "bound (operand 0) is not a constant"),
             std::string::npos)
       << dynamic;
+  std::string unbounded = errorOfLoop("%x: f64[3], %w: f64[3], %b: f64[3]", tanhLoop("9223372036854775807"));
+  EXPECT_NE(unbounded.find("its trip bound 9223372036854775807 is more than 2147483648 iterations to stack"),
+            std::string::npos)
+      << unbounded;
   std::string early = errorOfLoop("%x: f64[3]",
                                   "  %n = constant() {value = dense<i64[]>[4]} : i64[]\n"
                                   "  %t = constant() {value = dense<bool[]>[true]} : bool[]\n"
