@@ -24,6 +24,7 @@
 
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 #include <string_view>
@@ -75,6 +76,14 @@ struct GraphOutputForm {
   size_t count = 1;
 };
 
+class Builder;
+
+/// Builds with `b` the gradients of `y` with respect to `xs`, `zs` held
+/// constant (passes/Autodiff.h's buildGradients, which the frontend,
+/// depending on ir/ only, is handed rather than calling it).
+using GradientBuilder = Expected<std::vector<Value*>> (*)(Builder& b, Value* y, std::span<Value* const> xs,
+                                                          std::span<Value* const> zs);
+
 struct LoadOptions {
   /// Evaluates ops on constants while importing (ONNX shape computations
   /// such as Shape -> Gather -> Concat -> Reshape fold to constants). May be
@@ -95,6 +104,9 @@ struct LoadOptions {
   /// the ONNX importer needs: such an input becomes the tensor arguments of
   /// its form (the file comment). One without a form is an error naming it.
   std::map<std::string, InputForm> inputForms;
+  /// Imports ONNX's Gradient op (ai.onnx.preview.training). May be null:
+  /// then a model with a Gradient node fails to import, saying why.
+  GradientBuilder gradients = nullptr;
 };
 
 /// Reads the model at `path`. Errors name the file and, where there is one,

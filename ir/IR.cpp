@@ -75,6 +75,11 @@ void Op::setRegion(std::unique_ptr<Function> body) {
   if (body) addRegion(std::move(body));
 }
 
+Value* Op::addResult(TensorType type) {
+  results_.push_back(std::unique_ptr<Value>(new Value(std::move(type), {}, this, static_cast<int>(results_.size()))));
+  return results_.back().get();
+}
+
 void Op::addRegion(std::unique_ptr<Function> body) {
   body->parentOp_ = this;
   regions_.push_back(std::move(body));

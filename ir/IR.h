@@ -83,6 +83,10 @@ class Op {
   size_t numResults() const { return results_.size(); }
   Value* result(size_t i = 0) const { return results_[i].get(); }
   std::vector<Value*> results() const;
+  /// Appends a result of `type`, keeping the others and their uses: a
+  /// rewrite that widens an op in place (the VJP of `loop` makes the forward
+  /// loop also stack what its backward reads).
+  Value* addResult(TensorType type);
   /// True when some result of this op has a user.
   bool hasUses() const;
 

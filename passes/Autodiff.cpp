@@ -101,17 +101,18 @@ Status buildBackward(Function& f, Builder& b, const std::vector<size_t>& params,
     if (op->kind() != OpKind::Return) forward.push_back(op.get());
   for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
     Op& op = **it;
-    auto found = grads.find(op.result(0));
-    if (op.numResults() != 1 || found == grads.end()) {
-      bool reached = false;
-      for (Value* r : op.results()) reached |= grads.count(r) > 0;
-      if (reached) return op.emitError("has several results; autodiff handles single-result ops only");
-      continue;
+    std::vector<Value*> dys;
+    bool reached = false;
+    for (Value* r : op.results()) {
+      auto found = grads.find(r);
+      dys.push_back(found == grads.end() ? nullptr : found->second);
+      reached |= found != grads.end();
     }
+    if (!reached) continue;
     std::vector<bool> needs;
     for (Value* v : op.operands()) needs.push_back(active.count(v) > 0);
     b.setLocation(op.loc());
-    auto operandGrads = applyVjp(b, op, found->second, needs);
+    auto operandGrads = applyVjpResults(b, op, dys, needs);
     if (!operandGrads) return operandGrads.takeError();
     for (size_t i = 0; i < op.numOperands(); ++i)
       if (Value* g = (*operandGrads)[i]) KILN_TRY(accumulate(op.operand(i), g));
@@ -137,6 +138,103 @@ Status buildBackward(Function& f, Builder& b, const std::vector<size_t>& params,
   for (size_t i = 0; i < names.size(); ++i) f.setResultName(i, names[i]);
   return Status::success();
 }
+
+/// The backward sweep of buildGradients over a function's ops as they
+/// stand, which it leaves in place: a composite op is differentiated through
+/// a decomposed copy of it built at the insertion point.
+class GradientSweep {
+ public:
+  GradientSweep(Builder& b, std::set<const Value*> held) : b_(b), held_(std::move(held)) {}
+
+  std::set<const Value*>& active() { return active_; }
+  std::map<const Value*, Value*>& grads() { return grads_; }
+
+  /// Marks active the float results of `ops` (forward order) that depend on
+  /// an active value; held values stay inactive.
+  void propagate(const std::vector<Op*>& ops) {
+    for (Op* op : ops) {
+      bool any = false;
+      for (Value* v : op->operands()) any |= active_.count(v) > 0;
+      if (!any) continue;
+      for (Value* r : op->results())
+        if (isFloat(r->type().dtype) && !held_.count(r)) active_.insert(r);
+    }
+  }
+
+  /// Visits `ops` last to first, adding to grads() the gradients of the
+  /// active operands of each op that a gradient reached.
+  Status sweep(const std::vector<Op*>& ops) {
+    for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
+      Op& op = **it;
+      bool reached = false;
+      for (Value* r : op.results()) reached |= grads_.count(r) > 0;
+      if (!reached) continue;
+      b_.setLocation(op.loc());
+      if (op.info().isComposite()) {
+        KILN_TRY(sweepDecomposedCopy(op));
+        continue;
+      }
+      std::vector<Value*> dys;
+      for (Value* r : op.results()) dys.push_back(grads_.count(r) ? grads_.at(r) : nullptr);
+      std::vector<bool> needs;
+      for (Value* v : op.operands()) needs.push_back(active_.count(v) > 0);
+      auto operandGrads = applyVjpResults(b_, op, dys, needs);
+      if (!operandGrads) return operandGrads.takeError();
+      for (size_t i = 0; i < op.numOperands(); ++i)
+        if (Value* g = (*operandGrads)[i]) KILN_TRY(accumulate(op.operand(i), g));
+    }
+    return Status::success();
+  }
+
+  Status accumulate(const Value* v, Value* g) {
+    Value*& slot = grads_[v];
+    if (!slot) {
+      slot = g;
+      return Status::success();
+    }
+    auto sum = b_.value(OpKind::Add, {slot, g});
+    if (!sum) return sum.takeError();
+    slot = *sum;
+    return Status::success();
+  }
+
+ private:
+  /// Decomposes a copy of composite `op` at the insertion point and sweeps
+  /// its primitives, their results standing for op's.
+  Status sweepDecomposedCopy(const Op& op) {
+    Function& f = b_.function();
+    std::set<const Op*> before;
+    for (const auto& o : f.ops()) before.insert(o.get());
+    std::vector<TensorType> types;
+    for (Value* r : op.results()) types.push_back(r->type());
+    Op* copy = b_.create(op.kind(), std::vector<Value*>(op.operands().begin(), op.operands().end()), types, op.attrs());
+    // Each result gets a placeholder user, through which decomposition
+    // tells what replaced it; the placeholders are erased after.
+    std::vector<Op*> holders;
+    for (Value* r : copy->results()) holders.push_back(b_.create(OpKind::Reshape, {r}, {r->type()}));
+    Status decomposed = decomposeOp(*copy);
+    std::vector<Value*> replaced;
+    for (Op* h : holders) replaced.push_back(h->operand(0));
+    for (Op* h : holders) f.erase(h);
+    if (!decomposed.ok()) {
+      f.erase(copy);
+      return decomposed;
+    }
+    std::set<const Op*> holderSet(holders.begin(), holders.end());
+    std::vector<Op*> primitives;
+    for (const auto& o : f.ops())
+      if (!before.count(o.get()) && !holderSet.count(o.get())) primitives.push_back(o.get());
+    propagate(primitives);
+    for (size_t i = 0; i < op.numResults(); ++i)
+      if (auto g = grads_.find(op.result(i)); g != grads_.end()) KILN_TRY(accumulate(replaced[i], g->second));
+    return sweep(primitives);
+  }
+
+  Builder& b_;
+  std::set<const Value*> held_;
+  std::set<const Value*> active_;
+  std::map<const Value*, Value*> grads_;
+};
 
 class AutodiffPass : public Pass {
  public:
@@ -202,6 +300,58 @@ Status differentiateFunction(Function& f, const AutodiffOptions& options) {
   }
   if (first) eraseUnusedFrom(f, first);
   return Status::success();
+}
+
+Expected<std::vector<Value*>> buildGradients(Builder& b, Value* y, std::span<Value* const> xs,
+                                             std::span<Value* const> zs) {
+  Function& f = b.function();
+  if (!isFloat(y->type().dtype)) return Error("cannot differentiate %" + y->name() + " of type " + y->type().str() +
+                                              ": expected a float tensor", b.location());
+  for (Value* x : xs)
+    if (!isFloat(x->type().dtype))
+      return Error("cannot differentiate with respect to %" + x->name() + " of type " + x->type().str() +
+                       ": expected a float tensor",
+                   b.location());
+  std::vector<Op*> forward;
+  std::set<const Op*> existing;
+  for (const auto& op : f.ops()) {
+    existing.insert(op.get());
+    if (op->kind() != OpKind::Return) forward.push_back(op.get());
+  }
+  GradientSweep sweep(b, std::set<const Value*>(zs.begin(), zs.end()));
+  for (Value* x : xs) sweep.active().insert(x);
+  for (Value* z : zs) sweep.active().erase(z);
+  sweep.propagate(forward);
+  const Location loc = b.location();
+  if (sweep.active().count(y)) {
+    Value* one = b.scalar(y->type().dtype, 1.0);
+    Value* zeros = y->type().isStatic() ? nullptr : zerosLike(b, y);
+    if (!y->type().isStatic() && !zeros) return Error("cannot build ones of type " + y->type().str(), loc);
+    auto seed = y->type().isStatic() ? b.value(OpKind::Broadcast, {one}, {}, {y->type()})
+                                     : b.value(OpKind::Add, {zeros, one});
+    if (!seed) return seed.takeError();
+    sweep.grads()[y] = *seed;
+    KILN_TRY(sweep.sweep(forward));
+  }
+  b.setLocation(loc);
+  std::vector<Value*> results;
+  for (Value* x : xs) {
+    auto g = sweep.grads().find(x);
+    Value* grad = g != sweep.grads().end() ? g->second : zerosLike(b, x);
+    if (!grad) return Error("cannot build zeros of type " + x->type().str() + " for %" + x->name(), loc);
+    results.push_back(grad);
+  }
+  // Rules build the gradient of every float operand; drop the unused ones.
+  std::set<const Value*> keep(results.begin(), results.end());
+  std::vector<Op*> created;
+  for (const auto& op : f.ops())
+    if (!existing.count(op.get())) created.push_back(op.get());
+  for (auto it = created.rbegin(); it != created.rend(); ++it) {
+    bool kept = false;
+    for (Value* r : (*it)->results()) kept |= keep.count(r) > 0;
+    if (!kept && !(*it)->hasUses()) f.erase(*it);
+  }
+  return results;
 }
 
 std::unique_ptr<Pass> createAutodiffPass() { return std::make_unique<AutodiffPass>(); }

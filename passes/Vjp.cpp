@@ -883,6 +883,58 @@ Expected<Value*> zerosOf(Builder& b, Value* like) {
   return b.value(OpKind::Mul, {like, b.scalar(t.dtype, 0.0)});
 }
 
+/// Marks active the float results of `ops` (forward order) that depend on
+/// an active value.
+void markActive(const std::vector<Op*>& ops, std::set<const Value*>& active) {
+  for (Op* op : ops) {
+    bool any = false;
+    for (Value* v : op->operands()) any |= active.count(v) > 0;
+    if (!any) continue;
+    for (Value* r : op->results())
+      if (isFloat(r->type().dtype)) active.insert(r);
+  }
+}
+
+/// Adds `g` to the gradient of `v` in `grads`.
+Status accumulateGrad(Builder& b, std::map<const Value*, Value*>& grads, const Value* v, Value* g) {
+  Value*& slot = grads[v];
+  if (!slot) {
+    slot = g;
+    return Status::success();
+  }
+  auto sum = b.value(OpKind::Add, {slot, g});
+  if (!sum) return sum.takeError();
+  slot = *sum;
+  return Status::success();
+}
+
+/// The backward sweep of a body: visits `ops` last to first and adds to
+/// `grads` the gradients of the active operands of each op that a gradient
+/// reached (regions hold no composites, which autodiff decomposes only at
+/// the top level, so one here is an error naming it).
+Status sweepBody(Builder& b, const std::vector<Op*>& ops, const std::set<const Value*>& active,
+                 std::map<const Value*, Value*>& grads) {
+  for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
+    Op& op = **it;
+    std::vector<Value*> dys;
+    bool reached = false;
+    for (Value* r : op.results()) {
+      auto found = grads.find(r);
+      dys.push_back(found == grads.end() ? nullptr : found->second);
+      reached |= found != grads.end();
+    }
+    if (!reached) continue;
+    std::vector<bool> needs;
+    for (Value* v : op.operands()) needs.push_back(active.count(v) > 0);
+    b.setLocation(op.loc());
+    auto operandGrads = applyVjpResults(b, op, dys, needs);
+    if (!operandGrads) return operandGrads.takeError();
+    for (size_t i = 0; i < op.numOperands(); ++i)
+      if (Value* g = (*operandGrads)[i]) KILN_TRY(accumulateGrad(b, grads, op.operand(i), g));
+  }
+  return Status::success();
+}
+
 /// The backward of one branch of an `if`: a copy of `body` that also takes
 /// dy (the gradient of the op's result) and returns the gradient of each
 /// argument listed in `floatArgs` (zeros where none flows), computed by
@@ -898,44 +950,14 @@ Expected<std::unique_ptr<Function>> backwardBranch(const Function& body, const T
   std::set<const Value*> active;
   for (size_t i : floatArgs) active.insert(f.argument(i));
   std::vector<Op*> forward;
-  for (const auto& op : f.ops()) {
-    if (op->kind() == OpKind::Return) continue;
-    forward.push_back(op.get());
-    for (Value* v : op->operands())
-      if (active.count(v)) {
-        for (Value* r : op->results()) active.insert(r);
-        break;
-      }
-  }
+  for (const auto& op : f.ops())
+    if (op->kind() != OpKind::Return) forward.push_back(op.get());
+  markActive(forward, active);
   Builder b(f);
   b.setLocation(body.loc());
   std::map<const Value*, Value*> grads;
-  auto accumulate = [&](const Value* v, Value* g) -> Status {
-    Value*& slot = grads[v];
-    if (!slot) {
-      slot = g;
-      return Status::success();
-    }
-    auto sum = b.value(OpKind::Add, {slot, g});
-    if (!sum) return sum.takeError();
-    slot = *sum;
-    return Status::success();
-  };
   if (active.count(ret->operand(0))) grads[ret->operand(0)] = dy;
-  for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
-    Op& op = **it;
-    bool reached = false;
-    for (Value* r : op.results()) reached |= grads.count(r) > 0;
-    if (!reached) continue;
-    if (op.numResults() != 1) return op.emitError("has several results; autodiff handles single-result ops only");
-    std::vector<bool> needs;
-    for (Value* v : op.operands()) needs.push_back(active.count(v) > 0);
-    b.setLocation(op.loc());
-    auto operandGrads = applyVjp(b, op, grads.at(op.result(0)), needs);
-    if (!operandGrads) return operandGrads.takeError();
-    for (size_t i = 0; i < op.numOperands(); ++i)
-      if (Value* g = (*operandGrads)[i]) KILN_TRY(accumulate(op.operand(i), g));
-  }
+  KILN_TRY(sweepBody(b, forward, active, grads));
   std::vector<Value*> results;
   std::vector<TensorType> types;
   for (size_t i : floatArgs) {
@@ -988,15 +1010,280 @@ Grads vjpIf(Grad& g, const Op& op, Value* dy) {
   return grads;
 }
 
+/// The value of `v` when a `constant` op defines it as a scalar, else none.
+std::optional<double> constantScalar(const Value* v) {
+  const Op* def = v->definingOp();
+  if (!def || def->kind() != OpKind::Constant || def->getTensor("value").numElements() != 1) return std::nullopt;
+  return def->getTensor("value").getDouble(0);
+}
+
+/// Clones `op` (a forward op of a loop body) with `b`, its operands read
+/// through `map`, and maps its results to the copy's.
+void cloneInto(Builder& b, const Op& op, std::map<const Value*, Value*>& map) {
+  std::vector<Value*> operands;
+  for (Value* v : op.operands()) operands.push_back(map.count(v) ? map.at(v) : v);
+  std::vector<TensorType> types;
+  for (Value* r : op.results()) types.push_back(r->type());
+  Op* copy = b.create(op.kind(), std::move(operands), std::move(types), op.attrs());
+  copy->setLoc(op.loc());
+  for (size_t k = 0; k < op.numRegions(); ++k) copy->addRegion(op.region(k)->clone());
+  for (size_t i = 0; i < op.numResults(); ++i) map[op.result(i)] = copy->result(i);
+}
+
+/// What the backward loop of vjpLoop threads and reads.
+struct LoopGradients {
+  size_t numCarried = 0;               // K
+  int64_t trips = 0;                   // N
+  std::vector<size_t> floatCarried;    // carried values k with a gradient
+  std::vector<size_t> floatCaptures;   // captures j whose gradient is needed
+  std::vector<size_t> seededScans;     // scans s whose result has a gradient
+};
+
+/// The body of the backward loop. Iteration t visits the forward iteration
+/// i = N-1-t: it reads the carried values that entered it from their stacks
+/// (gather at i), recomputes the forward body from them, and sweeps it
+/// backwards from the gradients of what it returned (the carried gradients
+/// threaded from iteration i+1, the scan gradients' row i). It returns the
+/// gradients of the carried values entering iteration i and the captures'
+/// gradients summed over the iterations so far. Arguments: (t, cond,
+/// d_carried..., d_captures..., stacks..., d_scans..., captures...).
+Expected<std::unique_ptr<Function>> backwardLoopBody(const Function& body, const Op& op,
+                                                     const std::vector<Value*>& stackResults, const LoopGradients& lg,
+                                                     std::span<Value* const> dys) {
+  const size_t K = lg.numCarried;
+  auto back = std::make_unique<Function>(body.name());
+  back->setLoc(body.loc());
+  Value* t = back->addArgument(TensorType{DType::I64, {}}, "t");
+  Value* cond = back->addArgument(TensorType{DType::Bool, {}}, "cond");
+  std::vector<Value*> dCarried, dCaptures, stacks, dScans, captures;
+  for (size_t k : lg.floatCarried) dCarried.push_back(back->addArgument(op.result(k)->type()));
+  for (size_t j : lg.floatCaptures) dCaptures.push_back(back->addArgument(op.operand(2 + K + j)->type()));
+  for (Value* stack : stackResults) stacks.push_back(back->addArgument(stack->type()));
+  for (size_t s : lg.seededScans) dScans.push_back(back->addArgument(dys[K + s]->type()));
+  for (size_t j = 0; 2 + K + j < op.numOperands(); ++j)
+    captures.push_back(back->addArgument(body.argument(2 + K + j)->type()));
+
+  Builder b(*back);
+  b.setLocation(op.loc());
+  KILN_TRY_VALUE(i, b.value(OpKind::Sub, {b.scalar(DType::I64, static_cast<double>(lg.trips - 1)), t}));
+  const AttrMap rows{{"axis", Attribute(int64_t{0})}};
+  std::map<const Value*, Value*> map;
+  map[body.argument(0)] = i;
+  map[body.argument(1)] = cond;
+  for (size_t k = 0; k < K; ++k) {
+    KILN_TRY_VALUE(x, b.value(OpKind::Gather, {stacks[k], i}, rows));
+    map[body.argument(2 + k)] = x;
+  }
+  for (size_t j = 0; j < captures.size(); ++j) map[body.argument(2 + K + j)] = captures[j];
+  std::vector<Op*> recomputed;
+  const Op* ret = body.returnOp();
+  if (!ret) return Error("the body of 'loop' has no return", body.loc());
+  for (const auto& o : body.ops()) {
+    if (o.get() == ret) break;
+    cloneInto(b, *o, map);
+  }
+  for (const auto& o : back->ops()) recomputed.push_back(o.get());
+
+  std::set<const Value*> active;
+  for (size_t k : lg.floatCarried) active.insert(map.at(body.argument(2 + k)));
+  for (size_t j : lg.floatCaptures) active.insert(captures[j]);
+  markActive(recomputed, active);
+  std::map<const Value*, Value*> grads;
+  auto returned = [&](size_t r) {
+    Value* v = ret->operand(r);
+    return map.count(v) ? map.at(v) : v;
+  };
+  for (size_t n = 0; n < lg.floatCarried.size(); ++n)
+    if (Value* v = returned(1 + lg.floatCarried[n]); active.count(v)) KILN_TRY(accumulateGrad(b, grads, v, dCarried[n]));
+  for (size_t n = 0; n < lg.seededScans.size(); ++n) {
+    Value* v = returned(1 + K + lg.seededScans[n]);
+    if (!active.count(v)) continue;
+    KILN_TRY_VALUE(row, b.value(OpKind::Gather, {dScans[n], i}, rows));
+    KILN_TRY(accumulateGrad(b, grads, v, row));
+  }
+  KILN_TRY(sweepBody(b, recomputed, active, grads));
+
+  b.setLocation(op.loc());
+  std::vector<Value*> results{cond};
+  std::vector<TensorType> types{TensorType{DType::Bool, {}}};
+  for (size_t n = 0; n < lg.floatCarried.size(); ++n) {
+    Value* x = map.at(body.argument(2 + lg.floatCarried[n]));
+    Value* g = grads.count(x) ? grads.at(x) : nullptr;
+    if (!g) {
+      auto zeros = zerosOf(b, x);
+      if (!zeros) return zeros.takeError();
+      g = *zeros;
+    }
+    results.push_back(g);
+    types.push_back(dCarried[n]->type());
+  }
+  for (size_t n = 0; n < lg.floatCaptures.size(); ++n) {
+    Value* acc = dCaptures[n];
+    if (auto g = grads.find(captures[lg.floatCaptures[n]]); g != grads.end()) {
+      KILN_TRY_VALUE(sum, b.value(OpKind::Add, {acc, g->second}));
+      acc = sum;
+    }
+    results.push_back(acc);
+    types.push_back(dCaptures[n]->type());
+  }
+  b.ret(results);
+  back->setResultTypes(std::move(types));
+  // Rules build the gradient of every float operand (the stacks' among
+  // them); drop what the results do not use.
+  std::vector<Op*> ops;
+  for (const auto& o : back->ops()) ops.push_back(o.get());
+  for (auto it = ops.rbegin(); it != ops.rend(); ++it)
+    if ((*it)->kind() != OpKind::Return && !(*it)->hasUses()) back->erase(*it);
+  return back;
+}
+
+/// The results of `op` (a loop of `trips` iterations) that stack the
+/// carried values entering each iteration, one per carried value: the
+/// loop's last scan results when its body already returns its carried
+/// arguments there (an earlier VJP of it added them), else new ones, added
+/// to the op in place (its other results and their uses stay).
+std::vector<Value*> stackCarriedValues(Op& op, int64_t trips) {
+  const size_t K = static_cast<size_t>(op.getInt("num_carried"));
+  Function& body = *op.region(0);
+  Op* ret = body.returnOp();
+  const size_t scans = op.numResults() - K;
+  bool stacked = scans >= K && K > 0;
+  for (size_t k = 0; stacked && k < K; ++k) stacked = ret->operand(1 + K + scans - K + k) == body.argument(2 + k);
+  std::vector<Value*> stacks;
+  if (stacked) {
+    for (size_t k = 0; k < K; ++k) stacks.push_back(op.result(op.numResults() - K + k));
+    return stacks;
+  }
+  std::vector<Value*> returned(ret->operands().begin(), ret->operands().end());
+  std::vector<TensorType> types = body.resultTypes();
+  for (size_t k = 0; k < K; ++k) {
+    Value* x = body.argument(2 + k);
+    returned.push_back(x);
+    types.push_back(x->type());
+    TensorType rows = x->type();
+    rows.shape.insert(rows.shape.begin(), Dim::fixed(trips));
+    stacks.push_back(op.addResult(rows));
+  }
+  ret->setOperands(returned);
+  body.setResultTypes(std::move(types));
+  return stacks;
+}
+
+/// results = loop(N, true, carried..., captures...) with a static trip
+/// count N and a body that never stops early: true reverse mode. The
+/// forward loop also stacks, as scan results added to it in place
+/// (stackCarriedValues), the carried values entering each iteration. A
+/// backward loop of
+/// N iterations then runs the body's VJP in reverse iteration order
+/// (backwardLoopBody), threading the carried values' gradients from the
+/// final ones (dys) to the initial ones and summing the captures'. A loop
+/// of no iteration passes its carried values' gradients through.
+Grads vjpLoop(Grad& g, Op& op, std::span<Value* const> dys, const std::vector<bool>& needs) {
+  const Function& body = *op.region(0);
+  LoopGradients lg;
+  lg.numCarried = static_cast<size_t>(op.getInt("num_carried"));
+  const size_t K = lg.numCarried;
+  const size_t S = op.numResults() - K;
+  const Op* tripDef = op.operand(0)->definingOp();
+  const bool tripKnown = tripDef && tripDef->kind() == OpKind::Constant && tripDef->getTensor("value").numElements() == 1;
+  const std::optional<double> go = constantScalar(op.operand(1));
+  if (!tripKnown || !go) {
+    g.fail(std::string("the VJP of 'loop' needs a static trip count: its ") +
+           (!tripKnown ? "trip bound (operand 0)" : "initial condition (operand 1)") + " is not a constant");
+    return {};
+  }
+  // The stacks hold one row per iteration; a bound past this is a loop that
+  // only its condition ends (ONNX's Loop without M), which must be true here.
+  constexpr int64_t kMaxTrips = int64_t{1} << 31;
+  const int64_t bound = tripDef->getTensor("value").getInt(0);
+  if (*go != 0 && bound > kMaxTrips) {
+    g.fail("the VJP of 'loop' needs a static trip count: its trip bound " + std::to_string(bound) + " is more than " +
+           std::to_string(kMaxTrips) + " iterations to stack");
+    return {};
+  }
+  lg.trips = *go != 0 ? std::max<int64_t>(0, bound) : 0;
+  Grads grads(op.numOperands(), nullptr);
+  if (lg.trips == 0) {
+    for (size_t k = 0; k < K; ++k) grads[2 + k] = dys[k];
+    return grads;
+  }
+  const Op* ret = body.returnOp();
+  const std::optional<double> again = ret ? constantScalar(ret->operand(0)) : std::nullopt;
+  if (!ret || (ret->operand(0) != body.argument(1) && !(again && *again != 0))) {
+    g.fail(
+        "the VJP of 'loop' needs a static trip count: the condition its body returns is not provably true (its "
+        "condition argument or a true constant), so the loop may stop early");
+    return {};
+  }
+  for (size_t k = 0; k < K; ++k)
+    if (isFloat(op.result(k)->type().dtype)) lg.floatCarried.push_back(k);
+  for (size_t j = 0; 2 + K + j < op.numOperands(); ++j)
+    if (isFloat(op.operand(2 + K + j)->type().dtype) && needs[2 + K + j]) lg.floatCaptures.push_back(j);
+  for (size_t s = 0; s < S; ++s)
+    if (dys[K + s] && isFloat(op.result(K + s)->type().dtype)) lg.seededScans.push_back(s);
+  if (lg.floatCarried.empty() && lg.floatCaptures.empty()) return grads;
+
+  std::vector<Value*> stacks = stackCarriedValues(op, lg.trips);
+  auto back = backwardLoopBody(body, op, stacks, lg, dys);
+  if (!back) {
+    g.fail(back.error().message());
+    return {};
+  }
+  Builder& b = g.builder();
+  std::vector<Value*> operands{g.scalar(DType::I64, static_cast<double>(lg.trips)), g.scalar(DType::Bool, 1.0)};
+  std::vector<TensorType> backTypes;
+  for (size_t k : lg.floatCarried) {
+    Value* d = dys[k];
+    if (!d) {
+      auto zeros = zerosOf(b, op.result(k));
+      if (!zeros) {
+        g.fail(zeros.error().message());
+        return {};
+      }
+      d = *zeros;
+    }
+    operands.push_back(d);
+    backTypes.push_back(op.result(k)->type());
+  }
+  for (size_t j : lg.floatCaptures) {
+    Value* capture = op.operand(2 + K + j);
+    auto zeros = zerosOf(b, capture);
+    if (!zeros) {
+      g.fail(zeros.error().message());
+      return {};
+    }
+    operands.push_back(*zeros);
+    backTypes.push_back(capture->type());
+  }
+  operands.insert(operands.end(), stacks.begin(), stacks.end());
+  for (size_t s : lg.seededScans) operands.push_back(dys[K + s]);
+  for (size_t j = 0; 2 + K + j < op.numOperands(); ++j) operands.push_back(op.operand(2 + K + j));
+  const int64_t threaded = static_cast<int64_t>(lg.floatCarried.size() + lg.floatCaptures.size());
+  Op* backward = b.create(OpKind::Loop, std::move(operands), std::move(backTypes),
+                          {{"num_carried", Attribute(threaded)}});
+  backward->addRegion(std::move(*back));
+  for (size_t n = 0; n < lg.floatCarried.size(); ++n) grads[2 + lg.floatCarried[n]] = backward->result(n);
+  for (size_t n = 0; n < lg.floatCaptures.size(); ++n)
+    grads[2 + K + lg.floatCaptures[n]] = backward->result(lg.floatCarried.size() + n);
+  return grads;
+}
+
 // --- The table ----------------------------------------------------------------------------
+
+/// The rule of an op of several results (loop): the gradients of its
+/// operands given those of its results (null where none reached one) and
+/// which operands need one. It may widen the op in place (see vjpLoop).
+using ResultsRule = Grads (*)(Grad&, Op&, std::span<Value* const> dys, const std::vector<bool>& needs);
 
 struct VjpEntry {
   VjpKind kind;
   Rule rule;
+  ResultsRule resultsRule = nullptr;
   bool declared = true;
 };
 constexpr VjpEntry rule(Rule r) { return {VjpKind::Rule, r}; }
-constexpr VjpEntry kUndeclared{VjpKind::Unsupported, nullptr, false};
+constexpr VjpEntry resultsRule(ResultsRule r) { return {VjpKind::Rule, nullptr, r}; }
+constexpr VjpEntry kUndeclared{VjpKind::Unsupported, nullptr, nullptr, false};
 constexpr VjpEntry kNone{VjpKind::NotDifferentiable, nullptr};
 constexpr VjpEntry kDecompose{VjpKind::Decompose, nullptr};
 constexpr VjpEntry kMissing{VjpKind::Unsupported, nullptr};  // differentiable, no rule yet
@@ -1114,7 +1401,7 @@ KILN_VJP(ReduceTo, rule(vjpReduceTo))
 KILN_VJP(AllGather, rule(vjpAllGather))
 KILN_VJP(ReduceScatter, rule(vjpReduceScatter))
 KILN_VJP(If, rule(vjpIf))
-KILN_VJP(Loop, kMissing)
+KILN_VJP(Loop, resultsRule(vjpLoop))
 KILN_VJP(Fused, kMissing)
 KILN_VJP(Return, kNone)
 #undef KILN_VJP
@@ -1171,8 +1458,27 @@ Expected<Value*> unbroadcast(Builder& b, Value* g, const TensorType& target) {
   return v;
 }
 
+Expected<std::vector<Value*>> applyVjpResults(Builder& b, Op& op, std::span<Value* const> dys,
+                                              const std::vector<bool>& needs) {
+  const VjpEntry& entry = kVjps[static_cast<size_t>(op.kind())];
+  if (entry.kind == VjpKind::NotDifferentiable) return std::vector<Value*>(op.numOperands(), nullptr);
+  if (!entry.resultsRule) {
+    if (op.numResults() != 1) return op.emitError("has several results; autodiff handles single-result ops and loop only");
+    if (!dys[0]) return std::vector<Value*>(op.numOperands(), nullptr);
+    return applyVjp(b, op, dys[0], needs);
+  }
+  Grad g(b, op);
+  std::vector<Value*> grads = entry.resultsRule(g, op, dys, needs);
+  KILN_TRY(g.status());
+  grads.resize(op.numOperands(), nullptr);
+  for (size_t i = 0; i < grads.size(); ++i)
+    if (!needs[i] || !isFloat(op.operand(i)->type().dtype)) grads[i] = nullptr;
+  return grads;
+}
+
 Expected<std::vector<Value*>> applyVjp(Builder& b, const Op& op, Value* dy, const std::vector<bool>& needs) {
   const VjpEntry& entry = kVjps[static_cast<size_t>(op.kind())];
+  if (entry.resultsRule) return op.emitError("has a rule for several results: differentiate it with applyVjpResults");
   if (entry.kind == VjpKind::NotDifferentiable) return std::vector<Value*>(op.numOperands(), nullptr);
   if (entry.kind == VjpKind::Decompose) return op.emitError("is a composite op; decompose it before autodiff");
   if (entry.kind != VjpKind::Rule)

@@ -6,6 +6,7 @@
 // operands given the gradient of its result.
 #pragma once
 
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -41,6 +42,14 @@ std::string_view vjpKindName(VjpKind kind);
 /// An error names the op when the rule does not apply (an unsupported op,
 /// attributes or shapes the rule does not handle).
 Expected<std::vector<Value*>> applyVjp(Builder& b, const Op& op, Value* dy, const std::vector<bool>& needs);
+
+/// applyVjp for an op of any number of results: `dys` holds the gradient of
+/// each result, null where none reached it. `loop` is the op of several
+/// results with a rule; another is an error naming it unless it carries no
+/// gradient. The rule of `loop` widens the forward op in place: it also
+/// stacks, as scan results, the carried values entering each iteration.
+Expected<std::vector<Value*>> applyVjpResults(Builder& b, Op& op, std::span<Value* const> dys,
+                                              const std::vector<bool>& needs);
 
 /// Sums `g` over the dims that broadcasting added or stretched so that it
 /// has the shape of `target` (the operand that was broadcast).

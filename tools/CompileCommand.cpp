@@ -26,6 +26,7 @@
 #include "frontend/Model.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
+#include "passes/Autodiff.h"
 #include "passes/MemoryPlan.h"
 #include "passes/PassManager.h"
 #include "runtime/Interpreter.h"
@@ -331,6 +332,7 @@ int compile(const ParsedArgs& args) {
   // does, so shapes computed from a dynamic batch fold.
   LoadOptions loadOptions;
   loadOptions.evaluator = &Session::evaluator();
+  loadOptions.gradients = &buildGradients;
   for (const std::string& binding : args.all("--input-shape"))
     if (size_t eq = binding.find('='); eq != std::string::npos)
       if (auto dims = parseShape(binding.substr(0, eq), binding.substr(eq + 1)))

@@ -24,6 +24,7 @@
 #include "codegen/llvm/CpuJit.h"
 #include "frontend/Model.h"
 #include "ir/Verifier.h"
+#include "passes/Autodiff.h"
 #include "passes/PassManager.h"
 #include "runtime/InputCheck.h"
 #include "runtime/Interpreter.h"
@@ -255,6 +256,7 @@ Expected<std::unique_ptr<Module>> loadSpecialized(const std::string& modelPath,
                                                   const ReadInputs& read) {
   LoadOptions loadOptions;
   loadOptions.evaluator = &Session::evaluator();
+  loadOptions.gradients = &buildGradients;
   std::map<std::string, DenseTensor> givenTensors;
   for (const auto& [name, tensor] : read)
     if (tensor) givenTensors[name] = tensor->toDense();

@@ -1210,6 +1210,74 @@ Status convertAdam(NodeContext& ctx) {
   return {};
 }
 
+/// The tensor names of STRINGS attribute `name` (empty when absent).
+Expected<std::vector<std::string>> tensorNames(NodeContext& ctx, const std::string& name) {
+  const onnx::AttributeProto* a = ctx.attribute(name);
+  if (!a) return std::vector<std::string>{};
+  if (a->type() != onnx::AttributeProto::STRINGS)
+    return ctx.error("attribute '" + name + "' must be a list of tensor names (STRINGS)");
+  return std::vector<std::string>(a->strings().begin(), a->strings().end());
+}
+
+/// Gradient: the gradient of the tensor named by `y` with respect to each
+/// tensor named in `xs`, those named in `zs` held constant, built into the
+/// graph at import by Kiln's autodiff (the VJP rules of passes/Vjp.h). A y
+/// of several elements is differentiated as the sum of its elements (its
+/// gradient seeded with ones). The inputs must be the tensors that xs then
+/// zs name, as in ONNX's examples: Kiln differentiates the graph at the
+/// values it computes, it does not evaluate it again at other values.
+Status convertGradient(NodeContext& ctx) {
+  auto xs = tensorNames(ctx, "xs");
+  if (!xs) return xs.takeError();
+  auto zs = tensorNames(ctx, "zs");
+  if (!zs) return zs.takeError();
+  auto yName = ctx.stringAttr("y", "");
+  if (!yName) return yName.takeError();
+  if (xs->empty()) return ctx.error("attribute 'xs' (the tensors to differentiate with respect to) is required");
+  if (yName->empty()) return ctx.error("attribute 'y' (the tensor to differentiate) is required");
+  std::vector<std::string> names = *xs;
+  names.insert(names.end(), zs->begin(), zs->end());
+  std::string undefined;
+  for (const std::string& n : names)
+    if (!ctx.tensorNamed(n)) undefined += (undefined.empty() ? "'" : ", '") + n + "'";
+  if (!undefined.empty())
+    return ctx.error("attributes 'xs' and 'zs' name " + undefined +
+                     ", which no node, initializer or graph input of the graph defines");
+  Value* y = ctx.tensorNamed(*yName);
+  if (!y) return ctx.error("attribute 'y' names '" + *yName + "', which no node, initializer or graph input defines");
+  if (ctx.numInputs() != names.size())
+    return ctx.error("has " + std::to_string(ctx.numInputs()) + " inputs, expected one per tensor named in 'xs' and 'zs' (" +
+                     std::to_string(names.size()) + ")");
+  if (ctx.numOutputs() > xs->size())
+    return ctx.error("has " + std::to_string(ctx.numOutputs()) + " outputs, expected at most one per tensor in 'xs' (" +
+                     std::to_string(xs->size()) + ")");
+  std::vector<Value*> xValues, zValues;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& input = ctx.node().input(static_cast<int>(i));
+    if (input != names[i])
+      return ctx.error("input " + std::to_string(i) + " is '" + input + "', expected '" + names[i] +
+                       "', the tensor the attributes name there (Kiln differentiates the graph at the values it "
+                       "computes, not at other values fed to Gradient)");
+    Value* v = ctx.tensorNamed(names[i]);
+    if (i < xs->size()) {
+      const Op* def = v->definingOp();
+      if (def && def->kind() == OpKind::Constant)
+        return ctx.error("'" + names[i] +
+                         "' in 'xs' is a constant at import (an initializer that is not a graph input, or computed "
+                         "from constants only), which the graph was folded around; declare it a graph input to "
+                         "differentiate with respect to it");
+      xValues.push_back(v);
+    } else {
+      zValues.push_back(v);
+    }
+  }
+  auto grads = ctx.gradients(y, xValues, zValues);
+  if (!grads) return grads.takeError();
+  for (size_t i = 0; i < ctx.numOutputs(); ++i)
+    if (ctx.hasOutput(i)) ctx.setOutput(i, (*grads)[i]);
+  return {};
+}
+
 constexpr OpConverter kConverters[] = {
     {"", "Add", 1, kNewest, &convertBinary<OpKind::Add>},
     {"", "Sub", 1, kNewest, &convertBinary<OpKind::Sub>},
@@ -1296,6 +1364,7 @@ constexpr OpConverter kConverters[] = {
     {"ai.onnx.preview.training", "Adagrad", 1, 1, &convertAdagrad},
     {"ai.onnx.preview.training", "Momentum", 1, 1, &convertMomentum},
     {"ai.onnx.preview.training", "Adam", 1, 1, &convertAdam},
+    {"ai.onnx.preview.training", "Gradient", 1, 1, &convertGradient},
 };
 
 }  // namespace

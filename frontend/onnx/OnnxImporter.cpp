@@ -524,6 +524,8 @@ class NodeContextImpl final : public NodeContext {
   Builder& builder() override;
   Expected<std::vector<ImportValue>> inlineBody(std::string_view attrName, std::span<const ImportValue> inputs,
                                                 const std::string& nameSuffix) override;
+  Value* tensorNamed(const std::string& name) override;
+  Expected<std::vector<Value*>> gradients(Value* y, std::span<Value* const> xs, std::span<Value* const> zs) override;
 
   Error error(const std::string& message) const override {
     return Error("node '" + nodeLabel(node_, index_) + "' (" + opTypeLabel() + ", opset " + std::to_string(opset_) +
@@ -1015,10 +1017,14 @@ Expected<std::vector<size_t>> Importer::topologicalOrder(const onnx::GraphProto&
       deps[i].push_back(it->second);
       ++pending[i];
     }
-    // A node's subgraphs may read values of this graph: it comes after
-    // their producers too.
+    // A node's subgraphs may read values of this graph, and ONNX's Gradient
+    // names the tensor it differentiates in its attribute `y`: it comes
+    // after their producers too.
     std::set<std::string> free;
     forEachSubgraph(node, [&](const onnx::GraphProto& g) { collectFreeNames(g, free, 1); });
+    if (node.op_type() == "Gradient" && normalizeDomain(node.domain()) == "ai.onnx.preview.training")
+      for (const auto& a : node.attribute())
+        if (a.name() == "y") free.insert(a.s());
     for (const std::string& in : free) {
       auto it = producer.find(in);
       if (it == producer.end() || it->second == i) continue;
@@ -1313,6 +1319,18 @@ Builder& NodeContextImpl::builder() {
   Builder& b = importer_.builder();
   b.setLocation(Location::named(nodeLabel(node_, index_), importer_.filename_));
   return b;
+}
+
+Value* NodeContextImpl::tensorNamed(const std::string& name) { return importer_.lookup(name); }
+
+Expected<std::vector<Value*>> NodeContextImpl::gradients(Value* y, std::span<Value* const> xs,
+                                                         std::span<Value* const> zs) {
+  GradientBuilder build = importer_.options_.gradients;
+  if (!build)
+    return error("this program loads models without Kiln's autodiff (LoadOptions::gradients), which the op needs");
+  auto results = build(builder(), y, xs, zs);
+  if (!results) return error(results.error().message());
+  return results;
 }
 
 Expected<std::vector<ImportValue>> NodeContextImpl::inlineBody(std::string_view attrName,

@@ -145,6 +145,16 @@ class NodeContext {
   virtual Expected<ImportedBody> importBody(std::string_view attrName, std::span<const TensorType> formalTypes,
                                             std::span<Value* const> sharedCaptures = {}) = 0;
 
+  /// The value the ONNX tensor `name` is bound to so far (a graph input, an
+  /// initializer or an earlier node's output, of this graph or one around
+  /// it), or null. For ops that name tensors in attributes (Gradient).
+  virtual Value* tensorNamed(const std::string& name) = 0;
+  /// The gradients of `y` with respect to `xs`, `zs` held constant, built
+  /// into the graph by the LoadOptions' GradientBuilder; an error when the
+  /// caller gave none.
+  virtual Expected<std::vector<Value*>> gradients(Value* y, std::span<Value* const> xs,
+                                                  std::span<Value* const> zs) = 0;
+
   /// Converts the subgraph attribute `attrName` into the graph being
   /// imported, its inputs bound to `inputs` (an unrolled loop's iteration,
   /// the branch an If takes, a SequenceMap's element), and returns its

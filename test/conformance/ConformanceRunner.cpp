@@ -24,7 +24,10 @@
 // specialized to its inputs, exactly as `kiln run` does (loadModelForInputs
 // in frontend/Model.h): input shapes bound, and where the model computes
 // shapes from input values (Reshape's shape fed by input_1.pb), those
-// shape-like inputs fixed as constants; the PASS line says so.
+// shape-like inputs fixed as constants; the PASS line says so. An input
+// the data binds with another shape than the declared one (same dtype) is
+// given the data's shape, as ONNX's reference runtime runs whatever it is
+// given (specializeToDataShapes); the PASS line names it.
 //
 // The cases of Bernoulli and training-mode Dropout hold draws of NumPy's
 // random generator, which no other generator reproduces: they, and only
@@ -65,6 +68,7 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -73,6 +77,8 @@
 #include "codegen/llvm/CpuJit.h"
 #include "frontend/onnx/OnnxImporter.h"
 #include "onnx.pb.h"
+#include "passes/Autodiff.h"
+#include "passes/PassManager.h"
 #include "runtime/Interpreter.h"
 #include "runtime/cuda/CudaContext.h"
 #include "runtime/cuda/CudaDevices.h"
@@ -307,6 +313,51 @@ bool isBf16(const onnx::ValueInfoProto& value) {
   return type->has_tensor_type() && type->tensor_type().elem_type() == onnx::TensorProto::BFLOAT16;
 }
 
+/// A function specialized to a data set whose shapes its declared inputs
+/// do not admit, and the inputs that took the data's shapes.
+struct DataShapes {
+  std::unique_ptr<Module> module;  // null when every input admits its tensor
+  std::vector<std::string> names;
+};
+
+/// Some data sets bind a tensor of another shape than the graph input
+/// declares (the CastLike cases' `like` is [1] where the model says [3,4]);
+/// ONNX's reference runtime runs the graph on whatever it is given. Such a
+/// case runs, as the JIT path does (specializeAndOptimize sets the argument
+/// types to the tensors'), on a copy of `f` whose arguments of the same
+/// dtype but a shape they do not admit take the data's, with its types
+/// inferred again (`infer-shapes`); the PASS line names them. Kiln's own
+/// check of inputs (`kiln run`, the interpreter) is unchanged: this is the
+/// runner specializing the model to the data, not a looser check.
+Expected<DataShapes> specializeToDataShapes(const Function& f, const std::vector<Tensor>& args) {
+  DataShapes out;
+  std::vector<size_t> mismatched;
+  for (size_t i = 0; i < f.numArguments() && i < args.size(); ++i) {
+    const TensorType& declared = f.argument(i)->type();
+    const Tensor& given = args[i];
+    if (given.dtype() != declared.dtype) continue;  // the interpreter's error says so
+    bool admits = given.rank() == declared.rank();
+    for (int64_t d = 0; admits && d < declared.rank(); ++d)
+      admits = !declared.shape[d].isStatic() || declared.shape[d].size == given.shape()[d];
+    if (!admits) mismatched.push_back(i);
+  }
+  if (mismatched.empty()) return out;
+  out.module = codegen::cloneFunction(f);
+  Function& copy = *out.module->functions().front();
+  for (size_t i : mismatched) {
+    copy.argument(i)->setType(args[i].type());
+    out.names.push_back(copy.argument(i)->name());
+  }
+  PassContext context;
+  const InterpreterEvaluator evaluator;
+  context.evaluator = &evaluator;
+  PassManager passes({}, context);
+  KILN_TRY(passes.addPipeline("infer-shapes"));
+  std::ostringstream log;
+  KILN_TRY(passes.run(*out.module, log));
+  return out;
+}
+
 class CaseRunner {
  public:
   CaseRunner(const fs::path& dir, RunOptions options) : dir_(dir), options_(options) {}
@@ -336,6 +387,7 @@ class CaseRunner {
     evaluator_ = std::make_unique<InterpreterEvaluator>();
     LoadOptions options;
     options.evaluator = evaluator_.get();
+    options.gradients = &buildGradients;
     const std::string modelPath = (dir_ / "model.onnx").string();
 
     std::string note;
@@ -344,6 +396,8 @@ class CaseRunner {
     const double compileBefore = options_.timings ? options_.timings->compile : 0;
     const auto sets = dataSets(dir_);
     if (sets.empty()) return {Outcome::Fail, "no test_data_set_* folder"};
+    std::unique_ptr<Module> specializedToData;  // the data set's module when rebound
+    std::vector<std::string> reboundNames;
     for (const fs::path& set : sets) {
       auto inputValues = readValues(set, "input", bf16Inputs, inputFiles);
       if (!inputValues) return {Outcome::Fail, inputValues.error().message()};
@@ -387,12 +441,21 @@ class CaseRunner {
         note = "inputs fixed at import:";
         for (const std::string& name : specialized->frozenInputs) note += " " + name;
       }
-      const Function& f = *module->functions().front();
       // A sequence input is its elements' arguments, an optional its
       // contents' or none (frontend/Model.h).
-      auto bound = bindArguments(f, flattenGraphValues(byName));
+      auto bound = bindArguments(*module->functions().front(), flattenGraphValues(byName));
       if (!bound) return {Outcome::Fail, bound.error().message()};
       std::vector<Tensor> args = std::move(*bound);
+      auto rebound = specializeToDataShapes(*module->functions().front(), args);
+      if (!rebound) return {Outcome::Fail, rebound.error().str()};
+      if (rebound->module) {
+        module = rebound->module.get();
+        specializedToData = std::move(rebound->module);
+        for (const std::string& name : rebound->names)
+          if (std::find(reboundNames.begin(), reboundNames.end(), name) == reboundNames.end())
+            reboundNames.push_back(name);
+      }
+      const Function& f = *module->functions().front();
       std::vector<std::string> labels;
       auto outputs = flattenExpected(specialized->outputs, std::move(*outputValues), labels);
       if (!outputs) return {Outcome::Fail, set.filename().string() + ": " + outputs.error().message()};
@@ -411,6 +474,10 @@ class CaseRunner {
       if (!results) return {Outcome::Fail, results.error().str()};
       if (std::string diff = compareAll(*results, *outputs, labels); !diff.empty())
         return {Outcome::Fail, set.filename().string() + ": " + diff};
+    }
+    if (!reboundNames.empty()) {
+      note += std::string(note.empty() ? "" : "; ") + "inputs rebound to the data's shapes:";
+      for (const std::string& name : reboundNames) note += " " + name;
     }
     std::string what = note.empty() ? std::to_string(sets.size()) + " data set(s)" : note;
     if (randomCase) what = "(statistical) " + what;
@@ -447,6 +514,7 @@ class CaseRunner {
                                         bool reference) {
     LoadOptions options;
     options.evaluator = evaluator_.get();
+    options.gradients = &buildGradients;
     auto specialized = loadModelForInputs(path, options, byName);
     if (!specialized) return specialized.takeError();
     const Function& f = *specialized->module->functions().front();

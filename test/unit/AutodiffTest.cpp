@@ -223,6 +223,101 @@ TEST(AutodiffTest, IfDifferentiatesTheBranchTaken) {
   }
 }
 
+/// The body x = tanh(x * w + b) of a loop of `trips` iterations.
+std::string tanhLoop(const std::string& trips, const std::string& go = "true") {
+  return "  %n = constant() {value = dense<i64[]>[" + trips + "]} : i64[]\n" +
+         "  %t = constant() {value = dense<bool[]>[" + go + "]} : bool[]\n" +
+         "  %out = loop(%n, %t, %x, %w, %b) {num_carried = 1} : f64[3] {\n"
+         "  ^(%i: i64[], %c: bool[], %v: f64[3], %ww: f64[3], %bb: f64[3]) -> (bool[], f64[3]):\n"
+         "    %m = mul(%v, %ww) : f64[3]\n"
+         "    %a = add(%m, %bb) : f64[3]\n"
+         "    %h = tanh(%a) : f64[3]\n"
+         "    return %c, %h\n"
+         "  }";
+}
+
+/// A loop of a static trip count is differentiated in reverse mode: the
+/// forward loop stacks the carried values entering each iteration and a
+/// backward loop runs the body's VJP from the last iteration to the first,
+/// threading x's gradient and summing those of the captures w and b.
+TEST(AutodiffTest, LoopWithCarriedValuesMatchesFiniteDifferences) {
+  for (const char* trips : {"1", "4"}) {
+    SCOPED_TRACE(trips);
+    expectGradientsMatch({"%x: f64[3], %w: f64[3], %b: f64[3]", tanhLoop(trips), "f64[3]", {"x", "w", "b"}});
+  }
+}
+
+/// Two carried values (one an accumulator), a scan result, the iteration
+/// number read as a float, and a capture used outside the loop too.
+TEST(AutodiffTest, LoopWithScanResultsMatchesFiniteDifferences) {
+  expectGradientsMatch({"%x: f64[2], %z: f64[2], %w: f64[2]",
+                        "  %n = constant() {value = dense<i64[]>[3]} : i64[]\n"
+                        "  %t = constant() {value = dense<bool[]>[true]} : bool[]\n"
+                        "  %r, %acc, %rows = loop(%n, %t, %x, %z, %w) {num_carried = 2} : f64[2], f64[2], f64[3,2] {\n"
+                        "  ^(%i: i64[], %c: bool[], %v: f64[2], %s: f64[2], %ww: f64[2]) -> (bool[], f64[2], f64[2], "
+                        "f64[2]):\n"
+                        "    %fi = cast(%i) : f64[]\n"
+                        "    %p = mul(%v, %ww) : f64[2]\n"
+                        "    %q = add(%p, %fi) : f64[2]\n"
+                        "    %nv = sin(%q) : f64[2]\n"
+                        "    %e = mul(%v, %v) : f64[2]\n"
+                        "    %ns = add(%s, %e) : f64[2]\n"
+                        "    return %c, %nv, %ns, %p\n"
+                        "  }\n"
+                        "  %o1 = reduce_sum(%rows) {axes = [0]} : f64[2]\n"
+                        "  %o2 = mul(%r, %acc) : f64[2]\n"
+                        "  %o3 = add(%o1, %o2) : f64[2]\n"
+                        "  %out = mul(%o3, %w) : f64[2]",
+                        "f64[2]",
+                        {"x", "z", "w"},
+                        {{"x", {-1.0, 1.0}}, {"z", {-1.0, 1.0}}, {"w", {-1.0, 1.0}}}});
+}
+
+/// A loop that runs no iteration (a trip count of 0, or a false initial
+/// condition) passes its carried values through: x's gradient is the
+/// result's, w and b get zeros.
+TEST(AutodiffTest, LoopOfNoIterationPassesTheGradientThrough) {
+  expectGradientsMatch({"%x: f64[3], %w: f64[3], %b: f64[3]", tanhLoop("0"), "f64[3]", {"x", "w", "b"}});
+  expectGradientsMatch({"%x: f64[3], %w: f64[3], %b: f64[3]", tanhLoop("5", "false"), "f64[3]", {"x", "w", "b"}});
+}
+
+/// A loop whose trip count is not a constant, or whose body may stop it
+/// early, is not differentiated: the error names the op and why.
+TEST(AutodiffTest, LoopWithoutAStaticTripCountIsAnError) {
+  auto errorOfLoop = [](const std::string& args, const std::string& body) {
+    auto m = parseModule("func @f(" + args + ") -> f64[] {\n" + body +
+                             "\n  %s = reduce_sum(%out) {axes = []} : f64[]\n  return %s\n}\n",
+                         "loop.kir");
+    EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().str());
+    if (!m.ok()) return std::string();
+    Status s = differentiateFunction(*(*m)->functions()[0], AutodiffOptions{std::vector<std::string>{"x"}, 0});
+    EXPECT_FALSE(s.ok());
+    return s.ok() ? std::string() : s.error().str();
+  };
+  std::string dynamic = errorOfLoop("%x: f64[3], %w: f64[3], %b: f64[3], %k: i64[]",
+                                    tanhLoop("2").replace(tanhLoop("2").find("loop(%n"), 7, "loop(%k"));
+  EXPECT_NE(dynamic.find("'loop' cannot be differentiated: the VJP of 'loop' needs a static trip count: its trip "
+                         "bound (operand 0) is not a constant"),
+            std::string::npos)
+      << dynamic;
+  std::string unbounded = errorOfLoop("%x: f64[3], %w: f64[3], %b: f64[3]", tanhLoop("9223372036854775807"));
+  EXPECT_NE(unbounded.find("its trip bound 9223372036854775807 is more than 2147483648 iterations to stack"),
+            std::string::npos)
+      << unbounded;
+  std::string early = errorOfLoop("%x: f64[3]",
+                                  "  %n = constant() {value = dense<i64[]>[4]} : i64[]\n"
+                                  "  %t = constant() {value = dense<bool[]>[true]} : bool[]\n"
+                                  "  %out = loop(%n, %t, %x) {num_carried = 1} : f64[3] {\n"
+                                  "  ^(%i: i64[], %c: bool[], %v: f64[3]) -> (bool[], f64[3]):\n"
+                                  "    %h = tanh(%v) : f64[3]\n"
+                                  "    %s = reduce_sum(%h) {axes = []} : f64[]\n"
+                                  "    %z = constant() {value = dense<f64[]>[0]} : f64[]\n"
+                                  "    %more = gt(%s, %z) : bool[]\n"
+                                  "    return %more, %h\n"
+                                  "  }");
+  EXPECT_NE(early.find("the condition its body returns is not provably true"), std::string::npos) << early;
+}
+
 // --- Data movement ----------------------------------------------------------------
 
 TEST(AutodiffTest, LayoutOpsMatchFiniteDifferences) {

@@ -15,6 +15,7 @@
 #include "ir/Verifier.h"
 #include "onnx.pb.h"
 #include "onnx_values.pb.h"
+#include "passes/Autodiff.h"
 #include "passes/TrainingStep.h"
 #include "runtime/Interpreter.h"
 #include "test/unit/TestSupport.h"
@@ -1321,6 +1322,230 @@ TEST(OnnxImporter, ValueFilesHoldSequencesAndOptionals) {
   EXPECT_NE(error.find("maps.pb: a sequence of element type 4, expected tensors (1)"), std::string::npos) << error;
   error = parseOnnxValue("\xff\xff\xff", OnnxValueFile::Optional, "bad.pb").error().str();
   EXPECT_NE(error.find("bad.pb: not a valid ONNX OptionalProto"), std::string::npos) << error;
+}
+
+
+// --- Gradient (ai.onnx.preview.training) -------------------------------------------------
+
+/// A Gradient node: the gradient of `y` with respect to `xs`, `zs` held
+/// constant; its inputs are the tensors xs then zs name.
+onnx::NodeProto* addGradient(onnx::ModelProto& m, std::vector<std::string> xs, std::vector<std::string> zs,
+                             const std::string& y, std::vector<std::string> outputs) {
+  if (m.opset_import_size() == 1) {
+    auto* o = m.add_opset_import();
+    o->set_domain("ai.onnx.preview.training");
+    o->set_version(1);
+  }
+  std::vector<std::string> inputs = xs;
+  inputs.insert(inputs.end(), zs.begin(), zs.end());
+  auto* n = addNode(m, "Gradient", inputs, std::move(outputs), "grad");
+  n->set_domain("ai.onnx.preview.training");
+  for (const auto& [name, list] : {std::pair{"xs", &xs}, std::pair{"zs", &zs}}) {
+    if (list->empty()) continue;
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::STRINGS);
+    for (const auto& s : *list) a->add_strings(s);
+  }
+  auto* a = n->add_attribute();
+  a->set_name("y");
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s(y);
+  return n;
+}
+
+Expected<std::unique_ptr<Module>> importWithGradients(const onnx::ModelProto& m) {
+  std::string bytes;
+  EXPECT_TRUE(m.SerializeToString(&bytes));
+  LoadOptions options;
+  options.evaluator = &kEvaluator;
+  options.gradients = &buildGradients;
+  return importOnnxBytes(bytes, "test.onnx", "", options);
+}
+
+/// y = (x w + b) * (x w + b) with x [2,3], w [3,2], b [2].
+onnx::ModelProto affineSquareModel() {
+  auto m = makeModel(13);
+  addInput(m, "x", {2, 3});
+  addInput(m, "w", {3, 2});
+  addInput(m, "b", {2});
+  addNode(m, "MatMul", {"x", "w"}, {"xw"});
+  addNode(m, "Add", {"xw", "b"}, {"s"});
+  addNode(m, "Mul", {"s", "s"}, {"y"});
+  addOutput(m, "y");
+  return m;
+}
+
+const std::vector<double> kX{0.5, -1, 2, 1.5, 0.25, -0.75};
+const std::vector<double> kW{1, -0.5, 0.25, 2, -1, 0.5};
+const std::vector<double> kB{0.1, -0.2};
+
+std::vector<Tensor> affineInputs(const std::vector<double>& x, const std::vector<double>& w,
+                                 const std::vector<double>& b) {
+  return {test::tensorOf(DType::F32, {2, 3}, x), test::tensorOf(DType::F32, {3, 2}, w),
+          test::tensorOf(DType::F32, {2}, b)};
+}
+
+TEST(OnnxImporter, GradientOfMatMulAddMulMatchesTheHandDerivedOne) {
+  auto m = affineSquareModel();
+  // Written before y's producers: Gradient is ordered after what `y` names.
+  addGradient(m, {"x", "w", "b"}, {}, "y", {"dx", "dw", "db"});
+  m.mutable_graph()->mutable_node()->SwapElements(0, m.graph().node_size() - 1);
+  for (const char* out : {"dx", "dw", "db"}) addOutput(m, out);
+  auto module = importWithGradients(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  EXPECT_TRUE(verify(**module).ok());
+  auto out = run(**module, affineInputs(kX, kW, kB));
+  ASSERT_EQ(out.size(), 4u);
+  // dL/ds = 2s for L = sum(y); db = column sums, dw = x^T ds, dx = ds w^T.
+  double s[2][2], ds[2][2];
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) {
+      s[i][j] = kB[j];
+      for (int k = 0; k < 3; ++k) s[i][j] += kX[i * 3 + k] * kW[k * 2 + j];
+      ds[i][j] = 2 * s[i][j];
+    }
+  std::vector<double> dx(6, 0), dw(6, 0), db(2, 0);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) {
+      db[j] += ds[i][j];
+      for (int k = 0; k < 3; ++k) {
+        dw[k * 2 + j] += kX[i * 3 + k] * ds[i][j];
+        dx[i * 3 + k] += ds[i][j] * kW[k * 2 + j];
+      }
+    }
+  auto near = [](const std::vector<double>& got, const std::vector<double>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << i;
+  };
+  near(test::elementsOf(out[1]), dx);
+  near(test::elementsOf(out[2]), dw);
+  near(test::elementsOf(out[3]), db);
+}
+
+TEST(OnnxImporter, GradientThroughACompositeOpMatchesFiniteDifferences) {
+  // y = elu(s) * s: elu is a composite op, differentiated through a
+  // decomposed copy; w is held constant (zs) and gets no output.
+  auto m = affineSquareModel();
+  m.mutable_graph()->mutable_node()->RemoveLast();
+  addNode(m, "Elu", {"s"}, {"e"});
+  addNode(m, "Mul", {"e", "s"}, {"y"});
+  addGradient(m, {"x", "b"}, {"w"}, "y", {"dx", "db"});
+  for (const char* out : {"dx", "db"}) addOutput(m, out);
+  auto module = importWithGradients(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  EXPECT_TRUE(verify(**module).ok());
+  size_t elus = 0;
+  for (const auto& op : (*module)->functions().front()->ops()) elus += op->kind() == OpKind::Elu;
+  EXPECT_EQ(elus, 1u) << "the forward elu stays as it was";
+  auto out = run(**module, affineInputs(kX, kW, kB));
+  ASSERT_EQ(out.size(), 3u);
+  auto loss = [&](std::vector<double> x, std::vector<double> b) {
+    auto r = run(**module, affineInputs(x, kW, b));
+    double sum = 0;
+    for (double v : test::elementsOf(r[0])) sum += v;
+    return sum;
+  };
+  const double h = 1e-2;
+  std::vector<double> dx = test::elementsOf(out[1]), db = test::elementsOf(out[2]);
+  for (size_t i = 0; i < kX.size(); ++i) {
+    auto up = kX, down = kX;
+    up[i] += h;
+    down[i] -= h;
+    EXPECT_NEAR(dx[i], (loss(up, kB) - loss(down, kB)) / (2 * h), 2e-2) << "dx " << i;
+  }
+  for (size_t i = 0; i < kB.size(); ++i) {
+    auto up = kB, down = kB;
+    up[i] += h;
+    down[i] -= h;
+    EXPECT_NEAR(db[i], (loss(kX, up) - loss(kX, down)) / (2 * h), 2e-2) << "db " << i;
+  }
+}
+
+TEST(OnnxImporter, GradientOfAValueIndependentOfXIsZero) {
+  auto m = affineSquareModel();
+  addInput(m, "u", {2});
+  addGradient(m, {"u"}, {}, "y", {"du"});
+  addOutput(m, "du");
+  auto module = importWithGradients(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  auto inputs = affineInputs(kX, kW, kB);
+  inputs.push_back(test::tensorOf(DType::F32, {2}, {3, 4}));
+  auto out = run(**module, inputs);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(test::elementsOf(out[1]), (std::vector<double>{0, 0}));
+}
+
+TEST(OnnxImporter, GradientThroughALoopIsReverseMode) {
+  // looped = x * w * w * w by a Loop of 3 iterations (a constant trip count,
+  // no condition): dy/dx = w^3 and dy/dw = 3 x w^2, through the loop's VJP.
+  auto m = makeModel(13);
+  addInput(m, "x", {2});
+  addInput(m, "w", {2});
+  *m.mutable_graph()->add_initializer() = int64Tensor("n", {}, {3});
+  onnx::GraphProto body;
+  body.set_name("body");
+  addValueInfo(body.mutable_input(), "i", onnx::TensorProto::INT64, {});
+  addValueInfo(body.mutable_input(), "cond", onnx::TensorProto::BOOL, {});
+  addValueInfo(body.mutable_input(), "acc", onnx::TensorProto::FLOAT, {2});
+  addGraphNode(body, "Identity", {"cond"}, {"cond_out"});
+  addGraphNode(body, "Mul", {"acc", "w"}, {"acc_out"});
+  addValueInfo(body.mutable_output(), "cond_out", onnx::TensorProto::BOOL, {});
+  addValueInfo(body.mutable_output(), "acc_out", onnx::TensorProto::FLOAT, {2});
+  setGraph(addNode(m, "Loop", {"n", "", "x"}, {"looped"}, "Loop_0"), "body", body);
+  // Two Gradient nodes of the same loop: the second reuses the stack of
+  // carried values that the first added to the forward loop.
+  addGradient(m, {"x"}, {}, "looped", {"dx"})->set_name("grad_x");
+  addGradient(m, {"w"}, {}, "looped", {"dw"})->set_name("grad_w");
+  for (const char* out : {"looped", "dx", "dw"}) addOutput(m, out);
+  auto module = importWithGradients(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  Status v = verify(**module);
+  ASSERT_TRUE(v.ok()) << v.error().str();
+  std::vector<const Op*> loops;
+  for (const auto& op : (*module)->functions().front()->ops())
+    if (op->kind() == OpKind::Loop) loops.push_back(op.get());
+  ASSERT_EQ(loops.size(), 3u) << "the forward loop and a backward loop per Gradient, not an unrolled one";
+  EXPECT_EQ(loops[0]->numResults(), 2u) << "the result and one stack of the carried value";
+  auto out = run(**module, {test::tensorOf(DType::F32, {2}, {1.5, -2}), test::tensorOf(DType::F32, {2}, {0.5, 3})});
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(test::elementsOf(out[0]), (std::vector<double>{1.5 * 0.125, -2.0 * 27}));
+  EXPECT_EQ(test::elementsOf(out[1]), (std::vector<double>{0.125, 27}));
+  EXPECT_EQ(test::elementsOf(out[2]), (std::vector<double>{3 * 1.5 * 0.25, 3 * -2.0 * 9}));
+}
+
+TEST(OnnxImporter, GradientErrorsNameWhatIsWrong) {
+  {
+    auto m = affineSquareModel();
+    addGradient(m, {"x", "nowhere"}, {}, "y", {"dx", "dn"});
+    m.mutable_graph()->mutable_node()->rbegin()->set_input(1, "x");
+    addOutput(m, "dx");
+    std::string error = errorOf(importWithGradients(m));
+    EXPECT_NE(error.find("name 'nowhere', which no node"), std::string::npos) << error;
+  }
+  {
+    auto m = affineSquareModel();
+    addGradient(m, {"x"}, {}, "y", {"dx"});
+    m.mutable_graph()->mutable_node()->rbegin()->set_input(0, "w");
+    addOutput(m, "dx");
+    std::string error = errorOf(importWithGradients(m));
+    EXPECT_NE(error.find("input 0 is 'w', expected 'x'"), std::string::npos) << error;
+  }
+  {
+    auto m = affineSquareModel();
+    addGradient(m, {"x"}, {}, "missing", {"dx"});
+    addOutput(m, "dx");
+    std::string error = errorOf(importWithGradients(m));
+    EXPECT_NE(error.find("'y' names 'missing'"), std::string::npos) << error;
+  }
+  {
+    // Without LoadOptions::gradients the op cannot be imported.
+    auto m = affineSquareModel();
+    addGradient(m, {"x"}, {}, "y", {"dx"});
+    addOutput(m, "dx");
+    std::string error = errorOf(importModel(m));
+    EXPECT_NE(error.find("without Kiln's autodiff"), std::string::npos) << error;
+  }
 }
 
 }  // namespace
