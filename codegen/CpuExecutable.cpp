@@ -17,6 +17,7 @@
 #include "ir/Verifier.h"
 #include "passes/MemoryPlan.h"
 #include "passes/PassManager.h"
+#include "runtime/ControlFlow.h"
 #include "runtime/KcFile.h"
 
 namespace kiln::codegen {
@@ -79,6 +80,31 @@ std::vector<std::vector<int64_t>> shapesOf(const std::vector<TensorType>& types)
   return shapes;
 }
 
+/// `inputs` against the arguments of `f`: their number, dtypes, ranks and
+/// static dims.
+Status checkInputs(const Function& f, const std::vector<Tensor>& inputs) {
+  if (inputs.size() != f.numArguments())
+    return Error("function '" + f.name() + "' takes " + std::to_string(f.numArguments()) + " inputs, got " +
+                 std::to_string(inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorType& want = f.argument(i)->type();
+    bool fits = inputs[i].dtype() == want.dtype && inputs[i].rank() == want.rank();
+    for (int64_t d = 0; fits && d < want.rank(); ++d)
+      fits = !want.shape[d].isStatic() || want.shape[d].size == inputs[i].shape()[d];
+    if (!fits)
+      return Error("input " + std::to_string(i) + " of '" + f.name() + "' is " + inputs[i].type().str() +
+                   ", expected " + want.str());
+  }
+  return {};
+}
+
+/// What makes `stages` run in stages, after the function's name in errors.
+std::string whyStaged(const FunctionStages& stages) {
+  const FunctionStages::HostOp& first = stages.host.front();
+  if (first.isControlFlow()) return "has control flow (" + first.name + ")";
+  return "has ops whose result sizes depend on values (" + first.name + ")";
+}
+
 }  // namespace
 
 Expected<std::vector<kir::Kernel>> lowerToKernels(const Function& f, const std::vector<TensorType>& types,
@@ -112,14 +138,27 @@ Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Function& f, Cp
   if (!jit) return jit.takeError();
   std::unique_ptr<CpuExecutor> executor(new CpuExecutor(cloneFunction(f), options));
   executor->jit_ = std::move(*jit);
-  auto stages = splitAtDataDependentOps(f);
+  auto stages = splitAtHostOps(f);
   if (!stages) return stages.takeError();
   if (!*stages) return executor;
   if (!options.aliases.empty())
-    return Error("'" + f.name() + "' has ops whose result sizes depend on values (" + (*stages)->host.front().name +
-                 "), which run between compiled stages; such a function cannot take donated arguments");
+    return Error("'" + f.name() + "' " + whyStaged(**stages) +
+                 ", which runs between compiled stages; such a function cannot take donated arguments");
   executor->stages_ = std::make_unique<FunctionStages>(std::move(**stages));
   FunctionStages& s = *executor->stages_;
+  // Each body of an `if` or `loop` is compiled by an executor of its own,
+  // per set of argument shapes; bodies take no donated arguments.
+  CpuOptions bodyOptions = options;
+  bodyOptions.aliases.clear();
+  for (const FunctionStages::HostOp& op : s.host) {
+    std::vector<std::unique_ptr<CpuExecutor>> bodies;
+    for (const auto& body : op.bodies) {
+      auto b = create(*body->functions().front(), bodyOptions);
+      if (!b) return b.takeError();
+      bodies.push_back(std::move(*b));
+    }
+    executor->bodies_.push_back(std::move(bodies));
+  }
   if (s.prefix) {
     auto prefix = create(*s.prefix->functions().front(), options);
     if (!prefix) return prefix.takeError();
@@ -134,28 +173,39 @@ Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Function& f, Cp
 }
 
 Error CpuExecutor::notOneProgram() const {
-  return Error("'" + module_->functions().front()->name() + "' has ops whose result sizes depend on values (" +
-               stages_->host.front().name +
-               "): it runs as compiled stages with those ops on the host between them, one program per size they "
+  const std::string name = module_->functions().front()->name();
+  if (stages_->host.front().isControlFlow())
+    return Error("'" + name + "' " + whyStaged(*stages_) +
+                 ": it runs as compiled stages with that op on the host between them and each of its bodies compiled "
+                 "as a program of its own, not as one program (docs/codegen.md section 7)");
+  return Error("'" + name + "' " + whyStaged(*stages_) +
+               ": it runs as compiled stages with those ops on the host between them, one program per size they "
                "give, not as one program (docs/codegen.md section 6)");
 }
 
+Expected<std::vector<Tensor>> CpuExecutor::runHostOp(size_t index, std::span<const Tensor* const> operands) {
+  const FunctionStages::HostOp& op = stages_->host[index];
+  if (!op.isControlFlow()) return runDataDependentOp(op.op, operands);
+  // The bodies run compiled, each by its executor, which compiles a body
+  // once per set of argument shapes.
+  const std::vector<std::unique_ptr<CpuExecutor>>& bodies = bodies_[index];
+  BodyRunner runBody = [&](size_t region, std::vector<Tensor> inputs) -> Expected<std::vector<Tensor>> {
+    if (region >= bodies.size())
+      return Error("'" + op.name + "' has no region " + std::to_string(region) + " to run", op.loc);
+    CpuExecutor& body = *bodies[region];
+    KILN_TRY(checkInputs(*body.module_->functions().front(), inputs));
+    auto results = body.run(inputs);
+    if (!body.unsupported_.empty()) unsupported_ = body.unsupported_;
+    return results;
+  };
+  if (op.kind == OpKind::If) return runIf(operands, op.resultTypes.size(), runBody, op.loc);
+  return runLoop(operands, op.numCarried, op.resultTypes, runBody, op.loc);
+}
+
 Expected<std::vector<Tensor>> CpuExecutor::runStaged(const std::vector<Tensor>& inputs) {
-  const Function& source = *module_->functions().front();
-  if (inputs.size() != source.numArguments())
-    return Error("function '" + source.name() + "' takes " + std::to_string(source.numArguments()) + " inputs, got " +
-                 std::to_string(inputs.size()));
   // The host ops may read arguments directly, so every input is checked
   // against its argument's type here, not only by the prefix's executor.
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const TensorType& want = source.argument(i)->type();
-    bool fits = inputs[i].dtype() == want.dtype && inputs[i].rank() == want.rank();
-    for (int64_t d = 0; fits && d < want.rank(); ++d)
-      fits = !want.shape[d].isStatic() || want.shape[d].size == inputs[i].shape()[d];
-    if (!fits)
-      return Error("input " + std::to_string(i) + " of '" + source.name() + "' is " + inputs[i].type().str() +
-                   ", expected " + want.str());
-  }
+  KILN_TRY(checkInputs(*module_->functions().front(), inputs));
   // Failures of a stage name its unlowerable ops as this executor's.
   auto noteUnsupported = [&](const CpuExecutor* stage) {
     if (stage && !stage->unsupported_.empty()) unsupported_ = stage->unsupported_;
@@ -173,7 +223,8 @@ Expected<std::vector<Tensor>> CpuExecutor::runStaged(const std::vector<Tensor>& 
     switch (v.from) {
       case StageValue::From::Argument: return inputs[v.index];
       case StageValue::From::Prefix: return before[v.index];
-      case StageValue::From::Host: break;
+      case StageValue::From::Host:
+      case StageValue::From::Suffix: break;
     }
     return host[v.index][v.result];
   };
@@ -181,22 +232,39 @@ Expected<std::vector<Tensor>> CpuExecutor::runStaged(const std::vector<Tensor>& 
     const FunctionStages::HostOp& op = stages_->host[i];
     std::vector<const Tensor*> operands;
     for (const StageValue& v : op.operands) operands.push_back(&at(v));
-    auto results = runDataDependentOp(op.op, operands);
+    auto results = runHostOp(i, operands);
     if (!results) return results.takeError();
     host[i] = std::move(*results);
   }
-  std::vector<Tensor> outputs;
-  if (!suffix_) {
-    for (const StageValue& v : stages_->results) outputs.push_back(at(v));
-    return outputs;
-  }
-  // TODO(kiln): bucket data-dependent sizes (pad to a bound) so that the
-  // suffix compiles once for counts that vary from run to run.
   std::vector<Tensor> after;
-  for (const StageValue& v : stages_->suffixInputs) after.push_back(at(v));
-  auto ran = suffix_->run(after);
-  noteUnsupported(suffix_.get());
-  return ran;
+  if (suffix_) {
+    // TODO(kiln): bucket data-dependent sizes (pad to a bound) so that the
+    // suffix compiles once for counts that vary from run to run.
+    std::vector<Tensor> suffixInputs;
+    for (const StageValue& v : stages_->suffixInputs) suffixInputs.push_back(at(v));
+    auto ran = suffix_->run(suffixInputs);
+    noteUnsupported(suffix_.get());
+    if (!ran) return ran.takeError();
+    after = std::move(*ran);
+  }
+  std::vector<Tensor> outputs;
+  std::vector<size_t> movedTo(after.size(), SIZE_MAX);  // a suffix result returned twice is copied
+  for (const StageValue& v : stages_->results) {
+    if (v.from != StageValue::From::Suffix) {
+      outputs.push_back(at(v));
+      continue;
+    }
+    if (v.index >= after.size())
+      return Error("the suffix of '" + module_->functions().front()->name() + "' gave " +
+                   std::to_string(after.size()) + " results");
+    if (movedTo[v.index] != SIZE_MAX) {
+      outputs.push_back(outputs[movedTo[v.index]]);
+      continue;
+    }
+    movedTo[v.index] = outputs.size();
+    outputs.push_back(std::move(after[v.index]));
+  }
+  return outputs;
 }
 
 Status CpuExecutor::addCompiled(std::unique_ptr<CompiledFunction> compiled) {
@@ -338,7 +406,10 @@ Expected<std::pair<const Module*, std::shared_ptr<const CpuProgram>>> CpuExecuto
 
 std::vector<std::string> CpuExecutor::takeNotices() {
   std::vector<std::string> notices = kernelCache_->takeNotices();
-  for (CpuExecutor* stage : {prefix_.get(), suffix_.get()}) {
+  std::vector<CpuExecutor*> stages = {prefix_.get(), suffix_.get()};
+  for (const auto& bodies : bodies_)
+    for (const auto& body : bodies) stages.push_back(body.get());
+  for (CpuExecutor* stage : stages) {
     if (!stage) continue;
     for (std::string& n : stage->takeNotices()) notices.push_back(std::move(n));
   }
@@ -346,12 +417,31 @@ std::vector<std::string> CpuExecutor::takeNotices() {
 }
 
 Status CpuExecutor::prepare(const std::vector<Tensor>& inputs) {
-  // With stages, only the prefix's shapes are known before a run.
+  // With stages, only the prefix's shapes are known before a run, and the
+  // bodies' whose arguments have static shapes: those compile now, the
+  // others (and the suffix) on the run that gives their shapes.
   if (stages_) {
-    if (!prefix_) return Status::success();
-    Status prepared = prefix_->prepare(inputs);
-    unsupported_ = prefix_->unsupported_;
-    return prepared;
+    unsupported_.clear();
+    if (prefix_) {
+      Status prepared = prefix_->prepare(inputs);
+      unsupported_ = prefix_->unsupported_;
+      if (!prepared) return prepared;
+    }
+    for (const auto& bodies : bodies_) {
+      for (const auto& body : bodies) {
+        std::vector<Tensor> example;
+        bool fixed = true;
+        for (const Value* a : body->module_->functions().front()->arguments()) {
+          fixed = fixed && a->type().isStatic();
+          if (fixed) example.emplace_back(a->type().dtype, staticDims(a->type().shape));
+        }
+        if (!fixed) continue;
+        Status prepared = body->prepare(example);
+        unsupported_ = body->unsupported_;
+        if (!prepared) return prepared;
+      }
+    }
+    return Status::success();
   }
   auto c = compiled(inputs);
   if (!c) return c.takeError();
