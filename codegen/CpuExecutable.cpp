@@ -17,7 +17,6 @@
 #include "ir/Verifier.h"
 #include "passes/MemoryPlan.h"
 #include "passes/PassManager.h"
-#include "runtime/ControlFlow.h"
 #include "runtime/KcFile.h"
 
 namespace kiln::codegen {
@@ -78,31 +77,6 @@ std::vector<std::vector<int64_t>> shapesOf(const std::vector<TensorType>& types)
   std::vector<std::vector<int64_t>> shapes;
   for (const TensorType& t : types) shapes.push_back(staticDims(t.shape));
   return shapes;
-}
-
-/// `inputs` against the arguments of `f`: their number, dtypes, ranks and
-/// static dims.
-Status checkInputs(const Function& f, const std::vector<Tensor>& inputs) {
-  if (inputs.size() != f.numArguments())
-    return Error("function '" + f.name() + "' takes " + std::to_string(f.numArguments()) + " inputs, got " +
-                 std::to_string(inputs.size()));
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const TensorType& want = f.argument(i)->type();
-    bool fits = inputs[i].dtype() == want.dtype && inputs[i].rank() == want.rank();
-    for (int64_t d = 0; fits && d < want.rank(); ++d)
-      fits = !want.shape[d].isStatic() || want.shape[d].size == inputs[i].shape()[d];
-    if (!fits)
-      return Error("input " + std::to_string(i) + " of '" + f.name() + "' is " + inputs[i].type().str() +
-                   ", expected " + want.str());
-  }
-  return {};
-}
-
-/// What makes `stages` run in stages, after the function's name in errors.
-std::string whyStaged(const FunctionStages& stages) {
-  const FunctionStages::HostOp& first = stages.host.front();
-  if (first.isControlFlow()) return "has control flow (" + first.name + ")";
-  return "has ops whose result sizes depend on values (" + first.name + ")";
 }
 
 }  // namespace
@@ -173,98 +147,26 @@ Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Function& f, Cp
 }
 
 Error CpuExecutor::notOneProgram() const {
-  const std::string name = module_->functions().front()->name();
-  if (stages_->host.front().isControlFlow())
-    return Error("'" + name + "' " + whyStaged(*stages_) +
-                 ": it runs as compiled stages with that op on the host between them and each of its bodies compiled "
-                 "as a program of its own, not as one program (docs/codegen.md section 7)");
-  return Error("'" + name + "' " + whyStaged(*stages_) +
-               ": it runs as compiled stages with those ops on the host between them, one program per size they "
-               "give, not as one program (docs/codegen.md section 6)");
-}
-
-Expected<std::vector<Tensor>> CpuExecutor::runHostOp(size_t index, std::span<const Tensor* const> operands) {
-  const FunctionStages::HostOp& op = stages_->host[index];
-  if (!op.isControlFlow()) return runDataDependentOp(op.op, operands);
-  // The bodies run compiled, each by its executor, which compiles a body
-  // once per set of argument shapes.
-  const std::vector<std::unique_ptr<CpuExecutor>>& bodies = bodies_[index];
-  BodyRunner runBody = [&](size_t region, std::vector<Tensor> inputs) -> Expected<std::vector<Tensor>> {
-    if (region >= bodies.size())
-      return Error("'" + op.name + "' has no region " + std::to_string(region) + " to run", op.loc);
-    CpuExecutor& body = *bodies[region];
-    KILN_TRY(checkInputs(*body.module_->functions().front(), inputs));
-    auto results = body.run(inputs);
-    if (!body.unsupported_.empty()) unsupported_ = body.unsupported_;
-    return results;
-  };
-  if (op.kind == OpKind::If) return runIf(operands, op.resultTypes.size(), runBody, op.loc);
-  return runLoop(operands, op.numCarried, op.resultTypes, runBody, op.loc);
+  return codegen::notOneProgram(module_->functions().front()->name(), *stages_);
 }
 
 Expected<std::vector<Tensor>> CpuExecutor::runStaged(const std::vector<Tensor>& inputs) {
-  // The host ops may read arguments directly, so every input is checked
-  // against its argument's type here, not only by the prefix's executor.
-  KILN_TRY(checkInputs(*module_->functions().front(), inputs));
   // Failures of a stage name its unlowerable ops as this executor's.
-  auto noteUnsupported = [&](const CpuExecutor* stage) {
-    if (stage && !stage->unsupported_.empty()) unsupported_ = stage->unsupported_;
-  };
   unsupported_.clear();
-  std::vector<Tensor> before;
-  if (prefix_) {
-    auto ran = prefix_->run(inputs);
-    noteUnsupported(prefix_.get());
-    if (!ran) return ran.takeError();
-    before = std::move(*ran);
-  }
-  std::vector<std::vector<Tensor>> host(stages_->host.size());
-  auto at = [&](const StageValue& v) -> const Tensor& {
-    switch (v.from) {
-      case StageValue::From::Argument: return inputs[v.index];
-      case StageValue::From::Prefix: return before[v.index];
-      case StageValue::From::Host:
-      case StageValue::From::Suffix: break;
-    }
-    return host[v.index][v.result];
+  auto noted = [this](CpuExecutor& stage, const std::vector<Tensor>& in) {
+    auto ran = stage.run(in);
+    if (!stage.unsupported_.empty()) unsupported_ = stage.unsupported_;
+    return ran;
   };
-  for (size_t i = 0; i < stages_->host.size(); ++i) {
-    const FunctionStages::HostOp& op = stages_->host[i];
-    std::vector<const Tensor*> operands;
-    for (const StageValue& v : op.operands) operands.push_back(&at(v));
-    auto results = runHostOp(i, operands);
-    if (!results) return results.takeError();
-    host[i] = std::move(*results);
-  }
-  std::vector<Tensor> after;
-  if (suffix_) {
-    // TODO(kiln): bucket data-dependent sizes (pad to a bound) so that the
-    // suffix compiles once for counts that vary from run to run.
-    std::vector<Tensor> suffixInputs;
-    for (const StageValue& v : stages_->suffixInputs) suffixInputs.push_back(at(v));
-    auto ran = suffix_->run(suffixInputs);
-    noteUnsupported(suffix_.get());
-    if (!ran) return ran.takeError();
-    after = std::move(*ran);
-  }
-  std::vector<Tensor> outputs;
-  std::vector<size_t> movedTo(after.size(), SIZE_MAX);  // a suffix result returned twice is copied
-  for (const StageValue& v : stages_->results) {
-    if (v.from != StageValue::From::Suffix) {
-      outputs.push_back(at(v));
-      continue;
-    }
-    if (v.index >= after.size())
-      return Error("the suffix of '" + module_->functions().front()->name() + "' gave " +
-                   std::to_string(after.size()) + " results");
-    if (movedTo[v.index] != SIZE_MAX) {
-      outputs.push_back(outputs[movedTo[v.index]]);
-      continue;
-    }
-    movedTo[v.index] = outputs.size();
-    outputs.push_back(std::move(after[v.index]));
-  }
-  return outputs;
+  StageRunners runners;
+  runners.prefix = [&](const std::vector<Tensor>& in) { return noted(*prefix_, in); };
+  runners.suffix = [&](const std::vector<Tensor>& in) { return noted(*suffix_, in); };
+  // Each body by its executor, which compiles it once per set of argument
+  // shapes.
+  runners.body = [&](size_t host, size_t region, const std::vector<Tensor>& in) {
+    return noted(*bodies_[host][region], in);
+  };
+  return runStages(*module_->functions().front(), *stages_, inputs, runners);
 }
 
 Status CpuExecutor::addCompiled(std::unique_ptr<CompiledFunction> compiled) {
@@ -429,14 +331,9 @@ Status CpuExecutor::prepare(const std::vector<Tensor>& inputs) {
     }
     for (const auto& bodies : bodies_) {
       for (const auto& body : bodies) {
-        std::vector<Tensor> example;
-        bool fixed = true;
-        for (const Value* a : body->module_->functions().front()->arguments()) {
-          fixed = fixed && a->type().isStatic();
-          if (fixed) example.emplace_back(a->type().dtype, staticDims(a->type().shape));
-        }
-        if (!fixed) continue;
-        Status prepared = body->prepare(example);
+        auto example = staticArgumentsOf(*body->module_->functions().front());
+        if (!example) continue;
+        Status prepared = body->prepare(*example);
         unsupported_ = body->unsupported_;
         if (!prepared) return prepared;
       }

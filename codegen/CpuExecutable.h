@@ -25,7 +25,6 @@
 
 #include <map>
 #include <memory>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -161,8 +160,6 @@ class CpuExecutor {
   Status addCompiled(std::unique_ptr<CompiledFunction> compiled);
   /// Runs a function split at its host ops.
   Expected<std::vector<Tensor>> runStaged(const std::vector<Tensor>& inputs);
-  /// Runs host op `index` of the stages on `operands`.
-  Expected<std::vector<Tensor>> runHostOp(size_t index, std::span<const Tensor* const> operands);
   /// The error of a query that needs one program for the whole function.
   Error notOneProgram() const;
 

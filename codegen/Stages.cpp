@@ -2,11 +2,15 @@
 // op's result reaches it), host (a data-dependent or control-flow op the
 // prefix feeds) or suffix (everything after), then copies the prefix and
 // suffix ops into functions of their own, and a host `if`'s or `loop`'s
-// regions into functions of their own.
+// regions into functions of their own; runStages, the run of the parts that
+// the CPU and CUDA executors share.
 #include "codegen/Stages.h"
 
+#include <cstdint>
 #include <unordered_map>
 #include <unordered_set>
+
+#include "runtime/ControlFlow.h"
 
 namespace kiln::codegen {
 
@@ -40,8 +44,7 @@ Expected<FunctionStages::HostOp> controlFlowStep(const Op& op, const Function& f
   for (const Value* r : op.results()) host.resultTypes.push_back(r->type());
   const size_t wantRegions = op.kind() == OpKind::If ? 2 : 1;
   if (op.numRegions() != wantRegions)
-    return op.emitError("has " + std::to_string(op.numRegions()) + " regions, expected " +
-                        std::to_string(wantRegions));
+    return op.emitError("has " + std::to_string(op.numRegions()) + " regions, expected " + std::to_string(wantRegions));
   for (size_t r = 0; r < wantRegions; ++r) {
     std::unique_ptr<Function> body = op.region(r)->clone();
     const char* role = op.kind() == OpKind::Loop ? "body" : r == 0 ? "then" : "else";
@@ -177,6 +180,120 @@ Expected<std::optional<FunctionStages>> splitAtHostOps(const Function& f) {
     stages.prefix->addFunction(std::move(prefix));
   }
   return std::optional<FunctionStages>{std::move(stages)};
+}
+
+Status checkInputs(const Function& f, const std::vector<Tensor>& inputs) {
+  if (inputs.size() != f.numArguments())
+    return Error("function '" + f.name() + "' takes " + std::to_string(f.numArguments()) + " inputs, got " +
+                 std::to_string(inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorType& want = f.argument(i)->type();
+    bool fits = inputs[i].dtype() == want.dtype && inputs[i].rank() == want.rank();
+    for (int64_t d = 0; fits && d < want.rank(); ++d)
+      fits = !want.shape[d].isStatic() || want.shape[d].size == inputs[i].shape()[d];
+    if (!fits)
+      return Error("input " + std::to_string(i) + " of '" + f.name() + "' is " + inputs[i].type().str() +
+                   ", expected " + want.str());
+  }
+  return {};
+}
+
+std::optional<std::vector<Tensor>> staticArgumentsOf(const Function& f) {
+  std::vector<Tensor> example;
+  for (const Value* a : f.arguments()) {
+    if (!a->type().isStatic()) return std::nullopt;
+    example.emplace_back(a->type().dtype, staticDims(a->type().shape));
+  }
+  return example;
+}
+
+std::string whyStaged(const FunctionStages& stages) {
+  const FunctionStages::HostOp& first = stages.host.front();
+  if (first.isControlFlow()) return "has control flow (" + first.name + ")";
+  return "has ops whose result sizes depend on values (" + first.name + ")";
+}
+
+Error notOneProgram(const std::string& name, const FunctionStages& stages) {
+  if (stages.host.front().isControlFlow())
+    return Error("'" + name + "' " + whyStaged(stages) +
+                 ": it runs as compiled stages with that op on the host between them and each of its bodies compiled "
+                 "as a program of its own, not as one program (docs/codegen.md section 7)");
+  return Error("'" + name + "' " + whyStaged(stages) +
+               ": it runs as compiled stages with those ops on the host between them, one program per size they "
+               "give, not as one program (docs/codegen.md section 6)");
+}
+
+Expected<std::vector<Tensor>> runStages(const Function& f, const FunctionStages& stages,
+                                        const std::vector<Tensor>& inputs, const StageRunners& runners) {
+  // The host ops may read arguments directly, so every input is checked
+  // against its argument's type here, not only by the prefix's executor.
+  KILN_TRY(checkInputs(f, inputs));
+  std::vector<Tensor> before;
+  if (stages.prefix) {
+    auto ran = runners.prefix(inputs);
+    if (!ran) return ran.takeError();
+    before = std::move(*ran);
+  }
+  std::vector<std::vector<Tensor>> host(stages.host.size());
+  auto at = [&](const StageValue& v) -> const Tensor& {
+    switch (v.from) {
+      case StageValue::From::Argument: return inputs[v.index];
+      case StageValue::From::Prefix: return before[v.index];
+      case StageValue::From::Host:
+      case StageValue::From::Suffix: break;
+    }
+    return host[v.index][v.result];
+  };
+  for (size_t i = 0; i < stages.host.size(); ++i) {
+    const FunctionStages::HostOp& op = stages.host[i];
+    std::vector<const Tensor*> operands;
+    for (const StageValue& v : op.operands) operands.push_back(&at(v));
+    Expected<std::vector<Tensor>> results = std::vector<Tensor>{};
+    if (!op.isControlFlow()) {
+      results = runDataDependentOp(op.op, operands);
+    } else {
+      // The bodies run compiled, by the executor's runner of each.
+      BodyRunner runBody = [&](size_t region, std::vector<Tensor> bodyInputs) -> Expected<std::vector<Tensor>> {
+        if (region >= op.bodies.size())
+          return Error("'" + op.name + "' has no region " + std::to_string(region) + " to run", op.loc);
+        KILN_TRY(checkInputs(*op.bodies[region]->functions().front(), bodyInputs));
+        return runners.body(i, region, bodyInputs);
+      };
+      if (op.kind == OpKind::If)
+        results = runIf(operands, op.resultTypes.size(), runBody, op.loc);
+      else
+        results = runLoop(operands, op.numCarried, op.resultTypes, runBody, op.loc);
+    }
+    if (!results) return results.takeError();
+    host[i] = std::move(*results);
+  }
+  std::vector<Tensor> after;
+  if (stages.suffix) {
+    // TODO(kiln): bucket data-dependent sizes (pad to a bound) so that the
+    // suffix compiles once for counts that vary from run to run.
+    std::vector<Tensor> suffixInputs;
+    for (const StageValue& v : stages.suffixInputs) suffixInputs.push_back(at(v));
+    auto ran = runners.suffix(suffixInputs);
+    if (!ran) return ran.takeError();
+    after = std::move(*ran);
+  }
+  std::vector<Tensor> outputs;
+  std::vector<size_t> movedTo(after.size(), SIZE_MAX);  // a suffix result returned twice is copied
+  for (const StageValue& v : stages.results) {
+    if (v.from != StageValue::From::Suffix) {
+      outputs.push_back(at(v));
+      continue;
+    }
+    if (v.index >= after.size())
+      return Error("the suffix of '" + f.name() + "' gave " + std::to_string(after.size()) + " results");
+    if (movedTo[v.index] != SIZE_MAX) {
+      outputs.push_back(outputs[movedTo[v.index]]);
+      continue;
+    }
+    movedTo[v.index] = outputs.size();
+    outputs.push_back(std::move(after[v.index]));
+  }
+  return outputs;
 }
 
 }  // namespace kiln::codegen

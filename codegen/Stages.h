@@ -25,6 +25,7 @@
 // the executor of a body splits the control flow nested in it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,7 @@
 
 #include "ir/IR.h"
 #include "runtime/DataDependent.h"
+#include "runtime/Tensor.h"
 
 namespace kiln::codegen {
 
@@ -84,5 +86,38 @@ struct FunctionStages {
 /// `f` split at its top-level host ops (data-dependent and control-flow
 /// ops), or nullopt when it has none.
 Expected<std::optional<FunctionStages>> splitAtHostOps(const Function& f);
+
+/// What runs each compiled part of a staged function: every executor (CPU,
+/// CUDA) passes its own. `prefix` and `suffix` are called only where the
+/// stages have that part; `body` runs region `region` of host op `host`.
+struct StageRunners {
+  std::function<Expected<std::vector<Tensor>>(const std::vector<Tensor>&)> prefix;
+  std::function<Expected<std::vector<Tensor>>(const std::vector<Tensor>&)> suffix;
+  std::function<Expected<std::vector<Tensor>>(size_t host, size_t region, const std::vector<Tensor>& inputs)> body;
+};
+
+/// Runs `stages` of function `f` on `inputs`: the prefix, each host op
+/// (runtime/DataDependent.h; runtime/ControlFlow.h, whose bodies `runners`
+/// run after their inputs are checked against the body's arguments), the
+/// suffix; returns the original results.
+Expected<std::vector<Tensor>> runStages(const Function& f, const FunctionStages& stages,
+                                        const std::vector<Tensor>& inputs, const StageRunners& runners);
+
+/// `inputs` against the arguments of `f`: their number, dtypes, ranks and
+/// static dims.
+Status checkInputs(const Function& f, const std::vector<Tensor>& inputs);
+
+/// Zero tensors of the argument types of `f` when all are static (a body
+/// that prepare can compile before any run gives its shapes), else nullopt.
+std::optional<std::vector<Tensor>> staticArgumentsOf(const Function& f);
+
+/// What makes `stages` run in stages, after the function's name in errors:
+/// `has control flow (loop)`, `has ops whose result sizes depend on values
+/// (nonzero)`.
+std::string whyStaged(const FunctionStages& stages);
+
+/// The error of a query that needs one program for staged function `name`
+/// (a `.kc`, a memory plan, kernel IR).
+Error notOneProgram(const std::string& name, const FunctionStages& stages);
 
 }  // namespace kiln::codegen
