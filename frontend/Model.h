@@ -11,6 +11,15 @@
 // arguments are the graph inputs (named by the input names; an input that
 // also has an initializer carries it as the argument's default), its results
 // the graph outputs (named by the output names), weights are `constant` ops.
+//
+// Kiln IR has tensors only. An ONNX graph input or output that is a
+// sequence or an optional is specialized at import to the value it takes,
+// as inputShapes specializes shapes: a sequence of N tensors is N arguments
+// or results named elementName(name, 0..N-1), an optional holding a tensor
+// is that tensor (named `name`), one holding a sequence is its elements, and
+// an absent optional is nothing. The caller gives the inputs' forms
+// (LoadOptions::inputForms, or loadModelForInputs from the values it will
+// bind); the outputs' forms come back in SpecializedModel::outputs.
 #pragma once
 
 #include <map>
@@ -31,6 +40,41 @@ enum class ModelFormat { Onnx, Kiln, KilnText, KilnIR };
 Expected<ModelFormat> modelFormatOf(std::string_view path);
 std::string_view modelFormatName(ModelFormat format);
 
+/// What an ONNX graph value is: a tensor, a sequence of tensors, or an
+/// optional that is absent or holds a tensor or a sequence.
+enum class ValueKind { Tensor, Sequence, OptionalNone, OptionalTensor, OptionalSequence };
+std::string_view valueKindName(ValueKind kind);
+
+/// The name of element `index` of the sequence `name` among a loaded
+/// function's arguments or results: "name.index".
+std::string elementName(const std::string& name, size_t index);
+
+/// The form a sequence or optional graph input is specialized to: its kind
+/// and the shape of each of its tensors (a sequence's elements, an optional
+/// tensor's one; none when absent).
+struct InputForm {
+  ValueKind kind = ValueKind::Tensor;
+  std::vector<std::vector<int64_t>> shapes;
+};
+
+/// A value a caller binds to an ONNX graph input or reads from an output:
+/// its kind and tensors (one for a tensor or an optional tensor, the
+/// elements of a sequence, none for an absent optional).
+struct GraphValue {
+  ValueKind kind = ValueKind::Tensor;
+  std::vector<DenseTensor> tensors;
+};
+
+/// What one ONNX graph output became in a loaded function: the `count`
+/// results from `first` (1 for a tensor, N for a sequence of N, 0 for an
+/// absent optional).
+struct GraphOutputForm {
+  std::string name;
+  ValueKind kind = ValueKind::Tensor;
+  size_t first = 0;
+  size_t count = 1;
+};
+
 struct LoadOptions {
   /// Evaluates ops on constants while importing (ONNX shape computations
   /// such as Shape -> Gather -> Concat -> Reshape fold to constants). May be
@@ -47,6 +91,10 @@ struct LoadOptions {
   /// loadModelForInputs will not bind, so they would take those defaults
   /// anyway (a sequence position given as a defaulted input, say).
   bool freezeUnboundDefaults = false;
+  /// The forms of the sequence and optional graph inputs (by name), which
+  /// the ONNX importer needs: such an input becomes the tensor arguments of
+  /// its form (the file comment). One without a form is an error naming it.
+  std::map<std::string, InputForm> inputForms;
 };
 
 /// Reads the model at `path`. Errors name the file and, where there is one,
@@ -58,6 +106,8 @@ struct SpecializedModel {
   std::unique_ptr<Module> module;
   /// Inputs fixed as constants at import time (no longer arguments).
   std::vector<std::string> frozenInputs;
+  /// Each graph output, in order, and the results it became.
+  std::vector<GraphOutputForm> outputs;
 };
 
 /// Loads `path` for running on `inputs` (by graph input name): with their
@@ -69,6 +119,24 @@ struct SpecializedModel {
 /// returned when the second fails too.
 Expected<SpecializedModel> loadModelForInputs(const std::string& path, const LoadOptions& options,
                                               const std::map<std::string, DenseTensor>& inputs);
+/// The same with sequence and optional inputs: their forms become
+/// LoadOptions::inputForms (only tensor inputs are ever fixed as constants).
+/// Bind the loaded function's arguments to flattenGraphValues(inputs).
+Expected<SpecializedModel> loadModelForInputs(const std::string& path, const LoadOptions& options,
+                                              const std::map<std::string, GraphValue>& inputs);
+
+/// The tensors of `values` by the argument names they bind in a function
+/// loaded for them (a tensor or optional tensor by its own name, element i
+/// of a sequence by elementName(name, i), an absent optional by none).
+std::map<std::string, DenseTensor> flattenGraphValues(const std::map<std::string, GraphValue>& values);
+
+/// The inverse, for callers that bind tensors by argument name (`kiln run`):
+/// `tensors` grouped into the values of the graph inputs of the model at
+/// `path`. An optional input is present when its name is bound, absent
+/// otherwise; a sequence input takes NAME.0 .. NAME.N-1 (a gap, or none at
+/// all, is an error naming it); other names are tensors.
+Expected<std::map<std::string, GraphValue>> groupGraphValues(const std::string& path,
+                                                             const std::map<std::string, DenseTensor>& tensors);
 
 /// Writes `module`'s first function to `path` in the format its extension
 /// names. The file is written atomically: on error nothing is left behind and

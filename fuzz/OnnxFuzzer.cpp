@@ -3,7 +3,9 @@
 // Module or an error, never crash, hang or leak. An imported model must
 // verify, and must survive a write and read in the Kiln graph format, so
 // `kiln convert model.onnx -o model.kiln` is exercised on every model the
-// fuzzer gets through the importer.
+// fuzzer gets through the importer. The same bytes go to the reader of
+// value files (parseOnnxValue: TensorProto, SequenceProto, OptionalProto),
+// which must give a value or an error too.
 #include <google/protobuf/stubs/logging.h>
 
 #include <cstdint>
@@ -27,6 +29,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   kiln::LoadOptions options;
   options.evaluator = &evaluator;
   std::string_view bytes(reinterpret_cast<const char*>(data), size);
+  for (kiln::OnnxValueFile kind :
+       {kiln::OnnxValueFile::Tensor, kiln::OnnxValueFile::Sequence, kiln::OnnxValueFile::Optional})
+    (void)kiln::parseOnnxValue(bytes, kind, "fuzz.pb");
   auto module = kiln::importOnnxBytes(bytes, "fuzz.onnx", "", options);
   if (!module) return 0;
   if (kiln::Status s = kiln::verify(**module); !s) {

@@ -263,7 +263,11 @@ Expected<std::unique_ptr<Module>> loadSpecialized(const std::string& modelPath,
   std::map<std::string, DenseTensor> givenTensors;
   for (const auto& [name, tensor] : read)
     if (tensor) givenTensors[name] = tensor->toDense();
-  auto specialized = loadModelForInputs(modelPath, loadOptions, givenTensors);
+  // A sequence input is bound element by element (--input NAME.0=...), an
+  // optional one by its name or not at all (frontend/Model.h).
+  auto values = groupGraphValues(modelPath, givenTensors);
+  if (!values) return values.takeError();
+  auto specialized = loadModelForInputs(modelPath, loadOptions, *values);
   if (!specialized) return specialized.takeError();
   auto module = std::move(specialized->module);
   for (const std::string& name : specialized->frozenInputs) {

@@ -4,7 +4,10 @@
 // `loop` whose body takes row i of each scan input (gather) before running
 // the scan body inlined, and whose stacked scan values are then reversed and
 // moved to their output axes; opset 8's batched Scan is a loop over the batch
-// around that loop.
+// around that loop. What is known at import is resolved there instead: an If
+// whose condition is known inlines the branch it takes, and a Loop that
+// carries a sequence or an optional (Kiln has no such type at run time) is
+// unrolled, which needs its trip count known at import.
 #include <limits>
 #include <optional>
 #include <unordered_map>
@@ -16,6 +19,9 @@ namespace kiln::onnx_import {
 namespace {
 
 constexpr int64_t kNewest = kNewestOnnxOpset;
+
+/// Input `i`'s ONNX name in quotes.
+std::string inQuotesName(NodeContext& ctx, size_t i) { return "'" + ctx.node().input(static_cast<int>(i)) + "'"; }
 
 const TensorType kI64Scalar{DType::I64, {}};
 const TensorType kBoolScalar{DType::Bool, {}};
@@ -91,9 +97,29 @@ Expected<std::vector<Value*>> inlineBody(Builder& b, const Function& body, std::
   return Error("the inlined body has no return");
 }
 
+/// The value of a bool or integer scalar known at import time, else nullopt.
+std::optional<int64_t> constantScalar(const Value* v) {
+  const Op* def = v->definingOp();
+  if (!def || def->kind() != OpKind::Constant || v->type().rank() != 0) return std::nullopt;
+  return def->getTensor("value").getInt(0);
+}
+
 Status convertIf(NodeContext& ctx) {
   KILN_TRY_VALUE(rawCond, ctx.input(0));
   KILN_TRY_VALUE(cond, scalarInput(ctx, rawCond, DType::Bool, "the condition"));
+  if (auto known = constantScalar(cond)) {
+    // The condition is known at import: the branch it takes, inlined. This
+    // is also how a branch may give a sequence or an optional, which a
+    // region cannot return.
+    auto outputs = ctx.inlineBody(*known ? "then_branch" : "else_branch", {}, *known ? "_then" : "_else");
+    if (!outputs) return outputs.takeError();
+    if (outputs->size() != ctx.numOutputs())
+      return ctx.error(std::string("the ") + (*known ? "then" : "else") + " branch gives " +
+                       std::to_string(outputs->size()) + " outputs, for " + std::to_string(ctx.numOutputs()) +
+                       " node outputs");
+    for (size_t i = 0; i < outputs->size(); ++i) ctx.setAnyOutput(i, std::move((*outputs)[i]));
+    return {};
+  }
   auto thenBody = ctx.importBody("then_branch", {});
   if (!thenBody) return thenBody.takeError();
   auto elseBody = ctx.importBody("else_branch", {}, thenBody->captures);
@@ -155,18 +181,12 @@ Expected<ImportedBody> importLoopBody(NodeContext& ctx, std::vector<TensorType> 
 /// The most iterations a Loop is unrolled over at import.
 constexpr int64_t kMaxUnrolledIterations = 1024;
 
-/// The value of a bool or integer scalar known at import time, else nullopt.
-std::optional<int64_t> constantScalar(const Value* v) {
-  const Op* def = v->definingOp();
-  if (!def || def->kind() != OpKind::Constant || v->type().rank() != 0) return std::nullopt;
-  return def->getTensor("value").getInt(0);
-}
-
 /// The Loop converted one iteration after another into the graph (its body
 /// inlined with the iteration number a constant), which needs the trip count
-/// and every iteration's condition known at import. Binds the node's
-/// outputs; scan values are the rows concatenated.
-Status unrollLoop(NodeContext& ctx, Value* maxTrip, Value* cond, std::vector<Value*> carried) {
+/// and every iteration's condition known at import. Loop-carried values may
+/// be sequences and optionals (each iteration's are static). Binds the
+/// node's outputs; scan values are the rows concatenated.
+Status unrollLoop(NodeContext& ctx, Value* maxTrip, Value* cond, std::vector<ImportValue> carried) {
   auto trips = constantScalar(maxTrip);
   if (!trips) return Error("the trip count is not known at import time");
   std::vector<std::vector<Value*>> rows;
@@ -178,19 +198,25 @@ Status unrollLoop(NodeContext& ctx, Value* maxTrip, Value* cond, std::vector<Val
       return Error("it runs more than " + std::to_string(kMaxUnrolledIterations) + " iterations");
     DenseTensor index = DenseTensor::zeros(kI64Scalar);
     index.setInt(0, i);
-    std::vector<Value*> inputs = {ctx.constant(std::move(index)), cond};
+    std::vector<ImportValue> inputs = {ImportValue::ofTensor(ctx.constant(std::move(index))),
+                                       ImportValue::ofTensor(cond)};
     inputs.insert(inputs.end(), carried.begin(), carried.end());
     auto outputs = ctx.inlineBody("body", inputs, "_iter" + std::to_string(i));
     if (!outputs) return outputs.takeError();
     if (outputs->size() < 1 + carried.size())
       return Error("the body gives " + std::to_string(outputs->size()) + " outputs, expected at least " +
                    std::to_string(1 + carried.size()));
-    cond = (*outputs)[0];
+    for (size_t k = 0; k < outputs->size(); ++k)
+      if ((*outputs)[k].kind != ValueKind::Tensor && (k == 0 || k > carried.size()))
+        return Error("body output " + std::to_string(k) + " is " + std::string(valueKindName((*outputs)[k].kind)) +
+                     ", expected a tensor (" + (k == 0 ? "the condition" : "a scan output") + ")");
+    KILN_TRY_VALUE(next, scalarInput(ctx, (*outputs)[0].tensor, DType::Bool, "the condition the body gives"));
+    cond = next;
     for (size_t c = 0; c < carried.size(); ++c) carried[c] = (*outputs)[1 + c];
     rows.resize(outputs->size() - 1 - carried.size());
-    for (size_t k = 0; k < rows.size(); ++k) rows[k].push_back((*outputs)[1 + carried.size() + k]);
+    for (size_t k = 0; k < rows.size(); ++k) rows[k].push_back((*outputs)[1 + carried.size() + k].tensor);
   }
-  for (size_t c = 0; c < carried.size(); ++c) ctx.setOutput(c, carried[c]);
+  for (size_t c = 0; c < carried.size(); ++c) ctx.setAnyOutput(c, carried[c]);
   for (size_t k = 0; k < rows.size(); ++k) {
     std::vector<Value*> stacked;
     for (Value* row : rows[k]) {
@@ -227,12 +253,30 @@ Status convertLoop(NodeContext& ctx) {
   } else {
     cond = ctx.scalar(DType::Bool, 1);
   }
+  std::vector<ImportValue> carriedValues;
+  for (size_t i = 2; i < ctx.numInputs(); ++i) {
+    auto v = ctx.anyInput(i);
+    if (!v) return v.takeError();
+    carriedValues.push_back(std::move(*v));
+  }
+  for (size_t c = 0; c < carriedValues.size(); ++c) {
+    if (carriedValues[c].kind == ValueKind::Tensor) continue;
+    // Kiln has no sequence or optional at run time: a loop carrying one is
+    // unrolled at import, each iteration's value static.
+    auto unrolled = unrollLoop(ctx, maxTrip, cond, carriedValues);
+    if (!unrolled)
+      return ctx.error("loop-carried value " + std::to_string(c) + " " + inQuotesName(ctx, 2 + c) + " is " +
+                       std::string(valueKindName(carriedValues[c].kind)) +
+                       ", so the loop must be unrolled at import (Kiln resolves sequences and optionals at import), "
+                       "but it cannot be: " +
+                       unrolled.error().message());
+    return {};
+  }
   std::vector<Value*> carried;
   std::vector<TensorType> formal = {kI64Scalar, kBoolScalar};
-  for (size_t i = 2; i < ctx.numInputs(); ++i) {
-    KILN_TRY_VALUE(v, ctx.input(i));
-    carried.push_back(v);
-    formal.push_back(v->type());
+  for (const ImportValue& v : carriedValues) {
+    carried.push_back(v.tensor);
+    formal.push_back(v.tensor->type());
   }
   const size_t numCarried = carried.size();
   auto body = importLoopBody(ctx, formal, numCarried);
@@ -240,7 +284,7 @@ Status convertLoop(NodeContext& ctx) {
     // A body that needs its iteration number at import time (a Slice
     // bounded by it: Kiln takes slice bounds as attributes) cannot be a
     // region; with a known trip count and condition it is unrolled.
-    auto unrolled = unrollLoop(ctx, maxTrip, cond, carried);
+    auto unrolled = unrollLoop(ctx, maxTrip, cond, carriedValues);
     if (!unrolled)
       return Error(body.error().message() + "; nor can it be unrolled: " + unrolled.error().message(),
                    body.error().location());

@@ -10,8 +10,11 @@
 // define is looked up in the enclosing scopes, and an outer value found there
 // becomes a trailing argument of the body ("captured": the op passes it as an
 // operand), or a copy when it is a small constant, so that shape computations
-// on it still fold. Every count, index, rank and size read from the file is
-// checked before use.
+// on it still fold. Sequence and optional graph inputs and outputs are
+// specialized to the values they take (LoadOptions::inputForms; a sequence
+// is one argument or result per element, frontend/Model.h), and the value
+// files that hold such values are read by readOnnxValue. Every count, index,
+// rank and size read from the file is checked before use.
 #include "frontend/onnx/OnnxImporter.h"
 
 #include <algorithm>
@@ -22,6 +25,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <queue>
 #include <set>
 #include <unordered_map>
@@ -30,6 +34,7 @@
 #include "frontend/onnx/ConverterSupport.h"
 #include "frontend/onnx/OnnxOps.h"
 #include "onnx.pb.h"
+#include "onnx_values.pb.h"
 
 namespace kiln {
 namespace {
@@ -37,6 +42,7 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "tensor bytes are copied as little-endian");
 
 namespace fs = std::filesystem;
+using onnx_import::ImportValue;
 using onnx_import::NodeContext;
 
 /// Protobuf cannot parse a message of 2 GiB or more; larger models keep
@@ -459,7 +465,9 @@ class NodeContextImpl final : public NodeContext {
   bool hasOutput(size_t i) const override { return i < numOutputs() && !node_.output(static_cast<int>(i)).empty(); }
   void setOutput(size_t i, Value* v) override;
   Expected<std::vector<Value*>> sequenceInput(size_t i) override;
+  Expected<ImportValue> anyInput(size_t i) override;
   void setSequenceOutput(size_t i, std::vector<Value*> elements) override;
+  void setAnyOutput(size_t i, ImportValue value) override;
 
   const onnx::AttributeProto* attribute(std::string_view name) const override {
     for (const auto& a : node_.attribute())
@@ -514,8 +522,8 @@ class NodeContextImpl final : public NodeContext {
   Expected<onnx_import::ImportedBody> importBody(std::string_view attrName, std::span<const TensorType> formalTypes,
                                                  std::span<Value* const> sharedCaptures) override;
   Builder& builder() override;
-  Expected<std::vector<Value*>> inlineBody(std::string_view attrName, std::span<Value* const> inputs,
-                                           const std::string& nameSuffix) override;
+  Expected<std::vector<ImportValue>> inlineBody(std::string_view attrName, std::span<const ImportValue> inputs,
+                                                const std::string& nameSuffix) override;
 
   Error error(const std::string& message) const override {
     return Error("node '" + nodeLabel(node_, index_) + "' (" + opTypeLabel() + ", opset " + std::to_string(opset_) +
@@ -549,12 +557,13 @@ class NodeContextImpl final : public NodeContext {
 class Importer {
  public:
   Importer(const onnx::ModelProto& model, std::string filename, std::string baseDir, const LoadOptions& options,
-           const std::map<std::string, DenseTensor>& frozenInputs)
+           const std::map<std::string, DenseTensor>& frozenInputs, std::vector<GraphOutputForm>* outputForms)
       : model_(model),
         filename_(std::move(filename)),
         baseDir_(std::move(baseDir)),
         options_(options),
-        frozen_(frozenInputs) {}
+        frozen_(frozenInputs),
+        outputForms_(outputForms) {}
 
   Expected<std::unique_ptr<Module>> run();
 
@@ -569,9 +578,10 @@ class Importer {
     Function* f = nullptr;
     std::optional<Builder> builder;
     std::unordered_map<std::string, Value*> values;
-    /// Names bound to static sequences (SequenceOps.cpp): import-time lists
-    /// of this scope's values. They are never captured by a subgraph.
-    std::unordered_map<std::string, std::vector<Value*>> sequences;
+    /// Names bound to sequences and optionals (ImportValue, never of kind
+    /// Tensor): the import-time lists and presence of this scope's values.
+    /// A subgraph inlined here reads them; one that becomes a region cannot.
+    std::unordered_map<std::string, ImportValue> structured;
     Scope* parent = nullptr;
     int depth = 0;
     /// A subgraph inlined into its parent's function (an unrolled loop's
@@ -592,11 +602,14 @@ class Importer {
   Status convertGraphNodes(const onnx::GraphProto& graph);
   Expected<onnx_import::ImportedBody> importBody(const onnx::GraphProto& graph, std::span<const TensorType> formalTypes,
                                                  std::span<Value* const> sharedCaptures, const std::string& what);
-  Expected<std::vector<Value*>> inlineSubgraph(const onnx::GraphProto& graph, std::span<Value* const> inputs,
-                                               const std::string& nameSuffix, const std::string& what);
+  Expected<std::vector<ImportValue>> inlineSubgraph(const onnx::GraphProto& graph, std::span<const ImportValue> inputs,
+                                                    const std::string& nameSuffix, const std::string& what);
   /// Converts the initializers, nodes and outputs of a subgraph in the
   /// current scope; returns the values of its outputs.
-  Expected<std::vector<Value*>> convertSubgraph(const onnx::GraphProto& graph, const std::string& what);
+  Expected<std::vector<ImportValue>> convertSubgraph(const onnx::GraphProto& graph, const std::string& what);
+  /// A sequence or optional graph input as the arguments of its form
+  /// (LoadOptions::inputForms).
+  Status importStructuredInput(const onnx::ValueInfoProto& input, const std::string& what);
 
   Function& f() const { return *scope_->f; }
   Builder& builder() const { return *scope_->builder; }
@@ -607,15 +620,25 @@ class Importer {
   /// True when `name` is bound in the current scope or one around it.
   bool isDefined(const std::string& name) const {
     for (const Scope* s = scope_; s; s = s->parent)
-      if (s->values.count(name) || s->sequences.count(name)) return true;
+      if (s->values.count(name) || s->structured.count(name)) return true;
     return false;
   }
-  /// Where `name` is bound to a static sequence: "" when it is not, else a
-  /// phrase for the error of reading it as a tensor.
+  /// The sequence or optional `name` is bound to in this scope, or in the
+  /// scopes around it that this one is inlined into; else null.
+  const ImportValue* findStructured(const std::string& name) const {
+    for (const Scope* s = scope_; s; s = s->parent) {
+      if (auto it = s->structured.find(name); it != s->structured.end()) return &it->second;
+      if (!s->inlined) break;
+    }
+    return nullptr;
+  }
+  /// Where `name` is bound to a sequence or optional: "" when it is not,
+  /// else a phrase for the error of reading it as a tensor.
   std::string sequenceBinding(const std::string& name) const {
-    if (scope_->sequences.count(name)) return "a sequence";
+    if (const ImportValue* v = findStructured(name)) return std::string(valueKindName(v->kind));
     for (const Scope* s = scope_->parent; s; s = s->parent)
-      if (s->sequences.count(name)) return "a sequence of an enclosing graph";
+      if (auto it = s->structured.find(name); it != s->structured.end())
+        return std::string(valueKindName(it->second.kind)) + " of an enclosing graph";
     return "";
   }
 
@@ -637,6 +660,7 @@ class Importer {
   std::string baseDir_;
   const LoadOptions& options_;
   const std::map<std::string, DenseTensor>& frozen_;
+  std::vector<GraphOutputForm>* outputForms_;
   OpsetMap opsets_;
   std::unique_ptr<Module> module_;
   Scope root_;
@@ -654,8 +678,9 @@ Expected<Value*> NodeContextImpl::input(size_t i) {
     const std::string sequence = importer_.sequenceBinding(name);
     if (!sequence.empty())
       return error("input " + std::to_string(i) + " " + inQuotes(name) + " is " + sequence +
-                   ", expected a tensor (Kiln resolves sequences at import: only the Sequence ops, SplitToSequence "
-                   "and ConcatFromSequence of the same graph can read one)");
+                   ", expected a tensor (Kiln resolves sequences and optionals at import: only the Sequence and "
+                   "Optional ops, SplitToSequence, ConcatFromSequence, SequenceMap, Identity, and an If or Loop "
+                   "resolved at import can read one)");
     return error("input " + std::to_string(i) + " " + inQuotes(name) +
                  " is not defined by any node, initializer or graph input");
   }
@@ -665,19 +690,39 @@ Expected<Value*> NodeContextImpl::input(size_t i) {
 Expected<std::vector<Value*>> NodeContextImpl::sequenceInput(size_t i) {
   if (!hasInput(i)) return error("input " + std::to_string(i) + " is required but absent");
   const std::string& name = node_.input(static_cast<int>(i));
-  auto it = importer_.scope_->sequences.find(name);
-  if (it != importer_.scope_->sequences.end()) return it->second;
   const std::string what = "input " + std::to_string(i) + " " + inQuotes(name);
+  if (const ImportValue* v = importer_.findStructured(name)) {
+    if (v->kind == ValueKind::Sequence) return v->elements;
+    return error(what + " is " + std::string(valueKindName(v->kind)) +
+                 ", expected a sequence (OptionalGetElement takes a sequence out of an optional)");
+  }
   if (!importer_.sequenceBinding(name).empty())
-    return error(what + " is a sequence of an enclosing graph; Kiln resolves sequences at import and cannot pass "
-                 "one into an If, Loop or Scan body");
+    return error(what + " is " + importer_.sequenceBinding(name) +
+                 "; Kiln resolves sequences at import and cannot pass one into an If, Loop or Scan body that is not "
+                 "resolved at import (an If with a condition, a Loop with a trip count known at import)");
   if (importer_.isDefined(name)) return error(what + " is a tensor, expected a sequence");
   return error(what + " is not defined by any node, initializer or graph input");
 }
 
+Expected<ImportValue> NodeContextImpl::anyInput(size_t i) {
+  if (!hasInput(i)) return error("input " + std::to_string(i) + " is required but absent");
+  if (const ImportValue* v = importer_.findStructured(node_.input(static_cast<int>(i)))) return *v;
+  auto tensor = input(i);
+  if (!tensor) return tensor.takeError();
+  return ImportValue::ofTensor(*tensor);
+}
+
 void NodeContextImpl::setSequenceOutput(size_t i, std::vector<Value*> elements) {
+  setAnyOutput(i, ImportValue::ofSequence(std::move(elements)));
+}
+
+void NodeContextImpl::setAnyOutput(size_t i, ImportValue value) {
   if (!hasOutput(i)) return;
-  importer_.scope_->sequences[node_.output(static_cast<int>(i))] = std::move(elements);
+  if (value.kind == ValueKind::Tensor) {
+    setOutput(i, value.tensor);
+    return;
+  }
+  importer_.scope_->structured[node_.output(static_cast<int>(i))] = std::move(value);
 }
 
 const DenseTensor* NodeContextImpl::constantInput(size_t i) {
@@ -821,6 +866,10 @@ Status Importer::importInputs() {
       bind(input.name(), addConstant(*init->second, Location::named(input.name(), filename_)));
       continue;
     }
+    if (input.has_type() && (input.type().has_sequence_type() || input.type().has_optional_type())) {
+      KILN_TRY(importStructuredInput(input, what));
+      continue;
+    }
     auto type = typeFromValueInfo(input, what);
     if (!type) {
       // An initializer gives the type of an input that does not declare one.
@@ -847,6 +896,88 @@ Status Importer::importInputs() {
     bind(name, addConstant(std::move(*tensor), Location::named(name, filename_)));
     tensor.reset();
   }
+  return {};
+}
+
+/// The tensor type a sequence or optional type declares for its tensors (an
+/// optional's, a sequence's elements', an optional sequence's elements'); an
+/// error for maps, sparse tensors, nested sequences and optionals of
+/// optionals.
+Expected<const onnx::TypeProto_Tensor*> structuredTensorType(const onnx::TypeProto& type, const std::string& what) {
+  const onnx::TypeProto* inner = &type;
+  if (inner->has_optional_type()) {
+    if (!inner->optional_type().has_elem_type()) return Error(what + " is an optional with no element type");
+    inner = &inner->optional_type().elem_type();
+  }
+  if (inner->has_sequence_type()) {
+    if (!inner->sequence_type().has_elem_type()) return Error(what + " is a sequence with no element type");
+    inner = &inner->sequence_type().elem_type();
+  }
+  if (!inner->has_tensor_type())
+    return Error(what + " holds " +
+                 (inner->has_sequence_type()   ? "sequences of sequences"
+                  : inner->has_map_type()      ? "maps"
+                  : inner->has_optional_type() ? "optionals"
+                                               : "values other than tensors") +
+                 "; Kiln's sequences and optionals hold tensors");
+  return &inner->tensor_type();
+}
+
+Status Importer::importStructuredInput(const onnx::ValueInfoProto& input, const std::string& what) {
+  const onnx::TypeProto& type = input.type();
+  const bool optional = type.has_optional_type();
+  const bool holdsSequence = optional ? type.optional_type().elem_type().has_sequence_type() : type.has_sequence_type();
+  auto tensorType = structuredTensorType(type, what);
+  if (!tensorType) return tensorType.takeError();
+  auto form = options_.inputForms.find(input.name());
+  if (form == options_.inputForms.end())
+    return Error(what + " is " + (optional ? "an optional" : "a sequence") +
+                 "; Kiln specializes such an input to the value it will take: give its form (LoadOptions::inputForms, "
+                 "or loadModelForInputs with the value)");
+  const ValueKind kind = form->second.kind;
+  const std::vector<std::vector<int64_t>>& shapes = form->second.shapes;
+  const bool fits = optional ? (kind == ValueKind::OptionalNone ||
+                                kind == (holdsSequence ? ValueKind::OptionalSequence : ValueKind::OptionalTensor))
+                             : kind == ValueKind::Sequence;
+  if (!fits)
+    return Error(
+        what + " is declared " +
+        (optional ? std::string("an optional ") + (holdsSequence ? "sequence" : "tensor") : std::string("a sequence")) +
+        ", but is given " + std::string(valueKindName(kind)));
+  const size_t expected = kind == ValueKind::OptionalNone ? 0 : kind == ValueKind::OptionalTensor ? 1 : shapes.size();
+  if (shapes.size() != expected)
+    return Error(what + " is given " + std::string(valueKindName(kind)) + " with " + std::to_string(shapes.size()) +
+                 " shapes, expected " + std::to_string(expected));
+  if ((*tensorType)->elem_type() == onnx::TensorProto::STRING)
+    return Error(what + " holds strings, which Kiln does not support");
+  auto dtype = requireDType((*tensorType)->elem_type(), what);
+  if (!dtype) return dtype.takeError();
+  ImportValue value;
+  value.kind = kind;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    TensorType bound{*dtype, staticShape(shapes[i])};
+    if ((*tensorType)->has_shape()) {
+      // The declared element shape, where there is one, must admit it.
+      onnx::ValueInfoProto element;
+      *element.mutable_type()->mutable_tensor_type() = *(*tensorType);
+      auto declared = typeFromValueInfo(element, what);
+      if (!declared) return declared.takeError();
+      if (!typesCompatible(bound, *declared))
+        return Error(what + (kind == ValueKind::OptionalTensor ? std::string() : " element " + std::to_string(i)) +
+                     " is given " + bound.str() + ", but is declared " + declared->str());
+    }
+    const std::string name = value.isSequence() ? elementName(input.name(), i) : input.name();
+    if (graphInputs_.count(name) && name != input.name())
+      return Error(what + ": its element " + std::to_string(i) + " would be argument " + inQuotes(name) +
+                   ", the name of another graph input");
+    Value* arg = f().addArgument(bound, name);
+    onnxNamed_.insert(arg);
+    if (value.isSequence())
+      value.elements.push_back(arg);
+    else
+      value.tensor = arg;
+  }
+  scope_->structured[input.name()] = std::move(value);
   return {};
 }
 
@@ -940,7 +1071,7 @@ Status Importer::convertNode(const onnx::NodeProto& node, size_t index) {
   KILN_TRY(converter->convert(ctx));
   for (size_t i = 0; i < ctx.numOutputs(); ++i)
     if (ctx.hasOutput(i) && !scope_->values.count(node.output(static_cast<int>(i))) &&
-        !scope_->sequences.count(node.output(static_cast<int>(i))))
+        !scope_->structured.count(node.output(static_cast<int>(i))))
       return ctx.error("output " + std::to_string(i) + " " + inQuotes(node.output(static_cast<int>(i))) +
                        " is not supported by the converter");
   return {};
@@ -949,31 +1080,73 @@ Status Importer::convertNode(const onnx::NodeProto& node, size_t index) {
 Status Importer::importOutputs() {
   const onnx::GraphProto& graph = model_.graph();
   std::vector<Value*> results;
+  std::vector<std::string> names;
+  std::vector<GraphOutputForm> forms;
   std::set<std::string> seen;
   for (int i = 0; i < graph.output_size(); ++i) {
     const onnx::ValueInfoProto& output = graph.output(i);
     const std::string what = "graph output " + std::to_string(i) + " " + inQuotes(output.name());
     if (output.has_type() && output.type().value_case() != onnx::TypeProto::kTensorType &&
+        output.type().value_case() != onnx::TypeProto::kSequenceType &&
+        output.type().value_case() != onnx::TypeProto::kOptionalType &&
         output.type().value_case() != onnx::TypeProto::VALUE_NOT_SET) {
       auto type = typeFromValueInfo(output, what);  // names the kind
       if (!type) return type.takeError();
     }
     if (!seen.insert(output.name()).second) return Error(what + " is declared twice");
-    if (scope_->sequences.count(output.name()))
-      return Error(what + " is a sequence; Kiln resolves sequences at import, so a graph output must be a tensor");
-    auto it = scope_->values.find(output.name());
-    if (it == scope_->values.end()) return Error(what + " is not produced by any node, initializer or graph input");
-    if (output.has_type() && output.type().has_tensor_type() && output.type().tensor_type().elem_type() != 0) {
-      auto dtype = onnx_import::dtypeFromOnnx(output.type().tensor_type().elem_type());
-      if (dtype && *dtype != it->second->type().dtype)
-        return Error(what + " is declared " + std::string(dtypeName(*dtype)) + ", but the graph computes " +
-                     it->second->type().str());
+    ImportValue value;
+    if (const ImportValue* structured = findStructured(output.name())) {
+      value = *structured;
+    } else {
+      auto it = scope_->values.find(output.name());
+      if (it == scope_->values.end()) return Error(what + " is not produced by any node, initializer or graph input");
+      value = ImportValue::ofTensor(it->second);
     }
-    results.push_back(it->second);
+    // The declared kind decides what the caller reads: a value given where
+    // an optional is declared is a present optional, and a present optional
+    // where its contents are declared is those.
+    const bool declaresOptional = output.has_type() && output.type().has_optional_type();
+    const bool declaresSequence = output.has_type() && output.type().has_sequence_type();
+    const bool declaresTensor = output.has_type() && output.type().has_tensor_type();
+    if (declaresOptional) value = value.wrapped();
+    if ((declaresSequence || declaresTensor) && value.isOptional()) {
+      if (value.kind == ValueKind::OptionalNone)
+        return Error(what + " is declared " + (declaresSequence ? "a sequence" : "a tensor") +
+                     ", but the graph gives an absent optional");
+      value = value.contents();
+    }
+    if (declaresSequence && !value.isSequence())
+      return Error(what + " is declared a sequence, but the graph computes " + std::string(valueKindName(value.kind)));
+    if (declaresTensor && value.kind != ValueKind::Tensor)
+      return Error(what + " is declared a tensor, but the graph computes " + std::string(valueKindName(value.kind)));
+    if (output.has_type() && output.type().value_case() != onnx::TypeProto::VALUE_NOT_SET) {
+      const onnx::TypeProto_Tensor* tensorType = nullptr;
+      if (declaresTensor) {
+        tensorType = &output.type().tensor_type();
+      } else {
+        auto inner = structuredTensorType(output.type(), what);
+        if (!inner) return inner.takeError();
+        tensorType = *inner;
+      }
+      if (tensorType->elem_type() != 0)
+        if (auto dtype = onnx_import::dtypeFromOnnx(tensorType->elem_type()))
+          for (Value* v : value.tensors())
+            if (*dtype != v->type().dtype)
+              return Error(what + " is declared " + std::string(dtypeName(*dtype)) + ", but the graph computes " +
+                           v->type().str());
+    }
+    const std::vector<Value*> tensors = value.tensors();
+    GraphOutputForm form{output.name(), value.kind, results.size(), tensors.size()};
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      results.push_back(tensors[k]);
+      names.push_back(value.isSequence() ? elementName(output.name(), k) : output.name());
+    }
+    forms.push_back(std::move(form));
   }
   builder().setLocation(Location::named("return", filename_));
   builder().ret(results);
-  for (int i = 0; i < graph.output_size(); ++i) f().setResultName(static_cast<size_t>(i), graph.output(i).name());
+  for (size_t i = 0; i < names.size(); ++i) f().setResultName(i, names[i]);
+  if (outputForms_) *outputForms_ = std::move(forms);
   return {};
 }
 
@@ -1052,17 +1225,33 @@ Expected<onnx_import::ImportedBody> Importer::importBody(const onnx::GraphProto&
   Scope* saved = scope_;
   scope_ = &scope;
   auto results = convertSubgraph(graph, what);
-  if (results) {
+  std::vector<Value*> tensors;
+  std::optional<Error> structuredResult;
+  for (size_t i = 0; results && i < results->size() && !structuredResult; ++i) {
+    const ImportValue& v = (*results)[i];
+    if (v.kind == ValueKind::Tensor) {
+      tensors.push_back(v.tensor);
+      continue;
+    }
+    structuredResult =
+        Error(what + ": output " + std::to_string(i) + " " + inQuotes(graph.output(static_cast<int>(i)).name()) +
+              " is " + std::string(valueKindName(v.kind)) +
+              "; Kiln resolves sequences and optionals at import and cannot return one from an If, "
+              "Loop or Scan body that is not resolved at import (an If whose condition, or a Loop "
+              "whose trip count, is known at import)");
+  }
+  if (results && !structuredResult) {
     builder().setLocation(Location::named("return", filename_));
-    builder().ret(*results);
+    builder().ret(tensors);
   }
   scope_ = saved;
   if (!results) return results.takeError();
+  if (structuredResult) return std::move(*structuredResult);
   removeUnusedConstants(*body);
   return onnx_import::ImportedBody{std::move(body), std::move(scope.captures)};
 }
 
-Expected<std::vector<Value*>> Importer::convertSubgraph(const onnx::GraphProto& graph, const std::string& what) {
+Expected<std::vector<ImportValue>> Importer::convertSubgraph(const onnx::GraphProto& graph, const std::string& what) {
   for (int i = 0; i < graph.initializer_size(); ++i) {
     const onnx::TensorProto& t = graph.initializer(i);
     auto dense = tensorFromProto(t, what + ": initializer " + inQuotes(t.name()), baseDir_);
@@ -1070,23 +1259,29 @@ Expected<std::vector<Value*>> Importer::convertSubgraph(const onnx::GraphProto& 
     bind(t.name(), addConstant(std::move(*dense), Location::named(t.name(), filename_)));
   }
   KILN_TRY(convertGraphNodes(graph));
-  std::vector<Value*> results;
+  std::vector<ImportValue> results;
   for (int i = 0; i < graph.output_size(); ++i) {
-    Value* v = lookup(graph.output(i).name());
-    if (!v && !sequenceBinding(graph.output(i).name()).empty())
-      return Error(what + ": output " + std::to_string(i) + " " + inQuotes(graph.output(i).name()) +
-                   " is a sequence; Kiln resolves sequences at import and cannot return one from an If, Loop or "
-                   "Scan body");
+    const std::string& name = graph.output(i).name();
+    if (const ImportValue* structured = findStructured(name)) {
+      results.push_back(*structured);
+      continue;
+    }
+    Value* v = lookup(name);
+    if (!v && !sequenceBinding(name).empty())
+      return Error(what + ": output " + std::to_string(i) + " " + inQuotes(name) + " is " + sequenceBinding(name) +
+                   "; Kiln resolves sequences and optionals at import and cannot return one from an If, Loop or "
+                   "Scan body that is not resolved at import");
     if (!v)
-      return Error(what + ": output " + std::to_string(i) + " " + inQuotes(graph.output(i).name()) +
+      return Error(what + ": output " + std::to_string(i) + " " + inQuotes(name) +
                    " is not produced by any node or input");
-    results.push_back(v);
+    results.push_back(ImportValue::ofTensor(v));
   }
   return results;
 }
 
-Expected<std::vector<Value*>> Importer::inlineSubgraph(const onnx::GraphProto& graph, std::span<Value* const> inputs,
-                                                       const std::string& nameSuffix, const std::string& what) {
+Expected<std::vector<ImportValue>> Importer::inlineSubgraph(const onnx::GraphProto& graph,
+                                                            std::span<const ImportValue> inputs,
+                                                            const std::string& nameSuffix, const std::string& what) {
   if (scope_->depth + 1 > kMaxSubgraphDepth)
     return Error(what + " nests subgraphs more than " + std::to_string(kMaxSubgraphDepth) + " deep");
   if (static_cast<size_t>(graph.input_size()) != inputs.size())
@@ -1100,7 +1295,13 @@ Expected<std::vector<Value*>> Importer::inlineSubgraph(const onnx::GraphProto& g
   scope.depth = scope_->depth + 1;
   scope.inlined = true;
   scope.nameSuffix = scope_->nameSuffix + nameSuffix;
-  for (int i = 0; i < graph.input_size(); ++i) scope.values[graph.input(i).name()] = inputs[static_cast<size_t>(i)];
+  for (int i = 0; i < graph.input_size(); ++i) {
+    const ImportValue& input = inputs[static_cast<size_t>(i)];
+    if (input.kind == ValueKind::Tensor)
+      scope.values[graph.input(i).name()] = input.tensor;
+    else
+      scope.structured[graph.input(i).name()] = input;
+  }
   Scope* saved = scope_;
   scope_ = &scope;
   auto results = convertSubgraph(graph, what);
@@ -1114,8 +1315,9 @@ Builder& NodeContextImpl::builder() {
   return b;
 }
 
-Expected<std::vector<Value*>> NodeContextImpl::inlineBody(std::string_view attrName, std::span<Value* const> inputs,
-                                                          const std::string& nameSuffix) {
+Expected<std::vector<ImportValue>> NodeContextImpl::inlineBody(std::string_view attrName,
+                                                               std::span<const ImportValue> inputs,
+                                                               const std::string& nameSuffix) {
   const auto* a = attribute(attrName);
   if (!a) return error("attribute '" + std::string(attrName) + "' (a subgraph) is required but absent");
   KILN_TRY(expectKind(*a, onnx::AttributeProto::GRAPH, a->has_g()));
@@ -1159,8 +1361,9 @@ Expected<std::unique_ptr<Module>> Importer::run() {
 
 Expected<std::unique_ptr<Module>> importModel(const onnx::ModelProto& model, std::string_view filename,
                                               const std::string& baseDir, const LoadOptions& options,
-                                              const std::map<std::string, DenseTensor>& frozenInputs) {
-  Importer importer(model, std::string(filename), baseDir, options, frozenInputs);
+                                              const std::map<std::string, DenseTensor>& frozenInputs,
+                                              std::vector<GraphOutputForm>* outputs) {
+  Importer importer(model, std::string(filename), baseDir, options, frozenInputs, outputs);
   auto module = importer.run();
   // Errors without a location (structure, tensors, node errors) get the
   // file name so that every message says where it comes from.
@@ -1183,10 +1386,11 @@ Expected<std::unique_ptr<Module>> importOnnxBytes(std::string_view bytes, std::s
 
 Expected<std::unique_ptr<Module>> importOnnxBytes(std::string_view bytes, std::string_view filename,
                                                   const std::string& baseDir, const LoadOptions& options,
-                                                  const std::map<std::string, DenseTensor>& frozenInputs) {
+                                                  const std::map<std::string, DenseTensor>& frozenInputs,
+                                                  std::vector<GraphOutputForm>* outputs) {
   auto model = parseModel(bytes, filename);
   if (!model) return model.takeError();
-  return importModel(*model, filename, baseDir, options, frozenInputs);
+  return importModel(*model, filename, baseDir, options, frozenInputs, outputs);
 }
 
 Expected<std::unique_ptr<Module>> importOnnx(const std::string& path, const LoadOptions& options) {
@@ -1194,10 +1398,11 @@ Expected<std::unique_ptr<Module>> importOnnx(const std::string& path, const Load
 }
 
 Expected<std::unique_ptr<Module>> importOnnx(const std::string& path, const LoadOptions& options,
-                                             const std::map<std::string, DenseTensor>& frozenInputs) {
+                                             const std::map<std::string, DenseTensor>& frozenInputs,
+                                             std::vector<GraphOutputForm>* outputs) {
   auto bytes = readWholeFile(path, kMaxModelBytes, "ONNX model");
   if (!bytes) return bytes.takeError();
-  return importOnnxBytes(*bytes, path, folderOf(path), options, frozenInputs);
+  return importOnnxBytes(*bytes, path, folderOf(path), options, frozenInputs, outputs);
 }
 
 Expected<std::vector<UnsupportedOnnxOp>> findUnsupportedOnnxOps(const std::string& path) {
@@ -1208,6 +1413,23 @@ Expected<std::vector<UnsupportedOnnxOp>> findUnsupportedOnnxOps(const std::strin
   auto opsets = readOpsets(*model);
   if (!opsets) return Error(path + ": " + opsets.error().message());
   return collectUnsupported(model->graph(), *opsets);
+}
+
+Expected<std::map<std::string, ValueKind>> readOnnxStructuredInputs(const std::string& path) {
+  auto bytes = readWholeFile(path, kMaxModelBytes, "ONNX model");
+  if (!bytes) return bytes.takeError();
+  auto model = parseModel(*bytes, path);
+  if (!model) return model.takeError();
+  std::map<std::string, ValueKind> structured;
+  for (const onnx::ValueInfoProto& input : model->graph().input()) {
+    const onnx::TypeProto& type = input.type();
+    if (type.has_sequence_type())
+      structured[input.name()] = ValueKind::Sequence;
+    else if (type.has_optional_type())
+      structured[input.name()] = type.optional_type().elem_type().has_sequence_type() ? ValueKind::OptionalSequence
+                                                                                      : ValueKind::OptionalTensor;
+  }
+  return structured;
 }
 
 Expected<OnnxSignature> readOnnxSignature(const std::string& path) {
@@ -1254,6 +1476,84 @@ Expected<DenseTensor> readOnnxTensor(const std::string& path) {
   auto bytes = readWholeFile(path, kMaxModelBytes, "ONNX tensor");
   if (!bytes) return bytes.takeError();
   return parseOnnxTensor(*bytes, path);
+}
+
+namespace {
+
+/// The tensors of a SequenceProto (SequenceProto::TENSOR elements only).
+Expected<std::vector<DenseTensor>> sequenceTensors(const onnx::SequenceProto& sequence, const std::string& what) {
+  constexpr int32_t kTensorElements = 1;
+  if (sequence.sequence_values_size() > 0 || sequence.optional_values_size() > 0 ||
+      (sequence.elem_type() != kTensorElements && sequence.tensor_values_size() > 0) ||
+      (sequence.elem_type() > kTensorElements && sequence.tensor_values_size() == 0))
+    return Error(what + ": a sequence of element type " + std::to_string(sequence.elem_type()) +
+                 ", expected tensors (1); Kiln's sequences hold tensors only");
+  std::vector<DenseTensor> tensors;
+  for (int i = 0; i < sequence.tensor_values_size(); ++i) {
+    auto t = tensorFromProto(sequence.tensor_values(i), what + ": element " + std::to_string(i), "");
+    if (!t) return t.takeError();
+    if (!tensors.empty() && t->type.dtype != tensors.front().type.dtype)
+      return Error(what + ": element " + std::to_string(i) + " is " + t->type.str() + ", but element 0 is " +
+                   tensors.front().type.str() + " (a sequence has one element type)");
+    tensors.push_back(std::move(*t));
+  }
+  return tensors;
+}
+
+}  // namespace
+
+Expected<GraphValue> parseOnnxValue(std::string_view bytes, OnnxValueFile kind, std::string_view what) {
+  const std::string name(what);
+  if (static_cast<int64_t>(bytes.size()) > kMaxModelBytes)
+    return Error(name + ": too large for a protobuf message (2 GiB)");
+  const int size = static_cast<int>(bytes.size());
+  switch (kind) {
+    case OnnxValueFile::Tensor: {
+      auto t = parseOnnxTensor(bytes, what);
+      if (!t) return t.takeError();
+      GraphValue value{ValueKind::Tensor, {}};
+      value.tensors.push_back(std::move(*t));
+      return value;
+    }
+    case OnnxValueFile::Sequence: {
+      onnx::SequenceProto sequence;
+      if (!sequence.ParseFromArray(bytes.data(), size))
+        return Error(name + ": not a valid ONNX SequenceProto (truncated or malformed)");
+      auto tensors = sequenceTensors(sequence, name);
+      if (!tensors) return tensors.takeError();
+      return GraphValue{ValueKind::Sequence, std::move(*tensors)};
+    }
+    case OnnxValueFile::Optional: {
+      onnx::OptionalProto optional;
+      if (!optional.ParseFromArray(bytes.data(), size))
+        return Error(name + ": not a valid ONNX OptionalProto (truncated or malformed)");
+      if (optional.has_tensor_value()) {
+        auto t = tensorFromProto(optional.tensor_value(), name, "");
+        if (!t) return t.takeError();
+        GraphValue value{ValueKind::OptionalTensor, {}};
+        value.tensors.push_back(std::move(*t));
+        return value;
+      }
+      if (optional.has_sequence_value()) {
+        auto tensors = sequenceTensors(optional.sequence_value(), name);
+        if (!tensors) return tensors.takeError();
+        return GraphValue{ValueKind::OptionalSequence, std::move(*tensors)};
+      }
+      if (optional.has_optional_value())
+        return Error(name + ": an optional of an optional; Kiln's optionals hold a tensor or a sequence");
+      // elem_type may name what an absent optional would hold (ONNX writes
+      // it for the empty optionals of its tests); a map or sparse tensor
+      // there is still absent, so there is nothing to refuse.
+      return GraphValue{ValueKind::OptionalNone, {}};
+    }
+  }
+  return Error(name + ": unknown value file kind");
+}
+
+Expected<GraphValue> readOnnxValue(const std::string& path, OnnxValueFile kind) {
+  auto bytes = readWholeFile(path, kMaxModelBytes, "ONNX value");
+  if (!bytes) return bytes.takeError();
+  return parseOnnxValue(*bytes, kind, path);
 }
 
 namespace onnx_import {

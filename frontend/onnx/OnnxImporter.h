@@ -29,11 +29,15 @@ Expected<std::unique_ptr<Module>> importOnnxBytes(std::string_view bytes, std::s
 /// takes shapes as attributes and declared types, so a model whose shapes
 /// are graph inputs (Reshape's shape, Expand's shape, Tile's repeats) can only
 /// be compiled for given values of them; the conformance runner uses this.
+/// When `outputs` is given it receives what each graph output became (a
+/// sequence or optional output is several results or none; Model.h).
 Expected<std::unique_ptr<Module>> importOnnx(const std::string& path, const LoadOptions& options,
-                                             const std::map<std::string, DenseTensor>& frozenInputs);
+                                             const std::map<std::string, DenseTensor>& frozenInputs,
+                                             std::vector<GraphOutputForm>* outputs = nullptr);
 Expected<std::unique_ptr<Module>> importOnnxBytes(std::string_view bytes, std::string_view filename,
                                                   const std::string& baseDir, const LoadOptions& options,
-                                                  const std::map<std::string, DenseTensor>& frozenInputs);
+                                                  const std::map<std::string, DenseTensor>& frozenInputs,
+                                                  std::vector<GraphOutputForm>* outputs = nullptr);
 
 /// One ONNX op type the importer cannot convert, with every node using it.
 struct UnsupportedOnnxOp {
@@ -62,9 +66,23 @@ struct OnnxSignature {
 };
 Expected<OnnxSignature> readOnnxSignature(const std::string& path);
 
+/// The graph inputs of the `.onnx` file at `path` that are sequences or
+/// optionals, each with what it is declared (ValueKind::Sequence,
+/// OptionalTensor or OptionalSequence), read without importing the graph.
+Expected<std::map<std::string, ValueKind>> readOnnxStructuredInputs(const std::string& path);
+
 /// Reads a serialized TensorProto (the `input_0.pb` files of the ONNX
 /// backend tests). Strings and other types Kiln has no dtype for are errors.
 Expected<DenseTensor> readOnnxTensor(const std::string& path);
 Expected<DenseTensor> parseOnnxTensor(std::string_view bytes, std::string_view what);
+
+/// What an ONNX value file holds: a TensorProto, a SequenceProto or an
+/// OptionalProto (the graph value's declared type says which).
+enum class OnnxValueFile { Tensor, Sequence, Optional };
+/// Reads a value file of that kind as a GraphValue: a sequence of tensors,
+/// or an optional that is absent or holds a tensor or such a sequence.
+/// Maps, sparse tensors and nested sequences are errors naming the file.
+Expected<GraphValue> readOnnxValue(const std::string& path, OnnxValueFile kind);
+Expected<GraphValue> parseOnnxValue(std::string_view bytes, OnnxValueFile kind, std::string_view what);
 
 }  // namespace kiln

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "frontend/Model.h"
 #include "ir/Builder.h"
 #include "ir/IR.h"
 
@@ -31,6 +32,44 @@ namespace kiln::onnx_import {
 struct ImportedBody {
   std::unique_ptr<Function> body;
   std::vector<Value*> captures;
+};
+
+/// A value of the ONNX graph as the importer holds it. Kiln IR has tensors
+/// only, so a sequence is resolved at import into the list of its elements
+/// (a "static sequence", SequenceOps.cpp) and an optional into whether it
+/// holds a value and which (OptionalOps in SequenceOps.cpp).
+struct ImportValue {
+  ValueKind kind = ValueKind::Tensor;
+  Value* tensor = nullptr;       // Tensor, OptionalTensor
+  std::vector<Value*> elements;  // Sequence, OptionalSequence
+
+  static ImportValue ofTensor(Value* v) { return {ValueKind::Tensor, v, {}}; }
+  static ImportValue ofSequence(std::vector<Value*> elements) {
+    return {ValueKind::Sequence, nullptr, std::move(elements)};
+  }
+  static ImportValue none() { return {ValueKind::OptionalNone, nullptr, {}}; }
+  bool isOptional() const {
+    return kind == ValueKind::OptionalNone || kind == ValueKind::OptionalTensor || kind == ValueKind::OptionalSequence;
+  }
+  bool isSequence() const { return kind == ValueKind::Sequence || kind == ValueKind::OptionalSequence; }
+  /// An optional holding this tensor or sequence (an optional as it is).
+  ImportValue wrapped() const {
+    if (isOptional()) return *this;
+    return {kind == ValueKind::Tensor ? ValueKind::OptionalTensor : ValueKind::OptionalSequence, tensor, elements};
+  }
+  /// What an optional holds (none for an absent one: check first); a tensor
+  /// or sequence as it is.
+  ImportValue contents() const {
+    if (kind == ValueKind::OptionalTensor) return ofTensor(tensor);
+    if (kind == ValueKind::OptionalSequence) return ofSequence(elements);
+    return *this;
+  }
+  /// Its tensors in order: the one tensor, or the elements.
+  std::vector<Value*> tensors() const {
+    if (isSequence()) return elements;
+    if (tensor) return {tensor};
+    return {};
+  }
 };
 
 class NodeContext {
@@ -57,6 +96,9 @@ class NodeContext {
   /// sequence is resolved to (SequenceOps.cpp). An error naming the node
   /// when it is absent, a tensor, or a sequence of an enclosing graph.
   virtual Expected<std::vector<Value*>> sequenceInput(size_t i) = 0;
+  /// Input `i` whatever it is: a tensor, a static sequence, or an optional.
+  /// An error naming the node when it is absent or undefined.
+  virtual Expected<ImportValue> anyInput(size_t i) = 0;
 
   /// Outputs as written; an output named "" is not requested.
   virtual size_t numOutputs() const = 0;
@@ -65,6 +107,8 @@ class NodeContext {
   virtual void setOutput(size_t i, Value* v) = 0;
   /// Binds output `i` to a static sequence of `elements`.
   virtual void setSequenceOutput(size_t i, std::vector<Value*> elements) = 0;
+  /// Binds output `i` to a value of any kind.
+  virtual void setAnyOutput(size_t i, ImportValue value) = 0;
 
   /// The attribute `name`, or null when the node does not have it.
   virtual const onnx::AttributeProto* attribute(std::string_view name) const = 0;
@@ -102,10 +146,12 @@ class NodeContext {
                                             std::span<Value* const> sharedCaptures = {}) = 0;
 
   /// Converts the subgraph attribute `attrName` into the graph being
-  /// imported, its inputs bound to `inputs` (an unrolled loop's iteration),
-  /// and returns its outputs; the names it binds get `nameSuffix`.
-  virtual Expected<std::vector<Value*>> inlineBody(std::string_view attrName, std::span<Value* const> inputs,
-                                                   const std::string& nameSuffix) = 0;
+  /// imported, its inputs bound to `inputs` (an unrolled loop's iteration,
+  /// the branch an If takes, a SequenceMap's element), and returns its
+  /// outputs; the names it binds get `nameSuffix`. Sequences and optionals
+  /// flow in and out, and the subgraph reads those of the enclosing graph.
+  virtual Expected<std::vector<ImportValue>> inlineBody(std::string_view attrName, std::span<const ImportValue> inputs,
+                                                        const std::string& nameSuffix) = 0;
 
   /// An error located at the node: "node 'NAME' (OpType, opset N): message".
   virtual Error error(const std::string& message) const = 0;
@@ -135,7 +181,7 @@ std::span<const OpConverter> signalConverters();  // SignalOps.cpp: DFT, STFT, M
 std::span<const OpConverter> randomConverters();  // RandomOps.cpp: RandomUniform/Normal(Like), Bernoulli
 std::span<const OpConverter> dataDependentConverters();  // DataDependentOps.cpp: NonZero, Unique, NonMaxSuppression
 std::span<const OpConverter> controlFlowConverters();  // ControlFlowOps.cpp: If, Loop, Scan
-std::span<const OpConverter> sequenceConverters();  // SequenceOps.cpp: Sequence*, SplitToSequence, ConcatFromSequence
+std::span<const OpConverter> sequenceConverters();     // SequenceOps.cpp: Sequence*, SequenceMap, Optional*
 
 /// The converter for `opType` in `domain` at `opset`, or null.
 const OpConverter* findConverter(std::string_view domain, std::string_view opType, int64_t opset);

@@ -1,14 +1,18 @@
-// Converters for ONNX's sequence ops: SequenceConstruct, SequenceEmpty,
-// SequenceInsert, SequenceErase, SequenceAt, SequenceLength, SplitToSequence
-// and ConcatFromSequence. Kiln IR has no sequence type: a sequence is
-// resolved at import into a "static sequence", the list of Kiln values of
-// its elements (NodeContext::sequenceInput / setSequenceOutput). So every
-// position and split size must be known when the model is loaded (a
-// constant, an initializer or a folded computation); one known only at run
-// time is an error naming the node. Only tensors leave the sequence ops
-// (SequenceAt, SequenceLength as an i64 constant, ConcatFromSequence as
-// `concat`); a sequence that reaches a graph output or an If/Loop/Scan body
-// is an error of the importer.
+// Converters for ONNX's sequence ops (SequenceConstruct, SequenceEmpty,
+// SequenceInsert, SequenceErase, SequenceAt, SequenceLength, SplitToSequence,
+// ConcatFromSequence, SequenceMap) and optional ops (Optional,
+// OptionalHasElement, OptionalGetElement). Kiln IR has no sequence or
+// optional type: a sequence is resolved at import into a "static sequence",
+// the list of Kiln values of its elements, and an optional into whether it
+// holds a value and which (ImportValue, NodeContext::anyInput /
+// setAnyOutput). So every position, split size and presence must be known
+// when the model is loaded (a constant, an initializer, a folded computation,
+// or a graph input specialized to the value it takes, frontend/Model.h); one
+// known only at run time is an error naming the node. SequenceMap inlines its
+// body once per element; OptionalHasElement is a bool constant. A sequence
+// or optional reaches a graph output as the tensors it holds; one that an
+// If or Loop body not resolved at import (a condition or trip count known
+// only at run time) would read or return is an error of the importer.
 #include <algorithm>
 #include <limits>
 
@@ -232,6 +236,86 @@ Status convertConcatFromSequence(NodeContext& ctx) {
   return setOutput0(ctx, ctx.emit(OpKind::Concat, std::move(parts), {{"axis", Attribute(axis)}}));
 }
 
+/// SequenceMap: its body inlined once per element of the first input, with
+/// the same element of every other sequence input and the tensor inputs as
+/// they are; output k is the sequence of the body's output k.
+Status convertSequenceMap(NodeContext& ctx) {
+  KILN_SEQUENCE(first, 0);
+  std::vector<ImportValue> others;
+  for (size_t i = 1; i < ctx.numInputs(); ++i) {
+    KILN_ASSIGN(v, ctx.anyInput(i));
+    if (v.kind == ValueKind::Sequence) {
+      if (v.elements.size() != first.size())
+        return ctx.error("input " + std::to_string(i) + " is a sequence of " + std::to_string(v.elements.size()) +
+                         " elements, but input 0 has " + std::to_string(first.size()) +
+                         " (the sequences of a SequenceMap have one length)");
+    } else if (v.kind != ValueKind::Tensor) {
+      return ctx.error("input " + std::to_string(i) + " is " + std::string(valueKindName(v.kind)) +
+                       ", expected a sequence or a tensor");
+    }
+    others.push_back(std::move(v));
+  }
+  std::vector<std::vector<Value*>> outputs(ctx.numOutputs());
+  for (size_t e = 0; e < first.size(); ++e) {
+    std::vector<ImportValue> args = {ImportValue::ofTensor(first[e])};
+    for (const ImportValue& v : others)
+      args.push_back(v.kind == ValueKind::Sequence ? ImportValue::ofTensor(v.elements[e]) : v);
+    KILN_ASSIGN(results, ctx.inlineBody("body", args, "_map" + std::to_string(e)));
+    if (results.size() != outputs.size())
+      return ctx.error("the body gives " + std::to_string(results.size()) + " outputs, for " +
+                       std::to_string(outputs.size()) + " node outputs");
+    for (size_t k = 0; k < results.size(); ++k) {
+      if (results[k].kind != ValueKind::Tensor)
+        return ctx.error("body output " + std::to_string(k) + " is " + std::string(valueKindName(results[k].kind)) +
+                         ", expected a tensor (an element of output sequence " + std::to_string(k) + ")");
+      KILN_TRY(checkElementType(ctx, outputs[k], results[k].tensor, "body output " + std::to_string(k)));
+      outputs[k].push_back(results[k].tensor);
+    }
+  }
+  for (size_t k = 0; k < outputs.size(); ++k) ctx.setSequenceOutput(k, std::move(outputs[k]));
+  return {};
+}
+
+/// Optional: input 0 (a tensor or a sequence) made an optional, or, without
+/// it, the absent optional of the type attribute.
+Status convertOptional(NodeContext& ctx) {
+  if (ctx.hasInput(0)) {
+    KILN_ASSIGN(v, ctx.anyInput(0));
+    if (v.isOptional()) return ctx.error("input 0 is already an optional, expected a tensor or a sequence");
+    ctx.setAnyOutput(0, v.wrapped());
+    return {};
+  }
+  if (!ctx.attribute("type")) return ctx.error("needs input 0 or attribute 'type' (the type of an empty optional)");
+  ctx.setAnyOutput(0, ImportValue::none());
+  return {};
+}
+
+/// OptionalHasElement: whether input 0 holds a value, known at import (an
+/// absent input, allowed from opset 18, does not; a tensor or sequence given
+/// where an optional is expected, allowed from opset 18, does).
+Status convertOptionalHasElement(NodeContext& ctx) {
+  bool present = false;
+  if (ctx.hasInput(0)) {
+    KILN_ASSIGN(v, ctx.anyInput(0));
+    present = v.kind != ValueKind::OptionalNone;
+  } else if (ctx.opset() < 18) {
+    return ctx.error("input 0 is required before opset 18");
+  }
+  ctx.setOutput(0, ctx.scalar(DType::Bool, present ? 1 : 0));
+  return {};
+}
+
+/// OptionalGetElement: the tensor or sequence an optional holds (a tensor or
+/// sequence as it is, from opset 18); an absent one is an error at import.
+Status convertOptionalGetElement(NodeContext& ctx) {
+  KILN_ASSIGN(v, ctx.anyInput(0));
+  if (v.kind == ValueKind::OptionalNone)
+    return ctx.error("input 0 '" + ctx.node().input(0) +
+                     "' is an absent optional, which holds no element (known when the model is loaded)");
+  ctx.setAnyOutput(0, v.contents());
+  return {};
+}
+
 constexpr OpConverter kConverters[] = {
     {"", "SequenceConstruct", 11, kNewest, &convertSequenceConstruct},
     {"", "SequenceEmpty", 11, kNewest, &convertSequenceEmpty},
@@ -241,6 +325,10 @@ constexpr OpConverter kConverters[] = {
     {"", "SequenceLength", 11, kNewest, &convertSequenceLength},
     {"", "SplitToSequence", 11, kNewest, &convertSplitToSequence},
     {"", "ConcatFromSequence", 11, kNewest, &convertConcatFromSequence},
+    {"", "SequenceMap", 17, kNewest, &convertSequenceMap},
+    {"", "Optional", 15, kNewest, &convertOptional},
+    {"", "OptionalHasElement", 15, kNewest, &convertOptionalHasElement},
+    {"", "OptionalGetElement", 15, kNewest, &convertOptionalGetElement},
 };
 
 }  // namespace

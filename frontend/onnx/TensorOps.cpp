@@ -430,9 +430,11 @@ Status convertTile(NodeContext& ctx) {
   return setOutput0(ctx, reshapeTo(ctx, b, result));
 }
 
+/// Identity of a tensor, or of a sequence or optional (opsets 14 and 16).
 Status convertIdentity(NodeContext& ctx) {
-  KILN_INPUT(x, 0);
-  ctx.setOutput(0, x);
+  auto x = ctx.anyInput(0);
+  if (!x) return x.takeError();
+  ctx.setAnyOutput(0, std::move(*x));
   return {};
 }
 

@@ -10,9 +10,15 @@
 // bools exactly, shapes and dtypes exactly. The tensors are read from the
 // .pb files directly (never through .npy), so bfloat16 inputs and outputs
 // run like any other dtype (a data set's UINT16 tensor for a BFLOAT16
-// graph value is read as the bf16 bits it holds; readTensors); a bf16
-// output matches within one bf16 step (kBf16Steps says why). Cases whose graph inputs or outputs are sequences,
-// optionals, maps or strings are skipped.
+// graph value is read as the bf16 bits it holds; readValues); a bf16
+// output matches within one bf16 step (kBf16Steps says why). Sequence and
+// optional values are SequenceProto and OptionalProto files (readValues):
+// the model is specialized to the inputs' lengths and presence
+// (frontend/Model.h), their tensors bind the arguments they became, and
+// each sequence output is compared element by element (count, then each
+// element's dtype, shape and values), each optional output by presence,
+// then value. Cases whose graph inputs or outputs hold maps or strings are
+// skipped.
 //
 // Kiln compiles static shapes, so each data set runs on the model
 // specialized to its inputs, exactly as `kiln run` does (loadModelForInputs
@@ -130,9 +136,9 @@ struct RunOptions {
 /// Why a value's type makes the case a skip, or "".
 std::string skipReason(const onnx::TypeProto& type, const std::string& name) {
   switch (type.value_case()) {
-    case onnx::TypeProto::kSequenceType: return "'" + name + "' is a sequence";
+    case onnx::TypeProto::kSequenceType: return skipReason(type.sequence_type().elem_type(), name);
     case onnx::TypeProto::kMapType: return "'" + name + "' is a map";
-    case onnx::TypeProto::kOptionalType: return "'" + name + "' is an optional";
+    case onnx::TypeProto::kOptionalType: return skipReason(type.optional_type().elem_type(), name);
     case onnx::TypeProto::kTensorType:
       if (type.tensor_type().elem_type() == onnx::TensorProto::STRING) return "'" + name + "' holds strings";
       return "";
@@ -193,15 +199,53 @@ std::string compare(const Tensor& got, const Tensor& want, size_t index, double 
   return "";
 }
 
+/// `diff` (from compare(), "output K ...") with "output K" replaced by
+/// `labels[K]` where there is one: the graph output and sequence element a
+/// flattened result stands for.
+std::string relabel(std::string diff, size_t k, const std::vector<std::string>& labels) {
+  const std::string prefix = "output " + std::to_string(k);
+  if (k < labels.size() && diff.starts_with(prefix)) diff = labels[k] + diff.substr(prefix.size());
+  return diff;
+}
+
 /// Compares every output with the data set's; "" when all match.
-std::string compareAll(const std::vector<Tensor>& got, const std::vector<DenseTensor>& want) {
+std::string compareAll(const std::vector<Tensor>& got, const std::vector<DenseTensor>& want,
+                       const std::vector<std::string>& labels = {}) {
   if (got.size() != want.size())
     return "the model computes " + std::to_string(got.size()) + " outputs, the data set has " +
            std::to_string(want.size());
   for (size_t k = 0; k < got.size(); ++k)
     if (std::string diff = compare(got[k], Tensor::fromDense(want[k]), k, kRtol, kBf16Steps); !diff.empty())
-      return diff;
+      return relabel(diff, k, labels);
   return "";
+}
+
+/// The data set's outputs laid out as the loaded function's results (the
+/// tensor, a sequence's elements, an optional's contents or nothing; `forms`
+/// from loadModelForInputs), with a label per result for the messages; or
+/// why the model's outputs differ in kind, presence or length.
+Expected<std::vector<DenseTensor>> flattenExpected(const std::vector<GraphOutputForm>& forms,
+                                                   std::vector<GraphValue> want, std::vector<std::string>& labels) {
+  if (forms.size() != want.size())
+    return Error("the model has " + std::to_string(forms.size()) + " outputs, the data set " +
+                 std::to_string(want.size()));
+  std::vector<DenseTensor> flat;
+  labels.clear();
+  for (size_t k = 0; k < forms.size(); ++k) {
+    const std::string what = "output " + std::to_string(k) + " '" + forms[k].name + "'";
+    if (forms[k].kind != want[k].kind)
+      return Error(what + " is " + std::string(valueKindName(forms[k].kind)) + ", expected " +
+                   std::string(valueKindName(want[k].kind)));
+    if (forms[k].count != want[k].tensors.size())
+      return Error(what + " has " + std::to_string(forms[k].count) + " elements, expected " +
+                   std::to_string(want[k].tensors.size()));
+    const bool sequence = want[k].kind == ValueKind::Sequence || want[k].kind == ValueKind::OptionalSequence;
+    for (size_t e = 0; e < want[k].tensors.size(); ++e) {
+      labels.push_back(sequence ? what + " element " + std::to_string(e) + "," : what);
+      flat.push_back(std::move(want[k].tensors[e]));
+    }
+  }
+  return flat;
 }
 
 /// An unlowerable op's reason without its location (" at loc"), so cases
@@ -221,26 +265,46 @@ std::vector<fs::path> dataSets(const fs::path& dir) {
   return sets;
 }
 
-/// The tensors input_0.pb, input_1.pb, ... (or output_K.pb) of a data set.
-/// `bf16[k]` says that the K-th graph value is BFLOAT16: ONNX's data sets
-/// store such a tensor as UINT16 holding the bf16 bits (the generator's
-/// NumPy has no bfloat16), which is read back as the bf16 it is.
-Expected<std::vector<DenseTensor>> readTensors(const fs::path& set, const std::string& prefix,
-                                               const std::vector<bool>& bf16) {
-  std::vector<DenseTensor> tensors;
+/// The values input_0.pb, input_1.pb, ... (or output_K.pb) of a data set:
+/// the K-th file holds what `files[k]` says (a TensorProto when there is no
+/// such entry). `bf16[k]` says that the K-th graph value is BFLOAT16: ONNX's
+/// data sets store such a tensor as UINT16 holding the bf16 bits (the
+/// generator's NumPy has no bfloat16), which is read back as the bf16 it is.
+Expected<std::vector<GraphValue>> readValues(const fs::path& set, const std::string& prefix,
+                                             const std::vector<bool>& bf16, const std::vector<OnnxValueFile>& files) {
+  std::vector<GraphValue> values;
   for (size_t k = 0;; ++k) {
     const fs::path path = set / (prefix + "_" + std::to_string(k) + ".pb");
     if (!fs::exists(path)) break;
-    auto t = readOnnxTensor(path.string());
-    if (!t) return t.takeError();
-    if (k < bf16.size() && bf16[k] && t->type.dtype == DType::U16) t->type.dtype = DType::BF16;
-    tensors.push_back(std::move(*t));
+    auto v = readOnnxValue(path.string(), k < files.size() ? files[k] : OnnxValueFile::Tensor);
+    if (!v) return v.takeError();
+    for (DenseTensor& t : v->tensors)
+      if (k < bf16.size() && bf16[k] && t.type.dtype == DType::U16) t.type.dtype = DType::BF16;
+    values.push_back(std::move(*v));
   }
+  return values;
+}
+
+/// The tensors of values that are all tensors (the random cases').
+std::vector<DenseTensor> tensorsOf(const std::vector<GraphValue>& values) {
+  std::vector<DenseTensor> tensors;
+  for (const GraphValue& v : values)
+    for (const DenseTensor& t : v.tensors) tensors.push_back(t);
   return tensors;
 }
 
+/// The kind of file a graph value's data is stored in.
+OnnxValueFile valueFileOf(const onnx::ValueInfoProto& value) {
+  if (value.type().has_sequence_type()) return OnnxValueFile::Sequence;
+  if (value.type().has_optional_type()) return OnnxValueFile::Optional;
+  return OnnxValueFile::Tensor;
+}
+
 bool isBf16(const onnx::ValueInfoProto& value) {
-  return value.type().has_tensor_type() && value.type().tensor_type().elem_type() == onnx::TensorProto::BFLOAT16;
+  const onnx::TypeProto* type = &value.type();
+  if (type->has_optional_type()) type = &type->optional_type().elem_type();
+  if (type->has_sequence_type()) type = &type->sequence_type().elem_type();
+  return type->has_tensor_type() && type->tensor_type().elem_type() == onnx::TensorProto::BFLOAT16;
 }
 
 class CaseRunner {
@@ -254,16 +318,19 @@ class CaseRunner {
     std::set<std::string> initializers;
     for (const auto& init : model_.graph().initializer()) initializers.insert(init.name());
     std::vector<bool> bf16Inputs, bf16Outputs;
+    std::vector<OnnxValueFile> inputFiles, outputFiles;
     for (const auto& input : model_.graph().input()) {
       if (std::string why = skipReason(input.type(), input.name()); !why.empty()) return {Outcome::Skip, why};
       if (!initializers.count(input.name())) {
         boundInputs_.push_back(input.name());
         bf16Inputs.push_back(isBf16(input));
+        inputFiles.push_back(valueFileOf(input));
       }
     }
     for (const auto& output : model_.graph().output()) {
       if (std::string why = skipReason(output.type(), output.name()); !why.empty()) return {Outcome::Skip, why};
       bf16Outputs.push_back(isBf16(output));
+      outputFiles.push_back(valueFileOf(output));
     }
 
     evaluator_ = std::make_unique<InterpreterEvaluator>();
@@ -278,23 +345,24 @@ class CaseRunner {
     const auto sets = dataSets(dir_);
     if (sets.empty()) return {Outcome::Fail, "no test_data_set_* folder"};
     for (const fs::path& set : sets) {
-      auto inputs = readTensors(set, "input", bf16Inputs);
-      if (!inputs) return {Outcome::Fail, inputs.error().message()};
-      auto outputs = readTensors(set, "output", bf16Outputs);
-      if (!outputs) return {Outcome::Fail, outputs.error().message()};
-      if (inputs->size() > boundInputs_.size())
-        return {Outcome::Fail, std::to_string(inputs->size()) + " input files for " +
+      auto inputValues = readValues(set, "input", bf16Inputs, inputFiles);
+      if (!inputValues) return {Outcome::Fail, inputValues.error().message()};
+      auto outputValues = readValues(set, "output", bf16Outputs, outputFiles);
+      if (!outputValues) return {Outcome::Fail, outputValues.error().message()};
+      if (inputValues->size() > boundInputs_.size())
+        return {Outcome::Fail, std::to_string(inputValues->size()) + " input files for " +
                                    std::to_string(boundInputs_.size()) + " graph inputs without initializer"};
-      std::map<std::string, DenseTensor> byName;
-      for (size_t k = 0; k < inputs->size(); ++k) byName[boundInputs_[k]] = (*inputs)[k];
+      std::map<std::string, GraphValue> byName;
+      for (size_t k = 0; k < inputValues->size(); ++k) byName[boundInputs_[k]] = (*inputValues)[k];
       if (randomCase) {
         // Drawn by NumPy's generator: checked statistically (RandomCases.h).
+        const std::vector<DenseTensor> inputs = tensorsOf(*inputValues), outputs = tensorsOf(*outputValues);
         std::vector<std::pair<std::string, DenseTensor>> named;
-        for (size_t k = 0; k < inputs->size(); ++k) named.emplace_back(boundInputs_[k], (*inputs)[k]);
+        for (size_t k = 0; k < inputs.size(); ++k) named.emplace_back(boundInputs_[k], inputs[k]);
         auto runModel = [&](const std::string& path, const std::map<std::string, DenseTensor>& bound, bool reference) {
           return execute(path, bound, reference);
         };
-        std::string why = conformance::checkRandomCase(*randomCase, dir_ / "model.onnx", named, *outputs, runModel);
+        std::string why = conformance::checkRandomCase(*randomCase, dir_ / "model.onnx", named, outputs, runModel);
         if (!unlowerable_.empty()) {
           Outcome o{Outcome::NotCompilable, why};
           o.unlowerable = unlowerable_;
@@ -320,11 +388,16 @@ class CaseRunner {
         for (const std::string& name : specialized->frozenInputs) note += " " + name;
       }
       const Function& f = *module->functions().front();
-      auto bound = bindArguments(f, byName);
+      // A sequence input is its elements' arguments, an optional its
+      // contents' or none (frontend/Model.h).
+      auto bound = bindArguments(f, flattenGraphValues(byName));
       if (!bound) return {Outcome::Fail, bound.error().message()};
       std::vector<Tensor> args = std::move(*bound);
+      std::vector<std::string> labels;
+      auto outputs = flattenExpected(specialized->outputs, std::move(*outputValues), labels);
+      if (!outputs) return {Outcome::Fail, set.filename().string() + ": " + outputs.error().message()};
       if (options_.compiled()) {
-        Outcome outcome = runCompiled(f, args, *outputs);
+        Outcome outcome = runCompiled(f, args, *outputs, labels);
         if (outcome.kind != Outcome::Pass) {
           if (outcome.kind == Outcome::Fail) outcome.reason = set.filename().string() + ": " + outcome.reason;
           // A compiler gap or a case that fails anyway? The interpreter
@@ -336,7 +409,7 @@ class CaseRunner {
       }
       auto results = interpret(f, std::move(args));
       if (!results) return {Outcome::Fail, results.error().str()};
-      if (std::string diff = compareAll(*results, *outputs); !diff.empty())
+      if (std::string diff = compareAll(*results, *outputs, labels); !diff.empty())
         return {Outcome::Fail, set.filename().string() + ": " + diff};
     }
     std::string what = note.empty() ? std::to_string(sets.size()) + " data set(s)" : note;
@@ -411,7 +484,8 @@ class CaseRunner {
   /// One data set on the compiled backend: compiles `f` for `args` with no
   /// fallback, runs it and compares with the expected outputs and the
   /// interpreter's.
-  Outcome runCompiled(const Function& f, const std::vector<Tensor>& args, const std::vector<DenseTensor>& want) {
+  Outcome runCompiled(const Function& f, const std::vector<Tensor>& args, const std::vector<DenseTensor>& want,
+                      const std::vector<std::string>& labels) {
     Timings unused;
     Timings& time = options_.timings ? *options_.timings : unused;
     auto start = std::chrono::steady_clock::now();
@@ -424,7 +498,7 @@ class CaseRunner {
       auto executor = codegen::CudaExecutor::create(f, options_.cudaDevice, cudaOptions);
       time.createExecutor += since(start);
       if (!executor) return {Outcome::Fail, executor.error().str()};
-      return compileRunCompare(**executor, args, want, reference, time);
+      return compileRunCompare(**executor, args, want, labels, reference, time);
     }
     codegen::CpuOptions cpuOptions;
     cpuOptions.threads = options_.threads;
@@ -434,14 +508,14 @@ class CaseRunner {
     auto executor = codegen::CpuExecutor::create(f, cpuOptions);
     time.createExecutor += since(start);
     if (!executor) return {Outcome::Fail, executor.error().str()};
-    return compileRunCompare(**executor, args, want, reference, time);
+    return compileRunCompare(**executor, args, want, labels, reference, time);
   }
 
   /// The part both executors share (CpuExecutor, CudaExecutor: prepare,
   /// unsupportedOps, run): compile, run, compare.
   template <class Executor>
   static Outcome compileRunCompare(Executor& executor, const std::vector<Tensor>& args,
-                                   const std::vector<DenseTensor>& want,
+                                   const std::vector<DenseTensor>& want, const std::vector<std::string>& labels,
                                    const Expected<std::vector<Tensor>>& reference, Timings& time) {
     auto fail = [](std::string why) { return Outcome{Outcome::Fail, std::move(why)}; };
     auto start = std::chrono::steady_clock::now();
@@ -457,11 +531,11 @@ class CaseRunner {
     auto results = executor.run(args);
     time.run += since(start);
     if (!results) return fail("running: " + results.error().str());
-    if (std::string diff = compareAll(*results, want); !diff.empty()) return fail(diff);
+    if (std::string diff = compareAll(*results, want, labels); !diff.empty()) return fail(diff);
     if (reference && reference->size() == results->size()) {
       for (size_t k = 0; k < results->size(); ++k)
         if (std::string diff = compare((*results)[k], (*reference)[k], k, kJitRtol, 0); !diff.empty())
-          return fail("against the interpreter: " + diff);
+          return fail("against the interpreter: " + relabel(diff, k, labels));
     }
     return {Outcome::Pass, ""};
   }

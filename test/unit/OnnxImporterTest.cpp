@@ -14,6 +14,7 @@
 #include "frontend/onnx/OnnxTraining.h"
 #include "ir/Verifier.h"
 #include "onnx.pb.h"
+#include "onnx_values.pb.h"
 #include "passes/TrainingStep.h"
 #include "runtime/Interpreter.h"
 #include "test/unit/TestSupport.h"
@@ -1000,15 +1001,7 @@ TEST(OnnxImporter, SequencePositionOutOfRangeIsAnError) {
       << error;
 }
 
-TEST(OnnxImporter, SequenceAsAGraphOutputOrATensorIsAnError) {
-  {
-    auto m = makeModel(13);
-    addInput(m, "a", {2});
-    addNode(m, "SequenceConstruct", {"a"}, {"s"}, "construct");
-    addOutput(m, "s");
-    std::string error = errorOf(importModel(m));
-    EXPECT_NE(error.find("graph output 0 's' is a sequence"), std::string::npos) << error;
-  }
+TEST(OnnxImporter, SequenceReadAsATensorOrATensorAsASequenceIsAnError) {
   {
     auto m = makeModel(13);
     addInput(m, "a", {2});
@@ -1045,6 +1038,289 @@ TEST(OnnxImporter, SequenceReadInsideAnIfBodyIsAnError) {
   addOutput(m, "r", onnx::TensorProto::INT64);
   std::string error = errorOf(importModel(m));
   EXPECT_NE(error.find("'s' is a sequence of an enclosing graph"), std::string::npos) << error;
+}
+
+// --- Sequence and optional graph inputs and outputs ---------------------------
+// Specialized at import to the value they take (frontend/Model.h): a
+// sequence is one argument or result per element, an optional its contents
+// or nothing.
+
+/// A sequence or optional ValueInfo (`optional` wraps; `sequence` a sequence
+/// of tensors of `elemType` with no shape, as ONNX's tests declare them).
+void addStructuredValueInfo(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list, const std::string& name,
+                            bool optional, bool sequence, int elemType = onnx::TensorProto::FLOAT) {
+  auto* v = list->Add();
+  v->set_name(name);
+  onnx::TypeProto* type = v->mutable_type();
+  if (optional) type = type->mutable_optional_type()->mutable_elem_type();
+  if (sequence) type = type->mutable_sequence_type()->mutable_elem_type();
+  type->mutable_tensor_type()->set_elem_type(elemType);
+}
+
+/// Imports `m` with `forms` for its sequence and optional inputs; `outputs`
+/// receives what each graph output became.
+Expected<std::unique_ptr<Module>> importWithForms(const onnx::ModelProto& m, std::map<std::string, InputForm> forms,
+                                                  std::vector<GraphOutputForm>& outputs) {
+  std::string bytes;
+  EXPECT_TRUE(m.SerializeToString(&bytes));
+  LoadOptions options;
+  options.evaluator = &kEvaluator;
+  options.inputForms = std::move(forms);
+  return importOnnxBytes(bytes, "test.onnx", "", options, {}, &outputs);
+}
+
+TEST(OnnxImporter, SequenceInputAndOutputAreOneArgumentAndResultPerElement) {
+  auto m = makeModel(13);
+  addStructuredValueInfo(m.mutable_graph()->mutable_input(), "xs", /*optional=*/false, /*sequence=*/true);
+  addInput(m, "t", {2});
+  // [xs..., t], and the number of elements it has.
+  addNode(m, "SequenceInsert", {"xs", "t"}, {"ys"}, "insert");
+  addNode(m, "SequenceLength", {"ys"}, {"n"}, "length");
+  addStructuredValueInfo(m.mutable_graph()->mutable_output(), "ys", false, true);
+  addOutput(m, "n", onnx::TensorProto::INT64);
+  std::vector<GraphOutputForm> outputs;
+  auto module = importWithForms(m, {{"xs", {ValueKind::Sequence, {{2}, {3}}}}}, outputs);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  ASSERT_TRUE(verify(**module).ok());
+  const Function& f = *(*module)->functions().front();
+  ASSERT_EQ(f.numArguments(), 3u);
+  EXPECT_EQ(f.argument(0)->name(), "xs.0");
+  EXPECT_EQ(f.argument(0)->type().str(), "f32[2]");
+  EXPECT_EQ(f.argument(1)->name(), "xs.1");
+  EXPECT_EQ(f.argument(1)->type().str(), "f32[3]");
+  EXPECT_EQ(f.argument(2)->name(), "t");
+  ASSERT_EQ(f.resultTypes().size(), 4u);
+  EXPECT_EQ(f.resultName(0), "ys.0");
+  EXPECT_EQ(f.resultName(2), "ys.2");
+  EXPECT_EQ(f.resultName(3), "n");
+  ASSERT_EQ(outputs.size(), 2u);
+  EXPECT_EQ(outputs[0].name, "ys");
+  EXPECT_EQ(outputs[0].kind, ValueKind::Sequence);
+  EXPECT_EQ(outputs[0].first, 0u);
+  EXPECT_EQ(outputs[0].count, 3u);
+  EXPECT_EQ(outputs[1].kind, ValueKind::Tensor);
+  EXPECT_EQ(outputs[1].first, 3u);
+  EXPECT_EQ(outputs[1].count, 1u);
+  auto out = run(**module, {test::tensorOf(DType::F32, {2}, {1, 2}), test::tensorOf(DType::F32, {3}, {3, 4, 5}),
+                            test::tensorOf(DType::F32, {2}, {6, 7})});
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(test::elementsOf(out[0]), (std::vector<double>{1, 2}));
+  EXPECT_EQ(test::elementsOf(out[1]), (std::vector<double>{3, 4, 5}));
+  EXPECT_EQ(test::elementsOf(out[2]), (std::vector<double>{6, 7}));
+  EXPECT_EQ(test::elementsOf(out[3]), (std::vector<double>{3}));
+
+  // The values a caller binds, flattened to those argument names.
+  std::map<std::string, GraphValue> values;
+  values["xs"] = GraphValue{ValueKind::Sequence,
+                            {DenseTensor::zeros(TensorType{DType::F32, {Dim::fixed(2)}}),
+                             DenseTensor::zeros(TensorType{DType::F32, {Dim::fixed(3)}})}};
+  values["t"] = GraphValue{ValueKind::Tensor, {DenseTensor::zeros(TensorType{DType::F32, {Dim::fixed(2)}})}};
+  auto flat = flattenGraphValues(values);
+  EXPECT_EQ(flat.size(), 3u);
+  EXPECT_EQ(flat.at("xs.1").type.str(), "f32[3]");
+  EXPECT_TRUE(flat.count("t"));
+}
+
+/// Optional(o) as a graph output, whether `o` holds an element, and a
+/// SequenceMap doubling each element of `xs`.
+onnx::ModelProto optionalModel() {
+  auto m = makeModel(17);
+  addStructuredValueInfo(m.mutable_graph()->mutable_input(), "o", /*optional=*/true, /*sequence=*/false);
+  addNode(m, "OptionalHasElement", {"o"}, {"has"}, "has");
+  addNode(m, "Identity", {"o"}, {"same"}, "same");
+  addOutput(m, "has", onnx::TensorProto::BOOL);
+  addStructuredValueInfo(m.mutable_graph()->mutable_output(), "same", true, false);
+  return m;
+}
+
+TEST(OnnxImporter, OptionalInputPresentIsItsTensorAndAbsentIsNothing) {
+  {
+    std::vector<GraphOutputForm> outputs;
+    auto module = importWithForms(optionalModel(), {{"o", {ValueKind::OptionalTensor, {{3}}}}}, outputs);
+    ASSERT_TRUE(module.ok()) << module.error().str();
+    const Function& f = *(*module)->functions().front();
+    ASSERT_EQ(f.numArguments(), 1u);
+    EXPECT_EQ(f.argument(0)->name(), "o");
+    ASSERT_EQ(outputs.size(), 2u);
+    EXPECT_EQ(outputs[1].kind, ValueKind::OptionalTensor);
+    EXPECT_EQ(outputs[1].count, 1u);
+    auto out = run(**module, {test::tensorOf(DType::F32, {3}, {1, 2, 3})});
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_EQ(test::elementsOf(out[0]), (std::vector<double>{1}));
+    EXPECT_EQ(test::elementsOf(out[1]), (std::vector<double>{1, 2, 3}));
+  }
+  {
+    std::vector<GraphOutputForm> outputs;
+    auto module = importWithForms(optionalModel(), {{"o", {ValueKind::OptionalNone, {}}}}, outputs);
+    ASSERT_TRUE(module.ok()) << module.error().str();
+    const Function& f = *(*module)->functions().front();
+    EXPECT_EQ(f.numArguments(), 0u);
+    ASSERT_EQ(outputs.size(), 2u);
+    EXPECT_EQ(outputs[1].kind, ValueKind::OptionalNone);
+    EXPECT_EQ(outputs[1].count, 0u);
+    auto out = run(**module, {});
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(test::elementsOf(out[0]), (std::vector<double>{0}));
+  }
+}
+
+TEST(OnnxImporter, SequenceOrOptionalInputsNeedTheirFormAndAbsentOptionalsHoldNothing) {
+  std::vector<GraphOutputForm> outputs;
+  std::string error = errorOf(importWithForms(optionalModel(), {}, outputs));
+  EXPECT_NE(error.find("graph input 0 'o' is an optional; Kiln specializes such an input"), std::string::npos) << error;
+  error = errorOf(importWithForms(optionalModel(), {{"o", {ValueKind::Sequence, {{2}}}}}, outputs));
+  EXPECT_NE(error.find("graph input 0 'o' is declared an optional tensor, but is given a sequence"), std::string::npos)
+      << error;
+  auto m = makeModel(15);
+  addStructuredValueInfo(m.mutable_graph()->mutable_input(), "o", true, false);
+  addNode(m, "OptionalGetElement", {"o"}, {"y"}, "get");
+  addOutput(m, "y");
+  error = errorOf(importWithForms(m, {{"o", {ValueKind::OptionalNone, {}}}}, outputs));
+  EXPECT_NE(error.find("node 'get' (OptionalGetElement, opset 15): input 0 'o' is an absent optional"),
+            std::string::npos)
+      << error;
+}
+
+TEST(OnnxImporter, SequenceMapAppliesItsBodyToEachElement) {
+  auto m = makeModel(17);
+  addStructuredValueInfo(m.mutable_graph()->mutable_input(), "xs", false, true);
+  addInput(m, "k", {});
+  onnx::GraphProto body;
+  body.set_name("body");
+  addValueInfo(body.mutable_input(), "x", onnx::TensorProto::FLOAT, {-1});
+  addValueInfo(body.mutable_input(), "scale", onnx::TensorProto::FLOAT, {});
+  addGraphNode(body, "Mul", {"x", "scale"}, {"y"});
+  addValueInfo(body.mutable_output(), "y", onnx::TensorProto::FLOAT, {-1});
+  setGraph(addNode(m, "SequenceMap", {"xs", "k"}, {"ys"}, "map"), "body", body);
+  addStructuredValueInfo(m.mutable_graph()->mutable_output(), "ys", false, true);
+  std::vector<GraphOutputForm> outputs;
+  auto module = importWithForms(m, {{"xs", {ValueKind::Sequence, {{1}, {2}}}}}, outputs);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_EQ(outputs[0].count, 2u);
+  auto out = run(**module, {test::tensorOf(DType::F32, {1}, {1}), test::tensorOf(DType::F32, {2}, {2, 3}),
+                            test::tensorOf(DType::F32, {}, {10})});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(test::elementsOf(out[0]), (std::vector<double>{10}));
+  EXPECT_EQ(test::elementsOf(out[1]), (std::vector<double>{20, 30}));
+}
+
+/// Loop(n, "", s) whose body appends the iteration number to the sequence s.
+onnx::ModelProto sequenceLoopModel() {
+  auto m = makeModel(13);
+  addInput(m, "n", {}, onnx::TensorProto::INT64);
+  addNode(m, "SequenceEmpty", {}, {"s"}, "empty");
+  setInt(m.mutable_graph()->mutable_node(0), "dtype", onnx::TensorProto::INT64);
+  onnx::GraphProto body;
+  body.set_name("body");
+  addValueInfo(body.mutable_input(), "i", onnx::TensorProto::INT64, {});
+  addValueInfo(body.mutable_input(), "cond", onnx::TensorProto::BOOL, {});
+  addStructuredValueInfo(body.mutable_input(), "acc", false, true, onnx::TensorProto::INT64);
+  addGraphNode(body, "Identity", {"cond"}, {"cond_out"});
+  addGraphNode(body, "SequenceInsert", {"acc", "i"}, {"acc_out"});
+  addValueInfo(body.mutable_output(), "cond_out", onnx::TensorProto::BOOL, {});
+  addStructuredValueInfo(body.mutable_output(), "acc_out", false, true, onnx::TensorProto::INT64);
+  setGraph(addNode(m, "Loop", {"n", "", "s"}, {"result"}, "loop"), "body", body);
+  addStructuredValueInfo(m.mutable_graph()->mutable_output(), "result", false, true, onnx::TensorProto::INT64);
+  return m;
+}
+
+TEST(OnnxImporter, LoopCarryingASequenceIsUnrolledWhenItsTripCountIsKnown) {
+  std::string bytes;
+  ASSERT_TRUE(sequenceLoopModel().SerializeToString(&bytes));
+  LoadOptions options;
+  options.evaluator = &kEvaluator;
+  std::map<std::string, DenseTensor> frozen;
+  frozen["n"] = DenseTensor::zeros(TensorType{DType::I64, {}});
+  frozen["n"].setInt(0, 3);
+  std::vector<GraphOutputForm> outputs;
+  auto module = importOnnxBytes(bytes, "test.onnx", "", options, frozen, &outputs);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_EQ(outputs[0].count, 3u);
+  auto out = run(**module, {});
+  ASSERT_EQ(out.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(test::elementsOf(out[i]), (std::vector<double>{double(i)}));
+}
+
+TEST(OnnxImporter, LoopCarryingASequenceWithATripCountKnownOnlyAtRunTimeIsAnError) {
+  std::string error = errorOf(importModel(sequenceLoopModel()));
+  EXPECT_NE(error.find("node 'loop' (Loop, opset 13): loop-carried value 0 's' is a sequence, so the loop must be "
+                       "unrolled at import"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("the trip count is not known at import time"), std::string::npos) << error;
+}
+
+TEST(OnnxImporter, IfWithAConditionKnownAtImportTakesItsBranchSequencesIncluded) {
+  auto m = makeModel(13);
+  addInput(m, "a", {2});
+  *m.mutable_graph()->add_initializer() = [] {
+    onnx::TensorProto t;
+    t.set_name("yes");
+    t.set_data_type(onnx::TensorProto::BOOL);
+    t.add_int32_data(1);
+    return t;
+  }();
+  onnx::GraphProto thenBranch;
+  thenBranch.set_name("then");
+  addGraphNode(thenBranch, "SequenceConstruct", {"a", "a"}, {"pair"});
+  addStructuredValueInfo(thenBranch.mutable_output(), "pair", false, true);
+  onnx::GraphProto elseBranch;
+  elseBranch.set_name("else");
+  addGraphNode(elseBranch, "SequenceConstruct", {"a"}, {"one"});
+  addStructuredValueInfo(elseBranch.mutable_output(), "one", false, true);
+  auto* node = addNode(m, "If", {"yes"}, {"r"}, "if");
+  setGraph(node, "then_branch", thenBranch);
+  setGraph(node, "else_branch", elseBranch);
+  addStructuredValueInfo(m.mutable_graph()->mutable_output(), "r", false, true);
+  std::vector<GraphOutputForm> outputs;
+  auto module = importWithForms(m, {}, outputs);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  EXPECT_EQ(countOps(*(*module)->functions().front(), OpKind::If), 0u);
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_EQ(outputs[0].count, 2u);
+}
+
+TEST(OnnxImporter, ValueFilesHoldSequencesAndOptionals) {
+  onnx::SequenceProto sequence;
+  sequence.set_elem_type(1);  // tensors
+  *sequence.add_tensor_values() = floatTensor("", {2}, {1, 2});
+  *sequence.add_tensor_values() = floatTensor("", {1}, {3});
+  std::string bytes;
+  ASSERT_TRUE(sequence.SerializeToString(&bytes));
+  auto value = parseOnnxValue(bytes, OnnxValueFile::Sequence, "seq.pb");
+  ASSERT_TRUE(value.ok()) << value.error().str();
+  EXPECT_EQ(value->kind, ValueKind::Sequence);
+  ASSERT_EQ(value->tensors.size(), 2u);
+  EXPECT_EQ(value->tensors[1].type.str(), "f32[1]");
+
+  onnx::OptionalProto optional;
+  optional.set_elem_type(3);  // would hold a sequence, but holds nothing
+  ASSERT_TRUE(optional.SerializeToString(&bytes));
+  value = parseOnnxValue(bytes, OnnxValueFile::Optional, "none.pb");
+  ASSERT_TRUE(value.ok()) << value.error().str();
+  EXPECT_EQ(value->kind, ValueKind::OptionalNone);
+  *optional.mutable_sequence_value() = sequence;
+  ASSERT_TRUE(optional.SerializeToString(&bytes));
+  value = parseOnnxValue(bytes, OnnxValueFile::Optional, "some.pb");
+  ASSERT_TRUE(value.ok()) << value.error().str();
+  EXPECT_EQ(value->kind, ValueKind::OptionalSequence);
+  EXPECT_EQ(value->tensors.size(), 2u);
+
+  // Elements of two dtypes, a sequence of maps, and bytes that are no message.
+  *sequence.add_tensor_values() = int64Tensor("", {1}, {4});
+  ASSERT_TRUE(sequence.SerializeToString(&bytes));
+  std::string error = parseOnnxValue(bytes, OnnxValueFile::Sequence, "mixed.pb").error().str();
+  EXPECT_NE(error.find("mixed.pb: element 2 is i64[1], but element 0 is f32[2]"), std::string::npos) << error;
+  onnx::SequenceProto maps;
+  maps.set_elem_type(4);
+  maps.add_sequence_values();
+  ASSERT_TRUE(maps.SerializeToString(&bytes));
+  error = parseOnnxValue(bytes, OnnxValueFile::Sequence, "maps.pb").error().str();
+  EXPECT_NE(error.find("maps.pb: a sequence of element type 4, expected tensors (1)"), std::string::npos) << error;
+  error = parseOnnxValue("\xff\xff\xff", OnnxValueFile::Optional, "bad.pb").error().str();
+  EXPECT_NE(error.find("bad.pb: not a valid ONNX OptionalProto"), std::string::npos) << error;
 }
 
 }  // namespace
