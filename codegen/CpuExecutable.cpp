@@ -112,14 +112,27 @@ Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Function& f, Cp
   if (!jit) return jit.takeError();
   std::unique_ptr<CpuExecutor> executor(new CpuExecutor(cloneFunction(f), options));
   executor->jit_ = std::move(*jit);
-  auto stages = splitAtDataDependentOps(f);
+  auto stages = splitAtHostOps(f);
   if (!stages) return stages.takeError();
   if (!*stages) return executor;
   if (!options.aliases.empty())
-    return Error("'" + f.name() + "' has ops whose result sizes depend on values (" + (*stages)->host.front().name +
-                 "), which run between compiled stages; such a function cannot take donated arguments");
+    return Error("'" + f.name() + "' " + whyStaged(**stages) +
+                 ", which runs between compiled stages; such a function cannot take donated arguments");
   executor->stages_ = std::make_unique<FunctionStages>(std::move(**stages));
   FunctionStages& s = *executor->stages_;
+  // Each body of an `if` or `loop` is compiled by an executor of its own,
+  // per set of argument shapes; bodies take no donated arguments.
+  CpuOptions bodyOptions = options;
+  bodyOptions.aliases.clear();
+  for (const FunctionStages::HostOp& op : s.host) {
+    std::vector<std::unique_ptr<CpuExecutor>> bodies;
+    for (const auto& body : op.bodies) {
+      auto b = create(*body->functions().front(), bodyOptions);
+      if (!b) return b.takeError();
+      bodies.push_back(std::move(*b));
+    }
+    executor->bodies_.push_back(std::move(bodies));
+  }
   if (s.prefix) {
     auto prefix = create(*s.prefix->functions().front(), options);
     if (!prefix) return prefix.takeError();
@@ -134,69 +147,26 @@ Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Function& f, Cp
 }
 
 Error CpuExecutor::notOneProgram() const {
-  return Error("'" + module_->functions().front()->name() + "' has ops whose result sizes depend on values (" +
-               stages_->host.front().name +
-               "): it runs as compiled stages with those ops on the host between them, one program per size they "
-               "give, not as one program (docs/codegen.md section 6)");
+  return codegen::notOneProgram(module_->functions().front()->name(), *stages_);
 }
 
 Expected<std::vector<Tensor>> CpuExecutor::runStaged(const std::vector<Tensor>& inputs) {
-  const Function& source = *module_->functions().front();
-  if (inputs.size() != source.numArguments())
-    return Error("function '" + source.name() + "' takes " + std::to_string(source.numArguments()) + " inputs, got " +
-                 std::to_string(inputs.size()));
-  // The host ops may read arguments directly, so every input is checked
-  // against its argument's type here, not only by the prefix's executor.
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const TensorType& want = source.argument(i)->type();
-    bool fits = inputs[i].dtype() == want.dtype && inputs[i].rank() == want.rank();
-    for (int64_t d = 0; fits && d < want.rank(); ++d)
-      fits = !want.shape[d].isStatic() || want.shape[d].size == inputs[i].shape()[d];
-    if (!fits)
-      return Error("input " + std::to_string(i) + " of '" + source.name() + "' is " + inputs[i].type().str() +
-                   ", expected " + want.str());
-  }
   // Failures of a stage name its unlowerable ops as this executor's.
-  auto noteUnsupported = [&](const CpuExecutor* stage) {
-    if (stage && !stage->unsupported_.empty()) unsupported_ = stage->unsupported_;
-  };
   unsupported_.clear();
-  std::vector<Tensor> before;
-  if (prefix_) {
-    auto ran = prefix_->run(inputs);
-    noteUnsupported(prefix_.get());
-    if (!ran) return ran.takeError();
-    before = std::move(*ran);
-  }
-  std::vector<std::vector<Tensor>> host(stages_->host.size());
-  auto at = [&](const StageValue& v) -> const Tensor& {
-    switch (v.from) {
-      case StageValue::From::Argument: return inputs[v.index];
-      case StageValue::From::Prefix: return before[v.index];
-      case StageValue::From::Host: break;
-    }
-    return host[v.index][v.result];
+  auto noted = [this](CpuExecutor& stage, const std::vector<Tensor>& in) {
+    auto ran = stage.run(in);
+    if (!stage.unsupported_.empty()) unsupported_ = stage.unsupported_;
+    return ran;
   };
-  for (size_t i = 0; i < stages_->host.size(); ++i) {
-    const FunctionStages::HostOp& op = stages_->host[i];
-    std::vector<const Tensor*> operands;
-    for (const StageValue& v : op.operands) operands.push_back(&at(v));
-    auto results = runDataDependentOp(op.op, operands);
-    if (!results) return results.takeError();
-    host[i] = std::move(*results);
-  }
-  std::vector<Tensor> outputs;
-  if (!suffix_) {
-    for (const StageValue& v : stages_->results) outputs.push_back(at(v));
-    return outputs;
-  }
-  // TODO(kiln): bucket data-dependent sizes (pad to a bound) so that the
-  // suffix compiles once for counts that vary from run to run.
-  std::vector<Tensor> after;
-  for (const StageValue& v : stages_->suffixInputs) after.push_back(at(v));
-  auto ran = suffix_->run(after);
-  noteUnsupported(suffix_.get());
-  return ran;
+  StageRunners runners;
+  runners.prefix = [&](const std::vector<Tensor>& in) { return noted(*prefix_, in); };
+  runners.suffix = [&](const std::vector<Tensor>& in) { return noted(*suffix_, in); };
+  // Each body by its executor, which compiles it once per set of argument
+  // shapes.
+  runners.body = [&](size_t host, size_t region, const std::vector<Tensor>& in) {
+    return noted(*bodies_[host][region], in);
+  };
+  return runStages(*module_->functions().front(), *stages_, inputs, runners);
 }
 
 Status CpuExecutor::addCompiled(std::unique_ptr<CompiledFunction> compiled) {
@@ -338,7 +308,10 @@ Expected<std::pair<const Module*, std::shared_ptr<const CpuProgram>>> CpuExecuto
 
 std::vector<std::string> CpuExecutor::takeNotices() {
   std::vector<std::string> notices = kernelCache_->takeNotices();
-  for (CpuExecutor* stage : {prefix_.get(), suffix_.get()}) {
+  std::vector<CpuExecutor*> stages = {prefix_.get(), suffix_.get()};
+  for (const auto& bodies : bodies_)
+    for (const auto& body : bodies) stages.push_back(body.get());
+  for (CpuExecutor* stage : stages) {
     if (!stage) continue;
     for (std::string& n : stage->takeNotices()) notices.push_back(std::move(n));
   }
@@ -346,12 +319,26 @@ std::vector<std::string> CpuExecutor::takeNotices() {
 }
 
 Status CpuExecutor::prepare(const std::vector<Tensor>& inputs) {
-  // With stages, only the prefix's shapes are known before a run.
+  // With stages, only the prefix's shapes are known before a run, and the
+  // bodies' whose arguments have static shapes: those compile now, the
+  // others (and the suffix) on the run that gives their shapes.
   if (stages_) {
-    if (!prefix_) return Status::success();
-    Status prepared = prefix_->prepare(inputs);
-    unsupported_ = prefix_->unsupported_;
-    return prepared;
+    unsupported_.clear();
+    if (prefix_) {
+      Status prepared = prefix_->prepare(inputs);
+      unsupported_ = prefix_->unsupported_;
+      if (!prepared) return prepared;
+    }
+    for (const auto& bodies : bodies_) {
+      for (const auto& body : bodies) {
+        auto example = staticArgumentsOf(*body->module_->functions().front());
+        if (!example) continue;
+        Status prepared = body->prepare(*example);
+        unsupported_ = body->unsupported_;
+        if (!prepared) return prepared;
+      }
+    }
+    return Status::success();
   }
   auto c = compiled(inputs);
   if (!c) return c.takeError();

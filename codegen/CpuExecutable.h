@@ -9,11 +9,14 @@
 // compiled set is cached. It runs one call at a time (one arena per set).
 //
 // A function with ops whose result sizes depend on values (nonzero, unique,
-// non_max_suppression) runs in stages (codegen/Stages.h): the ops before
-// them compiled for the input shapes, the data-dependent ops on the host
-// (runtime/DataDependent.h), and the rest by an executor of its own that
-// compiles a program per set of sizes those ops give, cached like any
-// input shapes (docs/codegen.md section 6).
+// non_max_suppression) or with control flow (`if`, `loop`) runs in stages
+// (codegen/Stages.h): the ops before them compiled for the input shapes,
+// those ops on the host (runtime/DataDependent.h, runtime/ControlFlow.h),
+// and the rest by an executor of its own that compiles a program per set of
+// sizes they give, cached like any input shapes (docs/codegen.md sections 6
+// and 7). Each region of an `if` or `loop` is a function with an executor
+// of its own, which compiles it per set of argument shapes: a loop body
+// whose carried values keep their shapes compiles once, not per iteration.
 //
 // An executor can also start from a function already optimized (a `.kc`
 // file's module, recompiled for this machine) or from a compiled program
@@ -155,7 +158,7 @@ class CpuExecutor {
   /// and its runner.
   Expected<std::unique_ptr<CompiledFunction>> finish(std::unique_ptr<Module> optimized);
   Status addCompiled(std::unique_ptr<CompiledFunction> compiled);
-  /// Runs a function split at its data-dependent ops.
+  /// Runs a function split at its host ops.
   Expected<std::vector<Tensor>> runStaged(const std::vector<Tensor>& inputs);
   /// The error of a query that needs one program for the whole function.
   Error notOneProgram() const;
@@ -169,11 +172,13 @@ class CpuExecutor {
   std::vector<std::string> unsupported_;
   int compiledCount_ = 0;
   CompiledFunction* last_ = nullptr;  // the one the last call used
-  /// With data-dependent ops: the stages, and the executors of the prefix
-  /// and suffix (null where that part is absent).
+  /// With host ops: the stages, and the executors of the prefix and suffix
+  /// (null where that part is absent) and of each host op's bodies (empty
+  /// for a data-dependent op).
   std::unique_ptr<FunctionStages> stages_;
   std::unique_ptr<CpuExecutor> prefix_;
   std::unique_ptr<CpuExecutor> suffix_;
+  std::vector<std::vector<std::unique_ptr<CpuExecutor>>> bodies_;
 };
 
 /// A copy of `source` whose arguments have `types` (static shapes) and

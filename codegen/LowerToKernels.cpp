@@ -28,9 +28,11 @@ Expected<std::vector<LoweredStep>> lowerToSteps(const Function& f, std::string_v
       continue;
     }
     if (op->info().isControlFlow()) {
-      // TODO(kiln): compile each body as a sub-program run per branch or
-      // iteration (runtime/ControlFlow.h has the semantics to share).
-      unsupported.push_back("'" + std::string(op->name()) + "' (control flow) is not compiled yet" +
+      // The CPU executor runs these between compiled stages, each body a
+      // program of its own (Stages.h), and never lowers them; a target
+      // that gets one here cannot run it.
+      unsupported.push_back("'" + std::string(op->name()) +
+                            "' (control flow; its bodies are not lowered to kernels on this target)" +
                             (op->loc().isPrinted() ? " at " + op->loc().str() : ""));
       ++computing;
       continue;

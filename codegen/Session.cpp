@@ -156,22 +156,38 @@ Status CompiledModel::prepare(const std::vector<Tensor>& inputs) {
   return {};
 }
 
+bool CompiledModel::fellBackInRun() {
+  // A function run in stages (data-dependent ops, control flow) compiles
+  // the parts whose shapes only a run gives during that run
+  // (docs/codegen.md sections 6 and 7); an op the JIT cannot lower there
+  // sends the model to the interpreter as one found by prepare does. Such
+  // a function takes no donated arguments, so the failed run changed none.
+  if (!executor_ || executor_->unsupportedOps().empty() || !session_.options().allowFallback) return false;
+  unsupported_ = executor_->unsupportedOps();
+  fallBack();
+  return true;
+}
+
 Expected<std::vector<Tensor>> CompiledModel::run(const std::vector<Tensor>& inputs) {
   // Compiled shapes run straight away; a new one compiles first, which may
   // send the model to the interpreter.
   if (cudaExecutor_) return cudaExecutor_->run(inputs);
-  if (executor_ && executor_->isCompiled(inputs)) return executor_->run(inputs);
-  KILN_TRY(prepare(inputs));
-  if (executor_) return executor_->run(inputs);
+  if (!executor_ || !executor_->isCompiled(inputs)) KILN_TRY(prepare(inputs));
+  if (executor_) {
+    auto results = executor_->run(inputs);
+    if (results || !fellBackInRun()) return results;
+  }
   return interpret(function_, inputs);
 }
 
 Expected<std::vector<Tensor>> CompiledModel::runInPlace(std::vector<Tensor>& inputs,
                                                         const std::vector<const Tensor*>* next) {
   if (cudaExecutor_) return cudaExecutor_->runInPlace(inputs, next);
-  if (executor_ && executor_->isCompiled(inputs)) return executor_->runInPlace(inputs);
-  KILN_TRY(prepare(inputs));
-  if (executor_) return executor_->runInPlace(inputs);
+  if (!executor_ || !executor_->isCompiled(inputs)) KILN_TRY(prepare(inputs));
+  if (executor_) {
+    auto results = executor_->runInPlace(inputs);
+    if (results || !fellBackInRun()) return results;
+  }
   auto results = interpret(function_, inputs);
   if (!results) return results;
   for (const ResultAlias& a : aliases_) inputs[a.argument] = std::exchange((*results)[a.result], Tensor());

@@ -101,8 +101,10 @@ class CompiledModel {
   /// notice naming them, or fails if the session forbids falling back.
   Status prepare(const std::vector<Tensor>& inputs);
 
-  /// Runs on `inputs`, compiling first when needed. With donated arguments
-  /// the inputs are left alone (their copies are updated).
+  /// Runs on `inputs`, compiling first when needed (a function run in
+  /// stages compiles some parts during the run; ops the JIT cannot lower
+  /// found there move the model to the interpreter as prepare's do). With
+  /// donated arguments the inputs are left alone (their copies are updated).
   Expected<std::vector<Tensor>> run(const std::vector<Tensor>& inputs);
   /// Runs and writes each donated argument's new value into `inputs`, in
   /// place where the memory plan allows (codegen::CpuExecutor::runInPlace);
@@ -132,6 +134,9 @@ class CompiledModel {
   friend class Session;
   CompiledModel(Session& session, const Function& f, std::vector<ResultAlias> aliases);
   void fallBack();
+  /// After a failed run: whether it failed on ops the JIT cannot lower
+  /// (found during a staged run) and the model moved to the interpreter.
+  bool fellBackInRun();
 
   Session& session_;
   const Function& function_;

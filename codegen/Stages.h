@@ -1,21 +1,31 @@
-// A function split at its ops whose result sizes depend on values
-// (OpInfo::hasDataDependentShape: nonzero, unique, non_max_suppression), so
-// that the CPU executor can compile what it can before them for the input
-// shapes, run them on the host, and compile the rest for the sizes they
-// gave (docs/codegen.md section 6):
+// A function split at its host ops, so that the CPU executor can compile
+// what it can before them for the input shapes, run them on the host, and
+// compile the rest for the sizes they gave (docs/codegen.md sections 6
+// and 7). Host ops are
 //
-//   prefix: the ops that depend on no data-dependent result, as a function
-//           of the original arguments whose results are the values the
-//           later parts read;
-//   host:   the data-dependent ops whose operands the prefix (or the
-//           arguments) give, run by runtime/DataDependent.h;
+//   - the ops whose result sizes depend on values
+//     (OpInfo::hasDataDependentShape: nonzero, unique, non_max_suppression),
+//     run by runtime/DataDependent.h;
+//   - the control-flow ops `if` and `loop` (OpInfo::isControlFlow), run by
+//     runtime/ControlFlow.h, whose regions become functions of their own
+//     (`bodies`) that the executor compiles as sub-programs.
+//
+// The parts:
+//
+//   prefix: the ops that depend on no host op's result, as a function of
+//           the original arguments whose results are the values the later
+//           parts read;
+//   host:   the host ops whose operands the prefix (or the arguments) give;
 //   suffix: every other op, as a function of the arguments, prefix values
-//           and host results it reads, returning the original results.
+//           and host results it reads, returning the original results it
+//           computes (the others are taken from where they are).
 //
-// The suffix may hold further data-dependent ops (a nonzero of a unique's
-// values); the executor that runs it splits it again.
+// The suffix may hold further host ops (a nonzero of a unique's values, a
+// loop over an if's results); the executor that runs it splits it again, as
+// the executor of a body splits the control flow nested in it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,25 +33,40 @@
 
 #include "ir/IR.h"
 #include "runtime/DataDependent.h"
+#include "runtime/Tensor.h"
 
 namespace kiln::codegen {
 
 /// Where a value of the original function is found during a staged run.
 struct StageValue {
-  enum class From : uint8_t { Argument, Prefix, Host };
+  enum class From : uint8_t { Argument, Prefix, Host, Suffix };
   From from = From::Argument;
-  /// The argument, the prefix result, or the host op.
+  /// The argument, the prefix result, the host op, or the suffix result.
   size_t index = 0;
   /// The host op's result.
   size_t result = 0;
 };
 
 struct FunctionStages {
-  /// One data-dependent op run on the host between the prefix and suffix.
+  /// One op run on the host between the prefix and suffix.
   struct HostOp {
+    /// A data-dependent op (when `bodies` is empty).
     DataDependentOp op;
-    std::string name;  // `nonzero`, for errors and notices
+    std::string name;  // `nonzero`, `loop`, for errors and notices
     std::vector<StageValue> operands;
+    /// An `if` or `loop`: each region as a function of its own (`if`: then,
+    /// else; `loop`: its body) whose arguments are the region's and whose
+    /// results its `return`'s; empty for a data-dependent op.
+    std::vector<std::unique_ptr<Module>> bodies;
+    OpKind kind = OpKind::NonZero;
+    /// `loop`: its `num_carried`.
+    int64_t numCarried = 0;
+    /// The op's declared result types (a loop's empty scan stacks take
+    /// their row shapes from them).
+    std::vector<TensorType> resultTypes;
+    Location loc;
+
+    bool isControlFlow() const { return !bodies.empty(); }
   };
 
   /// The prefix (arguments: the original ones), or null when no value
@@ -49,16 +74,50 @@ struct FunctionStages {
   std::unique_ptr<Module> prefix;
   std::vector<HostOp> host;
   /// The suffix, or null when the original results are all arguments,
-  /// prefix results or host results (`results` then says which).
+  /// prefix results or host results. Its results are the original results
+  /// its ops compute, only those.
   std::unique_ptr<Module> suffix;
   /// The suffix's arguments, in order.
   std::vector<StageValue> suffixInputs;
-  /// Without a suffix: where each original result is.
+  /// Where each original result is (From::Suffix: a suffix result).
   std::vector<StageValue> results;
 };
 
-/// `f` split at its top-level data-dependent ops, or nullopt when it has
-/// none.
-Expected<std::optional<FunctionStages>> splitAtDataDependentOps(const Function& f);
+/// `f` split at its top-level host ops (data-dependent and control-flow
+/// ops), or nullopt when it has none.
+Expected<std::optional<FunctionStages>> splitAtHostOps(const Function& f);
+
+/// What runs each compiled part of a staged function: every executor (CPU,
+/// CUDA) passes its own. `prefix` and `suffix` are called only where the
+/// stages have that part; `body` runs region `region` of host op `host`.
+struct StageRunners {
+  std::function<Expected<std::vector<Tensor>>(const std::vector<Tensor>&)> prefix;
+  std::function<Expected<std::vector<Tensor>>(const std::vector<Tensor>&)> suffix;
+  std::function<Expected<std::vector<Tensor>>(size_t host, size_t region, const std::vector<Tensor>& inputs)> body;
+};
+
+/// Runs `stages` of function `f` on `inputs`: the prefix, each host op
+/// (runtime/DataDependent.h; runtime/ControlFlow.h, whose bodies `runners`
+/// run after their inputs are checked against the body's arguments), the
+/// suffix; returns the original results.
+Expected<std::vector<Tensor>> runStages(const Function& f, const FunctionStages& stages,
+                                        const std::vector<Tensor>& inputs, const StageRunners& runners);
+
+/// `inputs` against the arguments of `f`: their number, dtypes, ranks and
+/// static dims.
+Status checkInputs(const Function& f, const std::vector<Tensor>& inputs);
+
+/// Zero tensors of the argument types of `f` when all are static (a body
+/// that prepare can compile before any run gives its shapes), else nullopt.
+std::optional<std::vector<Tensor>> staticArgumentsOf(const Function& f);
+
+/// What makes `stages` run in stages, after the function's name in errors:
+/// `has control flow (loop)`, `has ops whose result sizes depend on values
+/// (nonzero)`.
+std::string whyStaged(const FunctionStages& stages);
+
+/// The error of a query that needs one program for staged function `name`
+/// (a `.kc`, a memory plan, kernel IR).
+Error notOneProgram(const std::string& name, const FunctionStages& stages);
 
 }  // namespace kiln::codegen

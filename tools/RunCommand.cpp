@@ -241,9 +241,14 @@ int bench(const Runner& runner, const std::vector<Tensor>& inputs, int64_t warmu
 }
 
 /// The session's notices (kernel cache problems, the interpreter fallback)
-/// and, with --time-passes, the compile time report, on stderr.
-void printCompileNotices(Session& session, const codegen::CompileReport* report) {
+/// on stderr.
+void printNotices(Session& session) {
   for (const std::string& notice : session.takeNotices()) std::cerr << "kiln " << kName << ": note: " << notice << "\n";
+}
+
+/// The session's notices and, with --time-passes, the compile time report, on stderr.
+void printCompileNotices(Session& session, const codegen::CompileReport* report) {
+  printNotices(session);
   if (report) std::cerr << report->passTimings << codegen::formatCompileReport(*report);
 }
 
@@ -521,7 +526,13 @@ int run(const ParsedArgs& args) {
     reportError(kName, prepared.takeError());
     return kExitError;
   }
-  Runner runner = [&model](std::vector<Tensor> in) { return model->run(in); };
+  // A function run in stages compiles some parts during its runs, which
+  // may move it to the interpreter then (with a notice).
+  Runner runner = [&model, &session](std::vector<Tensor> in) {
+    auto results = model->run(in);
+    printNotices(*session);
+    return results;
+  };
   // --memory-stats: the device's memory once the run is over.
   struct MemoryStatsAtExit {
     Session* session = nullptr;

@@ -4,6 +4,14 @@
 // (NVRTC) — and runs the program on a CudaRunner of its device. Each set of
 // input shapes compiles once. It can also run a stored program (a `.kc`
 // file compiled for CUDA) without compiling anything.
+//
+// A function with ops whose result sizes depend on values or with control
+// flow (`if`, `loop`) runs in stages as on the CPU (codegen/Stages.h,
+// docs/codegen.md sections 6 and 7): the prefix, the suffix and each body
+// of an `if` or `loop` are CUDA programs of their own, each run by an
+// executor of its own (a body compiled once per set of argument shapes);
+// the host ops run on the host, so the values they read and give cross
+// between the host and the device at each stage (docs/cuda.md).
 #pragma once
 
 #include <map>
@@ -21,6 +29,7 @@
 namespace kiln::codegen {
 
 struct CompileReport;
+struct FunctionStages;
 
 struct CudaOptions {
   int optLevel = 3;
@@ -65,8 +74,10 @@ class CudaExecutor {
 
  private:
   struct Compiled;
-  CudaExecutor() = default;
+  CudaExecutor();
   Expected<Compiled*> compiled(const std::vector<Tensor>& inputs);
+  /// Runs a function split at its host ops.
+  Expected<std::vector<Tensor>> runStaged(const std::vector<Tensor>& inputs);
 
   std::unique_ptr<Module> module_;
   std::shared_ptr<cuda::CudaContext> context_;
@@ -74,6 +85,12 @@ class CudaExecutor {
   std::map<std::vector<std::vector<int64_t>>, std::unique_ptr<Compiled>> cache_;
   std::vector<std::string> unsupported_;
   Compiled* last_ = nullptr;
+  /// With host ops: the stages, and the executors of the prefix and suffix
+  /// (null where that part is absent) and of each host op's bodies.
+  std::unique_ptr<FunctionStages> stages_;
+  std::unique_ptr<CudaExecutor> prefix_;
+  std::unique_ptr<CudaExecutor> suffix_;
+  std::vector<std::vector<std::unique_ptr<CudaExecutor>>> bodies_;
 };
 
 }  // namespace kiln::codegen
