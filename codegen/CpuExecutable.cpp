@@ -112,61 +112,17 @@ Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Function& f, Cp
   if (!jit) return jit.takeError();
   std::unique_ptr<CpuExecutor> executor(new CpuExecutor(cloneFunction(f), options));
   executor->jit_ = std::move(*jit);
-  auto stages = splitAtHostOps(f);
-  if (!stages) return stages.takeError();
-  if (!*stages) return executor;
-  if (!options.aliases.empty())
-    return Error("'" + f.name() + "' " + whyStaged(**stages) +
-                 ", which runs between compiled stages; such a function cannot take donated arguments");
-  executor->stages_ = std::make_unique<FunctionStages>(std::move(**stages));
-  FunctionStages& s = *executor->stages_;
-  // Each body of an `if` or `loop` is compiled by an executor of its own,
-  // per set of argument shapes; bodies take no donated arguments.
-  CpuOptions bodyOptions = options;
-  bodyOptions.aliases.clear();
-  for (const FunctionStages::HostOp& op : s.host) {
-    std::vector<std::unique_ptr<CpuExecutor>> bodies;
-    for (const auto& body : op.bodies) {
-      auto b = create(*body->functions().front(), bodyOptions);
-      if (!b) return b.takeError();
-      bodies.push_back(std::move(*b));
-    }
-    executor->bodies_.push_back(std::move(bodies));
-  }
-  if (s.prefix) {
-    auto prefix = create(*s.prefix->functions().front(), options);
-    if (!prefix) return prefix.takeError();
-    executor->prefix_ = std::move(*prefix);
-  }
-  if (s.suffix) {
-    auto suffix = create(*s.suffix->functions().front(), options);
-    if (!suffix) return suffix.takeError();
-    executor->suffix_ = std::move(*suffix);
-  }
+  // Each part of a staged function is compiled by an executor of its own,
+  // per set of argument shapes; none takes donated arguments (refused).
+  auto staged = StagedExecutors<CpuExecutor>::create(*executor->module_->functions().front(), !options.aliases.empty(),
+                                                     [&](const Function& part) { return create(part, options); });
+  if (!staged) return staged.takeError();
+  executor->staged_ = std::move(*staged);
   return executor;
 }
 
 Error CpuExecutor::notOneProgram() const {
-  return codegen::notOneProgram(module_->functions().front()->name(), *stages_);
-}
-
-Expected<std::vector<Tensor>> CpuExecutor::runStaged(const std::vector<Tensor>& inputs) {
-  // Failures of a stage name its unlowerable ops as this executor's.
-  unsupported_.clear();
-  auto noted = [this](CpuExecutor& stage, const std::vector<Tensor>& in) {
-    auto ran = stage.run(in);
-    if (!stage.unsupported_.empty()) unsupported_ = stage.unsupported_;
-    return ran;
-  };
-  StageRunners runners;
-  runners.prefix = [&](const std::vector<Tensor>& in) { return noted(*prefix_, in); };
-  runners.suffix = [&](const std::vector<Tensor>& in) { return noted(*suffix_, in); };
-  // Each body by its executor, which compiles it once per set of argument
-  // shapes.
-  runners.body = [&](size_t host, size_t region, const std::vector<Tensor>& in) {
-    return noted(*bodies_[host][region], in);
-  };
-  return runStages(*module_->functions().front(), *stages_, inputs, runners);
+  return codegen::notOneProgram(module_->functions().front()->name(), staged_->stages());
 }
 
 Status CpuExecutor::addCompiled(std::unique_ptr<CompiledFunction> compiled) {
@@ -226,7 +182,7 @@ CompiledFunction* CpuExecutor::find(const std::vector<Tensor>& inputs) {
 bool CpuExecutor::isCompiled(const std::vector<Tensor>& inputs) {
   // With stages, the suffix's shapes depend on values: never all compiled
   // before a run.
-  if (stages_) return false;
+  if (staged_) return false;
   return find(inputs) != nullptr;
 }
 
@@ -300,7 +256,7 @@ Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<
 
 Expected<std::pair<const Module*, std::shared_ptr<const CpuProgram>>> CpuExecutor::compiledProgram(
     const std::vector<Tensor>& inputs) {
-  if (stages_) return notOneProgram();
+  if (staged_) return notOneProgram();
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   return std::make_pair(static_cast<const Module*>((*c)->module.get()), (*c)->program);
@@ -308,59 +264,37 @@ Expected<std::pair<const Module*, std::shared_ptr<const CpuProgram>>> CpuExecuto
 
 std::vector<std::string> CpuExecutor::takeNotices() {
   std::vector<std::string> notices = kernelCache_->takeNotices();
-  std::vector<CpuExecutor*> stages = {prefix_.get(), suffix_.get()};
-  for (const auto& bodies : bodies_)
-    for (const auto& body : bodies) stages.push_back(body.get());
-  for (CpuExecutor* stage : stages) {
-    if (!stage) continue;
-    for (std::string& n : stage->takeNotices()) notices.push_back(std::move(n));
-  }
+  if (staged_)
+    for (CpuExecutor* part : staged_->parts())
+      for (std::string& n : part->takeNotices()) notices.push_back(std::move(n));
   return notices;
 }
 
 Status CpuExecutor::prepare(const std::vector<Tensor>& inputs) {
   // With stages, only the prefix's shapes are known before a run, and the
-  // bodies' whose arguments have static shapes: those compile now, the
-  // others (and the suffix) on the run that gives their shapes.
-  if (stages_) {
-    unsupported_.clear();
-    if (prefix_) {
-      Status prepared = prefix_->prepare(inputs);
-      unsupported_ = prefix_->unsupported_;
-      if (!prepared) return prepared;
-    }
-    for (const auto& bodies : bodies_) {
-      for (const auto& body : bodies) {
-        auto example = staticArgumentsOf(*body->module_->functions().front());
-        if (!example) continue;
-        Status prepared = body->prepare(*example);
-        unsupported_ = body->unsupported_;
-        if (!prepared) return prepared;
-      }
-    }
-    return Status::success();
-  }
+  // bodies' whose arguments have static shapes (StagedExecutors::prepare).
+  if (staged_) return staged_->prepare(inputs, unsupported_);
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   return {};
 }
 
 Expected<std::vector<Tensor>> CpuExecutor::run(const std::vector<Tensor>& inputs) {
-  if (stages_) return runStaged(inputs);
+  if (staged_) return staged_->run(inputs, unsupported_);
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   return (*c)->runner->run(inputs);
 }
 
 Expected<std::vector<Tensor>> CpuExecutor::runInPlace(std::vector<Tensor>& inputs) {
-  if (stages_) return runStaged(inputs);  // no donated arguments (refused by create)
+  if (staged_) return staged_->run(inputs, unsupported_);  // no donated arguments (refused by create)
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   return (*c)->runner->runInPlace(inputs);
 }
 
 Expected<std::string> CpuExecutor::kernelIR(const std::vector<Tensor>& inputs) {
-  if (stages_) return notOneProgram();
+  if (staged_) return notOneProgram();
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   if (!(*c)->module) return Error("a compiled program from a file does not keep its kernel IR");
@@ -384,7 +318,7 @@ Expected<std::string> CpuExecutor::kernelIR(const std::vector<Tensor>& inputs) {
 }
 
 Expected<std::string> CpuExecutor::llvmIR(const std::vector<Tensor>& inputs) {
-  if (stages_) return notOneProgram();
+  if (staged_) return notOneProgram();
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   if (!(*c)->module) return Error("a compiled program from a file does not keep its kernel IR");
@@ -392,7 +326,7 @@ Expected<std::string> CpuExecutor::llvmIR(const std::vector<Tensor>& inputs) {
 }
 
 Expected<MemoryPlan> CpuExecutor::memoryPlan(const std::vector<Tensor>& inputs) {
-  if (stages_) return notOneProgram();
+  if (staged_) return notOneProgram();
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   if (!(*c)->plan) return Error("a compiled program from a file does not keep its memory plan's values");
@@ -400,13 +334,13 @@ Expected<MemoryPlan> CpuExecutor::memoryPlan(const std::vector<Tensor>& inputs) 
 }
 
 size_t CpuExecutor::numKernels(const std::vector<Tensor>& inputs) {
-  if (stages_) return 0;
+  if (staged_) return 0;
   auto c = compiled(inputs);
   return c ? (*c)->program->steps.size() : 0;
 }
 
 Expected<std::string> CpuExecutor::artifact(const std::vector<Tensor>& inputs, std::string* planText) {
-  if (stages_) return notOneProgram();
+  if (staged_) return notOneProgram();
   auto compiled = compiledProgram(inputs);
   if (!compiled) return compiled.takeError();
   const Function& optimized = *compiled->first->functions().front();

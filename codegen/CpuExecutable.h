@@ -45,7 +45,8 @@ class CpuJit;
 class KernelCache;
 struct CompileReport;
 struct CompiledFunction;
-struct FunctionStages;
+template <typename Executor>
+class StagedExecutors;
 
 using kiln::defaultThreads;
 using kiln::StepProfile;
@@ -158,8 +159,6 @@ class CpuExecutor {
   /// and its runner.
   Expected<std::unique_ptr<CompiledFunction>> finish(std::unique_ptr<Module> optimized);
   Status addCompiled(std::unique_ptr<CompiledFunction> compiled);
-  /// Runs a function split at its host ops.
-  Expected<std::vector<Tensor>> runStaged(const std::vector<Tensor>& inputs);
   /// The error of a query that needs one program for the whole function.
   Error notOneProgram() const;
 
@@ -172,13 +171,8 @@ class CpuExecutor {
   std::vector<std::string> unsupported_;
   int compiledCount_ = 0;
   CompiledFunction* last_ = nullptr;  // the one the last call used
-  /// With host ops: the stages, and the executors of the prefix and suffix
-  /// (null where that part is absent) and of each host op's bodies (empty
-  /// for a data-dependent op).
-  std::unique_ptr<FunctionStages> stages_;
-  std::unique_ptr<CpuExecutor> prefix_;
-  std::unique_ptr<CpuExecutor> suffix_;
-  std::vector<std::vector<std::unique_ptr<CpuExecutor>>> bodies_;
+  /// With host ops: the stages and the executors of their parts.
+  std::unique_ptr<StagedExecutors<CpuExecutor>> staged_;
 };
 
 /// A copy of `source` whose arguments have `types` (static shapes) and

@@ -120,4 +120,115 @@ std::string whyStaged(const FunctionStages& stages);
 /// (a `.kc`, a memory plan, kernel IR).
 Error notOneProgram(const std::string& name, const FunctionStages& stages);
 
+/// The stages of a function and an executor (CpuExecutor, CudaExecutor) for
+/// each compiled part: the prefix and suffix (null where that part is
+/// absent) and each host op's bodies (none for a data-dependent op). Each
+/// executor that runs a function with host ops owns one and keeps only what
+/// differs between the targets (how a part's executor is made, what else a
+/// run does). `Executor` has `prepare`, `run` and `unsupportedOps`.
+template <typename Executor>
+class StagedExecutors {
+ public:
+  /// The stages of `f` with an executor from `make(const Function&)` for
+  /// each part, or null when `f` has no host ops. `donatesArguments`: the
+  /// executor of `f` was given donated arguments, which a staged function
+  /// cannot take.
+  template <typename Make>
+  static Expected<std::unique_ptr<StagedExecutors>> create(const Function& f, bool donatesArguments, Make make) {
+    auto split = splitAtHostOps(f);
+    if (!split) return split.takeError();
+    if (!*split) return std::unique_ptr<StagedExecutors>();
+    if (donatesArguments)
+      return Error("'" + f.name() + "' " + whyStaged(**split) +
+                   ", which runs between compiled stages; such a function cannot take donated arguments");
+    std::unique_ptr<StagedExecutors> staged(new StagedExecutors(f, std::move(**split)));
+    const FunctionStages& s = staged->stages_;
+    // Each body of an `if` or `loop` is compiled by an executor of its
+    // own, per set of argument shapes.
+    for (const FunctionStages::HostOp& op : s.host) {
+      std::vector<std::unique_ptr<Executor>> bodies;
+      for (const auto& body : op.bodies) {
+        auto b = make(*body->functions().front());
+        if (!b) return b.takeError();
+        bodies.push_back(std::move(*b));
+      }
+      staged->bodies_.push_back(std::move(bodies));
+    }
+    if (s.prefix) {
+      auto prefix = make(*s.prefix->functions().front());
+      if (!prefix) return prefix.takeError();
+      staged->prefix_ = std::move(*prefix);
+    }
+    if (s.suffix) {
+      auto suffix = make(*s.suffix->functions().front());
+      if (!suffix) return suffix.takeError();
+      staged->suffix_ = std::move(*suffix);
+    }
+    return staged;
+  }
+
+  const FunctionStages& stages() const { return stages_; }
+
+  /// Compiles what can be compiled before a run: the prefix for `inputs`'
+  /// shapes and the bodies whose arguments have static shapes; the others
+  /// (and the suffix) compile on the run that gives their shapes.
+  /// `unsupported`: the unlowerable ops of the part that failed.
+  Status prepare(const std::vector<Tensor>& inputs, std::vector<std::string>& unsupported) {
+    unsupported.clear();
+    if (prefix_) {
+      Status prepared = prefix_->prepare(inputs);
+      unsupported = prefix_->unsupportedOps();
+      if (!prepared) return prepared;
+    }
+    for (size_t h = 0; h < bodies_.size(); ++h) {
+      for (size_t r = 0; r < bodies_[h].size(); ++r) {
+        auto example = staticArgumentsOf(*stages_.host[h].bodies[r]->functions().front());
+        if (!example) continue;
+        Status prepared = bodies_[h][r]->prepare(*example);
+        unsupported = bodies_[h][r]->unsupportedOps();
+        if (!prepared) return prepared;
+      }
+    }
+    return Status::success();
+  }
+
+  /// Runs the stages on `inputs` (runStages), each part by its executor.
+  /// `unsupported`: the unlowerable ops of a part that failed, named as
+  /// the staged executor's.
+  Expected<std::vector<Tensor>> run(const std::vector<Tensor>& inputs, std::vector<std::string>& unsupported) {
+    unsupported.clear();
+    auto noted = [&unsupported](Executor& part, const std::vector<Tensor>& in) {
+      auto ran = part.run(in);
+      if (!part.unsupportedOps().empty()) unsupported = part.unsupportedOps();
+      return ran;
+    };
+    StageRunners runners;
+    runners.prefix = [&](const std::vector<Tensor>& in) { return noted(*prefix_, in); };
+    runners.suffix = [&](const std::vector<Tensor>& in) { return noted(*suffix_, in); };
+    runners.body = [&](size_t host, size_t region, const std::vector<Tensor>& in) {
+      return noted(*bodies_[host][region], in);
+    };
+    return runStages(function_, stages_, inputs, runners);
+  }
+
+  /// The executors of every part.
+  std::vector<Executor*> parts() const {
+    std::vector<Executor*> all;
+    if (prefix_) all.push_back(prefix_.get());
+    if (suffix_) all.push_back(suffix_.get());
+    for (const auto& bodies : bodies_)
+      for (const auto& body : bodies) all.push_back(body.get());
+    return all;
+  }
+
+ private:
+  StagedExecutors(const Function& f, FunctionStages stages) : function_(f), stages_(std::move(stages)) {}
+
+  const Function& function_;  // the staged function (its executor's copy)
+  FunctionStages stages_;
+  std::unique_ptr<Executor> prefix_;
+  std::unique_ptr<Executor> suffix_;
+  std::vector<std::vector<std::unique_ptr<Executor>>> bodies_;
+};
+
 }  // namespace kiln::codegen

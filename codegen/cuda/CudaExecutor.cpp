@@ -39,55 +39,14 @@ Expected<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const Function& f,
   e->module_ = cloneFunction(f);
   e->context_ = std::move(context);
   e->options_ = std::move(options);
-  auto stages = splitAtHostOps(f);
-  if (!stages) return stages.takeError();
-  if (!*stages) return e;
-  if (!e->options_.aliases.empty())
-    return Error("'" + f.name() + "' " + whyStaged(**stages) +
-                 ", which runs between compiled stages; such a function cannot take donated arguments");
-  e->stages_ = std::make_unique<FunctionStages>(std::move(**stages));
-  const FunctionStages& s = *e->stages_;
-  // Every part is a CUDA program of its own, on the same device.
-  CudaOptions partOptions = e->options_;
-  partOptions.aliases.clear();
-  auto part = [&](const Module& m) { return create(*m.functions().front(), e->context_, partOptions); };
-  for (const FunctionStages::HostOp& op : s.host) {
-    std::vector<std::unique_ptr<CudaExecutor>> bodies;
-    for (const auto& body : op.bodies) {
-      auto b = part(*body);
-      if (!b) return b.takeError();
-      bodies.push_back(std::move(*b));
-    }
-    e->bodies_.push_back(std::move(bodies));
-  }
-  if (s.prefix) {
-    auto prefix = part(*s.prefix);
-    if (!prefix) return prefix.takeError();
-    e->prefix_ = std::move(*prefix);
-  }
-  if (s.suffix) {
-    auto suffix = part(*s.suffix);
-    if (!suffix) return suffix.takeError();
-    e->suffix_ = std::move(*suffix);
-  }
+  // Every part of a staged function is a CUDA program of its own, on the
+  // same device; none takes donated arguments (refused).
+  auto staged = StagedExecutors<CudaExecutor>::create(
+      *e->module_->functions().front(), !e->options_.aliases.empty(),
+      [&](const Function& part) { return create(part, e->context_, e->options_); });
+  if (!staged) return staged.takeError();
+  e->staged_ = std::move(*staged);
   return e;
-}
-
-Expected<std::vector<Tensor>> CudaExecutor::runStaged(const std::vector<Tensor>& inputs) {
-  // Failures of a part name its unlowerable ops as this executor's.
-  unsupported_.clear();
-  auto noted = [this](CudaExecutor& part, const std::vector<Tensor>& in) {
-    auto ran = part.run(in);
-    if (!part.unsupported_.empty()) unsupported_ = part.unsupported_;
-    return ran;
-  };
-  StageRunners runners;
-  runners.prefix = [&](const std::vector<Tensor>& in) { return noted(*prefix_, in); };
-  runners.suffix = [&](const std::vector<Tensor>& in) { return noted(*suffix_, in); };
-  runners.body = [&](size_t host, size_t region, const std::vector<Tensor>& in) {
-    return noted(*bodies_[host][region], in);
-  };
-  return runStages(*module_->functions().front(), *stages_, inputs, runners);
 }
 
 Expected<std::unique_ptr<CudaExecutor>> CudaExecutor::fromProgram(std::shared_ptr<const cuda::CudaProgram> program,
@@ -152,32 +111,15 @@ Expected<CudaExecutor::Compiled*> CudaExecutor::compiled(const std::vector<Tenso
 
 Status CudaExecutor::prepare(const std::vector<Tensor>& inputs) {
   // With stages, the prefix and the bodies whose arguments have static
-  // shapes compile now, the rest on the run that gives their shapes.
-  if (stages_) {
-    unsupported_.clear();
-    if (prefix_) {
-      Status prepared = prefix_->prepare(inputs);
-      unsupported_ = prefix_->unsupported_;
-      if (!prepared) return prepared;
-    }
-    for (const auto& bodies : bodies_) {
-      for (const auto& body : bodies) {
-        auto example = staticArgumentsOf(*body->module_->functions().front());
-        if (!example) continue;
-        Status prepared = body->prepare(*example);
-        unsupported_ = body->unsupported_;
-        if (!prepared) return prepared;
-      }
-    }
-    return Status::success();
-  }
+  // shapes compile now (StagedExecutors::prepare).
+  if (staged_) return staged_->prepare(inputs, unsupported_);
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   return Status::success();
 }
 
 Expected<std::vector<Tensor>> CudaExecutor::run(const std::vector<Tensor>& inputs) {
-  if (stages_) return runStaged(inputs);
+  if (staged_) return staged_->run(inputs, unsupported_);
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   return (*c)->runner->run(inputs);
@@ -185,7 +127,7 @@ Expected<std::vector<Tensor>> CudaExecutor::run(const std::vector<Tensor>& input
 
 Expected<std::vector<Tensor>> CudaExecutor::runInPlace(std::vector<Tensor>& inputs,
                                                        const std::vector<const Tensor*>* next) {
-  if (stages_) return runStaged(inputs);  // no donated arguments (refused by create)
+  if (staged_) return staged_->run(inputs, unsupported_);  // no donated arguments (refused by create)
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   // Values kept on the device by the runner of other shapes come home first.
@@ -205,14 +147,14 @@ Status CudaExecutor::syncDonated() {
 
 Expected<std::pair<const Module*, std::shared_ptr<const cuda::CudaProgram>>> CudaExecutor::compiledProgram(
     const std::vector<Tensor>& inputs) {
-  if (stages_) return notOneProgram(module_->functions().front()->name(), *stages_);
+  if (staged_) return notOneProgram(module_->functions().front()->name(), staged_->stages());
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   return std::make_pair(static_cast<const Module*>((*c)->module.get()), (*c)->program);
 }
 
 Expected<MemoryPlan> CudaExecutor::memoryPlan(const std::vector<Tensor>& inputs) {
-  if (stages_) return notOneProgram(module_->functions().front()->name(), *stages_);
+  if (staged_) return notOneProgram(module_->functions().front()->name(), staged_->stages());
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   if (!(*c)->plan) return Error("a stored program keeps no memory plan");

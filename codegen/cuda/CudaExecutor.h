@@ -29,7 +29,8 @@
 namespace kiln::codegen {
 
 struct CompileReport;
-struct FunctionStages;
+template <typename Executor>
+class StagedExecutors;
 
 struct CudaOptions {
   int optLevel = 3;
@@ -76,8 +77,6 @@ class CudaExecutor {
   struct Compiled;
   CudaExecutor();
   Expected<Compiled*> compiled(const std::vector<Tensor>& inputs);
-  /// Runs a function split at its host ops.
-  Expected<std::vector<Tensor>> runStaged(const std::vector<Tensor>& inputs);
 
   std::unique_ptr<Module> module_;
   std::shared_ptr<cuda::CudaContext> context_;
@@ -85,12 +84,8 @@ class CudaExecutor {
   std::map<std::vector<std::vector<int64_t>>, std::unique_ptr<Compiled>> cache_;
   std::vector<std::string> unsupported_;
   Compiled* last_ = nullptr;
-  /// With host ops: the stages, and the executors of the prefix and suffix
-  /// (null where that part is absent) and of each host op's bodies.
-  std::unique_ptr<FunctionStages> stages_;
-  std::unique_ptr<CudaExecutor> prefix_;
-  std::unique_ptr<CudaExecutor> suffix_;
-  std::vector<std::vector<std::unique_ptr<CudaExecutor>>> bodies_;
+  /// With host ops: the stages and the executors of their parts.
+  std::unique_ptr<StagedExecutors<CudaExecutor>> staged_;
 };
 
 }  // namespace kiln::codegen
