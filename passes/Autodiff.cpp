@@ -49,13 +49,9 @@ Expected<std::vector<size_t>> chooseParameters(const Function& f, const Autodiff
 std::set<const Value*> activeValues(const Function& f, const std::vector<size_t>& params) {
   std::set<const Value*> active;
   for (size_t i : params) active.insert(f.argument(i));
-  for (const auto& op : f.ops()) {
-    bool any = false;
-    for (Value* v : op->operands()) any |= active.count(v) > 0;
-    if (!any) continue;
-    for (Value* r : op->results())
-      if (isFloat(r->type().dtype)) active.insert(r);
-  }
+  std::vector<Op*> ops;
+  for (const auto& op : f.ops()) ops.push_back(op.get());
+  markActive(ops, active);
   return active;
 }
 
@@ -82,41 +78,13 @@ void eraseUnusedFrom(Function& f, Op* first) {
 /// Builds the backward ops; `b` inserts before the return.
 Status buildBackward(Function& f, Builder& b, const std::vector<size_t>& params, Value* loss) {
   std::set<const Value*> active = activeValues(f, params);
-  std::map<const Value*, Value*> grads;
-  auto accumulate = [&](const Value* v, Value* g) -> Status {
-    Value*& slot = grads[v];
-    if (!slot) {
-      slot = g;
-      return Status::success();
-    }
-    auto sum = b.value(OpKind::Add, {slot, g});
-    if (!sum) return sum.takeError();
-    slot = *sum;
-    return Status::success();
-  };
+  GradientMap grads;
   if (active.count(loss)) grads[loss] = b.scalar(loss->type().dtype, 1.0);
-
+  // decomposeFunction left no composites.
   std::vector<Op*> forward;
   for (const auto& op : f.ops())
     if (op->kind() != OpKind::Return) forward.push_back(op.get());
-  for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
-    Op& op = **it;
-    std::vector<Value*> dys;
-    bool reached = false;
-    for (Value* r : op.results()) {
-      auto found = grads.find(r);
-      dys.push_back(found == grads.end() ? nullptr : found->second);
-      reached |= found != grads.end();
-    }
-    if (!reached) continue;
-    std::vector<bool> needs;
-    for (Value* v : op.operands()) needs.push_back(active.count(v) > 0);
-    b.setLocation(op.loc());
-    auto operandGrads = applyVjpResults(b, op, dys, needs);
-    if (!operandGrads) return operandGrads.takeError();
-    for (size_t i = 0; i < op.numOperands(); ++i)
-      if (Value* g = (*operandGrads)[i]) KILN_TRY(accumulate(op.operand(i), g));
-  }
+  KILN_TRY(sweepBackward(b, forward, active, grads));
 
   b.setLocation(f.loc());
   Op* ret = f.returnOp();
@@ -147,55 +115,16 @@ class GradientSweep {
   GradientSweep(Builder& b, std::set<const Value*> held) : b_(b), held_(std::move(held)) {}
 
   std::set<const Value*>& active() { return active_; }
-  std::map<const Value*, Value*>& grads() { return grads_; }
+  GradientMap& grads() { return grads_; }
 
   /// Marks active the float results of `ops` (forward order) that depend on
   /// an active value; held values stay inactive.
-  void propagate(const std::vector<Op*>& ops) {
-    for (Op* op : ops) {
-      bool any = false;
-      for (Value* v : op->operands()) any |= active_.count(v) > 0;
-      if (!any) continue;
-      for (Value* r : op->results())
-        if (isFloat(r->type().dtype) && !held_.count(r)) active_.insert(r);
-    }
-  }
+  void propagate(const std::vector<Op*>& ops) { markActive(ops, active_, held_); }
 
   /// Visits `ops` last to first, adding to grads() the gradients of the
   /// active operands of each op that a gradient reached.
   Status sweep(const std::vector<Op*>& ops) {
-    for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
-      Op& op = **it;
-      bool reached = false;
-      for (Value* r : op.results()) reached |= grads_.count(r) > 0;
-      if (!reached) continue;
-      b_.setLocation(op.loc());
-      if (op.info().isComposite()) {
-        KILN_TRY(sweepDecomposedCopy(op));
-        continue;
-      }
-      std::vector<Value*> dys;
-      for (Value* r : op.results()) dys.push_back(grads_.count(r) ? grads_.at(r) : nullptr);
-      std::vector<bool> needs;
-      for (Value* v : op.operands()) needs.push_back(active_.count(v) > 0);
-      auto operandGrads = applyVjpResults(b_, op, dys, needs);
-      if (!operandGrads) return operandGrads.takeError();
-      for (size_t i = 0; i < op.numOperands(); ++i)
-        if (Value* g = (*operandGrads)[i]) KILN_TRY(accumulate(op.operand(i), g));
-    }
-    return Status::success();
-  }
-
-  Status accumulate(const Value* v, Value* g) {
-    Value*& slot = grads_[v];
-    if (!slot) {
-      slot = g;
-      return Status::success();
-    }
-    auto sum = b_.value(OpKind::Add, {slot, g});
-    if (!sum) return sum.takeError();
-    slot = *sum;
-    return Status::success();
+    return sweepBackward(b_, ops, active_, grads_, [this](Op& op) { return sweepDecomposedCopy(op); });
   }
 
  private:
@@ -226,14 +155,15 @@ class GradientSweep {
       if (!before.count(o.get()) && !holderSet.count(o.get())) primitives.push_back(o.get());
     propagate(primitives);
     for (size_t i = 0; i < op.numResults(); ++i)
-      if (auto g = grads_.find(op.result(i)); g != grads_.end()) KILN_TRY(accumulate(replaced[i], g->second));
+      if (auto g = grads_.find(op.result(i)); g != grads_.end())
+        KILN_TRY(accumulateGradient(b_, grads_, replaced[i], g->second));
     return sweep(primitives);
   }
 
   Builder& b_;
   std::set<const Value*> held_;
   std::set<const Value*> active_;
-  std::map<const Value*, Value*> grads_;
+  GradientMap grads_;
 };
 
 class AutodiffPass : public Pass {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numbers>
@@ -883,20 +884,19 @@ Expected<Value*> zerosOf(Builder& b, Value* like) {
   return b.value(OpKind::Mul, {like, b.scalar(t.dtype, 0.0)});
 }
 
-/// Marks active the float results of `ops` (forward order) that depend on
-/// an active value.
-void markActive(const std::vector<Op*>& ops, std::set<const Value*>& active) {
+}  // namespace
+
+void markActive(std::span<Op* const> ops, std::set<const Value*>& active, const std::set<const Value*>& held) {
   for (Op* op : ops) {
     bool any = false;
     for (Value* v : op->operands()) any |= active.count(v) > 0;
     if (!any) continue;
     for (Value* r : op->results())
-      if (isFloat(r->type().dtype)) active.insert(r);
+      if (isFloat(r->type().dtype) && !held.count(r)) active.insert(r);
   }
 }
 
-/// Adds `g` to the gradient of `v` in `grads`.
-Status accumulateGrad(Builder& b, std::map<const Value*, Value*>& grads, const Value* v, Value* g) {
+Status accumulateGradient(Builder& b, GradientMap& grads, const Value* v, Value* g) {
   Value*& slot = grads[v];
   if (!slot) {
     slot = g;
@@ -908,12 +908,8 @@ Status accumulateGrad(Builder& b, std::map<const Value*, Value*>& grads, const V
   return Status::success();
 }
 
-/// The backward sweep of a body: visits `ops` last to first and adds to
-/// `grads` the gradients of the active operands of each op that a gradient
-/// reached (regions hold no composites, which autodiff decomposes only at
-/// the top level, so one here is an error naming it).
-Status sweepBody(Builder& b, const std::vector<Op*>& ops, const std::set<const Value*>& active,
-                 std::map<const Value*, Value*>& grads) {
+Status sweepBackward(Builder& b, std::span<Op* const> ops, const std::set<const Value*>& active, GradientMap& grads,
+                     const std::function<Status(Op&)>& composite) {
   for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
     Op& op = **it;
     std::vector<Value*> dys;
@@ -924,16 +920,22 @@ Status sweepBody(Builder& b, const std::vector<Op*>& ops, const std::set<const V
       reached |= found != grads.end();
     }
     if (!reached) continue;
+    b.setLocation(op.loc());
+    if (composite && op.info().isComposite()) {
+      KILN_TRY(composite(op));
+      continue;
+    }
     std::vector<bool> needs;
     for (Value* v : op.operands()) needs.push_back(active.count(v) > 0);
-    b.setLocation(op.loc());
     auto operandGrads = applyVjpResults(b, op, dys, needs);
     if (!operandGrads) return operandGrads.takeError();
     for (size_t i = 0; i < op.numOperands(); ++i)
-      if (Value* g = (*operandGrads)[i]) KILN_TRY(accumulateGrad(b, grads, op.operand(i), g));
+      if (Value* g = (*operandGrads)[i]) KILN_TRY(accumulateGradient(b, grads, op.operand(i), g));
   }
   return Status::success();
 }
+
+namespace {
 
 /// The backward of one branch of an `if`: a copy of `body` that also takes
 /// dy (the gradient of the op's result) and returns the gradient of each
@@ -955,9 +957,11 @@ Expected<std::unique_ptr<Function>> backwardBranch(const Function& body, const T
   markActive(forward, active);
   Builder b(f);
   b.setLocation(body.loc());
-  std::map<const Value*, Value*> grads;
+  GradientMap grads;
   if (active.count(ret->operand(0))) grads[ret->operand(0)] = dy;
-  KILN_TRY(sweepBody(b, forward, active, grads));
+  // Regions hold no composites (autodiff decomposes only at the top
+  // level): applyVjpResults' error names one.
+  KILN_TRY(sweepBackward(b, forward, active, grads));
   std::vector<Value*> results;
   std::vector<TensorType> types;
   for (size_t i : floatArgs) {
@@ -1088,20 +1092,21 @@ Expected<std::unique_ptr<Function>> backwardLoopBody(const Function& body, const
   for (size_t k : lg.floatCarried) active.insert(map.at(body.argument(2 + k)));
   for (size_t j : lg.floatCaptures) active.insert(captures[j]);
   markActive(recomputed, active);
-  std::map<const Value*, Value*> grads;
+  GradientMap grads;
   auto returned = [&](size_t r) {
     Value* v = ret->operand(r);
     return map.count(v) ? map.at(v) : v;
   };
   for (size_t n = 0; n < lg.floatCarried.size(); ++n)
-    if (Value* v = returned(1 + lg.floatCarried[n]); active.count(v)) KILN_TRY(accumulateGrad(b, grads, v, dCarried[n]));
+    if (Value* v = returned(1 + lg.floatCarried[n]); active.count(v))
+      KILN_TRY(accumulateGradient(b, grads, v, dCarried[n]));
   for (size_t n = 0; n < lg.seededScans.size(); ++n) {
     Value* v = returned(1 + K + lg.seededScans[n]);
     if (!active.count(v)) continue;
     KILN_TRY_VALUE(row, b.value(OpKind::Gather, {dScans[n], i}, rows));
-    KILN_TRY(accumulateGrad(b, grads, v, row));
+    KILN_TRY(accumulateGradient(b, grads, v, row));
   }
-  KILN_TRY(sweepBody(b, recomputed, active, grads));
+  KILN_TRY(sweepBackward(b, recomputed, active, grads));
 
   b.setLocation(op.loc());
   std::vector<Value*> results{cond};

@@ -6,6 +6,9 @@
 // operands given the gradient of its result.
 #pragma once
 
+#include <functional>
+#include <map>
+#include <set>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -50,6 +53,27 @@ Expected<std::vector<Value*>> applyVjp(Builder& b, const Op& op, Value* dy, cons
 /// stacks, as scan results, the carried values entering each iteration.
 Expected<std::vector<Value*>> applyVjpResults(Builder& b, Op& op, std::span<Value* const> dys,
                                               const std::vector<bool>& needs);
+
+/// The gradient built so far of each value a backward sweep reached.
+using GradientMap = std::map<const Value*, Value*>;
+
+/// Marks active the float results of `ops` (forward order) that depend on
+/// an active value; those in `held` stay inactive.
+void markActive(std::span<Op* const> ops, std::set<const Value*>& active, const std::set<const Value*>& held = {});
+
+/// Adds `g` to the gradient of `v` in `grads` (with an `add` when `v` has
+/// one already).
+Status accumulateGradient(Builder& b, GradientMap& grads, const Value* v, Value* g);
+
+/// The backward sweep shared by the `autodiff` pass, buildGradients and the
+/// rules of control flow (the backward of a branch or loop body): visits
+/// `ops` last to first and, for each op whose results a gradient in `grads`
+/// reached, sets `b`'s location to the op's and adds to `grads` the
+/// gradients (applyVjpResults) of its operands in `active`. `composite`,
+/// when given, differentiates a composite op instead (buildGradients: a
+/// decomposed copy); without it a composite is applyVjpResults' error.
+Status sweepBackward(Builder& b, std::span<Op* const> ops, const std::set<const Value*>& active, GradientMap& grads,
+                     const std::function<Status(Op&)>& composite = nullptr);
 
 /// Sums `g` over the dims that broadcasting added or stretched so that it
 /// has the shape of `target` (the operand that was broadcast).
