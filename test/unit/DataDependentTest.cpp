@@ -10,7 +10,7 @@
 #include "ir/ShapeRules.h"
 #include "passes/MemoryPlan.h"
 #include "runtime/Interpreter.h"
-#include "test/unit/TestSupport.h"
+#include "test/unit/ControlFlowTestSupport.h"
 
 namespace kiln {
 namespace {
@@ -168,20 +168,10 @@ TEST(DataDependentTest, MemoryPlanBoundsResultsAndAllocatesTheRestAtRunTime) {
   EXPECT_NE(dynamic->str().find("%c: dynamic size, allocated at run time"), std::string::npos) << dynamic->str();
 }
 
-/// nonzero between compiled ops: the executor compiles `exp` and the ops
-/// after the nonzero, and the suffix once per count.
-constexpr const char* kStaged =
-    "func @f(%x: f32[6], %w: f32[6]) -> (f32[?], i64[1,?], f32[6]) {\n"
-    "  %d = sub(%x, %w) : f32[6]\n"
-    "  %m = relu(%d) : f32[6]\n"
-    "  %n = nonzero(%m) : i64[1,?]\n"
-    "  %i = reshape(%n) : i64[?]\n"
-    "  %g = gather(%x, %i) {axis = 0} : f32[?]\n"
-    "  %e = exp(%g) : f32[?]\n"
-    "  return %e, %n, %m\n}\n";
-
+/// kNonZeroBetweenStages: the executor compiles the ops before the nonzero
+/// and the ops after it, the suffix once per count.
 TEST(DataDependentTest, CpuExecutorRunsStagesAndMatchesTheInterpreter) {
-  auto m = parseVerified(kStaged);
+  auto m = parseVerified(test::kNonZeroBetweenStages);
   ASSERT_TRUE(m);
   const Function& f = *m->functions().front();
   codegen::CompileReport report;

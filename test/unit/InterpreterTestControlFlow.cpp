@@ -3,23 +3,11 @@
 // body's condition, carried values, scan values stacked per iteration (an
 // empty stack when no iteration runs), nested bodies, and the errors for a
 // scan whose rows change shape and a condition that is not a bool scalar.
-#include "ir/Parser.h"
+#include "test/unit/ControlFlowTestSupport.h"
 #include "test/unit/InterpreterTestSupport.h"
 
 namespace kiln::test {
 namespace {
-
-std::unique_ptr<Module> parseControlFlow(std::string_view text) {
-  auto parsed = parseModule(text, "test.kir");
-  if (!parsed) {
-    ADD_FAILURE() << parsed.error().str();
-    return nullptr;
-  }
-  return std::move(*parsed);
-}
-
-Tensor i64Scalar(int64_t v) { return ints(DType::I64, {}, {v}); }
-Tensor boolScalar(bool v) { return bools({}, {v ? 1 : 0}); }
 
 constexpr std::string_view kIf = R"(
 func @pick(%c: bool[], %x: f32[3]) -> f32[3] {
@@ -37,7 +25,7 @@ func @pick(%c: bool[], %x: f32[3]) -> f32[3] {
 )";
 
 TEST(InterpreterControlFlowTest, IfRunsTheBranchItsConditionPicks) {
-  auto m = parseControlFlow(kIf);
+  auto m = parseOk(kIf);
   ASSERT_TRUE(m);
   const Function& f = *m->functions().front();
   auto yes = interpret(f, {boolScalar(true), f32({3}, {1, -2, 3})});
@@ -64,7 +52,7 @@ func @accumulate(%n: i64[], %go: bool[], %init: f32[2], %step: f32[2], %limit: f
 )";
 
 TEST(InterpreterControlFlowTest, LoopRunsUpToItsTripCount) {
-  auto m = parseControlFlow(kLoop);
+  auto m = parseOk(kLoop);
   ASSERT_TRUE(m);
   auto out = interpret(*m->functions().front(),
                        {i64Scalar(3), boolScalar(true), f32({2}, {0, 1}), f32({2}, {1, 2}), f32({}, {100})});
@@ -75,7 +63,7 @@ TEST(InterpreterControlFlowTest, LoopRunsUpToItsTripCount) {
 }
 
 TEST(InterpreterControlFlowTest, LoopStopsWhenItsBodyReturnsFalse) {
-  auto m = parseControlFlow(kLoop);
+  auto m = parseOk(kLoop);
   ASSERT_TRUE(m);
   // The totals after each iteration are 4, 7, 10, ...: the second is not
   // below 6, so the loop ends after it (its rows are kept).
@@ -87,7 +75,7 @@ TEST(InterpreterControlFlowTest, LoopStopsWhenItsBodyReturnsFalse) {
 }
 
 TEST(InterpreterControlFlowTest, LoopThatRunsNoIterationGivesItsInitialValuesAndEmptyScans) {
-  auto m = parseControlFlow(kLoop);
+  auto m = parseOk(kLoop);
   ASSERT_TRUE(m);
   for (auto [n, go] : {std::pair{int64_t{0}, true}, std::pair{int64_t{5}, false}}) {
     auto out = interpret(*m->functions().front(),
@@ -120,41 +108,26 @@ func @nested(%c: bool[], %n: i64[], %x: f32[2]) -> f32[2] {
 )";
 
 TEST(InterpreterControlFlowTest, BodiesNest) {
-  auto m = parseControlFlow(kNested);
+  auto m = parseOk(kNested);
   ASSERT_TRUE(m);
   auto out = interpret(*m->functions().front(), {boolScalar(true), i64Scalar(2), f32({2}, {2, 3})});
   ASSERT_TRUE(out) << out.error().str();
   expectTensor((*out)[0], {2}, {16, 81});
 }
 
-/// The scan row grows by one element per iteration.
-constexpr std::string_view kRagged = R"(
-func @ragged(%n: i64[], %x: f32[?]) -> (f32[?], f32[?,?]) {
-  %t = constant() {value = dense<bool[]>[true]} : bool[]
-  %last, %rows = loop(%n, %t, %x) {num_carried = 1} : f32[?], f32[?,?] {
-  ^(%i: i64[], %k: bool[], %v: f32[?]) -> (bool[], f32[?], f32[?]):
-    %w = concat(%v, %v) {axis = 0} : f32[?]
-    return %k, %w, %w
-  }
-  return %last, %rows
-}
-)";
-
 TEST(InterpreterControlFlowTest, CarriedValuesMayChangeShapeButScanRowsMayNot) {
-  auto m = parseControlFlow(kRagged);
+  auto m = parseOk(kRaggedScan);
   ASSERT_TRUE(m);
   auto once = interpret(*m->functions().front(), {i64Scalar(1), f32({1}, {5})});
   ASSERT_TRUE(once) << once.error().str();
   expectTensor((*once)[1], {1, 2}, {5, 5});
   auto twice = interpret(*m->functions().front(), {i64Scalar(2), f32({1}, {5})});
   ASSERT_FALSE(twice);
-  EXPECT_NE(twice.error().message().find("scan value 0 is f32[4] in iteration 1 but f32[2] in iteration 0"),
-            std::string::npos)
-      << twice.error().str();
+  EXPECT_NE(twice.error().message().find(kRaggedScanError), std::string::npos) << twice.error().str();
 }
 
 TEST(InterpreterControlFlowTest, ConditionMustBeABoolScalar) {
-  auto m = parseControlFlow(kIf);
+  auto m = parseOk(kIf);
   ASSERT_TRUE(m);
   const Op& op = *m->functions().front()->ops().front();
   Tensor cond = ints(DType::I64, {}, {1});
