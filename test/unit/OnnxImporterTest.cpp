@@ -18,6 +18,7 @@
 #include "passes/Autodiff.h"
 #include "passes/TrainingStep.h"
 #include "runtime/Interpreter.h"
+#include "test/unit/OnnxTestSupport.h"
 #include "test/unit/TestSupport.h"
 #include "training/TrainableModel.h"
 
@@ -26,125 +27,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
-onnx::ModelProto makeModel(int64_t opset) {
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  auto* o = m.add_opset_import();
-  o->set_domain("");
-  o->set_version(opset);
-  m.mutable_graph()->set_name("g");
-  return m;
-}
-
-/// Adds a tensor ValueInfo; a dim of -1 is unknown, a dim given in
-/// `params` (by position) is symbolic.
-void addValueInfo(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list, const std::string& name, int elemType,
-                  std::vector<int64_t> dims, std::map<size_t, std::string> params = {}) {
-  auto* v = list->Add();
-  v->set_name(name);
-  auto* t = v->mutable_type()->mutable_tensor_type();
-  t->set_elem_type(elemType);
-  auto* shape = t->mutable_shape();
-  for (size_t i = 0; i < dims.size(); ++i) {
-    auto* d = shape->add_dim();
-    if (params.count(i))
-      d->set_dim_param(params[i]);
-    else if (dims[i] >= 0)
-      d->set_dim_value(dims[i]);
-  }
-}
-
-void addInput(onnx::ModelProto& m, const std::string& name, std::vector<int64_t> dims,
-              int elemType = onnx::TensorProto::FLOAT, std::map<size_t, std::string> params = {}) {
-  addValueInfo(m.mutable_graph()->mutable_input(), name, elemType, std::move(dims), std::move(params));
-}
-
-void addOutput(onnx::ModelProto& m, const std::string& name, int elemType = onnx::TensorProto::FLOAT) {
-  addValueInfo(m.mutable_graph()->mutable_output(), name, elemType, {});
-  m.mutable_graph()->mutable_output()->rbegin()->mutable_type()->mutable_tensor_type()->clear_shape();
-}
-
-onnx::NodeProto* addNode(onnx::ModelProto& m, const std::string& op, std::vector<std::string> inputs,
-                         std::vector<std::string> outputs, const std::string& name = "") {
-  auto* n = m.mutable_graph()->add_node();
-  n->set_op_type(op);
-  n->set_name(name);
-  for (auto& i : inputs) n->add_input(i);
-  for (auto& o : outputs) n->add_output(o);
-  return n;
-}
-
-void setInt(onnx::NodeProto* n, const std::string& name, int64_t v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::INT);
-  a->set_i(v);
-}
-
-void setInts(onnx::NodeProto* n, const std::string& name, std::vector<int64_t> v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::INTS);
-  for (int64_t x : v) a->add_ints(x);
-}
-
-void setFloat(onnx::NodeProto* n, const std::string& name, float v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::FLOAT);
-  a->set_f(v);
-}
-
-onnx::TensorProto floatTensor(const std::string& name, std::vector<int64_t> dims, std::vector<float> values,
-                              bool raw = false) {
-  onnx::TensorProto t;
-  t.set_name(name);
-  t.set_data_type(onnx::TensorProto::FLOAT);
-  for (int64_t d : dims) t.add_dims(d);
-  if (raw)
-    t.set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
-  else
-    for (float v : values) t.add_float_data(v);
-  return t;
-}
-
-onnx::TensorProto int64Tensor(const std::string& name, std::vector<int64_t> dims, std::vector<int64_t> values) {
-  onnx::TensorProto t;
-  t.set_name(name);
-  t.set_data_type(onnx::TensorProto::INT64);
-  for (int64_t d : dims) t.add_dims(d);
-  for (int64_t v : values) t.add_int64_data(v);
-  return t;
-}
-
-const InterpreterEvaluator kEvaluator;
-
-Expected<std::unique_ptr<Module>> importModel(const onnx::ModelProto& m, const std::string& baseDir = "",
-                                              bool fold = true) {
-  std::string bytes;
-  EXPECT_TRUE(m.SerializeToString(&bytes));
-  LoadOptions options;
-  options.evaluator = fold ? &kEvaluator : nullptr;
-  return importOnnxBytes(bytes, "test.onnx", baseDir, options);
-}
-
-/// Runs the imported function on `inputs` and returns its results.
-std::vector<Tensor> run(const Module& module, std::vector<Tensor> inputs) {
-  auto results = interpret(*module.functions().front(), std::move(inputs));
-  EXPECT_TRUE(results.ok()) << (results.ok() ? "" : results.error().str());
-  return results.ok() ? std::move(*results) : std::vector<Tensor>{};
-}
-
-std::string errorOf(const Expected<std::unique_ptr<Module>>& r) {
-  EXPECT_FALSE(r.ok());
-  return r.ok() ? "" : r.error().str();
-}
-
-size_t countOps(const Function& f, OpKind kind) {
-  size_t n = 0;
-  for (const auto& op : f.ops()) n += op->kind() == kind;
-  return n;
-}
+using test::addInput;
+using test::addNode;
+using test::addOutput;
+using test::addValueInfo;
+using test::countOps;
+using test::errorOf;
+using test::floatTensor;
+using test::importModel;
+using test::int64Tensor;
+using test::makeModel;
+using test::run;
+using test::setFloat;
+using test::setInt;
+using test::setInts;
 
 TEST(OnnxImporter, ConventionsArgumentsDefaultsResultsNamesLocations) {
   auto m = makeModel(13);
@@ -480,7 +376,7 @@ TEST(OnnxImporter, FrozenInputsBecomeConstants) {
   shape.setInt(0, 3);
   shape.setInt(1, 2);
   LoadOptions options;
-  options.evaluator = &kEvaluator;
+  options.evaluator = &test::onnxTestEvaluator();
   auto module = importOnnxBytes(m.SerializeAsString(), "t.onnx", "", options, {{"shape", shape}});
   ASSERT_TRUE(module.ok()) << module.error().str();
   const Function& f = *(*module)->functions().front();
@@ -1065,7 +961,7 @@ Expected<std::unique_ptr<Module>> importWithForms(const onnx::ModelProto& m, std
   std::string bytes;
   EXPECT_TRUE(m.SerializeToString(&bytes));
   LoadOptions options;
-  options.evaluator = &kEvaluator;
+  options.evaluator = &test::onnxTestEvaluator();
   options.inputForms = std::move(forms);
   return importOnnxBytes(bytes, "test.onnx", "", options, {}, &outputs);
 }
@@ -1230,7 +1126,7 @@ TEST(OnnxImporter, LoopCarryingASequenceIsUnrolledWhenItsTripCountIsKnown) {
   std::string bytes;
   ASSERT_TRUE(sequenceLoopModel().SerializeToString(&bytes));
   LoadOptions options;
-  options.evaluator = &kEvaluator;
+  options.evaluator = &test::onnxTestEvaluator();
   std::map<std::string, DenseTensor> frozen;
   frozen["n"] = DenseTensor::zeros(TensorType{DType::I64, {}});
   frozen["n"].setInt(0, 3);
@@ -1358,7 +1254,7 @@ Expected<std::unique_ptr<Module>> importWithGradients(const onnx::ModelProto& m)
   std::string bytes;
   EXPECT_TRUE(m.SerializeToString(&bytes));
   LoadOptions options;
-  options.evaluator = &kEvaluator;
+  options.evaluator = &test::onnxTestEvaluator();
   options.gradients = &buildGradients;
   return importOnnxBytes(bytes, "test.onnx", "", options);
 }

@@ -13,141 +13,28 @@
 #include "frontend/onnx/OnnxImporter.h"
 #include "onnx.pb.h"
 #include "runtime/Interpreter.h"
+#include "test/unit/OnnxTestSupport.h"
 #include "test/unit/TestSupport.h"
 
 namespace kiln {
 namespace {
 
-onnx::ModelProto makeModel(int64_t opset) {
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  auto* o = m.add_opset_import();
-  o->set_domain("");
-  o->set_version(opset);
-  m.mutable_graph()->set_name("g");
-  return m;
-}
-
-/// A graph input; a dim of -1 is unknown, a dim of -2 the symbol "N".
-void addInput(onnx::ModelProto& m, const std::string& name, std::vector<int64_t> dims,
-              int elemType = onnx::TensorProto::FLOAT) {
-  auto* v = m.mutable_graph()->add_input();
-  v->set_name(name);
-  auto* t = v->mutable_type()->mutable_tensor_type();
-  t->set_elem_type(elemType);
-  auto* shape = t->mutable_shape();
-  for (int64_t d : dims) {
-    auto* dim = shape->add_dim();
-    if (d >= 0) dim->set_dim_value(d);
-    if (d == -2) dim->set_dim_param("N");
-  }
-}
-
-void addOutput(onnx::ModelProto& m, const std::string& name) {
-  auto* v = m.mutable_graph()->add_output();
-  v->set_name(name);
-  v->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-}
-
-onnx::NodeProto* addNode(onnx::ModelProto& m, const std::string& op, std::vector<std::string> inputs,
-                         std::vector<std::string> outputs) {
-  auto* n = m.mutable_graph()->add_node();
-  n->set_op_type(op);
-  n->set_name(op + "_0");
-  for (auto& i : inputs) n->add_input(i);
-  for (auto& o : outputs) n->add_output(o);
-  return n;
-}
-
-void setInt(onnx::NodeProto* n, const std::string& name, int64_t v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::INT);
-  a->set_i(v);
-}
-
-void setInts(onnx::NodeProto* n, const std::string& name, std::vector<int64_t> v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::INTS);
-  for (int64_t x : v) a->add_ints(x);
-}
-
-void setFloat(onnx::NodeProto* n, const std::string& name, float v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::FLOAT);
-  a->set_f(v);
-}
-
-void setFloats(onnx::NodeProto* n, const std::string& name, std::vector<float> v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::FLOATS);
-  for (float x : v) a->add_floats(x);
-}
-
-void setStrings(onnx::NodeProto* n, const std::string& name, std::vector<std::string> v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::STRINGS);
-  for (auto& x : v) a->add_strings(x);
-}
-
-void addInitializer(onnx::ModelProto& m, const std::string& name, std::vector<int64_t> dims,
-                    std::vector<float> values) {
-  auto* t = m.mutable_graph()->add_initializer();
-  t->set_name(name);
-  t->set_data_type(onnx::TensorProto::FLOAT);
-  for (int64_t d : dims) t->add_dims(d);
-  for (float v : values) t->add_float_data(v);
-}
-
-void addIntInitializer(onnx::ModelProto& m, const std::string& name, std::vector<int64_t> dims,
-                       std::vector<int64_t> values, int type = onnx::TensorProto::INT64) {
-  auto* t = m.mutable_graph()->add_initializer();
-  t->set_name(name);
-  t->set_data_type(type);
-  for (int64_t d : dims) t->add_dims(d);
-  for (int64_t v : values) {
-    if (type == onnx::TensorProto::INT32 || type == onnx::TensorProto::BOOL)
-      t->add_int32_data(static_cast<int32_t>(v));
-    else
-      t->add_int64_data(v);
-  }
-}
-
-const InterpreterEvaluator kEvaluator;
-
-Expected<std::unique_ptr<Module>> importModel(const onnx::ModelProto& m) {
-  std::string bytes;
-  EXPECT_TRUE(m.SerializeToString(&bytes));
-  LoadOptions options;
-  options.evaluator = &kEvaluator;
-  return importOnnxBytes(bytes, "nn.onnx", "", options);
-}
-
-std::vector<Tensor> run(const Module& module, std::vector<Tensor> inputs) {
-  auto results = interpret(*module.functions().front(), std::move(inputs));
-  EXPECT_TRUE(results.ok()) << (results.ok() ? "" : results.error().str());
-  return results.ok() ? std::move(*results) : std::vector<Tensor>{};
-}
-
-std::string errorOf(const Expected<std::unique_ptr<Module>>& r) {
-  EXPECT_FALSE(r.ok());
-  return r.ok() ? "" : r.error().str();
-}
-
-size_t countOps(const Function& f, OpKind kind) {
-  size_t n = 0;
-  for (const auto& op : f.ops()) n += op->kind() == kind;
-  return n;
-}
-
-void expectNear(const std::vector<double>& got, const std::vector<double>& want, double tol = 1e-5) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
-}
+using test::addInitializer;
+using test::addInput;
+using test::addIntInitializer;
+using test::addNode;
+using test::addOutput;
+using test::countOps;
+using test::errorOf;
+using test::expectNear;
+using test::importModel;
+using test::makeModel;
+using test::run;
+using test::setFloat;
+using test::setFloats;
+using test::setInt;
+using test::setInts;
+using test::setStrings;
 
 double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
 
@@ -261,7 +148,7 @@ TEST(OnnxNNOps, UnknownActivationAndAttributeAreErrorsNamingThem) {
   addInput(c, "x", {1, 1, 4, 4});
   addInitializer(c, "w", {1, 1, 3, 3}, std::vector<float>(9, 1.0f));
   addOutput(c, "y");
-  setInt(addNode(c, "Conv", {"x", "w"}, {"y"}), "winograd", 1);
+  setInt(addNode(c, "Conv", {"x", "w"}, {"y"}, "Conv_0"), "winograd", 1);
   std::string error = errorOf(importModel(c));
   EXPECT_NE(error.find("Conv_0"), std::string::npos) << error;
   EXPECT_NE(error.find("attribute 'winograd' is not supported"), std::string::npos) << error;
@@ -306,7 +193,7 @@ TEST(OnnxNNOps, ConvTransposeOutputShapeBeyondOutputPaddingGetsTheBias) {
 
 TEST(OnnxNNOps, SymbolicBatchConvPoolAndResize) {
   onnx::ModelProto m = makeModel(13);
-  addInput(m, "x", {-2, 1, 2, 2});
+  addInput(m, "x", {-1, 1, 2, 2}, onnx::TensorProto::FLOAT, {{0, "N"}});
   addInitializer(m, "w", {1, 1, 1, 1}, {1.0f});
   addInitializer(m, "scales", {4}, {1, 1, 2, 2});
   addOutput(m, "y");

@@ -14,82 +14,25 @@
 #include "frontend/onnx/OnnxImporter.h"
 #include "onnx.pb.h"
 #include "runtime/Interpreter.h"
+#include "test/unit/OnnxTestSupport.h"
 #include "test/unit/TestSupport.h"
 #include "training/TrainableModel.h"
 
 namespace kiln {
 namespace {
 
-onnx::ModelProto makeModel(int64_t opset) {
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  auto* o = m.add_opset_import();
-  o->set_domain("");
-  o->set_version(opset);
-  m.mutable_graph()->set_name("g");
-  return m;
-}
-
-void addInput(onnx::ModelProto& m, const std::string& name, std::vector<int64_t> dims,
-              int elemType = onnx::TensorProto::FLOAT) {
-  auto* v = m.mutable_graph()->add_input();
-  v->set_name(name);
-  auto* t = v->mutable_type()->mutable_tensor_type();
-  t->set_elem_type(elemType);
-  auto* shape = t->mutable_shape();
-  for (int64_t d : dims) shape->add_dim()->set_dim_value(d);
-}
-
-void addOutput(onnx::ModelProto& m, const std::string& name, int elemType = onnx::TensorProto::FLOAT) {
-  auto* v = m.mutable_graph()->add_output();
-  v->set_name(name);
-  v->mutable_type()->mutable_tensor_type()->set_elem_type(elemType);
-}
-
-onnx::NodeProto* addNode(onnx::ModelProto& m, const std::string& op, std::vector<std::string> inputs,
-                         std::vector<std::string> outputs) {
-  auto* n = m.mutable_graph()->add_node();
-  n->set_op_type(op);
-  n->set_name(op + "_0");
-  for (auto& i : inputs) n->add_input(i);
-  for (auto& o : outputs) n->add_output(o);
-  return n;
-}
-
-void setInt(onnx::NodeProto* n, const std::string& name, int64_t v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::INT);
-  a->set_i(v);
-}
-
-void setInts(onnx::NodeProto* n, const std::string& name, std::vector<int64_t> v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::INTS);
-  for (int64_t x : v) a->add_ints(x);
-}
-
-void setFloat(onnx::NodeProto* n, const std::string& name, float v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::FLOAT);
-  a->set_f(v);
-}
-
-void setFloats(onnx::NodeProto* n, const std::string& name, std::vector<float> v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::FLOATS);
-  for (float x : v) a->add_floats(x);
-}
-
-void setString(onnx::NodeProto* n, const std::string& name, const std::string& v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::STRING);
-  a->set_s(v);
-}
+using test::addInput;
+using test::addNode;
+using test::addOutput;
+using test::errorOf;
+using test::expectNear;
+using test::makeModel;
+using test::runModel;
+using test::setFloat;
+using test::setFloats;
+using test::setInt;
+using test::setInts;
+using test::setString;
 
 void addScalar(onnx::ModelProto& m, const std::string& name, double value, int type) {
   auto* t = m.mutable_graph()->add_initializer();
@@ -101,37 +44,6 @@ void addScalar(onnx::ModelProto& m, const std::string& name, double value, int t
     t->add_int64_data(static_cast<int64_t>(value));
   else
     t->add_int32_data(static_cast<int32_t>(value));
-}
-
-const InterpreterEvaluator kEvaluator;
-
-Expected<std::unique_ptr<Module>> importModel(const onnx::ModelProto& m) {
-  std::string bytes;
-  EXPECT_TRUE(m.SerializeToString(&bytes));
-  LoadOptions options;
-  options.evaluator = &kEvaluator;
-  return importOnnxBytes(bytes, "signal.onnx", "", options);
-}
-
-/// The outputs of the model on `inputs` (interpreter).
-std::vector<Tensor> runModel(const onnx::ModelProto& m, std::vector<Tensor> inputs) {
-  auto module = importModel(m);
-  EXPECT_TRUE(module.ok()) << (module.ok() ? "" : module.error().str());
-  if (!module.ok()) return {};
-  auto results = interpret(*(*module)->functions().front(), std::move(inputs));
-  EXPECT_TRUE(results.ok()) << (results.ok() ? "" : results.error().str());
-  return results.ok() ? std::move(*results) : std::vector<Tensor>{};
-}
-
-std::string errorOf(const onnx::ModelProto& m) {
-  auto r = importModel(m);
-  EXPECT_FALSE(r.ok());
-  return r.ok() ? "" : r.error().str();
-}
-
-void expectNear(const std::vector<double>& got, const std::vector<double>& want, double tol = 1e-5) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
 }
 
 // --- DFT -------------------------------------------------------------------------
@@ -434,7 +346,7 @@ TEST(OnnxSignalOps, TrainingRefusesRandomDropout) {
     std::ofstream f(path, std::ios::binary);
     ASSERT_TRUE(m.SerializeToOstream(&f));
   }
-  auto loaded = training::loadTrainableModel(path, {{"x", {2, 3}}}, kEvaluator);
+  auto loaded = training::loadTrainableModel(path, {{"x", {2, 3}}}, test::onnxTestEvaluator());
   ASSERT_FALSE(loaded.ok());
   EXPECT_NE(loaded.error().str().find("'random_uniform' draws random numbers"), std::string::npos)
       << loaded.error().str();

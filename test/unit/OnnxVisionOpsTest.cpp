@@ -10,100 +10,27 @@
 #include "frontend/onnx/OnnxImporter.h"
 #include "onnx.pb.h"
 #include "runtime/Interpreter.h"
+#include "test/unit/OnnxTestSupport.h"
 #include "test/unit/TestSupport.h"
 
 namespace kiln {
 namespace {
 
-onnx::ModelProto makeModel(int64_t opset) {
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  auto* o = m.add_opset_import();
-  o->set_domain("");
-  o->set_version(opset);
-  m.mutable_graph()->set_name("g");
-  return m;
-}
+using test::addInitializer;
+using test::addInput;
+using test::addNode;
+using test::addOutput;
+using test::expectNear;
+using test::importModel;
+using test::makeModel;
+using test::runModel;
+using test::setInt;
+using test::setInts;
+using test::setString;
 
-void addInput(onnx::ModelProto& m, const std::string& name, std::vector<int64_t> dims,
-              int elemType = onnx::TensorProto::FLOAT) {
-  auto* v = m.mutable_graph()->add_input();
-  v->set_name(name);
-  auto* t = v->mutable_type()->mutable_tensor_type();
-  t->set_elem_type(elemType);
-  auto* shape = t->mutable_shape();
-  for (int64_t d : dims) shape->add_dim()->set_dim_value(d);
-}
-
-void addOutput(onnx::ModelProto& m, const std::string& name) {
-  auto* v = m.mutable_graph()->add_output();
-  v->set_name(name);
-  v->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-}
-
-onnx::NodeProto* addNode(onnx::ModelProto& m, const std::string& op, std::vector<std::string> inputs,
-                         const std::string& output) {
-  auto* n = m.mutable_graph()->add_node();
-  n->set_op_type(op);
-  n->set_name(op + "_0");
-  for (auto& i : inputs) n->add_input(i);
-  n->add_output(output);
-  return n;
-}
-
-void setInt(onnx::NodeProto* n, const std::string& name, int64_t v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::INT);
-  a->set_i(v);
-}
-
-void setInts(onnx::NodeProto* n, const std::string& name, std::vector<int64_t> v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::INTS);
-  for (int64_t x : v) a->add_ints(x);
-}
-
-void setString(onnx::NodeProto* n, const std::string& name, const std::string& v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::STRING);
-  a->set_s(v);
-}
-
-void addInitializer(onnx::ModelProto& m, const std::string& name, std::vector<int64_t> dims,
-                    std::vector<float> values) {
-  auto* t = m.mutable_graph()->add_initializer();
-  t->set_name(name);
-  t->set_data_type(onnx::TensorProto::FLOAT);
-  for (int64_t d : dims) t->add_dims(d);
-  for (float v : values) t->add_float_data(v);
-}
-
-const InterpreterEvaluator kEvaluator;
-
-Expected<std::unique_ptr<Module>> importModel(const onnx::ModelProto& m) {
-  std::string bytes;
-  EXPECT_TRUE(m.SerializeToString(&bytes));
-  LoadOptions options;
-  options.evaluator = &kEvaluator;
-  return importOnnxBytes(bytes, "vision.onnx", "", options);
-}
-
-/// The first result of running the model's function on `inputs`.
-std::vector<double> runModel(const onnx::ModelProto& m, std::vector<Tensor> inputs) {
-  auto module = importModel(m);
-  EXPECT_TRUE(module.ok()) << (module.ok() ? "" : module.error().str());
-  if (!module.ok()) return {};
-  auto results = interpret(*(*module)->functions().front(), std::move(inputs));
-  EXPECT_TRUE(results.ok()) << (results.ok() ? "" : results.error().str());
-  return results.ok() ? test::elementsOf((*results)[0]) : std::vector<double>{};
-}
-
-void expectNear(const std::vector<double>& got, const std::vector<double>& want, double tol = 1e-5) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
+/// The elements of the first of `results` (none when there are none).
+std::vector<double> firstOf(const std::vector<Tensor>& results) {
+  return results.empty() ? std::vector<double>{} : test::elementsOf(results[0]);
 }
 
 /// GridSample of X[1,1,1,W] at grid points (gx, 0).
@@ -113,7 +40,7 @@ onnx::ModelProto gridSampleRow(int64_t width, int64_t points, const std::string&
   addInput(m, "X", {1, 1, 1, width});
   addInput(m, "Grid", {1, 1, points, 2});
   addOutput(m, "Y");
-  auto* n = addNode(m, "GridSample", {"X", "Grid"}, "Y");
+  auto* n = addNode(m, "GridSample", {"X", "Grid"}, {"Y"});
   setString(n, "mode", mode);
   setString(n, "padding_mode", padding);
   setInt(n, "align_corners", alignCorners);
@@ -134,21 +61,22 @@ TEST(OnnxVisionOps, GridSampleReflectionFoldsCoordinatesBackIntoTheImage) {
   // 3 - 0.75 - 0.5 = 1.75, between 20 and 30: 27.5; |-2 + 0.5| = 1.5 gives
   // 1; |7 + 0.5| = 7.5 is two flips past, 1.5 - 0.5 = 1. The single row
   // (H = 1) reflects y = 0 onto itself.
-  expectNear(runModel(gridSampleRow(3, 3, "bilinear", "reflection", 0), {x, grid}), {27.5, 20, 20});
+  expectNear(firstOf(runModel(gridSampleRow(3, 3, "bilinear", "reflection", 0), {x, grid})), {27.5, 20, 20});
   // align_corners = 1: x = gx + 1 is 2.5, -1 and 5, reflected about 0 and 2
   // (span 2): 2 - 0.5 = 1.5, 1 and 1 (5 is two flips past, remainder 1).
-  expectNear(runModel(gridSampleRow(3, 3, "bilinear", "reflection", 1), {x, grid}), {25, 20, 20});
+  expectNear(firstOf(runModel(gridSampleRow(3, 3, "bilinear", "reflection", 1), {x, grid})), {25, 20, 20});
   // The same points with border padding clamp to 2, 0 and 2; with zeros,
   // only what falls inside the image counts (none of them here).
-  expectNear(runModel(gridSampleRow(3, 3, "bilinear", "border", 0), {x, grid}), {30, 10, 30});
-  expectNear(runModel(gridSampleRow(3, 3, "bilinear", "zeros", 0), {x, grid}), {0, 0, 0});
+  expectNear(firstOf(runModel(gridSampleRow(3, 3, "bilinear", "border", 0), {x, grid})), {30, 10, 30});
+  expectNear(firstOf(runModel(gridSampleRow(3, 3, "bilinear", "zeros", 0), {x, grid})), {0, 0, 0});
 }
 
 TEST(OnnxVisionOps, GridSampleNearestRoundsHalvesToEven) {
   // align_corners = 1 over 5 pixels: x = (gx + 1) * 2 = 0.5, 1.5, 2.5, which
   // round to 0, 2 and 2.
   const Tensor x = test::tensorOf(DType::F32, {1, 1, 1, 5}, {1, 2, 3, 4, 5});
-  expectNear(runModel(gridSampleRow(5, 3, "nearest", "zeros", 1), {x, gridAt({-0.75, -0.25, 0.25})}), {1, 3, 3});
+  expectNear(firstOf(runModel(gridSampleRow(5, 3, "nearest", "zeros", 1), {x, gridAt({-0.75, -0.25, 0.25})})),
+             {1, 3, 3});
 }
 
 TEST(OnnxVisionOps, GridSampleBicubicWeighsFourTaps) {
@@ -156,7 +84,7 @@ TEST(OnnxVisionOps, GridSampleBicubicWeighsFourTaps) {
   // t = 0.25 with A = -0.75: -0.10546875, 0.87890625, 0.26171875,
   // -0.03515625, over 0, 1, 4, 9: 0.87890625 + 1.046875 - 0.31640625.
   const Tensor x = test::tensorOf(DType::F32, {1, 1, 1, 5}, {0, 1, 4, 9, 16});
-  expectNear(runModel(gridSampleRow(5, 1, "bicubic", "zeros", 1), {x, gridAt({-0.375})}), {1.609375});
+  expectNear(firstOf(runModel(gridSampleRow(5, 1, "bicubic", "zeros", 1), {x, gridAt({-0.375})})), {1.609375});
 }
 
 TEST(OnnxVisionOps, GridSampleErrorsNameTheAttribute) {
@@ -178,7 +106,7 @@ onnx::ModelProto adaptiveRoiAlign(const std::string& mode) {
   b->add_int64_data(0);
   b->add_int64_data(0);
   addOutput(m, "Y");
-  auto* n = addNode(m, "RoiAlign", {"X", "rois", "batch_indices"}, "Y");
+  auto* n = addNode(m, "RoiAlign", {"X", "rois", "batch_indices"}, {"Y"});
   setString(n, "coordinate_transformation_mode", "output_half_pixel");
   setString(n, "mode", mode);
   setInt(n, "sampling_ratio", 0);
@@ -198,11 +126,11 @@ TEST(OnnxVisionOps, RoiAlignAdaptiveSamplingCountsPointsOutsideTheImage) {
   // the 4 x 4 that remain (coordinates 0.5, 1.5, 2.5, 3; sum 7.5 per axis)
   // 4y + x sums to 4 * 4 * 7.5 + 4 * 7.5 = 150, over 81 points. Box 1,
   // [0, 1]^2: one point at (0.5, 0.5), 4 * 0.5 + 0.5 = 2.5.
-  expectNear(runModel(adaptiveRoiAlign("avg"), {rampImage()}), {150.0 / 81, 2.5});
+  expectNear(firstOf(runModel(adaptiveRoiAlign("avg"), {rampImage()})), {150.0 / 81, 2.5});
   // max: the largest weighted corner of any point: box 0's point clamped to
   // (3, 3) has all weight on 15; box 1's point weighs its corners 0, 1, 4, 5
   // by 1/4 each.
-  expectNear(runModel(adaptiveRoiAlign("max"), {rampImage()}), {15, 1.25});
+  expectNear(firstOf(runModel(adaptiveRoiAlign("max"), {rampImage()})), {15, 1.25});
 }
 
 TEST(OnnxVisionOps, RoiAlignAdaptiveSamplingNeedsBoxesKnownAtImport) {
@@ -211,7 +139,7 @@ TEST(OnnxVisionOps, RoiAlignAdaptiveSamplingNeedsBoxesKnownAtImport) {
   addInput(m, "rois", {1, 4});
   addInput(m, "batch_indices", {1}, onnx::TensorProto::INT64);
   addOutput(m, "Y");
-  addNode(m, "RoiAlign", {"X", "rois", "batch_indices"}, "Y");
+  addNode(m, "RoiAlign", {"X", "rois", "batch_indices"}, {"Y"});
   auto module = importModel(m);
   ASSERT_FALSE(module.ok());
   EXPECT_NE(module.error().str().find("sampling_ratio = 0 (adaptive) needs the rois known at import time"),
@@ -224,7 +152,7 @@ onnx::ModelProto maxUnpool() {
   addInput(m, "X", {1, 2, 1, 1});
   addInput(m, "I", {1, 2, 1, 1}, onnx::TensorProto::INT64);
   addOutput(m, "Y");
-  auto* n = addNode(m, "MaxUnpool", {"X", "I"}, "Y");
+  auto* n = addNode(m, "MaxUnpool", {"X", "I"}, {"Y"});
   setInts(n, "kernel_shape", {2, 2});
   setInts(n, "strides", {2, 2});
   return m;
@@ -234,7 +162,7 @@ TEST(OnnxVisionOps, MaxUnpoolWritesEachPlaneAtItsFlatIndices) {
   // Output [1, 2, 2, 2]: index 3 is plane 0's last element, 5 plane 1's second.
   const Tensor x = test::tensorOf(DType::F32, {1, 2, 1, 1}, {7, 8});
   const Tensor i = test::tensorOf(DType::I64, {1, 2, 1, 1}, {3, 5});
-  expectNear(runModel(maxUnpool(), {x, i}), {0, 0, 0, 7, 0, 8, 0, 0});
+  expectNear(firstOf(runModel(maxUnpool(), {x, i})), {0, 0, 0, 7, 0, 8, 0, 0});
 }
 
 TEST(OnnxVisionOps, MaxUnpoolIndexOutsideItsPlaneIsARunTimeError) {
@@ -250,7 +178,7 @@ onnx::ModelProto einsum(const std::string& equation, std::vector<int64_t> dims) 
   onnx::ModelProto m = makeModel(12);
   addInput(m, "x", dims);
   addOutput(m, "y");
-  auto* n = addNode(m, "Einsum", {"x"}, "y");
+  auto* n = addNode(m, "Einsum", {"x"}, {"y"});
   setString(n, "equation", equation);
   return m;
 }
@@ -258,12 +186,12 @@ onnx::ModelProto einsum(const std::string& equation, std::vector<int64_t> dims) 
 TEST(OnnxVisionOps, EinsumRepeatedLabelsTakeTheDiagonal) {
   const Tensor x = test::tensorOf(DType::F32, {3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
   // Implicit output: "ii" names i twice, so it is summed: the trace.
-  expectNear(runModel(einsum("ii", {3, 3}), {x}), {15});
-  expectNear(runModel(einsum("ii->i", {3, 3}), {x}), {1, 5, 9});
+  expectNear(firstOf(runModel(einsum("ii", {3, 3}), {x})), {15});
+  expectNear(firstOf(runModel(einsum("ii->i", {3, 3}), {x})), {1, 5, 9});
   // Three repeats of one label, under an ellipsis of one dim.
   std::vector<double> cube;
   for (int k = 0; k < 2 * 8; ++k) cube.push_back(k);
-  expectNear(runModel(einsum("...iii->...i", {2, 2, 2, 2}), {test::tensorOf(DType::F32, {2, 2, 2, 2}, cube)}),
+  expectNear(firstOf(runModel(einsum("...iii->...i", {2, 2, 2, 2}), {test::tensorOf(DType::F32, {2, 2, 2, 2}, cube)})),
              {0, 7, 8, 15});
 }
 
