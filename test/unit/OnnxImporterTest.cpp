@@ -646,6 +646,22 @@ void setGraph(onnx::NodeProto* n, const std::string& name, const onnx::GraphProt
   *a->mutable_g() = g;
 }
 
+/// The body of a Loop that carries one f32[2], %acc, replacing it by
+/// `op`(acc, `operand`) with `operand` read from an outer scope, and passes
+/// its condition on.
+onnx::GraphProto carriedLoopBody(const std::string& op, const std::string& operand) {
+  onnx::GraphProto body;
+  body.set_name("body");
+  addValueInfo(body.mutable_input(), "i", onnx::TensorProto::INT64, {});
+  addValueInfo(body.mutable_input(), "cond", onnx::TensorProto::BOOL, {});
+  addValueInfo(body.mutable_input(), "acc", onnx::TensorProto::FLOAT, {2});
+  addGraphNode(body, "Identity", {"cond"}, {"cond_out"});
+  addGraphNode(body, op, {"acc", operand}, {"acc_out"});
+  addValueInfo(body.mutable_output(), "cond_out", onnx::TensorProto::BOOL, {});
+  addValueInfo(body.mutable_output(), "acc_out", onnx::TensorProto::FLOAT, {2});
+  return body;
+}
+
 /// If(c) whose then branch holds a Loop adding %s (read two scopes up) to %x
 /// %n times, and whose else branch multiplies %y (read only there) by %s.
 onnx::ModelProto nestedControlFlowModel() {
@@ -655,15 +671,7 @@ onnx::ModelProto nestedControlFlowModel() {
   addInput(m, "x", {2});
   addInput(m, "y", {2});
   addInput(m, "s", {2});
-  onnx::GraphProto body;
-  body.set_name("body");
-  addValueInfo(body.mutable_input(), "i", onnx::TensorProto::INT64, {});
-  addValueInfo(body.mutable_input(), "cond", onnx::TensorProto::BOOL, {});
-  addValueInfo(body.mutable_input(), "acc", onnx::TensorProto::FLOAT, {2});
-  addGraphNode(body, "Identity", {"cond"}, {"cond_out"});
-  addGraphNode(body, "Add", {"acc", "s"}, {"acc_out"});
-  addValueInfo(body.mutable_output(), "cond_out", onnx::TensorProto::BOOL, {});
-  addValueInfo(body.mutable_output(), "acc_out", onnx::TensorProto::FLOAT, {2});
+  onnx::GraphProto body = carriedLoopBody("Add", "s");
   onnx::GraphProto thenBranch;
   thenBranch.set_name("then");
   setGraph(addGraphNode(thenBranch, "Loop", {"n", "", "x"}, {"looped"}), "body", body);
@@ -1379,15 +1387,7 @@ TEST(OnnxImporter, GradientThroughALoopIsReverseMode) {
   addInput(m, "x", {2});
   addInput(m, "w", {2});
   *m.mutable_graph()->add_initializer() = int64Tensor("n", {}, {3});
-  onnx::GraphProto body;
-  body.set_name("body");
-  addValueInfo(body.mutable_input(), "i", onnx::TensorProto::INT64, {});
-  addValueInfo(body.mutable_input(), "cond", onnx::TensorProto::BOOL, {});
-  addValueInfo(body.mutable_input(), "acc", onnx::TensorProto::FLOAT, {2});
-  addGraphNode(body, "Identity", {"cond"}, {"cond_out"});
-  addGraphNode(body, "Mul", {"acc", "w"}, {"acc_out"});
-  addValueInfo(body.mutable_output(), "cond_out", onnx::TensorProto::BOOL, {});
-  addValueInfo(body.mutable_output(), "acc_out", onnx::TensorProto::FLOAT, {2});
+  onnx::GraphProto body = carriedLoopBody("Mul", "w");
   setGraph(addNode(m, "Loop", {"n", "", "x"}, {"looped"}, "Loop_0"), "body", body);
   // Two Gradient nodes of the same loop: the second reuses the stack of
   // carried values that the first added to the forward loop.
