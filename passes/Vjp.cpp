@@ -937,6 +937,13 @@ Status sweepBackward(Builder& b, std::span<Op* const> ops, const std::set<const 
 
 namespace {
 
+/// The gradient of `x` in `grads`, or zeros of its type where none reached
+/// it.
+Expected<Value*> gradientOrZeros(Builder& b, const GradientMap& grads, Value* x) {
+  if (auto g = grads.find(x); g != grads.end() && g->second) return g->second;
+  return zerosOf(b, x);
+}
+
 /// The backward of one branch of an `if`: a copy of `body` that also takes
 /// dy (the gradient of the op's result) and returns the gradient of each
 /// argument listed in `floatArgs` (zeros where none flows), computed by
@@ -966,13 +973,9 @@ Expected<std::unique_ptr<Function>> backwardBranch(const Function& body, const T
   std::vector<TensorType> types;
   for (size_t i : floatArgs) {
     Value* arg = f.argument(i);
-    Value* g = grads.count(arg) ? grads.at(arg) : nullptr;
-    if (!g) {
-      auto zeros = zerosOf(b, arg);
-      if (!zeros) return zeros.takeError();
-      g = *zeros;
-    }
-    results.push_back(g);
+    auto g = gradientOrZeros(b, grads, arg);
+    if (!g) return g.takeError();
+    results.push_back(*g);
     types.push_back(arg->type());
   }
   ret->setOperands(results);
@@ -1112,14 +1115,9 @@ Expected<std::unique_ptr<Function>> backwardLoopBody(const Function& body, const
   std::vector<Value*> results{cond};
   std::vector<TensorType> types{TensorType{DType::Bool, {}}};
   for (size_t n = 0; n < lg.floatCarried.size(); ++n) {
-    Value* x = map.at(body.argument(2 + lg.floatCarried[n]));
-    Value* g = grads.count(x) ? grads.at(x) : nullptr;
-    if (!g) {
-      auto zeros = zerosOf(b, x);
-      if (!zeros) return zeros.takeError();
-      g = *zeros;
-    }
-    results.push_back(g);
+    auto g = gradientOrZeros(b, grads, map.at(body.argument(2 + lg.floatCarried[n])));
+    if (!g) return g.takeError();
+    results.push_back(*g);
     types.push_back(dCarried[n]->type());
   }
   for (size_t n = 0; n < lg.floatCaptures.size(); ++n) {
