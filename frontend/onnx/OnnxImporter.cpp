@@ -227,15 +227,26 @@ Expected<std::string> readExternalData(const onnx::TensorProto& t, size_t expect
   return bytes;
 }
 
-/// Copies typed field values into `out`, converting each with `store`.
+/// The typed field that holds the values of a `dtype` tensor without
+/// raw_data: its length and name.
+std::pair<int64_t, const char*> typedField(const onnx::TensorProto& t, DType dtype) {
+  switch (dtype) {
+    case DType::F32: return {t.float_data_size(), "float_data"};
+    case DType::F64: return {t.double_data_size(), "double_data"};
+    case DType::I64: return {t.int64_data_size(), "int64_data"};
+    // ONNX keeps these two in uint64_data (uint8 and uint16 in int32_data).
+    case DType::U32:
+    case DType::U64: return {t.uint64_data_size(), "uint64_data"};
+    // 16-bit floats as their bit patterns, the other integers and bools.
+    default: return {t.int32_data_size(), "int32_data"};
+  }
+}
+
+/// Copies typed field values into `out` (of `field.size()` elements, checked
+/// by the caller), converting each with `store`.
 template <typename Field, typename Store>
-Status copyTyped(const Field& field, int64_t count, DenseTensor& out, const std::string& what,
-                 const std::string& fieldName, Store store) {
-  if (field.size() != count)
-    return Error(what + ": " + fieldName + " has " + std::to_string(field.size()) + " values, but the shape " +
-                 shapeStr(out.type.shape) + " needs " + std::to_string(count));
-  for (int64_t i = 0; i < count; ++i) store(i, field.Get(static_cast<int>(i)));
-  return {};
+void copyTyped(const Field& field, Store store) {
+  for (int i = 0; i < field.size(); ++i) store(i, field.Get(i));
 }
 
 /// A TensorProto as a DenseTensor.
@@ -265,6 +276,11 @@ Expected<DenseTensor> tensorFromProto(const onnx::TensorProto& t, const std::str
     DenseTensor out{std::move(type), std::vector<uint8_t>(t.raw_data().begin(), t.raw_data().end())};
     return out;
   }
+  // Checked before allocating, so that a shape with no values behind it
+  // costs an error, not its size in memory.
+  if (auto [size, field] = typedField(t, *dtype); size != count)
+    return Error(what + ": " + field + " has " + std::to_string(size) + " values, but the shape " +
+                 shapeStr(type.shape) + " needs " + std::to_string(count));
   DenseTensor out = DenseTensor::zeros(std::move(type));
   if (count == 0) return out;
   auto storeBits16 = [&](int64_t i, int32_t v) {
@@ -273,31 +289,24 @@ Expected<DenseTensor> tensorFromProto(const onnx::TensorProto& t, const std::str
   };
   switch (*dtype) {
     case DType::F32:
-      KILN_TRY(copyTyped(t.float_data(), count, out, what, "float_data",
-                         [&](int64_t i, float v) { std::memcpy(out.bytes.data() + i * 4, &v, 4); }));
+      copyTyped(t.float_data(), [&](int64_t i, float v) { std::memcpy(out.bytes.data() + i * 4, &v, 4); });
       break;
     case DType::F64:
-      KILN_TRY(copyTyped(t.double_data(), count, out, what, "double_data",
-                         [&](int64_t i, double v) { std::memcpy(out.bytes.data() + i * 8, &v, 8); }));
+      copyTyped(t.double_data(), [&](int64_t i, double v) { std::memcpy(out.bytes.data() + i * 8, &v, 8); });
       break;
     case DType::F16:
     case DType::BF16:
-      // 16-bit floats are stored as their bit patterns in int32_data.
-      KILN_TRY(copyTyped(t.int32_data(), count, out, what, "int32_data", storeBits16));
+      copyTyped(t.int32_data(), storeBits16);
       break;
     case DType::I64:
-      KILN_TRY(
-          copyTyped(t.int64_data(), count, out, what, "int64_data", [&](int64_t i, int64_t v) { out.setInt(i, v); }));
+      copyTyped(t.int64_data(), [&](int64_t i, int64_t v) { out.setInt(i, v); });
       break;
     case DType::U32:
     case DType::U64:
-      // ONNX keeps these two in uint64_data (uint8 and uint16 in int32_data).
-      KILN_TRY(copyTyped(t.uint64_data(), count, out, what, "uint64_data",
-                         [&](int64_t i, uint64_t v) { out.setInt(i, static_cast<int64_t>(v)); }));
+      copyTyped(t.uint64_data(), [&](int64_t i, uint64_t v) { out.setInt(i, static_cast<int64_t>(v)); });
       break;
     default:
-      KILN_TRY(
-          copyTyped(t.int32_data(), count, out, what, "int32_data", [&](int64_t i, int32_t v) { out.setInt(i, v); }));
+      copyTyped(t.int32_data(), [&](int64_t i, int32_t v) { out.setInt(i, v); });
       break;
   }
   return out;
