@@ -59,6 +59,12 @@ Expected<FunctionStages::HostOp> controlFlowStep(const Op& op, const Function& f
 
 }  // namespace
 
+bool hasHostOps(const Function& f) {
+  for (const auto& op : f.ops())
+    if (runsOnHost(*op)) return true;
+  return false;
+}
+
 Expected<std::optional<FunctionStages>> splitAtHostOps(const Function& f) {
   enum class Part : uint8_t { Prefix, Host, Suffix };
   std::unordered_map<const Op*, Part> part;

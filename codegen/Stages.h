@@ -87,6 +87,11 @@ struct FunctionStages {
 /// ops), or nullopt when it has none.
 Expected<std::optional<FunctionStages>> splitAtHostOps(const Function& f);
 
+/// Whether `f` has top-level ops run on the host between compiled stages
+/// (control flow, data-dependent results): then it cannot take donated
+/// arguments.
+bool hasHostOps(const Function& f);
+
 /// What runs each compiled part of a staged function: every executor (CPU,
 /// CUDA) passes its own. `prefix` and `suffix` are called only where the
 /// stages have that part; `body` runs region `region` of host op `host`.

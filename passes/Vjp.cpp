@@ -1082,14 +1082,20 @@ Expected<std::unique_ptr<Function>> backwardLoopBody(const Function& body, const
     map[body.argument(2 + k)] = x;
   }
   for (size_t j = 0; j < captures.size(); ++j) map[body.argument(2 + K + j)] = captures[j];
-  std::vector<Op*> recomputed;
   const Op* ret = body.returnOp();
   if (!ret) return Error("the body of 'loop' has no return", body.loc());
+  // The sweep visits the recomputed body only: it stops at the rows read
+  // from the stacks, which are saved values, not differentiated (a gather's
+  // VJP would also need static shapes).
+  std::set<const Op*> reads;
+  for (const auto& o : back->ops()) reads.insert(o.get());
   for (const auto& o : body.ops()) {
     if (o.get() == ret) break;
     cloneInto(b, *o, map);
   }
-  for (const auto& o : back->ops()) recomputed.push_back(o.get());
+  std::vector<Op*> recomputed;
+  for (const auto& o : back->ops())
+    if (!reads.count(o.get())) recomputed.push_back(o.get());
 
   std::set<const Value*> active;
   for (size_t k : lg.floatCarried) active.insert(map.at(body.argument(2 + k)));
@@ -1172,6 +1178,91 @@ std::vector<Value*> stackCarriedValues(Op& op, int64_t trips) {
   return stacks;
 }
 
+/// The value of `v` when a `constant` op defines it as an integer scalar,
+/// else none.
+std::optional<int64_t> constantInteger(const Value* v) {
+  const Op* def = v->definingOp();
+  if (!def || def->kind() != OpKind::Constant || !isInteger(v->type().dtype) ||
+      def->getTensor("value").numElements() != 1)
+    return std::nullopt;
+  return def->getTensor("value").getInt(0);
+}
+
+/// `v`, a value of a loop body, as a_k + k*d at iteration k (k = 0, 1, ...)
+/// with integer a_k and d: the iteration number (0 + k*1), an i64 carried
+/// argument that the body returns plus a constant step (init + k*step),
+/// either of those plus a constant, or none of these.
+std::optional<std::pair<int64_t, int64_t>> affineInIteration(const Op& loop, const Value* v) {
+  const Function& body = *loop.region(0);
+  const size_t K = static_cast<size_t>(loop.getInt("num_carried"));
+  const Op* ret = body.returnOp();
+  if (!isInteger(v->type().dtype) || !v->type().shape.empty()) return std::nullopt;
+  if (v == body.argument(0)) return std::pair<int64_t, int64_t>{0, 1};
+  for (size_t k = 0; k < K; ++k) {
+    if (v != body.argument(2 + k)) continue;
+    const std::optional<int64_t> init = constantInteger(loop.operand(2 + k));
+    const Op* next = ret->operand(1 + k)->definingOp();
+    if (!init || !next || next->kind() != OpKind::Add) return std::nullopt;
+    for (size_t i = 0; i < 2; ++i) {
+      const std::optional<int64_t> step = constantInteger(next->operand(1 - i));
+      if (next->operand(i) == v && step) return std::pair{*init, *step};
+    }
+    return std::nullopt;
+  }
+  const Op* def = v->definingOp();
+  if (!def || def->kind() != OpKind::Add) return std::nullopt;
+  for (size_t i = 0; i < 2; ++i) {
+    const std::optional<int64_t> offset = constantInteger(def->operand(1 - i));
+    int64_t first = 0;
+    if (!offset) continue;
+    if (auto x = affineInIteration(loop, def->operand(i)); x && !__builtin_add_overflow(x->first, *offset, &first))
+      return std::pair{first, x->second};
+  }
+  return std::nullopt;
+}
+
+/// The iterations of `loop` when its body's condition is a counter compared
+/// with a constant, as PyTorch exports `while i < n` (ONNX Loop without a
+/// trip count): the condition returned at iteration k is `lt(v_k, b)` or
+/// `le(v_k, b)` with v_k = a + k*d, d > 0 (affineInIteration). Iteration 0
+/// runs when the initial condition is true, iteration k > 0 when the
+/// condition of k - 1 was, so the count is 1 + #{k >= 0 : v_k < b}, at most
+/// the trip bound. None when the loop does not have this form.
+std::optional<int64_t> counterTripCount(const Op& loop) {
+  const std::optional<int64_t> bound = constantInteger(loop.operand(0));
+  const std::optional<double> go = constantScalar(loop.operand(1));
+  const Op* ret = loop.region(0)->returnOp();
+  if (!bound || !go || *go == 0 || !ret) return std::nullopt;
+  const Op* cmp = ret->operand(0)->definingOp();
+  if (!cmp || (cmp->kind() != OpKind::Lt && cmp->kind() != OpKind::Le)) return std::nullopt;
+  const std::optional<int64_t> limit = constantInteger(cmp->operand(1));
+  const auto v = affineInIteration(loop, cmp->operand(0));
+  if (!limit || !v || v->second <= 0) return std::nullopt;
+  // v_k < b, with b one more for `le`: k < (b - a) / d, rounded up.
+  if (cmp->kind() == OpKind::Le && *limit == std::numeric_limits<int64_t>::max()) return std::nullopt;
+  const int64_t b = *limit + (cmp->kind() == OpKind::Le ? 1 : 0);
+  const int64_t a = v->first, d = v->second;
+  int64_t span = 0;
+  if (a < b && __builtin_sub_overflow(b, a, &span)) return std::nullopt;
+  const int64_t whileTrue = a < b ? (span - 1) / d + 1 : 0;
+  return std::min<int64_t>(*bound, whileTrue + 1);
+}
+
+/// Makes `loop` (of `trips` iterations, counterTripCount) a counted loop in
+/// place: its trip bound the constant `trips` and the condition its body
+/// returns true. Its results do not change: the condition was true in every
+/// iteration but the last, after which the bound stops it too.
+void makeCounted(Op& loop, int64_t trips) {
+  Builder outer(*loop.parent());
+  outer.setInsertionPoint(&loop);
+  loop.setOperand(0, outer.scalar(DType::I64, static_cast<double>(trips)));
+  Function& body = *loop.region(0);
+  Op* ret = body.returnOp();
+  Builder inner(body);
+  inner.setInsertionPoint(ret);
+  ret->setOperand(0, inner.scalar(DType::Bool, 1.0));
+}
+
 /// results = loop(N, true, carried..., captures...) with a static trip
 /// count N and a body that never stops early: true reverse mode. The
 /// forward loop also stacks, as scan results added to it in place
@@ -1187,6 +1278,8 @@ Grads vjpLoop(Grad& g, Op& op, std::span<Value* const> dys, const std::vector<bo
   lg.numCarried = static_cast<size_t>(op.getInt("num_carried"));
   const size_t K = lg.numCarried;
   const size_t S = op.numResults() - K;
+  // A loop that a counter stops (PyTorch's `while i < n`) is counted first.
+  if (auto trips = counterTripCount(op)) makeCounted(op, *trips);
   const Op* tripDef = op.operand(0)->definingOp();
   const bool tripKnown = tripDef && tripDef->kind() == OpKind::Constant && tripDef->getTensor("value").numElements() == 1;
   const std::optional<double> go = constantScalar(op.operand(1));

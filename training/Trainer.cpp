@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "codegen/Stages.h"
 #include "frontend/Model.h"
 #include "runtime/Blake3.h"
 #include "runtime/Collectives.h"
@@ -342,8 +343,9 @@ Expected<std::vector<Tensor>> Trainer::runStep(Batch batch, Clock::duration& com
   if (!bound) return bound.takeError();
   std::vector<Tensor>& in = *bound;
   // In place, except with checkNumerics, which re-runs a failing step from
-  // its old inputs.
-  const bool donate = !o.checkNumerics;
+  // its old inputs, and for a step with control flow or data-dependent ops,
+  // which runs in stages that cannot take donated arguments.
+  const bool donate = !o.checkNumerics && !codegen::hasHostOps(f);
   if (!program.compiledStep) {
     auto compiled = compile(f, in, donate);
     if (!compiled) return compiled.takeError();

@@ -273,6 +273,49 @@ TEST(AutodiffTest, LoopWithScanResultsMatchesFiniteDifferences) {
                         {{"x", {-1.0, 1.0}}, {"z", {-1.0, 1.0}}, {"w", {-1.0, 1.0}}}});
 }
 
+/// x = tanh(x * w) in a loop that a counter stops, as PyTorch exports
+/// `while j < n` (no trip count; the body returns `cmp(counter, limit)`):
+/// `counter` is `%j1` (the carried %j plus `step`) or `%i` (the iteration
+/// number).
+std::string counterLoop(const std::string& bound, const std::string& init, const std::string& step,
+                        const std::string& cmp, const std::string& counter, const std::string& limit) {
+  return "  %n = constant() {value = dense<i64[]>[" + bound + "]} : i64[]\n" +
+         "  %t = constant() {value = dense<bool[]>[true]} : bool[]\n" +
+         "  %j0 = constant() {value = dense<i64[]>[" + init + "]} : i64[]\n" +
+         "  %out, %k = loop(%n, %t, %x, %j0, %w) {num_carried = 2} : f64[3], i64[] {\n"
+         "  ^(%i: i64[], %c: bool[], %v: f64[3], %j: i64[], %ww: f64[3]) -> (bool[], f64[3], i64[]):\n"
+         "    %m = mul(%v, %ww) : f64[3]\n"
+         "    %h = tanh(%m) : f64[3]\n"
+         "    %s = constant() {value = dense<i64[]>[" + step + "]} : i64[]\n" +
+         "    %j1 = add(%j, %s) : i64[]\n"
+         "    %l = constant() {value = dense<i64[]>[" + limit + "]} : i64[]\n" +
+         "    %go = " + cmp + "(" + counter + ", %l) : bool[]\n" +
+         "    return %go, %h, %j1\n"
+         "  }";
+}
+
+/// A loop stopped by a counter compared with a constant has a static trip
+/// count (counterTripCount in passes/Vjp.cpp): it is made a counted loop and
+/// differentiated like one. The finite differences run the original loop,
+/// so a count off by one fails them.
+TEST(AutodiffTest, LoopStoppedByACounterMatchesFiniteDifferences) {
+  const char* noBound = "9223372036854775807";
+  struct Case {
+    const char* what;
+    std::string body;
+  };
+  for (const Case& c : {
+           Case{"while j < 3 (3 iterations)", counterLoop(noBound, "0", "1", "lt", "%j1", "3")},
+           Case{"i <= 2 (4 iterations)", counterLoop(noBound, "0", "1", "le", "%i", "2")},
+           Case{"j from 1 by 2 below 8 (4 iterations)", counterLoop(noBound, "1", "2", "lt", "%j1", "8")},
+           Case{"the same with a trip bound of 2", counterLoop("2", "1", "2", "lt", "%j1", "8")},
+           Case{"a limit already passed (1 iteration)", counterLoop(noBound, "5", "1", "lt", "%j1", "3")},
+       }) {
+    SCOPED_TRACE(c.what);
+    expectGradientsMatch({"%x: f64[3], %w: f64[3]", c.body, "f64[3]", {"x", "w"}});
+  }
+}
+
 /// A loop that runs no iteration (a trip count of 0, or a false initial
 /// condition) passes its carried values through: x's gradient is the
 /// result's, w and b get zeros.
