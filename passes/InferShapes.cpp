@@ -83,6 +83,50 @@ class InferShapesPass : public Pass {
     return changed;
   }
 
+  /// A loop's carried results take their initial values' types when its
+  /// body, given those types, returns them unchanged (the carried values
+  /// keep their shapes on every iteration): then the body's arguments take
+  /// them, its ops are refined, and its scan results' element types with
+  /// them. A body that changes a carried value's type (one that grows, say)
+  /// or does not take the initial types is left as it is.
+  static Expected<bool> refineLoopFromInitialValues(Op& op) {
+    Function& body = *op.region(0);
+    const size_t K = static_cast<size_t>(op.getInt("num_carried"));
+    if (body.numArguments() != op.numOperands() || body.resultTypes().size() != 1 + op.numResults()) return false;
+    bool differs = false;
+    for (size_t i = 2; i < op.numOperands(); ++i) differs |= body.argument(i)->type() != op.operand(i)->type();
+    if (!differs) return false;
+    std::unique_ptr<Function> trial = body.clone();
+    for (size_t i = 2; i < op.numOperands(); ++i) trial->argument(i)->setType(op.operand(i)->type());
+    if (auto refined = runOnFunction(*trial); !refined) return false;
+    const Op* ret = trial->returnOp();
+    if (!ret || ret->numOperands() != body.resultTypes().size()) return false;
+    for (size_t k = 0; k < K; ++k)
+      if (ret->operand(1 + k)->type() != trial->argument(2 + k)->type()) return false;
+
+    for (size_t i = 2; i < op.numOperands(); ++i) body.argument(i)->setType(op.operand(i)->type());
+    auto inner = runOnFunction(body);
+    if (!inner) return inner.takeError();
+    std::vector<TensorType> signature = body.resultTypes();
+    const Op* bodyRet = body.returnOp();
+    for (size_t r = 0; r < op.numResults(); ++r) {
+      // A carried result is the value the body returns; a scan result
+      // stacks it along a new first dim, whose size stays as declared.
+      TensorType type = bodyRet->operand(1 + r)->type();
+      if (r >= K) type.shape.insert(type.shape.begin(), op.result(r)->type().shape.empty()
+                                                            ? Dim::unknown()
+                                                            : op.result(r)->type().shape.front());
+      auto refined = refineType(op.result(r)->type(), type);
+      if (!refined)
+        return op.emitError("result " + std::to_string(r) + " is declared " + op.result(r)->type().str() +
+                            " but its body gives " + type.str());
+      op.result(r)->setType(*refined);
+      signature[1 + r] = r < K ? *refined : bodyRet->operand(1 + r)->type();
+    }
+    body.setResultTypes(std::move(signature));
+    return true;
+  }
+
   /// Refines the ops of a control-flow body, leaving its signature alone.
   static Expected<bool> refineBody(Function& body) {
     const std::vector<TensorType> signature = body.resultTypes();
@@ -116,6 +160,11 @@ class InferShapesPass : public Pass {
         // A body's arguments may take other types on each iteration (a
         // loop's carried values) and its results are tied to the op's by
         // the verifier's looser rule, so only its ops are refined.
+        if (op->kind() == OpKind::Loop) {
+          auto loopChanged = refineLoopFromInitialValues(*op);
+          if (!loopChanged) return loopChanged.takeError();
+          changed |= *loopChanged;
+        }
         for (size_t r = 0; r < op->numRegions(); ++r) {
           auto bodyChanged = refineBody(*op->region(r));
           if (!bodyChanged) return bodyChanged.takeError();
