@@ -1280,24 +1280,22 @@ Grads vjpLoop(Grad& g, Op& op, std::span<Value* const> dys, const std::vector<bo
   const size_t S = op.numResults() - K;
   // A loop that a counter stops (PyTorch's `while i < n`) is counted first.
   if (auto trips = counterTripCount(op)) makeCounted(op, *trips);
-  const Op* tripDef = op.operand(0)->definingOp();
-  const bool tripKnown = tripDef && tripDef->kind() == OpKind::Constant && tripDef->getTensor("value").numElements() == 1;
+  const std::optional<int64_t> bound = constantInteger(op.operand(0));
   const std::optional<double> go = constantScalar(op.operand(1));
-  if (!tripKnown || !go) {
+  if (!bound || !go) {
     g.fail(std::string("the VJP of 'loop' needs a static trip count: its ") +
-           (!tripKnown ? "trip bound (operand 0)" : "initial condition (operand 1)") + " is not a constant");
+           (!bound ? "trip bound (operand 0)" : "initial condition (operand 1)") + " is not a constant");
     return {};
   }
   // The stacks hold one row per iteration; a bound past this is a loop that
   // only its condition ends (ONNX's Loop without M), which must be true here.
   constexpr int64_t kMaxTrips = int64_t{1} << 31;
-  const int64_t bound = tripDef->getTensor("value").getInt(0);
-  if (*go != 0 && bound > kMaxTrips) {
-    g.fail("the VJP of 'loop' needs a static trip count: its trip bound " + std::to_string(bound) + " is more than " +
+  if (*go != 0 && *bound > kMaxTrips) {
+    g.fail("the VJP of 'loop' needs a static trip count: its trip bound " + std::to_string(*bound) + " is more than " +
            std::to_string(kMaxTrips) + " iterations to stack");
     return {};
   }
-  lg.trips = *go != 0 ? std::max<int64_t>(0, bound) : 0;
+  lg.trips = *go != 0 ? std::max<int64_t>(0, *bound) : 0;
   Grads grads(op.numOperands(), nullptr);
   if (lg.trips == 0) {
     for (size_t k = 0; k < K; ++k) grads[2 + k] = dys[k];
