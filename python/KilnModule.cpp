@@ -502,6 +502,12 @@ class PyTrainer {
     options.overlap = false;
     options.classesLast = py::cast<bool>(o["classes_last"]);
     options.zeroInputs = py::cast<std::vector<std::string>>(o["zero_inputs"]);
+    // A model that imports only specialized reads its signature with the
+    // first batch's shape (kiln.Trainer creates its engine at the first step).
+    if (o.contains("first_batch_shape") && !o["first_batch_shape"].is_none())
+      options.firstBatchShape = py::cast<std::vector<int64_t>>(o["first_batch_shape"]);
+    options.checkNumerics = o.contains("check_numerics") && py::cast<bool>(o["check_numerics"]);
+    options.checkNumericsName = "check_numerics=True";
     TrainingStepOptions& step = options.step;
     step.loss.kind = lossKind(py::cast<std::string>(o["loss"]));
     step.loss.reduction = py::cast<std::string>(o["reduction"]);

@@ -12,8 +12,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from kiln import _kiln
-from kiln._model import KilnWarning, _is_torch_tensor, default_cache_dir
+from kiln._model import KilnWarning, _is_torch_tensor, default_cache_dir, python_errors
 from kiln._torch import _torch, export_onnx
+
+# What the engine says of a model file that imports only with its input's
+# shape known (training/TrainableModel.h's kNeedsFirstBatch).
+_NEEDS_FIRST_BATCH = "its signature is read with the first batch's shape"
 
 
 def _array(value: Any, what: str) -> np.ndarray:
@@ -135,6 +139,7 @@ class Trainer:
         device: str = "cpu",
         threads: int = 0,
         cache_dir: Optional[str] = None,
+        check_numerics: bool = False,
     ) -> None:
         loss, loss_options = _loss_name(loss)
         reduction = loss_options.get("reduction", reduction)
@@ -180,6 +185,8 @@ class Trainer:
             "threads": int(threads),
             "cache_dir": default_cache_dir() if cache_dir is None else cache_dir,
             "zero_inputs": [],
+            "check_numerics": bool(check_numerics),
+            "first_batch_shape": None,
         }
         self._module = None
         self._path: Optional[str] = None
@@ -190,7 +197,14 @@ class Trainer:
         self._initial: Dict[str, Any] = {}
         if isinstance(module_or_path, (str, os.PathLike)):
             self._path = os.fspath(module_or_path)
-            self._engine = _kiln.Trainer(self._path, self._options)
+            try:
+                with python_errors():
+                    self._engine = _kiln.Trainer(self._path, self._options)
+            except _kiln.Error as e:
+                # A model that computes shapes from its input's imports only
+                # with a batch's shape: its engine is made at the first step.
+                if _NEEDS_FIRST_BATCH not in str(e):
+                    raise
         else:
             torch = _torch()
             if not isinstance(module_or_path, torch.nn.Module):
@@ -202,8 +216,18 @@ class Trainer:
 
     # -- the engine ---------------------------------------------------------
 
+    def _engine_for(self, path: str, x: np.ndarray) -> "_kiln.Trainer":
+        options = dict(self._options)
+        options["first_batch_shape"] = [int(d) for d in x.shape]
+        with python_errors():
+            return _kiln.Trainer(path, options)
+
     def _ensure(self, x: np.ndarray) -> "_kiln.Trainer":
         if self._engine is not None:
+            return self._engine
+        if self._module is None:
+            assert self._path is not None
+            self._engine = self._engine_for(self._path, x)
             return self._engine
         torch = _torch()
         module = self._module
@@ -211,7 +235,8 @@ class Trainer:
             warnings.warn(
                 "kiln.Trainer trains without dropout: the module is exported as in eval mode", KilnWarning, stacklevel=3
             )
-        self._workdir = tempfile.mkdtemp(prefix="kiln-trainer-")
+        if self._workdir is None:
+            self._workdir = tempfile.mkdtemp(prefix="kiln-trainer-")
         path = os.path.join(self._workdir, "model.onnx")
         example = torch.from_numpy(np.ascontiguousarray(x[:1]))
         was_training = module.training
@@ -224,9 +249,9 @@ class Trainer:
         finally:
             module.train(was_training)
         _undo_shared_weights(path)
-        self._names = self._map_names(path)
-        engine = _kiln.Trainer(path, self._options)
-        unmapped = [p for p in engine.parameters if p not in self._names.values()]
+        names = self._map_names(path)
+        engine = self._engine_for(path, x)
+        unmapped = [p for p in engine.parameters if p not in names.values()]
         if unmapped:
             raise _kiln.UnsupportedError(
                 "kiln.Trainer cannot map the exported weights "
@@ -235,6 +260,7 @@ class Trainer:
                 "GRU weights), so state_dict() could not return them; export the module to ONNX yourself and "
                 "train the file with kiln.Trainer(path)"
             )
+        self._names = names
         self._path = path
         self._engine = engine
         return engine
@@ -292,7 +318,8 @@ class Trainer:
         if xs.ndim == 0:
             raise _kiln.InputError("kiln.Trainer.step(): 'x' is a scalar; expected one sample per row")
         engine = self._ensure(xs)
-        loss, notices = engine.step(xs, ys, "kiln.Trainer.step()")
+        with python_errors():
+            loss, notices = engine.step(xs, ys, "kiln.Trainer.step()")
         for notice in notices:
             warnings.warn(notice, KilnWarning, stacklevel=2)
         return loss
@@ -347,13 +374,15 @@ class Trainer:
         """
         xs, ys = _array(x, "x"), _array(y, "y")
         engine = self._ensure(xs)
-        return engine.evaluate(xs, ys, "kiln.Trainer.evaluate()")
+        with python_errors():
+            return engine.evaluate(xs, ys, "kiln.Trainer.evaluate()")
 
     # -- results ------------------------------------------------------------
 
     def _state(self) -> Dict[str, np.ndarray]:
         assert self._engine is not None
-        return self._engine.state(self._options["batch_size"])
+        with python_errors():
+            return self._engine.state(self._options["batch_size"])
 
     def state_dict(self) -> "collections.OrderedDict[str, Any]":
         """The trained weights.
