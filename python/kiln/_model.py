@@ -52,8 +52,10 @@ _FLAG_SPELLINGS = [
     (re.compile(r"--ignore-index"), "ignore_index"),
     (re.compile(r"--batch-size (\d+)"), r"batch_size=\1"),
     (re.compile(r"--drop-last"), "drop_last=True"),
-    (re.compile(r"--device ([\w:]+)"), r"device='\1'"),
+    (re.compile(r"--device (\w+(?::\w+)?)"), r"device='\1'"),
     (re.compile(r"--zero-inputs( NAME,\.\.\.)?"), "zero inputs (`kiln train --zero-inputs`; kiln.Trainer feeds one input)"),
+    (re.compile(r"--cache-dir DIR"), "cache_dir=DIR"),
+    (re.compile(r"--no-cache"), 'cache_dir=""'),
 ]
 
 
@@ -65,19 +67,26 @@ def python_message(text: str) -> str:
 
 
 class python_errors:
-    """Re-raises a kiln.Error whose message names command-line flags with the Python parameters' names."""
+    """Re-raises a kiln.Error (or ValueError) whose message names command-line flags with the Python parameters'
+    names: the same class, the message respelled."""
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, kind: Any, error: Any, trace: Any) -> bool:
-        if error is None or not isinstance(error, _kiln.Error) or not error.args:
+        if error is None or not isinstance(error, (_kiln.Error, ValueError)) or not error.args:
             return False
         text = str(error.args[0])
         spelled = python_message(text)
         if spelled == text:
             return False
         raise type(error)(spelled) from None
+
+
+def check_device(device: str) -> str:
+    """Raises kiln.DeviceError (ValueError for a malformed name) unless ``device`` is usable; returns the choice."""
+    with python_errors():
+        return _kiln.check_device(device)
 
 
 def _is_torch_tensor(value: Any) -> bool:

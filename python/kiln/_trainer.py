@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from kiln import _kiln
-from kiln._model import KilnWarning, _is_torch_tensor, default_cache_dir, python_errors
+from kiln._model import KilnWarning, _is_torch_tensor, check_device, default_cache_dir, python_errors
 from kiln._torch import _torch, export_onnx
 
 # What the engine says of a model file that imports only with its input's
@@ -162,7 +162,7 @@ class Trainer:
             raise ValueError("nesterov=True needs momentum > 0 and dampening 0, as in torch.optim.SGD")
         if weight_decay is None:
             weight_decay = 0.01 if optimizer == "adamw" else 0.0
-        _kiln.check_device(device)
+        check_device(device)
         self._options: Dict[str, Any] = {
             "loss": loss,
             "reduction": reduction,
