@@ -539,6 +539,29 @@ Expected<double> Trainer::trainBatch(const Tensor& x, const Tensor& y, const std
   return loss;
 }
 
+Status Trainer::setState(const std::map<std::string, Tensor>& values, int64_t batch) {
+  KILN_TRY(initializeState(batch));
+  for (const auto& [name, value] : values) {
+    auto it = stateIndex_.find(name);
+    if (it == stateIndex_.end()) {
+      std::string names;
+      for (const std::string& n : state_.names) names += (names.empty() ? "" : ", ") + n;
+      return Error("no state value named '" + name + "' (the training step's state: " + names + ")");
+    }
+    const Tensor& current = state_.values[it->second];
+    if (value.type() != current.type())
+      return Error("'" + name + "' is " + value.type().str() + ", the training step's is " + current.type().str());
+  }
+  // The device's copies (CUDA, updated in place) come back first; the next
+  // step uploads what is written here.
+  KILN_TRY(syncState());
+  for (const auto& [name, value] : values) {
+    Tensor& current = state_.values[stateIndex_.at(name)];
+    std::memcpy(current.raw(), value.raw(), current.numBytes());
+  }
+  return Status();
+}
+
 Expected<const TrainState*> Trainer::currentState(int64_t batch) {
   KILN_TRY(initializeState(batch));
   KILN_TRY(syncState());

@@ -207,6 +207,12 @@ class Trainer {
   /// parameters, batch norm running statistics, optimizer state. Before
   /// the first step, the initial state of a step for `batch` samples.
   Expected<const TrainState*> currentState(int64_t batch);
+  /// Replaces the named values of the state (currentState(batch)'s names:
+  /// parameters, running statistics, optimizer state) with `values`, each
+  /// of its value's type; names not given keep theirs. Every name and type
+  /// is checked first, so an error changes nothing. The next step, on any
+  /// device, starts from them.
+  Status setState(const std::map<std::string, Tensor>& values, int64_t batch);
   /// The base learning rate of the steps from now on.
   void setLearningRate(double lr);
   /// Steps run by trainBatch so far.

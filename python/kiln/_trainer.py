@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import copy
 import os
 import shutil
 import tempfile
@@ -195,6 +196,7 @@ class Trainer:
         # module state_dict key -> the exported model's weight name
         self._names: Dict[str, str] = {}
         self._initial: Dict[str, Any] = {}
+        self._pending_load = False
         if isinstance(module_or_path, (str, os.PathLike)):
             self._path = os.fspath(module_or_path)
             try:
@@ -238,6 +240,12 @@ class Trainer:
         if self._workdir is None:
             self._workdir = tempfile.mkdtemp(prefix="kiln-trainer-")
         path = os.path.join(self._workdir, "model.onnx")
+        if self._pending_load:
+            # load_state_dict() before the first step: the weights given,
+            # without touching the caller's module.
+            module = copy.deepcopy(module)
+            with torch.no_grad():
+                module.load_state_dict(self._initial, strict=True)
         example = torch.from_numpy(np.ascontiguousarray(x[:1]))
         was_training = module.training
         module.eval()
@@ -412,6 +420,69 @@ class Trainer:
                 value = initial.clone()
             out[key] = value
         return out
+
+    def load_state_dict(self, state_dict: Any) -> None:
+        """Sets the weights from ``state_dict``, as ``module.load_state_dict(state_dict, strict=True)`` does.
+
+        For a module: its own keys, every one of them, with their shapes. The
+        parameters and batch norm running statistics take the values (and
+        ``num_batches_tracked`` counts on from the one given); the optimizer
+        state (momentum, Adam's moments, the step count) is kept, as loading
+        a module's weights leaves a torch optimizer's. For a model file:
+        NumPy arrays by weight name, after the first step. Everything is
+        checked before anything changes: an error leaves the trainer as it was.
+        """
+        torch = _torch() if self._module is not None else None
+        given = dict(state_dict)
+        if self._module is None:
+            if self._engine is None or self._engine.steps == 0:
+                raise _kiln.Error("no step has run yet: the state of a model file is built with its first step")
+            current = self._state()
+            unknown = [k for k in given if k not in current]
+            if unknown:
+                raise _kiln.InputError(f"load_state_dict(): unknown weights {unknown}; the model's are {list(current)}")
+            values = {k: self._converted(k, given[k], current[k]) for k in given}
+            with python_errors():
+                self._engine.set_state(values, self._options["batch_size"])
+            return
+        missing = [k for k in self._initial if k not in given]
+        unexpected = [k for k in given if k not in self._initial]
+        if missing or unexpected:
+            raise _kiln.InputError(
+                f"load_state_dict(): missing keys {missing}, unexpected keys {unexpected}; expected the module's "
+                "own state_dict() keys"
+            )
+        for key, initial in self._initial.items():
+            value = given[key]
+            if not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(initial.shape):
+                shape = tuple(value.shape) if hasattr(value, "shape") else type(value).__name__
+                raise _kiln.InputError(
+                    f"load_state_dict(): '{key}' is {shape}, the module's is a tensor of shape {tuple(initial.shape)}"
+                )
+        steps = self.steps
+        if self._engine is not None:
+            current = self._state()
+            values = {}
+            for key, name in self._names.items():
+                if name in current:
+                    values[name] = self._converted(key, given[key], current[name])
+            with python_errors():
+                self._engine.set_state(values, self._options["batch_size"])
+        else:
+            # Exported at the first step from a copy of the module holding these.
+            self._pending_load = True
+        trains_bn = self._options["batch_norm"] == "train"
+        for key, value in given.items():
+            value = value.detach().clone()
+            self._initial[key] = value - steps if key.endswith("num_batches_tracked") and trains_bn else value
+
+    @staticmethod
+    def _converted(key: str, value: Any, current: np.ndarray) -> np.ndarray:
+        array = np.asarray(value.detach().cpu().numpy() if _is_torch_tensor(value) else value)
+        if array.size != current.size:
+            raise _kiln.InputError(f"load_state_dict(): '{key}' holds {array.size} values of shape {array.shape}; "
+                                   f"the trained weight has shape {current.shape}")
+        return np.ascontiguousarray(array.astype(current.dtype, copy=False).reshape(current.shape))
 
     def __del__(self) -> None:
         if getattr(self, "_workdir", None):

@@ -111,7 +111,7 @@ def test_check_numerics_names_the_op_and_keeps_the_weights():
 
 
 def test_random_call_sequences_with_failures_injected():
-    """Random sequences of calls, good and bad, against a PyTorch twin stepped only when Kiln's step succeeds.
+    """150 random calls, good and bad (steps, refused batches, NaN losses, loads, evaluations), against a PyTorch twin stepped only when Kiln's step succeeds.
 
     No call may crash the interpreter; after every call the trainer's state
     equals the twin's, and a failed call changes nothing.
@@ -125,6 +125,7 @@ def test_random_call_sequences_with_failures_injected():
     lr = 0.05
     stepped = 0
     failures = 0
+    loads = 0
 
     def twin_step(x, y):
         opt.zero_grad()
@@ -139,15 +140,19 @@ def test_random_call_sequences_with_failures_injected():
         lambda: trainer.step(torch.randn(0, 6), torch.zeros(0, dtype=torch.int64)),  # no samples
         lambda: trainer.step(np.array(3.0), np.array(1)),  # scalars
         lambda: trainer.step("x", "y"),  # not arrays
+        lambda: trainer.step(torch.randn(4, 6), torch.randn(4)),  # float labels (again, before any step)
         lambda: trainer.step(torch.full((4, 6), float("nan")), torch.zeros(4, dtype=torch.int64)),  # NaN data
         lambda: trainer.step(*all_ignored(4)),  # a NaN loss
         lambda: trainer.step(*all_ignored(3)),  # ... at a batch size never seen
         lambda: trainer.evaluate(torch.randn(4, 5), torch.zeros(4, dtype=torch.int64)),
         lambda: trainer.evaluate(torch.randn(4, 6), torch.zeros(3, dtype=torch.int64)),
+        lambda: trainer.load_state_dict({**Mlp().state_dict(), "fc3.weight": torch.zeros(2)}),  # an unknown key
+        lambda: trainer.load_state_dict({k: v for k, v in Mlp().state_dict().items() if k != "fc2.bias"}),
+        lambda: trainer.load_state_dict({**Mlp().state_dict(), "fc1.bias": torch.zeros(9)}),  # a wrong shape
     ]
-    for i in range(80):
-        action = rng.choice(["step", "step", "step", "bad", "bad", "evaluate", "state", "lr"])
-        if action == "step" or (action == "bad" and stepped == 0):
+    for i in range(150):
+        action = rng.choice(["step", "step", "step", "bad", "bad", "evaluate", "state", "lr", "load"])
+        if action == "step":
             n = rng.choice([2, 4, 5])
             x, y = batch(n, 1000 + i)
             trainer.step(x, y)
@@ -165,17 +170,21 @@ def test_random_call_sequences_with_failures_injected():
             x, y = batch(rng.choice([1, 4, 9]), 2000 + i)
             with torch.no_grad():
                 expected = F.cross_entropy(twin(x), y).item()
-            if stepped:
-                assert trainer.evaluate(x, y)["loss"] == pytest.approx(expected, rel=1e-3, abs=1e-5), i
+            assert trainer.evaluate(x, y)["loss"] == pytest.approx(expected, rel=1e-3, abs=1e-5), i
+        elif action == "load":
+            # New weights; both optimizers keep their momentum buffers.
+            weights = {k: v + 0.01 * rng.random() for k, v in Mlp().state_dict().items()}
+            trainer.load_state_dict(weights)
+            twin.load_state_dict(weights)
+            loads += 1
         elif action == "lr":
             lr = rng.choice([0.01, 0.05])
             trainer.lr = lr
             for group in opt.param_groups:
                 group["lr"] = lr
-        if stepped:
-            assert_state(trainer.state_dict(), twin.state_dict())
+        assert_state(trainer.state_dict(), twin.state_dict())
         assert trainer.steps == stepped
-    assert failures > 5 and stepped > 10
+    assert failures > 10 and stepped > 20 and loads > 5
 
 
 def test_messages_name_the_python_parameters_not_command_line_flags():
@@ -190,3 +199,26 @@ def test_messages_name_the_python_parameters_not_command_line_flags():
     with pytest.raises(kiln.Error, match=r"check_numerics=True names the op") as info:
         trainer.step(*all_ignored(4))
     assert "--" not in str(info.value)
+
+
+def test_load_state_dict_before_and_after_steps():
+    torch.manual_seed(3)
+    module = Mlp()
+    untouched = copy.deepcopy(module.state_dict())
+    twin = Mlp()
+    trainer = kiln.Trainer(module, lr=0.1, momentum=0.9)
+    opt = torch.optim.SGD(twin.parameters(), lr=0.1, momentum=0.9)
+    trainer.load_state_dict(twin.state_dict())  # before the first step: the module is not touched
+    for seed in range(4):
+        x, y = batch(4, seed)
+        trainer.step(x, y)
+        opt.zero_grad()
+        F.cross_entropy(twin(x), y).backward()
+        opt.step()
+        if seed == 1:
+            weights = Mlp().state_dict()
+            trainer.load_state_dict(weights)
+            twin.load_state_dict(weights)
+    assert_state(trainer.state_dict(), twin.state_dict())
+    for key, value in untouched.items():
+        assert torch.equal(module.state_dict()[key], value), key

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -480,6 +481,32 @@ TEST_F(TrainerTest, BatchesSurviveANonFiniteLossAndRefusedBatches) {
   ASSERT_TRUE(next.ok()) << next.error().message();
   EXPECT_TRUE(std::isfinite(*next));
   EXPECT_EQ(trainer->batchesTrained(), 2);
+
+  // setState: a wrong name or type changes nothing; a right one is what the
+  // next step starts from.
+  auto now = trainer->currentState(4);
+  ASSERT_TRUE(now.ok());
+  const TrainState trained = **now;
+  const Tensor w = test::tensorOf(DType::F32, {2, 2}, {2, 0, 0, 2});
+  Status unknown = trainer->setState({{"w", w}, {"v", w}}, 4);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().message().find("no state value named 'v'"), std::string::npos) << unknown.error().message();
+  Status wrongType = trainer->setState({{"w", test::tensorOf(DType::F32, {2}, {1, 1})}}, 4);
+  ASSERT_FALSE(wrongType.ok());
+  EXPECT_EQ(wrongType.error().message(), "'w' is f32[2], the training step's is f32[2,2]");
+  auto unchanged = trainer->currentState(4);
+  ASSERT_TRUE(unchanged.ok());
+  for (size_t i = 0; i < trained.values.size(); ++i)
+    for (int64_t k = 0; k < trained.values[i].numElements(); ++k)
+      EXPECT_EQ((*unchanged)->values[i].getDouble(k), trained.values[i].getDouble(k)) << trained.names[i];
+  ASSERT_TRUE(trainer->setState({{"w", w}}, 4).ok());
+  auto loaded = trainer->currentState(4);
+  ASSERT_TRUE(loaded.ok());
+  const size_t wIndex = std::find(trained.names.begin(), trained.names.end(), "w") - trained.names.begin();
+  ASSERT_LT(wIndex, trained.names.size());
+  EXPECT_EQ((*loaded)->values[wIndex].getDouble(0), 2.0);
+  EXPECT_EQ((*loaded)->values[wIndex].getDouble(1), 0.0);
+  ASSERT_TRUE(trainer->trainBatch(good, labels, "batch").ok());
 }
 
 }  // namespace
