@@ -154,20 +154,7 @@ def _exported_module(torch: Any, module: Any, sig: Optional[inspect.Signature], 
             self.inner = module
 
         def forward(self, *tensors: Any) -> Any:
-            values = iter(tensors)
-            positional: List[Any] = []
-            keywords: Dict[str, Any] = {}
-            for slot in slots:
-                value = next(values) if slot.tensor else slot.value
-                if slot.tensor and slot.bfloat16:
-                    value = value.to(torch.bfloat16)
-                param = sig.parameters.get(slot.name) if sig is not None else None
-                if param is not None and param.kind == inspect.Parameter.KEYWORD_ONLY:
-                    keywords[slot.name] = value
-                elif param is None and sig is not None and not _is_var_positional(sig, slot.name):
-                    keywords[slot.name] = value  # a **kwargs entry
-                else:
-                    positional.append(value)
+            positional, keywords = _call_arguments(torch, sig, slots, list(tensors))
             leaves, _ = _flatten(torch, self.inner(*positional, **keywords))
             return tuple(leaf.float() if bf16 else leaf for leaf, bf16 in zip(leaves, bf16_outputs))
 
@@ -481,7 +468,7 @@ def _call_arguments(torch: Any, sig: Optional[inspect.Signature], slots: List[_S
         if param is not None and param.kind == inspect.Parameter.KEYWORD_ONLY:
             keywords[slot.name] = value
         elif param is None and sig is not None and not _is_var_positional(sig, slot.name):
-            keywords[slot.name] = value
+            keywords[slot.name] = value  # a **kwargs entry
         else:
             positional.append(value)
     return positional, keywords
