@@ -502,6 +502,12 @@ class PyTrainer {
     options.overlap = false;
     options.classesLast = py::cast<bool>(o["classes_last"]);
     options.zeroInputs = py::cast<std::vector<std::string>>(o["zero_inputs"]);
+    // A model that imports only specialized reads its signature with the
+    // first batch's shape (kiln.Trainer creates its engine at the first step).
+    if (o.contains("first_batch_shape") && !o["first_batch_shape"].is_none())
+      options.firstBatchShape = py::cast<std::vector<int64_t>>(o["first_batch_shape"]);
+    options.checkNumerics = o.contains("check_numerics") && py::cast<bool>(o["check_numerics"]);
+    options.checkNumericsName = "check_numerics=True";
     TrainingStepOptions& step = options.step;
     step.loss.kind = lossKind(py::cast<std::string>(o["loss"]));
     step.loss.reduction = py::cast<std::string>(o["reduction"]);
@@ -590,6 +596,23 @@ class PyTrainer {
     return out;
   }
 
+  /// Replaces state values by name (kiln.Trainer.load_state_dict); an
+  /// error changes nothing.
+  void setState(const py::dict& values, int64_t batch) {
+    std::map<std::string, Tensor> tensors;
+    for (const auto& [name, value] : values) {
+      const std::string key = py::cast<std::string>(name);
+      tensors[key] = tensorOf(py::cast<py::array>(value), "state '" + key + "'");
+    }
+    Status set;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mutex_);
+      set = trainer_->setState(tensors, batch);
+    }
+    if (!set) raiseError(set.error(), gInputError);
+  }
+
   std::vector<std::string> parameters() const { return trainer_->signature().params; }
   py::tuple input() const {
     const auto& sig = trainer_->signature();
@@ -675,6 +698,7 @@ PYBIND11_MODULE(_kiln, m) {
       .def("step", &PyTrainer::step)
       .def("evaluate", &PyTrainer::evaluate)
       .def("state", &PyTrainer::state)
+      .def("set_state", &PyTrainer::setState)
       .def_property_readonly("parameters", &PyTrainer::parameters)
       .def_property_readonly("input", &PyTrainer::input)
       .def_property_readonly("steps", &PyTrainer::steps)

@@ -272,12 +272,27 @@ with torch.no_grad():
     torch.testing.assert_close(compiled(features), module(features), rtol=1e-4, atol=1e-5)
 
 labels = torch.tensor([0, 1, 2, 1])
-losses = {}
+losses, states = {}, {}
 for device in ("cpu", "cuda"):
     torch.manual_seed(1)
     trainer = kiln.Trainer(torch.nn.Linear(6, 3), lr=0.1, momentum=0.9, device=device)
     losses[device] = [trainer.step(features, labels) for _ in range(3)]
+    # A NaN loss (every label ignored) skips the update on the device too,
+    # and the weights loaded after it are uploaded for the next step.
+    before = trainer.state_dict()
+    try:
+        trainer.step(features, torch.full((4,), -100))
+        raise AssertionError(device + ": a NaN loss did not raise")
+    except kiln.Error as e:
+        assert "the loss is nan" in str(e), str(e)
+    for key, value in before.items():
+        assert torch.equal(trainer.state_dict()[key], value), device + " " + key
+    trainer.load_state_dict({key: value * 0.5 for key, value in before.items()})
+    losses[device].append(trainer.step(features, labels))
+    states[device] = trainer.state_dict()
 np.testing.assert_allclose(losses["cuda"], losses["cpu"], rtol=1e-4)
+for key, value in states["cpu"].items():
+    torch.testing.assert_close(states["cuda"][key], value, rtol=1e-4, atol=1e-6)
 print("ok")
 """
 
