@@ -101,15 +101,27 @@ Expected<std::unique_ptr<Module>> loadShaped(const std::string& path, const Inpu
 }  // namespace
 
 Expected<ShapedModel> loadOnnxWithShapes(const std::string& path, const InputShapes& shapes, bool allowAssumed) {
-  auto inputs = readOnnxDataInputs(path);
-  if (!inputs) return inputs.takeError();
-  if (auto problems = shapeProblems(*inputs, shapes); !problems.empty()) {
+  auto joined = [](const std::vector<std::string>& problems) {
     std::string message = problems.front();
     for (size_t i = 1; i < problems.size(); ++i) message += "; " + problems[i];
     return Error(message);
-  }
+  };
+  // The declared data inputs, read without importing; a model this reader
+  // refuses (a sequence input, an output without a shape) may still import.
+  auto inputs = readOnnxDataInputs(path);
+  if (inputs && !shapes.empty())
+    if (auto problems = shapeProblems(*inputs, shapes); !problems.empty()) return joined(problems);
   auto module = loadShaped(path, shapes);
-  if (module) return ShapedModel{std::move(*module), {}};
+  if (module) {
+    // The shapes against the arguments as imported: one the input's type
+    // cannot take left it as declared.
+    std::vector<std::pair<std::string, TensorType>> arguments;
+    const Function& f = *(*module)->functions().front();
+    for (size_t i = 0; i < f.numArguments(); ++i) arguments.emplace_back(f.argument(i)->name(), f.argument(i)->type());
+    if (auto problems = shapeProblems(arguments, shapes); !problems.empty()) return joined(problems);
+    return ShapedModel{std::move(*module), {}};
+  }
+  if (!inputs) return module.takeError();
   // The inputs left dynamic, each dynamic dim 1: does the model import so?
   InputShapes assumed;
   for (const auto& [name, type] : *inputs) {
