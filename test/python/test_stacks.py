@@ -143,3 +143,32 @@ def test_torch_compile_of_a_cnn_and_transformers_matches_eager():
         assert len(got) == len(expected), name
         for g, e in zip(got, expected):
             torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason="PyTorch " + torch.__version__ + " has no torch.compile")
+def test_torch_compile_called_with_other_batch_sizes_matches_eager():
+    # A second batch size makes Dynamo recompile with the batch dynamic: the
+    # graph then takes it as a SymInt argument, and Kiln compiles each size.
+    from kiln import _torch as kiln_torch
+
+    torch.manual_seed(6)
+    module = Cnn().eval()
+    compiled_graphs = []
+    original = kiln_torch.compile
+
+    def counting(gm, *rest, **options):
+        compiled_graphs.append(type(gm).__name__)
+        return original(gm, *rest, **options)
+
+    kiln_torch.compile = counting
+    try:
+        torch._dynamo.reset()
+        function = torch.compile(module, backend="kiln")
+        with torch.no_grad():
+            for batch in (2, 3, 5, 3):
+                x = torch.randn(batch, 3, 16, 16)
+                torch.testing.assert_close(function(x), module(x), rtol=1e-4, atol=1e-5, msg=f"batch {batch}")
+    finally:
+        kiln_torch.compile = original
+    # The first graph static, then one program per new size with it fixed.
+    assert compiled_graphs == ["GraphModule", "WithSizes", "WithSizes"], compiled_graphs
