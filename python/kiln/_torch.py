@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from kiln import _kiln
+from kiln._fastpath import replace_fast_path_ops
 from kiln._kiln import InputError
 from kiln._model import CompiledModel, check_device, load
 
@@ -166,6 +167,22 @@ def _is_var_positional(sig: inspect.Signature, name: str) -> bool:
                for p in sig.parameters.values())
 
 
+def _torchscript_exporter(torch: Any) -> Dict[str, Any]:
+    """The argument that chooses the TorchScript-based exporter where ``torch.onnx.export`` has a choice.
+
+    From PyTorch 2.9 the default is the ``torch.export``-based exporter,
+    which needs ``onnxscript`` and gives other graphs (other names, ops and
+    dynamic-shape handling) than the TorchScript exporter that Kiln's
+    importer and this module are written and tested for (PyTorch 1.13 has
+    only that one, without the argument).
+    """
+    try:
+        parameters = inspect.signature(torch.onnx.export).parameters
+    except (TypeError, ValueError):  # pragma: no cover - a builtin without a signature
+        return {}
+    return {"dynamo": False} if "dynamo" in parameters else {}
+
+
 def export_onnx(
     module: Any,
     example: Tuple[Any, ...],
@@ -201,6 +218,7 @@ def export_onnx(
                 opset_version=OPSET,
                 do_constant_folding=constant_folding,
                 training=training,
+                **_torchscript_exporter(torch),
             )
     except Exception as e:  # noqa: BLE001 - any failure of the exporter
         raise _kiln.UnsupportedError(
@@ -520,15 +538,54 @@ def register_backend() -> bool:
     except Exception:  # noqa: BLE001 - PyTorch 1.x, or no PyTorch at all
         return False
 
-    def kiln_backend(gm: Any, example_inputs: List[Any]) -> Callable[..., Any]:
-        on_cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
-        compiled = compile(gm, tuple(example_inputs), device="cuda" if on_cuda else "cpu", dynamic_batch=False)
+    class WithSizes(torch.nn.Module):
+        """A captured graph with its size arguments fixed: the tensors alone are its inputs."""
 
-        def run(*args: Any) -> Any:
-            out = compiled(*args)
+        def __init__(self, gm: Any, sizes: Dict[int, Any], count: int) -> None:
+            super().__init__()
+            self.gm = gm
+            self.sizes = sizes
+            self.count = count
+            self.train(gm.training)
+
+        def forward(self, *tensors: Any) -> Any:
+            rest = iter(tensors)
+            return self.gm(*[self.sizes[i] if i in self.sizes else next(rest) for i in range(self.count)])
+
+    def kiln_backend(gm: Any, example_inputs: List[Any]) -> Callable[..., Any]:
+        # Eval-mode attention without gradients is one fused op the ONNX
+        # exporter cannot translate (kiln/_fastpath.py).
+        gm = replace_fast_path_ops(gm)
+        on_cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
+        device = "cuda" if on_cuda else "cpu"
+        if all(isinstance(x, torch.Tensor) for x in example_inputs):
+            compiled = compile(gm, tuple(example_inputs), device=device, dynamic_batch=False)
+
+            def run(*args: Any) -> Any:
+                out = compiled(*args)
+                return out if isinstance(out, (tuple, list)) else (out,)
+
+            return run
+
+        # Dynamo made some dims dynamic (its automatic dynamic shapes: the
+        # code it compiles, such as nn.Module's call, saw other sizes before,
+        # from this module or another one) and passes them as SymInt
+        # arguments. Kiln compiles static shapes: each set of sizes the graph
+        # is called with compiles once, with the sizes fixed in the graph.
+        programs: Dict[Any, Any] = {}
+
+        def run_per_sizes(*args: Any) -> Any:
+            tensors = tuple(a for a in args if isinstance(a, torch.Tensor))
+            key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+            program = programs.get(key)
+            if program is None:
+                sizes = {i: a for i, a in enumerate(args) if not isinstance(a, torch.Tensor)}
+                program = compile(WithSizes(gm, sizes, len(args)), tensors, device=device, dynamic_batch=False)
+                programs[key] = program
+            out = program(*tensors)
             return out if isinstance(out, (tuple, list)) else (out,)
 
-        return run
+        return run_per_sizes
 
     try:
         register(name="kiln")(kiln_backend)
