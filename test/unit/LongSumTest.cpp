@@ -38,13 +38,13 @@ Uniform uniform(std::vector<int64_t> shape, unsigned seed) {
   Uniform u{Tensor(DType::F32, std::move(shape)), 0};
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> dist(0.0f, 1.0f);
-  auto* data = static_cast<float*>(u.tensor.raw());
+  auto* data = u.tensor.data<float>();
   double lost = 0;
   for (int64_t i = 0; i < u.tensor.numElements(); ++i) {
     data[i] = dist(rng);
-    const double v = data[i], s = u.sum + v;
-    lost += std::fabs(u.sum) >= std::fabs(v) ? (u.sum - s) + v : (v - s) + u.sum;
-    u.sum = s;
+    const double v = data[i], next = u.sum + v;
+    lost += std::fabs(u.sum) >= std::fabs(v) ? (u.sum - next) + v : (v - next) + u.sum;
+    u.sum = next;
   }
   u.sum += lost;
   return u;
@@ -107,7 +107,7 @@ TEST(LongSumTest, LongRowsAndColumnsAreWithin2e7OfTheFloat64Sums) {
     const Uniform u = uniform({3, int64_t{1} << 22}, 4);
     auto out = executor->run({u.tensor});
     ASSERT_TRUE(out.ok()) << out.error().str();
-    const auto* x = static_cast<const float*>(u.tensor.raw());
+    const auto* x = u.tensor.data<float>();
     for (int64_t r = 0; r < 3; ++r) {
       double want = 0;
       for (int64_t k = 0; k < (int64_t{1} << 22); ++k) want += x[r * (int64_t{1} << 22) + k];
@@ -124,7 +124,7 @@ TEST(LongSumTest, LongRowsAndColumnsAreWithin2e7OfTheFloat64Sums) {
     const Uniform u = uniform({int64_t{1} << 20, 16}, 5);
     auto out = executor->run({u.tensor});
     ASSERT_TRUE(out.ok()) << out.error().str();
-    const auto* x = static_cast<const float*>(u.tensor.raw());
+    const auto* x = u.tensor.data<float>();
     for (int64_t c = 0; c < 16; ++c) {
       double want = 0;
       for (int64_t k = 0; k < (int64_t{1} << 20); ++k) want += x[k * 16 + c];
