@@ -12,7 +12,8 @@
 // index their buffers at the flat element index, takes 4 consecutive
 // elements per thread step instead, with float4/int4 loads and stores
 // (aligned: every buffer the runner hands a kernel starts at a multiple of
-// 16 bytes) and a scalar tail.
+// 16 bytes) and a scalar tail. Long float sums are cut into blocks that
+// both emitters sum from zero and combine pairwise (sumBlocking).
 #pragma once
 
 #include <optional>

@@ -1,7 +1,8 @@
 // Emits kernel IR as CUDA C++ (see CudaEmitter.h for the grid mapping and
 // the semantics). Expressions become C++ expressions; a reduction inside
 // one becomes statements (an accumulator and its loops) emitted before the
-// statement that uses it, which then reads the accumulator. The scalar
+// statement that uses it, which then reads the accumulator (a long float
+// sum: blocks combined pairwise, codegen/Schedule.h's sumBlocking). The scalar
 // rules the C++ operators do not give (NaN-propagating max/min, Python mod,
 // integer division that never traps, wrapping integer arithmetic, ...) are
 // ir/ScalarSemantics.h's device functions: the translation unit starts with

@@ -8,7 +8,9 @@
 // (ScalarLibrary.h), so the interpreter, this emitter and the CUDA emitter
 // share one definition. Integer + - * that provably stay in range (index
 // arithmetic, codegen/ValueRanges.h) and division by a positive divisor
-// are plain instructions. Reductions keep their own NaN-sticky combiners.
+// are plain instructions. Reductions keep their own NaN-sticky combiners;
+// float sums longer than a block are summed in blocks combined pairwise
+// (sumBlocking, codegen/Schedule.h).
 // On f32, exp, log, tanh, erf and sigmoid are inline IR (VectorMath.h), so
 // loops calling them vectorize; f64 and the other functions call libm.
 // f16 and bf16 compute in f32 (as the interpreter rounds each op's result

@@ -134,6 +134,29 @@ TEST(LongSumTest, LongRowsAndColumnsAreWithin2e7OfTheFloat64Sums) {
   }
 }
 
+/// A sum of squares and the norm over it (ONNX ReduceSumSquare and
+/// ReduceL2 become these), the square fused into the sum's kernel.
+TEST(LongSumTest, FusedSumOfSquaresAndL2NormAreWithin2e7) {
+  std::unique_ptr<Module> m;
+  auto executor = executorFor("func @f(%x: f32[4194304]) -> (f32[], f32[]) {\n"
+                              "  %q = mul(%x, %x) : f32[4194304]\n"
+                              "  %s = reduce_sum(%q) {axes = []} : f32[]\n"
+                              "  %n = sqrt(%s) : f32[]\n"
+                              "  return %s, %n\n}\n",
+                              m);
+  ASSERT_NE(executor, nullptr);
+  const Uniform u = uniform({int64_t{1} << 22}, 6);
+  double want = 0;
+  for (int64_t k = 0; k < u.tensor.numElements(); ++k) {
+    const double v = u.tensor.data<float>()[k];
+    want += v * v;
+  }
+  auto out = executor->run({u.tensor});
+  ASSERT_TRUE(out.ok()) << out.error().str();
+  EXPECT_LE(std::fabs(out->at(0).getDouble(0) - want) / want, kRelativeBound) << out->at(0).getDouble(0);
+  EXPECT_LE(std::fabs(out->at(1).getDouble(0) - std::sqrt(want)) / std::sqrt(want), kRelativeBound);
+}
+
 /// 2^32 ones, broadcast from a scalar input inside the reduction's fused
 /// kernel (never materialized: 16 GiB), sum to 2^32 exactly: every block
 /// and every partial is an integer below 2^24 or a power of two. Before,
