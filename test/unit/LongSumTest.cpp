@@ -94,6 +94,20 @@ TEST(LongSumTest, MeanOf2To24UniformFloatsIsWithin2e7OfTheFloat64Mean) {
   EXPECT_LE(std::fabs(got - want) / want, kRelativeBound) << got << " vs " << want;
 }
 
+/// A mean divides by the count itself: 2^24 + 1 elements, one 0 and the
+/// rest 1 (a sum of 2^24, exact), have the mean 2^24 / (2^24 + 1), whose
+/// nearest f32 is 1 - 2^-24; a count rounded to f32 first (2^24) gave 1.
+TEST(LongSumTest, MeanDividesByTheCountUnrounded) {
+  std::unique_ptr<Module> m;
+  auto executor = executorFor("func @f(%x: f32[16777217]) -> f32[] {\n"
+                              "  %s = reduce_mean(%x) {axes = []} : f32[]\n  return %s\n}\n",
+                              m);
+  ASSERT_NE(executor, nullptr);
+  Tensor x(DType::F32, {(int64_t{1} << 24) + 1});
+  for (int64_t i = 0; i < x.numElements(); ++i) x.data<float>()[i] = i == 0 ? 0.0f : 1.0f;
+  EXPECT_EQ(runScalar(*executor, {x}), 1.0 - std::ldexp(1.0, -24));
+}
+
 /// Rows (a reduction per result element, the threads splitting the rows)
 /// and columns (the lanes along the kept axis, each summing a long column:
 /// the column-wise emitter) of 2^22 elements each.
