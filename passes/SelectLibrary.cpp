@@ -120,7 +120,11 @@ void wrapInLibraryGroup(Function& f, Op* anchor, const std::vector<const Op*>& e
 ///   }
 ///
 /// An op the target refuses even alone (too small, not f32) stays as it is,
-/// for `fuse` and a generated kernel. Without a target the pass is an error.
+/// for `fuse` and a generated kernel. A target refuses an epilogue op its
+/// library computes otherwise than the op is defined on NaN, infinities or
+/// signed zeros (docs/ops.md, "Special values": oneDNN's clip, the min(x, 6)
+/// of ReLU6, turns NaN into 6), so the run offered stops before it and the
+/// op is generated with those after it. Without a target the pass is an error.
 class SelectLibraryPass : public Pass {
  public:
   std::string_view name() const override { return "select-library"; }
