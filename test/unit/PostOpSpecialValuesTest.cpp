@@ -169,14 +169,17 @@ std::string withType(std::string text, const std::string& type) {
 /// the interpreter on special values, whether oneDNN applies it (the
 /// post-ops named) or a generated kernel does (ops refused as post-ops:
 /// clip, exp, log, erf GELU, binary max and min, a division that is no
-/// exact product). The relu of conv + relu (the CNN's NaN became 0) and of
-/// ReLU6 is oneDNN's post-op still.
+/// exact product). The relu of conv + relu (the CNN's NaN became 0) is
+/// oneDNN's post-op still; where a refused op follows (ReLU6's min, or a
+/// second linear after a first, which oneDNN 2.6 would give the first's
+/// parameters), select-library leaves the scalar ops before it to the same
+/// generated kernel.
 TEST(PostOpSpecialValuesTest, EveryEpilogueMatchesTheInterpreter) {
   const std::vector<Case> cases = {
       {"  %y = relu(%m) : T\n", "+ relu ("},
       {"  %y = max(%m, %zero) : T\n", "+ max ("},
       {"  %y = max(%zero, %m) : T\n", ""},
-      {"  %r = max(%m, %zero) : T\n  %y = min(%r, %six) : T\n", "+ max ("},
+      {"  %r = max(%m, %zero) : T\n  %y = min(%r, %six) : T\n", ""},
       {"  %y = min(%m, %six) : T\n", ""},
       {"  %y = max(%m, %c) : T\n", ""},
       {"  %y = tanh(%m) : T\n", "+ tanh ("},
@@ -186,7 +189,7 @@ TEST(PostOpSpecialValuesTest, EveryEpilogueMatchesTheInterpreter) {
       {"  %y = abs(%m) : T\n", "+ abs ("},
       {"  %y = sqrt(%m) : T\n", "+ sqrt ("},
       {"  %y = neg(%m) : T\n", "+ neg ("},
-      {"  %n = neg(%m) : T\n  %y = relu(%n) : T\n", "+ neg ("},
+      {"  %n = neg(%m) : T\n  %y = relu(%n) : T\n", ""},
       {"  %y = gelu(%m) : T\n", ""},
       {"  %y = gelu(%m) {approximate = \"tanh\"} : T\n", "+ gelu_tanh ("},
       {"  %y = silu(%m) : T\n", "+ swish ("},
@@ -196,8 +199,8 @@ TEST(PostOpSpecialValuesTest, EveryEpilogueMatchesTheInterpreter) {
       {"  %y = mul(%m, %c) : T\n", "+ mul ("},
       {"  %y = div(%m, %four) : T\n", "+ div ("},
       {"  %y = div(%m, %c) : T\n", ""},
-      {"  %s = mul(%m, %c) : T\n  %y = add(%s, %six) : T\n", "+ mul ("},
-      {"  %r = relu(%m) : T\n  %y = mul(%r, %c) : T\n", "+ relu ("},
+      {"  %s = mul(%m, %c) : T\n  %y = add(%s, %six) : T\n", ""},
+      {"  %r = relu(%m) : T\n  %y = mul(%r, %c) : T\n", ""},
   };
   for (bool conv : {false, true}) {
     const std::string rows = std::to_string(specialValues().size());
