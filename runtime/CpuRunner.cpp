@@ -133,9 +133,22 @@ Expected<std::unique_ptr<CpuRunner>> CpuRunner::create(std::shared_ptr<const Cpu
   const size_t arenaBytes =
       (static_cast<size_t>(std::max<int64_t>(p.arenaBytes, 1)) + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
   runner->arena_.reset(static_cast<uint8_t*>(std::aligned_alloc(kArenaAlignment, arenaBytes)));
-  if (!runner->arena_)
+  if (!runner->arena_) {
+    // Name the largest value that lives there, which is what to shrink.
+    std::string largest;
+    uint64_t largestBytes = 0;
+    for (const CpuProgram::Step& step : p.steps) {
+      const CpuProgram::Slot& slot = p.slots[static_cast<size_t>(step.result)];
+      const uint64_t bytes = tensorByteSize(slot.type).value_or(0);
+      if (slot.kind != CpuProgram::SlotKind::Arena || bytes <= largestBytes) continue;
+      largestBytes = bytes;
+      largest = "%" + step.name + ": " + slot.type.str() + " (" + step.what.substr(0, step.what.find(" -> ")) + ", " +
+                formatBytes(bytes) + ")";
+    }
     return Error("program '" + p.name + "': cannot allocate " + formatBytes(arenaBytes) +
-                 " for its arena (the intermediate values of " + std::to_string(p.steps.size()) + " steps)");
+                 " for its arena, the intermediate values of its " + std::to_string(p.steps.size()) + " steps" +
+                 (largest.empty() ? std::string() : "; the largest is " + largest));
+  }
   runner->slotData_.assign(p.slots.size(), nullptr);
   for (size_t s = 0; s < p.slots.size(); ++s) {
     const CpuProgram::Slot& slot = p.slots[s];
@@ -209,25 +222,6 @@ Expected<std::vector<Tensor>> CpuRunner::runInPlace(std::vector<Tensor>& inputs)
   return execute(inputs);
 }
 
-Error CpuRunner::outputAllocationError(int slot) const {
-  const CpuProgram& p = *program_;
-  const TensorType& type = p.slots[static_cast<size_t>(slot)].type;
-  std::string value = "a result", origin;
-  for (const CpuProgram::Step& step : p.steps) {
-    if (step.result != slot) continue;
-    value = "%" + step.name;
-    // "broadcast -> f32[...]": the type is said already.
-    origin = step.what.substr(0, step.what.find(" -> "));
-  }
-  for (const CpuProgram::Result& r : p.results)
-    if (r.slot == slot && !r.name.empty()) {
-      origin += (origin.empty() ? "" : ", ") + std::string("the output '") + r.name + "'";
-      break;
-    }
-  const Error e = allocationError(tensorByteSize(type.dtype, staticDims(type.shape)), value, type, origin);
-  return Error("program '" + p.name + "': " + e.message());
-}
-
 Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inputs) {
   const CpuProgram& p = *program_;
   // Arguments are only read, except donated ones, which only runInPlace
@@ -237,7 +231,7 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
   for (size_t o = 0; o < outputSlots_.size(); ++o) {
     const TensorType& type = p.slots[static_cast<size_t>(outputSlots_[o])].type;
     auto output = Tensor::allocate(type.dtype, staticDims(type.shape), "a result");
-    if (!output) return outputAllocationError(outputSlots_[o]);
+    if (!output) return slotAllocationError(p, outputSlots_[o]);
     outputs[o] = std::move(*output);
     slotData_[static_cast<size_t>(outputSlots_[o])] = outputs[o].raw();
   }

@@ -81,9 +81,6 @@ class CpuRunner {
   CpuRunner() = default;
   Status checkInputs(const std::vector<Tensor>& inputs) const;
   Expected<std::vector<Tensor>> execute(const std::vector<Tensor>& inputs);
-  /// The error of an output slot whose tensor cannot be allocated, naming
-  /// its value, the step computing it and the output it is.
-  Error outputAllocationError(int slot) const;
 
   std::shared_ptr<const CpuProgram> program_;
   int threads_ = 1;
