@@ -37,10 +37,10 @@ std::optional<uint64_t> tensorByteSize(const TensorType& type) {
 
 Error allocationError(std::optional<uint64_t> bytes, std::string_view value, const TensorType& type,
                       std::string_view origin) {
-  std::string message = "cannot allocate " + (bytes ? formatBytes(*bytes) : std::string("more than 8 EiB")) +
-                        " for " + std::string(value) + ": " + type.str();
+  std::string message = "cannot allocate " + (bytes ? formatBytes(*bytes) : std::string("more than 8 EiB")) + " for " +
+                        std::string(value) + ": " + type.str();
+  if (!bytes) message += " (its size overflows 64 bits)";
   if (!origin.empty()) message += " (" + std::string(origin) + ")";
-  if (!bytes) message += ": its size overflows 64 bits";
   return Error(std::move(message));
 }
 

@@ -308,8 +308,8 @@ Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias
       // but is bounded the same: a program that could never run is refused
       // here, where the op's location is known, not when a run fails.
       if (returned.count(v) && v->type().isStatic() && !byteSize(v->type()))
-        return op->emitError(tooLarge(*v, v->name().empty() ? std::string(op->name()) + "#" + std::to_string(v->index())
-                                                            : v->name()));
+        return op->emitError(
+            tooLarge(*v, v->name().empty() ? std::string(op->name()) + "#" + std::to_string(v->index()) : v->name()));
       if (returned.count(v) || inPlaceValues.count(v)) continue;
       MemoryPlan::Buffer b;
       b.value = v;

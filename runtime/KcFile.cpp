@@ -195,7 +195,9 @@ Expected<std::string> serializeArtifact(const Function& optimized, const CpuProg
     auto module = parseModule(check->moduleText, what + " (module section)");
     if (!module) check = module.takeError();
   }
-  if (!check) return Error("cannot write a .kc that Kiln can read back: " + check.error().str());
+  if (!check)
+    return Error("cannot write a .kc that Kiln can read back: " +
+                 (check.error().location().isUnknown() ? check.error().message() : check.error().str()));
   return out;
 }
 
@@ -305,9 +307,9 @@ Expected<CompiledArtifact> readArtifact(std::string_view bytes, const std::strin
       *slot = Tensor::fromBytes(entry->dtype, std::move(entry->dims), entry->bytes);
     } catch (const std::bad_alloc&) {
       return Error(filename + ": " +
-                   allocationError(entry->bytes.size(), *place == 0 ? "constant " + std::to_string(*index)
-                                                                    : "the default of argument '" +
-                                                                          program.arguments[*index].name + "'",
+                   allocationError(entry->bytes.size(),
+                                   *place == 0 ? "constant " + std::to_string(*index)
+                                               : "the default of argument '" + program.arguments[*index].name + "'",
                                    type)
                        .message());
     }

@@ -170,8 +170,8 @@ bool isInside(const fs::path& path, const fs::path& folder) {
 }
 
 /// Reads the external data of `t` from a file under `baseDir`.
-Expected<std::vector<uint8_t>> readExternalData(const onnx::TensorProto& t, size_t expectedBytes, const std::string& baseDir,
-                                       const std::string& what) {
+Expected<std::vector<uint8_t>> readExternalData(const onnx::TensorProto& t, size_t expectedBytes,
+                                                const std::string& baseDir, const std::string& what) {
   std::string location;
   int64_t offset = 0, length = -1;
   for (const auto& entry : t.external_data()) {
@@ -232,7 +232,8 @@ Expected<std::vector<uint8_t>> readExternalData(const onnx::TensorProto& t, size
   try {
     bytes.resize(expectedBytes);
   } catch (const std::bad_alloc&) {
-    return Error(what + ": cannot allocate " + formatBytes(expectedBytes) + " for its external data '" + location + "'");
+    return Error(what + ": cannot allocate " + formatBytes(expectedBytes) + " for its external data '" + location +
+                 "'");
   }
   in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(expectedBytes));
   if (in.gcount() != static_cast<std::streamsize>(expectedBytes))
@@ -846,7 +847,9 @@ Expected<std::vector<Value*>> NodeContextImpl::emitMulti(OpKind kind, std::vecto
   if (foldable && foldWork(*op, constants) > kMaxFoldedWork) foldable = false;
   for (size_t r = 0; foldable && r < op->numResults(); ++r) {
     const TensorType& t = op->result(r)->type();
-    if (t.isStatic() && numElements(t.shape) > kMaxFoldedElements) foldable = false;
+    // Overflow-safe: a shape of 2^80 elements must not count as small.
+    if (t.isStatic() && tensorByteSize(t).value_or(UINT64_MAX) / dtypeSize(t.dtype) > uint64_t{kMaxFoldedElements})
+      foldable = false;
   }
   if (!foldable) return op->results();
 

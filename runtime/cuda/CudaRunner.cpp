@@ -390,9 +390,9 @@ Expected<std::vector<Tensor>> CudaRunner::run(const std::vector<Tensor>& inputs)
   std::vector<Tensor> copy;
   copy.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const std::string name = "a copy of input '" +
-                             (i < program_->plan.arguments.size() ? program_->plan.arguments[i].name : std::to_string(i)) +
-                             "'";
+    const std::string name =
+        "a copy of input '" +
+        (i < program_->plan.arguments.size() ? program_->plan.arguments[i].name : std::to_string(i)) + "'";
     auto c = Tensor::copyOf(inputs[i], name);
     if (!c) return Error("program '" + program_->plan.name + "': " + c.error().message());
     copy.push_back(std::move(*c));
