@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -115,8 +116,16 @@ Tensor tensorOf(const py::array& array, const std::string& what) {
   const py::array dense = py::array::ensure(array, py::array::c_style);
   if (!dense) throw py::error_already_set();
   std::vector<int64_t> shape(array.shape(), array.shape() + array.ndim());
-  return Tensor::fromBytes(*dt, std::move(shape),
-                           std::string_view(static_cast<const char*>(dense.data()), static_cast<size_t>(dense.nbytes())));
+  // Kiln's copy of the array: memory that runs out is a kiln.Error naming
+  // the input, as in the runtime, not a MemoryError.
+  try {
+    return Tensor::fromBytes(*dt, shape,
+                             std::string_view(static_cast<const char*>(dense.data()), static_cast<size_t>(dense.nbytes())));
+  } catch (const std::bad_alloc&) {
+    raise(gError, allocationError(static_cast<uint64_t>(dense.nbytes()), "a copy of " + what,
+                                  TensorType{*dt, staticShape(shape)})
+                      .message());
+  }
 }
 
 /// `t` as a NumPy array that owns it: no copy.
