@@ -177,7 +177,9 @@ Expected<CpuCompilation> layoutProgram(const Function& f, std::string_view targe
     arg.type = a->type();
     if (const DenseTensor* d = f.argumentDefault(i)) {
       arg.hasDefault = true;
-      arg.defaultValue = Tensor::fromDense(*d);
+      auto value = Tensor::copyOf(*d, "the default of argument %" + a->name());
+      if (!value) return value.takeError();
+      arg.defaultValue = std::move(*value);
     }
     p.arguments.push_back(std::move(arg));
     slots[a] = static_cast<int>(p.slots.size());
@@ -188,7 +190,9 @@ Expected<CpuCompilation> layoutProgram(const Function& f, std::string_view targe
     slots[op->result()] = static_cast<int>(p.slots.size());
     p.slots.push_back(
         {CpuProgram::SlotKind::Constant, op->result()->type(), static_cast<int64_t>(p.constants.size())});
-    p.constants.push_back(Tensor::fromDense(op->getTensor("value")));
+    auto value = Tensor::copyOf(op->getTensor("value"), "the constant %" + op->result()->name());
+    if (!value) return op->emitError(value.error().message());
+    p.constants.push_back(std::move(*value));
   }
 
   std::vector<std::string> unsupported;

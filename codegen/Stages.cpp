@@ -7,6 +7,7 @@
 #include "codegen/Stages.h"
 
 #include <cstdint>
+#include <new>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -256,7 +257,15 @@ Expected<std::vector<Tensor>> runStages(const Function& f, const FunctionStages&
     for (const StageValue& v : op.operands) operands.push_back(&at(v));
     Expected<std::vector<Tensor>> results = std::vector<Tensor>{};
     if (!op.isControlFlow()) {
-      results = runDataDependentOp(op.op, operands);
+      // Its results are as large as the values make them: memory that runs
+      // out is this op's error.
+      try {
+        results = runDataDependentOp(op.op, operands);
+      } catch (const std::bad_alloc&) {
+        results =
+            Error("'" + op.name + "' cannot allocate its results, whose sizes its operands' values give: out of memory",
+                  op.loc);
+      }
     } else {
       // The bodies run compiled, by the executor's runner of each.
       BodyRunner runBody = [&](size_t region, std::vector<Tensor> bodyInputs) -> Expected<std::vector<Tensor>> {

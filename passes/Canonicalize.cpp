@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ir/Builder.h"
+#include "ir/ByteSize.h"
 #include "passes/Pass.h"
 
 namespace kiln {
@@ -357,8 +358,11 @@ Expected<std::vector<Value*>> foldConstants(Op& op, Builder& b, const OpEvaluato
     elements += data->numElements();
   }
   for (const Value* r : op.results()) {
-    if (!r->type().isStatic()) return none;
-    elements += numElements(r->type().shape);
+    // Byte counts that cannot overflow: a result of 2^80 elements is not
+    // small because its count wraps.
+    const auto bytes = tensorByteSize(r->type());
+    if (!bytes) return none;
+    elements += static_cast<int64_t>(*bytes / dtypeSize(r->type().dtype));
   }
   if (elements > (onlyMovesElements(op.kind()) ? kMaxFoldedMoveElements : kMaxFoldedElements)) return none;
 

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ir/ByteSize.h"
 #include "ir/ShapeRules.h"
 #include "passes/MemoryPlan.h"
 #include "passes/Pass.h"
@@ -34,6 +35,12 @@ std::optional<int64_t> byteSize(const TensorType& type) {
   for (const Dim& d : type.shape)
     if (__builtin_mul_overflow(bytes, d.size, &bytes) || bytes > kMaxBytes) return std::nullopt;
   return bytes;
+}
+
+/// The error of a static value over byteSize's limit.
+std::string tooLarge(const Value& v, const std::string& name) {
+  return allocationError(tensorByteSize(v.type()), "%" + name, v.type()).message() +
+         ": more than 1 TiB (2^40 bytes), the most a value may take";
 }
 
 /// Constants (and iota, which depends on nothing either) are stored with the
@@ -297,6 +304,12 @@ Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias
     if (reached)
       for (const Value* v : op->results()) dataDependent.insert(v);
     for (const Value* v : op->results()) {
+      // A returned value is allocated by each run rather than in the arena,
+      // but is bounded the same: a program that could never run is refused
+      // here, where the op's location is known, not when a run fails.
+      if (returned.count(v) && v->type().isStatic() && !byteSize(v->type()))
+        return op->emitError(
+            tooLarge(*v, v->name().empty() ? std::string(op->name()) + "#" + std::to_string(v->index()) : v->name()));
       if (returned.count(v) || inPlaceValues.count(v)) continue;
       MemoryPlan::Buffer b;
       b.value = v;
@@ -315,9 +328,7 @@ Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias
         b.sizing = MemoryPlan::Buffer::Sizing::Dynamic;
         size = 0;
       }
-      if (!size)
-        return op->emitError("cannot plan memory for %" + b.name + " of type " + v->type().str() +
-                             ": larger than the arena's limit of 2^40 bytes");
+      if (!size) return op->emitError(tooLarge(*v, b.name));
       b.size = *size;
       b.first = b.last = k;
       bufferOf[v] = static_cast<int>(plan.buffers.size());

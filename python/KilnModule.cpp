@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -142,7 +143,13 @@ Tensor tensorOf(const py::array& array, const std::string& what) {
   // The byte count from NumPy itself (pybind11's nbytes() multiplies by its
   // own reading of the item size; see NumpyDtypeFacts).
   const auto bytes = py::cast<size_t>(dense.attr("nbytes"));
-  return Tensor::fromBytes(*dt, std::move(shape), std::string_view(static_cast<const char*>(dense.data()), bytes));
+  // Kiln's copy of the array: memory that runs out is a kiln.Error naming
+  // the input, as in the runtime, not a MemoryError.
+  try {
+    return Tensor::fromBytes(*dt, shape, std::string_view(static_cast<const char*>(dense.data()), bytes));
+  } catch (const std::bad_alloc&) {
+    raise(gError, allocationError(bytes, "a copy of " + what, TensorType{*dt, staticShape(shape)}).message());
+  }
 }
 
 /// `t` as a NumPy array that owns it: no copy.

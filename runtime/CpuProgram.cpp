@@ -648,4 +648,22 @@ Status CpuProgram::validate() const {
   return {};
 }
 
+Error slotAllocationError(const CpuProgram& p, int slot) {
+  const TensorType& type = p.slots[static_cast<size_t>(slot)].type;
+  std::string value = "a result", origin;
+  for (const CpuProgram::Step& step : p.steps) {
+    if (step.result != slot) continue;
+    value = "%" + step.name;
+    // "broadcast -> f32[...]": the type is said already.
+    origin = step.what.substr(0, step.what.find(" -> "));
+  }
+  for (const CpuProgram::Result& r : p.results)
+    if (r.slot == slot && !r.name.empty()) {
+      origin += (origin.empty() ? "" : ", ") + std::string("the output '") + r.name + "'";
+      break;
+    }
+  const Error e = allocationError(tensorByteSize(type.dtype, staticDims(type.shape)), value, type, origin);
+  return Error("program '" + p.name + "': " + e.message());
+}
+
 }  // namespace kiln

@@ -128,4 +128,9 @@ std::string serializeProgram(const CpuProgram& program, size_t inlineBelow);
 /// bytes in errors. Call validate() once everything is filled in.
 Status parseProgram(std::string_view bytes, const std::string& what, CpuProgram& program);
 
+/// The error of slot `slot`'s tensor that cannot be allocated (a result a
+/// run returns, a value copied back to the host), naming its value, the
+/// step computing it and the output it is.
+Error slotAllocationError(const CpuProgram& p, int slot);
+
 }  // namespace kiln

@@ -133,7 +133,22 @@ Expected<std::unique_ptr<CpuRunner>> CpuRunner::create(std::shared_ptr<const Cpu
   const size_t arenaBytes =
       (static_cast<size_t>(std::max<int64_t>(p.arenaBytes, 1)) + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
   runner->arena_.reset(static_cast<uint8_t*>(std::aligned_alloc(kArenaAlignment, arenaBytes)));
-  if (!runner->arena_) return Error("cannot allocate the " + std::to_string(arenaBytes) + "-byte arena");
+  if (!runner->arena_) {
+    // Name the largest value that lives there, which is what to shrink.
+    std::string largest;
+    uint64_t largestBytes = 0;
+    for (const CpuProgram::Step& step : p.steps) {
+      const CpuProgram::Slot& slot = p.slots[static_cast<size_t>(step.result)];
+      const uint64_t bytes = tensorByteSize(slot.type).value_or(0);
+      if (slot.kind != CpuProgram::SlotKind::Arena || bytes <= largestBytes) continue;
+      largestBytes = bytes;
+      largest = "%" + step.name + ": " + slot.type.str() + " (" + step.what.substr(0, step.what.find(" -> ")) + ", " +
+                formatBytes(bytes) + ")";
+    }
+    return Error("program '" + p.name + "': cannot allocate " + formatBytes(arenaBytes) +
+                 " for its arena, the intermediate values of its " + std::to_string(p.steps.size()) + " steps" +
+                 (largest.empty() ? std::string() : "; the largest is " + largest));
+  }
   runner->slotData_.assign(p.slots.size(), nullptr);
   for (size_t s = 0; s < p.slots.size(); ++s) {
     const CpuProgram::Slot& slot = p.slots[s];
@@ -184,7 +199,17 @@ Expected<std::vector<Tensor>> CpuRunner::run(const std::vector<Tensor>& inputs) 
     KILN_TRY(checkInputs(inputs));
     return execute(inputs);
   }
-  std::vector<Tensor> donated = inputs;
+  // runInPlace writes into its inputs: it gets copies (checked, since an
+  // input may be as large as memory allows).
+  std::vector<Tensor> donated;
+  donated.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::string name =
+        "a copy of input '" + (i < program_->arguments.size() ? program_->arguments[i].name : std::to_string(i)) + "'";
+    auto copy = Tensor::copyOf(inputs[i], name);
+    if (!copy) return Error("program '" + program_->name + "': " + copy.error().message());
+    donated.push_back(std::move(*copy));
+  }
   auto results = runInPlace(donated);
   if (!results) return results;
   for (size_t r = 0; r < program_->results.size(); ++r)
@@ -205,7 +230,9 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
   std::vector<Tensor> outputs(outputSlots_.size());
   for (size_t o = 0; o < outputSlots_.size(); ++o) {
     const TensorType& type = p.slots[static_cast<size_t>(outputSlots_[o])].type;
-    outputs[o] = Tensor(type.dtype, staticDims(type.shape));
+    auto output = Tensor::allocate(type.dtype, staticDims(type.shape), "a result");
+    if (!output) return slotAllocationError(p, outputSlots_[o]);
+    outputs[o] = std::move(*output);
     slotData_[static_cast<size_t>(outputSlots_[o])] = outputs[o].raw();
   }
   StepProfile* profile = profile_;

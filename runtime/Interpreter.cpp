@@ -13,8 +13,11 @@
 
 #include <iterator>
 #include <map>
+#include <new>
+#include <span>
 #include <unordered_map>
 
+#include "ir/ByteSize.h"
 #include "ir/ShapeRules.h"
 #include "runtime/ControlFlow.h"
 #include "runtime/Kernels.h"
@@ -185,16 +188,40 @@ bool fitsType(const TensorType& declared, const TensorType& actual) {
   return true;
 }
 
+/// `%name` of result `r` of `op`, for messages.
+std::string resultName(const Op& op, size_t r) {
+  const std::string& name = op.result(r)->name();
+  return "%" + (name.empty() ? std::string(op.name()) + "#" + std::to_string(r) : name);
+}
+
 /// Checks that a static type is small enough to allocate.
-Status checkAllocatable(const Op& op, const TensorType& type) {
+Status checkAllocatable(const Op& op, size_t r, const TensorType& type) {
   int64_t n = 1;
   for (const Dim& d : type.shape) {
     if (d.size < 0) return op.emitError("result type " + type.str() + " has a negative dim");
     if (d.size != 0 && n > kMaxElements / d.size)
-      return op.emitError("result type " + type.str() + " is too large to allocate");
+      return op.emitError(allocationError(tensorByteSize(type), resultName(op, r), type).message() +
+                          ": more than 2^36 elements, the most the interpreter takes");
     n *= d.size;
   }
   return {};
+}
+
+/// The error of `op`'s kernel running out of memory (std::bad_alloc from a
+/// result or a buffer of its own), naming its results.
+Error outOfMemory(const Op& op, std::span<const TensorType> resultTypes) {
+  uint64_t total = 0;
+  bool known = true;
+  std::string names, types;
+  for (size_t r = 0; r < resultTypes.size(); ++r) {
+    const auto bytes = tensorByteSize(resultTypes[r]);
+    known = known && bytes && !__builtin_add_overflow(total, *bytes, &total);
+    names += (r ? ", " : "") + resultName(op, r);
+    types += (r ? ", " : "") + resultTypes[r].str();
+  }
+  if (resultTypes.size() == 1 && known) return op.emitError(allocationError(total, names, resultTypes[0]).message());
+  return op.emitError("out of memory computing " + names + ": " + types +
+                      (known ? " (" + formatBytes(total) + ")" : std::string()));
 }
 
 /// Runs `op` on `operands`; `symbols` resolves symbolic declared dims.
@@ -233,19 +260,30 @@ Expected<std::vector<Tensor>> runOp(const Op& op, std::span<const Tensor* const>
     // The kernel sizes the results from the values; they must still be
     // what the shape rule and the declared types allow.
     results.resize(resultTypes->size());
-    KILN_TRY(kKernels[static_cast<size_t>(op.kind())](KernelCall{op, operands, results}));
+    try {
+      KILN_TRY(kKernels[static_cast<size_t>(op.kind())](KernelCall{op, operands, results}));
+    } catch (const std::bad_alloc&) {
+      return outOfMemory(op, *resultTypes);
+    }
     for (size_t r = 0; r < results.size(); ++r)
       if (!fitsType((*resultTypes)[r], results[r].type()) || !fitsType(op.result(r)->type(), results[r].type()))
         return op.emitError("result " + std::to_string(r) + " is " + results[r].type().str() + ", but its type is " +
                             op.result(r)->type().str());
     return results;
   }
-  for (const TensorType& type : *resultTypes) {
+  for (size_t r = 0; r < resultTypes->size(); ++r) {
+    const TensorType& type = (*resultTypes)[r];
     if (!type.isStatic()) return op.emitError("cannot determine the result type " + type.str() + " at run time");
-    KILN_TRY(checkAllocatable(op, type));
-    results.emplace_back(type.dtype, staticDims(type.shape));
+    KILN_TRY(checkAllocatable(op, r, type));
   }
-  KILN_TRY(kKernels[static_cast<size_t>(op.kind())](KernelCall{op, operands, results}));
+  // The results and whatever the kernel allocates for itself: memory that
+  // runs out is this op's error.
+  try {
+    for (const TensorType& type : *resultTypes) results.emplace_back(type.dtype, staticDims(type.shape));
+    KILN_TRY(kKernels[static_cast<size_t>(op.kind())](KernelCall{op, operands, results}));
+  } catch (const std::bad_alloc&) {
+    return outOfMemory(op, *resultTypes);
+  }
   return results;
 }
 

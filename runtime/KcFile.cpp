@@ -6,6 +6,8 @@
 
 #include <cstring>
 #include <map>
+#include <new>
+#include <set>
 #include <sstream>
 
 #include "ir/Parser.h"
@@ -84,7 +86,14 @@ void putWeight(std::string& out, uint8_t place, uint64_t index, const Tensor& t)
   out.append(reinterpret_cast<const char*>(t.raw()), t.numBytes());
 }
 
-Expected<Tensor> readWeight(ByteReader& r) {
+/// A weight's header and its bytes, as the file holds them.
+struct WeightEntry {
+  DType dtype = DType::F32;
+  std::vector<int64_t> dims;
+  std::string_view bytes;
+};
+
+Expected<WeightEntry> readWeight(ByteReader& r) {
   auto nameSize = r.uint(1, "a weight's dtype");
   if (!nameSize) return nameSize.takeError();
   auto name = r.take(*nameSize, "a weight's dtype");
@@ -111,8 +120,13 @@ Expected<Tensor> readWeight(ByteReader& r) {
                    std::to_string(*size) + " bytes");
   auto bytes = r.take(*size, "a weight's data");
   if (!bytes) return bytes.takeError();
-  return Tensor::fromBytes(*dtype, std::move(dims), *bytes);
+  return WeightEntry{*dtype, std::move(dims), *bytes};
 }
+
+/// Reads `.kc` bytes, with the weights copied into the program when
+/// `copyWeights`; without, it only checks what a read would (for the writer,
+/// which must never write a file its reader refuses).
+Expected<CompiledArtifact> readArtifact(std::string_view bytes, const std::string& filename, bool copyWeights);
 
 }  // namespace
 
@@ -171,10 +185,29 @@ Expected<std::string> serializeArtifact(const Function& optimized, const CpuProg
   putSection(out, Section::Plan, memoryPlan);
   putSection(out, Section::Code, cuda ? deviceCode : std::string_view(program.sharedObject));
   putSection(out, Section::Weights, weights);
+  // What was written must read back: the reader bounds dims, counts and
+  // sizes, and a program over them (a result of 2^50 elements) is refused
+  // now with the reader's words rather than written as a file that cannot
+  // be run. The weights are checked, not copied.
+  const std::string what = "the .kc of '" + optimized.name() + "'";
+  auto check = readArtifact(out, what, false);
+  if (check) {
+    auto module = parseModule(check->moduleText, what + " (module section)");
+    if (!module) check = module.takeError();
+  }
+  if (!check)
+    return Error("cannot write a .kc that Kiln can read back: " +
+                 (check.error().location().isUnknown() ? check.error().message() : check.error().str()));
   return out;
 }
 
 Expected<CompiledArtifact> parseArtifact(std::string_view bytes, const std::string& filename) {
+  return readArtifact(bytes, filename, true);
+}
+
+namespace {
+
+Expected<CompiledArtifact> readArtifact(std::string_view bytes, const std::string& filename, bool copyWeights) {
   ByteReader file(bytes, filename);
   if (bytes.size() < kArtifactMagic.size() || bytes.substr(0, kArtifactMagic.size()) != kArtifactMagic)
     return file.error("not a Kiln compiled artifact (.kc): it does not start with the magic 'KILNKC'");
@@ -248,13 +281,15 @@ Expected<CompiledArtifact> parseArtifact(std::string_view bytes, const std::stri
   ByteReader weights(sections[Section::Weights], filename + " (weights section)");
   auto numWeights = weights.uint(4, "the weight count");
   if (!numWeights) return numWeights.takeError();
+  std::set<std::pair<uint64_t, uint64_t>> filled;  // (place, index) when not copying
   for (uint64_t w = 0; w < *numWeights; ++w) {
     auto place = weights.uint(1, "a weight's place");
     if (!place) return place.takeError();
     auto index = weights.uint(8, "a weight's index");
     if (!index) return index.takeError();
-    auto tensor = readWeight(weights);
-    if (!tensor) return tensor.takeError();
+    auto entry = readWeight(weights);
+    if (!entry) return entry.takeError();
+    const TensorType type{entry->dtype, staticShape(entry->dims)};
     Tensor* slot = nullptr;
     if (*place == 0 && *index < program.constants.size())
       slot = &program.constants[*index];
@@ -262,15 +297,32 @@ Expected<CompiledArtifact> parseArtifact(std::string_view bytes, const std::stri
       slot = &program.arguments[*index].defaultValue;
     else if (*place > 1)
       return weights.error("weight " + std::to_string(w) + " has an unknown place " + std::to_string(*place));
-    if (!slot || slot->numBytes() != 0)
-      return weights.error("weight " + std::to_string(w) + " (" + tensor->type().str() + ") fills no elided " +
+    if (!slot || slot->numBytes() != 0 || !filled.emplace(*place, *index).second)
+      return weights.error("weight " + std::to_string(w) + " (" + type.str() + ") fills no elided " +
                            (*place == 0 ? "constant " : "argument default ") + std::to_string(*index));
-    *slot = std::move(*tensor);
+    if (!copyWeights) continue;
+    // A weight is as large as the model makes it: running out of memory
+    // is an error naming it.
+    try {
+      *slot = Tensor::fromBytes(entry->dtype, std::move(entry->dims), entry->bytes);
+    } catch (const std::bad_alloc&) {
+      return Error(filename + ": " +
+                   allocationError(entry->bytes.size(),
+                                   *place == 0 ? "constant " + std::to_string(*index)
+                                               : "the default of argument '" + program.arguments[*index].name + "'",
+                                   type)
+                       .message());
+    }
   }
   if (weights.remaining() != 0) return weights.error("unexpected bytes after the last weight");
+  // Without the weights, the program's constants are incomplete; the writer
+  // validated the program it was given.
+  if (!copyWeights) return artifact;
   if (Status s = program.validate(); !s) return file.error("corrupt: " + s.error().message());
   return artifact;
 }
+
+}  // namespace
 
 Expected<std::unique_ptr<Module>> artifactModule(const CompiledArtifact& artifact, const std::string& filename) {
   auto module = parseModule(artifact.moduleText, filename + " (module section)");

@@ -7,7 +7,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <new>
 #include <optional>
 #include <sstream>
 
@@ -154,7 +156,9 @@ Expected<Tensor> parseNpy(std::string_view bytes, const std::string& what) {
     return bad(what, "truncated data: expected " + std::to_string(need) + " bytes for shape " +
                          shapeStr(staticShape(*shape)) + ", found " + std::to_string(bytes.size() - dataStart));
   if (bytes.size() - dataStart > need) return bad(what, "trailing bytes after the array data");
-  Tensor t(*dtype, *shape);
+  auto allocated = Tensor::allocate(*dtype, *shape, "the array of '" + what + "'");
+  if (!allocated) return allocated.takeError();
+  Tensor& t = *allocated;
   if (need) std::memcpy(t.raw(), bytes.data() + dataStart, need);
   if (*dtype == DType::Bool)
     for (size_t i = 0; i < need; ++i)
@@ -165,9 +169,18 @@ Expected<Tensor> parseNpy(std::string_view bytes, const std::string& what) {
 Expected<Tensor> readNpy(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Error("cannot open '" + path + "': " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parseNpy(ss.str(), path);
+  // The file, then its array: a file larger than memory allows is an
+  // error naming it.
+  try {
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return parseNpy(ss.str(), path);
+  } catch (const std::bad_alloc&) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path, ec);
+    return Error("cannot read '" + path + "': cannot allocate " + (ec ? std::string("the memory") : formatBytes(size)) +
+                 " to hold it");
+  }
 }
 
 Expected<std::string> serializeNpy(const Tensor& t) {
@@ -184,7 +197,13 @@ Expected<std::string> serializeNpy(const Tensor& t) {
   size_t total = kMagic.size() + 4 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header += '\n';
-  std::string out(kMagic);
+  std::string out;
+  try {
+    out.reserve(kMagic.size() + 4 + header.size() + t.numBytes());
+  } catch (const std::bad_alloc&) {
+    return allocationError(kMagic.size() + 4 + header.size() + t.numBytes(), "the .npy file of a result", t.type());
+  }
+  out += kMagic;
   out += '\x01';
   out += '\x00';
   out += static_cast<char>(header.size() & 0xff);

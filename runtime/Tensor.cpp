@@ -2,12 +2,17 @@
 // Element access converts through double or int64 with the same rules as
 // DenseTensor (bool as 0/1, 16-bit floats widened, integers wrap on store),
 // except that storing a NaN or out-of-range double into an integer element
-// saturates instead of being undefined behaviour.
+// saturates instead of being undefined behaviour. Tensor::allocate and
+// copyOf are the checked allocations: sizes are computed without overflow
+// and std::bad_alloc (or the vector's length_error) is caught where the
+// buffer is made, so the error can name the value it was for.
 #include "runtime/Tensor.h"
 
 #include <algorithm>
 #include <cassert>
 #include <cstring>
+#include <new>
+#include <stdexcept>
 
 #include "ir/ScalarSemantics.h"
 
@@ -33,6 +38,43 @@ void store(uint8_t* p, T v) {
 int64_t truncateToInt64(double v) { return kiln_ftoi(v); }
 
 }  // namespace
+
+Expected<Tensor> Tensor::allocate(DType dtype, std::vector<int64_t> shape, std::string_view value,
+                                  std::string_view origin) {
+  const std::optional<uint64_t> bytes = tensorByteSize(dtype, shape);
+  Tensor result;
+  result.dtype_ = dtype;
+  result.shape_ = std::move(shape);
+  if (!bytes) return allocationError(bytes, value, result.type(), origin);
+  try {
+    result.data_.assign(static_cast<size_t>(*bytes), 0);
+  } catch (const std::bad_alloc&) {
+    return allocationError(bytes, value, result.type(), origin);
+  } catch (const std::length_error&) {
+    return allocationError(bytes, value, result.type(), origin);
+  }
+  return result;
+}
+
+Expected<Tensor> Tensor::copyOf(const Tensor& t, std::string_view value, std::string_view origin) {
+  Tensor result;
+  result.dtype_ = t.dtype_;
+  result.shape_ = t.shape_;
+  try {
+    result.data_ = t.data_;
+  } catch (const std::bad_alloc&) {
+    return allocationError(t.data_.size(), value, t.type(), origin);
+  }
+  return result;
+}
+
+Expected<Tensor> Tensor::copyOf(const DenseTensor& t, std::string_view value, std::string_view origin) {
+  try {
+    return fromDense(t);
+  } catch (const std::bad_alloc&) {
+    return allocationError(t.bytes.size(), value, t.type, origin);
+  }
+}
 
 Tensor::Tensor(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
   for ([[maybe_unused]] int64_t d : shape_) assert(d >= 0 && "tensor dims must be non-negative");

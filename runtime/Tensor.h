@@ -1,14 +1,23 @@
 // Tensor: a host buffer with a dtype and a static shape, the currency of the
-// interpreter and (later) of the runtime's host side.
+// interpreter and of the runtime's host side. Buffers whose size comes from
+// a model (results, the arena, constants, copies of inputs) are allocated
+// through Tensor::allocate and the helpers beside it, which turn a size that
+// overflows or memory that runs out into an error naming the value, its type
+// and the bytes instead of an uncaught std::bad_alloc.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "ir/Attributes.h"
+#include "ir/ByteSize.h"
+#include "ir/Support.h"
 #include "ir/Types.h"
 
 namespace kiln {
@@ -37,6 +46,15 @@ class Tensor {
   int64_t getInt(int64_t i) const;
   void setDouble(int64_t i, double v);
   void setInt(int64_t i, int64_t v);
+
+  /// A zero-filled tensor, or allocationError (naming `value`, e.g. "%y",
+  /// and `origin`) when its size overflows or the memory is not there.
+  static Expected<Tensor> allocate(DType dtype, std::vector<int64_t> shape, std::string_view value,
+                                   std::string_view origin = {});
+  /// A copy of `t`, or allocationError like allocate().
+  static Expected<Tensor> copyOf(const Tensor& t, std::string_view value, std::string_view origin = {});
+  /// fromDense, or allocationError like allocate().
+  static Expected<Tensor> copyOf(const DenseTensor& t, std::string_view value, std::string_view origin = {});
 
   static Tensor fromDense(const DenseTensor& t);
   /// A tensor holding `bytes` (exactly its type's size; checked by the

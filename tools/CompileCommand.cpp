@@ -110,7 +110,10 @@ std::optional<std::vector<Tensor>> compileInputs(const Function& f, const Parsed
                            }());
         continue;
       }
-      inputs.emplace_back(type.dtype, staticDims(type.shape));
+      if (auto input = Tensor::allocate(type.dtype, staticDims(type.shape), "input '" + name + "'"))
+        inputs.push_back(std::move(*input));
+      else
+        problems.push_back(input.error().message());
       continue;
     }
     const std::vector<int64_t>& dims = given->second;
@@ -121,7 +124,10 @@ std::optional<std::vector<Tensor>> compileInputs(const Function& f, const Parsed
                          "' of type " + type.str() + " cannot take");
       continue;
     }
-    inputs.emplace_back(type.dtype, dims);
+    if (auto input = Tensor::allocate(type.dtype, dims, "input '" + name + "'"))
+      inputs.push_back(std::move(*input));
+    else
+      problems.push_back(input.error().message());
   }
   if (problems.empty()) return inputs;
   for (const std::string& p : problems) reportError(kName, Error(p));

@@ -118,7 +118,12 @@ std::optional<std::vector<Tensor>> bindInputs(const Function& f,
       inputs[i] = std::move(*tensor);
       source = "from '" + it->second + "'";
     } else if (const DenseTensor* dflt = f.argumentDefault(i)) {
-      inputs[i] = Tensor::fromDense(*dflt);
+      auto value = Tensor::copyOf(*dflt, "the default of input '" + name + "'");
+      if (!value) {
+        problems.push_back(value.error().message());
+        continue;
+      }
+      inputs[i] = std::move(*value);
       source = "from its default";
     } else {
       problems.push_back("missing input '" + name + "' (expects " + expected.str() + "); pass --input " + name +

@@ -25,6 +25,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <new>
 #include <optional>
 #include <queue>
 #include <set>
@@ -33,6 +34,7 @@
 
 #include "frontend/onnx/ConverterSupport.h"
 #include "frontend/onnx/OnnxOps.h"
+#include "ir/ByteSize.h"
 #include "onnx.pb.h"
 #include "onnx_values.pb.h"
 
@@ -135,7 +137,12 @@ Expected<std::string> readWholeFile(const std::string& path, int64_t maxBytes, c
                  std::to_string(maxBytes));
   std::ifstream in(path, std::ios::binary);
   if (!in) return Error("cannot open " + what + " '" + path + "'");
-  std::string bytes(static_cast<size_t>(size), '\0');
+  std::string bytes;
+  try {
+    bytes.resize(static_cast<size_t>(size));
+  } catch (const std::bad_alloc&) {
+    return Error("cannot read " + what + " '" + path + "': cannot allocate " + formatBytes(size) + " to hold it");
+  }
   in.read(bytes.data(), static_cast<std::streamsize>(size));
   if (in.gcount() != static_cast<std::streamsize>(size)) return Error("cannot read " + what + " '" + path + "'");
   return bytes;
@@ -163,8 +170,8 @@ bool isInside(const fs::path& path, const fs::path& folder) {
 }
 
 /// Reads the external data of `t` from a file under `baseDir`.
-Expected<std::string> readExternalData(const onnx::TensorProto& t, size_t expectedBytes, const std::string& baseDir,
-                                       const std::string& what) {
+Expected<std::vector<uint8_t>> readExternalData(const onnx::TensorProto& t, size_t expectedBytes,
+                                                const std::string& baseDir, const std::string& what) {
   std::string location;
   int64_t offset = 0, length = -1;
   for (const auto& entry : t.external_data()) {
@@ -220,8 +227,15 @@ Expected<std::string> readExternalData(const onnx::TensorProto& t, size_t expect
   std::ifstream in(file, std::ios::binary);
   if (!in) return Error(what + ": cannot open external data '" + location + "'");
   in.seekg(offset);
-  std::string bytes(expectedBytes, '\0');
-  in.read(bytes.data(), static_cast<std::streamsize>(expectedBytes));
+  // Read straight into the tensor's buffer: one copy of a weight in memory.
+  std::vector<uint8_t> bytes;
+  try {
+    bytes.resize(expectedBytes);
+  } catch (const std::bad_alloc&) {
+    return Error(what + ": cannot allocate " + formatBytes(expectedBytes) + " for its external data '" + location +
+                 "'");
+  }
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(expectedBytes));
   if (in.gcount() != static_cast<std::streamsize>(expectedBytes))
     return Error(what + ": cannot read external data '" + location + "'");
   return bytes;
@@ -266,22 +280,29 @@ Expected<DenseTensor> tensorFromProto(const onnx::TensorProto& t, const std::str
   if (t.has_data_location() && t.data_location() == onnx::TensorProto::EXTERNAL) {
     auto data = readExternalData(t, bytes, baseDir, what);
     if (!data) return data.takeError();
-    DenseTensor out{std::move(type), std::vector<uint8_t>(data->begin(), data->end())};
-    return out;
+    return DenseTensor{std::move(type), std::move(*data)};
   }
   if (t.has_raw_data()) {
     if (t.raw_data().size() != bytes)
       return Error(what + ": raw_data has " + std::to_string(t.raw_data().size()) + " bytes, but " + type.str() +
                    " needs " + std::to_string(bytes));
-    DenseTensor out{std::move(type), std::vector<uint8_t>(t.raw_data().begin(), t.raw_data().end())};
-    return out;
+    try {
+      return DenseTensor{type, std::vector<uint8_t>(t.raw_data().begin(), t.raw_data().end())};
+    } catch (const std::bad_alloc&) {
+      return allocationError(bytes, what, type);
+    }
   }
   // Checked before allocating, so that a shape with no values behind it
   // costs an error, not its size in memory.
   if (auto [size, field] = typedField(t, *dtype); size != count)
     return Error(what + ": " + field + " has " + std::to_string(size) + " values, but the shape " +
                  shapeStr(type.shape) + " needs " + std::to_string(count));
-  DenseTensor out = DenseTensor::zeros(std::move(type));
+  DenseTensor out;
+  try {
+    out = DenseTensor::zeros(type);
+  } catch (const std::bad_alloc&) {
+    return allocationError(bytes, what, type);
+  }
   if (count == 0) return out;
   auto storeBits16 = [&](int64_t i, int32_t v) {
     const auto bits = static_cast<uint16_t>(v);
@@ -826,7 +847,9 @@ Expected<std::vector<Value*>> NodeContextImpl::emitMulti(OpKind kind, std::vecto
   if (foldable && foldWork(*op, constants) > kMaxFoldedWork) foldable = false;
   for (size_t r = 0; foldable && r < op->numResults(); ++r) {
     const TensorType& t = op->result(r)->type();
-    if (t.isStatic() && numElements(t.shape) > kMaxFoldedElements) foldable = false;
+    // Overflow-safe: a shape of 2^80 elements must not count as small.
+    if (t.isStatic() && tensorByteSize(t).value_or(UINT64_MAX) / dtypeSize(t.dtype) > uint64_t{kMaxFoldedElements})
+      foldable = false;
   }
   if (!foldable) return op->results();
 

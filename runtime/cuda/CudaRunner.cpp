@@ -387,7 +387,16 @@ Status CudaRunner::syncDonated() {
 Expected<std::vector<Tensor>> CudaRunner::run(const std::vector<Tensor>& inputs) {
   // The device's copies of donated arguments are about to be overwritten.
   KILN_TRY(syncDonated());
-  std::vector<Tensor> copy = inputs;
+  std::vector<Tensor> copy;
+  copy.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::string name =
+        "a copy of input '" +
+        (i < program_->plan.arguments.size() ? program_->plan.arguments[i].name : std::to_string(i)) + "'";
+    auto c = Tensor::copyOf(inputs[i], name);
+    if (!c) return Error("program '" + program_->plan.name + "': " + c.error().message());
+    copy.push_back(std::move(*c));
+  }
   auto results = execute(copy, false, nullptr);
   if (!results) return results;
   // Donated results come back as results here: run leaves inputs alone.
@@ -481,7 +490,9 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
       for (const CpuProgram::SlotCheck& c : step.checks) {
         const CpuProgram::Slot& slot = p.slots[static_cast<size_t>(c.slot)];
         if (slot.kind == CpuProgram::SlotKind::Argument) continue;
-        Tensor value(slot.type.dtype, staticDims(slot.type.shape));
+        auto checked = Tensor::allocate(slot.type.dtype, staticDims(slot.type.shape), "a value");
+        if (!checked) return slotAllocationError(p, c.slot);
+        Tensor& value = *checked;
         KILN_TRY(m.check(api.cuMemcpyDtoHAsync(value.raw(), S.slotPtr[static_cast<size_t>(c.slot)], value.numBytes(), compute),
                          "copying a checked value back"));
         KILN_TRY(m.check(api.cuStreamSynchronize(compute), "computing the value a host check reads"));
@@ -586,9 +597,10 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
       continue;
     }
     const TensorType& type = p.slots[static_cast<size_t>(result.slot)].type;
-    Tensor t(type.dtype, staticDims(type.shape));
-    std::memcpy(t.raw(), m.resultStage[r], t.numBytes());
-    results.push_back(std::move(t));
+    auto t = Tensor::allocate(type.dtype, staticDims(type.shape), "a result");
+    if (!t) return slotAllocationError(p, result.slot);
+    std::memcpy(t->raw(), m.resultStage[r], t->numBytes());
+    results.push_back(std::move(*t));
   }
   for (size_t r = 0; r < p.results.size(); ++r)
     if (const int a = p.results[r].aliasedArgument; a >= 0) {
