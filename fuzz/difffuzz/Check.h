@@ -23,6 +23,11 @@ struct Reference {
   /// Per output, per element: the allowed absolute error (inf: any finite
   /// value or an infinity of the same sign).
   std::vector<std::vector<double>> allowed;
+  /// Per output, per element: whether a NaN is accepted where the
+  /// interpreter has a number: an intermediate it depends on may overflow
+  /// on the way (products past the range that the interpreter's double
+  /// sums keep), and inf - inf is NaN.
+  std::vector<std::vector<bool>> mayBeNaN;
   /// Per output: whether the sign of a zero result is defined.
   std::vector<bool> zeroSignDefined;
   /// Each node's value (for the shrinker's node-to-input replacement).

@@ -115,6 +115,20 @@ const std::vector<KnownIssue>& knownIssues() {
          return backend == "cpu" && (hasOp(c, OpKind::Conv) || hasOp(c, OpKind::MatMul)) && contractionThenRelu(c) &&
                 v.message.find("NaN expected") != std::string::npos;
        }},
+      // TODO(kiln): settle the semantics of padding times a NaN or
+      // infinite weight (docs/ops.md) and make the interpreter and the
+      // backends agree, then remove.
+      {"conv with padding on the emulated GPU",
+       "a padded tap multiplies 0 by the weight, so a NaN or infinite weight gives NaN where the interpreter, "
+       "which skips padding, gives a number (PyTorch's zero padding also gives NaN)",
+       [](const std::string& backend, const Case& c, const Verdict& v) {
+         bool padded = false;
+         for (const Node& n : c.nodes)
+           if (n.kind == OpKind::Conv)
+             if (auto it = n.attrs.find("pads"); it != n.attrs.end())
+               for (int64_t p : it->second.getInts()) padded = padded || p > 0;
+         return backend == "cuda" && padded && v.message.find("NaN where the interpreter has a number") != std::string::npos;
+       }},
   };
   return issues;
 }
@@ -479,7 +493,7 @@ int main(int argc, char** argv) {
       Backend& b = (*backends)[bi];
       // The emulated GPU (NVRTC and PTX emulation) is slow: it gets a share
       // of the time, not every case.
-      if (b.name == "cuda" && b.cases > 0 && b.seconds > o.cudaShare * since(start)) continue;
+      if (b.name == "cuda" && backends->size() > 1 && b.cases > 0 && b.seconds > o.cudaShare * since(start)) continue;
       Verdict v = check(c, *ref, b);
       if (v.outcome == Outcome::Skipped) {
         ++skipped[bi];
