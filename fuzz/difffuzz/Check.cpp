@@ -249,7 +249,9 @@ std::vector<double> allowance(const Op& op, const std::vector<Tensor>& xs, const
           if (!std::isnan(ru[i]) || !std::isnan(rd[i])) e[i] = kInf;
           continue;
         }
-        e[i] += std::max(std::fabs(ru[i] - rv[i]), std::fabs(rd[i] - rv[i]));
+        // A moved operand that makes the result NaN (inf - inf) allows anything.
+        const double du = std::fabs(ru[i] - rv[i]), dd = std::fabs(rd[i] - rv[i]);
+        e[i] += std::isnan(du) || std::isnan(dd) ? kInf : std::max(du, dd);
       }
     }
     for (size_t i = 0; i < n; ++i)
