@@ -463,6 +463,9 @@ Expected<Reference> reference(const Case& c) {
         continue;
       }
       if (std::isnan(e[j])) e[j] = kInf;
+      // What reads an element that may be anything may be anything (the
+      // moved operands' ends miss the poles of reciprocal, say).
+      if (anyPoison && std::isnan(spread[j])) e[j] = kInf;
       nanOk[j] = (e[j] == kInf && isFloat(r.dtype())) || (anyPoison && std::isnan(spread[j]));
       if (anyPoison && !isFloat(r.dtype()) && spread[j] != rv) e[j] = kInf;  // a compare of a maybe-NaN
     }
