@@ -271,8 +271,15 @@ std::vector<double> allowance(const Op& op, const std::vector<Tensor>& xs, const
     case OpKind::ReduceMin:
     case OpKind::MaxPool: {
       if (!inputErrors) return e;
+      // The largest allowance in each window; a min reduction finds it as
+      // the min of the negated allowances.
+      const double sign = k == OpKind::ReduceMin ? -1 : 1;
       std::vector<Tensor> ets;
-      for (size_t j = 0; j < xs.size(); ++j) ets.push_back(tensorOf(xs[j], es[j]));
+      for (size_t j = 0; j < xs.size(); ++j) {
+        std::vector<double> ej = es[j];
+        for (double& x : ej) x *= sign;
+        ets.push_back(tensorOf(xs[j], ej));
+      }
       std::vector<double> moved = run(op, ets, n);
       for (size_t i = 0; i < n; ++i) e[i] = std::fabs(moved[i]);
       if (k == OpKind::Pad) {  // the pad value is exact
