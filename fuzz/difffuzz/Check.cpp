@@ -298,7 +298,10 @@ std::vector<double> allowance(const Op& op, const std::vector<Tensor>& xs, const
       const double len = sumLength(op, xs, r);
       std::vector<double> mag = run(op, magnitudes(xs, es, false), n);
       std::vector<double> magErr = inputErrors ? run(op, magnitudes(xs, es, true), n) : mag;
-      for (size_t i = 0; i < n; ++i) e[i] = (magErr[i] - mag[i]) + (len + 2) * eps * mag[i] + ulpOf(rv[i], dtype);
+      // Each of the n roundings is also off by up to the denormal spacing
+      // (ulpOf(0)) where the partial sums are that small.
+      for (size_t i = 0; i < n; ++i)
+        e[i] = (magErr[i] - mag[i]) + (len + 2) * eps * mag[i] + (len + 1) * ulpOf(0, dtype) + ulpOf(rv[i], dtype);
       if (k == OpKind::ReduceMean || k == OpKind::AvgPool) {
         // A mean's sum may overflow where the mean does not.
         const double maxValue = dtype == DType::F32 ? 3.4028234663852886e38 : 1.7976931348623157e308;
