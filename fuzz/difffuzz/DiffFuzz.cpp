@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -518,6 +519,7 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(o.seed);
   long graphs = 0, ops = 0, skippedRef = 0, divergences = 0, known = 0;
   std::vector<long> skipped(backends->size(), 0), compared(backends->size(), 0);
+  std::set<const KnownIssue*> knownSeen;
   for (long n = 0; since(start) < o.seconds && (o.maxCases == 0 || n < o.maxCases); ++n) {
     const uint64_t caseSeed = rng();
     std::mt19937_64 caseRng(caseSeed);
@@ -544,10 +546,18 @@ int main(int argc, char** argv) {
       ++compared[bi];
       if (v.outcome == Outcome::Agree) continue;
       const double foundAt = since(start);
+      // A known issue seen before is counted without shrinking it again, so
+      // that it does not eat the time budget; the first is shrunk briefly.
+      const KnownIssue* before = o.knownIssuesFail ? nullptr : knownIssue(b.name, c, v);
+      if (before && knownSeen.count(before)) {
+        ++known;
+        if (o.verbose) std::cout << "  case " << n << " on " << b.name << ": known issue " << before->family << " again\n";
+        continue;
+      }
       std::cout << "kiln-difffuzz: divergence on " << b.name << " after " << foundAt << " s (case " << n << ", "
                 << c.pattern << ", " << numOps(c) << " ops): " << v.message << std::endl;
       int steps = 0;
-      Case small = shrink(c, b, v, o.shrinkSeconds, &steps);
+      Case small = shrink(c, b, v, before ? std::min(o.shrinkSeconds, 10.0) : o.shrinkSeconds, &steps);
       const std::string dir = o.out + "/" + b.name + "-seed" + std::to_string(o.seed) + "-case" + std::to_string(n);
       auto command = writeReproducer(small, dir, b.name, argv[0], v);
       std::cout << "  shrunk in " << steps << " steps to " << numOps(small) << " ops, " << small.inputs.size()
@@ -559,10 +569,12 @@ int main(int argc, char** argv) {
       else
         std::cout << "  (could not write the reproducer: " << command.error().message() << ")\n";
       if (const KnownIssue* k = knownIssue(b.name, small, v); k && !o.knownIssuesFail) {
-        std::cout << "  known issue: " << k->family << ": " << k->reason << " (not counted)\n";
+        std::cout << "  known issue: " << k->family << ": " << k->reason << " (not counted; later ones not shown)\n";
+        knownSeen.insert(k);
         ++known;
         continue;
       }
+      std::cout << "  a new divergence: counted\n";
       ++divergences;
       if (!o.keepGoing) stop = true;
       break;
