@@ -13,6 +13,8 @@
 #include "fuzz/difffuzz/Check.h"
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -131,13 +133,14 @@ std::vector<double> values(const Tensor& t) {
   return v;
 }
 
-/// A tensor like `like` (dtype and shape) holding `v`, rounded up so that
-/// an allowance never shrinks in the conversion.
-Tensor tensorOf(const Tensor& like, const std::vector<double>& v) {
+/// A tensor like `like` (dtype and shape) holding `v`; with `roundUp`
+/// (allowances, magnitudes) enlarged so that it never shrinks in the
+/// conversion.
+Tensor tensorOf(const Tensor& like, const std::vector<double>& v, bool roundUp = true) {
   Tensor t(like.dtype(), like.shape());
   for (size_t i = 0; i < v.size(); ++i) {
     double x = v[i];
-    if (std::isfinite(x) && x != 0 && isFloat(like.dtype())) x *= 1 + 4 * unitEps(like.dtype());
+    if (roundUp && std::isfinite(x) && x != 0 && isFloat(like.dtype())) x *= 1 + 4 * unitEps(like.dtype());
     t.setDouble(static_cast<int64_t>(i), x);
   }
   return t;
@@ -237,8 +240,8 @@ std::vector<double> allowance(const Op& op, const std::vector<Tensor>& xs, const
         a[i] = xv[i] + es[j][i];
         b[i] = xv[i] - es[j][i];
       }
-      up[j] = tensorOf(xs[j], a);
-      down[j] = tensorOf(xs[j], b);
+      up[j] = tensorOf(xs[j], a, false);
+      down[j] = tensorOf(xs[j], b, false);
       std::vector<double> ru = run(op, up, n), rd = run(op, down, n);
       for (size_t i = 0; i < n; ++i) {
         if (!isFloat(dtype)) {  // a compare whose answer may flip
@@ -480,6 +483,12 @@ Expected<Reference> reference(const Case& c) {
       if (anyPoison && !isFloat(r.dtype()) && spread[j] != rv) e[j] = kInf;  // a compare of a maybe-NaN
     }
     mayBeNaN[numInputs + i] = std::move(nanOk);
+    if (std::getenv("KILN_DIFFFUZZ_TRACE")) {
+      double mx = 0;
+      for (double x : e) mx = std::max(mx, x);
+      std::fprintf(stderr, "node %zu %s: max allowance %g, first %g\n", i, std::string(op.name()).c_str(), mx,
+                   e.empty() ? 0.0 : e[e.size() > 33 ? 33 : 0]);
+    }
     allowed[numInputs + i] = std::move(e);
     signDefined[numInputs + i] = operandsSigned && keepsZeroSign(op.kind());
   }
