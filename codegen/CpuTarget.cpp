@@ -4,6 +4,7 @@
 #include "codegen/CpuTarget.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
 
@@ -81,7 +82,9 @@ Expected<PostOp> postOpOf(const Op& op, const Value* current, size_t rank,
       case OpKind::Log: return eltwise(PostOp::Kind::Log);
       case OpKind::Abs: return eltwise(PostOp::Kind::Abs);
       case OpKind::Sqrt: return eltwise(PostOp::Kind::Sqrt);
-      case OpKind::Neg: return eltwise(PostOp::Kind::Linear, -1, 0);
+      // A product is alpha * x - 0 (see DnnlKernel::exactPostOp): adding -0
+      // keeps every product's sign, where + 0 would turn -0 into +0.
+      case OpKind::Neg: return eltwise(PostOp::Kind::Linear, -1, -0.0f);
       case OpKind::Silu: p.name = "swish"; return eltwise(PostOp::Kind::Swish, 1, 0);
       case OpKind::Gelu:
         if (op.getString("approximate") == "tanh") {
@@ -102,15 +105,23 @@ Expected<PostOp> postOpOf(const Op& op, const Value* current, size_t rank,
     const float k = static_cast<float>(*c);
     switch (op.kind()) {
       case OpKind::Add: return eltwise(PostOp::Kind::Linear, 1, k);
-      case OpKind::Mul: return eltwise(PostOp::Kind::Linear, k, 0);
+      case OpKind::Mul: return eltwise(PostOp::Kind::Linear, k, -0.0f);
       case OpKind::Sub: return left ? eltwise(PostOp::Kind::Linear, 1, -k) : eltwise(PostOp::Kind::Linear, -1, k);
-      case OpKind::Div:
+      case OpKind::Div: {
         if (!left) return Error("'div' of a constant by the chain has no post-op");
-        return eltwise(PostOp::Kind::Linear, static_cast<float>(1.0 / *c), 0);
-      // oneDNN's clip keeps x where alpha < x <= beta, so infinite bounds
-      // leave every other number (and an infinity) as it is.
+        // x / k is x * (1 / k) only where 1 / k is exact (a power of two
+        // whose reciprocal is a float, or 0, inf, NaN): else the product
+        // rounds twice, and 1 / k may overflow where x / k does not.
+        const float reciprocal = 1.0f / k;
+        if (std::isfinite(k) && k != 0 && static_cast<double>(reciprocal) * k != 1.0)
+          return Error("'div' by " + std::to_string(k) + " is not a product by an exact reciprocal");
+        return eltwise(PostOp::Kind::Linear, reciprocal, -0.0f);
+      }
+      // max(x, +0) is relu; max(+0, x) is not (max gives the second of
+      // equal values: max(+0, -0) is -0), nor is max(x, -0). Other bounds
+      // are clips, which oneDNN computes without NaN (DnnlKernel::exactPostOp).
       case OpKind::Max:
-        if (*c == 0) return eltwise(PostOp::Kind::Relu);
+        if (left && *c == 0 && !std::signbit(*c)) return eltwise(PostOp::Kind::Relu);
         return eltwise(PostOp::Kind::Clip, k, std::numeric_limits<float>::max());
       case OpKind::Min: return eltwise(PostOp::Kind::Clip, std::numeric_limits<float>::lowest(), k);
       default: return Error("'" + p.name + "' has no oneDNN post-op");
@@ -141,15 +152,13 @@ Expected<PostOp> postOpOf(const Op& op, const Value* current, size_t rank,
 }
 
 /// Folds eltwise post-op `next` into `last` where one post-op computes
-/// both: linear after linear, clip after an overlapping clip, relu after
-/// relu.
+/// both exactly: clip after an overlapping clip, relu after relu. Two
+/// linears are not folded: (x * a) * b is not x * (a * b) when x * a
+/// overflows, nor (x + a) + b x + (a + b), and a product then a sum round
+/// twice where one fma rounds once.
 bool mergeEltwise(PostOp& last, const PostOp& next) {
   if (last.isBinary() || next.isBinary() || last.kind != next.kind) return false;
   switch (next.kind) {
-    case PostOp::Kind::Linear:
-      last.beta = next.alpha * last.beta + next.beta;
-      last.alpha = next.alpha * last.alpha;
-      break;
     case PostOp::Kind::Clip: {
       const float lo = std::max(last.alpha, next.alpha), hi = std::min(last.beta, next.beta);
       if (lo > hi) return false;
@@ -283,6 +292,11 @@ bool CpuTarget::acceptsLibraryCall(const Op& anchor, std::span<const Op* const> 
   if (anchor.kind() == OpKind::ConvWeightGrad && !epilogue.empty()) return false;
   auto call = describeLibraryCall(anchor, epilogue);
   if (!call) return false;
+  // A post-op oneDNN computes otherwise than the op is defined on NaN, inf
+  // or a signed zero (its clip and max turn NaN into a bound) stays outside
+  // the group: `fuse` gives it to a generated kernel with the ops after it.
+  for (const PostOp& p : call->postOps)
+    if (!DnnlKernel::exactPostOp(p).ok()) return false;
   auto impl = DnnlKernel::implementation(*call);
   if (!impl) return false;
   return call->postOps.empty() || impl->rfind("ref", 0) != 0;

@@ -4,10 +4,13 @@
 // On the CPU, oneDNN computes f32 matmuls large enough to pay for a call
 // (k >= 64, or more than 2^16 multiply-adds: below that a generated loop
 // nest is faster, docs/matmul.md), and every f32 convolution and transposed
-// convolution, with the ops after them it has post-ops for: relu, tanh,
-// sigmoid, exp, log, abs, sqrt, neg, gelu (erf and tanh forms), silu, a
-// scale or shift by a scalar constant, and add, sub, mul, div, max, min with
-// a tensor that broadcasts into the result. A combination for which oneDNN
+// convolution, with the ops after them that it has post-ops for and
+// computes as the ops are defined, NaN, infinities and signed zeros included
+// (DnnlKernel::exactPostOp, docs/ops.md "Special values"): relu, tanh,
+// sigmoid, abs, sqrt, neg, tanh gelu, silu, one scale or shift by a scalar
+// constant, and add, sub, mul, div with a tensor that broadcasts into the
+// result. Clips, max and min, exp, log and erf gelu are left to generated
+// kernels: oneDNN's turn NaN into a bound or inf, or -0 into +0. A combination for which oneDNN
 // has only its reference implementation (binary post-ops on some batched
 // products: 6 ms against 0.05 ms for the product and a generated epilogue
 // on the GPT's backward matmuls) is refused, so select-library offers a

@@ -594,7 +594,14 @@ Expected<ExprPtr> lowerReduce(const Op& op, LoweringContext& ctx, const Index& i
   ExprPtr r = kir::reduce(Kind, first, extents, *body);
   if constexpr (Mean) {
     const DType t = r->type;
-    if (isFloat(t)) return kir::binary(kir::BinaryFn::Div, r, kir::constant(t, static_cast<double>(count)));
+    const double n = static_cast<double>(count);
+    // A count f32 cannot hold (above 2^24, not a multiple of its ulp there)
+    // would be rounded before the division; dividing in f64 and rounding
+    // once keeps the mean the sum over the count (f16 and bf16 compute in
+    // f32, so theirs is the same test).
+    if (isFloat(t) && t != DType::F64 && static_cast<double>(static_cast<float>(n)) != n)
+      return kir::cast(kir::binary(kir::BinaryFn::Div, kir::cast(r, DType::F64), kir::constant(DType::F64, n)), t);
+    if (isFloat(t)) return kir::binary(kir::BinaryFn::Div, r, kir::constant(t, n));
     if (count == 0) return op.emitError("integer mean over zero elements");
     return kir::binary(kir::BinaryFn::Div, r, kir::constantInt(t, count));
   }

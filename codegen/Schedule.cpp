@@ -4,6 +4,7 @@
 #include "codegen/Schedule.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -215,6 +216,26 @@ int64_t iterations(const Expr& reduction) {
   int64_t n = 1;
   for (int64_t extent : reduction.extents) n *= extent;
   return n;
+}
+
+std::optional<SumBlocking> sumBlocking(const Expr& reduction, int64_t block) {
+  if (reduction.kind != ExprKind::Reduce || reduction.reduce != kir::ReduceKind::Sum || !isFloat(reduction.type) ||
+      reduction.extents.empty() || block < 1)
+    return std::nullopt;
+  const int64_t total = iterations(reduction);
+  if (total <= block) return std::nullopt;
+  // The outermost level whose inner levels fit in a block is split.
+  SumBlocking b;
+  int64_t inner = 1;
+  b.level = reduction.extents.size() - 1;
+  while (b.level > 0 && inner * reduction.extents[b.level] <= block) inner *= reduction.extents[b.level--];
+  b.chunk = std::max<int64_t>(1, block / inner);
+  const int64_t extent = reduction.extents[b.level];
+  b.chunks = (extent + b.chunk - 1) / b.chunk;
+  b.blocks = b.chunks;
+  for (size_t l = 0; l < b.level; ++l) b.blocks *= reduction.extents[l];
+  b.levels = static_cast<int>(std::bit_width(static_cast<uint64_t>(b.blocks)));
+  return b;
 }
 
 void scheduleForCpu(kir::Kernel& kernel) {

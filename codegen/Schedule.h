@@ -12,7 +12,8 @@
 // index their buffers at the flat element index, takes 4 consecutive
 // elements per thread step instead, with float4/int4 loads and stores
 // (aligned: every buffer the runner hands a kernel starts at a multiple of
-// 16 bytes) and a scalar tail.
+// 16 bytes) and a scalar tail. Long float sums are cut into blocks that
+// both emitters sum from zero and combine pairwise (sumBlocking).
 #pragma once
 
 #include <optional>
@@ -59,6 +60,36 @@ std::optional<int64_t> strideIn(const kir::Expr& e, int var);
 
 /// The number of elements `reduction` combines: the product of its extents.
 int64_t iterations(const kir::Expr& reduction);
+
+/// How a long float sum is computed in blocks (docs/codegen.md, "Long
+/// sums"): the iterations of reduction level `level` are taken `chunk` at
+/// a time, with the levels inside it whole, so a block holds at most
+/// kSumBlock elements; each block is summed from zero (on the CPU by SIMD
+/// lanes, each a strided slice) and the blocks' partial sums are combined
+/// pairwise, as a binary counter carries: block k is added to the partials
+/// of the ctz(k) complete subtrees before it (`levels` partials are live at
+/// most). The error then grows with log2(blocks), not with the length.
+struct SumBlocking {
+  size_t level = 0;
+  int64_t chunk = 0;
+  /// The chunks of `level` (ceil(extent / chunk)).
+  int64_t chunks = 0;
+  /// The blocks in all: the iterations of the levels outside `level` times
+  /// `chunks`.
+  int64_t blocks = 0;
+  /// The partials the pairwise combination keeps: bit width of `blocks`.
+  int levels = 0;
+};
+
+/// The most elements one block of a long sum holds. Within a block the
+/// CPU's vectorized loop keeps 64 accumulators (16 lanes, 4 interleaved),
+/// so each adds 32 elements; a CUDA thread alone adds them in order.
+inline constexpr int64_t kSumBlock = 2048;
+
+/// The blocking of `reduction` when it is a float Sum of more than `block`
+/// elements (nothing otherwise: short sums and every other kind keep one
+/// accumulator).
+std::optional<SumBlocking> sumBlocking(const kir::Expr& reduction, int64_t block = kSumBlock);
 
 /// A text equal for two reductions exactly when they compute the same
 /// value: the expression with each reduction's own variables numbered by

@@ -31,6 +31,27 @@ bool isScalarConstant(const Value* v) {
   return def && def->kind() == OpKind::Constant && v->type().isStatic() && numElements(v->type().shape) == 1;
 }
 
+/// An op of one element of the running value alone: one operand, or a
+/// second that is a scalar constant (relu, tanh, mul by 0.5, max with 0).
+bool isScalarFunction(const Op& op) {
+  if (op.numOperands() == 1) return true;
+  return op.numOperands() == 2 && (isScalarConstant(op.operand(0)) || isScalarConstant(op.operand(1)));
+}
+
+/// Whether `fuse` makes `op` an elementwise kernel with the elementwise ops
+/// before it: an elementwise op, or an activation that decomposes into
+/// elementwise ops (not softmax, whose kernel is a reduction's).
+bool isElementwiseKernel(const Op& op) {
+  switch (op.kind()) {
+    case OpKind::Gelu:
+    case OpKind::Silu:
+    case OpKind::LeakyRelu:
+    case OpKind::Elu:
+    case OpKind::Softplus: return true;
+    default: return op.info().isElementwise();
+  }
+}
+
 /// The ops after `anchor` that could be its epilogue: each the only user of
 /// the previous value, reading it once, with the anchor's result type.
 std::vector<const Op*> candidateEpilogue(const Op& anchor) {
@@ -109,18 +130,29 @@ void wrapInLibraryGroup(Function& f, Op* anchor, const std::vector<const Op*>& e
 ///
 ///   %m = matmul(%x, %w) : f32[8,12]
 ///   %s = add(%m, %b) : f32[8,12]
-///   %g = gelu(%s) : f32[8,12]
+///   %g = gelu(%s) {approximate = "tanh"} : f32[8,12]
 /// becomes, on the CPU (oneDNN: bias add and GELU as post-ops)
 ///   %g = fused(%x, %w, %b) {kind = "library"} : f32[8,12] {
 ///   ^(%x: f32[8,64], %w: f32[64,12], %b: f32[12]):
 ///     %m = matmul(%x, %w) : f32[8,12]
 ///     %s = add(%m, %b) : f32[8,12]
-///     %g = gelu(%s) : f32[8,12]
+///     %g = gelu(%s) {approximate = "tanh"} : f32[8,12]
 ///     return %g
 ///   }
 ///
+/// When the run taken stops before an elementwise op (which `fuse` then
+/// generates as a kernel reading the call's result), the scalar functions
+/// at the run's end (relu, a scale) are left out of the group too, to be
+/// computed in that kernel: no more memory traffic, and less arithmetic than
+/// some post-ops (an exact relu on oneDNN is an exp polynomial). So ReLU6,
+/// max(x, 0) then min(x, 6), is a convolution alone and one kernel for both.
+///
 /// An op the target refuses even alone (too small, not f32) stays as it is,
-/// for `fuse` and a generated kernel. Without a target the pass is an error.
+/// for `fuse` and a generated kernel. A target refuses an epilogue op its
+/// library computes otherwise than the op is defined on NaN, infinities or
+/// signed zeros (docs/ops.md, "Special values": oneDNN's clip, the min(x, 6)
+/// of ReLU6, turns NaN into 6), so the run offered stops before it and the
+/// op is generated with those after it. Without a target the pass is an error.
 class SelectLibraryPass : public Pass {
  public:
   std::string_view name() const override { return "select-library"; }
@@ -136,6 +168,16 @@ class SelectLibraryPass : public Pass {
         std::vector<const Op*> epilogue = candidateEpilogue(*anchor);
         for (size_t n = epilogue.size() + 1; n-- > 0;) {
           if (!ctx.target->acceptsLibraryCall(*anchor, std::span(epilogue.data(), n))) continue;
+          // The op after the run taken is a generated kernel (fuse makes it
+          // one with the ops before it that are outside the group), which
+          // reads the call's result and writes its own either way: scalar
+          // ops at the run's end cost no memory traffic there, and less
+          // arithmetic than as post-ops (ReLU6's relu is one max there, an
+          // exp polynomial in oneDNN), so they go with it.
+          if (n < epilogue.size() && isElementwiseKernel(*epilogue[n]))
+            while (n > 0 && isScalarFunction(*epilogue[n - 1]) &&
+                   ctx.target->acceptsLibraryCall(*anchor, std::span(epilogue.data(), n - 1)))
+              --n;
           epilogue.resize(n);
           wrapInLibraryGroup(*f, anchor, epilogue);
           changed = true;

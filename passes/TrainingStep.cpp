@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <numbers>
 
@@ -483,6 +484,32 @@ Status buildTrainingStep(Function& f, const TrainingStepOptions& options) {
       KILN_TRY_VALUE(shared, u.value(OpKind::BroadcastFrom, {stat.updated}, {{"root", Attribute(int64_t{0})}}));
       stat.updated = shared;
     }
+  }
+
+  // A step whose loss is not finite (NaN or an infinity) keeps the
+  // parameters and state it was given, as torch.cuda.amp.GradScaler skips
+  // optimizer.step() on an overflow: each new value is select(finite, new,
+  // old), one elementwise op that fuses into the update, so a skipped step
+  // copies nothing and the caller still sees the non-finite loss to report.
+  // |loss| < inf is false for NaN and for both infinities. Data-parallel,
+  // `loss` is the job's, so every rank skips together.
+  KILN_TRY_VALUE(lossMagnitude, u.value(OpKind::Abs, {loss}));
+  KILN_TRY_VALUE(finite, op2(OpKind::Lt, lossMagnitude, c(std::numeric_limits<double>::infinity())));
+  finite->setName("loss_is_finite");
+  auto keepUnlessFinite = [&](Value* updated, Value* old) -> Expected<Value*> {
+    return u.value(OpKind::Select, {finite, updated, old});
+  };
+  for (size_t i = 0; i < params.size(); ++i) {
+    KILN_TRY_VALUE(guarded, keepUnlessFinite(newParams[i], params[i]));
+    newParams[i] = guarded;
+  }
+  for (RunningStatistic& stat : *runningStats) {
+    KILN_TRY_VALUE(guarded, keepUnlessFinite(stat.updated, stat.arg));
+    stat.updated = guarded;
+  }
+  for (size_t i = 0; i < newState.size(); ++i) {
+    KILN_TRY_VALUE(guarded, keepUnlessFinite(newState[i], stateArgs[i]));
+    newState[i] = guarded;
   }
 
   // Results: loss, new params, new state.

@@ -71,9 +71,33 @@ bool isUnsupported(const Error& e) { return e.message().find("unsupported ONNX o
 
 // --- NumPy arrays and Kiln tensors -----------------------------------------
 
-std::optional<DType> dtypeOfNumpy(const py::dtype& d) {
-  const char kind = d.kind();
-  const auto size = d.itemsize();
+/// A NumPy dtype's kind ('f', 'i', ...), item size and byte order ('<', '>',
+/// '=', '|'), read through its Python attributes rather than pybind11's
+/// accessors: pybind11 before 2.12 reads them from the C struct of NumPy 1,
+/// whose layout NumPy 2 changed, so an extension built with Debian's
+/// pybind11 2.10 would see every float32 array of NumPy 2 as some other
+/// dtype (and size its bytes wrongly).
+struct NumpyDtypeFacts {
+  char kind = 0;
+  int64_t itemsize = 0;
+  char byteorder = '=';
+  std::string name;
+};
+
+NumpyDtypeFacts factsOf(const py::dtype& d) {
+  NumpyDtypeFacts facts;
+  const std::string kind = py::cast<std::string>(d.attr("kind"));
+  const std::string order = py::cast<std::string>(d.attr("byteorder"));
+  facts.kind = kind.empty() ? 0 : kind[0];
+  facts.byteorder = order.empty() ? '=' : order[0];
+  facts.itemsize = py::cast<int64_t>(d.attr("itemsize"));
+  facts.name = py::cast<std::string>(d.attr("name"));
+  return facts;
+}
+
+std::optional<DType> dtypeOfNumpy(const NumpyDtypeFacts& d) {
+  const char kind = d.kind;
+  const int64_t size = d.itemsize;
   if (kind == 'f') {
     if (size == 8) return DType::F64;
     if (size == 4) return DType::F32;
@@ -88,7 +112,7 @@ std::optional<DType> dtypeOfNumpy(const py::dtype& d) {
     if (size == 4) return DType::U32;
     if (size == 2) return DType::U16;
     if (size == 1) return DType::U8;
-  } else if (kind == 'b') {
+  } else if (kind == 'b' && size == 1) {
     return DType::Bool;
   }
   return std::nullopt;
@@ -102,21 +126,23 @@ std::optional<py::dtype> numpyDtype(DType t) {
 
 /// A Kiln tensor holding a copy of `array` (`what` names it in errors).
 Tensor tensorOf(const py::array& array, const std::string& what) {
-  const py::dtype dtype = array.dtype();
+  const NumpyDtypeFacts dtype = factsOf(array.dtype());
   const std::optional<DType> dt = dtypeOfNumpy(dtype);
   if (!dt)
-    raise(gInputError, what + " is a NumPy array of dtype " + py::cast<std::string>(dtype.attr("name")) +
+    raise(gInputError, what + " is a NumPy array of dtype " + dtype.name +
                            ", which Kiln does not take (float64, float32, float16, int64, int32, int16, int8, "
                            "uint64, uint32, uint16, uint8 and bool are taken)");
-  if (dtype.byteorder() == '>')
-    raise(gInputError, what + " is big-endian (" + py::cast<std::string>(dtype.attr("name")) +
-                           "); convert it with .astype(numpy." + std::string(numpyName(*dt)) + ")");
+  if (dtype.byteorder == '>')
+    raise(gInputError, what + " is big-endian (" + dtype.name + "); convert it with .astype(numpy." +
+                           std::string(numpyName(*dt)) + ")");
   // A C-contiguous array is read as it is; any other is copied into one first.
   const py::array dense = py::array::ensure(array, py::array::c_style);
   if (!dense) throw py::error_already_set();
   std::vector<int64_t> shape(array.shape(), array.shape() + array.ndim());
-  return Tensor::fromBytes(*dt, std::move(shape),
-                           std::string_view(static_cast<const char*>(dense.data()), static_cast<size_t>(dense.nbytes())));
+  // The byte count from NumPy itself (pybind11's nbytes() multiplies by its
+  // own reading of the item size; see NumpyDtypeFacts).
+  const auto bytes = py::cast<size_t>(dense.attr("nbytes"));
+  return Tensor::fromBytes(*dt, std::move(shape), std::string_view(static_cast<const char*>(dense.data()), bytes));
 }
 
 /// `t` as a NumPy array that owns it: no copy.
@@ -502,6 +528,12 @@ class PyTrainer {
     options.overlap = false;
     options.classesLast = py::cast<bool>(o["classes_last"]);
     options.zeroInputs = py::cast<std::vector<std::string>>(o["zero_inputs"]);
+    // A model that imports only specialized reads its signature with the
+    // first batch's shape (kiln.Trainer creates its engine at the first step).
+    if (o.contains("first_batch_shape") && !o["first_batch_shape"].is_none())
+      options.firstBatchShape = py::cast<std::vector<int64_t>>(o["first_batch_shape"]);
+    options.checkNumerics = o.contains("check_numerics") && py::cast<bool>(o["check_numerics"]);
+    options.checkNumericsName = "check_numerics=True";
     TrainingStepOptions& step = options.step;
     step.loss.kind = lossKind(py::cast<std::string>(o["loss"]));
     step.loss.reduction = py::cast<std::string>(o["reduction"]);
@@ -590,6 +622,23 @@ class PyTrainer {
     return out;
   }
 
+  /// Replaces state values by name (kiln.Trainer.load_state_dict); an
+  /// error changes nothing.
+  void setState(const py::dict& values, int64_t batch) {
+    std::map<std::string, Tensor> tensors;
+    for (const auto& [name, value] : values) {
+      const std::string key = py::cast<std::string>(name);
+      tensors[key] = tensorOf(py::cast<py::array>(value), "state '" + key + "'");
+    }
+    Status set;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mutex_);
+      set = trainer_->setState(tensors, batch);
+    }
+    if (!set) raiseError(set.error(), gInputError);
+  }
+
   std::vector<std::string> parameters() const { return trainer_->signature().params; }
   py::tuple input() const {
     const auto& sig = trainer_->signature();
@@ -675,6 +724,7 @@ PYBIND11_MODULE(_kiln, m) {
       .def("step", &PyTrainer::step)
       .def("evaluate", &PyTrainer::evaluate)
       .def("state", &PyTrainer::state)
+      .def("set_state", &PyTrainer::setState)
       .def_property_readonly("parameters", &PyTrainer::parameters)
       .def_property_readonly("input", &PyTrainer::input)
       .def_property_readonly("steps", &PyTrainer::steps)

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -84,6 +85,32 @@ algorithm eltwiseAlgorithm(PostOp::Kind kind) {
     case PostOp::Kind::Clip: return algorithm::eltwise_clip;
     default: return algorithm::undef;
   }
+}
+
+/// One of oneDNN's eltwise post-ops: alpha and beta as its algorithm reads them.
+struct EltwiseEntry {
+  algorithm alg = algorithm::undef;
+  float alpha = 0, beta = 0;
+};
+
+bool sameBits(const EltwiseEntry& a, const EltwiseEntry& b) {
+  return a.alg == b.alg && std::memcmp(&a.alpha, &b.alpha, sizeof(float)) == 0 &&
+         std::memcmp(&a.beta, &b.beta, sizeof(float)) == 0;
+}
+
+/// oneDNN's eltwise post-ops for `p`. An f32 relu is not oneDNN's relu,
+/// whose max(x, 0) (vmaxps with 0 second) turns NaN into 0, but elu with
+/// alpha -0 and then x + 0: elu keeps x where x > 0 and computes
+/// -0 * (e^x - 1) elsewhere, which is NaN for NaN (its e^x clamps NaN to
+/// ln(FLT_MAX), where it overflows to +inf), +0 for x < 0 and -inf, and -0
+/// for +-0 and tiny negatives, which the add makes +0. So NaN stays NaN and
+/// every other value is the interpreter's relu (kiln_frelu), on every ISA
+/// (test/unit/PostOpSpecialValuesTest.cpp). An int8 call's relu acts on
+/// integers, where oneDNN's relu is exact.
+std::vector<EltwiseEntry> eltwiseEntries(const PostOp& p, bool quantized) {
+  if (p.kind == PostOp::Kind::Relu && !quantized)
+    return {{algorithm::eltwise_elu, -0.0f, 0.0f}, {algorithm::eltwise_linear, 1.0f, 0.0f}};
+  return {{eltwiseAlgorithm(p.kind), p.alpha, p.beta}};
 }
 
 /// The oneDNN algorithm of a binary post-op.
@@ -168,6 +195,46 @@ Expected<std::unique_ptr<DnnlKernel>> DnnlKernel::create(const LibraryCall& call
   auto chosen = build(call, constantBuffers, /*describeOnly=*/false, *impl);
   if (!chosen) return chosen.takeError();
   return std::unique_ptr<DnnlKernel>(new DnnlKernel(std::move(impl)));
+}
+
+Status DnnlKernel::exactPostOp(const PostOp& p) {
+  // What each is was measured with NaN, +-inf, +-0, denormals and large
+  // values through matmul and convolution post-ops on the avx512, avx2 and
+  // sse41 kernels (test/unit/PostOpSpecialValuesTest.cpp keeps checking).
+  switch (p.kind) {
+    case PostOp::Kind::Relu:  // elu and an add (eltwiseEntries)
+    case PostOp::Kind::Tanh:
+    case PostOp::Kind::Sigmoid:
+    case PostOp::Kind::Abs:
+    case PostOp::Kind::Sqrt:
+    case PostOp::Kind::GeluTanh:
+    case PostOp::Kind::Swish:
+    case PostOp::Kind::Add:
+    case PostOp::Kind::Sub:
+    case PostOp::Kind::Mul:
+    case PostOp::Kind::Div: return Status::success();
+    case PostOp::Kind::Linear: {
+      // One fma, alpha * x + beta: exact for x * alpha (beta -0) and
+      // x + beta (alpha 1). oneDNN's primitive cache takes -0 and +0 for
+      // equal, so of the two linears that differ in the sign of a zero beta
+      // only one may ever be made: +0 with alpha 1 (x + 0, and relu's add),
+      // -0 with any other alpha (a product).
+      const bool zeroBeta = p.beta == 0;
+      if (zeroBeta && std::signbit(p.beta) != (p.alpha != 1))
+        return Error("a linear post-op " + std::to_string(p.alpha) + " * x " + (std::signbit(p.beta) ? "- 0" : "+ 0") +
+                     " would share oneDNN's cached kernel with the other sign of zero");
+      return Status::success();
+    }
+    case PostOp::Kind::Exp: return Error("oneDNN's exp turns NaN into +inf");
+    case PostOp::Kind::Log: return Error("oneDNN's log of a denormal is log(FLT_MIN) (-88 for 1e-40, not -92)");
+    case PostOp::Kind::GeluErf:
+      return Error("oneDNN's erf GELU of x below about -6 is +0 where the IR's is -0 or a tiny negative number");
+    case PostOp::Kind::Clip: return Error("oneDNN's clip turns NaN into its lower bound and +-inf into its bounds");
+    case PostOp::Kind::Max:
+    case PostOp::Kind::Min:
+      return Error("oneDNN's binary max and min give the operand where the running value is NaN");
+  }
+  return Error("an unknown post-op");
 }
 
 Expected<std::string> DnnlKernel::implementation(const LibraryCall& call) {
@@ -287,12 +354,26 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
   try {
     dnnl::post_ops ops;
     std::string postText;
+    // oneDNN's index of each post-op (a relu is two of oneDNN's), and the
+    // eltwise entries so far, for the check below.
+    std::vector<int> dnnlIndex;
+    std::vector<EltwiseEntry> eltwise;
     for (const PostOp& p : postOps) {
+      dnnlIndex.push_back(ops.len());
       if (p.isBinary()) {
         if (p.dims.size() != dstDims.size()) return Error("a binary post-op's operand is not aligned to the result");
         ops.append_binary(binaryAlgorithm(p.kind), postOpDesc(p.dims));
       } else {
-        ops.append_eltwise(1.0f, eltwiseAlgorithm(p.kind), p.alpha, p.beta);
+        for (const EltwiseEntry& e : eltwiseEntries(p, quantized)) {
+          // oneDNN 2.6 gives every eltwise post-op of one algorithm the
+          // parameters of the first (a conv + mul 0.5 + add 3 computed
+          // y * 0.25), and its primitive cache takes -0 and +0 for equal.
+          for (const EltwiseEntry& q : eltwise)
+            if (q.alg == e.alg && !sameBits(q, e))
+              return Error("a second '" + p.name + "' post-op with other parameters than an earlier one");
+          eltwise.push_back(e);
+          ops.append_eltwise(1.0f, e.alg, e.alpha, e.beta);
+        }
       }
       postText += (postText.empty() ? " + " : ", ") + p.name;
     }
@@ -561,7 +642,7 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
     }
     for (size_t i = 0; i < postOps.size(); ++i) {
       if (!postOps[i].isBinary()) continue;
-      const int arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1;
+      const int arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(dnnlIndex[i]) | DNNL_ARG_SRC_1;
       impl->args[arg] = memory(postOpDesc(postOps[i].dims), engine, DNNL_MEMORY_NONE);
       impl->bindings.push_back({arg, postOps[i].operand});
     }

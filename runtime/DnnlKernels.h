@@ -39,6 +39,13 @@ class DnnlKernel {
   /// What create() would make of `call`, as description() says it, without
   /// creating the primitive.
   static Expected<std::string> describe(const LibraryCall& call);
+  /// Success when oneDNN 2.6 computes the f32 post-op `p` as the IR op it
+  /// came from is defined (ir/ScalarSemantics.h, docs/ops.md), NaN, +-Inf
+  /// and the sign of zero included; else an error naming the difference
+  /// ("clip turns NaN into its lower bound"). The CPU target gives oneDNN
+  /// only post-ops that pass (codegen/CpuTarget.h); the others stay
+  /// generated kernels.
+  static Status exactPostOp(const PostOp& p);
   ~DnnlKernel();
 
   /// Runs on the call's buffers (LibraryCall::operands index them; the

@@ -80,8 +80,11 @@ KILN_VECTOR_INLINE Vec expV(Vec x) {
   return y * (Vec)((n + 127) << 23);
 }
 
-/// 1 / (1 + e^-x).
-KILN_VECTOR_INLINE Vec sigmoidV(Vec x) { return keepNaN(x, 1.0f / (1.0f + expV(-x))); }
+/// 1 / (1 + e^-x); 0 below -87.3, where expV's clamp would leave 1 / e^87.3
+/// (4.5e-39, also for -inf) and the exact value is below FLT_MIN.
+KILN_VECTOR_INLINE Vec sigmoidV(Vec x) {
+  return keepNaN(x, select(x < -87.3f, Vec{}, 1.0f / (1.0f + expV(-x))));
+}
 
 /// tanh: Cephes' tanhf polynomial below |x| 0.625, else 1 - 2 / (e^2|x| + 1)
 /// with x's sign (|x| clamped at 10, where tanh is 1 in f32).

@@ -19,6 +19,8 @@ namespace {
 constexpr std::string_view kName = "check";
 
 constexpr OptionSpec kOptions[] = {
+    {"--input-shape", "NAME=2x3x8",
+     "ONNX: import specialized to this static shape of input NAME, as kiln run does for its inputs", true},
     {"--help", "", "show this help", false, "-h"},
 };
 
@@ -60,16 +62,36 @@ bool reportUnsupportedOps(const std::string& path, int& exitCode) {
   return true;
 }
 
-void printSummary(const std::string& path, ModelFormat format, const Function& f) {
+/// How an ONNX model was specialized for the summary: the --input-shape
+/// options given, the shapes Kiln assumed, and the declared types.
+struct Specialization {
+  InputShapes given, assumed;
+  std::map<std::string, TensorType> declaredInputs, declaredOutputs;
+};
+
+void printSummary(const std::string& path, ModelFormat format, const Function& f, const Specialization& spec) {
   std::cout << "model: " << path << " (" << modelFormatName(format) << ")\n";
   std::cout << "function: @" << f.name() << "\n";
+  if (!spec.given.empty())
+    std::cout << "specialized to: " << inputShapeList(spec.given) << " (--input-shape)\n";
+  if (!spec.assumed.empty())
+    std::cout << "specialized to: " << inputShapeList(spec.assumed)
+              << " (the model computes shapes from its inputs' dynamic dims, so it loads only for given shapes, "
+                 "as kiln run loads it for its inputs; ops and parameters are those of these shapes, "
+                 "--input-shape chooses others)\n";
+  // The types the file declares, where the import specialized them.
+  auto shown = [](const std::map<std::string, TensorType>& declared, const std::string& name, const TensorType& type) {
+    auto it = declared.find(name);
+    return it == declared.end() ? type.str() : it->second.str();
+  };
 
   int64_t parameters = 0, bytes = 0;
   std::cout << "inputs (" << f.numArguments() << "):\n";
   for (size_t i = 0; i < f.numArguments(); ++i) {
     const Value* arg = f.argument(i);
     const DenseTensor* dflt = f.argumentDefault(i);
-    std::cout << "  " << (arg->name().empty() ? "#" + std::to_string(i) : arg->name()) << ": " << arg->type().str()
+    std::cout << "  " << (arg->name().empty() ? "#" + std::to_string(i) : arg->name()) << ": "
+              << shown(spec.declaredInputs, arg->name(), arg->type())
               << (dflt ? "  (has a default: optional)" : "  (required)") << "\n";
     if (dflt) {
       parameters += dflt->numElements();
@@ -79,7 +101,7 @@ void printSummary(const std::string& path, ModelFormat format, const Function& f
   std::cout << "outputs (" << f.resultTypes().size() << "):\n";
   for (size_t i = 0; i < f.resultTypes().size(); ++i)
     std::cout << "  " << (f.resultName(i).empty() ? "output_" + std::to_string(i) : f.resultName(i)) << ": "
-              << f.resultTypes()[i].str() << "\n";
+              << shown(spec.declaredOutputs, f.resultName(i), f.resultTypes()[i]) << "\n";
 
   std::map<std::string_view, int64_t> histogram;
   int64_t total = 0;
@@ -113,19 +135,48 @@ int run(const ParsedArgs& args) {
     reportError(kName, format.takeError());
     return kExitError;
   }
+  auto shapes = parseInputShapes(args);
+  if (!shapes) return usageError(kName, shapes.error().message());
+  if (!shapes->empty() && *format != ModelFormat::Onnx)
+    return usageError(kName, "--input-shape specializes ONNX models at import; '" + path +
+                                 "' is not one (its symbolic dims need no shapes to load)");
   int exitCode = kExitOk;
   if (*format == ModelFormat::Onnx && reportUnsupportedOps(path, exitCode)) return exitCode;
 
-  auto module = loadVerifiedModel(path);
-  if (!module) {
-    reportError(kName, module.takeError());
-    return kExitError;
+  Specialization spec;
+  std::unique_ptr<Module> module;
+  if (*format == ModelFormat::Onnx) {
+    // Specialized as kiln run specializes it: a model whose shapes are
+    // computed from a dynamic batch loads only so.
+    auto loaded = loadOnnxWithShapes(path, *shapes, /*allowAssumed=*/true);
+    if (!loaded) {
+      reportError(kName, loaded.takeError());
+      return kExitError;
+    }
+    module = std::move(loaded->module);
+    spec.given = *shapes;
+    spec.assumed = std::move(loaded->assumed);
+    // The inputs Kiln chose shapes for are shown as declared, and so are
+    // the outputs (their dims follow those inputs').
+    if (!spec.assumed.empty())
+      if (auto signature = readOnnxSignature(path)) {
+        for (auto& [name, type] : signature->inputs)
+          if (spec.assumed.count(name)) spec.declaredInputs.emplace(name, type);
+        for (auto& [name, type] : signature->outputs) spec.declaredOutputs.emplace(name, type);
+      }
+  } else {
+    auto loaded = loadVerifiedModel(path);
+    if (!loaded) {
+      reportError(kName, loaded.takeError());
+      return kExitError;
+    }
+    module = std::move(*loaded);
   }
-  if ((*module)->functions().empty()) {
+  if (module->functions().empty()) {
     reportError(kName, Error(path + ": the model holds no function"));
     return kExitError;
   }
-  printSummary(path, *format, *(*module)->functions().front());
+  printSummary(path, *format, *module->functions().front(), spec);
   return kExitOk;
 }
 
@@ -135,10 +186,12 @@ const Command& checkCommand() {
   static const Command command{
       kName,
       "check that Kiln supports a model and summarize it",
-      "MODEL",
+      "MODEL [--input-shape NAME=2x3x8]...",
       "Loads MODEL (.onnx, .kiln, .kiln.txt or .kir). When it uses ONNX ops that Kiln does not support,\n"
       "lists every one of them (op type, domain, opset, nodes) and exits with status 1. Otherwise prints the\n"
-      "inputs, outputs, an op histogram and the parameter count.",
+      "inputs, outputs, an op histogram and the parameter count. An ONNX model is imported specialized to\n"
+      "the --input-shape shapes; one that computes shapes from dynamic dims left unspecified (a dynamic-batch\n"
+      "transformer) is summarized with each such dim 1, as the summary says.",
       kOptions,
       &run,
   };

@@ -65,22 +65,6 @@ constexpr OptionSpec kOptions[] = {
     {"--help", "", "show this help", false, "-h"},
 };
 
-/// `2x3x8` as dims; an error naming the option otherwise.
-Expected<std::vector<int64_t>> parseShape(const std::string& name, const std::string& text) {
-  std::vector<int64_t> dims;
-  if (text == "scalar") return dims;
-  size_t start = 0;
-  while (true) {
-    const size_t x = text.find('x', start);
-    auto dim = parseInteger(text.substr(start, x == std::string::npos ? std::string::npos : x - start),
-                            "a dim of --input-shape " + name, 0, int64_t{1} << 40);
-    if (!dim) return dim.takeError();
-    dims.push_back(*dim);
-    if (x == std::string::npos) return dims;
-    start = x + 1;
-  }
-}
-
 /// A zero tensor per argument of `f`, of its static type or of the shape
 /// --input-shape gives; every problem is reported, then nullopt returned.
 std::optional<std::vector<Tensor>> compileInputs(const Function& f, const ParsedArgs& args) {
@@ -340,6 +324,13 @@ int compile(const ParsedArgs& args) {
   auto module = loadModel(positionals[0], loadOptions);
   if (module) {
     if (Status s = verify(**module); !s) module = s.takeError();
+  }
+  if (!module && positionals[0].ends_with(".onnx")) {
+    // A model that imports only specialized: the error names the
+    // --input-shape options it needs.
+    InputShapes shapes(loadOptions.inputShapes.begin(), loadOptions.inputShapes.end());
+    if (auto hinted = loadOnnxWithShapes(positionals[0], shapes, /*allowAssumed=*/false); !hinted)
+      module = hinted.takeError();
   }
   if (!module) return reportError(kName, module.takeError()), kExitError;
   if ((*module)->functions().empty()) {

@@ -17,6 +17,8 @@ constexpr std::string_view kName = "convert";
 constexpr OptionSpec kOptions[] = {
     {"--output", "OUT", "the file to write; its extension picks the format", false, "-o"},
     {"--emit", "ir", "print the model as Kiln IR text on stdout instead of writing a file"},
+    {"--input-shape", "NAME=2x3x8",
+     "ONNX: import specialized to this static shape of input NAME, as kiln run does for its inputs", true},
     {"--help", "", "show this help", false, "-h"},
 };
 
@@ -39,7 +41,26 @@ int run(const ParsedArgs& args) {
     }
   }
 
-  auto module = loadVerifiedModel(positionals[0]);
+  auto shapes = parseInputShapes(args);
+  if (!shapes) return usageError(kName, shapes.error().message());
+  auto inFormat = modelFormatOf(positionals[0]);
+  if (!inFormat) {
+    reportError(kName, inFormat.takeError());
+    return kExitError;
+  }
+  if (!shapes->empty() && *inFormat != ModelFormat::Onnx)
+    return usageError(kName, "--input-shape specializes ONNX models at import; '" + positionals[0] +
+                                 "' is not one (its symbolic dims are written as they are)");
+  // An ONNX model whose shapes are computed from a dynamic batch imports
+  // only specialized (as kiln run imports it for its inputs): the error
+  // then names the --input-shape options it needs.
+  Expected<std::unique_ptr<Module>> module = Error("");
+  if (*inFormat == ModelFormat::Onnx) {
+    auto loaded = loadOnnxWithShapes(positionals[0], *shapes, /*allowAssumed=*/false);
+    module = loaded ? Expected<std::unique_ptr<Module>>(std::move(loaded->module)) : loaded.takeError();
+  } else {
+    module = loadVerifiedModel(positionals[0]);
+  }
   if (!module) {
     reportError(kName, module.takeError());
     return kExitError;
@@ -61,9 +82,11 @@ const Command& convertCommand() {
   static const Command command{
       kName,
       "convert a model between .onnx, .kiln, .kiln.txt and .kir",
-      "MODEL -o OUT | MODEL --emit=ir",
+      "MODEL -o OUT | MODEL --emit=ir [--input-shape NAME=2x3x8]...",
       "Reads MODEL and writes it to OUT in the format OUT's extension names (.kiln binary protobuf,\n"
-      ".kiln.txt text protobuf, .kir Kiln IR, .onnx). --emit=ir prints the Kiln IR instead.",
+      ".kiln.txt text protobuf, .kir Kiln IR, .onnx). --emit=ir prints the Kiln IR instead. An ONNX model is\n"
+      "imported specialized to the --input-shape shapes, which one that computes shapes from dynamic dims\n"
+      "(a dynamic-batch transformer) needs.",
       kOptions,
       &run,
   };

@@ -25,7 +25,9 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
+#include <utility>
 
 #include "codegen/Session.h"
 #include "frontend/Model.h"
@@ -286,6 +288,35 @@ Status loadProgram(const std::string& path, const Decoder& d, const std::map<std
   return Status::success();
 }
 
+/// For a model without a cache that loads at `loads` tokens but not at
+/// `fails` (whose error is `failure`): the longest length it loads at, found
+/// by bisection, and why it does not load at one more. A model with a table
+/// of learned positions (GPT's position embedding) takes at most as many
+/// tokens as the table has rows; past that, its position Gather fails when
+/// the import folds it. Nullopt when it does not load at `loads` either.
+std::optional<std::pair<int64_t, std::string>> longestLoadableLength(const std::string& path, const Decoder& d,
+                                                                     int64_t batch, int64_t loads, int64_t fails,
+                                                                     Error failure) {
+  auto tryLength = [&](int64_t length) {
+    Program probe;
+    return loadProgram(path, d, {{d.ids, {batch, length}}}, probe);
+  };
+  if (!tryLength(loads)) return std::nullopt;
+  while (fails - loads > 1) {
+    const int64_t middle = loads + (fails - loads) / 2;
+    if (Status s = tryLength(middle); s) {
+      loads = middle;
+    } else {
+      fails = middle;
+      failure = s.takeError();
+    }
+  }
+  std::string why = failure.location().isUnknown() ? failure.message() : failure.str();
+  // The reason without the file name the message starts with.
+  if (why.starts_with(path + ": ")) why = why.substr(path.size() + 2);
+  return std::pair{loads, why};
+}
+
 /// Picks the next token from one row of logits: the most likely (the first
 /// of equals, as torch.argmax), or a sample of softmax(logits / temperature)
 /// among the top-k.
@@ -483,7 +514,16 @@ int run(const ParsedArgs& args) {
                         count(promptLength, "token") + ") and " + count(*newTokens, "new token") + " need " +
                         std::to_string(longest) + " positions"));
     const int64_t runLength = length.isStatic() ? length.size : longest;
-    if (Status s = loadProgram(modelPath, d, {{d.ids, {batch, runLength}}}, programs[0]); !s) return fail(s.error());
+    if (Status s = loadProgram(modelPath, d, {{d.ids, {batch, runLength}}}, programs[0]); !s) {
+      if (length.isStatic() || runLength <= promptLength) return fail(s.error());
+      auto longestTaken = longestLoadableLength(modelPath, d, batch, promptLength, runLength, s.error());
+      if (!longestTaken) return fail(s.error());
+      return fail(Error(modelPath + ": the prompt (" + count(promptLength, "token") + ") and " +
+                        count(*newTokens, "new token") + " need " + std::to_string(longest) +
+                        " positions, and the model takes at most " + std::to_string(longestTaken->first) + " (at " +
+                        std::to_string(longestTaken->first + 1) + ": " + longestTaken->second +
+                        "); export the model with more positions, or ask for fewer tokens"));
+    }
   }
   const int64_t vocab = programs[0].function->resultTypes()[programs[0].logits].shape[2].size;
   for (int64_t i = 0; i < prompt->numElements(); ++i)

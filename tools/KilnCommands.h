@@ -3,9 +3,11 @@
 // that kiln.cpp dispatches on and prints in --help, and error reporting.
 #pragma once
 
+#include <map>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ir/IR.h"
 #include "ir/Json.h"
@@ -28,6 +30,38 @@ struct Command {
 /// Loads the model at `path` (ONNX shape computations folded by the
 /// interpreter) and verifies it.
 Expected<std::unique_ptr<Module>> loadVerifiedModel(const std::string& path);
+
+/// Static shapes for graph inputs, by name, as `--input-shape NAME=DIMS`
+/// gives them (kiln compile, check, convert).
+using InputShapes = std::map<std::string, std::vector<int64_t>>;
+
+/// `2x3x8` (or `scalar`) as dims; an error naming `--input-shape NAME`.
+Expected<std::vector<int64_t>> parseShape(const std::string& name, const std::string& text);
+/// Every `--input-shape NAME=DIMS` of `args`; an error naming the first
+/// malformed one.
+Expected<InputShapes> parseInputShapes(const ParsedArgs& args);
+/// `x=1x6x32 y=scalar`, the shapes as the --input-shape values that give them.
+std::string inputShapeList(const InputShapes& shapes);
+
+/// An ONNX model loaded specialized to input shapes (kiln check, convert).
+struct ShapedModel {
+  std::unique_ptr<Module> module;
+  /// Shapes Kiln chose for inputs left dynamic (every dynamic dim 1), when
+  /// the model imports only with static shapes and `allowAssumed` was given;
+  /// empty otherwise.
+  InputShapes assumed;
+};
+
+/// Loads and verifies the ONNX model at `path` specialized to `shapes`, as
+/// kiln run specializes a model to its inputs: shapes PyTorch computes from
+/// a dynamic batch (Shape -> Gather -> Reshape) fold. Each name must be a
+/// data input whose declared type admits the shape (an error naming all
+/// that do not). When the model does not import because it computes shapes
+/// from dims that `shapes` leaves dynamic, it is imported again with each
+/// such dim 1: with `allowAssumed` that model is returned and
+/// ShapedModel::assumed says so; otherwise the error says which --input-shape
+/// options the model needs.
+Expected<ShapedModel> loadOnnxWithShapes(const std::string& path, const InputShapes& shapes, bool allowAssumed);
 
 const Command& runCommand();
 const Command& compileCommand();

@@ -606,6 +606,13 @@ int run(const ParsedArgs& args) {
   auto trainer = training::Trainer::create(*session, c.train, callbacks);
   if (!trainer) return fail(trainer.takeError());
   if (auto problem = (*trainer)->scheduleProblem()) return usageError(kName, *problem);
+  // Without -o the trained weights are not written anywhere: said before
+  // training starts, so that a long run can be stopped and given one.
+  if (lead && c.train.outputPath.empty())
+    std::cerr << "kiln train: warning: no -o OUT: the trained model will not be written"
+              << (c.train.checkpointDir.empty() ? std::string()
+                                                : " (only the checkpoints in " + c.train.checkpointDir + " will hold it)")
+              << "; give -o OUT" << (c.train.modelPath.ends_with(".onnx") ? ".onnx" : "") << " to keep it\n";
   progress.emplace((*trainer)->totalSteps(), c.logEvery);
   auto summary = (*trainer)->train();
   breakLine();
@@ -617,6 +624,8 @@ int run(const ParsedArgs& args) {
   if (!c.train.outputPath.empty()) {
     if (Status s = (*trainer)->writeTrainedModel(); !s) return fail(s.takeError());
     std::cout << "wrote " << c.train.outputPath << "\n";
+  } else {
+    std::cout << "the trained model was not written (no -o OUT)\n";
   }
   return kExitOk;
 }

@@ -19,6 +19,9 @@ namespace {
 using namespace kiln::cli;
 
 constexpr const char* kVersion = "0.1.0";
+/// The backends compiled into every build (docs/cli.md): the CPU JIT, CUDA
+/// and the reference interpreter.
+constexpr const char* kBackends = "cpu, cuda, interpreter";
 
 const Command* const kCommands[] = {&runCommand(),     &compileCommand(), &checkCommand(),
                                     &convertCommand(), &devicesCommand(), &trainCommand(),
@@ -65,7 +68,12 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   if (first == "--version") {
-    std::cout << "kiln " << kVersion << " (backends: cpu interpreter)\n";
+    // The backends every build has: CUDA support needs no toolkit at build
+    // time (the driver, NVRTC and the libraries are loaded when a command
+    // uses them), so nothing is probed here; `kiln devices` says whether
+    // CUDA is usable on this machine.
+    std::cout << "kiln " << kVersion << " (backends: " << kBackends
+              << "; kiln devices says whether CUDA is usable here)\n";
     return kExitOk;
   }
   for (const Command* c : kCommands) {

@@ -40,25 +40,30 @@ Tensor learningRateTensor(DType dtype, double lr) {
   return t;
 }
 
-Expected<std::vector<Tensor>> bindStepInputs(const Function& step, std::vector<Tensor> leading, StepFeed feed) {
-  std::vector<Tensor> in = std::move(leading);
-  for (size_t i = in.size(); i < step.numArguments(); ++i) {
+Expected<std::vector<Tensor>> bindStepInputs(const Function& step, std::vector<Tensor>&& leading, StepFeed feed) {
+  // The other arguments first, checked, so that an error leaves `leading`
+  // untouched.
+  std::vector<Tensor> rest;
+  for (size_t i = leading.size(); i < step.numArguments(); ++i) {
     const Value* a = step.argument(i);
     const std::string& name = a->name();
     if (name == "labels") {
-      in.push_back(std::move(feed.labels));
+      rest.push_back(std::move(feed.labels));
     } else if (name == "lr") {
-      in.push_back(std::move(feed.lr));
+      rest.push_back(std::move(feed.lr));
     } else if (auto it = feed.inputs.find(name); it != feed.inputs.end()) {
-      in.push_back(std::move(it->second));
+      rest.push_back(std::move(it->second));
     } else if (const DenseTensor* d = step.argumentDefault(i)) {
-      in.push_back(Tensor::fromDense(*d));
+      rest.push_back(Tensor::fromDense(*d));
     } else {
       return Error("no value for the model input '" + name + "' (" + a->type().str() + ")");
     }
-    if (in.back().type() != a->type())
-      return Error("'" + name + "' is " + in.back().type().str() + ", the training step expects " + a->type().str());
+    if (rest.back().type() != a->type())
+      return Error("'" + name + "' is " + rest.back().type().str() + ", the training step expects " + a->type().str());
   }
+  std::vector<Tensor> in = std::move(leading);
+  leading.clear();
+  in.insert(in.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
   return in;
 }
 

@@ -48,7 +48,9 @@ Tensor learningRateTensor(DType dtype, double lr);
 /// may be empty, then they come from their defaults too), then each other
 /// argument by name: "labels", "lr", a model input of `feed.inputs`, or the
 /// argument's default. An argument without a value, or with a value of
-/// another type than the argument's, is an error naming it.
-Expected<std::vector<Tensor>> bindStepInputs(const Function& step, std::vector<Tensor> leading, StepFeed feed);
+/// another type than the argument's, is an error naming it; `leading` is
+/// then left as it was (the caller's state survives a refused batch), and
+/// taken (moved from) only on success.
+Expected<std::vector<Tensor>> bindStepInputs(const Function& step, std::vector<Tensor>&& leading, StepFeed feed);
 
 }  // namespace kiln::training

@@ -62,7 +62,10 @@ Expected<std::unique_ptr<Module>> loadTrainableModel(const std::string& path,
     if (it == shapes.end() || a->type().rank() != static_cast<int64_t>(it->second.size())) continue;
     a->setType(TensorType{a->type().dtype, staticShape(it->second)});
   }
-  liftConstantsToParameters(f);
+  // ONNX weights are the initializers, already arguments; the importer's
+  // folded constants (an LSTM's zero initial state from ConstantOfShape) are
+  // not weights, and PyTorch does not train them.
+  if (*format != ModelFormat::Onnx) liftConstantsToParameters(f);
   KILN_TRY(verify(*module));
   PassContext ctx;
   ctx.evaluator = &evaluator;
@@ -160,23 +163,33 @@ Expected<SpecializedSignature> loadSpecializedToFirstBatch(const std::string& pa
       fed = &input;
     }
   if (!fed || fed->second.rank() < 1) return Error("the model has no input with a batch dim for the data");
-  auto arrays = readNpz(first.dataPath);
-  if (!arrays) return arrays.takeError();
-  const Tensor* x = nullptr;
-  for (const NpzArray& a : *arrays)
-    if (a.name == first.xKey) x = &a.tensor;
-  if (!x) return Error(first.dataPath + " has no array '" + first.xKey + "'");
+  std::vector<int64_t> xShape = first.shape;
+  std::string source = "the first batch";
+  if (!first.dataPath.empty()) {
+    auto arrays = readNpz(first.dataPath);
+    if (!arrays) return arrays.takeError();
+    const Tensor* x = nullptr;
+    for (const NpzArray& a : *arrays)
+      if (a.name == first.xKey) x = &a.tensor;
+    if (!x) return Error(first.dataPath + " has no array '" + first.xKey + "'");
+    xShape = x->shape();
+    source = first.dataPath + ": '" + first.xKey + "'";
+  } else if (xShape.empty()) {
+    // Batches handed over one at a time: the model is read again with the
+    // first one's shape (the Python kiln.Trainer does so).
+    return Error(std::string(kNeedsFirstBatch));
+  }
   const TensorType& type = fed->second;
-  bool fits = x->rank() == type.rank() && x->shape()[0] > 0;
+  bool fits = static_cast<int64_t>(xShape.size()) == type.rank() && xShape[0] > 0;
   for (int64_t k = 1; fits && k < type.rank(); ++k)
-    fits = !type.shape[k].isStatic() || type.shape[k].size == x->shape()[k];
+    fits = !type.shape[k].isStatic() || type.shape[k].size == xShape[k];
   if (!fits)
-    return Error(first.dataPath + ": '" + first.xKey + "' (" + shapeString(x->shape()) +
-                 ") does not fit the model's input '" + fed->first + "' (" + type.str() + ")");
-  const int64_t batch = std::min(first.batchSize, x->shape()[0]);
+    return Error(source + " (" + shapeString(xShape) + ") does not fit the model's input '" + fed->first + "' (" +
+                 type.str() + ")");
+  const int64_t batch = std::min(first.batchSize, xShape[0]);
   const Dim& batchDim = type.shape[0];
   std::map<std::string, std::vector<int64_t>> shapes;
-  shapes[fed->first] = x->shape();
+  shapes[fed->first] = xShape;
   shapes[fed->first][0] = batch;
   for (const auto& input : *declared) {
     if (&input == fed) continue;
@@ -207,6 +220,10 @@ Expected<ModelSignature> readTrainingSignature(const std::string& path, const st
   std::vector<std::pair<std::string, TensorType>> declared;
   if (!model && *format == ModelFormat::Onnx) {
     auto specialized = loadSpecializedToFirstBatch(path, zeroInputs, firstBatch, evaluator);
+    if (!specialized && specialized.error().message() == kNeedsFirstBatch)
+      return Error(path + ": " + std::string(kNeedsFirstBatch) + " (" + model.error().message() + ")");
+    // The same error both ways (an unsupported op) is reported once.
+    if (!specialized && specialized.error().message() == model.error().message()) return model.takeError();
     if (!specialized)
       return Error(model.error().message() + "; specialized to the first batch of the training data, it does " +
                    "not load either: " + specialized.error().message());

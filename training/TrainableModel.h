@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ir/Evaluator.h"
@@ -49,11 +50,20 @@ struct ModelSignature {
 
 /// The data a model is specialized to when it imports only with static
 /// shapes (an ONNX model computing shapes from its dynamic batch): the first
-/// batch of array `xKey` of `dataPath`.
+/// batch of array `xKey` of `dataPath`, or, without a data file (batches
+/// handed over, the Python kiln.Trainer), a batch of shape `shape`.
 struct FirstBatch {
   std::string dataPath, xKey;
   int64_t batchSize = 1;
+  std::vector<int64_t> shape;  // used when dataPath is empty
 };
+
+/// What readTrainingSignature's error says, after the path, of an ONNX
+/// model that imports only specialized when `firstBatch` has neither a data
+/// file nor a shape: the caller may try again with the first batch's shape.
+inline constexpr std::string_view kNeedsFirstBatch =
+    "the model imports only with its input shapes known (it computes shapes from them), so its signature is read "
+    "with the first batch's shape";
 
 /// Loads the model at `path` for training and reads its signature: one
 /// float output to put a loss on, exactly one input without a default for

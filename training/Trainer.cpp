@@ -51,7 +51,7 @@ Status Trainer::loadAndCheck() {
   TrainOptions& o = options_;
   // Output paths are checked before anything runs.
   if (!o.outputPath.empty()) KILN_TRY(checkTrainedModelPath(o.modelPath, o.outputPath));
-  auto sig = readTrainingSignature(o.modelPath, o.zeroInputs, FirstBatch{o.dataPath, o.xKey, o.batchSize},
+  auto sig = readTrainingSignature(o.modelPath, o.zeroInputs, FirstBatch{o.dataPath, o.xKey, o.batchSize, o.firstBatchShape},
                                    Session::evaluator());
   if (!sig) return sig.takeError();
   signature_ = std::move(*sig);
@@ -339,9 +339,21 @@ Expected<std::vector<Tensor>> Trainer::runStep(Batch batch, Clock::duration& com
     feed.inputs[name] = Tensor(type.dtype, signature_.zeroShape(name, size));
   feed.labels = std::move(batch.y);
   feed.lr = lr_;
+  // bindStepInputs takes the state only when it binds; from then on every
+  // error gives it back to state_ (from `in`, or from the results of a step
+  // that ran), so that the trainer stays usable after any error.
   auto bound = bindStepInputs(f, std::move(state_.values), std::move(feed));
   if (!bound) return bound.takeError();
   std::vector<Tensor>& in = *bound;
+  const size_t numState = state_.names.size();
+  struct GiveBack {
+    std::vector<Tensor>* from;
+    std::vector<Tensor>& to;
+    size_t count;
+    ~GiveBack() {
+      if (from) to.assign(std::make_move_iterator(from->begin()), std::make_move_iterator(from->begin() + count));
+    }
+  } giveBack{&in, state_.values, numState};
   // In place, except with checkNumerics, which re-runs a failing step from
   // its old inputs, and for a step with control flow or data-dependent ops,
   // which runs in stages that cannot take donated arguments.
@@ -385,6 +397,7 @@ Expected<std::vector<Tensor>> Trainer::runStep(Batch batch, Clock::duration& com
   auto out = donate ? model.runInPlace(in, next.empty() ? nullptr : &next) : model.run(in);
   if (!out) return out.takeError();
   if (donate) inPlace_ = &model;
+  giveBack.from = nullptr;
   if (timed)
     if (auto note = chooser_->record(std::chrono::duration<double>(Clock::now() - runStart).count())) notify(*note);
   // Results donated to their arguments (empty in `out`) are in `in`.
@@ -392,12 +405,22 @@ Expected<std::vector<Tensor>> Trainer::runStep(Batch batch, Clock::duration& com
     if ((*out)[i].numBytes() == 0) (*out)[i] = std::move(in[i - 1]);
   const int64_t epoch = plan_.epochOf(batch.step);
   if (std::string bad = describeNonFiniteResult(f, *out, o.checkNumerics); !bad.empty()) {
-    std::string message =
-        "step " + std::to_string(batch.step + 1) + " (epoch " + std::to_string(epoch + 1) + "): " + bad;
+    std::string message = "step " + std::to_string(batch.step + 1) +
+                          (trainData_ ? " (epoch " + std::to_string(epoch + 1) + ")" : std::string()) + ": " + bad;
     if (o.checkNumerics)
       message += "; " + findNonFiniteOp(f, in);
     else
-      message += " (--check-numerics names the op that produces it)";
+      message += " (" + o.checkNumericsName + " names the op that produces it)";
+    // A step whose loss is not finite kept its parameters and state
+    // (buildTrainingStep selects the old values), which are its results.
+    const bool skipped = firstNonFinite((*out)[0]) >= 0;
+    state_.values.assign(std::make_move_iterator(out->begin() + 1), std::make_move_iterator(out->end()));
+    // Batches handed over (kiln.Trainer): the caller goes on after the
+    // error, so it says what state it goes on from.
+    if (!trainData_)
+      return Error(message + (skipped ? "; the step's update was skipped: the parameters and optimizer state are "
+                                        "those before it"
+                                      : ""));
     return Error(message + "; training stopped" + (o.outputPath.empty() ? "" : ", nothing written"));
   }
   return out;
@@ -514,6 +537,29 @@ Expected<double> Trainer::trainBatch(const Tensor& x, const Tensor& y, const std
   state_.values.assign(std::make_move_iterator(out->begin() + 1), std::make_move_iterator(out->end()));
   ++batchesTrained_;
   return loss;
+}
+
+Status Trainer::setState(const std::map<std::string, Tensor>& values, int64_t batch) {
+  KILN_TRY(initializeState(batch));
+  for (const auto& [name, value] : values) {
+    auto it = stateIndex_.find(name);
+    if (it == stateIndex_.end()) {
+      std::string names;
+      for (const std::string& n : state_.names) names += (names.empty() ? "" : ", ") + n;
+      return Error("no state value named '" + name + "' (the training step's state: " + names + ")");
+    }
+    const Tensor& current = state_.values[it->second];
+    if (value.type() != current.type())
+      return Error("'" + name + "' is " + value.type().str() + ", the training step's is " + current.type().str());
+  }
+  // The device's copies (CUDA, updated in place) come back first; the next
+  // step uploads what is written here.
+  KILN_TRY(syncState());
+  for (const auto& [name, value] : values) {
+    Tensor& current = state_.values[stateIndex_.at(name)];
+    std::memcpy(current.raw(), value.raw(), current.numBytes());
+  }
+  return Status();
 }
 
 Expected<const TrainState*> Trainer::currentState(int64_t batch) {

@@ -27,9 +27,12 @@
 // writes the trained model).
 //
 // Numerics (Numerics.h): a non-finite loss stops training with the step
-// number; with checkNumerics every result of every step is checked, and on
-// the first non-finite value the step is run again on the interpreter to
-// name the first op whose result is not finite.
+// number, and the step that computed it left the parameters and optimizer
+// state as they were (the training step selects the old values when its
+// loss is not finite, as GradScaler skips an update); with checkNumerics
+// every result of every step is checked, and on the first non-finite value
+// the step is run again on the interpreter to name the first op whose
+// result is not finite.
 //
 // The trainer prints nothing: notices, steps, epochs, evaluations and the
 // resumed step are reported through TrainCallbacks, errors and the summary
@@ -67,6 +70,11 @@ struct TrainOptions {
   /// Where writeTrainedModel() writes; checked before training. May be empty.
   std::string outputPath;
   std::string xKey = "x", yKey = "y";  // the arrays of the .npz files
+  /// Without a data file (batches handed over, trainBatch): the shape of
+  /// the first batch, with which an ONNX model that imports only
+  /// specialized (it computes shapes from its input's) reads its signature.
+  /// Empty: such a model is refused with kNeedsFirstBatch.
+  std::vector<int64_t> firstBatchShape;
   /// Model inputs besides the one x feeds that take zeros at every step.
   std::vector<std::string> zeroInputs;
   /// Loss, optimizer, schedule (its totalSteps is set from the run) and
@@ -85,6 +93,9 @@ struct TrainOptions {
   /// a non-finite value (steps then feed their new state back instead of
   /// updating in place, to keep the old inputs for the re-run).
   bool checkNumerics = false;
+  /// How the caller spells checkNumerics, for the error of a non-finite
+  /// loss to name ("--check-numerics"; "check_numerics=True" in Python).
+  std::string checkNumericsName = "--check-numerics";
   /// Choose between all cores and one by timing the steps
   /// (codegen/ThreadChooser.h).
   bool autoThreads = false;
@@ -171,8 +182,9 @@ class Trainer {
 
   /// Runs the training steps (resuming options().resumePath first, writing
   /// checkpoints and evaluating as the options ask), once per trainer. After
-  /// an error the state is not meaningful (a step may have updated part of
-  /// it in place).
+  /// an error the state is that of the last step that kept its update: a
+  /// step whose loss is not finite skips its update (buildTrainingStep)
+  /// and is reported as an error.
   Expected<TrainSummary> train();
 
   /// Evaluates the current parameters on the evaluation data (which the
@@ -184,7 +196,9 @@ class Trainer {
   /// one step on the batch (x, y), checked and converted as a data file's
   /// arrays are (errors name them as x and y of `source`); returns the
   /// step's loss. Steps count on from the last one, and every batch must
-  /// have the first one's sample shape.
+  /// have the first one's sample shape. After any error the trainer is
+  /// usable and its state is that before the call: a step whose loss is not
+  /// finite is an error and skips its update inside the step.
   Expected<double> trainBatch(const Tensor& x, const Tensor& y, const std::string& source);
   /// Evaluates the current parameters on (x, y) in batches of
   /// options().batchSize.
@@ -193,6 +207,12 @@ class Trainer {
   /// parameters, batch norm running statistics, optimizer state. Before
   /// the first step, the initial state of a step for `batch` samples.
   Expected<const TrainState*> currentState(int64_t batch);
+  /// Replaces the named values of the state (currentState(batch)'s names:
+  /// parameters, running statistics, optimizer state) with `values`, each
+  /// of its value's type; names not given keep theirs. Every name and type
+  /// is checked first, so an error changes nothing. The next step, on any
+  /// device, starts from them.
+  Status setState(const std::map<std::string, Tensor>& values, int64_t batch);
   /// The base learning rate of the steps from now on.
   void setLearningRate(double lr);
   /// Steps run by trainBatch so far.

@@ -1,7 +1,8 @@
 // Emits kernel IR as CUDA C++ (see CudaEmitter.h for the grid mapping and
 // the semantics). Expressions become C++ expressions; a reduction inside
 // one becomes statements (an accumulator and its loops) emitted before the
-// statement that uses it, which then reads the accumulator. The scalar
+// statement that uses it, which then reads the accumulator (a long float
+// sum: blocks combined pairwise, codegen/Schedule.h's sumBlocking). The scalar
 // rules the C++ operators do not give (NaN-propagating max/min, Python mod,
 // integer division that never traps, wrapping integer arithmetic, ...) are
 // ir/ScalarSemantics.h's device functions: the translation unit starts with
@@ -15,6 +16,7 @@
 #include "codegen/Schedule.h"
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -68,6 +70,9 @@ KILN_SCALAR unsigned short kiln_f32_to_f16(float f) {
 )";
 
 constexpr int kWarpSize = 32;
+/// The iterations each thread of a row sums into one block of a long sum
+/// (with 256 threads, a block of the row is 65536 elements).
+constexpr int64_t kRowSumBlock = 256;
 /// The index of "no element yet" in a row's argmax, argmin or zero search:
 /// every element's index is below it.
 constexpr int64_t kNoIndex = std::numeric_limits<int64_t>::max();
@@ -617,9 +622,70 @@ class KernelEmitter {
     }
   }
 
+  /// Opens the loops of reduction levels [from, to) of `e`, each from 0.
+  void openLevels(const Expr& e, size_t from, size_t to) {
+    for (size_t level = from; level < to; ++level) {
+      const std::string v = loopVar(e.id + static_cast<int>(level));
+      line("for (long long " + v + " = 0; " + v + " < " + intLiteral(DType::I64, e.extents[level]) + "; ++" + v +
+           ") {");
+      ++depth_;
+    }
+  }
+
+  /// Emits the pairwise combination of block sum `s` with the blocks before
+  /// it (SumBlocking, codegen/Schedule.h): block k, counted in `blocks`,
+  /// absorbs the partials of the ctz(k) complete subtrees before it.
+  void closeBlock(const std::string& s, const std::string& partials, const std::string& blocks) {
+    line("{");
+    ++depth_;
+    line("long long k = ++" + blocks + ";");
+    line("int l = 0;");
+    line("for (; (k & 1) == 0; k >>= 1, ++l) " + s + " = (" + partials + "[l] + " + s + ");");
+    line(partials + "[l] = " + s + ";");
+    --depth_;
+    line("}");
+  }
+
+  /// A long float sum by one thread: blocks of at most kSumBlock elements,
+  /// each summed from zero in order, combined pairwise (closeBlock); the
+  /// partials left are added smallest first.
+  Expected<std::string> emitBlockedSum(const Expr& e, const SumBlocking& blocking) {
+    const DType t = e.type;
+    const std::string type = valueType(t), acc = temp(), partials = acc + "_partials", blocks = acc + "_blocks",
+                      s = acc + "_block", c = acc + "_chunk";
+    line(type + " " + partials + "[" + std::to_string(blocking.levels) + "];");
+    line("long long " + blocks + " = 0;");
+    openLevels(e, 0, blocking.level);
+    line("for (long long " + c + " = 0; " + c + " < " + intLiteral(DType::I64, blocking.chunks) + "; ++" + c + ") {");
+    ++depth_;
+    line(type + " " + s + " = " + identity(ReduceKind::Sum, t) + ";");
+    const std::string v = loopVar(e.id + static_cast<int>(blocking.level)), chunk = intLiteral(DType::I64, blocking.chunk),
+                      extent = intLiteral(DType::I64, e.extents[blocking.level]);
+    line("const long long " + c + "_end = " + c + " * " + chunk + " + " + chunk + " < " + extent + " ? " + c + " * " +
+         chunk + " + " + chunk + " : " + extent + ";");
+    line("for (long long " + v + " = " + c + " * " + chunk + "; " + v + " < " + c + "_end; ++" + v + ") {");
+    ++depth_;
+    openLevels(e, blocking.level + 1, e.extents.size());
+    auto body = emitExpr(*e.args[0]);
+    if (!body) return body.takeError();
+    line(s + " = (" + s + " + " + *body + ");");
+    closeLoops(e.extents.size() - blocking.level);
+    closeBlock(s, partials, blocks);
+    closeLoops(blocking.level + 1);
+    bool first = true;
+    for (int l = 0; l < blocking.levels; ++l) {
+      if (((blocking.blocks >> l) & 1) == 0) continue;
+      const std::string p = partials + "[" + std::to_string(l) + "]";
+      line(first ? type + " " + acc + " = " + p + ";" : acc + " = (" + acc + " + " + p + ");");
+      first = false;
+    }
+    return acc;
+  }
+
   /// A per-thread sequential reduction into an accumulator.
   Expected<std::string> emitReduce(const Expr& e) {
     const DType t = e.type;
+    if (std::optional<SumBlocking> blocking = sumBlocking(e)) return emitBlockedSum(e, *blocking);
     const std::string type = valueType(t);
     const std::string acc = temp();
     line(type + " " + acc + " = " + identity(e.reduce, t) + ";");
@@ -714,17 +780,49 @@ class KernelEmitter {
     if (arg) line("long long " + index + " = " + intLiteral(DType::I64, e.selectLast ? -1 : kNoIndex) + ";");
     const std::vector<std::pair<int, int64_t>> dims = reductionDims(e);
     const std::string perRow = intLiteral(DType::I64, threads_);
-    line("for (long long " + k + " = lane; " + k + " < " + intLiteral(DType::I64, iterationsOf(dims)) + "; " + k +
-         " += " + perRow + ") {");
+    const int64_t n = iterationsOf(dims);
+    // A long float sum: each thread sums blocks of kRowSumBlock of its
+    // iterations and combines them pairwise (closeBlock), then the row's
+    // threads combine theirs in the butterfly below, itself a tree.
+    const bool blocked = !arg && kind == ReduceKind::Sum && isFloat(t) && n > threads_ * kRowSumBlock;
+    const std::string partials = acc + "_partials", blocks = acc + "_blocks", s = blocked ? acc + "_block" : acc,
+                      base = acc + "_base";
+    int levels = 0;
+    if (blocked) {
+      const int64_t stride = threads_ * kRowSumBlock;
+      levels = static_cast<int>(std::bit_width(static_cast<uint64_t>((n + stride - 1) / stride)));
+      line(type + " " + partials + "[" + std::to_string(levels) + "];");
+      line("long long " + blocks + " = 0;");
+      line("for (long long " + base + " = lane; " + base + " < " + intLiteral(DType::I64, n) + "; " + base + " += " +
+           intLiteral(DType::I64, stride) + ") {");
+      ++depth_;
+      line(type + " " + s + " = " + identity(kind, t) + ";");
+      line("const long long " + base + "_end = " + base + " + " + intLiteral(DType::I64, stride) + " < " +
+           intLiteral(DType::I64, n) + " ? " + base + " + " + intLiteral(DType::I64, stride) + " : " +
+           intLiteral(DType::I64, n) + ";");
+      line("for (long long " + k + " = " + base + "; " + k + " < " + base + "_end; " + k + " += " + perRow + ") {");
+    } else {
+      line("for (long long " + k + " = lane; " + k + " < " + intLiteral(DType::I64, n) + "; " + k + " += " + perRow +
+           ") {");
+    }
     ++depth_;
     unflatten(dims, k);
     auto body = emitExpr(*e.args[0]);
     if (!body) return body.takeError();
     const std::string v = temp();
     line("const " + type + " " + v + " = " + *body + ";");
-    combine(e, t, acc, index, v, k);
+    combine(e, t, s, index, v, k);
     --depth_;
     line("}");
+    if (blocked) {
+      closeBlock(s, partials, blocks);
+      --depth_;
+      line("}");
+      // A thread's partials left, smallest first (threads differ in their
+      // block counts by at most one).
+      line("for (int l = 0; l < " + std::to_string(levels) + "; ++l)");
+      line("  if ((" + blocks + " >> l) & 1) " + acc + " = (" + acc + " + " + partials + "[l]);");
+    }
     combineAcrossRow(t, acc, index, [&](const std::string& other, const std::string& otherIndex) {
       combine(e, t, acc, index, other, otherIndex);
     });

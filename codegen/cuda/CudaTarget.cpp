@@ -28,7 +28,13 @@ bool CudaTarget::acceptsLibraryCall(const Op& anchor, std::span<const Op* const>
   if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) return false;
   if (anchor.kind() == OpKind::MatMul) {
     auto call = describeLibraryCall(anchor, epilogue);
-    return call && cuda::cublasLtMatmulShape(*call).ok();
+    if (!call) return false;
+    // cuBLASLt's ReLU epilogue is documented as max(x, 0), and CUDA's fmaxf
+    // turns NaN into 0; until a GPU shows it keeps NaN (scripts/gpu-check
+    // --part e2e checks), a relu stays a generated kernel (docs/cuda.md).
+    for (const PostOp& p : call->postOps)
+      if (p.kind == PostOp::Kind::Relu || p.kind == PostOp::Kind::Clip) return false;
+    return cuda::cublasLtMatmulShape(*call).ok();
   }
   // (conv_weight_grad is a generated kernel on CUDA.)
   if (anchor.kind() != OpKind::Conv && anchor.kind() != OpKind::ConvTranspose) return false;

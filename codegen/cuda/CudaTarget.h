@@ -3,12 +3,14 @@
 // takes every matmul of f32, f16 or bf16 that one cublasLtMatmul can
 // compute — batched, one operand broadcast over the whole batch, 1-D
 // operands — with the epilogues cuBLASLt has: a bias add (a vector along the
-// result's last dim), ReLU, GELU in its tanh form, or the bias add followed
-// by ReLU or tanh GELU. The rule is runtime/cuda/CublasLtMatmul.h's
+// result's last dim), GELU in its tanh form, or the bias add followed by
+// tanh GELU. The rule is runtime/cuda/CublasLtMatmul.h's
 // cublasLtMatmulShape, which the runtime plans with, so the target never
 // accepts a call the runtime refuses. GELU in its erf form is not
 // cuBLASLt's GELU: an erf `gelu` stays outside the group, for a generated
-// kernel.
+// kernel. Nor is a relu given to cuBLASLt's ReLU epilogue, which the runtime
+// can run: NVIDIA documents it as max(x, 0), and whether it keeps NaN as
+// Kiln's relu does is unconfirmed on a GPU (docs/cuda.md).
 //
 // cuDNN, when it is present where Kiln compiles (cudnnPresentForCompilation),
 // takes a conv or conv_transpose of f32, f16 or bf16 that

@@ -8,7 +8,9 @@
 // (ScalarLibrary.h), so the interpreter, this emitter and the CUDA emitter
 // share one definition. Integer + - * that provably stay in range (index
 // arithmetic, codegen/ValueRanges.h) and division by a positive divisor
-// are plain instructions. Reductions keep their own NaN-sticky combiners.
+// are plain instructions. Reductions keep their own NaN-sticky combiners;
+// float sums longer than a block are summed in blocks combined pairwise
+// (sumBlocking, codegen/Schedule.h).
 // On f32, exp, log, tanh, erf and sigmoid are inline IR (VectorMath.h), so
 // loops calling them vectorize; f64 and the other functions call libm.
 // f16 and bf16 compute in f32 (as the interpreter rounds each op's result
@@ -564,12 +566,80 @@ class KernelEmitter {
     if (isFloat(t) && (e.reduce == ReduceKind::Max || e.reduce == ReduceKind::Min) && !e.extents.empty() &&
         e.extents.back() >= kVectorMinMaxExtent)
       return emitVectorMinMax(e);
+    if (std::optional<SumBlocking> blocking = sumBlocking(e)) return emitBlockedSum(e, *blocking);
     llvm::AllocaInst* acc = entryAlloca(valueType(t));
     b_.CreateStore(identity(e.reduce, t), acc);
     emitReductionLoops(e, 0, [&](llvm::Value* v) {
       b_.CreateStore(combine(e.reduce, t, b_.CreateLoad(valueType(t), acc), v), acc);
     });
     return b_.CreateLoad(valueType(t), acc);
+  }
+
+  // --- Long sums ----------------------------------------------------------------
+
+  /// Runs `block(lo, hi)` once per block of the long sum `e` (SumBlocking,
+  /// codegen/Schedule.h), with the levels outside the split one bound;
+  /// `block` emits the split level's loop over [lo, hi) and the levels
+  /// inside it.
+  template <typename BlockFn>
+  void emitSumBlocks(const Expr& e, const SumBlocking& blocking, size_t level, BlockFn block) {
+    if (level < blocking.level) {
+      emitLoop(b_.getInt64(0), b_.getInt64(e.extents[level]), false, [&](llvm::Value* iv) {
+        vars_[e.id + static_cast<int>(level)] = iv;
+        emitSumBlocks(e, blocking, level + 1, block);
+      });
+      return;
+    }
+    emitLoop(b_.getInt64(0), b_.getInt64(blocking.chunks), false, [&](llvm::Value* c) {
+      llvm::Value* lo = b_.CreateMul(c, b_.getInt64(blocking.chunk), "", true, true);
+      llvm::Value* hi = b_.CreateAdd(lo, b_.getInt64(blocking.chunk), "", true, true);
+      llvm::Value* extent = b_.getInt64(e.extents[blocking.level]);
+      block(lo, b_.CreateSelect(b_.CreateICmpSLT(hi, extent), hi, extent));
+    });
+  }
+
+  /// Counts one more block in `count` and returns how many complete
+  /// subtrees it closes: ctz of the new count, the partials it absorbs.
+  llvm::Value* closeBlock(llvm::AllocaInst* count) {
+    llvm::Value* k = b_.CreateAdd(b_.CreateLoad(b_.getInt64Ty(), count), b_.getInt64(1), "", true, true);
+    b_.CreateStore(k, count);
+    return b_.CreateBinaryIntrinsic(llvm::Intrinsic::cttz, k, b_.getTrue());
+  }
+
+  /// A long float sum in blocks: each block of at most kSumBlock elements
+  /// is summed from zero by the loop as before (reassociable, so LLVM
+  /// splits it over SIMD lanes), then combined pairwise with the blocks
+  /// before it; the partials are added in a fixed tree, not reassociated.
+  llvm::Value* emitBlockedSum(const Expr& e, const SumBlocking& blocking) {
+    const DType t = e.type;
+    llvm::Type* ty = valueType(t);
+    llvm::AllocaInst* partials = entryAlloca(llvm::ArrayType::get(ty, static_cast<uint64_t>(blocking.levels)));
+    llvm::AllocaInst* count = entryAlloca(b_.getInt64Ty());
+    llvm::AllocaInst* acc = entryAlloca(ty);
+    auto partial = [&](llvm::Value* level) { return b_.CreateInBoundsGEP(ty, partials, {level}); };
+    b_.CreateStore(b_.getInt64(0), count);
+    emitSumBlocks(e, blocking, 0, [&](llvm::Value* lo, llvm::Value* hi) {
+      b_.CreateStore(identity(ReduceKind::Sum, t), acc);
+      emitLoop(lo, hi, false, [&](llvm::Value* iv) {
+        vars_[e.id + static_cast<int>(blocking.level)] = iv;
+        emitReductionNest(e, blocking.level + 1, [&] {
+          b_.CreateStore(combine(ReduceKind::Sum, t, b_.CreateLoad(ty, acc), emitExpr(*e.args[0])), acc);
+        });
+      });
+      llvm::Value* carries = closeBlock(count);
+      emitLoop(b_.getInt64(0), carries, false, [&](llvm::Value* l) {
+        b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(ty, partial(l)), b_.CreateLoad(ty, acc)), acc);
+      });
+      b_.CreateStore(b_.CreateLoad(ty, acc), partial(carries));
+    });
+    // The partials left, smallest subtree first.
+    llvm::Value* total = nullptr;
+    for (int l = 0; l < blocking.levels; ++l) {
+      if (((blocking.blocks >> l) & 1) == 0) continue;
+      llvm::Value* p = b_.CreateLoad(ty, partial(b_.getInt64(l)));
+      total = total ? b_.CreateFAdd(total, p) : p;
+    }
+    return total;
   }
 
   /// One step of a Sum, Prod, Max or Min reduction: `a` combined with `v`.
@@ -660,11 +730,11 @@ class KernelEmitter {
       llvm::Value* rest = b_.CreateSub(hi, first);
       llvm::Value* count =
           b_.CreateSelect(b_.CreateICmpSLT(rest, b_.getInt64(kColumnChunk)), rest, b_.getInt64(kColumnChunk));
-      emitLoop(
-          b_.getInt64(0), count, true, [&](llvm::Value* j) { b_.CreateStore(identity(reduction.reduce, t), lane(j)); },
-          true);
-      emitReductionNest(reduction, 0, [&] {
-        emitLoop(b_.getInt64(0), count, true, [&](llvm::Value* j) {
+      auto lanes = [&](const std::function<void(llvm::Value*)>& fn) { emitLoop(b_.getInt64(0), count, true, fn, true); };
+      auto clear = [&] { lanes([&](llvm::Value* j) { b_.CreateStore(identity(reduction.reduce, t), lane(j)); }); };
+      // Each lane's element of the innermost iteration into its accumulator.
+      auto accumulate = [&] {
+        lanes([&](llvm::Value* j) {
           vars_[loop.var] = b_.CreateAdd(first, j);
           llvm::Value* v = emitExpr(*reduction.args[0]);
           llvm::Value* a = b_.CreateLoad(ty, lane(j));
@@ -672,8 +742,46 @@ class KernelEmitter {
           llvm::Value* next = combine(reduction.reduce, t, a, v);
           if (auto* inst = llvm::dyn_cast<llvm::Instruction>(next)) inst->setHasAllowReassoc(false);
           b_.CreateStore(next, lane(j));
-        }, true);
-      });
+        });
+      };
+      if (std::optional<SumBlocking> blocking = sumBlocking(reduction)) {
+        // A long column sum: each lane sums blocks and combines them
+        // pairwise (emitBlockedSum), all lanes at once.
+        llvm::AllocaInst* partials =
+            entryAlloca(llvm::ArrayType::get(ty, static_cast<uint64_t>(blocking->levels * kColumnChunk)));
+        auto partial = [&](llvm::Value* level, llvm::Value* j) {
+          return b_.CreateInBoundsGEP(
+              ty, partials, {b_.CreateAdd(b_.CreateMul(level, b_.getInt64(kColumnChunk), "", true, true), j)});
+        };
+        llvm::AllocaInst* blocks = entryAlloca(b_.getInt64Ty());
+        b_.CreateStore(b_.getInt64(0), blocks);
+        emitSumBlocks(reduction, *blocking, 0, [&](llvm::Value* blockLo, llvm::Value* blockHi) {
+          clear();
+          emitLoop(blockLo, blockHi, false, [&](llvm::Value* iv) {
+            vars_[reduction.id + static_cast<int>(blocking->level)] = iv;
+            emitReductionNest(reduction, blocking->level + 1, accumulate);
+          });
+          llvm::Value* carries = closeBlock(blocks);
+          emitLoop(b_.getInt64(0), carries, false, [&](llvm::Value* l) {
+            lanes([&](llvm::Value* j) {
+              b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(ty, partial(l, j)), b_.CreateLoad(ty, lane(j))), lane(j));
+            });
+          });
+          lanes([&](llvm::Value* j) { b_.CreateStore(b_.CreateLoad(ty, lane(j)), partial(carries, j)); });
+        });
+        bool firstPartial = true;
+        for (int l = 0; l < blocking->levels; ++l) {
+          if (((blocking->blocks >> l) & 1) == 0) continue;
+          lanes([&](llvm::Value* j) {
+            llvm::Value* p = b_.CreateLoad(ty, partial(b_.getInt64(l), j));
+            b_.CreateStore(firstPartial ? p : b_.CreateFAdd(b_.CreateLoad(ty, lane(j)), p), lane(j));
+          });
+          firstPartial = false;
+        }
+      } else {
+        clear();
+        emitReductionNest(reduction, 0, accumulate);
+      }
       emitLoop(b_.getInt64(0), count, true, [&](llvm::Value* j) {
         vars_[loop.var] = b_.CreateAdd(first, j);
         overrides_[&reduction] = b_.CreateLoad(ty, lane(j));

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -40,6 +41,52 @@ def default_cache_dir() -> str:
         return os.path.join(os.environ["XDG_CACHE_HOME"], "kiln")
     home = os.environ.get("HOME")
     return os.path.join(home, ".cache", "kiln") if home else ""
+
+
+# Kiln's library phrases some errors with `kiln`'s command-line flags; the
+# Python API names its own parameters instead.
+_FLAG_SPELLINGS = [
+    (re.compile(r"--check-numerics"), "check_numerics=True"),
+    (re.compile(r"--loss (\w+)"), r"loss='\1'"),
+    (re.compile(r"--classes-last"), "classes_last=True"),
+    (re.compile(r"--ignore-index"), "ignore_index"),
+    (re.compile(r"--batch-size (\d+)"), r"batch_size=\1"),
+    (re.compile(r"--drop-last"), "drop_last=True"),
+    (re.compile(r"--device (\w+(?::\w+)?)"), r"device='\1'"),
+    (re.compile(r"--zero-inputs( NAME,\.\.\.)?"), "zero inputs (`kiln train --zero-inputs`; kiln.Trainer feeds one input)"),
+    (re.compile(r"--cache-dir DIR"), "cache_dir=DIR"),
+    (re.compile(r"--no-cache"), 'cache_dir=""'),
+]
+
+
+def python_message(text: str) -> str:
+    """``text`` with the command-line flags it names spelled as the Python API's parameters."""
+    for pattern, spelling in _FLAG_SPELLINGS:
+        text = pattern.sub(spelling, text)
+    return text
+
+
+class python_errors:
+    """Re-raises a kiln.Error (or ValueError) whose message names command-line flags with the Python parameters'
+    names: the same class, the message respelled."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, error: Any, trace: Any) -> bool:
+        if error is None or not isinstance(error, (_kiln.Error, ValueError)) or not error.args:
+            return False
+        text = str(error.args[0])
+        spelled = python_message(text)
+        if spelled == text:
+            return False
+        raise type(error)(spelled) from None
+
+
+def check_device(device: str) -> str:
+    """Raises kiln.DeviceError (ValueError for a malformed name) unless ``device`` is usable; returns the choice."""
+    with python_errors():
+        return _kiln.check_device(device)
 
 
 def _is_torch_tensor(value: Any) -> bool:
@@ -131,7 +178,8 @@ class CompiledModel:
             if device is not None and torch_device is None:
                 torch_device = device
             arrays.append(array)
-        outputs, notices = self._handle.run(arrays)
+        with python_errors():
+            outputs, notices = self._handle.run(arrays)
         for notice in notices:
             warnings.warn(notice, KilnWarning, stacklevel=2)
         if torch_device is not None:
@@ -180,7 +228,8 @@ def load(
     instead. ``cache_dir``: the compiled-kernel cache ("" for none).
     """
     cache = default_cache_dir() if cache_dir is None else cache_dir
-    handle = _kiln.Model(os.fspath(path), device, int(threads), cache, bool(allow_fallback), bool(interpret))
+    with python_errors():
+        handle = _kiln.Model(os.fspath(path), device, int(threads), cache, bool(allow_fallback), bool(interpret))
     return CompiledModel(handle)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import copy
 import os
 import shutil
 import tempfile
@@ -12,8 +13,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from kiln import _kiln
-from kiln._model import KilnWarning, _is_torch_tensor, default_cache_dir
+from kiln._model import KilnWarning, _is_torch_tensor, check_device, default_cache_dir, python_errors
 from kiln._torch import _torch, export_onnx
+
+# What the engine says of a model file that imports only with its input's
+# shape known (training/TrainableModel.h's kNeedsFirstBatch).
+_NEEDS_FIRST_BATCH = "its signature is read with the first batch's shape"
 
 
 def _array(value: Any, what: str) -> np.ndarray:
@@ -135,6 +140,7 @@ class Trainer:
         device: str = "cpu",
         threads: int = 0,
         cache_dir: Optional[str] = None,
+        check_numerics: bool = False,
     ) -> None:
         loss, loss_options = _loss_name(loss)
         reduction = loss_options.get("reduction", reduction)
@@ -157,7 +163,7 @@ class Trainer:
             raise ValueError("nesterov=True needs momentum > 0 and dampening 0, as in torch.optim.SGD")
         if weight_decay is None:
             weight_decay = 0.01 if optimizer == "adamw" else 0.0
-        _kiln.check_device(device)
+        check_device(device)
         self._options: Dict[str, Any] = {
             "loss": loss,
             "reduction": reduction,
@@ -180,6 +186,8 @@ class Trainer:
             "threads": int(threads),
             "cache_dir": default_cache_dir() if cache_dir is None else cache_dir,
             "zero_inputs": [],
+            "check_numerics": bool(check_numerics),
+            "first_batch_shape": None,
         }
         self._module = None
         self._path: Optional[str] = None
@@ -188,9 +196,17 @@ class Trainer:
         # module state_dict key -> the exported model's weight name
         self._names: Dict[str, str] = {}
         self._initial: Dict[str, Any] = {}
+        self._pending_load = False
         if isinstance(module_or_path, (str, os.PathLike)):
             self._path = os.fspath(module_or_path)
-            self._engine = _kiln.Trainer(self._path, self._options)
+            try:
+                with python_errors():
+                    self._engine = _kiln.Trainer(self._path, self._options)
+            except _kiln.Error as e:
+                # A model that computes shapes from its input's imports only
+                # with a batch's shape: its engine is made at the first step.
+                if _NEEDS_FIRST_BATCH not in str(e):
+                    raise
         else:
             torch = _torch()
             if not isinstance(module_or_path, torch.nn.Module):
@@ -202,8 +218,18 @@ class Trainer:
 
     # -- the engine ---------------------------------------------------------
 
+    def _engine_for(self, path: str, x: np.ndarray) -> "_kiln.Trainer":
+        options = dict(self._options)
+        options["first_batch_shape"] = [int(d) for d in x.shape]
+        with python_errors():
+            return _kiln.Trainer(path, options)
+
     def _ensure(self, x: np.ndarray) -> "_kiln.Trainer":
         if self._engine is not None:
+            return self._engine
+        if self._module is None:
+            assert self._path is not None
+            self._engine = self._engine_for(self._path, x)
             return self._engine
         torch = _torch()
         module = self._module
@@ -211,8 +237,15 @@ class Trainer:
             warnings.warn(
                 "kiln.Trainer trains without dropout: the module is exported as in eval mode", KilnWarning, stacklevel=3
             )
-        self._workdir = tempfile.mkdtemp(prefix="kiln-trainer-")
+        if self._workdir is None:
+            self._workdir = tempfile.mkdtemp(prefix="kiln-trainer-")
         path = os.path.join(self._workdir, "model.onnx")
+        if self._pending_load:
+            # load_state_dict() before the first step: the weights given,
+            # without touching the caller's module.
+            module = copy.deepcopy(module)
+            with torch.no_grad():
+                module.load_state_dict(self._initial, strict=True)
         example = torch.from_numpy(np.ascontiguousarray(x[:1]))
         was_training = module.training
         module.eval()
@@ -224,9 +257,9 @@ class Trainer:
         finally:
             module.train(was_training)
         _undo_shared_weights(path)
-        self._names = self._map_names(path)
-        engine = _kiln.Trainer(path, self._options)
-        unmapped = [p for p in engine.parameters if p not in self._names.values()]
+        names = self._map_names(path)
+        engine = self._engine_for(path, x)
+        unmapped = [p for p in engine.parameters if p not in names.values()]
         if unmapped:
             raise _kiln.UnsupportedError(
                 "kiln.Trainer cannot map the exported weights "
@@ -235,6 +268,7 @@ class Trainer:
                 "GRU weights), so state_dict() could not return them; export the module to ONNX yourself and "
                 "train the file with kiln.Trainer(path)"
             )
+        self._names = names
         self._path = path
         self._engine = engine
         return engine
@@ -292,7 +326,8 @@ class Trainer:
         if xs.ndim == 0:
             raise _kiln.InputError("kiln.Trainer.step(): 'x' is a scalar; expected one sample per row")
         engine = self._ensure(xs)
-        loss, notices = engine.step(xs, ys, "kiln.Trainer.step()")
+        with python_errors():
+            loss, notices = engine.step(xs, ys, "kiln.Trainer.step()")
         for notice in notices:
             warnings.warn(notice, KilnWarning, stacklevel=2)
         return loss
@@ -347,13 +382,15 @@ class Trainer:
         """
         xs, ys = _array(x, "x"), _array(y, "y")
         engine = self._ensure(xs)
-        return engine.evaluate(xs, ys, "kiln.Trainer.evaluate()")
+        with python_errors():
+            return engine.evaluate(xs, ys, "kiln.Trainer.evaluate()")
 
     # -- results ------------------------------------------------------------
 
     def _state(self) -> Dict[str, np.ndarray]:
         assert self._engine is not None
-        return self._engine.state(self._options["batch_size"])
+        with python_errors():
+            return self._engine.state(self._options["batch_size"])
 
     def state_dict(self) -> "collections.OrderedDict[str, Any]":
         """The trained weights.
@@ -383,6 +420,69 @@ class Trainer:
                 value = initial.clone()
             out[key] = value
         return out
+
+    def load_state_dict(self, state_dict: Any) -> None:
+        """Sets the weights from ``state_dict``, as ``module.load_state_dict(state_dict, strict=True)`` does.
+
+        For a module: its own keys, every one of them, with their shapes. The
+        parameters and batch norm running statistics take the values (and
+        ``num_batches_tracked`` counts on from the one given); the optimizer
+        state (momentum, Adam's moments, the step count) is kept, as loading
+        a module's weights leaves a torch optimizer's. For a model file:
+        NumPy arrays by weight name, after the first step. Everything is
+        checked before anything changes: an error leaves the trainer as it was.
+        """
+        torch = _torch() if self._module is not None else None
+        given = dict(state_dict)
+        if self._module is None:
+            if self._engine is None or self._engine.steps == 0:
+                raise _kiln.Error("no step has run yet: the state of a model file is built with its first step")
+            current = self._state()
+            unknown = [k for k in given if k not in current]
+            if unknown:
+                raise _kiln.InputError(f"load_state_dict(): unknown weights {unknown}; the model's are {list(current)}")
+            values = {k: self._converted(k, given[k], current[k]) for k in given}
+            with python_errors():
+                self._engine.set_state(values, self._options["batch_size"])
+            return
+        missing = [k for k in self._initial if k not in given]
+        unexpected = [k for k in given if k not in self._initial]
+        if missing or unexpected:
+            raise _kiln.InputError(
+                f"load_state_dict(): missing keys {missing}, unexpected keys {unexpected}; expected the module's "
+                "own state_dict() keys"
+            )
+        for key, initial in self._initial.items():
+            value = given[key]
+            if not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(initial.shape):
+                shape = tuple(value.shape) if hasattr(value, "shape") else type(value).__name__
+                raise _kiln.InputError(
+                    f"load_state_dict(): '{key}' is {shape}, the module's is a tensor of shape {tuple(initial.shape)}"
+                )
+        steps = self.steps
+        if self._engine is not None:
+            current = self._state()
+            values = {}
+            for key, name in self._names.items():
+                if name in current:
+                    values[name] = self._converted(key, given[key], current[name])
+            with python_errors():
+                self._engine.set_state(values, self._options["batch_size"])
+        else:
+            # Exported at the first step from a copy of the module holding these.
+            self._pending_load = True
+        trains_bn = self._options["batch_norm"] == "train"
+        for key, value in given.items():
+            value = value.detach().clone()
+            self._initial[key] = value - steps if key.endswith("num_batches_tracked") and trains_bn else value
+
+    @staticmethod
+    def _converted(key: str, value: Any, current: np.ndarray) -> np.ndarray:
+        array = np.asarray(value.detach().cpu().numpy() if _is_torch_tensor(value) else value)
+        if array.size != current.size:
+            raise _kiln.InputError(f"load_state_dict(): '{key}' holds {array.size} values of shape {array.shape}; "
+                                   f"the trained weight has shape {current.shape}")
+        return np.ascontiguousarray(array.astype(current.dtype, copy=False).reshape(current.shape))
 
     def __del__(self) -> None:
         if getattr(self, "_workdir", None):

@@ -442,7 +442,7 @@ TEST(CollectivesTest, TheFirstBucketIsIssuedBeforeTheBackwardPassEndsAndWaitedFo
   for (int64_t i = 0; i < 4; ++i) feed.labels.setInt(i, i % 4);
   feed.lr = Tensor(DType::F32, {});
   feed.lr.setDouble(0, 0.1);
-  auto inputs = training::bindStepInputs(f, state.values, feed);
+  auto inputs = training::bindStepInputs(f, std::vector<Tensor>(state.values), feed);
   ASSERT_TRUE(inputs) << inputs.error().str();
   auto out = (*model)->run(*inputs);
   ASSERT_TRUE(out) << out.error().str();

@@ -470,7 +470,7 @@ TEST(CublasLtMatmulTest, LibraryGroupsRunAsTheInterpreterComputes) {
       "  %g = gelu(%s) {approximate = \"tanh\"} : f32[2,8,12]\n  return %g\n}\n",
       "func @f(%x: f32[3,5,16], %w: f32[3,16,9], %b: f32[1,9]) -> f32[3,5,9] {\n"
       "  %m = matmul(%x, %w) : f32[3,5,9]\n  %s = add(%m, %b) : f32[3,5,9]\n"
-      "  %r = relu(%s) : f32[3,5,9]\n  return %r\n}\n",
+      "  %r = gelu(%s) {approximate = \"tanh\"} : f32[3,5,9]\n  return %r\n}\n",
   };
   std::mt19937 rng(11);
   for (const char* text : texts) {

@@ -306,5 +306,59 @@ TEST_F(CudaRowReductionTest, RowSchedulesOnTheEmulatedGpuMatchTheInterpreter) {
   }
 }
 
+
+/// Long float sums (docs/codegen.md, "Long sums") on the emulated GPU: a
+/// block-wide row whose threads each sum blocks of their iterations and
+/// combine them pairwise, and columns (a thread per result element, summing
+/// blocks in order and combining them pairwise), within 2e-7 relative of
+/// the float64 sums of the same f32 data. One f32 accumulator per thread
+/// drifted to about 5e-7 at these lengths.
+TEST_F(CudaRowReductionTest, LongSumsAreWithin2e7OfTheFloat64Sums) {
+  auto nvrtc = cuda::loadNvrtc();
+  ASSERT_TRUE(nvrtc.ok()) << "NVRTC is required (CI machines have the CUDA toolkit): " << nvrtc.error().str();
+  struct LongCase {
+    std::vector<int64_t> shape;
+    int64_t axis;  // -1: every axis
+  };
+  for (const LongCase& c : {LongCase{{int64_t{1} << 22}, -1}, LongCase{{2, int64_t{1} << 21}, 1},
+                            LongCase{{int64_t{1} << 19, 4}, 0}}) {
+    const int64_t rows = c.axis == 0 ? c.shape[1] : (c.axis == 1 ? c.shape[0] : 1);
+    const int64_t n = c.axis == 0 ? c.shape[0] : c.shape.back();
+    std::string from = "f32[", to = c.axis < 0 ? "f32[]" : "f32[" + std::to_string(rows) + "]";
+    for (size_t d = 0; d < c.shape.size(); ++d) from += (d ? "," : "") + std::to_string(c.shape[d]);
+    from += "]";
+    const std::string text =
+        reduceText("reduce_sum", from, to, c.axis < 0 ? "axes = []" : "axes = [" + std::to_string(c.axis) + "]");
+    SCOPED_TRACE(text);
+    auto m = test::parseVerified(text, "sums.kir");
+    ASSERT_NE(m, nullptr);
+    const Function& f = *m->functions().front();
+    Tensor x(DType::F32, c.shape);
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+    for (int64_t i = 0; i < x.numElements(); ++i) x.data<float>()[i] = uniform(rng);
+    std::unique_ptr<Module> optimized;
+    auto kernels = codegen::lowerToKernels(f, {f.argument(0)->type()}, 3, &optimized);
+    ASSERT_TRUE(kernels.ok()) << kernels.error().str();
+    auto source = codegen::emitCudaSource(*kernels);
+    ASSERT_TRUE(source.ok()) << source.error().str();
+    EXPECT_NE(source->code.find("_partials["), std::string::npos) << "no blocked sum:\n" << source->code;
+    auto binary = codegen::compileCudaSource(**nvrtc, source->code, "sums.cu", 75, /*ptxOnly=*/true);
+    ASSERT_TRUE(binary.ok()) << binary.error().str();
+    if (module_) x_->cuModuleUnload(module_);
+    module_ = nullptr;
+    ASSERT_EQ(x_->cuModuleLoadData(&module_, binary->ptx.c_str()), CUDA_SUCCESS) << fault();
+    const Tensor got = run(*optimized->functions().front(), {x}, *kernels, source->launches, 3);
+    for (int64_t r = 0; r < rows; ++r) {
+      double want = 0;
+      for (int64_t k = 0; k < n; ++k) want += x.data<float>()[c.axis == 0 ? k * rows + r : r * n + k];
+      EXPECT_LE(std::fabs(got.getDouble(r) - want) / want, 2e-7) << "sum " << r << ": " << got.getDouble(r) << " vs "
+                                                                   << want;
+    }
+    for (CUdeviceptr p : buffers_) x_->cuMemFree(p);
+    buffers_.clear();
+  }
+}
+
 }  // namespace
 }  // namespace kiln

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -432,6 +433,80 @@ TEST_F(TrainerTest, NonFiniteLossNamesTheOp) {
   EXPECT_EQ(errorOf(checked->train()),
             "step 1 (epoch 1): the loss is nan; first produced by 'log' (%l) at log.kir: node 'take_log' (op 2 of the "
             "training step): nan at [0, 0] of its f32[4,2] result; training stopped");
+}
+
+/// Batches handed over (kiln.Trainer's engine): a step whose loss is NaN is
+/// an error that leaves the parameters and Adam state as they were (the
+/// step skips its update), on the JIT updating in place; the trainer goes
+/// on from them, and a refused batch changes nothing either.
+TEST_F(TrainerTest, BatchesSurviveANonFiniteLossAndRefusedBatches) {
+  const std::string model = std::string(KILN_SOURCE_DIR) + "/test/lit/tools/Inputs/train/log.kir";
+  auto s = session();
+  TrainOptions o;
+  o.modelPath = model;
+  o.lr = 0.1;
+  o.batchSize = 4;
+  o.step.optimizer.kind = OptimizerKind::Adam;
+  auto trainer = createOk(*s, o);
+  ASSERT_TRUE(trainer);
+  const Tensor good = test::tensorOf(DType::F32, {4, 2}, {1, 2, 2, 1, 3, 1, 1, 3});
+  const Tensor negative = test::tensorOf(DType::F32, {4, 2}, {-1, -1, -2, -1, -1, -3, -2, -2});
+  const Tensor labels = test::tensorOf(DType::I64, {4}, {0, 1, 0, 1});
+  ASSERT_TRUE(trainer->trainBatch(good, labels, "batch").ok());
+  auto before = trainer->currentState(4);
+  ASSERT_TRUE(before.ok());
+  const TrainState kept = **before;
+  auto expectKept = [&](const std::string& after) {
+    auto now = trainer->currentState(4);
+    ASSERT_TRUE(now.ok()) << now.error().message();
+    ASSERT_EQ((*now)->values.size(), kept.values.size()) << after;
+    for (size_t i = 0; i < kept.values.size(); ++i)
+      for (int64_t k = 0; k < kept.values[i].numElements(); ++k)
+        EXPECT_EQ((*now)->values[i].getDouble(k), kept.values[i].getDouble(k)) << after << ": " << kept.names[i];
+  };
+  EXPECT_EQ(errorOf(trainer->trainBatch(negative, labels, "batch")),
+            "step 2: the loss is nan (--check-numerics names the op that produces it); the step's update was "
+            "skipped: the parameters and optimizer state are those before it");
+  expectKept("a NaN loss");
+  EXPECT_NE(errorOf(trainer->trainBatch(test::tensorOf(DType::F32, {4, 3}, std::vector<double>(12, 1.0)), labels,
+                                        "batch")),
+            "");
+  expectKept("a batch of another sample shape");
+  EXPECT_NE(errorOf(trainer->trainBatch(good, test::tensorOf(DType::I64, {4}, {0, 1, 2, 1}), "batch")), "");
+  expectKept("a label out of range");
+  EXPECT_EQ(trainer->batchesTrained(), 1);
+  auto eval = trainer->evaluate(good, labels, "batch");
+  ASSERT_TRUE(eval.ok()) << eval.error().message();
+  auto next = trainer->trainBatch(good, labels, "batch");
+  ASSERT_TRUE(next.ok()) << next.error().message();
+  EXPECT_TRUE(std::isfinite(*next));
+  EXPECT_EQ(trainer->batchesTrained(), 2);
+
+  // setState: a wrong name or type changes nothing; a right one is what the
+  // next step starts from.
+  auto now = trainer->currentState(4);
+  ASSERT_TRUE(now.ok());
+  const TrainState trained = **now;
+  const Tensor w = test::tensorOf(DType::F32, {2, 2}, {2, 0, 0, 2});
+  Status unknown = trainer->setState({{"w", w}, {"v", w}}, 4);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().message().find("no state value named 'v'"), std::string::npos) << unknown.error().message();
+  Status wrongType = trainer->setState({{"w", test::tensorOf(DType::F32, {2}, {1, 1})}}, 4);
+  ASSERT_FALSE(wrongType.ok());
+  EXPECT_EQ(wrongType.error().message(), "'w' is f32[2], the training step's is f32[2,2]");
+  auto unchanged = trainer->currentState(4);
+  ASSERT_TRUE(unchanged.ok());
+  for (size_t i = 0; i < trained.values.size(); ++i)
+    for (int64_t k = 0; k < trained.values[i].numElements(); ++k)
+      EXPECT_EQ((*unchanged)->values[i].getDouble(k), trained.values[i].getDouble(k)) << trained.names[i];
+  ASSERT_TRUE(trainer->setState({{"w", w}}, 4).ok());
+  auto loaded = trainer->currentState(4);
+  ASSERT_TRUE(loaded.ok());
+  const size_t wIndex = std::find(trained.names.begin(), trained.names.end(), "w") - trained.names.begin();
+  ASSERT_LT(wIndex, trained.names.size());
+  EXPECT_EQ((*loaded)->values[wIndex].getDouble(0), 2.0);
+  EXPECT_EQ((*loaded)->values[wIndex].getDouble(1), 0.0);
+  ASSERT_TRUE(trainer->trainBatch(good, labels, "batch").ok());
 }
 
 }  // namespace

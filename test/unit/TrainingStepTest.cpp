@@ -604,6 +604,64 @@ TEST(TrainingStepTest, ScheduledSgdMomentumAndAdamW) {
   expectStepsMatch(plain, 4);
 }
 
+/// A step whose loss is NaN or infinite keeps every parameter and state
+/// value (the update is selected with the loss's finiteness, as GradScaler
+/// skips optimizer.step()): on the interpreter, on the JIT, and on the JIT
+/// updating in place (donated arguments); a finite step still updates.
+TEST(TrainingStepTest, NonFiniteLossSkipsTheUpdate) {
+  auto m = parseModule("func @f(%x: f32[2,2], %w: f32[2,2]) -> f32[2,2] {\n"
+                       "  %y = mul(%x, %w) : f32[2,2]\n  return %y\n}\n",
+                       "skip.kir");
+  ASSERT_TRUE(m.ok()) << m.error().str();
+  Function& f = *(*m)->functions()[0];
+  TrainingStepOptions o{LossConfig{LossKind::Mse}, OptimizerConfig{OptimizerKind::Adam}, std::vector<std::string>{"w"}};
+  ASSERT_TRUE(buildTrainingStep(f, o).ok());
+  ASSERT_TRUE(verify(f).ok()) << print(f);
+  // Arguments: w, w.exp_avg, w.exp_avg_sq, step, x, labels, lr.
+  auto tensor = [](std::vector<int64_t> shape, std::vector<float> values) {
+    Tensor t(DType::F32, shape);
+    for (size_t i = 0; i < values.size(); ++i) t.setDouble(static_cast<int64_t>(i), values[i]);
+    return t;
+  };
+  const std::vector<Tensor> state = {tensor({2, 2}, {1, 2, 3, 4}), tensor({2, 2}, {0.1f, 0.2f, 0.3f, 0.4f}),
+                                     tensor({2, 2}, {0.01f, 0.02f, 0.03f, 0.04f}), tensor({}, {3})};
+  auto inputsWith = [&](float x) {
+    std::vector<Tensor> in = state;
+    in.push_back(tensor({2, 2}, {x, 1, 1, 1}));
+    in.push_back(tensor({2, 2}, {0, 0, 0, 0}));
+    in.push_back(tensor({}, {0.1f}));
+    return in;
+  };
+  auto executor = codegen::CpuExecutor::create(f, {.optLevel = 3});
+  ASSERT_TRUE(executor.ok()) << executor.error().str();
+  auto inPlace = codegen::CpuExecutor::create(f, {.optLevel = 3, .aliases = trainingStepAliases(f)});
+  ASSERT_TRUE(inPlace.ok()) << inPlace.error().str();
+  for (float x : {NAN, INFINITY, -INFINITY, 1e30f}) {
+    const std::string at = "x[0] = " + std::to_string(x);
+    auto interpreted = interpret(f, inputsWith(x));
+    ASSERT_TRUE(interpreted.ok()) << interpreted.error().str();
+    auto jit = (*executor)->run(inputsWith(x));
+    ASSERT_TRUE(jit.ok()) << jit.error().str();
+    std::vector<Tensor> donated = inputsWith(x);
+    auto ran = (*inPlace)->runInPlace(donated);
+    ASSERT_TRUE(ran.ok()) << ran.error().str();
+    EXPECT_FALSE(std::isfinite((*interpreted)[0].getDouble(0))) << at;
+    EXPECT_FALSE(std::isfinite((*jit)[0].getDouble(0))) << at;
+    for (size_t r = 0; r < state.size(); ++r)
+      for (int64_t i = 0; i < state[r].numElements(); ++i) {
+        const std::string what = at + ", " + f.resultName(r + 1) + "[" + std::to_string(i) + "]";
+        EXPECT_EQ((*interpreted)[r + 1].getDouble(i), state[r].getDouble(i)) << "interpreter, " << what;
+        EXPECT_EQ((*jit)[r + 1].getDouble(i), state[r].getDouble(i)) << "JIT, " << what;
+        const Tensor& kept = (*ran)[r + 1].numBytes() ? (*ran)[r + 1] : donated[r];
+        EXPECT_EQ(kept.getDouble(i), state[r].getDouble(i)) << "JIT in place, " << what;
+      }
+  }
+  auto finite = (*executor)->run(inputsWith(2));
+  ASSERT_TRUE(finite.ok()) << finite.error().str();
+  EXPECT_NE((*finite)[1].getDouble(0), 1.0) << "a finite loss updates w";
+  EXPECT_EQ((*finite)[4].getDouble(0), 4.0) << "and counts the step";
+}
+
 TEST(TrainingStepTest, LayoutNamesAndDefaultParameters) {
   auto m = parseModule(kMlp, "mlp.kir");
   ASSERT_TRUE(m.ok());
