@@ -314,6 +314,13 @@ bool diverges(const Case& c, Backend& backend, const Verdict& like, Verdict* ver
   return true;
 }
 
+Expected<std::string> writeReproducer(const Case& c, const std::string& dir, const std::string& backend,
+                                      const std::string& self, const Verdict& v);
+
+/// With --verbose, each shrinking candidate is written to this folder before
+/// it runs, so that a backend that crashes on one leaves it behind.
+std::string gCandidateDir;
+
 Case shrink(Case c, Backend& backend, Verdict& verdict, double seconds, int* steps) {
   const auto start = Clock::now();
   bool progress = true;
@@ -324,6 +331,8 @@ Case shrink(Case c, Backend& backend, Verdict& verdict, double seconds, int* ste
     for (Case& candidate : candidates(c, *ref)) {
       if (since(start) >= seconds) break;
       Verdict v;
+      if (!gCandidateDir.empty())
+        (void)writeReproducer(candidate, gCandidateDir, backend.name, "kiln-difffuzz", {Outcome::Diverge, "a shrinking candidate"});
       if (diverges(candidate, backend, verdict, &v)) {
         c = std::move(candidate);
         verdict = v;
@@ -525,6 +534,7 @@ int main(int argc, char** argv) {
   for (const Backend& b : *backends) std::cout << " " << b.name;
   std::cout << std::endl;
 
+  if (o.verbose) gCandidateDir = o.out + "/last-candidate";
   const auto start = Clock::now();
   std::mt19937_64 rng(o.seed);
   long graphs = 0, ops = 0, skippedRef = 0, divergences = 0, known = 0;
