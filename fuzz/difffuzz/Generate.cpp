@@ -226,6 +226,8 @@ int epilogueStep(Gen& g, int x, int biasDim) {
     case 10: return g.op(OpKind::LeakyRelu, {x}, unaryAttrs(g, OpKind::LeakyRelu));
     default: {  // a bias along `biasDim` (a channel or a column), broadcast
       std::vector<int64_t> d = g.dims(x);
+      if (d.size() <= static_cast<size_t>(biasDim))  // a scalar (a full reduction): a scalar bias
+        return g.op(OpKind::Add, {x, g.scalar(dtype, 0.25)});
       std::vector<int64_t> b(d.size() - static_cast<size_t>(biasDim), 1);
       b[0] = d[static_cast<size_t>(biasDim)];
       int& held = g.hold(x);
