@@ -85,45 +85,6 @@ bool hasOp(const Case& c, OpKind k) {
   return false;
 }
 
-/// Whether node `p` is a call of oneDNN on the CPU: every conv, and a
-/// matmul with k >= 64 or more than 2^16 multiply-adds (codegen/CpuTarget.cpp).
-bool libraryContraction(const Case& c, const Node& p) {
-  if (p.kind == OpKind::Conv) return true;
-  if (p.kind != OpKind::MatMul) return false;
-  auto dims = [&](int v) {
-    const size_t numInputs = c.inputs.size();
-    return static_cast<size_t>(v) < numInputs ? c.inputs[static_cast<size_t>(v)].shape() : std::vector<int64_t>{};
-  };
-  const std::vector<int64_t> a = dims(p.operands[0]), b = dims(p.operands[1]);
-  if (a.empty() || b.empty()) return true;  // not known here: count it as one
-  int64_t work = a.back();
-  for (size_t i = 0; i + 1 < a.size(); ++i) work *= a[i];
-  return a.back() >= 64 || work * b.back() > (1 << 16);
-}
-
-/// A relu or a clip bound (max/min with a scalar constant) reading a conv
-/// or matmul that oneDNN runs, directly or after a bias add.
-bool contractionThenRelu(const Case& c) {
-  const size_t numInputs = c.inputs.size();
-  auto producer = [&](int v) -> const Node* {
-    return static_cast<size_t>(v) < numInputs ? nullptr : &c.nodes[static_cast<size_t>(v) - numInputs];
-  };
-  for (const Node& n : c.nodes) {
-    if (n.kind != OpKind::Relu && n.kind != OpKind::Max && n.kind != OpKind::Min) continue;
-    for (int v : n.operands) {
-      const Node* p = producer(v);
-      while (p && (p->kind == OpKind::Add || p->kind == OpKind::Max || p->kind == OpKind::Min)) {
-        const Node* next = nullptr;
-        for (int w : p->operands)
-          if (const Node* q = producer(w); q && q->kind != OpKind::Constant) next = q;
-        p = next;
-      }
-      if (p && libraryContraction(c, *p)) return true;
-    }
-  }
-  return false;
-}
-
 struct KnownIssue {
   const char* family;
   const char* reason;
@@ -132,14 +93,6 @@ struct KnownIssue {
 
 const std::vector<KnownIssue>& knownIssues() {
   static const std::vector<KnownIssue> issues = {
-      // TODO(kiln): remove when issue 25 item 2 (special values in library
-      // post-ops) merges.
-      {"conv/matmul + relu/clip on the CPU JIT",
-       "oneDNN's relu and clip post-ops turn NaN into 0 (issue 25, item 1)",
-       [](const std::string& backend, const Case& c, const Verdict& v) {
-         return backend == "cpu" && contractionThenRelu(c) &&
-                v.message.find("NaN expected") != std::string::npos;
-       }},
       // TODO(kiln): compute elu as alpha * expm1(x) (as PyTorch does), then
       // remove.
       {"elu on the CPU JIT and the emulated GPU", "alpha * (exp(x) - 1) loses digits for x near 0 where expm1 keeps them",
@@ -170,16 +123,6 @@ const std::vector<KnownIssue>& knownIssues() {
                for (int64_t p : it->second.getInts()) padded = padded || p > 0;
          return padded && (v.message.find("NaN where the interpreter has a number") != std::string::npos ||
                            (backend == "cpu" && c.nodes.size() >= 2 && v.message.find("value differs") != std::string::npos));
-       }},
-      // TODO(kiln): fix the merging of clip post-ops (mergeEltwise in
-      // codegen/CpuTarget.cpp), then remove. Found by this fuzzer: conv(x)
-      // = 2.4e30, then min 1, max 0, min 1, min(0, .) gives 1, not 0.
-      {"chains of clip post-ops on the CPU JIT",
-       "three or more clip bounds after a oneDNN call give a value outside the last bound",
-       [](const std::string& backend, const Case& c, const Verdict& v) {
-         int bounds = 0;
-         for (const Node& n : c.nodes) bounds += n.kind == OpKind::Max || n.kind == OpKind::Min;
-         return backend == "cpu" && bounds >= 3 && contractionThenRelu(c) && v.message.find("value differs") != std::string::npos;
        }},
   };
   return issues;
