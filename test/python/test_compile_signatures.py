@@ -98,9 +98,26 @@ class Tokens(torch.nn.Module):
         return self.layer(self.embed(tokens))
 
 
+class TokenAttention(torch.nn.Module):
+    """One head of self-attention over embedded tokens, written with shape-free ops: PyTorch 2.x's TorchScript
+    export of nn.MultiheadAttention bakes the example's sequence length into a Reshape (the graph itself is then
+    static in that dim, for any consumer), where 1.13's computes it from the input's shape."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(20, 8)
+        self.qkv = torch.nn.Linear(8, 24)
+        self.out = torch.nn.Linear(8, 8)
+
+    def forward(self, tokens):
+        q, k, v = self.qkv(self.embed(tokens)).chunk(3, dim=-1)
+        weights = torch.softmax(q @ k.transpose(-1, -2) / 8**0.5, dim=-1)
+        return self.out(weights @ v)
+
+
 def test_dynamic_axes_for_a_sequence_dim():
     torch.manual_seed(4)
-    module = Tokens().eval()
+    module = TokenAttention().eval()
     compiled = kiln.compile(module, (torch.randint(0, 20, (2, 7)),), dynamic_axes={"tokens": {1: "sequence"}})
     assert compiled.inputs[0].shape == ("batch", "sequence")
     longer = torch.randint(0, 20, (3, 9))
