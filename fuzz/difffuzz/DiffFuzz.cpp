@@ -86,24 +86,9 @@ struct KnownIssue {
 };
 
 const std::vector<KnownIssue>& knownIssues() {
-  static const std::vector<KnownIssue> issues = {
-      // TODO(kiln): settle the semantics of padding times a NaN or
-      // infinite weight (docs/ops.md) and make the interpreter and the
-      // backends agree, then remove.
-      {"conv with padding (emulated GPU, and oneDNN on the CPU JIT)",
-       "a padded tap multiplies 0 by the weight, so a NaN or infinite weight gives NaN where the interpreter, "
-       "which skips padding, gives a number (PyTorch's zero padding also gives NaN); on the CPU a clip post-op "
-       "then turns that NaN into its bound",
-       [](const std::string& backend, const Case& c, const Verdict& v) {
-         bool padded = false;
-         for (const Node& n : c.nodes)
-           if (n.kind == OpKind::Conv)
-             if (auto it = n.attrs.find("pads"); it != n.attrs.end())
-               for (int64_t p : it->second.getInts()) padded = padded || p > 0;
-         return padded && (v.message.find("NaN where the interpreter has a number") != std::string::npos ||
-                           (backend == "cpu" && c.nodes.size() >= 2 && v.message.find("value differs") != std::string::npos));
-       }},
-  };
+  // None open: elu, softplus and conv padding were fixed (README.md, "Known
+  // issues"; their reproducers are in test/difffuzz/).
+  static const std::vector<KnownIssue> issues = {};
   return issues;
 }
 
