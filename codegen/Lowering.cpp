@@ -729,7 +729,8 @@ struct ChannelsFirst {
 };
 
 /// conv as a sum over the group's input channels and the kernel taps;
-/// taps in the padding read a clamped element and multiply by zero.
+/// taps in the padding read a clamped element and multiply zero by the
+/// weight (so a NaN or infinite weight there gives NaN, as in PyTorch).
 Expected<ExprPtr> lowerConv(const Op& op, LoweringContext& ctx, const Index& resultIndex) {
   const ChannelsFirst view(op, resultIndex);
   const std::vector<int64_t>& x = view.x;
@@ -800,7 +801,10 @@ Expected<ExprPtr> lowerConvTranspose(const Op& op, LoweringContext& ctx, const I
   auto wv = ctx.operand(1, wi);
   if (!wv) return wv;
   const DType t = op.result()->type().dtype;
-  ExprPtr term = kir::binary(kir::BinaryFn::Mul, kir::select(inside, *xv, kir::constant(t, 0)), *wv);
+  // A tap that lands in a stride's gap or in the cropped padding adds
+  // nothing (not 0 * w: a NaN or infinite weight there must not reach the
+  // output, as in the interpreter's and PyTorch's scatter).
+  ExprPtr term = kir::select(inside, kir::binary(kir::BinaryFn::Mul, *xv, *wv), kir::constant(t, 0));
   std::vector<int64_t> extents = {groupIn};
   extents.insert(extents.end(), kernel.begin(), kernel.end());
   ExprPtr sum = kir::reduce(kir::ReduceKind::Sum, first, extents, term);

@@ -235,20 +235,50 @@ Lowered lowerLeakyRelu(Emitter& e, const Op& op) {
   return std::vector{e.select(negative, e.mul(x, op.getFloat("alpha")), x)};
 }
 
-/// elu = select(x < 0, alpha * (exp(x) - 1), x).
+/// expm1(x) = e^x - 1 from exp and log, accurate for small |x| where
+/// exp(x) - 1 cancels (the IR has no expm1 primitive). Kahan's trick: with
+/// u = exp(x) rounded, u - 1 is exact, and (u - 1) * x / log(u) is
+/// expm1 evaluated at the x' that u is exactly e^x' of, rescaled by x / x',
+/// so the rounding of u barely shows. u == 1 (|x| below half an ulp of 1)
+/// gives x itself; u - 1 == -1 (x below about -17 in f32, -37 in f64, and
+/// -inf, where log(u) would make the ratio NaN) gives -1.
+Value* expm1(Emitter& e, Value* x) {
+  Value* u = e.unary(OpKind::Exp, x);
+  Value* um1 = e.add(u, -1.0);
+  Value* scaled = e.mul(um1, x);
+  Value* ratio = e.div(scaled, e.unary(OpKind::Log, u));
+  Value* isOne = e.binary(OpKind::Eq, u, e.scalarLike(u, 1.0));
+  Value* isMinusOne = e.binary(OpKind::Eq, um1, e.scalarLike(um1, -1.0));
+  return e.select(isOne, x, e.select(isMinusOne, um1, ratio));
+}
+
+/// log1p(t) = log(1 + t) for t >= 0, accurate where 1 + t rounds away t's
+/// digits (Kahan's trick again: u = 1 + t rounded, u - 1 exact, and
+/// log(u) * t / (u - 1) rescales log(u) to the t that was asked for);
+/// u == 1 gives t itself.
+Value* log1pNonNegative(Emitter& e, Value* t) {
+  Value* u = e.add(t, 1.0);
+  Value* scaled = e.mul(e.unary(OpKind::Log, u), t);
+  Value* ratio = e.div(scaled, e.add(u, -1.0));
+  Value* isOne = e.binary(OpKind::Eq, u, e.scalarLike(u, 1.0));
+  return e.select(isOne, t, ratio);
+}
+
+/// elu = select(x < 0, alpha * expm1(x), x), with PyTorch's expm1 (not
+/// exp(x) - 1, which loses every digit of x near 0).
 Lowered lowerElu(Emitter& e, const Op& op) {
   Value* x = op.operand(0);
   Value* negative = e.binary(OpKind::Lt, x, e.scalarLike(x, 0.0));
-  Value* expm1 = e.add(e.unary(OpKind::Exp, x), -1.0);
-  return std::vector{e.select(negative, e.mul(expm1, op.getFloat("alpha")), x)};
+  return std::vector{e.select(negative, e.mul(expm1(e, x), op.getFloat("alpha")), x)};
 }
 
-/// softplus = max(x, 0) + log(1 + exp(-|x|)), which never overflows.
+/// softplus = max(x, 0) + log1p(exp(-|x|)), which never overflows and keeps
+/// e^x for large negative x (log(1 + e^x) there would round to 0).
 Lowered lowerSoftplus(Emitter& e, const Op& op) {
   Value* x = op.operand(0);
   Value* positive = e.binary(OpKind::Max, x, e.scalarLike(x, 0.0));
   Value* tail = e.unary(OpKind::Exp, e.unary(OpKind::Neg, e.unary(OpKind::Abs, x)));
-  return std::vector{e.add(positive, e.unary(OpKind::Log, e.add(tail, 1.0)))};
+  return std::vector{e.add(positive, log1pNonNegative(e, tail))};
 }
 
 // --- Recurrent ops -------------------------------------------------------------

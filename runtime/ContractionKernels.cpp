@@ -2,8 +2,11 @@
 // broadcast), N-d convolution and transposed convolution with strides,
 // padding, dilation and groups, and N-d max / average pooling. The loops are
 // the textbook definitions: each output element sums (or maxes) over its
-// window, skipping positions that fall in the padding. Floats accumulate in
-// double, integers in wrapping int64.
+// window. A convolution's padding is zeros multiplied by the weights like
+// any other input (PyTorch's semantics: 0 * inf is NaN); pooling skips it
+// (padding never wins a max), and conv_transpose drops the taps that land
+// in it, as PyTorch's scatter does. Floats accumulate in double, integers in
+// wrapping int64.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -189,9 +192,11 @@ Status Conv(const KernelCall& c) {
             for (int64_t kp = 0; kp < kernelSize; ++kp) {
               const std::vector<int64_t>& kernelIndex = window->taps[kp];
               const int64_t pos = windowPosition(outIndex, kernelIndex, *window, inDims);
-              if (pos < 0) continue;
-              acc = addAcc(
-                  acc, mulAcc(xv[xOffset(nb, channel, pos)], wv[(mo * groupIn + ci) * kernelSize + kp]));
+              // A padded tap is a zero multiplied like any other input (as
+              // PyTorch's zero padding is), so a NaN or infinite weight
+              // makes it NaN (0 * inf) rather than being skipped.
+              const Acc xe = pos < 0 ? Acc(0) : xv[xOffset(nb, channel, pos)];
+              acc = addAcc(acc, mulAcc(xe, wv[(mo * groupIn + ci) * kernelSize + kp]));
             }
           }
           if (c.numOperands() == 3) acc = addAcc(acc, getElement<Acc>(c.in(2), mo));
@@ -287,9 +292,11 @@ Status ConvWeightGrad(const KernelCall& c) {
             const int64_t channel = group * groupIn + ci;
             for (int64_t kp = 0; kp < kernelSize; ++kp) {
               const int64_t pos = windowPosition(outIndex, window->taps[kp], *window, inDims);
-              if (pos < 0) continue;
+              // As in conv, padding is zeros that multiply dy (a NaN or
+              // infinite dy makes the tap's sum NaN, as in PyTorch).
+              const Acc xe = pos < 0 ? Acc(0) : xv[(nb * channels + channel) * inSize + pos];
               Acc& r = result[(mo * groupIn + ci) * kernelSize + kp];
-              r = addAcc(r, mulAcc(d, xv[(nb * channels + channel) * inSize + pos]));
+              r = addAcc(r, mulAcc(d, xe));
             }
           }
         }

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -171,7 +172,76 @@ struct DnnlKernel::Impl {
   std::vector<Reorder> outputReorders;
   std::string description;
   int64_t work = 0;
+  /// A padded f32 convolution: oneDNN's kernels skip the taps in the
+  /// padding, where the IR multiplies a zero by the weight (docs/ops.md), so
+  /// after each run every result element with a NaN or infinite weight on a
+  /// tap in the padding is set to NaN (0 * inf). Empty `pads`: no fix-up.
+  struct PaddedTaps {
+    std::vector<int64_t> weightDims;            // [M, C/g, K...], the plain buffer
+    std::vector<int64_t> inDims, outDims;       // spatial dims of x and the result
+    std::vector<int64_t> strides, dilations, padBegin;
+    int64_t batch = 0;
+    bool channelsLast = false;
+    int weightBuffer = 0, resultBuffer = 0;
+  };
+  std::optional<PaddedTaps> paddedTaps;
+  void fixPaddedTaps(void* const* buffers) const;
 };
+
+/// Sets to NaN the result elements whose window has a NaN or infinite
+/// weight on a tap in the padding: that tap is 0 * w = NaN in the IR's
+/// conv. The post-ops oneDNN applied (DnnlKernel::exactPostOp's: relu as
+/// elu, tanh, sigmoid, exp, log, sums and products with a tensor, ...) all
+/// keep a NaN a NaN, so the final value is NaN too. Scans the weights only
+/// (all finite: nothing to do) unless one is not finite.
+void DnnlKernel::Impl::fixPaddedTaps(void* const* buffers) const {
+  const PaddedTaps& p = *paddedTaps;
+  const float* w = static_cast<const float*>(buffers[p.weightBuffer]);
+  const int64_t outChannels = p.weightDims[0], groupIn = p.weightDims[1];
+  const size_t k = p.inDims.size();
+  int64_t taps = 1;
+  for (size_t d = 0; d < k; ++d) taps *= p.weightDims[2 + d];
+  // Per output channel, the taps with a non-finite weight in any channel.
+  std::vector<std::vector<int64_t>> bad(static_cast<size_t>(outChannels));
+  bool any = false;
+  for (int64_t m = 0; m < outChannels; ++m)
+    for (int64_t t = 0; t < taps; ++t)
+      for (int64_t c = 0; c < groupIn; ++c)
+        if (!std::isfinite(w[(m * groupIn + c) * taps + t])) {
+          bad[static_cast<size_t>(m)].push_back(t);
+          any = true;
+          break;
+        }
+  if (!any) return;
+  float* y = static_cast<float*>(buffers[p.resultBuffer]);
+  int64_t outSize = 1;
+  for (int64_t d : p.outDims) outSize *= d;
+  std::vector<int64_t> outIndex(k), tapIndex(k);
+  for (int64_t o = 0; o < outSize; ++o) {
+    for (size_t d = k, rest = static_cast<size_t>(o); d-- > 0;) {
+      outIndex[d] = static_cast<int64_t>(rest) % p.outDims[d];
+      rest /= static_cast<size_t>(p.outDims[d]);
+    }
+    for (int64_t m = 0; m < outChannels; ++m) {
+      bool padded = false;
+      for (int64_t t : bad[static_cast<size_t>(m)]) {
+        for (size_t d = k, rest = static_cast<size_t>(t); d-- > 0;) {
+          tapIndex[d] = static_cast<int64_t>(rest) % p.weightDims[2 + d];
+          rest /= static_cast<size_t>(p.weightDims[2 + d]);
+        }
+        for (size_t d = 0; d < k && !padded; ++d) {
+          const int64_t pos = outIndex[d] * p.strides[d] - p.padBegin[d] + tapIndex[d] * p.dilations[d];
+          padded = pos < 0 || pos >= p.inDims[d];
+        }
+        if (padded) break;
+      }
+      if (!padded) continue;
+      for (int64_t n = 0; n < p.batch; ++n)
+        y[p.channelsLast ? (n * outSize + o) * outChannels + m : (n * outChannels + m) * outSize + o] =
+            std::numeric_limits<float>::quiet_NaN();
+    }
+  }
+}
 
 DnnlKernel::DnnlKernel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DnnlKernel::~DnnlKernel() = default;
@@ -639,6 +709,21 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
         impl->bindings.push_back({DNNL_ARG_BIAS, operandBuffer[2]});
       }
       bindOutput(*impl, DNNL_ARG_DST, ymd, chosen.dst, resultBuffer);
+      if (!transposed && !quantized && call.dstType == DType::F32 &&
+          std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p > 0; })) {
+        Impl::PaddedTaps p;
+        p.weightDims = w;
+        p.inDims.assign(x.begin() + 2, x.end());
+        p.outDims.assign(logicalDst.begin() + 2, logicalDst.end());
+        p.strides = strides;
+        p.dilations = dilations;
+        p.padBegin.assign(pads.begin(), pads.begin() + static_cast<std::ptrdiff_t>(k));
+        p.batch = logicalDst[0];
+        p.channelsLast = call.channelsLast;
+        p.weightBuffer = operandBuffer[1];
+        p.resultBuffer = resultBuffer;
+        impl->paddedTaps = std::move(p);
+      }
     }
     for (size_t i = 0; i < postOps.size(); ++i) {
       if (!postOps[i].isBinary()) continue;
@@ -716,6 +801,7 @@ void DnnlKernel::run(void* const* buffers) const {
     r.primitive.execute(stream, r.blocked, r.plain);
   }
   stream.wait();
+  if (impl_->paddedTaps) impl_->fixPaddedTaps(buffers);
 }
 
 void setDnnlThreads(int threads) {

@@ -79,12 +79,6 @@ std::vector<std::string> split(const std::string& s) {
 // divergence), is still printed with its reproducer when found, and is
 // removed once the fix lands (--known-issues-fail counts them as failures).
 
-bool hasOp(const Case& c, OpKind k) {
-  for (const Node& n : c.nodes)
-    if (n.kind == k) return true;
-  return false;
-}
-
 struct KnownIssue {
   const char* family;
   const char* reason;
@@ -92,39 +86,9 @@ struct KnownIssue {
 };
 
 const std::vector<KnownIssue>& knownIssues() {
-  static const std::vector<KnownIssue> issues = {
-      // TODO(kiln): compute elu as alpha * expm1(x) (as PyTorch does), then
-      // remove.
-      {"elu on the CPU JIT and the emulated GPU", "alpha * (exp(x) - 1) loses digits for x near 0 where expm1 keeps them",
-       [](const std::string& backend, const Case& c, const Verdict& v) {
-         return hasOp(c, OpKind::Elu) && c.nodes.size() <= 3 &&
-                v.message.find("value differs") != std::string::npos;
-       }},
-      // TODO(kiln): compute softplus as log1p(e^x) (docs/ops.md says
-      // "computed stably"; PyTorch uses log1p), then remove.
-      {"softplus on the CPU JIT and the emulated GPU", "log(1 + e^x) gives 0 where e^x is below f32's eps (x < -17) instead of e^x",
-       [](const std::string& backend, const Case& c, const Verdict& v) {
-         return hasOp(c, OpKind::Softplus) && c.nodes.size() <= 2 &&
-                (v.message.find("value differs") != std::string::npos ||
-                 v.message.find("infinity differs") != std::string::npos);
-       }},
-      // TODO(kiln): settle the semantics of padding times a NaN or
-      // infinite weight (docs/ops.md) and make the interpreter and the
-      // backends agree, then remove.
-      {"conv with padding (emulated GPU, and oneDNN on the CPU JIT)",
-       "a padded tap multiplies 0 by the weight, so a NaN or infinite weight gives NaN where the interpreter, "
-       "which skips padding, gives a number (PyTorch's zero padding also gives NaN); on the CPU a clip post-op "
-       "then turns that NaN into its bound",
-       [](const std::string& backend, const Case& c, const Verdict& v) {
-         bool padded = false;
-         for (const Node& n : c.nodes)
-           if (n.kind == OpKind::Conv)
-             if (auto it = n.attrs.find("pads"); it != n.attrs.end())
-               for (int64_t p : it->second.getInts()) padded = padded || p > 0;
-         return padded && (v.message.find("NaN where the interpreter has a number") != std::string::npos ||
-                           (backend == "cpu" && c.nodes.size() >= 2 && v.message.find("value differs") != std::string::npos));
-       }},
-  };
+  // None open: elu, softplus and conv padding were fixed (README.md, "Known
+  // issues"; their reproducers are in test/difffuzz/).
+  static const std::vector<KnownIssue> issues = {};
   return issues;
 }
 

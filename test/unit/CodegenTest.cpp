@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "codegen/CpuExecutable.h"
@@ -287,6 +288,37 @@ TEST(CodegenTest, ConvAndPooling) {
         "func @f(%x: f32[1,2,6,6]) -> f32[1,2,4,4] {\n  %y = avg_pool(%x) {kernel = [3, 3], strides = [2, 2], "
         "pads = [1, 1, 2, 2], count_include_pad = " +
         std::string(include) + "} : f32[1,2,4,4]\n  return %y\n}\n");
+}
+
+/// NaN and infinite weights: a conv's padded tap is 0 * w (NaN), a
+/// conv_transpose's tap in a stride's gap or the cropped padding adds
+/// nothing, as in the interpreter (and PyTorch).
+TEST(CodegenTest, ConvPaddingWithNonFiniteWeights) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::mt19937 rng(7);
+  auto random = [&](std::vector<int64_t> dims) {
+    Tensor t(DType::F32, std::move(dims));
+    for (int64_t i = 0; i < t.numElements(); ++i) t.setDouble(i, std::uniform_real_distribution<double>(-2, 2)(rng));
+    return t;
+  };
+  Tensor x = random({1, 2, 5, 5});
+  Tensor w = random({3, 2, 3, 3});
+  w.setDouble(0, inf);        // w[0, 0, 0, 0]
+  w.setDouble(9 + 8, -inf);   // w[0, 1, 2, 2]
+  w.setDouble(18 + 4, nan);   // w[1, 0, 1, 1]: every output meets it
+  const std::string conv =
+      "func @f(%x: f32[1,2,5,5], %w: f32[3,2,3,3]) -> f32[1,3,3,3] {\n"
+      "  %y = conv(%x, %w) {strides = [2, 2], pads = [1, 1, 1, 1]} : f32[1,3,3,3]\n  return %y\n}\n";
+  // -O1 lowers them to generated code, -O2 calls oneDNN.
+  for (int optLevel : {1, 2}) expectJitMatchesInterpreter(conv, {x, w}, false, optLevel);
+  Tensor xt = random({1, 2, 3, 3});
+  Tensor wt = random({2, 2, 3, 3});
+  wt.setDouble(0, nan);       // wt[0, 0, 0, 0]
+  wt.setDouble(27 + 5, inf);  // wt[1, 1, 1, 2]
+  const std::string transposed =
+      "func @f(%x: f32[1,2,3,3], %w: f32[2,2,3,3]) -> f32[1,2,5,5] {\n"
+      "  %y = conv_transpose(%x, %w) {strides = [2, 2], pads = [1, 1, 1, 1]} : f32[1,2,5,5]\n  return %y\n}\n";
+  for (int optLevel : {1, 2}) expectJitMatchesInterpreter(transposed, {xt, wt}, false, optLevel);
 }
 
 /// Composites run through -O2's decompose, then their primitives lower.

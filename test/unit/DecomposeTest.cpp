@@ -7,7 +7,9 @@
 // leave the function untouched, locations carry over, primitives stay put.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -450,6 +452,82 @@ TEST(DecomposeTest, FailedLoweringIsUndone) {
       "  return %o\n"
       "}\n",
       "a causal mask needs static or named query and key lengths");
+}
+
+/// Runs the decomposed form of the one-op function `op` on x (dtype `dtype`)
+/// and returns its result, each element rounded to `dtype` by every op as
+/// the backends round it.
+std::vector<double> runDecomposed(const std::string& op, const std::string& dtype, const std::vector<double>& x) {
+  const std::string n = std::to_string(x.size());
+  const std::string type = dtype + "[" + n + "]";
+  auto m = parseOk("func @f(%x: " + type + ") -> " + type + " {\n  %y = " + op + " : " + type +
+                   "\n  return %y\n}\n");
+  if (!m) return {};
+  auto changed = runDecompose(*m);
+  EXPECT_TRUE(changed.ok() && *changed);
+  Tensor t(dtype == "f32" ? DType::F32 : DType::F64, {static_cast<int64_t>(x.size())});
+  for (size_t i = 0; i < x.size(); ++i) t.setDouble(static_cast<int64_t>(i), x[i]);
+  auto got = interpret(*m->functions()[0], {t});
+  EXPECT_TRUE(got.ok()) << (got.ok() ? "" : got.error().str());
+  std::vector<double> out;
+  if (got.ok())
+    for (int64_t i = 0; i < (*got)[0].numElements(); ++i) out.push_back((*got)[0].getDouble(i));
+  return out;
+}
+
+/// `got` matches `want` (PyTorch's values: expm1 and log1p in f64) within
+/// `rtol`, NaN matching NaN and infinities exactly.
+void expectClose(const std::vector<double>& x, const std::vector<double>& got, const std::vector<double>& want,
+                 double rtol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::isnan(want[i])) {
+      EXPECT_TRUE(std::isnan(got[i])) << "x = " << x[i];
+    } else if (std::isinf(want[i]) || want[i] == 0) {
+      EXPECT_EQ(got[i], want[i]) << "x = " << x[i];
+    } else {
+      EXPECT_LE(std::abs(got[i] - want[i]), rtol * std::abs(want[i]))
+          << "x = " << x[i] << ": decomposed " << got[i] << ", expected " << want[i];
+    }
+  }
+}
+
+TEST(DecomposeTest, EluKeepsTheDigitsOfExpm1NearZero) {
+  // exp(x) - 1 lost them: 3e-6 relative error at x = -4e-4 in f32, and 0
+  // for -1e-39 in f64 where PyTorch's alpha * expm1(x) gives alpha * x.
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  const std::vector<double> x = {-4e-4, -1e-7, -3e-3, -0.5, -1, -5, -16.5, -17.5, -30, -200, -inf, nan, 0, 2, inf};
+  std::vector<double> want;
+  for (double v : x) {
+    const double v32 = static_cast<float>(v);  // the f32 input
+    want.push_back(v32 < 0 ? 0.7 * std::expm1(v32) : v32);
+  }
+  expectClose(x, runDecomposed("elu(%x) {alpha = 0.7}", "f32", x), want, 5e-7);
+  std::vector<double> x64 = x;
+  x64.push_back(-1e-39);
+  x64.push_back(-1e-300);
+  want.clear();
+  for (double v : x64) want.push_back(v < 0 ? 0.7 * std::expm1(v) : v);
+  expectClose(x64, runDecomposed("elu(%x) {alpha = 0.7}", "f64", x64), want, 1e-15);
+}
+
+TEST(DecomposeTest, SoftplusKeepsExpOfLargeNegativeX) {
+  // log(1 + e^x) rounded to 0 below x = -17 in f32 (softplus(-26.78) gave 0,
+  // not PyTorch's 2.342e-12).
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  const std::vector<double> x = {-26.78, -17.5, -40, -87, -100, -1e-3, 0, 1e-3, 0.5, 3, 15, 30, 100, -inf, inf, nan};
+  std::vector<double> want;
+  for (double v : x) {
+    const double v32 = static_cast<float>(v);  // the f32 input
+    want.push_back(std::max(v32, 0.0) + std::log1p(std::exp(-std::abs(v32))));
+  }
+  want[4] = static_cast<double>(static_cast<float>(std::exp(-100.0)));  // e^-100 is an f32 denormal: 37 ulps of 0
+  expectClose(x, runDecomposed("softplus(%x)", "f32", x), want, 5e-7);
+  std::vector<double> x64 = x;
+  x64.push_back(-700);
+  want.clear();
+  for (double v : x64) want.push_back(std::max(v, 0.0) + std::log1p(std::exp(-std::abs(v))));
+  expectClose(x64, runDecomposed("softplus(%x)", "f64", x64), want, 1e-15);
 }
 
 TEST(DecomposeTest, DecomposeOpRejectsPrimitives) {

@@ -111,6 +111,33 @@ TEST(InterpreterConvTest, ConvTranspose) {
                {1, 1, 3}, {5, 0, 10});
 }
 
+TEST(InterpreterConvTest, PaddingIsZerosMultipliedByTheWeight) {
+  // PyTorch 1.13's values (torch.nn.functional.conv1d, conv_transpose1d and
+  // conv1d's weight gradient on ones(1, 1, 3)): a padded tap of conv is 0 *
+  // w, NaN for an infinite or NaN weight; conv_transpose's taps that land
+  // in a stride's gap or the cropped padding add nothing.
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  Tensor x = f32({1, 1, 3}, {1, 1, 1});
+  Tensor infFirst = f32({1, 1, 3}, {inf, 1, 1});
+  expectTensor(run(OpKind::Conv, {x, infFirst}, convAttrs({}, {1, 1}, {})), {1, 1, 3}, {nan, inf, inf});
+  expectTensor(run(OpKind::Conv, {x, infFirst}, convAttrs({2}, {1, 1}, {})), {1, 1, 2}, {nan, inf});
+  expectTensor(run(OpKind::Conv, {x, infFirst}, convAttrs({}, {2, 2}, {2})), {1, 1, 3}, {nan, nan, inf});
+  expectTensor(run(OpKind::Conv, {x, f32({1, 1, 3}, {1, 1, nan})}, convAttrs({}, {0, 1}, {})), {1, 1, 2}, {nan, nan});
+  // Without padding an infinite weight only meets real inputs.
+  expectTensor(run(OpKind::Conv, {f32({1, 1, 4}, {1, 1, 1, 1}), infFirst}), {1, 1, 2}, {inf, inf});
+  // conv_weight_grad: dy's NaN meets every tap, padded ones included.
+  expectTensor(run(OpKind::ConvWeightGrad, {x, f32({1, 1, 3}, {nan, 1, 1})},
+                   {{"kernel", std::vector<int64_t>{3}}, {"pads", std::vector<int64_t>{1, 1}}}),
+               {1, 1, 3}, {nan, nan, nan});
+  Tensor nanLast = f32({1, 1, 3}, {1, 1, nan});
+  expectTensor(run(OpKind::ConvTranspose, {x, nanLast}, {{"strides", std::vector<int64_t>{2}}}), {1, 1, 7},
+               {1, 1, nan, 1, nan, 1, nan});
+  expectTensor(run(OpKind::ConvTranspose, {x, nanLast}, {{"pads", std::vector<int64_t>{1, 1}}}), {1, 1, 3},
+               {2, nan, nan});
+  expectTensor(run(OpKind::ConvTranspose, {x, infFirst}, {{"pads", std::vector<int64_t>{1, 1}}}), {1, 1, 3},
+               {inf, inf, 2});
+}
+
 // --- pooling -----------------------------------------------------------------------------
 
 AttrMap poolAttrs(std::vector<int64_t> kernel, std::vector<int64_t> strides, std::vector<int64_t> pads,

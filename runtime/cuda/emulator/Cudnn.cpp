@@ -202,8 +202,8 @@ uint8_t* translate(uint64_t pointer, int64_t count, int type, const char* entry,
 }
 
 /// Calls `f(input offset, weight offset, output offset)` for every pair of an
-/// output position and a filter tap that reads an input inside the image,
-/// with offsets within one (n, channel) image and one filter.
+/// output position and a filter tap, with offsets within one (n, channel)
+/// image and one filter; a tap that reads the padding has input offset -1.
 template <typename F>
 void forEachTap(const ConvShape& s, F&& f) {
   for (int64_t o0 = 0; o0 < s.out[0]; ++o0)
@@ -212,14 +212,15 @@ void forEachTap(const ConvShape& s, F&& f) {
         const int64_t outIndex = (o0 * s.out[1] + o1) * s.out[2] + o2;
         for (int64_t t0 = 0; t0 < s.kernel[0]; ++t0) {
           const int64_t i0 = o0 * s.stride[0] - s.pad[0] + t0 * s.dilation[0];
-          if (i0 < 0 || i0 >= s.in[0]) continue;
+          const bool in0 = i0 >= 0 && i0 < s.in[0];
           for (int64_t t1 = 0; t1 < s.kernel[1]; ++t1) {
             const int64_t i1 = o1 * s.stride[1] - s.pad[1] + t1 * s.dilation[1];
-            if (i1 < 0 || i1 >= s.in[1]) continue;
+            const bool in1 = in0 && i1 >= 0 && i1 < s.in[1];
             for (int64_t t2 = 0; t2 < s.kernel[2]; ++t2) {
               const int64_t i2 = o2 * s.stride[2] - s.pad[2] + t2 * s.dilation[2];
-              if (i2 < 0 || i2 >= s.in[2]) continue;
-              f((i0 * s.in[1] + i1) * s.in[2] + i2, (t0 * s.kernel[1] + t1) * s.kernel[2] + t2, outIndex);
+              const bool inside = in1 && i2 >= 0 && i2 < s.in[2];
+              f(inside ? (i0 * s.in[1] + i1) * s.in[2] + i2 : -1, (t0 * s.kernel[1] + t1) * s.kernel[2] + t2,
+                outIndex);
             }
           }
         }
@@ -254,7 +255,10 @@ void runConvolution(void* user) {
         for (int64_t cg = 0; cg < cPerGroup; ++cg) {
           const float* in = xv.data() + (n * s.c + g * cPerGroup + cg) * image;
           const float* filter = wv.data() + (k * cPerGroup + cg) * taps;
-          forEachTap(s, [&](int64_t i, int64_t t, int64_t o) { out[o] += in[i] * filter[t]; });
+          // A padded tap multiplies a zero by the weight (the IR's conv,
+          // docs/ops.md, as PyTorch's zero padding), so a NaN or infinite
+          // weight there makes the output NaN.
+          forEachTap(s, [&](int64_t i, int64_t t, int64_t o) { out[o] += (i < 0 ? 0.0f : in[i]) * filter[t]; });
         }
       }
   } else {
@@ -267,7 +271,11 @@ void runConvolution(void* user) {
         for (int64_t cg = 0; cg < cPerGroup; ++cg) {
           float* dx = acc.data() + (n * s.c + g * cPerGroup + cg) * image;
           const float* filter = wv.data() + (k * cPerGroup + cg) * taps;
-          forEachTap(s, [&](int64_t i, int64_t t, int64_t o) { dx[i] += grad[o] * filter[t]; });
+          // The scatter of conv_transpose: a tap that lands in the padding
+          // is dropped (PyTorch's semantics, docs/ops.md).
+          forEachTap(s, [&](int64_t i, int64_t t, int64_t o) {
+            if (i >= 0) dx[i] += grad[o] * filter[t];
+          });
         }
       }
   }
