@@ -183,9 +183,13 @@ struct DnnlKernel::Impl {
     int64_t batch = 0;
     bool channelsLast = false;
     int weightBuffer = 0, resultBuffer = 0;
+    /// Constant weights (inference) are scanned once per address, as a
+    /// constant reorder is made once: the first run found them all finite.
+    bool constantWeights = false;
+    const void* finiteAt = nullptr;
   };
   std::optional<PaddedTaps> paddedTaps;
-  void fixPaddedTaps(void* const* buffers) const;
+  void fixPaddedTaps(void* const* buffers);
 };
 
 /// Sets to NaN the result elements whose window has a NaN or infinite
@@ -194,13 +198,27 @@ struct DnnlKernel::Impl {
 /// elu, tanh, sigmoid, exp, log, sums and products with a tensor, ...) all
 /// keep a NaN a NaN, so the final value is NaN too. Scans the weights only
 /// (all finite: nothing to do) unless one is not finite.
-void DnnlKernel::Impl::fixPaddedTaps(void* const* buffers) const {
-  const PaddedTaps& p = *paddedTaps;
+void DnnlKernel::Impl::fixPaddedTaps(void* const* buffers) {
+  PaddedTaps& p = *paddedTaps;
   const float* w = static_cast<const float*>(buffers[p.weightBuffer]);
+  if (p.constantWeights && p.finiteAt == w) return;
   const int64_t outChannels = p.weightDims[0], groupIn = p.weightDims[1];
   const size_t k = p.inDims.size();
   int64_t taps = 1;
   for (size_t d = 0; d < k; ++d) taps *= p.weightDims[2 + d];
+  // The common case in one pass over the weights in memory order: an
+  // exponent of all ones is an infinity or a NaN.
+  const int64_t count = outChannels * groupIn * taps;
+  uint32_t nonFinite = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, w + i, sizeof bits);
+    nonFinite |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  if (!nonFinite) {
+    if (p.constantWeights) p.finiteAt = w;
+    return;
+  }
   // Per output channel, the taps with a non-finite weight in any channel.
   std::vector<std::vector<int64_t>> bad(static_cast<size_t>(outChannels));
   bool any = false;
@@ -722,6 +740,7 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
         p.channelsLast = call.channelsLast;
         p.weightBuffer = operandBuffer[1];
         p.resultBuffer = resultBuffer;
+        p.constantWeights = isConstant(1);
         impl->paddedTaps = std::move(p);
       }
     }
