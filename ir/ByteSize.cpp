@@ -29,10 +29,8 @@ std::optional<uint64_t> tensorByteSize(DType dtype, std::span<const int64_t> dim
 }
 
 std::optional<uint64_t> tensorByteSize(const TensorType& type) {
-  int64_t bytes = static_cast<int64_t>(dtypeSize(type.dtype));
-  for (const Dim& d : type.shape)
-    if (!d.isStatic() || d.size < 0 || __builtin_mul_overflow(bytes, d.size, &bytes)) return std::nullopt;
-  return static_cast<uint64_t>(bytes);
+  if (!type.isStatic()) return std::nullopt;
+  return tensorByteSize(type.dtype, staticDims(type.shape));
 }
 
 Error allocationError(std::optional<uint64_t> bytes, std::string_view value, const TensorType& type,

@@ -219,18 +219,16 @@ void DnnlKernel::Impl::fixPaddedTaps(void* const* buffers) {
     if (p.constantWeights) p.finiteAt = w;
     return;
   }
-  // Per output channel, the taps with a non-finite weight in any channel.
+  // Per output channel, the taps with a non-finite weight in any channel
+  // (the scan above found at least one).
   std::vector<std::vector<int64_t>> bad(static_cast<size_t>(outChannels));
-  bool any = false;
   for (int64_t m = 0; m < outChannels; ++m)
     for (int64_t t = 0; t < taps; ++t)
       for (int64_t c = 0; c < groupIn; ++c)
         if (!std::isfinite(w[(m * groupIn + c) * taps + t])) {
           bad[static_cast<size_t>(m)].push_back(t);
-          any = true;
           break;
         }
-  if (!any) return;
   float* y = static_cast<float*>(buffers[p.resultBuffer]);
   int64_t outSize = 1;
   for (int64_t d : p.outDims) outSize *= d;
