@@ -119,11 +119,17 @@ Expected<PostOp> postOpOf(const Op& op, const Value* current, size_t rank,
       }
       // max(x, +0) is relu; max(+0, x) is not (max gives the second of
       // equal values: max(+0, -0) is -0), nor is max(x, -0). Other bounds
-      // are clips, which oneDNN computes without NaN (DnnlKernel::exactPostOp).
+      // are clips, whose max and min give the bound of equal values as
+      // oneDNN's do: so a bound of 0 before the chain (max(0, x), whose
+      // -0 for x = -0 a clip would make +0) stays outside. A clip runs only
+      // where its guard proves no NaN reaches it (DnnlKernel::exactCall).
       case OpKind::Max:
         if (left && *c == 0 && !std::signbit(*c)) return eltwise(PostOp::Kind::Relu);
-        return eltwise(PostOp::Kind::Clip, k, std::numeric_limits<float>::max());
-      case OpKind::Min: return eltwise(PostOp::Kind::Clip, std::numeric_limits<float>::lowest(), k);
+        if (!left && *c == 0) return Error("'max' of a zero and the chain has no post-op");
+        return eltwise(PostOp::Kind::Clip, k, std::numeric_limits<float>::infinity());
+      case OpKind::Min:
+        if (!left && *c == 0) return Error("'min' of a zero and the chain has no post-op");
+        return eltwise(PostOp::Kind::Clip, -std::numeric_limits<float>::infinity(), k);
       default: return Error("'" + p.name + "' has no oneDNN post-op");
     }
   }
@@ -293,10 +299,10 @@ bool CpuTarget::acceptsLibraryCall(const Op& anchor, std::span<const Op* const> 
   auto call = describeLibraryCall(anchor, epilogue);
   if (!call) return false;
   // A post-op oneDNN computes otherwise than the op is defined on NaN, inf
-  // or a signed zero (its clip and max turn NaN into a bound) stays outside
-  // the group: `fuse` gives it to a generated kernel with the ops after it.
-  for (const PostOp& p : call->postOps)
-    if (!DnnlKernel::exactPostOp(p).ok()) return false;
+  // or a signed zero (its exp, log, erf GELU, binary max and min) stays
+  // outside the group: `fuse` gives it to a generated kernel with the ops
+  // after it. Clips are guarded (DnnlKernel::exactCall).
+  if (!DnnlKernel::exactCall(*call).ok()) return false;
   auto impl = DnnlKernel::implementation(*call);
   if (!impl) return false;
   return call->postOps.empty() || impl->rfind("ref", 0) != 0;

@@ -289,7 +289,8 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
       }
     } else if (const DnnlKernel* library = libraries_[k].get()) {
       setDnnlThreads(step.parallel ? threads_ : 1);
-      library->run(args);
+      if (Status ran = library->run(args); !ran)
+        return Error("program '" + p.name + "', step %" + step.name + ": " + ran.error().message());
     } else if (step.parallel && threads_ > 1) {
       const KernelFn fn = code_->kernel(static_cast<size_t>(step.kernel));
       const int64_t extent = step.parallelExtent;

@@ -46,11 +46,25 @@ class DnnlKernel {
   /// only post-ops that pass (codegen/CpuTarget.h); the others stay
   /// generated kernels.
   static Status exactPostOp(const PostOp& p);
+  /// Success when every post-op of `call` is computed as the IR defines it:
+  /// exactPostOp's, and the clips that a guarded call (a relu or clip
+  /// after an f32 convolution or matmul, with bounded ops before it) runs
+  /// as oneDNN's where its operands prove the value finite, and on the host
+  /// otherwise, with the relus and clips after them.
+  static Status exactCall(const LibraryCall& call);
   ~DnnlKernel();
 
   /// Runs on the call's buffers (LibraryCall::operands index them; the
-  /// result is the last).
-  void run(void* const* buffers) const;
+  /// result is the last). A call with relu or clip post-ops first bounds
+  /// its operands: oneDNN's max and min run where they are the IR's relu
+  /// and clip (no NaN or infinity reaches them), and the exact variant
+  /// (relu as elu and an add, clips on the host) otherwise, made on the
+  /// first run that needs it, which is the only error.
+  Status run(void* const* buffers) const;
+  /// How many runs took the guarded variant (oneDNN's max and min), and
+  /// how many the exact one; both 0 for a call without a guard.
+  int64_t guardedRuns() const;
+  int64_t exactRuns() const;
 
   /// Multiply-adds of the matmul or convolution, for deciding whether the
   /// call is worth splitting across threads.

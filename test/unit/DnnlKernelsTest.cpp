@@ -322,18 +322,20 @@ TEST(DnnlKernelsTest, EpiloguesBecomePostOps) {
   EXPECT_NE(ir.find("onednn conv [1,3,10,10]*[4,3,3,3] + relu"), std::string::npos) << ir;
 }
 
-/// A max or min with a constant other than max(x, +0) (a relu) would be
-/// oneDNN's clip, which turns NaN into a bound and infinities into the
-/// largest floats (PostOpSpecialValuesTest): both stay a generated kernel.
-TEST(DnnlKernelsTest, MaxAndMinWithAConstantStayGenerated) {
+/// A max or min with a constant other than max(x, +0) (a relu) is oneDNN's
+/// clip, which turns NaN into a bound (PostOpSpecialValuesTest): the two
+/// become one clip post-op, guarded, so that oneDNN's runs only where no NaN
+/// reaches it, and the host clips otherwise.
+TEST(DnnlKernelsTest, MaxAndMinWithAConstantAreOneGuardedClip) {
   const std::string ir = expectMatches(
       "func @f(%x: f32[1,3,10,10], %w: f32[4,3,3,3]) -> f32[1,4,8,8] {\n  %y = conv(%x, %w) : f32[1,4,8,8]\n"
       "  %lo = constant() {value = dense<f32[]>[-0.1]} : f32[]\n"
       "  %hi = constant() {value = dense<f32[]>[0.25]} : f32[]\n"
       "  %a = max(%y, %lo) : f32[1,4,8,8]\n  %b = min(%a, %hi) : f32[1,4,8,8]\n  return %b\n}\n",
       3);
-  EXPECT_NE(ir.find("onednn conv [1,3,10,10]*[4,3,3,3] ("), std::string::npos) << ir;
-  EXPECT_NE(ir.find("kernel @"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("onednn conv [1,3,10,10]*[4,3,3,3] + max+min ("), std::string::npos) << ir;
+  EXPECT_NE(ir.find(") guarded"), std::string::npos) << ir;
+  EXPECT_EQ(ir.find("kiln_fmin"), std::string::npos) << ir;
 }
 
 /// oneDNN 2.6 gives every eltwise post-op of one algorithm the parameters

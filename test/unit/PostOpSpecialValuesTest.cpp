@@ -168,10 +168,12 @@ std::string withType(std::string text, const std::string& type) {
 /// Each op after a product, alone and in the chains models have, matches
 /// the interpreter on special values, whether oneDNN applies it (the
 /// post-ops named) or a generated kernel does (ops refused as post-ops:
-/// clip, exp, log, erf GELU, binary max and min, a division that is no
-/// exact product). The relu of conv + relu (the CNN's NaN became 0) is
-/// oneDNN's post-op still; where a refused op follows (ReLU6's min, or a
-/// second linear after a first, which oneDNN 2.6 would give the first's
+/// exp, log, erf GELU, binary max and min, a division that is no exact
+/// product, a max or min of a zero and the chain). The relu of conv + relu
+/// (the CNN's NaN became 0) and ReLU6's min are oneDNN's post-ops still,
+/// guarded: these inputs hold NaN and infinities, so the exact variant runs
+/// (relu as elu and an add, clips on the host). Where a refused op follows
+/// (a second linear after a first, which oneDNN 2.6 would give the first's
 /// parameters), select-library leaves the scalar ops before it to the same
 /// generated kernel.
 TEST(PostOpSpecialValuesTest, EveryEpilogueMatchesTheInterpreter) {
@@ -179,9 +181,12 @@ TEST(PostOpSpecialValuesTest, EveryEpilogueMatchesTheInterpreter) {
       {"  %y = relu(%m) : T\n", "+ relu ("},
       {"  %y = max(%m, %zero) : T\n", "+ max ("},
       {"  %y = max(%zero, %m) : T\n", ""},
-      {"  %r = max(%m, %zero) : T\n  %y = min(%r, %six) : T\n", ""},
-      {"  %y = min(%m, %six) : T\n", ""},
-      {"  %y = max(%m, %c) : T\n", ""},
+      {"  %r = max(%m, %zero) : T\n  %y = min(%r, %six) : T\n", "+ max, min ("},
+      {"  %y = min(%m, %six) : T\n", "+ min ("},
+      {"  %y = min(%six, %m) : T\n", "+ min ("},
+      {"  %y = min(%zero, %m) : T\n", ""},
+      {"  %y = max(%m, %c) : T\n", "+ max ("},
+      {"  %r = relu(%m) : T\n  %s = min(%r, %six) : T\n  %y = relu(%s) : T\n", "+ relu, min, relu ("},
       {"  %y = tanh(%m) : T\n", "+ tanh ("},
       {"  %y = sigmoid(%m) : T\n", "+ sigmoid ("},
       {"  %y = exp(%m) : T\n", ""},
@@ -285,10 +290,100 @@ TEST(PostOpSpecialValuesTest, PackedMatmulEpiloguesMatchTheInterpreter) {
   }
 }
 
+/// A guarded call (relu or clip post-ops) runs oneDNN's max and min when its
+/// operands bound the result below overflow, and the exact variant when a
+/// NaN or infinity is among them or the bound is too large; both give the
+/// IR's values. [4, 64] x [64, 16] + t, relu, min 6 and a 1x1 conv + relu.
+TEST(PostOpSpecialValuesTest, GuardedPostOpsRunOneDnnsMaxOnlyOnBoundedValues) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (bool conv : {false, true}) {
+    SCOPED_TRACE(conv ? "conv" : "matmul");
+    constexpr int64_t rows = 4;
+    LibraryCall call;
+    PostOp add, relu, six;
+    add.kind = PostOp::Kind::Add;
+    add.name = "add";
+    relu.name = "relu";
+    six.kind = PostOp::Kind::Clip;
+    six.alpha = -std::numeric_limits<float>::infinity();
+    six.beta = 6.0f;
+    six.name = "min";
+    if (conv) {
+      // x [1, K, 1, rows], w [N, K, 1, 1]: result [1, N, 1, rows].
+      call.kind = LibraryCall::Kind::Conv;
+      call.operands = {0, 1};
+      call.operandDims = {{1, kK, 1, rows}, {kN, kK, 1, 1}};
+      call.resultDims = {1, kN, 1, rows};
+      call.resultBuffer = 2;
+      call.strides = {1, 1};
+      call.pads = {0, 0, 0, 0};
+      call.dilations = {1, 1};
+      call.postOps = {relu};
+    } else {
+      add.operand = 2;
+      add.dims = {1, kN};
+      call.kind = LibraryCall::Kind::MatMul;
+      call.operands = {0, 1};
+      call.operandDims = {{rows, kK}, {kK, kN}};
+      call.resultDims = {rows, kN};
+      call.resultBuffer = 3;
+      call.postOps = {add, relu, six};
+    }
+    ASSERT_TRUE(DnnlKernel::exactCall(call).ok());
+    auto kernel = DnnlKernel::create(call);
+    ASSERT_TRUE(kernel.ok()) << kernel.error().str();
+    EXPECT_NE((*kernel)->description().find(" guarded"), std::string::npos) << (*kernel)->description();
+    std::vector<float> a(rows * kK), b(kK * kN), t(kN), y(rows * kN);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>((i * 37) % 19) * 0.25f - 2.0f;
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>((i * 11) % 7) * 0.125f - 0.375f;
+    for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<float>(i % 5) - 2.0f;
+    // The IR's values, in double: x at (r, k) and w at (k, n), wherever
+    // the call keeps them.
+    auto reference = [&](int64_t r, int64_t n) {
+      double sum = 0;
+      for (int64_t k = 0; k < kK; ++k)
+        sum += static_cast<double>(conv ? a[k * rows + r] : a[r * kK + k]) *
+               static_cast<double>(conv ? b[n * kK + k] : b[k * kN + n]);
+      float v = static_cast<float>(sum);
+      if (conv) return v > 0 || std::isnan(v) ? v : 0.0f;
+      v += t[n];
+      v = v > 0 || std::isnan(v) ? v : 0.0f;
+      return std::isnan(v) ? v : std::min(v, 6.0f);
+    };
+    auto check = [&](const char* what, int64_t guarded, int64_t exact) {
+      SCOPED_TRACE(what);
+      void* buffers[] = {a.data(), b.data(), conv ? y.data() : t.data(), y.data()};
+      std::fill(y.begin(), y.end(), 7.0f);
+      ASSERT_TRUE((*kernel)->run(buffers).ok());
+      EXPECT_EQ((*kernel)->guardedRuns(), guarded);
+      EXPECT_EQ((*kernel)->exactRuns(), exact);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t n = 0; n < kN; ++n) {
+          const float got = y[static_cast<size_t>(conv ? n * rows + r : r * kN + n)], want = reference(r, n);
+          EXPECT_TRUE(sameSpecialValue(got, want)) << "row " << r << " column " << n << ": " << show(got) << ", want "
+                                                   << show(want);
+        }
+    };
+    check("finite", 1, 0);
+    // A NaN in x's row 1: that row is NaN, through the relu and the min.
+    a[conv ? 1 : kK] = nan;
+    check("a NaN", 1, 1);
+    // Finite again, but 1e37 times weights summing to several: the bound
+    // passes FLT_MAX / 16, so the exact variant runs (and the values,
+    // which may overflow, are still the IR's).
+    a[conv ? 1 : kK] = 1e37f;
+    check("a large value", 1, 2);
+    a[conv ? 1 : kK] = 1.0f;
+    check("finite again", 2, 2);
+  }
+}
+
 /// The post-ops refused as inexact are inexact on this oneDNN: fed to it
 /// directly, each gives something other than the IR op on a special value.
 /// (If a newer oneDNN fixes one, this test says so, and exactPostOp can
-/// accept it.)
+/// accept it.) A clip is refused alone too (oneDNN's turns NaN into its
+/// lower bound), but a call with one is guarded (the test above), so no
+/// kernel shows oneDNN's clip a NaN.
 TEST(PostOpSpecialValuesTest, RefusedPostOpsDifferOnOneDnn) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   struct Refused {
@@ -298,8 +393,6 @@ TEST(PostOpSpecialValuesTest, RefusedPostOpsDifferOnOneDnn) {
     bool (*differs)(float);
   };
   const std::vector<Refused> refused = {
-      {PostOp::Kind::Clip, 0.0f, 6.0f, nan, [](float y) { return !std::isnan(y); }},
-      {PostOp::Kind::Clip, -std::numeric_limits<float>::max(), 6.0f, -INFINITY, [](float y) { return !std::isinf(y); }},
       {PostOp::Kind::Exp, 0, 0, nan, [](float y) { return !std::isnan(y); }},
       {PostOp::Kind::Log, 0, 0, 1e-40f, [](float y) { return std::fabs(y - std::log(1e-40f)) > 1.0f; }},
       {PostOp::Kind::GeluErf, 0, 0, -100.0f, [](float y) { return !std::signbit(y); }},
@@ -325,10 +418,15 @@ TEST(PostOpSpecialValuesTest, RefusedPostOpsDifferOnOneDnn) {
     a[0] = r.input;
     for (int64_t j = 0; j < kN; ++j) b[static_cast<size_t>(j)] = 1.0f;
     void* buffers[] = {a.data(), b.data(), y.data()};
-    (*kernel)->run(buffers);
+    ASSERT_TRUE((*kernel)->run(buffers).ok());
     EXPECT_TRUE(r.differs(y[0])) << static_cast<int>(r.kind) << " of " << r.input << " gave " << show(y[0])
                                  << ": oneDNN computes it as the IR does now";
   }
+  PostOp clip;
+  clip.kind = PostOp::Kind::Clip;
+  clip.beta = 6.0f;
+  clip.name = "clip";
+  EXPECT_FALSE(DnnlKernel::exactPostOp(clip).ok());
   // And the relu Kiln gives oneDNN (elu and an add) keeps NaN where
   // oneDNN's own relu (max(x, 0)) does not.
   PostOp relu;
