@@ -129,6 +129,8 @@ Expected<std::unique_ptr<CpuRunner>> CpuRunner::create(std::shared_ptr<const Cpu
     runner->libraries_.push_back(std::move(*library));
   }
   runner->buffers_.resize(maxBuffers);
+  runner->callBounds_.resize(maxBuffers);
+  runner->slotBounds_.assign(p.slots.size(), -1.0);
 
   const size_t arenaBytes =
       (static_cast<size_t>(std::max<int64_t>(p.arenaBytes, 1)) + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
@@ -235,6 +237,9 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
     outputs[o] = std::move(*output);
     slotData_[static_cast<size_t>(outputSlots_[o])] = outputs[o].raw();
   }
+  // A bound holds for the run that computed it: arguments and outputs are
+  // other tensors each run.
+  std::fill(slotBounds_.begin(), slotBounds_.end(), -1.0);
   StepProfile* profile = profile_;
   if (profile && profile->entries.size() != p.steps.size()) {
     profile->entries.clear();
@@ -289,8 +294,13 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
       }
     } else if (const DnnlKernel* library = libraries_[k].get()) {
       setDnnlThreads(step.parallel ? threads_ : 1);
-      if (Status ran = library->run(args); !ran)
+      for (size_t i = 0; i < step.operands.size(); ++i)
+        callBounds_[i] = slotBounds_[static_cast<size_t>(step.operands[i])];
+      callBounds_[step.operands.size()] = -1;
+      const std::span<double> bounds(callBounds_.data(), step.operands.size() + 1);
+      if (Status ran = library->run(args, bounds); !ran)
         return Error("program '" + p.name + "', step %" + step.name + ": " + ran.error().message());
+      slotBounds_[static_cast<size_t>(step.result)] = bounds.back();
     } else if (step.parallel && threads_ > 1) {
       const KernelFn fn = code_->kernel(static_cast<size_t>(step.kernel));
       const int64_t extent = step.parallelExtent;
@@ -303,6 +313,7 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
     } else {
       code_->kernel(static_cast<size_t>(step.kernel))(args, nullptr, 0, step.parallelExtent);
     }
+    if (!libraries_[k]) slotBounds_[static_cast<size_t>(step.result)] = -1;  // (a slot written twice)
     if (profile) {
       profile->entries[k].seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       ++profile->entries[k].calls;

@@ -93,6 +93,11 @@ class CpuRunner {
   std::unique_ptr<uint8_t, decltype(&std::free)> arena_{nullptr, &std::free};
   std::vector<void*> slotData_;
   std::vector<void*> buffers_;  // per-step scratch for kernel arguments
+  // Per slot, in the current run: a bound on max|v| of the value a oneDNN
+  // call computed (DnnlKernel::run), or -1; the next calls reading it take
+  // it instead of scanning it. callBounds_ is the per-step scratch.
+  std::vector<double> slotBounds_;
+  std::vector<double> callBounds_;
   bool donates_ = false;
   // Worked out once, so that a run allocates nothing it does not return:
   // the arguments' dims; the slots each run points at an input (argument

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -60,7 +61,13 @@ class DnnlKernel {
   /// and clip (no NaN or infinity reaches them), and the exact variant
   /// (relu as elu and an add, clips on the host) otherwise, made on the
   /// first run that needs it, which is the only error.
-  Status run(void* const* buffers) const;
+  ///
+  /// `bounds`, when given, holds a bound on max|v| of each of the call's
+  /// buffers (operands, then the result), negative where none is known: the
+  /// call takes the operands' instead of scanning them, and writes the
+  /// result's (an f32 convolution or matmul whose post-ops pass a bound on;
+  /// -1 otherwise or when it is too large).
+  Status run(void* const* buffers, std::span<double> bounds = {}) const;
   /// How many runs took the guarded variant (oneDNN's max and min), and
   /// how many the exact one; both 0 for a call without a guard.
   int64_t guardedRuns() const;
