@@ -3,13 +3,13 @@
 // counted calls, failures on demand) and fake events that complete only
 // when the test says so; and once on the emulated GPU's driver, through
 // the real driverDeviceMemory, driverStreamEvents and driverPinnedHostMemory.
+#include "EmulatedGpu.h"
 #include "runtime/cuda/CudaAllocator.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <string>
 #include <thread>
@@ -554,10 +554,8 @@ TEST(CudaAllocatorTest, PinnedPoolFreesIdleBuffersWhenTheDriverFails) {
 
 // The real driver entry points, on Kiln's emulated GPU.
 TEST(CudaAllocatorTest, EmulatedGpu) {
-  const std::string path = KILN_CUDA_EMULATOR_DRIVER;
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "the emulated GPU is not built (" << path << ")";
-  LibrarySearchOptions options;
-  options.driverPath = path;
+  KILN_REQUIRE_EMULATOR();
+  const LibrarySearchOptions options = test::emulatorOptions();
   auto driver = loadCudaDriver(options);
   ASSERT_TRUE(driver) << driver.error().message();
   auto exec = loadCudaExec(options);

@@ -1,5 +1,5 @@
 // A fake CUDA driver library for tests on machines without a GPU: built as
-// libcuda.so.1 (test/fake-cuda/ in the build tree; the real file is named
+// libcuda.so.1 (test/devices/fake-driver/ in the build tree; the real file is named
 // libcuda.so.999.0.1, the fake driver release) and loaded by Kiln through
 // $KILN_CUDA_DRIVER. It exports the driver API entry points Kiln calls
 // (runtime/cuda/CudaLibraries.h) with their documented ABI, and
