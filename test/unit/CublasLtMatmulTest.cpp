@@ -1,6 +1,6 @@
 // CublasLtMatmul (runtime/cuda/CublasLtMatmul.h) on the emulated GPU: the
-// emulator's driver (test::emulatorDriverPath(), EmulatedGpu.h) and its own cuBLASLt, found
-// beside it by mathLibraryOptions. Each case allocates device memory, copies
+// emulator's driver (EmulatedGpu.h) and its own cuBLASLt, found beside it
+// by mathLibraryOptions. Each case allocates device memory, copies
 // the operands in, runs the planned matmul and copies the result back, all
 // on one stream, and compares with a plain host reference computed in
 // double from the same (rounded) inputs: 2-D, batched, a batch broadcast
@@ -11,7 +11,6 @@
 // inputs when the graph runs, the emulator refusing what it does not
 // implement, and an out-of-range buffer failing the stream. A build without
 // the emulator skips the tests that need it, saying so.
-#include "EmulatedGpu.h"
 #include "runtime/cuda/CublasLtMatmul.h"
 
 #include <dlfcn.h>
@@ -30,6 +29,7 @@
 #include "codegen/cuda/CudaTarget.h"
 #include "passes/PassManager.h"
 #include "runtime/Interpreter.h"
+#include "test/unit/EmulatedGpu.h"
 #include "test/unit/TestSupport.h"
 
 namespace kiln::cuda {

@@ -3,7 +3,6 @@
 // counted calls, failures on demand) and fake events that complete only
 // when the test says so; and once on the emulated GPU's driver, through
 // the real driverDeviceMemory, driverStreamEvents and driverPinnedHostMemory.
-#include "EmulatedGpu.h"
 #include "runtime/cuda/CudaAllocator.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +13,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "test/unit/EmulatedGpu.h"
 
 namespace kiln::cuda {
 namespace {

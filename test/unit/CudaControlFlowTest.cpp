@@ -6,11 +6,11 @@
 #include <gtest/gtest.h>
 
 
-#include "EmulatedGpu.h"
 #include "codegen/cuda/CudaExecutor.h"
 #include "runtime/cuda/CudaContext.h"
 #include "runtime/cuda/CudaDevices.h"
 #include "test/unit/ControlFlowTestSupport.h"
+#include "test/unit/EmulatedGpu.h"
 
 namespace kiln {
 namespace {

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "EmulatedGpu.h"
 #include "codegen/cuda/NvrtcCompiler.h"
 #include "runtime/cuda/CudaLibraries.h"
+#include "test/unit/EmulatedGpu.h"
 
 
 namespace kiln::cuda {

@@ -21,13 +21,13 @@
 #include <tuple>
 #include <vector>
 
-#include "EmulatedGpu.h"
 #include "codegen/CpuExecutable.h"
 #include "codegen/cuda/CudaEmitter.h"
 #include "codegen/cuda/NvrtcCompiler.h"
 #include "ir/IR.h"
 #include "runtime/Interpreter.h"
 #include "runtime/cuda/CudaLibraries.h"
+#include "test/unit/EmulatedGpu.h"
 #include "test/unit/TestSupport.h"
 
 

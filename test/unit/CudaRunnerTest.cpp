@@ -9,12 +9,12 @@
 
 #include <random>
 
-#include "EmulatedGpu.h"
 #include "codegen/cuda/CudaExecutor.h"
 #include "ir/Parser.h"
 #include "runtime/Interpreter.h"
 #include "runtime/cuda/CudaContext.h"
 #include "runtime/cuda/CudaDevices.h"
+#include "test/unit/EmulatedGpu.h"
 
 namespace kiln {
 namespace {

@@ -1,6 +1,6 @@
 // CudnnConvolution (runtime/cuda/CudnnConvolution.h) on the emulated GPU: the
-// emulator's driver (test::emulatorDriverPath(), EmulatedGpu.h) and its own cuDNN, found
-// beside it by mathLibraryOptions. Each case is IR whose conv or
+// emulator's driver (EmulatedGpu.h) and its own cuDNN, found beside it by
+// mathLibraryOptions. Each case is IR whose conv or
 // conv_transpose the CUDA target puts in a library group; the group's call
 // runs through cuDNN and must give what the interpreter computes: strides,
 // pads (also unequal ones cuDNN can express), dilations, groups, depthwise,
@@ -9,7 +9,6 @@
 // accepts (an epilogue, pads cuDNN cannot mirror), TF32 only when asked, the
 // target without cuDNN (KILN_NO_CUDNN=1) leaves convolutions to generated
 // kernels, and a tensor outside device memory fails the stream.
-#include "EmulatedGpu.h"
 #include "runtime/cuda/CudnnConvolution.h"
 
 #include <dlfcn.h>
@@ -25,6 +24,7 @@
 #include "codegen/cuda/CudaTarget.h"
 #include "passes/PassManager.h"
 #include "runtime/Interpreter.h"
+#include "test/unit/EmulatedGpu.h"
 #include "test/unit/TestSupport.h"
 
 namespace kiln::cuda {

@@ -1,5 +1,5 @@
 // The emulated GPU's set-up for the CUDA unit tests (EmulatedGpu.h).
-#include "EmulatedGpu.h"
+#include "test/unit/EmulatedGpu.h"
 
 #include <gtest/gtest.h>
 

@@ -38,7 +38,6 @@
 #include <string>
 #include <vector>
 
-#include "EmulatedGpu.h"
 #include "codegen/CpuExecutable.h"
 #include "codegen/cuda/CudaExecutor.h"
 #include "runtime/cuda/CudaContext.h"
@@ -48,6 +47,7 @@
 #include "passes/TrainingStep.h"
 #include "runtime/Interpreter.h"
 #include "runtime/Npy.h"
+#include "test/unit/EmulatedGpu.h"
 #include "training/TrainableModel.h"
 
 namespace kiln {

@@ -12,13 +12,13 @@
 #include <limits>
 #include <tuple>
 
-#include "EmulatedGpu.h"
 #include "codegen/CpuExecutable.h"
 #include "codegen/cuda/CudaExecutor.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "runtime/cuda/CudaContext.h"
 #include "runtime/cuda/CudaDevices.h"
+#include "test/unit/EmulatedGpu.h"
 #include "test/unit/InterpreterTestSupport.h"
 #include "test/unit/TestSupport.h"
 
