@@ -245,7 +245,7 @@ Expected<const CudaDriverApi*> loadCudaDriver(
 Expected<const CudaExecApi*> loadCudaExec(
     const LibrarySearchOptions& options = LibrarySearchOptions::fromEnvironment());
 
-/// Kiln's emulated GPU (runtime/cuda/emulator/) describes itself through an
+/// Kiln's emulated GPU (test/devices/emulator/) describes itself through an
 /// entry point no NVIDIA driver has; empty for a real driver.
 std::string emulatorDescription(const CudaDriverApi& driver);
 

@@ -305,7 +305,7 @@ print("ok")
 
 
 def test_cuda_on_the_emulated_gpu(e2e_dir):
-    # ctest names the emulated GPU (runtime/cuda/emulator/): kiln.load,
+    # ctest names the emulated GPU (test/devices/emulator/): kiln.load,
     # kiln.compile and kiln.Trainer with device="cuda" run Kiln's CUDA path.
     emulator = os.environ.get("KILN_CUDA_EMULATOR")
     if not emulator:

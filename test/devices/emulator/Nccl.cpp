@@ -33,7 +33,7 @@
 #include <thread>
 
 #include "runtime/cuda/NcclAbi.h"
-#include "runtime/cuda/emulator/EmulatorHooks.h"
+#include "test/devices/emulator/EmulatorHooks.h"
 
 #define KILN_NCCL_EXPORT extern "C" __attribute__((visibility("default")))
 

@@ -6,7 +6,7 @@
 //
 // This file is compiled with -frounding-math: directed rounding (.rz, .rm,
 // .rp) sets the host's rounding mode around an instruction's lane loop.
-#include "runtime/cuda/emulator/PtxInterpreter.h"
+#include "test/devices/emulator/PtxInterpreter.h"
 
 #include <algorithm>
 #include <bit>

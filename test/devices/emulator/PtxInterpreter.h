@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cuda/emulator/DeviceMemory.h"
-#include "runtime/cuda/emulator/Ptx.h"
+#include "test/devices/emulator/DeviceMemory.h"
+#include "test/devices/emulator/Ptx.h"
 
 namespace kiln::emulator {
 

@@ -12,12 +12,3 @@ set_target_properties(kiln-cuda-emulator-nccl PROPERTIES
                       CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
 target_link_options(kiln-cuda-emulator-nccl PRIVATE -Wl,--no-undefined)
 target_link_libraries(kiln-cuda-emulator-nccl PRIVATE kiln-cuda-emulator rt)
-
-function(kiln_depend_on_emulated_nccl)
-  foreach(target kiln kiln-unit-tests)
-    if(TARGET ${target})
-      add_dependencies(${target} kiln-cuda-emulator-nccl)
-    endif()
-  endforeach()
-endfunction()
-cmake_language(DEFER DIRECTORY ${CMAKE_SOURCE_DIR} CALL kiln_depend_on_emulated_nccl)

@@ -1,5 +1,5 @@
 // The emulated GPU's allocations (DeviceMemory.h).
-#include "runtime/cuda/emulator/DeviceMemory.h"
+#include "test/devices/emulator/DeviceMemory.h"
 
 #include <cstdio>
 #include <cstdlib>

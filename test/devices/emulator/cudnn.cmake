@@ -13,17 +13,3 @@ set_target_properties(kiln-cuda-emulator-cudnn PROPERTIES
                       CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
 target_link_options(kiln-cuda-emulator-cudnn PRIVATE -Wl,--no-undefined)
 target_link_libraries(kiln-cuda-emulator-cudnn PRIVATE kiln-cuda-emulator)
-
-# Whatever runs models on the emulated GPU needs it built: the unit tests
-# (CudnnConvolutionTest, and every CUDA test whose convolutions the CUDA
-# target gives to cuDNN) and the `kiln` tool of the e2e and lit tests. Those
-# targets are defined after this folder, so the dependency is added once the
-# top-level directory is processed.
-function(kiln_depend_on_emulated_cudnn)
-  foreach(target kiln kiln-unit-tests kiln-opt)
-    if(TARGET ${target})
-      add_dependencies(${target} kiln-cuda-emulator-cudnn)
-    endif()
-  endforeach()
-endfunction()
-cmake_language(DEFER DIRECTORY ${CMAKE_SOURCE_DIR} CALL kiln_depend_on_emulated_cudnn)

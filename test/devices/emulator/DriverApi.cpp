@@ -19,8 +19,8 @@
 #include <mutex>
 #include <string>
 
-#include "runtime/cuda/emulator/Device.h"
-#include "runtime/cuda/emulator/EmulatorHooks.h"
+#include "test/devices/emulator/Device.h"
+#include "test/devices/emulator/EmulatorHooks.h"
 
 #define KILN_CU_EXPORT extern "C" __attribute__((visibility("default")))
 

@@ -29,8 +29,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/cuda/emulator/DeviceMemory.h"
-#include "runtime/cuda/emulator/PtxInterpreter.h"
+#include "test/devices/emulator/DeviceMemory.h"
+#include "test/devices/emulator/PtxInterpreter.h"
 
 namespace kiln::emulator {
 

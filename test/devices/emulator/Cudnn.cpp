@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "runtime/cuda/CudnnAbi.h"
-#include "runtime/cuda/emulator/ElementConversions.h"
-#include "runtime/cuda/emulator/EmulatorHooks.h"
+#include "test/devices/emulator/ElementConversions.h"
+#include "test/devices/emulator/EmulatorHooks.h"
 
 namespace kiln::cuda::cudnn {
 
@@ -348,17 +348,8 @@ cudnnStatus_t enqueue(cudnnHandle_t handle, std::unique_ptr<Work> work, void (*r
 KILN_CUDNN_EXPORT size_t cudnnGetVersion() { return 91900; }
 
 KILN_CUDNN_EXPORT const char* cudnnGetErrorString(cudnnStatus_t status) {
-  switch (status) {
-    case CUDNN_STATUS_SUCCESS: return "CUDNN_STATUS_SUCCESS";
-    case CUDNN_STATUS_NOT_INITIALIZED: return "CUDNN_STATUS_NOT_INITIALIZED";
-    case CUDNN_STATUS_BAD_PARAM: return "CUDNN_STATUS_BAD_PARAM";
-    case CUDNN_STATUS_BAD_PARAM_NULL_POINTER: return "CUDNN_STATUS_BAD_PARAM_NULL_POINTER";
-    case CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH: return "CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH";
-    case CUDNN_STATUS_NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED";
-    case CUDNN_STATUS_INTERNAL_ERROR: return "CUDNN_STATUS_INTERNAL_ERROR";
-    case CUDNN_STATUS_EXECUTION_FAILED: return "CUDNN_STATUS_EXECUTION_FAILED";
-    default: return "CUDNN_STATUS_UNKNOWN";
-  }
+  const char* name = cudnnStatusName(status);
+  return name ? name : "CUDNN_STATUS_UNKNOWN";
 }
 
 KILN_CUDNN_EXPORT cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) {

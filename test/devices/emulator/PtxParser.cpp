@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-#include "runtime/cuda/emulator/PtxSyntax.h"
+#include "test/devices/emulator/PtxSyntax.h"
 
 namespace kiln::emulator::syntax {
 namespace {

@@ -16,7 +16,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "runtime/cuda/emulator/PtxSyntax.h"
+#include "test/devices/emulator/PtxSyntax.h"
 
 namespace kiln::emulator {
 

@@ -1,6 +1,6 @@
 // A fake CUDA driver library for tests on machines without a GPU: built as
-// libcuda.so.1 (test/fake-cuda/ in the build tree; the real file is named
-// libcuda.so.999.0.1, the fake driver release) and loaded by Kiln through
+// libcuda.so.1 (in <build>/test/fake-cuda/, test/devices/CMakeLists.txt; the
+// real file is named libcuda.so.999.0.1, the fake driver release) and loaded by Kiln through
 // $KILN_CUDA_DRIVER. It exports the driver API entry points Kiln calls
 // (runtime/cuda/CudaLibraries.h) with their documented ABI, and
 // $KILN_FAKE_CUDA chooses what it pretends:

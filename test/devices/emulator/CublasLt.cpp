@@ -34,8 +34,8 @@
 
 #include "ir/ScalarSemantics.h"
 #include "runtime/cuda/CublasLtAbi.h"
-#include "runtime/cuda/emulator/ElementConversions.h"
-#include "runtime/cuda/emulator/EmulatorHooks.h"
+#include "test/devices/emulator/ElementConversions.h"
+#include "test/devices/emulator/EmulatorHooks.h"
 
 namespace kiln::cuda::cublaslt {
 
@@ -363,19 +363,8 @@ KILN_CUBLASLT_EXPORT cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
 KILN_CUBLASLT_EXPORT size_t cublasLtGetVersion() { return 130000; }
 
 KILN_CUBLASLT_EXPORT const char* cublasLtGetStatusName(cublasStatus_t status) {
-  switch (status) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
-    default: return "CUBLAS_STATUS_UNKNOWN";
-  }
+  const char* name = cublasStatusName(status);
+  return name ? name : "CUBLAS_STATUS_UNKNOWN";
 }
 
 KILN_CUBLASLT_EXPORT cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc,

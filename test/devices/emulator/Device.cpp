@@ -1,6 +1,6 @@
 // The emulated GPU's context (Device.h): handles, queues, the scheduler,
 // stream capture and graphs.
-#include "runtime/cuda/emulator/Device.h"
+#include "test/devices/emulator/Device.h"
 
 #include <algorithm>
 #include <cstdio>

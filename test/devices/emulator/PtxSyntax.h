@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/cuda/emulator/Ptx.h"
+#include "test/devices/emulator/Ptx.h"
 
 namespace kiln::emulator::syntax {
 
