@@ -1,6 +1,6 @@
 // What a compilation target's libraries take. Passes that choose library
 // calls (select-library) ask a Target; codegen/ implements one per target
-// (codegen/CpuTarget.h: oneDNN on the CPU; codegen/cuda/CudaTarget.h:
+// (codegen/cpu/CpuTarget.h: oneDNN on the CPU; codegen/cuda/CudaTarget.h:
 // cuBLASLt), so passes/ never includes codegen headers and the arrows of
 // the layers still point one way.
 #pragma once
