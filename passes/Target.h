@@ -16,7 +16,7 @@ class Target {
  public:
   virtual ~Target() = default;
 
-  /// The name `--target` selects: "cpu" or "cuda".
+  /// The name `--target` selects: its backend's (codegen/Backend.h), "cpu" or "cuda".
   virtual std::string_view name() const = 0;
 
   /// Whether one library call should compute `anchor` (a matmul, conv or
