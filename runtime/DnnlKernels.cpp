@@ -3,7 +3,7 @@
 // to memory objects made once, and a convolution whose chosen layouts are
 // blocked reorders through memory of its own. Post-ops come from the
 // LibraryCall as they are: code generation decided which ops they are
-// (codegen/CpuTarget.h), from the ops themselves.
+// (codegen/cpu/CpuTarget.h), from the ops themselves.
 #include "runtime/DnnlKernels.h"
 
 #include "ir/ScalarSemantics.h"

@@ -44,7 +44,7 @@ class DnnlKernel {
   /// came from is defined (ir/ScalarSemantics.h, docs/ops.md), NaN, +-Inf
   /// and the sign of zero included; else an error naming the difference
   /// ("clip turns NaN into its lower bound"). The CPU target gives oneDNN
-  /// only post-ops that pass (codegen/CpuTarget.h); the others stay
+  /// only post-ops that pass (codegen/cpu/CpuTarget.h); the others stay
   /// generated kernels.
   static Status exactPostOp(const PostOp& p);
   /// Success when every post-op of `call` is computed as the IR defines it:

@@ -1,7 +1,7 @@
 // `kiln generate`: text generation with a decoder-only model (token ids
 // i64[batch, length] in, logits [batch, length, vocab] out), greedy or
 // sampled with a temperature and top-k from a seeded generator. Kiln
-// compiles static shapes (codegen/CpuExecutable.h), so each program here is
+// compiles static shapes (codegen/cpu/CpuExecutable.h), so each program here is
 // compiled once for the shapes it runs at and reused for every step:
 //
 // - A model exported with its key/value cache (docs/generate.md: inputs

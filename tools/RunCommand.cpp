@@ -1,5 +1,5 @@
 // `kiln run`: loads a model, binds its inputs by name from .npy files, runs
-// it with the CPU JIT (codegen/CpuExecutable.h) or, with --interpret, on the
+// it with the CPU JIT (codegen/cpu/CpuExecutable.h) or, with --interpret, on the
 // reference interpreter, and writes or prints its outputs; with --bench it
 // times repeated runs instead. When the JIT cannot lower some op yet, the
 // whole model runs on the interpreter and a notice on stderr names the ops
@@ -18,8 +18,8 @@
 #include <optional>
 #include <set>
 
-#include "codegen/CpuCompiler.h"
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuCompiler.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "codegen/Session.h"
 #include "codegen/llvm/CpuJit.h"
 #include "frontend/Model.h"
@@ -459,7 +459,7 @@ int run(const ParsedArgs& args) {
   }
   // A .kc compiled for CUDA runs there: on the device --device names, or
   // the first usable one; never on the CPU.
-  if (artifact && artifact->device == "cuda" && !onCuda) {
+  if (artifact && artifact->device == cuda::kCudaDevice && !onCuda) {
     if (args.get("--device") && *args.get("--device") != "auto") {
       reportError(kName, Error("'" + modelPath + "' was compiled for CUDA and cannot run on " + device.str() +
                                "; run it with --device cuda, or compile the model for the CPU"));
@@ -467,7 +467,7 @@ int run(const ParsedArgs& args) {
     }
     if (int status = selectDevice(kName, "cuda", device); status != kExitOk) return status;
     onCuda = true;
-  } else if (artifact && artifact->device == "cpu" && onCuda) {
+  } else if (artifact && artifact->device == kHostDevice && onCuda) {
     reportError(kName, Error("'" + modelPath + "' was compiled for the CPU and cannot run on " + device.str() +
                              "; compile the model with --device cuda, or run it with --device cpu"));
     return kExitError;
@@ -482,6 +482,7 @@ int run(const ParsedArgs& args) {
   sessionOptions.interpret = interpretOnly;
   sessionOptions.allowFallback = !args.has("--no-fallback");
   sessionOptions.cpu = cpuOptions;
+  sessionOptions.cuda.report = cpuOptions.report;
   sessionOptions.cuda.run.graphs = !args.has("--no-cuda-graph");
   sessionOptions.cuda.run.allowTf32 = args.has("--allow-tf32");
   sessionOptions.cudaMemoryLimit = memoryLimit;

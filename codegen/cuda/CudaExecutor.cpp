@@ -3,8 +3,8 @@
 
 #include <chrono>
 
-#include "codegen/CpuExecutable.h"
-#include "codegen/CpuTarget.h"
+#include "codegen/cpu/CpuExecutable.h"
+#include "codegen/cuda/CudaBackend.h"
 #include "codegen/Session.h"
 #include "codegen/Stages.h"
 #include "codegen/cuda/CudaCompiler.h"
@@ -84,7 +84,7 @@ Expected<CudaExecutor::Compiled*> CudaExecutor::compiled(const std::vector<Tenso
   unsupported_.clear();
   std::vector<TensorType> types;
   for (const Tensor& t : inputs) types.push_back(t.type());
-  auto optimized = specializeAndOptimize(f, types, options_.aliases, *targetNamed("cuda"), options_.optLevel,
+  auto optimized = specializeAndOptimize(f, types, options_.aliases, cudaBackend(), options_.optLevel,
                                          options_.report);
   if (!optimized) return optimized.takeError();
   auto nvrtc = cuda::loadNvrtc(context_->searchOptions());

@@ -1,6 +1,6 @@
 // The CUDA executor: the CpuExecutor's counterpart for a GPU. It compiles a
 // Function for the shapes of its inputs — the CUDA target's pipeline
-// (codegen/CpuExecutable.h specializeAndOptimize), then compileCudaProgram
+// (codegen/cpu/CpuExecutable.h specializeAndOptimize), then compileCudaProgram
 // (NVRTC) — and runs the program on a CudaRunner of its device. Each set of
 // input shapes compiles once. It can also run a stored program (a `.kc`
 // file compiled for CUDA) without compiling anything.
@@ -33,6 +33,8 @@ template <typename Executor>
 class StagedExecutors;
 
 struct CudaOptions {
+  /// The CUDA backend's pipeline run before lowering (codegen/Backend.h):
+  /// -O3 by default; its own, apart from CpuOptions::optLevel.
   int optLevel = 3;
   /// CUBIN architectures (empty: the device's, see defaultCudaArchs).
   std::vector<int> archs = {};

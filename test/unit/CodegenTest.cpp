@@ -10,7 +10,7 @@
 #include <limits>
 #include <random>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "codegen/KernelIR.h"
 #include "codegen/Lowering.h"
 #include "runtime/Interpreter.h"

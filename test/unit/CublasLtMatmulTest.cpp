@@ -25,7 +25,8 @@
 #include <random>
 #include <sstream>
 
-#include "codegen/CpuTarget.h"
+#include "codegen/cpu/CpuTarget.h"
+#include "codegen/cuda/CudaBackend.h"
 #include "codegen/cuda/CudaTarget.h"
 #include "passes/PassManager.h"
 #include "runtime/Interpreter.h"
@@ -454,8 +455,8 @@ TEST(CublasLtMatmulTest, TargetRefusesErfGelu) {
   EXPECT_TRUE(target.acceptsLibraryCall(*op[0], std::span(erfChain.data(), 1)));
   EXPECT_TRUE(target.acceptsLibraryCall(*op[3], tanhChain));
   // The names `--target` uses find this target.
-  EXPECT_EQ(codegen::targetNamed("cuda")->name(), "cuda");
-  EXPECT_TRUE(codegen::targetNamed("cuda")->acceptsLibraryCall(*op[3], tanhChain));
+  EXPECT_EQ(codegen::cudaBackend().target().name(), "cuda");
+  EXPECT_TRUE(codegen::cudaBackend().target().acceptsLibraryCall(*op[3], tanhChain));
 }
 
 /// What the CUDA target puts in a library group, read back as a call and
@@ -484,7 +485,7 @@ TEST(CublasLtMatmulTest, LibraryGroupsRunAsTheInterpreterComputes) {
     ASSERT_TRUE(want.ok()) << want.error().str();
 
     PassContext ctx;
-    ctx.target = codegen::targetNamed("cuda");
+    ctx.target = &codegen::cudaBackend().target();
     PassManager pm(PassManagerOptions{}, ctx);
     ASSERT_TRUE(pm.addPipeline("select-library").ok());
     std::ostringstream log;

@@ -22,7 +22,8 @@
 #include <map>
 #include <random>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
+#include "codegen/cuda/CudaBackend.h"
 #include "codegen/Schedule.h"
 #include "codegen/cuda/CudaEmitter.h"
 #include "codegen/cuda/NvrtcCompiler.h"
@@ -207,7 +208,7 @@ std::vector<LoweredCase> lowerCases() {
     const char* hidden = std::getenv("KILN_NO_CUDNN");
     const std::string saved = hidden ? hidden : "";
     setenv("KILN_NO_CUDNN", "1", 1);
-    auto kernels = codegen::lowerToKernels(f, types, 3);
+    auto kernels = codegen::lowerToKernels(f, types, codegen::cudaBackend(), 3);
     if (hidden)
       setenv("KILN_NO_CUDNN", saved.c_str(), 1);
     else
@@ -314,7 +315,7 @@ TEST(CudaEmitterTest, EndToEndModelsRunAsHostCodeMatchPyTorch) {
       ASSERT_TRUE(m.inputs.count(f.argument(i)->name())) << f.argument(i)->name();
       types.push_back(m.inputs.at(f.argument(i)->name()).type());
     }
-    auto kernels = codegen::lowerToKernels(f, types, 3, &m.optimized);
+    auto kernels = codegen::lowerToKernels(f, types, codegen::cudaBackend(), 3, &m.optimized);
     ASSERT_TRUE(kernels.ok()) << kernels.error().str();
     for (kir::Kernel& k : *kernels) k.name = m.name + "_" + k.name;
     m.kernels = std::move(*kernels);
@@ -384,7 +385,7 @@ TEST(CudaEmitterTest, GridMappingAndLaunchSizes) {
       "grid.kir");
   ASSERT_TRUE(m.ok()) << m.error().str();
   const Function& f = *(*m)->functions().front();
-  auto kernels = codegen::lowerToKernels(f, {f.argument(0)->type()}, 3);
+  auto kernels = codegen::lowerToKernels(f, {f.argument(0)->type()}, codegen::cudaBackend(), 3);
   ASSERT_TRUE(kernels.ok()) << kernels.error().str();
   auto source = codegen::emitCudaSource(*kernels);
   ASSERT_TRUE(source.ok()) << source.error().str();
@@ -414,7 +415,7 @@ std::vector<kir::Kernel> kernelsOf(const std::string& text) {
   const Function& f = *m->functions().front();
   std::vector<TensorType> types;
   for (size_t i = 0; i < f.numArguments(); ++i) types.push_back(f.argument(i)->type());
-  auto kernels = codegen::lowerToKernels(f, types, 3);
+  auto kernels = codegen::lowerToKernels(f, types, codegen::cudaBackend(), 3);
   EXPECT_TRUE(kernels.ok()) << (kernels.ok() ? "" : kernels.error().str());
   return kernels.ok() ? *kernels : std::vector<kir::Kernel>{};
 }

@@ -21,7 +21,8 @@
 #include <tuple>
 #include <vector>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
+#include "codegen/cuda/CudaBackend.h"
 #include "codegen/cuda/CudaEmitter.h"
 #include "codegen/cuda/NvrtcCompiler.h"
 #include "ir/IR.h"
@@ -269,7 +270,7 @@ TEST_F(CudaRowReductionTest, RowSchedulesOnTheEmulatedGpuMatchTheInterpreter) {
     auto want = interpret(f, c.inputs);
     ASSERT_TRUE(want.ok()) << want.error().str();
     std::unique_ptr<Module> optimized;
-    auto kernels = codegen::lowerToKernels(f, types, 3, &optimized);
+    auto kernels = codegen::lowerToKernels(f, types, codegen::cudaBackend(), 3, &optimized);
     ASSERT_TRUE(kernels.ok()) << kernels.error().str();
     bool rowScheduled = false;
     std::string printed;
@@ -333,7 +334,7 @@ TEST_F(CudaRowReductionTest, LongSumsAreWithin2e7OfTheFloat64Sums) {
     std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
     for (int64_t i = 0; i < x.numElements(); ++i) x.data<float>()[i] = uniform(rng);
     std::unique_ptr<Module> optimized;
-    auto kernels = codegen::lowerToKernels(f, {f.argument(0)->type()}, 3, &optimized);
+    auto kernels = codegen::lowerToKernels(f, {f.argument(0)->type()}, codegen::cudaBackend(), 3, &optimized);
     ASSERT_TRUE(kernels.ok()) << kernels.error().str();
     auto source = codegen::emitCudaSource(*kernels);
     ASSERT_TRUE(source.ok()) << source.error().str();

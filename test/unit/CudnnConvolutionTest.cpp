@@ -20,7 +20,7 @@
 #include <random>
 #include <sstream>
 
-#include "codegen/CpuTarget.h"
+#include "codegen/cpu/CpuTarget.h"
 #include "codegen/cuda/CudaTarget.h"
 #include "passes/PassManager.h"
 #include "runtime/Interpreter.h"

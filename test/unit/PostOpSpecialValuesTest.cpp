@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "runtime/DnnlKernels.h"
 #include "runtime/Interpreter.h"
 #include "test/unit/TestSupport.h"

@@ -38,7 +38,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "codegen/cuda/CudaExecutor.h"
 #include "runtime/cuda/CudaContext.h"
 #include "runtime/cuda/CudaDevices.h"

@@ -12,7 +12,7 @@
 #include <limits>
 #include <tuple>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "codegen/cuda/CudaExecutor.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"

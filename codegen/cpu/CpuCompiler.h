@@ -21,6 +21,7 @@
 
 namespace kiln::codegen {
 
+class Backend;
 class CpuJit;
 class KernelCache;
 struct CompileReport;
@@ -45,11 +46,11 @@ struct CpuCompileOptions {
   CompileReport* report = nullptr;
 };
 
-/// The program of `f` without its code: steps (kernels scheduled for
-/// `target`, "cpu" or "cuda"), slots, the memory plan and the arena, the
+/// The program of `f` without its code: steps (lowered and scheduled by
+/// `backend`, lowerForBackend), slots, the memory plan and the arena, the
 /// kernels' names and hashes. Both targets' compilers start from it
 /// (codegen/cuda/CudaCompiler.h adds CUDA code instead of a shared object).
-Expected<CpuCompilation> layoutProgram(const Function& f, std::string_view target, const std::string& kernelPrefix,
+Expected<CpuCompilation> layoutProgram(const Function& f, const Backend& backend, const std::string& kernelPrefix,
                                        std::vector<std::string>* unsupported = nullptr);
 
 /// Whether layoutProgram runs no step for `step`: its result is a view in

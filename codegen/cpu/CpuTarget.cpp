@@ -1,14 +1,13 @@
 // The CPU target of CpuTarget.h, and the reading of a matmul or
 // convolution with its epilogue ops as one library call. Each epilogue op
 // is read as what it is (`gelu` is GELU): nothing is recognized from values.
-#include "codegen/CpuTarget.h"
+#include "codegen/cpu/CpuTarget.h"
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
 
-#include "codegen/cuda/CudaTarget.h"
 #include "runtime/DnnlKernels.h"
 
 namespace kiln::codegen {
@@ -320,14 +319,6 @@ bool CpuTarget::prefersChannelsLast(const Op& conv) const {
   auto impl = DnnlKernel::implementation(*call);
   // brgconv, brgconv_1x1, brdgmm_dw (depthwise) and the jit_* kernels.
   return impl && (impl->rfind("br", 0) == 0 || impl->rfind("jit", 0) == 0);
-}
-
-const Target* targetNamed(std::string_view name) {
-  static const CpuTarget cpu;
-  static const CudaTarget cuda;
-  if (name == cpu.name()) return &cpu;
-  if (name == cuda.name()) return &cuda;
-  return nullptr;
 }
 
 Expected<LibraryCall> describeLibraryCall(const Op& anchor, std::span<const Op* const> epilogue) {

@@ -1,5 +1,5 @@
 // compileCpuProgram (CpuCompiler.h).
-#include "codegen/CpuCompiler.h"
+#include "codegen/cpu/CpuCompiler.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,8 +8,7 @@
 #include <set>
 
 #include "codegen/KernelCache.h"
-#include "codegen/LowerToKernels.h"
-#include "codegen/Schedule.h"
+#include "codegen/cpu/CpuBackend.h"
 #include "codegen/llvm/CpuJit.h"
 #include "ir/Verifier.h"
 
@@ -154,7 +153,7 @@ bool elidedAsView(const LoweredStep& step, const MemoryPlan& plan, bool checksPe
   return b && b->viewOf >= 0;
 }
 
-Expected<CpuCompilation> layoutProgram(const Function& f, std::string_view target, const std::string& kernelPrefix,
+Expected<CpuCompilation> layoutProgram(const Function& f, const Backend& backend, const std::string& kernelPrefix,
                                        std::vector<std::string>* unsupportedOut) {
   for (size_t i = 0; i < f.numArguments(); ++i)
     if (!f.argument(i)->type().isStatic())
@@ -196,7 +195,7 @@ Expected<CpuCompilation> layoutProgram(const Function& f, std::string_view targe
   }
 
   std::vector<std::string> unsupported;
-  auto lowered = lowerToSteps(f, kernelPrefix, &unsupported);
+  auto lowered = lowerForBackend(f, backend, kernelPrefix, &unsupported);
   if (!lowered) {
     if (unsupportedOut) *unsupportedOut = unsupported;
     return lowered.takeError();
@@ -247,7 +246,6 @@ Expected<CpuCompilation> layoutProgram(const Function& f, std::string_view targe
       s.parallel = libraryCallWork(s.call) >= kLibraryParallelWork;
     } else {
       s.kind = CpuProgram::Step::Kind::Kernel;
-      scheduleFor(target, step.kernel);
       s.kernel = static_cast<int>(out.kernels.size());
       s.parallelExtent = step.kernel.parallelExtent();
       s.parallel = estimateWork(step.kernel.body) >= kParallelWork;
@@ -283,7 +281,7 @@ Expected<CpuCompilation> compileCpuProgram(const Function& f, CpuJit& jit, const
                                            std::vector<std::string>* unsupportedOut) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point lowerStart = Clock::now();
-  auto laid = layoutProgram(f, "cpu", options.kernelPrefix, unsupportedOut);
+  auto laid = layoutProgram(f, cpuBackend(), options.kernelPrefix, unsupportedOut);
   if (!laid) return laid.takeError();
   CpuCompilation out = std::move(*laid);
   CpuProgram& p = *out.program;

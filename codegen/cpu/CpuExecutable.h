@@ -3,7 +3,7 @@
 // gives its arguments the inputs' static shapes (resolving symbolic dims),
 // runs the CPU target's pipeline of `optLevel` (passes/PassManager.h: at
 // -O3 library selection, fusion, splitting, scheduling and host checks),
-// then compiles the result into a program (codegen/CpuCompiler.h: kernels
+// then compiles the result into a program (codegen/cpu/CpuCompiler.h: kernels
 // through LLVM, linked by lld) that a CpuRunner executes
 // (runtime/CpuRunner.h). A new set of input shapes compiles again; each
 // compiled set is cached. It runs one call at a time (one arena per set).
@@ -35,12 +35,9 @@
 #include "runtime/CpuRunner.h"
 #include "runtime/Tensor.h"
 
-namespace kiln {
-class Target;
-}
-
 namespace kiln::codegen {
 
+class Backend;
 class CpuJit;
 class KernelCache;
 struct CompileReport;
@@ -177,24 +174,26 @@ class CpuExecutor {
 
 /// A copy of `source` whose arguments have `types` (static shapes) and
 /// whose results alias the donated arguments of `aliases`, run through
-/// `target`'s pipeline of `optLevel`; compile times go to `report` if given.
+/// `backend`'s pipeline of `optLevel` (Backend::pipeline); compile times go
+/// to `report` if given.
 Expected<std::unique_ptr<Module>> specializeAndOptimize(const Function& source, const std::vector<TensorType>& types,
-                                                        const std::vector<ResultAlias>& aliases, const Target& target,
+                                                        const std::vector<ResultAlias>& aliases, const Backend& backend,
                                                         int optLevel, CompileReport* report);
 
 /// A copy of `f` (ops, names, locations, argument defaults) in a new module.
 std::unique_ptr<Module> cloneFunction(const Function& f);
 
 /// The kernels of `f` specialized to argument `types` (static shapes) and
-/// optimized at `optLevel`, by the CUDA target's pipeline (matmuls cuBLASLt
-/// takes become `library` groups, codegen/cuda/CudaTarget.h; conv is a loop
-/// nest) and the one lowering every target shares (codegen/LowerToKernels.h).
-/// The kernel list of the CUDA emitter (codegen/cuda/). Unlowerable ops are
-/// an error naming each. With `optimized`, it receives the optimized module:
-/// kernel i is the i-th op of its function that is not a `constant`, a
-/// `check`, a `library` group or the `return`, and that kernel's buffers are
-/// the op's operands, then its result.
-Expected<std::vector<kir::Kernel>> lowerToKernels(const Function& f, const std::vector<TensorType>& types, int optLevel,
+/// optimized at `optLevel` by `backend`'s pipeline (on CUDA, matmuls
+/// cuBLASLt takes become `library` groups, codegen/cuda/CudaTarget.h), then
+/// lowered and scheduled by it (lowerForBackend): the kernel list of the
+/// CUDA emitter (codegen/cuda/). Unlowerable ops are an error naming each.
+/// With `optimized`, it receives the optimized module: kernel i is the i-th
+/// op of its function that is not a `constant`, a `check`, a `library`
+/// group or the `return`, and that kernel's buffers are the op's operands,
+/// then its result.
+Expected<std::vector<kir::Kernel>> lowerToKernels(const Function& f, const std::vector<TensorType>& types,
+                                                  const Backend& backend, int optLevel,
                                                   std::unique_ptr<Module>* optimized = nullptr);
 
 }  // namespace kiln::codegen

@@ -23,13 +23,18 @@
 
 #include "ir/IR.h"
 #include "passes/Target.h"
+#include "runtime/KcFile.h"
 #include "runtime/LibraryCall.h"
 
 namespace kiln::codegen {
 
+/// The CPU's name: `--target cpu`, a CPU `.kc`'s device, a kernel's
+/// schedule for the CPU.
+inline constexpr std::string_view kCpuTargetName = kHostDevice;
+
 class CpuTarget : public Target {
  public:
-  std::string_view name() const override { return "cpu"; }
+  std::string_view name() const override { return kCpuTargetName; }
   bool acceptsLibraryCall(const Op& anchor, std::span<const Op* const> epilogue) const override;
   /// oneDNN's backward-weights convolution computes it.
   bool takesConvWeightGrad() const override { return true; }
@@ -38,9 +43,6 @@ class CpuTarget : public Target {
   /// slower than a channels-first call with its own reorders).
   bool prefersChannelsLast(const Op& conv) const override;
 };
-
-/// The target `--target NAME` names ("cpu" or "cuda"), or null.
-const Target* targetNamed(std::string_view name);
 
 /// The library call a `library` group (made by select-library) computes: its
 /// contraction on the group's operands, then its other ops as post-ops. An

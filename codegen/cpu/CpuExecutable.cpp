@@ -1,15 +1,14 @@
 // The CPU executor of CpuExecutable.h: a cache of compiled programs, one
 // per set of input shapes, each with its runner.
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 
 #include <chrono>
 #include <sstream>
 
-#include "codegen/CpuCompiler.h"
-#include "codegen/CpuTarget.h"
+#include "codegen/Backend.h"
 #include "codegen/KernelCache.h"
-#include "codegen/LowerToKernels.h"
-#include "codegen/Schedule.h"
+#include "codegen/cpu/CpuBackend.h"
+#include "codegen/cpu/CpuCompiler.h"
 #include "codegen/Session.h"
 #include "codegen/Stages.h"
 #include "codegen/llvm/CpuJit.h"
@@ -40,8 +39,10 @@ std::unique_ptr<Module> cloneFunction(const Function& f) {
 }
 
 Expected<std::unique_ptr<Module>> specializeAndOptimize(const Function& source, const std::vector<TensorType>& types,
-                                                        const std::vector<ResultAlias>& aliases, const Target& target,
+                                                        const std::vector<ResultAlias>& aliases, const Backend& backend,
                                                         int optLevel, CompileReport* report) {
+  if (optLevel < 0 || optLevel > 3)
+    return Error("unknown optimization level -O" + std::to_string(optLevel) + "; expected -O0 to -O3");
   std::unique_ptr<Module> module = cloneFunction(source);
   Module& m = *module;
   Function& f = *m.functions().front();
@@ -55,11 +56,11 @@ Expected<std::unique_ptr<Module>> specializeAndOptimize(const Function& source, 
   for (const ResultAlias& a : aliases) f.setResultAlias(a.result, static_cast<int>(a.argument));
   PassContext passContext;
   passContext.evaluator = &Session::evaluator();
-  passContext.target = &target;
+  passContext.target = &backend.target();
   PassManagerOptions passOptions;
   passOptions.timePasses = report != nullptr;
   PassManager pm(passOptions, passContext);
-  KILN_TRY(pm.addOptLevel(optLevel));
+  KILN_TRY(pm.addPipeline(backend.pipeline(optLevel)));
   std::ostringstream log;
   const auto passStart = std::chrono::steady_clock::now();
   KILN_TRY(pm.run(m, log));
@@ -82,20 +83,18 @@ std::vector<std::vector<int64_t>> shapesOf(const std::vector<TensorType>& types)
 }  // namespace
 
 Expected<std::vector<kir::Kernel>> lowerToKernels(const Function& f, const std::vector<TensorType>& types,
-                                                  int optLevel, std::unique_ptr<Module>* optimized) {
+                                                  const Backend& backend, int optLevel,
+                                                  std::unique_ptr<Module>* optimized) {
   if (types.size() != f.numArguments())
     return Error("function '" + f.name() + "' takes " + std::to_string(f.numArguments()) + " inputs, got " +
                  std::to_string(types.size()));
-  auto module = specializeAndOptimize(f, types, {}, *targetNamed("cuda"), optLevel, nullptr);
+  auto module = specializeAndOptimize(f, types, {}, backend, optLevel, nullptr);
   if (!module) return module.takeError();
-  auto steps = lowerToSteps(*(*module)->functions().front(), "kiln_");
+  auto steps = lowerForBackend(*(*module)->functions().front(), backend, "kiln_");
   if (!steps) return steps.takeError();
   std::vector<kir::Kernel> kernels;
-  for (LoweredStep& step : *steps) {
-    if (step.kind != LoweredStep::Kind::Kernel) continue;
-    scheduleForCuda(step.kernel);
-    kernels.push_back(std::move(step.kernel));
-  }
+  for (LoweredStep& step : *steps)
+    if (step.kind == LoweredStep::Kind::Kernel) kernels.push_back(std::move(step.kernel));
   if (optimized) *optimized = std::move(*module);
   return kernels;
 }
@@ -210,7 +209,7 @@ Expected<CompiledFunction*> CpuExecutor::compiled(const std::vector<Tensor>& inp
   std::vector<TensorType> types;
   for (const Tensor& t : inputs) types.push_back(t.type());
   auto module =
-      specializeAndOptimize(source, types, options_.aliases, *targetNamed("cpu"), options_.optLevel, options_.report);
+      specializeAndOptimize(source, types, options_.aliases, cpuBackend(), options_.optLevel, options_.report);
   if (!module) return module.takeError();
   auto compiled = finish(std::move(*module));
   if (!compiled) return compiled.takeError();
@@ -300,7 +299,7 @@ Expected<std::string> CpuExecutor::kernelIR(const std::vector<Tensor>& inputs) {
   if (!(*c)->module) return Error("a compiled program from a file does not keep its kernel IR");
   // The steps again, with the kernels under the names they were compiled
   // with, less the views that run no step.
-  auto steps = lowerToSteps(*(*c)->module->functions().front(), "");
+  auto steps = lowerForBackend(*(*c)->module->functions().front(), cpuBackend(), "");
   if (!steps) return steps.takeError();
   std::vector<LoweredStep> run;
   size_t next = 0;
@@ -314,7 +313,7 @@ Expected<std::string> CpuExecutor::kernelIR(const std::vector<Tensor>& inputs) {
     }
     run.push_back(std::move(step));
   }
-  return printSteps(run, describeLibraryCallText);
+  return printSteps(run, [](const LibraryCall& call) { return cpuBackend().describeLibraryCall(call); });
 }
 
 Expected<std::string> CpuExecutor::llvmIR(const std::vector<Tensor>& inputs) {
