@@ -478,13 +478,15 @@ class PyModel {
                                                               : "the JIT cannot compile " +
                                                                     last_->compiled->unsupportedOps().front()) +
                    "), and a .kc holds compiled code");
-    codegen::CpuExecutor* executor = last_->compiled->executor();
-    if (!executor)
-      return Error("save() writes programs compiled for the CPU; for CUDA, compile the model file with "
-                   "`kiln compile MODEL --device cuda -o OUT.kc`");
     std::vector<Tensor> inputs;
     for (const auto& [dtype, shape] : lastShapes_) inputs.emplace_back(dtype, shape);
-    auto bytes = executor->artifact(inputs);
+    // The program of the model's device: a CUDA model's .kc holds its
+    // CUBINs and PTX and runs on CUDA (`kiln run` takes it there).
+    Expected<std::string> bytes = Error("save(): the model has no compiled program");
+    if (codegen::CudaExecutor* cuda = last_->compiled->cudaExecutor())
+      bytes = cuda->artifact(inputs);
+    else if (codegen::CpuExecutor* cpu = last_->compiled->executor())
+      bytes = cpu->artifact(inputs);
     if (!bytes) return bytes.takeError();
     return writeFileAtomically(path, *bytes);
   }
