@@ -29,7 +29,9 @@ class PackedMatmul;
 /// Time spent in each step of a program, added up over the runs of a runner
 /// given it (`kiln-train-bench --profile`). One entry per step, in step
 /// order; a run of another program starts the table again. Timing each step
-/// adds two clock reads per step and nothing when no profile is given.
+/// adds two clock reads per step and nothing when no profile is given. The
+/// CUDA runner fills the same table from CUDA events
+/// (runtime/cuda/CudaRunner.h CudaRunOptions::profile).
 struct StepProfile {
   struct Entry {
     /// The step's result and what computes it (the oneDNN primitive, or
