@@ -350,3 +350,7 @@ def test_save_a_cuda_model_writes_a_kc_that_kiln_run_runs(e2e_dir, tmp_path, kil
     cpu = subprocess.run([kiln_binary, "run", str(kc), "--input", f"x={folder / 'input_x.npy'}", "--device", "cpu"],
                          capture_output=True, text=True)
     assert cpu.returncode == 1 and "was compiled for CUDA" in cpu.stderr, cpu.stderr
+    # kiln.load runs CPU programs only: a CUDA .kc is refused, saying so.
+    for device in ("cpu", "cuda"):
+        with pytest.raises(kiln.ModelError, match=r"holds a program compiled for CUDA.*kiln run"):
+            kiln.load(kc, device=device)
