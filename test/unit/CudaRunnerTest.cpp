@@ -104,13 +104,13 @@ TEST(CudaRunnerTest, ProfileTimesEveryStepWithEventsAndReplaysNoGraph) {
   // `kiln run --device cuda --profile`: one entry per step, each timed on
   // every run (CUDA events around it), the matmul's flops counted as the
   // CPU counts them (2 x 64 x 33 x 8), and no graph replayed.
-  REQUIRE_EMULATOR();
+  KILN_REQUIRE_EMULATOR();
   auto m = model();
   const Function& f = *m->functions().front();
   StepProfile profile;
   codegen::CudaOptions options;
   options.run.profile = &profile;
-  auto executor = codegen::CudaExecutor::create(f, context(), options);
+  auto executor = codegen::CudaExecutor::create(f, emulatorContext(), options);
   ASSERT_TRUE(executor) << executor.error().message();
   for (uint32_t run = 0; run < 3; ++run) {
     std::vector<Tensor> inputs{random({64, 33}, 70 + run), random({33, 8}, 80 + run), random({8}, 90 + run)};
