@@ -150,7 +150,7 @@ Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::fromProgram(std::shared_ptr<
                                                                 CpuOptions options) {
   std::unique_ptr<CpuExecutor> executor(new CpuExecutor(nullptr, options));
   const auto start = std::chrono::steady_clock::now();
-  auto runner = CpuRunner::create(program, executor->threads_, options.profile);
+  auto runner = CpuRunner::create(program, executor->threads_, options.profile, options.memory);
   if (!runner) return runner.takeError();
   if (options.report) {
     options.report->link += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -241,7 +241,7 @@ Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<
     return Error("the CPU JIT cannot compile '" + f.name() + "': " + list);
   }
   const auto loadStart = std::chrono::steady_clock::now();
-  auto runner = CpuRunner::create(compilation->program, threads_, options_.profile);
+  auto runner = CpuRunner::create(compilation->program, threads_, options_.profile, options_.memory);
   if (!runner) return runner.takeError();
   if (options_.report)
     options_.report->link += std::chrono::duration<double>(std::chrono::steady_clock::now() - loadStart).count();

@@ -47,6 +47,7 @@ class StagedExecutors;
 
 using kiln::defaultThreads;
 using kiln::StepProfile;
+using kiln::CpuMemoryStats;
 
 struct CpuOptions {
   /// Threads that split parallel loops and oneDNN calls and compile kernels;
@@ -63,6 +64,9 @@ struct CpuOptions {
   CompileReport* report = nullptr;
   /// When given, each run adds its steps' times to it.
   StepProfile* profile = nullptr;
+  /// When given, every program's runner counts its arena, constants and
+  /// results there (`kiln run --memory-stats`).
+  CpuMemoryStats* memory = nullptr;
   /// Donated arguments (passes/MemoryPlan.h): runInPlace writes result
   /// `result` into the tensor of argument `argument`, in place where the
   /// memory plan finds that safe, else by a copy after the last kernel. A

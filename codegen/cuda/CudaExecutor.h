@@ -71,6 +71,12 @@ class CudaExecutor {
   Expected<std::pair<const Module*, std::shared_ptr<const cuda::CudaProgram>>> compiledProgram(
       const std::vector<Tensor>& inputs);
   Expected<MemoryPlan> memoryPlan(const std::vector<Tensor>& inputs);
+  /// The `.kc` bytes of the program compiled for `inputs`' shapes, as
+  /// `kiln compile --device cuda -o` writes them: the optimized module, the
+  /// program, its CUBINs and PTX (this device's architectures, unless
+  /// CudaOptions::archs names others) and the memory plan's text. A stored
+  /// program (fromProgram) or a function run in stages is an error.
+  Expected<std::string> artifact(const std::vector<Tensor>& inputs);
   /// The runner of the last run (its image, graph replays), or null.
   const cuda::CudaRunner* lastRunner() const;
   cuda::CudaContext& context() const { return *context_; }

@@ -219,6 +219,9 @@ struct CudaExecApi {
   CUresult (*cuEventRecord)(CUevent event, CUstream stream);
   CUresult (*cuEventSynchronize)(CUevent event);
   CUresult (*cuEventDestroy)(CUevent event);  // _v2
+  /// Milliseconds between two completed records of events created without
+  /// CU_EVENT_DISABLE_TIMING (`kiln run --profile` on CUDA).
+  CUresult (*cuEventElapsedTime)(float* ms, CUevent start, CUevent end);
   CUresult (*cuModuleLoadData)(CUmodule* module, const void* image);
   CUresult (*cuModuleUnload)(CUmodule module);
   CUresult (*cuModuleGetFunction)(CUfunction* function, CUmodule module, const char* name);

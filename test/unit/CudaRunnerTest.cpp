@@ -100,6 +100,45 @@ TEST(CudaRunnerTest, WithoutGraphsEveryRunLaunches) {
   EXPECT_EQ((*executor)->lastRunner()->graphReplays(), 0);
 }
 
+TEST(CudaRunnerTest, ProfileTimesEveryStepWithEventsAndReplaysNoGraph) {
+  // `kiln run --device cuda --profile`: one entry per step, each timed on
+  // every run (CUDA events around it), the matmul's flops counted as the
+  // CPU counts them (2 x 64 x 33 x 8), and no graph replayed.
+  KILN_REQUIRE_EMULATOR();
+  auto m = model();
+  const Function& f = *m->functions().front();
+  StepProfile profile;
+  codegen::CudaOptions options;
+  options.run.profile = &profile;
+  auto executor = codegen::CudaExecutor::create(f, emulatorContext(), options);
+  ASSERT_TRUE(executor) << executor.error().message();
+  for (uint32_t run = 0; run < 3; ++run) {
+    std::vector<Tensor> inputs{random({64, 33}, 70 + run), random({33, 8}, 80 + run), random({8}, 90 + run)};
+    auto got = (*executor)->run(inputs);
+    ASSERT_TRUE(got) << got.error().message();
+    auto want = interpret(f, inputs);
+    ASSERT_TRUE(want);
+    for (size_t r = 0; r < got->size(); ++r) expectClose((*got)[r], (*want)[r]);
+  }
+  const cuda::CudaRunner* runner = (*executor)->lastRunner();
+  ASSERT_NE(runner, nullptr);
+  EXPECT_EQ(runner->graphReplays(), 0);
+  ASSERT_EQ(profile.entries.size(), runner->program().plan.steps.size());
+  int libraryCalls = 0;
+  for (const StepProfile::Entry& e : profile.entries) {
+    EXPECT_EQ(e.calls, 3) << e.name;
+    EXPECT_GE(e.seconds, 0) << e.name;
+    if (e.what.find("cublasLt") != std::string::npos) {
+      ++libraryCalls;
+      EXPECT_EQ(e.flops, 2.0 * 64 * 33 * 8) << e.what;
+    } else {
+      EXPECT_EQ(e.flops, 0) << e.what;
+    }
+  }
+  EXPECT_EQ(libraryCalls, 1);
+  EXPECT_NE(profile.format().find("library calls"), std::string::npos);
+}
+
 TEST(CudaRunnerTest, AllocatorAccountsForTheRunnersBuffers) {
   KILN_REQUIRE_EMULATOR();
   auto ctx = emulatorContext();
