@@ -295,7 +295,7 @@ std::string counterLoop(const std::string& bound, const std::string& init, const
 }
 
 /// A loop stopped by a counter compared with a constant has a static trip
-/// count (counterTripCount in passes/Vjp.cpp): it is made a counted loop and
+/// count (counterTripCount in passes/CanonicalizeLoops.cpp): it is made a counted loop and
 /// differentiated like one. The finite differences run the original loop,
 /// so a count off by one fails them.
 TEST(AutodiffTest, LoopStoppedByACounterMatchesFiniteDifferences) {
@@ -643,6 +643,17 @@ TEST(AutodiffTest, FanOutSumsAndUnusedParametersGetZeros) {
                         "  %a = mul(%x, %x) : f64[3]\n  %b = sin(%x) : f64[3]\n  %out = add(%a, %b) : f64[3]",
                         "f64[3]",
                         {"x", "unused"}});
+}
+
+/// The VJP entries live in one file per op family (passes/Vjp<Family>.cpp),
+/// so what the table's static_assert checked in one file is checked here:
+/// composite ops, and only they, are differentiated through their
+/// decomposition.
+TEST(AutodiffTest, CompositesAndOnlyCompositesDecompose) {
+  for (size_t i = 0; i < kNumOpKinds; ++i) {
+    const OpKind k = static_cast<OpKind>(i);
+    EXPECT_EQ(opInfo(k).isComposite(), vjpKind(k) == VjpKind::Decompose) << opName(k);
+  }
 }
 
 TEST(AutodiffTest, NonDifferentiableOpsAreDeclared) {
