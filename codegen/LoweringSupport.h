@@ -16,16 +16,18 @@ namespace kiln::codegen {
 
 namespace lower {
 
+/// A result or operand multi-index: one i64 expression per dim.
 using kir::ExprPtr;
-
 using Index = std::vector<ExprPtr>;
 
+/// The static dims of `v` (lowerings run on static shapes).
 std::vector<int64_t> dimsOf(const Value* v);
 
 /// The index of an operand of shape `shape` that broadcasts to a result
 /// indexed by `index` (NumPy rules: aligned at the back, size-1 dims read 0).
 Index broadcastIndex(const Index& index, const std::vector<int64_t>& shape);
 
+/// Whether `e` is an i64 constant, and then its value in `out`.
 bool indexConstant(const ExprPtr& e, int64_t& out);
 
 /// Structural equality of two expressions.
@@ -46,6 +48,7 @@ ExprPtr linearize(const Index& index, const std::vector<int64_t>& shape);
 /// The multi-index of row-major offset `linear` in `shape`.
 Index unravel(const ExprPtr& linear, const std::vector<int64_t>& shape);
 
+/// `i` clamped into [0, size), so that a read it indexes is in bounds.
 ExprPtr clampIndex(const ExprPtr& i, int64_t size);
 
 /// The constant `value` in dtype `t`.
@@ -58,8 +61,11 @@ ExprPtr lowestOf(DType t);
 /// The largest value of dtype `t` (+inf for floats); Min reductions start there.
 ExprPtr highestOf(DType t);
 
+/// Whether 0 <= i < size, as a bool expression.
 ExprPtr inRange(const ExprPtr& i, int64_t size);
 
+/// Whether every element of `t` is the same (a constant the kernel can
+/// inline as one literal).
 bool isSplat(const DenseTensor& t);
 
 }  // namespace lower
