@@ -23,6 +23,20 @@ Expected<ExprPtr> lowerUnary(const Op& op, LoweringContext& ctx, const Index& in
   return kir::unary(Fn, *x);
 }
 
+/// hard_swish as x * min(max(x + 3, 0), 6) / 6, kiln_fhardswish's
+/// expression (ir/ScalarSemantics.h) in kernel IR, so the CPU JIT and the
+/// CUDA emitter need no function of their own.
+Expected<ExprPtr> lowerHardSwish(const Op& op, LoweringContext& ctx, const Index& index) {
+  auto x = ctx.operand(0, index);
+  if (!x) return x;
+  const DType t = op.result()->type().dtype;
+  using kir::BinaryFn;
+  ExprPtr gate = kir::binary(BinaryFn::Min, kir::binary(BinaryFn::Max, kir::binary(BinaryFn::Add, *x, kir::constant(t, 3)),
+                                                        kir::constant(t, 0)),
+                             kir::constant(t, 6));
+  return kir::binary(BinaryFn::Div, kir::binary(BinaryFn::Mul, *x, gate), kir::constant(t, 6));
+}
+
 /// Reads every operand of a broadcasting op at `index`.
 Expected<std::vector<ExprPtr>> broadcastOperands(const Op& op, LoweringContext& ctx, const Index& index) {
   std::vector<ExprPtr> values;
@@ -84,6 +98,7 @@ const LowerFn Cosh = lowerUnary<UnaryFn::Cosh>;
 const LowerFn Asinh = lowerUnary<UnaryFn::Asinh>;
 const LowerFn Acosh = lowerUnary<UnaryFn::Acosh>;
 const LowerFn Atanh = lowerUnary<UnaryFn::Atanh>;
+const LowerFn HardSwish = lowerHardSwish;
 const LowerFn Floor = lowerUnary<UnaryFn::Floor>;
 const LowerFn Ceil = lowerUnary<UnaryFn::Ceil>;
 const LowerFn Round = lowerUnary<UnaryFn::Round>;

@@ -64,6 +64,7 @@ const Rule Cosh = &inferUnary<DTypes::Float>;
 const Rule Asinh = &inferUnary<DTypes::Float>;
 const Rule Acosh = &inferUnary<DTypes::Float>;
 const Rule Atanh = &inferUnary<DTypes::Float>;
+const Rule HardSwish = &inferUnary<DTypes::Float>;
 const Rule Floor = &inferUnary<DTypes::Float>;
 const Rule Ceil = &inferUnary<DTypes::Float>;
 const Rule Round = &inferUnary<DTypes::Float>;

@@ -87,6 +87,14 @@ Grads vjpAtan(Grad& g, const Op& op, Value* dy) {
   return {g.div(dy, g.add(g.mul(x, x), 1.0))};
 }
 
+/// PyTorch's hardswish_backward: 0 for x <= -3, dy * (x / 3 + 1/2) inside
+/// (-3, 3), dy from 3 up (NaN x falls through to dy, as there).
+Grads vjpHardSwish(Grad& g, const Op& op, Value* dy) {
+  Value* x = x0(op);
+  Value* inside = g.mul(dy, g.add(g.div(x, g.like(x, 3.0)), 0.5));
+  Value* upper = g.select(g.cmp(OpKind::Lt, x, g.like(x, 3.0)), inside, dy);
+  return {g.select(g.cmp(OpKind::Le, x, g.like(x, -3.0)), g.like(dy, 0.0), upper)};
+}
 Grads vjpSinh(Grad& g, const Op& op, Value* dy) { return {g.mul(dy, g.unary(OpKind::Cosh, x0(op)))}; }
 
 Grads vjpCosh(Grad& g, const Op& op, Value* dy) { return {g.mul(dy, g.unary(OpKind::Sinh, x0(op)))}; }
@@ -205,6 +213,7 @@ const VjpEntry Cosh = rule(vjpCosh);
 const VjpEntry Asinh = rule(vjpAsinh);
 const VjpEntry Acosh = rule(vjpAcosh);
 const VjpEntry Atanh = rule(vjpAtanh);
+const VjpEntry HardSwish = rule(vjpHardSwish);
 const VjpEntry Floor = kNone;
 const VjpEntry Ceil = kNone;
 const VjpEntry Round = kNone;
