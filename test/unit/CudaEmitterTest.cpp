@@ -73,6 +73,8 @@ std::vector<Case> cases() {
   for (int64_t i = 0; i < 6; ++i) special.setDouble(i, specials[i]);
   for (const char* op : {"isnan", "isinf"}) all.push_back({unary(op, "f32[6]", "bool[6]"), {special}});
   all.push_back({unary("relu", "f32[6]"), {special}});
+  for (const char* type : {"f32[3,17]", "f32[]", "f64[5]"}) all.push_back({unary("hard_swish", type)});
+  all.push_back({unary("hard_swish", "f32[6]"), {special}});
   for (const char* op : {"add", "sub", "mul", "div", "max", "min", "mod", "rem", "pow"}) {
     all.push_back({binary(op, "f32[3,4]", "f32[4]", "f32[3,4]"), {}, std::string(op) == "pow"});
     all.push_back({binary(op, "f64[2,1,5]", "f64[3,1]", "f64[2,3,5]"), {}, std::string(op) == "pow"});

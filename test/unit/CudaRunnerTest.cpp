@@ -81,6 +81,35 @@ TEST(CudaRunnerTest, GraphReplayReadsEachRunsInputs) {
   EXPECT_EQ((*executor)->lastRunner()->graphReplays(), 3);
 }
 
+/// hard_swish on the emulated GPU against the interpreter, over its three
+/// pieces, its kinks at -3 and 3 and the special values.
+TEST(CudaRunnerTest, HardSwishMatchesTheInterpreter) {
+  REQUIRE_EMULATOR();
+  auto m = parseModule("func @f(%x: f32[2,7]) -> f32[2,7] {\n  %y = hard_swish(%x) : f32[2,7]\n  return %y\n}\n",
+                       "hard-swish.kir");
+  ASSERT_TRUE(m) << m.error().message();
+  const Function& f = *(*m)->functions().front();
+  auto executor = codegen::CudaExecutor::create(f, context());
+  ASSERT_TRUE(executor) << executor.error().message();
+  Tensor x(DType::F32, {2, 7});
+  const float values[] = {-5, -3, -2.75f, -1, -0.0f, 0.5f, 2.5f, 3, 7, 1e-3f, -1e-3f, 2.99f, NAN, INFINITY};
+  for (int64_t i = 0; i < 14; ++i) x.data<float>()[i] = values[i];
+  auto got = (*executor)->run({x});
+  ASSERT_TRUE(got) << got.error().message();
+  auto want = interpret(f, {x});
+  ASSERT_TRUE(want) << want.error().message();
+  for (int64_t i = 0; i < 14; ++i) {
+    const float g = (*got)[0].data<float>()[i], w = (*want)[0].data<float>()[i];
+    if (std::isnan(w)) {
+      EXPECT_TRUE(std::isnan(g)) << "x = " << values[i];
+    } else if (std::isinf(w)) {
+      EXPECT_EQ(g, w) << "x = " << values[i];
+    } else {
+      EXPECT_NEAR(g, w, 1e-6 * (1 + std::abs(w))) << "x = " << values[i];
+    }
+  }
+}
+
 TEST(CudaRunnerTest, WithoutGraphsEveryRunLaunches) {
   KILN_REQUIRE_EMULATOR();
   auto m = model();
