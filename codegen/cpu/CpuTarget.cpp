@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 
+#include "ir/ConstantValue.h"
 #include "runtime/DnnlKernels.h"
 
 namespace kiln::codegen {
@@ -30,15 +31,6 @@ bool prefersLibrary(const Op& anchor) {
   const std::vector<int64_t> a = staticDims(anchor.operand(0)->type().shape);
   const int64_t k = a.empty() ? 0 : a.back();
   return k >= kLibraryMinK || numElements(anchor.result()->type().shape) * k > kLibraryMinWork;
-}
-
-/// The value of a single-element constant, if `v` is one.
-std::optional<double> scalarConstant(const Value* v) {
-  const Op* def = v->definingOp();
-  if (!def || def->kind() != OpKind::Constant) return std::nullopt;
-  const DenseTensor& t = def->getTensor("value");
-  if (t.numElements() != 1) return std::nullopt;
-  return t.getDouble(0);
 }
 
 /// `dims` right-aligned in `rank` dims, padded with leading 1s.
@@ -100,7 +92,7 @@ Expected<PostOp> postOpOf(const Op& op, const Value* current, size_t rank,
   if (!left && op.operand(1) != current) return Error("'" + p.name + "' does not read the chain");
   if (op.operand(0) == op.operand(1)) return Error("'" + p.name + "' reads the chain twice");
   const Value* other = op.operand(left ? 1 : 0);
-  if (std::optional<double> c = scalarConstant(other)) {
+  if (std::optional<double> c = constantScalar(other)) {
     const float k = static_cast<float>(*c);
     switch (op.kind()) {
       case OpKind::Add: return eltwise(PostOp::Kind::Linear, 1, k);
@@ -195,7 +187,7 @@ Expected<LibraryCall> describeQuantized(const Op& anchor, std::span<const Op* co
     // The scales are numbers of the call. They are numbered as a buffer
     // all the same, as the group has them for an argument, unless a single
     // one, which select-library copies into the group.
-    const bool scalar = i == 2 && scalarConstant(v).has_value();
+    const bool scalar = i == 2 && constantScalar(v).has_value();
     const int buffer = scalar ? -1 : bufferOf(v);
     if (i == 2) continue;
     call.operands.push_back(buffer);
@@ -330,11 +322,7 @@ Expected<LibraryCall> describeLibraryCall(const Op& anchor, std::span<const Op* 
     buffers.push_back(v);
     return static_cast<int>(buffers.size() - 1);
   };
-  auto constantOf = [](const Value* v) -> const DenseTensor* {
-    const Op* def = v->definingOp();
-    return def && def->kind() == OpKind::Constant ? &def->getTensor("value") : nullptr;
-  };
-  auto call = describe(anchor, epilogue, bufferOf, constantOf);
+  auto call = describe(anchor, epilogue, bufferOf, constantTensor);
   if (!call) return call.takeError();
   call->resultBuffer = static_cast<int>(buffers.size());
   return call;
@@ -360,8 +348,7 @@ Expected<LibraryCall> describeLibraryCall(const Op& group) {
     const Value* outer = v->isArgument() && v->index() < static_cast<int>(group.numOperands())
                              ? group.operand(static_cast<size_t>(v->index()))
                              : v;
-    const Op* def = outer->definingOp();
-    return def && def->kind() == OpKind::Constant ? &def->getTensor("value") : nullptr;
+    return constantTensor(outer);
   };
   auto call = describe(*anchor, epilogue, bufferOf, constantOf);
   if (!call) return group.emitError("is not a library call: " + call.error().message());

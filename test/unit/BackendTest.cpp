@@ -17,6 +17,7 @@
 #include "runtime/ProgramLoaders.h"
 #include "runtime/cuda/CudaDevices.h"
 #include "runtime/cuda/CudaProgramLoader.h"
+#include "test/unit/EmulatedGpu.h"
 #include "test/unit/TestSupport.h"
 
 namespace kiln {
@@ -123,16 +124,11 @@ TEST(BackendTest, AStoredCpuProgramRunsThroughItsDevicesLoader) {
       << refused.error().str();
 }
 
-#define REQUIRE_EMULATOR()                                 \
-  if (!std::filesystem::exists(KILN_CUDA_EMULATOR_DRIVER)) \
-    GTEST_SKIP() << "the emulated GPU (" KILN_CUDA_EMULATOR_DRIVER ") is not built";
-
 /// A CUDA `.kc` from the CUDA backend's compiler runs through the CUDA
 /// runtime's loader on the emulated GPU, with no compiler involved.
 TEST(BackendTest, AStoredCudaProgramRunsThroughTheCudaLoader) {
-  REQUIRE_EMULATOR();
-  cuda::LibrarySearchOptions search;
-  search.driverPath = KILN_CUDA_EMULATOR_DRIVER;
+  KILN_REQUIRE_EMULATOR();
+  const cuda::LibrarySearchOptions search = test::emulatorOptions();
   auto device = cuda::requireCudaDevice(search, std::nullopt);
   ASSERT_TRUE(device.ok()) << device.error().str();
   auto m = test::parseVerified(kAddRelu);
@@ -169,8 +165,8 @@ TEST(BackendTest, AStoredCudaProgramRunsThroughTheCudaLoader) {
 /// add and the relu two kernels while the CPU's level is -O3, which would
 /// fuse them (the session used to take CUDA's level from the CPU's).
 TEST(BackendTest, CudaTakesItsOwnOptimizationLevel) {
-  REQUIRE_EMULATOR();
-  ASSERT_EQ(setenv("KILN_CUDA_DRIVER", KILN_CUDA_EMULATOR_DRIVER, 1), 0);
+  KILN_REQUIRE_EMULATOR();
+  ASSERT_EQ(setenv("KILN_CUDA_DRIVER", test::emulatorDriverPath(), 1), 0);
   SessionOptions options;
   options.device = "cuda";
   options.allowFallback = false;

@@ -84,12 +84,12 @@ TEST(CudaRunnerTest, GraphReplayReadsEachRunsInputs) {
 /// hard_swish on the emulated GPU against the interpreter, over its three
 /// pieces, its kinks at -3 and 3 and the special values.
 TEST(CudaRunnerTest, HardSwishMatchesTheInterpreter) {
-  REQUIRE_EMULATOR();
+  KILN_REQUIRE_EMULATOR();
   auto m = parseModule("func @f(%x: f32[2,7]) -> f32[2,7] {\n  %y = hard_swish(%x) : f32[2,7]\n  return %y\n}\n",
                        "hard-swish.kir");
   ASSERT_TRUE(m) << m.error().message();
   const Function& f = *(*m)->functions().front();
-  auto executor = codegen::CudaExecutor::create(f, context());
+  auto executor = codegen::CudaExecutor::create(f, emulatorContext());
   ASSERT_TRUE(executor) << executor.error().message();
   Tensor x(DType::F32, {2, 7});
   const float values[] = {-5, -3, -2.75f, -1, -0.0f, 0.5f, 2.5f, 3, 7, 1e-3f, -1e-3f, 2.99f, NAN, INFINITY};
