@@ -36,6 +36,7 @@
 #include "runtime/InputCheck.h"
 #include "runtime/KcFile.h"
 #include "runtime/Kiln.h"
+#include "runtime/cuda/CudaProgram.h"
 #include "runtime/cuda/DeviceReport.h"
 #include "training/Trainer.h"
 
@@ -225,7 +226,7 @@ bool isCudaArtifact(const std::string& path) {
   auto bytes = readFileBounded(path, int64_t{1} << 36);
   if (!bytes) return false;
   auto artifact = parseArtifact(*bytes, path);
-  return artifact && artifact->device == "cuda";
+  return artifact && artifact->device == cuda::kCudaDevice;
 }
 
 /// The error of kiln.load on a `.kc` compiled for CUDA.
