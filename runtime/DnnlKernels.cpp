@@ -133,33 +133,52 @@ std::vector<EltwiseEntry> eltwiseEntries(const PostOp& p, bool quantized, Varian
   return {{eltwiseAlgorithm(p.kind), p.alpha, p.beta}};
 }
 
-/// The post-ops a guard bounds, [0, end), or 0 when `call` has no guard: an
-/// f32 convolution or matmul with a relu or clip, where every post-op up to
-/// the last of them keeps a bounded value bounded without making a NaN of
-/// it (relu, clip, x * a + b, + - * a tensor, tanh, sigmoid, abs, swish,
-/// tanh GELU).
+int64_t elementCount(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+/// Whether `p` passes a bound on its input to its result without making a
+/// NaN of finite values (see Guard::postOpRange): relu, clip, x * a + b,
+/// + - * a tensor, tanh, sigmoid, abs, swish, tanh GELU.
+bool passesBound(const PostOp& p) {
+  switch (p.kind) {
+    case PostOp::Kind::Relu:
+    case PostOp::Kind::Clip:
+    case PostOp::Kind::Linear:
+    case PostOp::Kind::Add:
+    case PostOp::Kind::Sub:
+    case PostOp::Kind::Mul:
+    case PostOp::Kind::Tanh:
+    case PostOp::Kind::Sigmoid:
+    case PostOp::Kind::Abs:
+    case PostOp::Kind::Swish:
+    case PostOp::Kind::GeluTanh: return true;
+    default: return false;
+  }
+}
+
+/// Whether `call` is one a guard can bound: an f32 convolution or matmul.
+bool boundable(const LibraryCall& call) {
+  return !call.quantized() && (call.kind == LibraryCall::Kind::Conv || call.kind == LibraryCall::Kind::MatMul);
+}
+
+/// Whether a guard can bound `call`'s result: its post-ops all pass a bound on.
+bool boundsResult(const LibraryCall& call) {
+  return boundable(call) && std::all_of(call.postOps.begin(), call.postOps.end(), passesBound);
+}
+
+/// The post-ops a guard bounds, [0, end), or 0 when `call` has no guard: a
+/// boundable call with a relu or clip, where every post-op up to the last of
+/// them passes a bound on.
 size_t guardEnd(const LibraryCall& call) {
-  if (call.quantized() || (call.kind != LibraryCall::Kind::Conv && call.kind != LibraryCall::Kind::MatMul)) return 0;
+  if (!boundable(call)) return 0;
   size_t end = 0;
   for (size_t i = 0; i < call.postOps.size(); ++i)
     if (call.postOps[i].kind == PostOp::Kind::Relu || call.postOps[i].kind == PostOp::Kind::Clip) end = i + 1;
-  for (size_t i = 0; i < end; ++i) {
-    switch (call.postOps[i].kind) {
-      case PostOp::Kind::Relu:
-      case PostOp::Kind::Clip:
-      case PostOp::Kind::Linear:
-      case PostOp::Kind::Add:
-      case PostOp::Kind::Sub:
-      case PostOp::Kind::Mul:
-      case PostOp::Kind::Tanh:
-      case PostOp::Kind::Sigmoid:
-      case PostOp::Kind::Abs:
-      case PostOp::Kind::Swish:
-      case PostOp::Kind::GeluTanh: break;
-      default: return 0;
-    }
-  }
-  return end;
+  return std::all_of(call.postOps.begin(), call.postOps.begin() + static_cast<std::ptrdiff_t>(end), passesBound) ? end
+                                                                                                                   : 0;
 }
 
 /// Where `call`'s exact variant stops and the host goes on: at the first
@@ -331,42 +350,6 @@ struct DnnlKernel::Impl {
 /// Far enough below FLT_MAX (2^128) that a bound below it proves every
 /// partial sum finite, rounding included.
 constexpr double kGuardLimit = 0x1p124;
-
-namespace {
-
-int64_t elementCount(const std::vector<int64_t>& dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
-  return n;
-}
-
-/// Whether `p` passes a bound on its input to its result without making a
-/// NaN of finite values (see Guard::postOpRange).
-bool passesBound(const PostOp& p) {
-  switch (p.kind) {
-    case PostOp::Kind::Relu:
-    case PostOp::Kind::Clip:
-    case PostOp::Kind::Linear:
-    case PostOp::Kind::Add:
-    case PostOp::Kind::Sub:
-    case PostOp::Kind::Mul:
-    case PostOp::Kind::Tanh:
-    case PostOp::Kind::Sigmoid:
-    case PostOp::Kind::Abs:
-    case PostOp::Kind::Swish:
-    case PostOp::Kind::GeluTanh: return true;
-    default: return false;
-  }
-}
-
-/// Whether `call` is an f32 convolution or matmul whose result a guard can
-/// bound: its post-ops all pass a bound on.
-bool boundsResult(const LibraryCall& call) {
-  if (call.quantized() || (call.kind != LibraryCall::Kind::Conv && call.kind != LibraryCall::Kind::MatMul)) return false;
-  return std::all_of(call.postOps.begin(), call.postOps.end(), passesBound);
-}
-
-}  // namespace
 
 template <typename Compute>
 double DnnlKernel::Impl::Guard::cached(int buffer, void* const* buffers, const Sources& from, Compute compute) {
