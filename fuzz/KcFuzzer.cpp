@@ -64,7 +64,7 @@ void check(std::string_view bytes) {
     std::abort();
   }
   auto backModule = kiln::artifactModule(*back, "fuzz-again.kc");
-  const kiln::CpuProgram &p = *artifact->program, &q = *back->program;
+  const kiln::Program &p = *artifact->program, &q = *back->program;
   if (!backModule || kiln::print(**backModule) != kiln::print(**module) ||
       kiln::serializeProgram(p, 0) != kiln::serializeProgram(q, 0) || p.sharedObject != q.sharedObject ||
       back->memoryPlan != artifact->memoryPlan || back->optLevel != artifact->optLevel) {

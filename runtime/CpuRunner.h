@@ -1,4 +1,4 @@
-// Runs a compiled CPU program (runtime/CpuProgram.h): loads its kernels'
+// Runs a compiled CPU program (runtime/Program.h): loads its kernels'
 // shared object (runtime/LoadedCode.h), creates its oneDNN primitives
 // (runtime/DnnlKernels.h), or for a matmul of a few rows by a constant its
 // own kernel with that constant packed once (runtime/PackedMatmul.h), and
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/CpuProgram.h"
+#include "runtime/Program.h"
 #include "runtime/Tensor.h"
 
 namespace kiln {
@@ -88,7 +88,7 @@ class CpuRunner {
   /// program is validated first. `profile`, when given, receives each
   /// step's time; `memory`, when given, the runner's arena and constants
   /// for its life and each run's results.
-  static Expected<std::unique_ptr<CpuRunner>> create(std::shared_ptr<const CpuProgram> program, int threads = 0,
+  static Expected<std::unique_ptr<CpuRunner>> create(std::shared_ptr<const Program> program, int threads = 0,
                                                      StepProfile* profile = nullptr, CpuMemoryStats* memory = nullptr);
   ~CpuRunner();
 
@@ -103,7 +103,7 @@ class CpuRunner {
   /// donated tensors may hold partly updated values.
   Expected<std::vector<Tensor>> runInPlace(std::vector<Tensor>& inputs);
 
-  const CpuProgram& program() const { return *program_; }
+  const Program& program() const { return *program_; }
   /// The library call's description of step `i` (its oneDNN primitive, or
   /// the runtime's packed matmul), or "" for a kernel.
   std::string libraryDescription(size_t i) const;
@@ -113,7 +113,7 @@ class CpuRunner {
   Status checkInputs(const std::vector<Tensor>& inputs) const;
   Expected<std::vector<Tensor>> execute(const std::vector<Tensor>& inputs);
 
-  std::shared_ptr<const CpuProgram> program_;
+  std::shared_ptr<const Program> program_;
   int threads_ = 1;
   StepProfile* profile_ = nullptr;
   CpuMemoryStats* memory_ = nullptr;

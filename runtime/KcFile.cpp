@@ -140,7 +140,7 @@ Expected<CompiledArtifact> readArtifact(std::string_view bytes, const std::strin
 
 }  // namespace
 
-Expected<std::string> serializeArtifact(const Function& optimized, const CpuProgram& program, int optLevel,
+Expected<std::string> serializeArtifact(const Function& optimized, const Program& program, int optLevel,
                                         const std::string& memoryPlan, std::string_view device,
                                         std::string_view deviceCode) {
   if (!isDeviceName(device))
@@ -280,8 +280,8 @@ Expected<CompiledArtifact> readArtifact(std::string_view bytes, const std::strin
     return file.error("the target section's opt-level '" + level + "' is not 0, 1, 2 or 3");
   artifact.optLevel = level[0] - '0';
 
-  artifact.program = std::make_shared<CpuProgram>();
-  CpuProgram& program = *artifact.program;
+  artifact.program = std::make_shared<Program>();
+  Program& program = *artifact.program;
   KILN_TRY(parseProgram(sections[Section::Program], filename + " (program section)", program));
   // The target section is what a reader of the file sees; it is the truth.
   program.machine = {target["triple"], target["cpu"], target["features"]};
@@ -346,7 +346,7 @@ Expected<std::unique_ptr<Module>> artifactModule(const CompiledArtifact& artifac
   if ((*module)->functions().size() != 1)
     return Error(filename + ": the module section must hold exactly one function");
   Function& f = *(*module)->functions().front();
-  const CpuProgram& program = *artifact.program;
+  const Program& program = *artifact.program;
   const std::string where = filename + " (module section): ";
   if (f.numArguments() != program.arguments.size())
     return Error(where + "its function has " + std::to_string(f.numArguments()) + " arguments, the program " +
@@ -355,7 +355,7 @@ Expected<std::unique_ptr<Module>> artifactModule(const CompiledArtifact& artifac
   for (size_t i = 0; i < f.numArguments(); ++i) {
     const DenseTensor* d = f.argumentDefault(i);
     if (!d || !isPlaceholder(*d, f.argument(i)->type())) continue;
-    const CpuProgram::Argument& a = program.arguments[i];
+    const Program::Argument& a = program.arguments[i];
     if (!a.hasDefault || a.defaultValue.dtype() != d->type.dtype)
       return Error(where + "argument " + std::to_string(i) + "'s default is not in the program");
     f.setArgumentDefault(i, std::make_shared<const DenseTensor>(a.defaultValue.toDense()));

@@ -1,5 +1,5 @@
 // `.kc` compiled artifacts (docs/codegen.md section 5): a compiled CPU
-// program (runtime/CpuProgram.h) with everything it needs to run, and the
+// program (runtime/Program.h) with everything it needs to run, and the
 // optimized module it was compiled from. A file is
 //
 //   "KILNKC\0\0"  u32 format version  u32 number of sections
@@ -32,7 +32,7 @@
 // version it knows (another one is refused, naming both), every section's
 // size against what remains and its checksum, every count and index, each
 // weight's type against the value it fills, and the program with
-// CpuProgram::validate. A truncated or corrupt file is a clear error, never
+// Program::validate. A truncated or corrupt file is a clear error, never
 // a crash. Reading needs no IR parser and no LLVM: the module is parsed
 // only on request (artifactModule).
 //
@@ -45,7 +45,7 @@
 #include <string_view>
 
 #include "ir/IR.h"
-#include "runtime/CpuProgram.h"
+#include "runtime/Program.h"
 
 namespace kiln {
 
@@ -73,7 +73,7 @@ struct CompiledArtifact {
   std::string device = std::string(kHostDevice);
   std::string deviceCode;
   /// The program, complete: constants, argument defaults and code.
-  std::shared_ptr<CpuProgram> program;
+  std::shared_ptr<Program> program;
   /// The module section as it is (large tensors elided); see artifactModule.
   std::string moduleText;
   std::string memoryPlan;
@@ -85,7 +85,7 @@ struct CompiledArtifact {
 /// that device's program: `program` is its plan and `deviceCode` its code
 /// (CUDA's serializeCudaCode), stored in the code section, and the target
 /// section says `device=NAME` instead of naming a CPU.
-Expected<std::string> serializeArtifact(const Function& optimized, const CpuProgram& program, int optLevel,
+Expected<std::string> serializeArtifact(const Function& optimized, const Program& program, int optLevel,
                                         const std::string& memoryPlan, std::string_view device = kHostDevice,
                                         std::string_view deviceCode = {});
 

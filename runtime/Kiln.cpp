@@ -35,7 +35,7 @@ Expected<std::unique_ptr<Model>> Model::fromBytes(std::string_view bytes, const 
                                                   ModelOptions options) {
   auto artifact = parseArtifact(bytes, name);
   if (!artifact) return artifact.takeError();
-  const CpuProgram& program = *artifact->program;
+  const Program& program = *artifact->program;
   std::unique_ptr<Model> model(new Model());
   model->program_ = artifact->program;
   // The runner of the device the program was compiled for.
@@ -44,7 +44,7 @@ Expected<std::unique_ptr<Model>> Model::fromBytes(std::string_view bytes, const 
   auto runner = loadProgram(*artifact, name, run);
   if (!runner) return runner.takeError();
   model->runner_ = std::move(*runner);
-  for (const CpuProgram::Argument& a : program.arguments) model->inputs_.push_back({a.name, a.type, a.hasDefault});
+  for (const Program::Argument& a : program.arguments) model->inputs_.push_back({a.name, a.type, a.hasDefault});
   for (size_t r = 0; r < program.results.size(); ++r) {
     const std::string& n = program.results[r].name;
     model->outputs_.push_back({n.empty() ? "output_" + std::to_string(r) : n,

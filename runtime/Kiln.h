@@ -27,7 +27,7 @@
 namespace kiln {
 
 class LoadedProgram;
-struct CpuProgram;
+struct Program;
 
 struct ModelOptions {
   /// Threads that split each step; 0: every core this process may use.
@@ -64,7 +64,7 @@ class Model {
 
  private:
   Model() = default;
-  std::shared_ptr<const CpuProgram> program_;
+  std::shared_ptr<const Program> program_;
   std::unique_ptr<LoadedProgram> runner_;
   std::vector<Port> inputs_, outputs_;
 };

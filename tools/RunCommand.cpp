@@ -303,15 +303,15 @@ Expected<CompiledArtifact> readArtifact(const std::string& path) {
 /// A function with `program`'s signature and no body: its arguments (names,
 /// types, defaults) bind the inputs and its result names name the outputs,
 /// without parsing the `.kc`'s module.
-std::unique_ptr<Function> signatureOf(const CpuProgram& program) {
+std::unique_ptr<Function> signatureOf(const Program& program) {
   auto f = std::make_unique<Function>(program.name);
   for (size_t i = 0; i < program.arguments.size(); ++i) {
-    const CpuProgram::Argument& a = program.arguments[i];
+    const Program::Argument& a = program.arguments[i];
     f->addArgument(a.type, a.name);
     if (a.hasDefault) f->setArgumentDefault(i, std::make_shared<const DenseTensor>(a.defaultValue.toDense()));
   }
   std::vector<TensorType> results;
-  for (const CpuProgram::Result& r : program.results) results.push_back(program.slots[static_cast<size_t>(r.slot)].type);
+  for (const Program::Result& r : program.results) results.push_back(program.slots[static_cast<size_t>(r.slot)].type);
   f->setResultTypes(results);
   for (size_t i = 0; i < program.results.size(); ++i) f->setResultName(i, program.results[i].name);
   return f;

@@ -26,7 +26,7 @@ struct CompiledFunction {
   std::unique_ptr<Module> module;
   std::vector<kir::Kernel> kernels;
   std::optional<MemoryPlan> plan;
-  std::shared_ptr<const CpuProgram> program;
+  std::shared_ptr<const Program> program;
   std::unique_ptr<CpuRunner> runner;
   /// The input shapes it was compiled for (its key in the executor's cache).
   std::vector<std::vector<int64_t>> shapes;
@@ -126,7 +126,7 @@ Error CpuExecutor::notOneProgram() const {
 
 Status CpuExecutor::addCompiled(std::unique_ptr<CompiledFunction> compiled) {
   std::vector<TensorType> types;
-  for (const CpuProgram::Argument& a : compiled->program->arguments) types.push_back(a.type);
+  for (const Program::Argument& a : compiled->program->arguments) types.push_back(a.type);
   compiled->shapes = shapesOf(types);
   auto shapes = compiled->shapes;
   cache_.emplace(std::move(shapes), std::move(compiled));
@@ -146,7 +146,7 @@ Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::createOptimized(const Functi
   return executor;
 }
 
-Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::fromProgram(std::shared_ptr<const CpuProgram> program,
+Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::fromProgram(std::shared_ptr<const Program> program,
                                                                 CpuOptions options) {
   std::unique_ptr<CpuExecutor> executor(new CpuExecutor(nullptr, options));
   const auto start = std::chrono::steady_clock::now();
@@ -191,7 +191,7 @@ Expected<CompiledFunction*> CpuExecutor::compiled(const std::vector<Tensor>& inp
   for (const Tensor& t : inputs) shapes.push_back(t.shape());
   if (!module_) {
     // A stored program runs only the shapes it was compiled for.
-    const CpuProgram& p = *cache_.begin()->second->program;
+    const Program& p = *cache_.begin()->second->program;
     if (inputs.size() != p.arguments.size())
       return Error("'" + p.name + "' takes " + std::to_string(p.arguments.size()) + " inputs, got " +
                    std::to_string(inputs.size()));
@@ -253,7 +253,7 @@ Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<
   return compiled;
 }
 
-Expected<std::pair<const Module*, std::shared_ptr<const CpuProgram>>> CpuExecutor::compiledProgram(
+Expected<std::pair<const Module*, std::shared_ptr<const Program>>> CpuExecutor::compiledProgram(
     const std::vector<Tensor>& inputs) {
   if (staged_) return notOneProgram();
   auto c = compiled(inputs);

@@ -1,5 +1,5 @@
 // The CPU executor: compiles a Function for the shapes of its inputs into a
-// CpuProgram and runs it on the CPU runtime. Compiling clones the function,
+// Program and runs it on the CPU runtime. Compiling clones the function,
 // gives its arguments the inputs' static shapes (resolving symbolic dims),
 // runs the CPU target's pipeline of `optLevel` (passes/PassManager.h: at
 // -O3 library selection, fusion, splitting, scheduling and host checks),
@@ -31,7 +31,7 @@
 #include "codegen/KernelIR.h"
 #include "ir/IR.h"
 #include "passes/MemoryPlan.h"
-#include "runtime/CpuProgram.h"
+#include "runtime/Program.h"
 #include "runtime/CpuRunner.h"
 #include "runtime/Tensor.h"
 
@@ -86,7 +86,7 @@ class CpuExecutor {
   static Expected<std::unique_ptr<CpuExecutor>> createOptimized(const Function& optimized, CpuOptions options = {});
   /// An executor that runs `program` (a `.kc` file's): nothing is compiled,
   /// and only the shapes it was compiled for run.
-  static Expected<std::unique_ptr<CpuExecutor>> fromProgram(std::shared_ptr<const CpuProgram> program,
+  static Expected<std::unique_ptr<CpuExecutor>> fromProgram(std::shared_ptr<const Program> program,
                                                             CpuOptions options = {});
   ~CpuExecutor();
 
@@ -138,7 +138,7 @@ class CpuExecutor {
 
   /// The optimized module and the program compiled for `inputs`' shapes,
   /// for writing a `.kc`. Both live as long as the executor.
-  Expected<std::pair<const Module*, std::shared_ptr<const CpuProgram>>> compiledProgram(
+  Expected<std::pair<const Module*, std::shared_ptr<const Program>>> compiledProgram(
       const std::vector<Tensor>& inputs);
 
   /// The `.kc` file (runtime/KcFile.h) of the program compiled for

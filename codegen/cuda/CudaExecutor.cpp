@@ -62,7 +62,7 @@ Expected<std::unique_ptr<CudaExecutor>> CudaExecutor::fromProgram(std::shared_pt
   if (!runner) return runner.takeError();
   compiled->runner = std::move(*runner);
   std::vector<std::vector<int64_t>> shapes;
-  for (const CpuProgram::Argument& a : program->plan.arguments) shapes.push_back(staticDims(a.type.shape));
+  for (const Program::Argument& a : program->plan.arguments) shapes.push_back(staticDims(a.type.shape));
   compiled->program = std::move(program);
   e->cache_.emplace(std::move(shapes), std::move(compiled));
   return e;
@@ -75,7 +75,7 @@ Expected<CudaExecutor::Compiled*> CudaExecutor::compiled(const std::vector<Tenso
   if (!module_) {
     std::string compiledFor;
     for (const auto& [s, c] : cache_)
-      for (const CpuProgram::Argument& a : c->program->plan.arguments) compiledFor += (compiledFor.empty() ? "" : ", ") + a.type.str();
+      for (const Program::Argument& a : c->program->plan.arguments) compiledFor += (compiledFor.empty() ? "" : ", ") + a.type.str();
     return Error("the stored CUDA program was compiled for inputs " + compiledFor +
                  "; compile the model again for other shapes");
   }

@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
   std::vector<kiln::Tensor> ordered;
   for (const kiln::Model::Port& p : (*model)->inputs()) {
     auto it = inputs.find(p.name);
-    const kiln::CpuProgram& program = *artifact->program;
+    const kiln::Program& program = *artifact->program;
     size_t index = ordered.size();
     ordered.push_back(it != inputs.end() ? it->second : program.arguments[index].defaultValue);
   }

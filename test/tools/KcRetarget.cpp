@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string option = argv[3], value = argv[4];
-  kiln::CpuProgram& program = *artifact->program;
+  kiln::Program& program = *artifact->program;
   if (option == "--features") {
     program.machine.features = value;
   } else if (option == "--cpu") {

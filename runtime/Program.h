@@ -1,11 +1,15 @@
-// A compiled CPU program as plain data: what code generation produces
-// (codegen/cpu/CpuCompiler.h) and what the CPU runtime executes
-// (runtime/CpuRunner.h), with nothing in between — no IR, no lowering, no
-// LLVM. A `.kc` file stores one (runtime/KcFile.h).
+// A compiled program as plain data, shared by every target: what code
+// generation produces (codegen/cpu/CpuCompiler.h, codegen/cuda/CudaCompiler.h)
+// and what a runtime executes (runtime/CpuRunner.h, runtime/cuda/CudaRunner.h),
+// with nothing in between — no IR, no lowering, no LLVM. A `.kc` file stores
+// one (runtime/KcFile.h). The code itself is per target: on the CPU the
+// shared object, machine and kernel names held here; on CUDA the CUBINs, PTX
+// and launches of cuda::CudaProgram (runtime/cuda/CudaProgram.h), which
+// holds a Program as its plan.
 //
 // A program works on slots, one per buffer it reads or writes: the
 // arguments, the constants, then one per step result. A step is a generated
-// kernel (by name, in the program's shared object) or a library call
+// kernel (by name, in the program's code) or a library call
 // (runtime/LibraryCall.h), with the host checks to run before it
 // (runtime/HostCheck.h). Intermediates live in one arena at the memory
 // plan's offsets; results a run returns are allocated per run; results
@@ -35,7 +39,7 @@ struct CpuMachine {
   bool operator==(const CpuMachine&) const = default;
 };
 
-struct CpuProgram {
+struct Program {
   struct Argument {
     std::string name;
     TensorType type;  // static
@@ -122,15 +126,15 @@ struct CpuProgram {
 /// The program's bytes, without its shared object, and with the data of
 /// constants and argument defaults of `inlineBelow` bytes or more left out
 /// (a `.kc` stores those in sections of their own).
-std::string serializeProgram(const CpuProgram& program, size_t inlineBelow);
+std::string serializeProgram(const Program& program, size_t inlineBelow);
 /// Reads serializeProgram's bytes into `program`; a constant or default
 /// left out is an empty Tensor for the caller to fill in. `what` names the
 /// bytes in errors. Call validate() once everything is filled in.
-Status parseProgram(std::string_view bytes, const std::string& what, CpuProgram& program);
+Status parseProgram(std::string_view bytes, const std::string& what, Program& program);
 
 /// The error of slot `slot`'s tensor that cannot be allocated (a result a
 /// run returns, a value copied back to the host), naming its value, the
 /// step computing it and the output it is.
-Error slotAllocationError(const CpuProgram& p, int slot);
+Error slotAllocationError(const Program& p, int slot);
 
 }  // namespace kiln

@@ -1,9 +1,9 @@
-// Serializing, reading and validating CpuProgram (CpuProgram.h). The bytes
+// Serializing, reading and validating Program (Program.h). The bytes
 // are a flat sequence of little-endian integers, u32-length-prefixed
 // strings and lists, in the order of the struct's fields; a tensor that
 // does not fit inline is left for the caller (a `.kc` keeps large tensors
 // in its weights section).
-#include "runtime/CpuProgram.h"
+#include "runtime/Program.h"
 
 #include <cstring>
 #include <set>
@@ -100,7 +100,7 @@ int64_t bytesOf(const TensorType& t) {
   return numElements(t.shape) * static_cast<int64_t>(dtypeSize(t.dtype));
 }
 
-/// Reading, with the bounds of CpuProgram.h's fields.
+/// Reading, with the bounds of Program.h's fields.
 class ProgramReader {
  public:
   ProgramReader(std::string_view bytes, const std::string& what) : r_(bytes, what) {}
@@ -305,11 +305,11 @@ class ProgramReader {
 
 }  // namespace
 
-std::string serializeProgram(const CpuProgram& p, size_t inlineBelow) {
+std::string serializeProgram(const Program& p, size_t inlineBelow) {
   std::string out;
   putString(out, p.name);
   putLE(out, p.arguments.size(), 4);
-  for (const CpuProgram::Argument& a : p.arguments) {
+  for (const Program::Argument& a : p.arguments) {
     putString(out, a.name);
     putType(out, a.type);
     out += static_cast<char>(a.hasDefault ? 1 : 0);
@@ -318,24 +318,24 @@ std::string serializeProgram(const CpuProgram& p, size_t inlineBelow) {
   putLE(out, p.constants.size(), 4);
   for (const Tensor& t : p.constants) putTensor(out, t, inlineBelow);
   putLE(out, p.slots.size(), 4);
-  for (const CpuProgram::Slot& s : p.slots) {
+  for (const Program::Slot& s : p.slots) {
     out += static_cast<char>(s.kind);
     putType(out, s.type);
     putI64(out, s.index);
   }
   putLE(out, p.steps.size(), 4);
-  for (const CpuProgram::Step& s : p.steps) {
+  for (const Program::Step& s : p.steps) {
     out += static_cast<char>(s.kind);
     putString(out, s.name);
     putString(out, s.what);
     putI32(out, s.kernel);
-    if (s.kind == CpuProgram::Step::Kind::Library) putCall(out, s.call);
-    if (s.kind == CpuProgram::Step::Kind::Collective) putCollective(out, s.collective);
+    if (s.kind == Program::Step::Kind::Library) putCall(out, s.call);
+    if (s.kind == Program::Step::Kind::Collective) putCollective(out, s.collective);
     putLE(out, s.operands.size(), 4);
     for (int o : s.operands) putI32(out, o);
     putI32(out, s.result);
     putLE(out, s.checks.size(), 4);
-    for (const CpuProgram::SlotCheck& c : s.checks) {
+    for (const Program::SlotCheck& c : s.checks) {
       out += static_cast<char>(c.check.condition);
       putString(out, c.check.of);
       putI64(out, c.check.axis);
@@ -347,7 +347,7 @@ std::string serializeProgram(const CpuProgram& p, size_t inlineBelow) {
     out += static_cast<char>(s.parallel ? 1 : 0);
   }
   putLE(out, p.results.size(), 4);
-  for (const CpuProgram::Result& r : p.results) {
+  for (const Program::Result& r : p.results) {
     putString(out, r.name);
     putI32(out, r.slot);
     putI32(out, r.aliasedArgument);
@@ -370,7 +370,7 @@ std::string serializeProgram(const CpuProgram& p, size_t inlineBelow) {
   return out;
 }
 
-Status parseProgram(std::string_view bytes, const std::string& what, CpuProgram& p) {
+Status parseProgram(std::string_view bytes, const std::string& what, Program& p) {
   ProgramReader r(bytes, what);
   auto str = [&](std::string& out, std::string_view field) -> Status {
     auto s = r.raw().string(field);
@@ -382,7 +382,7 @@ Status parseProgram(std::string_view bytes, const std::string& what, CpuProgram&
   auto numArgs = r.count("the arguments");
   if (!numArgs) return numArgs.takeError();
   for (size_t i = 0; i < *numArgs; ++i) {
-    CpuProgram::Argument a;
+    Program::Argument a;
     KILN_TRY(str(a.name, "an argument's name"));
     auto type = r.type("an argument's type");
     if (!type) return type.takeError();
@@ -407,11 +407,11 @@ Status parseProgram(std::string_view bytes, const std::string& what, CpuProgram&
   auto numSlots = r.count("the slots");
   if (!numSlots) return numSlots.takeError();
   for (size_t i = 0; i < *numSlots; ++i) {
-    CpuProgram::Slot s;
+    Program::Slot s;
     auto kind = r.raw().uint(1, "a slot's kind");
     if (!kind) return kind.takeError();
-    if (*kind > static_cast<uint64_t>(CpuProgram::SlotKind::InPlace)) return r.raw().error("corrupt: a slot's kind");
-    s.kind = static_cast<CpuProgram::SlotKind>(*kind);
+    if (*kind > static_cast<uint64_t>(Program::SlotKind::InPlace)) return r.raw().error("corrupt: a slot's kind");
+    s.kind = static_cast<Program::SlotKind>(*kind);
     auto type = r.type("a slot's type");
     if (!type) return type.takeError();
     s.type = *type;
@@ -423,23 +423,23 @@ Status parseProgram(std::string_view bytes, const std::string& what, CpuProgram&
   auto numSteps = r.count("the steps");
   if (!numSteps) return numSteps.takeError();
   for (size_t i = 0; i < *numSteps; ++i) {
-    CpuProgram::Step s;
+    Program::Step s;
     auto kind = r.raw().uint(1, "a step's kind");
     if (!kind) return kind.takeError();
-    if (*kind > static_cast<uint64_t>(CpuProgram::Step::Kind::Collective))
+    if (*kind > static_cast<uint64_t>(Program::Step::Kind::Collective))
       return r.raw().error("corrupt: a step's kind");
-    s.kind = static_cast<CpuProgram::Step::Kind>(*kind);
+    s.kind = static_cast<Program::Step::Kind>(*kind);
     KILN_TRY(str(s.name, "a step's name"));
     KILN_TRY(str(s.what, "a step's description"));
     auto kernel = r.i32("a step's kernel");
     if (!kernel) return kernel.takeError();
     s.kernel = *kernel;
-    if (s.kind == CpuProgram::Step::Kind::Library) {
+    if (s.kind == Program::Step::Kind::Library) {
       auto call = r.call();
       if (!call) return call.takeError();
       s.call = std::move(*call);
     }
-    if (s.kind == CpuProgram::Step::Kind::Collective) {
+    if (s.kind == Program::Step::Kind::Collective) {
       auto call = r.collective();
       if (!call) return call.takeError();
       s.collective = std::move(*call);
@@ -457,7 +457,7 @@ Status parseProgram(std::string_view bytes, const std::string& what, CpuProgram&
     auto numChecks = r.count("a step's checks");
     if (!numChecks) return numChecks.takeError();
     for (size_t j = 0; j < *numChecks; ++j) {
-      CpuProgram::SlotCheck c;
+      Program::SlotCheck c;
       auto condition = r.raw().uint(1, "a check's condition");
       if (!condition) return condition.takeError();
       if (*condition > static_cast<uint64_t>(HostCheck::Condition::NonNegative))
@@ -488,7 +488,7 @@ Status parseProgram(std::string_view bytes, const std::string& what, CpuProgram&
   auto numResults = r.count("the results");
   if (!numResults) return numResults.takeError();
   for (size_t i = 0; i < *numResults; ++i) {
-    CpuProgram::Result res;
+    Program::Result res;
     KILN_TRY(str(res.name, "a result's name"));
     auto slot = r.i32("a result's slot"), alias = r.i32("a result's alias");
     if (!slot) return slot.takeError();
@@ -526,7 +526,7 @@ Status parseProgram(std::string_view bytes, const std::string& what, CpuProgram&
   return {};
 }
 
-Status CpuProgram::validate() const {
+Status Program::validate() const {
   auto bad = [&](const std::string& message) { return Error("program '" + name + "': " + message); };
   const int numSlots = static_cast<int>(slots.size());
   auto slotOk = [&](int s) { return s >= 0 && s < numSlots; };
@@ -648,16 +648,16 @@ Status CpuProgram::validate() const {
   return {};
 }
 
-Error slotAllocationError(const CpuProgram& p, int slot) {
+Error slotAllocationError(const Program& p, int slot) {
   const TensorType& type = p.slots[static_cast<size_t>(slot)].type;
   std::string value = "a result", origin;
-  for (const CpuProgram::Step& step : p.steps) {
+  for (const Program::Step& step : p.steps) {
     if (step.result != slot) continue;
     value = "%" + step.name;
     // "broadcast -> f32[...]": the type is said already.
     origin = step.what.substr(0, step.what.find(" -> "));
   }
-  for (const CpuProgram::Result& r : p.results)
+  for (const Program::Result& r : p.results)
     if (r.slot == slot && !r.name.empty()) {
       origin += (origin.empty() ? "" : ", ") + std::string("the output '") + r.name + "'";
       break;
