@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "runtime/Program.h"
+#include "runtime/ProgramLoaders.h"
 #include "runtime/Tensor.h"
 
 namespace kiln {
@@ -82,7 +83,9 @@ struct CpuMemoryStats {
 /// The threads `threads = 0` stands for: the cores this process may run on.
 int defaultThreads();
 
-class CpuRunner {
+/// The CPU's runner of a program: a LoadedProgram (runtime/ProgramLoaders.h),
+/// the one interface every runner of a stored program implements.
+class CpuRunner : public LoadedProgram {
  public:
   /// A runner of `program` on `threads` threads (0: defaultThreads()); the
   /// program is validated first. `profile`, when given, receives each
@@ -90,12 +93,12 @@ class CpuRunner {
   /// for its life and each run's results.
   static Expected<std::unique_ptr<CpuRunner>> create(std::shared_ptr<const Program> program, int threads = 0,
                                                      StepProfile* profile = nullptr, CpuMemoryStats* memory = nullptr);
-  ~CpuRunner();
+  ~CpuRunner() override;
 
   /// Runs on `inputs`, one per argument, of the argument's type. Donated
   /// arguments (results that alias them) are copied first, so `inputs` are
   /// left alone and every result comes back.
-  Expected<std::vector<Tensor>> run(const std::vector<Tensor>& inputs);
+  Expected<std::vector<Tensor>> run(const std::vector<Tensor>& inputs) override;
 
   /// Runs and writes each donated argument's result into `inputs`' memory
   /// (in place where the program's plan allows, else by a copy after the

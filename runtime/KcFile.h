@@ -27,6 +27,15 @@
 //            top-level constant ops, 1: argument default), u64 index, the
 //            dtype's name (u8 length and bytes: "f32"), u32 rank, i64 dims,
 //            u64 size and the little-endian element bytes
+//   stages   empty, or a program with host steps (an `if`, a `loop`, a
+//            nonzero: Program.h StagedProgram, serializeStagedProgram):
+//            its stages and every part's program with its code (a shared
+//            object per part on the CPU, CUBINs and PTX per part on CUDA),
+//            all tensors inline. Then the program, code and plan sections
+//            are empty (the plan section holds the parts' plans as text),
+//            the weights section counts none, and the module section
+//            holds the function with its control flow, not optimized
+//            (for the interpreter and `kiln run --recompile`).
 //
 // The reader checks everything before using it: the magic, a format
 // version it knows (another one is refused, naming both), every section's
@@ -57,9 +66,10 @@ inline constexpr std::string_view kHostDevice = "cpu";
 /// The `.kc` format version this Kiln reads and writes. Version 1 (Kiln
 /// before compiled programs were plain data) held only object files to link
 /// into a JIT; version 2 had no layout in its convolutions' library calls,
-/// version 3 no element types (int8 calls). Such files are refused with a
-/// request to compile the model again.
-inline constexpr uint32_t kArtifactVersion = 4;
+/// version 3 no element types (int8 calls), version 4 no stages section
+/// (no programs with host steps). Such files are refused with a request to
+/// compile the model again.
+inline constexpr uint32_t kArtifactVersion = 5;
 /// The first bytes of every `.kc` file.
 inline constexpr std::string_view kArtifactMagic{"KILNKC\0\0", 8};
 
@@ -72,8 +82,12 @@ struct CompiledArtifact {
   /// runs it is runtime/ProgramLoaders.h's to say.
   std::string device = std::string(kHostDevice);
   std::string deviceCode;
-  /// The program, complete: constants, argument defaults and code.
+  /// The program, complete: constants, argument defaults and code; null
+  /// when the artifact holds a program with host steps (`staged`).
   std::shared_ptr<Program> program;
+  /// A program with host steps (its parts complete, each with its code),
+  /// or null.
+  std::shared_ptr<StagedProgram> staged;
   /// The module section as it is (large tensors elided); see artifactModule.
   std::string moduleText;
   std::string memoryPlan;
@@ -88,6 +102,25 @@ struct CompiledArtifact {
 Expected<std::string> serializeArtifact(const Function& optimized, const Program& program, int optLevel,
                                         const std::string& memoryPlan, std::string_view device = kHostDevice,
                                         std::string_view deviceCode = {});
+
+/// The `.kc` bytes of `staged`, a function with host steps compiled from
+/// `source` (the function with its control flow, stored as the module) at
+/// `optLevel`, with `plans` (the parts' memory plans as text). Its programs
+/// hold their code (CPU: shared objects, for `machine`) or its deviceCode
+/// does (another device's).
+Expected<std::string> serializeStagedArtifact(const Function& source, const StagedProgram& staged, int optLevel,
+                                              const std::string& plans, std::string_view device,
+                                              const CpuMachine& machine, const std::string& codegenVersion);
+
+/// A `.kc` program's signature: its name, arguments (names, static types,
+/// defaults) and results' names and types, whether staged or not.
+struct ArtifactSignature {
+  std::string name;
+  std::vector<Program::Argument> arguments;
+  std::vector<std::string> resultNames;
+  std::vector<TensorType> resultTypes;
+};
+ArtifactSignature signatureOf(const CompiledArtifact& artifact);
 
 /// Reads `.kc` bytes; `filename` names the file in errors.
 Expected<CompiledArtifact> parseArtifact(std::string_view bytes, const std::string& filename);

@@ -18,11 +18,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "ir/Types.h"
+#include "runtime/DataDependent.h"
 #include "runtime/HostCheck.h"
 #include "runtime/Collectives.h"
 #include "runtime/LibraryCall.h"
@@ -131,6 +134,107 @@ std::string serializeProgram(const Program& program, size_t inlineBelow);
 /// left out is an empty Tensor for the caller to fill in. `what` names the
 /// bytes in errors. Call validate() once everything is filled in.
 Status parseProgram(std::string_view bytes, const std::string& what, Program& program);
+
+/// Where a value of a function run in stages is found during a run.
+struct StageValue {
+  enum class From : uint8_t { Argument, Prefix, Host, Suffix };
+  From from = From::Argument;
+  /// The argument, the prefix result, the host step, or the suffix result.
+  size_t index = 0;
+  /// The host step's result.
+  size_t result = 0;
+  bool operator==(const StageValue&) const = default;
+};
+
+/// One op run on the host between compiled parts: a data-dependent op
+/// (runtime/DataDependent.h) or an `if` or `loop` (runtime/ControlFlow.h)
+/// whose regions are sub-programs of their own.
+struct HostStep {
+  OpKind kind = OpKind::NonZero;
+  /// `nonzero`, `loop`: for errors and notices.
+  std::string name;
+  /// A data-dependent op's kind and attributes (its loc: `loc`).
+  DataDependentOp op;
+  std::vector<StageValue> operands;
+  /// `loop`: its `num_carried`.
+  int64_t numCarried = 0;
+  /// The op's declared result types (a loop's empty scan stacks take their
+  /// row shapes from them); dims may be dynamic.
+  std::vector<TensorType> resultTypes;
+  /// `if` (then, else) and `loop` (its body): the sub-program of each
+  /// region, an index whose meaning the holder gives (a part of a
+  /// StagedProgram; the compiler's region number); empty for a
+  /// data-dependent op.
+  std::vector<int> bodies;
+  Location loc;
+
+  bool isControlFlow() const { return kind == OpKind::If || kind == OpKind::Loop; }
+};
+
+/// A function split at its host ops (docs/codegen.md sections 6 and 7): a
+/// prefix compiled for the input shapes, the host steps, and a suffix of
+/// everything after them. `prefix` and `suffix` are sub-programs (-1: the
+/// part is absent), indices as HostStep::bodies.
+struct Stages {
+  /// The function's name, for errors.
+  std::string name;
+  /// Its arguments' types (dims may be dynamic: a run checks its inputs'
+  /// dtypes, ranks and static dims against them).
+  std::vector<TensorType> argumentTypes;
+  int prefix = -1;
+  std::vector<HostStep> host;
+  int suffix = -1;
+  /// The suffix's inputs, in order (never From::Suffix).
+  std::vector<StageValue> suffixInputs;
+  /// Where each of the function's results is.
+  std::vector<StageValue> results;
+  /// Checks every StageValue against the parts' sizes: `numResults(part)`
+  /// gives a sub-program's result count (prefix, suffix), `isPart(i)`
+  /// whether `i` names a sub-program at all.
+  Status validate(const std::function<bool(int)>& isPart, const std::function<size_t(int)>& numResults) const;
+};
+
+/// A compiled function with host steps (an `if`, a `loop`, a nonzero):
+/// sub-programs, each a Program (compiled code) or Stages of its own (a body
+/// with control flow nested in it), part 0 the function itself. Plain data,
+/// stored by a `.kc` (runtime/KcFile.h) and run by runtime/StageDriver.h.
+struct StagedProgram {
+  struct Part {
+    enum class Kind : uint8_t { Program, Stages };
+    Kind kind = Kind::Program;
+    /// Into `programs` or `stages`.
+    size_t index = 0;
+  };
+
+  /// The function's name, signature (argument names, static types,
+  /// defaults) and results' names and types, as a Program gives them.
+  std::string name;
+  std::vector<Program::Argument> arguments;
+  std::vector<std::string> resultNames;
+  std::vector<TensorType> resultTypes;
+  /// parts[0] is the function (Stages); a Stages part refers only to parts
+  /// after itself, so that a run never recurses without end.
+  std::vector<Part> parts;
+  std::vector<Stages> stages;
+  std::vector<Program> programs;
+  /// Per program, its code for a device other than the host's (CUDA's
+  /// serializeCudaCode); empty strings on the CPU, whose programs hold
+  /// their shared objects.
+  std::vector<std::string> deviceCode;
+
+  /// The number of arguments and results of part `part`.
+  size_t numArguments(size_t part) const;
+  size_t numResults(size_t part) const;
+  /// Every index in range (parts, stages, programs, stage values, host
+  /// step bodies, only to later parts), every program valid, so that a
+  /// file can never make the runtime read out of bounds.
+  Status validate() const;
+};
+
+/// The bytes of a staged program with every program and its code; and
+/// back. Call validate() after parsing.
+std::string serializeStagedProgram(const StagedProgram& program);
+Status parseStagedProgram(std::string_view bytes, const std::string& what, StagedProgram& program);
 
 /// The error of slot `slot`'s tensor that cannot be allocated (a result a
 /// run returns, a value copied back to the host), naming its value, the

@@ -20,7 +20,10 @@
 //
 // An executor can also start from a function already optimized (a `.kc`
 // file's module, recompiled for this machine) or from a compiled program
-// itself (a `.kc` file's program, nothing compiled).
+// itself (a `.kc` file's program, nothing compiled; a program with host
+// steps runs through the runtime's stage driver, runtime/StageDriver.h).
+// artifact() of a staged function compiles every part for the shapes known
+// at compile time into one StagedProgram (compileStagedProgram).
 #pragma once
 
 #include <map>
@@ -88,6 +91,10 @@ class CpuExecutor {
   /// and only the shapes it was compiled for run.
   static Expected<std::unique_ptr<CpuExecutor>> fromProgram(std::shared_ptr<const Program> program,
                                                             CpuOptions options = {});
+  /// An executor that runs `program`, a stored program with host steps (a
+  /// `.kc` file's): its parts loaded as CpuRunners, nothing compiled.
+  static Expected<std::unique_ptr<CpuExecutor>> fromStaged(std::shared_ptr<const StagedProgram> program,
+                                                           CpuOptions options = {});
   ~CpuExecutor();
 
   /// Compiles for the shapes of `inputs` (one per argument) unless already
@@ -162,6 +169,9 @@ class CpuExecutor {
   Status addCompiled(std::unique_ptr<CompiledFunction> compiled);
   /// The error of a query that needs one program for the whole function.
   Error notOneProgram() const;
+  /// artifact() of a function with host ops: every part compiled into one
+  /// StagedProgram (compileStagedProgram).
+  Expected<std::string> stagedArtifact(const std::vector<Tensor>& inputs, std::string* planText);
 
   std::unique_ptr<Module> module_;  // a private copy of the function; null for fromProgram
   CpuOptions options_;
@@ -174,6 +184,8 @@ class CpuExecutor {
   CompiledFunction* last_ = nullptr;  // the one the last call used
   /// With host ops: the stages and the executors of their parts.
   std::unique_ptr<StagedExecutors<CpuExecutor>> staged_;
+  /// A stored program with host steps (fromStaged), or null.
+  std::unique_ptr<LoadedProgram> stored_;
 };
 
 /// A copy of `source` whose arguments have `types` (static shapes) and

@@ -84,4 +84,10 @@ Status parseCudaCode(std::string_view bytes, const std::string& what, CudaProgra
 /// kCudaDevice); `filename` names it in errors.
 Expected<std::shared_ptr<CudaProgram>> cudaProgramOf(const CompiledArtifact& artifact, const std::string& filename);
 
+/// The CUDA program of each Program part of a staged `.kc` compiled for
+/// CUDA (its plan and StagedProgram::deviceCode), in the order of
+/// StagedProgram::programs.
+Expected<std::vector<std::shared_ptr<CudaProgram>>> cudaPartsOf(const StagedProgram& staged,
+                                                                const std::string& filename);
+
 }  // namespace kiln::cuda
