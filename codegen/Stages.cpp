@@ -115,6 +115,7 @@ Expected<std::optional<FunctionStages>> splitAtHostOps(const Function& f) {
       host.name = std::string(op->name());
       host.kind = op->kind();
       host.loc = op->loc();
+      for (const Value* r : op->results()) host.resultTypes.push_back(r->type());
     }
     for (Value* v : op->operands()) host.operands.push_back(locate(v));
     for (size_t r = 0; r < op->numResults(); ++r)

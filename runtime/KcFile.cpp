@@ -20,8 +20,8 @@ namespace kiln {
 namespace {
 
 enum class Section : uint32_t { Target = 1, Module = 2, Plan = 4, Weights = 6, Program = 7, Code = 8, Stages = 9 };
-constexpr Section kSectionOrder[] = {Section::Target, Section::Module,  Section::Program, Section::Plan,
-                                     Section::Code,   Section::Weights, Section::Stages};
+constexpr Section kSectionOrder[] = {Section::Target, Section::Module, Section::Program, Section::Plan,
+                                     Section::Code,   Section::Stages, Section::Weights};
 constexpr size_t kHashBytes = 32;
 
 std::string_view sectionName(Section s) {
@@ -197,8 +197,8 @@ Expected<std::string> serializeArtifact(const Function& optimized, const Program
   putSection(out, Section::Program, serializeProgram(program, kElideBytes));
   putSection(out, Section::Plan, memoryPlan);
   putSection(out, Section::Code, host ? std::string_view(program.sharedObject) : deviceCode);
-  putSection(out, Section::Weights, weights);
   putSection(out, Section::Stages, "");
+  putSection(out, Section::Weights, weights);
   // What was written must read back: the reader bounds dims, counts and
   // sizes, and a program over them (a result of 2^50 elements) is refused
   // now with the reader's words rather than written as a file that cannot
@@ -237,8 +237,8 @@ Expected<std::string> serializeStagedArtifact(const Function& source, const Stag
   putSection(out, Section::Program, "");
   putSection(out, Section::Plan, plans);
   putSection(out, Section::Code, "");
-  putSection(out, Section::Weights, weights);
   putSection(out, Section::Stages, serializeStagedProgram(staged));
+  putSection(out, Section::Weights, weights);
   // What was written must read back, as serializeArtifact checks.
   const std::string what = "the .kc of '" + source.name() + "'";
   auto check = readArtifact(out, what, true);

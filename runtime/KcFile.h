@@ -22,11 +22,6 @@
 //   code     the program's shared object (ELF); for another device, its
 //            code (CUDA's CUBINs and PTX, runtime/cuda/CudaProgram.h
 //            serializeCudaCode)
-//   weights  u32 count, then per tensor of 64 bytes or more: u8 place (0:
-//            the constant of that index, in the module's order of its
-//            top-level constant ops, 1: argument default), u64 index, the
-//            dtype's name (u8 length and bytes: "f32"), u32 rank, i64 dims,
-//            u64 size and the little-endian element bytes
 //   stages   empty, or a program with host steps (an `if`, a `loop`, a
 //            nonzero: Program.h StagedProgram, serializeStagedProgram):
 //            its stages and every part's program with its code (a shared
@@ -36,6 +31,11 @@
 //            the weights section counts none, and the module section
 //            holds the function with its control flow, not optimized
 //            (for the interpreter and `kiln run --recompile`).
+//   weights  u32 count, then per tensor of 64 bytes or more: u8 place (0:
+//            the constant of that index, in the module's order of its
+//            top-level constant ops, 1: argument default), u64 index, the
+//            dtype's name (u8 length and bytes: "f32"), u32 rank, i64 dims,
+//            u64 size and the little-endian element bytes
 //
 // The reader checks everything before using it: the magic, a format
 // version it knows (another one is refused, naming both), every section's

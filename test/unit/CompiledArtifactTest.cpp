@@ -172,12 +172,12 @@ TEST_F(CompiledArtifactTest, WrongMagicAndNewerVersion) {
   EXPECT_EQ(parseError(wrong), "m.kc: not a Kiln compiled artifact (.kc): it does not start with the magic 'KILNKC'");
   std::string newer = bytes_;
   newer[8] = static_cast<char>(kArtifactVersion + 1);
-  EXPECT_NE(parseError(newer).find("format version 5 is not readable by this Kiln, which reads .kc format version 4 "
+  EXPECT_NE(parseError(newer).find("format version 6 is not readable by this Kiln, which reads .kc format version 5 "
                                    "(the file was written by a newer Kiln"),
             std::string::npos);
   std::string older = bytes_;
   older[8] = 1;
-  EXPECT_NE(parseError(older).find("format version 1 is not readable by this Kiln, which reads .kc format version 4 "
+  EXPECT_NE(parseError(older).find("format version 1 is not readable by this Kiln, which reads .kc format version 5 "
                                    "(the file was written by an older Kiln; compile the model again)"),
             std::string::npos);
   EXPECT_NE(parseError(bytes_ + "x").find("1 unexpected bytes after the last section"), std::string::npos);
