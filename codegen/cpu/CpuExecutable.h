@@ -151,7 +151,8 @@ class CpuExecutor {
   /// The `.kc` file (runtime/KcFile.h) of the program compiled for
   /// `inputs`' shapes, at this executor's optimization level; `planText`,
   /// when given, receives its memory plan as `kiln compile
-  /// --print-memory-plan` prints it.
+  /// --print-memory-plan` prints it. A function with host ops gives a
+  /// program with host steps (stagedArtifact), `planText` its parts' plans.
   Expected<std::string> artifact(const std::vector<Tensor>& inputs, std::string* planText = nullptr);
 
   /// Notices since the last call (a damaged kernel cache entry, an unusable
