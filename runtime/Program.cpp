@@ -5,6 +5,7 @@
 // in its weights section).
 #include "runtime/Program.h"
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -817,6 +818,24 @@ Status StagedProgram::validate() const {
       return bad("the prefix of '" + node.name + "' takes another number of arguments than the function");
     if (node.suffix != -1 && numArguments(static_cast<size_t>(node.suffix)) != node.suffixInputs.size())
       return bad("the suffix of '" + node.name + "' takes another number of inputs than it is given");
+  }
+  // Runs recurse once per nested Stages part (a body's stages, a suffix
+  // split again): bounded, so that no file can exhaust the stack.
+  std::vector<size_t> depth(parts.size(), 0);
+  for (size_t i = parts.size(); i-- > 0;) {
+    if (parts[i].kind != Part::Kind::Stages) continue;
+    const Stages& node = stages[parts[i].index];
+    size_t deepest = 0;
+    auto sub = [&](int part) {
+      if (part != -1) deepest = std::max(deepest, depth[static_cast<size_t>(part)]);
+    };
+    sub(node.prefix);
+    sub(node.suffix);
+    for (const HostStep& step : node.host)
+      for (int b : step.bodies) sub(b);
+    depth[i] = deepest + 1;
+    if (depth[i] > kMaxStageDepth)
+      return bad("its stages nest more than " + std::to_string(kMaxStageDepth) + " deep");
   }
   const Stages& entry = stages[parts[0].index];
   if (entry.argumentTypes.size() != arguments.size() || entry.results.size() != resultTypes.size())

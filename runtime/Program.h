@@ -194,6 +194,11 @@ struct Stages {
   Status validate(const std::function<bool(int)>& isPart, const std::function<size_t(int)>& numResults) const;
 };
 
+/// How deep the Stages parts of a StagedProgram may nest (a body with
+/// control flow, a suffix split again at a later host op): a run recurses
+/// once per level.
+inline constexpr size_t kMaxStageDepth = 1024;
+
 /// A compiled function with host steps (an `if`, a `loop`, a nonzero):
 /// sub-programs, each a Program (compiled code) or Stages of its own (a body
 /// with control flow nested in it), part 0 the function itself. Plain data,
@@ -226,8 +231,9 @@ struct StagedProgram {
   size_t numArguments(size_t part) const;
   size_t numResults(size_t part) const;
   /// Every index in range (parts, stages, programs, stage values, host
-  /// step bodies, only to later parts), every program valid, so that a
-  /// file can never make the runtime read out of bounds.
+  /// step bodies, only to later parts), nesting at most kMaxStageDepth
+  /// deep, every program valid, so that a file can never make the runtime
+  /// read out of bounds or recurse without bound.
   Status validate() const;
 };
 

@@ -152,6 +152,36 @@ TEST(StagedProgramTest, SerializationRoundTripsAndValidateRefusesBadIndices) {
   }
 }
 
+/// Stages parts chained `n` deep, each the prefix of the one before.
+StagedProgram chainOf(size_t n) {
+  StagedProgram p;
+  p.name = "chain";
+  for (size_t i = 0; i < n; ++i) {
+    p.parts.push_back({StagedProgram::Part::Kind::Stages, i});
+    Stages s;
+    s.name = "chain" + std::to_string(i);
+    if (i + 1 < n) s.prefix = static_cast<int>(i + 1);
+    p.stages.push_back(std::move(s));
+  }
+  return p;
+}
+
+TEST(StagedProgramTest, StagesNestAtMostTheBoundDeep) {
+  EXPECT_TRUE(chainOf(kMaxStageDepth).validate().ok());
+  Status deep = chainOf(kMaxStageDepth + 1).validate();
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(deep.error().message().find("nest more than 1024 deep"), std::string::npos) << deep.error().str();
+  // The deepest chain allowed runs (each level returns nothing).
+  auto runner = StagedRunner::create(std::make_shared<StagedProgram>(chainOf(kMaxStageDepth)),
+                                     [](size_t) -> Expected<std::unique_ptr<LoadedProgram>> {
+                                       return Error("the chain has no programs");
+                                     });
+  ASSERT_TRUE(runner.ok()) << runner.error().str();
+  auto ran = (*runner)->run({});
+  ASSERT_TRUE(ran.ok()) << ran.error().str();
+  EXPECT_TRUE(ran->empty());
+}
+
 TEST(StagedProgramTest, AStoredPartGivenOtherShapesIsAClearError) {
   std::unique_ptr<Module> m;
   auto artifact = stagedArtifact(kAccumulate, accumulateInputs(3, true, 100), m);
