@@ -245,7 +245,7 @@ class PyModel {
           bool interpret)
       : path_(std::move(path)) {
     if (path_.ends_with(".kc")) {
-      if (device != "cpu") {
+      if (device != kHostDevice) {
         if (isCudaArtifact(path_)) raise(gModelError, cudaArtifactRefused(path_));
         raise(gDeviceError, "'" + path_ + "' was compiled for the CPU by kiln compile; load it with device=\"cpu\", "
                                 "or load the model file itself for " + device);
