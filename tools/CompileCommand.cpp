@@ -13,7 +13,7 @@
 #include <optional>
 #include <set>
 
-#include "codegen/Session.h"
+#include "driver/Session.h"
 #include "codegen/Backend.h"
 #include "codegen/cpu/CpuExecutable.h"
 #include "codegen/cuda/CudaBackend.h"

@@ -9,13 +9,13 @@
 #include "codegen/KernelCache.h"
 #include "codegen/cpu/CpuBackend.h"
 #include "codegen/cpu/CpuCompiler.h"
-#include "codegen/Session.h"
 #include "codegen/Stages.h"
 #include "codegen/llvm/CpuJit.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
 #include "passes/MemoryPlan.h"
 #include "passes/PassManager.h"
+#include "runtime/Interpreter.h"
 #include "runtime/KcFile.h"
 
 namespace kiln::codegen {
@@ -55,7 +55,7 @@ Expected<std::unique_ptr<Module>> specializeAndOptimize(const Function& source, 
   KILN_TRY(checkAliases(f, aliases));
   for (const ResultAlias& a : aliases) f.setResultAlias(a.result, static_cast<int>(a.argument));
   PassContext passContext;
-  passContext.evaluator = &Session::evaluator();
+  passContext.evaluator = &interpreterEvaluator();
   passContext.target = &backend.target();
   PassManagerOptions passOptions;
   passOptions.timePasses = report != nullptr;

@@ -5,7 +5,6 @@
 
 #include "codegen/cpu/CpuExecutable.h"
 #include "codegen/cuda/CudaBackend.h"
-#include "codegen/Session.h"
 #include "codegen/Stages.h"
 #include "codegen/cuda/CudaCompiler.h"
 #include "ir/Printer.h"

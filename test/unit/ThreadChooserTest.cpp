@@ -1,7 +1,7 @@
-// codegen/ThreadChooser: the trial picks the count with the faster steps,
+// driver/ThreadChooser: the trial picks the count with the faster steps,
 // later probes switch only on a clear gain, and one thread is never probed
 // against itself.
-#include "codegen/ThreadChooser.h"
+#include "driver/ThreadChooser.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The session of Session.h: device resolution, the evaluator, notices and
 // the JIT-or-interpreter rule, in one place for every command.
-#include "codegen/Session.h"
+#include "driver/Session.h"
 
 #include <charconv>
 #include <optional>
@@ -72,10 +72,7 @@ std::variant<std::unique_ptr<Session>, DeviceError> Session::create(SessionOptio
   return session;
 }
 
-const OpEvaluator& Session::evaluator() {
-  static const InterpreterEvaluator evaluator;
-  return evaluator;
-}
+const OpEvaluator& Session::evaluator() { return interpreterEvaluator(); }
 
 std::vector<std::string> Session::takeNotices() {
   std::lock_guard<std::mutex> lock(noticesMutex_);

@@ -1,4 +1,4 @@
-#include "codegen/ThreadChooser.h"
+#include "driver/ThreadChooser.h"
 
 #include <algorithm>
 #include <cstdio>
