@@ -14,6 +14,10 @@
 //
 // `--device cuda` never falls back to the CPU: without a usable GPU the
 // session is not created, and the error says why (runtime/cuda/CudaDevices.h).
+//
+// The session is the driver layer (driver/README.md), above the compiler and
+// the runtime: the executors it drives (codegen/cpu/CpuExecutable.h,
+// codegen/cuda/CudaExecutor.h) know nothing of it.
 #pragma once
 
 #include <memory>

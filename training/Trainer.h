@@ -272,7 +272,7 @@ class Trainer {
   bool stateReady_ = false;
   std::map<std::string, size_t> stateIndex_;
   std::map<int64_t, std::unique_ptr<Program>> programs_;
-  std::optional<codegen::ThreadChooser> chooser_;  // autoThreads, once a step runs on the JIT
+  std::optional<ThreadChooser> chooser_;  // autoThreads, once a step runs on the JIT
   /// The step that ran in place last: on CUDA it keeps the parameters and
   /// optimizer state on the device, and they come back to state_ (syncState)
   /// before anything else reads them — an evaluation, a checkpoint, the

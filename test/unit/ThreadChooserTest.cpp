@@ -7,7 +7,7 @@
 
 #include <vector>
 
-namespace kiln::codegen {
+namespace kiln {
 namespace {
 
 /// Runs `steps` steps whose time on one thread is `one` and on several
@@ -69,4 +69,4 @@ TEST(ThreadChooserTest, OneThreadNeverProbes) {
 }
 
 }  // namespace
-}  // namespace kiln::codegen
+}  // namespace kiln
