@@ -27,9 +27,8 @@ struct Counting {
   ShapeCache<Entry> cache;
   int compiles = 0;
   Entry* get(const std::vector<Tensor>& in) {
-    auto entry = cache.getOrCompile(in, [&]() -> Expected<std::unique_ptr<Entry>> {
-      return std::make_unique<Entry>(Entry{compiles++});
-    });
+    auto entry = cache.getOrCompile(
+        in, [&]() -> Expected<std::unique_ptr<Entry>> { return std::make_unique<Entry>(Entry{compiles++}); });
     EXPECT_TRUE(entry) << entry.error().message();
     return entry ? *entry : nullptr;
   }
