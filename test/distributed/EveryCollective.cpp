@@ -10,7 +10,7 @@
 #include <iostream>
 #include <vector>
 
-#include "codegen/Session.h"
+#include "driver/Session.h"
 #include "ir/Parser.h"
 #include "runtime/Collectives.h"
 #include "runtime/cuda/NcclCollectives.h"
