@@ -1,6 +1,6 @@
 // kiln._kiln: the extension module of the `kiln` Python package
 // (python/README.md). It holds what needs C++: models compiled and run
-// through a Session (codegen/Session.h) or loaded from a `.kc` file
+// through a Session (driver/Session.h) or loaded from a `.kc` file
 // (runtime/Kiln.h), the trainer (training/Trainer.h) fed batches from
 // Python, and the device report. The pure-Python package (python/kiln/)
 // adds torch interop, kiln.compile, the state_dict mapping and the API's
@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/Session.h"
+#include "driver/Session.h"
 #include "frontend/Model.h"
 #include "frontend/onnx/OnnxImporter.h"
 #include "ir/Verifier.h"
@@ -245,7 +245,7 @@ class PyModel {
           bool interpret)
       : path_(std::move(path)) {
     if (path_.ends_with(".kc")) {
-      if (device != "cpu") {
+      if (device != kHostDevice) {
         if (isCudaArtifact(path_)) raise(gModelError, cudaArtifactRefused(path_));
         raise(gDeviceError, "'" + path_ + "' was compiled for the CPU by kiln compile; load it with device=\"cpu\", "
                                 "or load the model file itself for " + device);

@@ -422,4 +422,9 @@ Expected<std::vector<DenseTensor>> InterpreterEvaluator::evaluate(const Op& op,
   return dense;
 }
 
+const OpEvaluator& interpreterEvaluator() {
+  static const InterpreterEvaluator evaluator;
+  return evaluator;
+}
+
 }  // namespace kiln

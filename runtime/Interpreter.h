@@ -34,4 +34,9 @@ class InterpreterEvaluator : public OpEvaluator {
       const Op& op, std::span<const DenseTensor* const> operands) const override;
 };
 
+/// The one InterpreterEvaluator that compiles fold constants with, so that
+/// folding and running never disagree: the executors' (codegen/) and the
+/// session's (driver/Session.h Session::evaluator).
+const OpEvaluator& interpreterEvaluator();
+
 }  // namespace kiln

@@ -13,7 +13,7 @@
 #include <optional>
 #include <set>
 
-#include "codegen/Session.h"
+#include "driver/Session.h"
 #include "codegen/Backend.h"
 #include "codegen/cpu/CpuExecutable.h"
 #include "codegen/cuda/CudaBackend.h"
@@ -251,22 +251,14 @@ int compile(const ParsedArgs& args) {
   if (emit && *emit != "ir" && *emit != "kernel" && *emit != "llvm" && *emit != "cuda" && *emit != "ptx" &&
       *emit != "cubin-size")
     return usageError(kName, "unknown --emit '" + *emit + "' (valid: ir, kernel, llvm, cuda, ptx, cubin-size)");
-  // --device: cpu, or cuda[:N] (no device is needed to compile for CUDA, so
-  // N is only checked for form); auto compiles for the CPU, since .kc
-  // files for CUDA do not exist yet.
-  std::string device = args.has("--device") ? *args.get("--device") : "cpu";
-  if (device == "auto") {
-    std::string notice;
-    auto resolved = resolveDevice("auto", &notice);
-    device = std::get_if<DeviceChoice>(&resolved) && std::get<DeviceChoice>(resolved).kind == DeviceChoice::Kind::Cuda
-                 ? "cuda"
-                 : "cpu";
-    std::cerr << "kiln compile: --device auto chose " << device << "\n";
-  }
-  const bool cuda = device == "cuda" || (device.rfind("cuda:", 0) == 0 && device.size() > 5 &&
-                                         device.find_first_not_of("0123456789", 5) == std::string::npos);
-  if (!cuda && device != "cpu")
-    return usageError(kName, "unknown device '" + device + "' (valid devices: cpu, cuda, cuda:N, auto)");
+  // --device: cpu, cuda[:N] (no device is needed to compile for CUDA, so N
+  // is only checked for form) or auto (driver/Device.h).
+  std::string notice;
+  auto resolved = resolveCompileDevice(args.has("--device") ? *args.get("--device") : "cpu", &notice);
+  if (auto* problem = std::get_if<DeviceError>(&resolved)) return usageError(kName, problem->error.message());
+  if (!notice.empty()) std::cerr << "kiln compile: " << notice << "\n";
+  const CompileDevice device = std::get<CompileDevice>(resolved);
+  const bool cuda = device.kind == DeviceChoice::Kind::Cuda;
   const bool cudaEmit = emit && (*emit == "cuda" || *emit == "ptx" || *emit == "cubin-size");
   if (cudaEmit && !cuda) return usageError(kName, "--emit=" + *emit + " needs --device cuda");
   if (cuda && emit && *emit == "llvm") return usageError(kName, "--emit=llvm is for --device cpu");
@@ -276,7 +268,7 @@ int compile(const ParsedArgs& args) {
   // the oldest; without it, for the device found (see below).
   std::vector<int> cudaArchs, specificArchs;
   int ptxArch = 90;
-  const cuda::CudaDeviceInfo* cudaDevice = nullptr;
+  std::optional<cuda::CudaDeviceInfo> cudaDevice;
   if (const std::string* arch = args.get("--cuda-arch")) {
     for (size_t begin = 0; begin <= arch->size();) {
       const size_t comma = std::min(arch->find(',', begin), arch->size());
@@ -291,32 +283,16 @@ int compile(const ParsedArgs& args) {
   } else if (cuda) {
     // Without --cuda-arch: the architecture of the device named (cuda:N) or
     // of the first usable one, when the driver shows any; else sm_90.
-    std::optional<int> index;
-    if (device.size() > 5) {
-      auto n = parseInteger(device.substr(5), "the N of --device cuda:N", 0, 1 << 20);
-      if (!n) return usageError(kName, n.error().message());
-      index = static_cast<int>(*n);
-    }
-    const cuda::CudaReport probe = cuda::probeCuda(cuda::LibrarySearchOptions::fromEnvironment(), index);
-    const cuda::CudaDeviceInfo* chosen = nullptr;
-    if (index && *index >= static_cast<int>(probe.devices.size()) && !probe.devices.empty()) {
-      reportError(kName, Error("--device " + device + ": there is no CUDA device " + std::to_string(*index) +
-                               ": this machine has " + std::to_string(probe.devices.size()) +
-                               " (give --cuda-arch to compile for an architecture without its device)"));
+    auto archDevice = compileArchDevice(device, cuda::LibrarySearchOptions::fromEnvironment());
+    if (!archDevice) {
+      reportError(kName, archDevice.error());
       return kExitError;
     }
-    for (const cuda::CudaDeviceInfo& d : probe.devices)
-      if (index ? d.index == *index : (d.usable() || !chosen)) {
-        chosen = &d;
-        if (index || d.usable()) break;
-      }
-    static cuda::CudaDeviceInfo found;
-    if (chosen) {
-      found = *chosen;
-      cudaDevice = &found;
-      cudaArch = chosen->computeMajor * 10 + chosen->computeMinor;
+    cudaDevice = std::move(*archDevice);
+    if (cudaDevice) {
+      cudaArch = cudaDevice->computeMajor * 10 + cudaDevice->computeMinor;
       std::cerr << "kiln compile: note: --cuda-arch defaults to sm_" << cudaArch << ", the architecture of cuda:"
-                << chosen->index << " (" << chosen->name << ")\n";
+                << cudaDevice->index << " (" << cudaDevice->name << ")\n";
     }
   }
   if (output && output->empty()) return usageError(kName, "-o needs a file name");

@@ -1,6 +1,6 @@
 // `--device cpu|cuda|cuda:N|auto`, shared by the `kiln` commands that run
 // code on a device: the exit statuses and messages of resolveDevice
-// (codegen/Session.h). `cuda` and `cuda:N` never fall back to the CPU:
+// (driver/Device.h). `cuda` and `cuda:N` never fall back to the CPU:
 // without a usable device the command fails with the reason runtime/cuda/
 // CudaDevices.h gives (the same one `kiln devices` prints). `auto` picks
 // CUDA when it is usable, else the CPU, and says which on stderr.
@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "codegen/Session.h"
+#include "driver/Device.h"
 
 namespace kiln::cli {
 

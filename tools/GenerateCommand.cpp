@@ -29,7 +29,7 @@
 #include <random>
 #include <utility>
 
-#include "codegen/Session.h"
+#include "driver/Session.h"
 #include "frontend/Model.h"
 #include "frontend/onnx/OnnxImporter.h"
 #include "ir/Verifier.h"

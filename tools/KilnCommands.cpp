@@ -1,5 +1,5 @@
 // What the `kiln` subcommands share: how errors are printed, JSON strings.
-#include "codegen/Session.h"
+#include "driver/Session.h"
 #include "tools/KilnCommands.h"
 
 #include <algorithm>

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "codegen/Backend.h"
-#include "codegen/Session.h"
+#include "driver/Session.h"
 #include "frontend/Model.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"

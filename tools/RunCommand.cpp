@@ -20,7 +20,7 @@
 
 #include "codegen/cpu/CpuCompiler.h"
 #include "codegen/cpu/CpuExecutable.h"
-#include "codegen/Session.h"
+#include "driver/Session.h"
 #include "codegen/llvm/CpuJit.h"
 #include "frontend/Model.h"
 #include "ir/Verifier.h"

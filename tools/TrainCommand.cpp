@@ -23,7 +23,7 @@
 #include <csignal>
 #include <cstring>
 
-#include "codegen/Session.h"
+#include "driver/Session.h"
 #include "runtime/Collectives.h"
 #include "runtime/cuda/CudaDevices.h"
 #include "runtime/cuda/NcclCollectives.h"

@@ -5,7 +5,7 @@
 // (training/TrainableModel.h loadTrainableModel), builds the one-function
 // training step (training/Step.h makeTrainingStep: cross-entropy loss, then
 // SGD with momentum or AdamW), binds its arguments (bindStepInputs),
-// compiles it through a Session (codegen/Session.h; -O3 by default, no
+// compiles it through a Session (driver/Session.h; -O3 by default, no
 // interpreter fallback) and runs warm-up steps and timed steps the way
 // `kiln train` runs them: parameters and optimizer state are donated
 // arguments (trainingStepAliases), which each step updates in place
@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "codegen/cpu/CpuExecutable.h"
-#include "codegen/Session.h"
+#include "driver/Session.h"
 #include "frontend/Model.h"
 #include "ir/Json.h"
 #include "ir/Builder.h"

@@ -364,7 +364,7 @@ Expected<std::vector<Tensor>> Trainer::runStep(Batch batch, Clock::duration& com
     program.compiledStep = std::move(*compiled);
   }
   // With autoThreads, the step's thread count follows what the steps of the
-  // full batch size measure (codegen/ThreadChooser.h): all cores, or one on
+  // full batch size measure (driver/ThreadChooser.h): all cores, or one on
   // a machine other programs keep busy. Not the default: oneDNN may sum in
   // another order on another thread count, so results could differ in the
   // last bits from a run that chose otherwise.

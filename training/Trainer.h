@@ -4,7 +4,7 @@
 // loss, backward and optimizer update as graph ops), built for each batch
 // size the run meets (the batch size, and the size of an epoch's last,
 // partial batch unless dropLast drops it) and compiled through a
-// Session (codegen/Session.h), which runs it on the JIT (or, for ops the JIT cannot
+// Session (driver/Session.h), which runs it on the JIT (or, for ops the JIT cannot
 // lower yet, on the interpreter, with a notice). Each step updates the
 // parameters and optimizer state in place (donated arguments,
 // CompiledModel::runInPlace) for the next.
@@ -52,8 +52,8 @@
 #include <string>
 #include <vector>
 
-#include "codegen/Session.h"
-#include "codegen/ThreadChooser.h"
+#include "driver/Session.h"
+#include "driver/ThreadChooser.h"
 #include "passes/TrainingStep.h"
 #include "training/Checkpoint.h"
 #include "training/Data.h"
@@ -97,7 +97,7 @@ struct TrainOptions {
   /// loss to name ("--check-numerics"; "check_numerics=True" in Python).
   std::string checkNumericsName = "--check-numerics";
   /// Choose between all cores and one by timing the steps
-  /// (codegen/ThreadChooser.h).
+  /// (driver/ThreadChooser.h).
   bool autoThreads = false;
   /// Class losses: the classes are the output's last dim, not dim 1.
   bool classesLast = false;
@@ -272,7 +272,7 @@ class Trainer {
   bool stateReady_ = false;
   std::map<std::string, size_t> stateIndex_;
   std::map<int64_t, std::unique_ptr<Program>> programs_;
-  std::optional<codegen::ThreadChooser> chooser_;  // autoThreads, once a step runs on the JIT
+  std::optional<ThreadChooser> chooser_;  // autoThreads, once a step runs on the JIT
   /// The step that ran in place last: on CUDA it keeps the parameters and
   /// optimizer state on the device, and they come back to state_ (syncState)
   /// before anything else reads them — an evaluation, a checkpoint, the

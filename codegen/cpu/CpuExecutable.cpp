@@ -9,13 +9,13 @@
 #include "codegen/KernelCache.h"
 #include "codegen/cpu/CpuBackend.h"
 #include "codegen/cpu/CpuCompiler.h"
-#include "codegen/Session.h"
 #include "codegen/Stages.h"
 #include "codegen/llvm/CpuJit.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
 #include "passes/MemoryPlan.h"
 #include "passes/PassManager.h"
+#include "runtime/Interpreter.h"
 #include "runtime/KcFile.h"
 
 namespace kiln::codegen {
@@ -28,8 +28,6 @@ struct CompiledFunction {
   std::optional<MemoryPlan> plan;
   std::shared_ptr<const Program> program;
   std::unique_ptr<CpuRunner> runner;
-  /// The input shapes it was compiled for (its key in the executor's cache).
-  std::vector<std::vector<int64_t>> shapes;
 };
 
 std::unique_ptr<Module> cloneFunction(const Function& f) {
@@ -55,7 +53,7 @@ Expected<std::unique_ptr<Module>> specializeAndOptimize(const Function& source, 
   KILN_TRY(checkAliases(f, aliases));
   for (const ResultAlias& a : aliases) f.setResultAlias(a.result, static_cast<int>(a.argument));
   PassContext passContext;
-  passContext.evaluator = &Session::evaluator();
+  passContext.evaluator = &interpreterEvaluator();
   passContext.target = &backend.target();
   PassManagerOptions passOptions;
   passOptions.timePasses = report != nullptr;
@@ -71,16 +69,6 @@ Expected<std::unique_ptr<Module>> specializeAndOptimize(const Function& source, 
   }
   return module;
 }
-
-namespace {
-
-std::vector<std::vector<int64_t>> shapesOf(const std::vector<TensorType>& types) {
-  std::vector<std::vector<int64_t>> shapes;
-  for (const TensorType& t : types) shapes.push_back(staticDims(t.shape));
-  return shapes;
-}
-
-}  // namespace
 
 Expected<std::vector<kir::Kernel>> lowerToKernels(const Function& f, const std::vector<TensorType>& types,
                                                   const Backend& backend, int optLevel,
@@ -128,11 +116,10 @@ Error CpuExecutor::notOneProgram() const {
 }
 
 Status CpuExecutor::addCompiled(std::unique_ptr<CompiledFunction> compiled) {
-  std::vector<TensorType> types;
-  for (const Program::Argument& a : compiled->program->arguments) types.push_back(a.type);
-  compiled->shapes = shapesOf(types);
-  auto shapes = compiled->shapes;
-  cache_.emplace(std::move(shapes), std::move(compiled));
+  // Cached under the static shapes of the program's arguments.
+  ShapeCache<CompiledFunction>::Shapes shapes;
+  for (const Program::Argument& a : compiled->program->arguments) shapes.push_back(staticDims(a.type.shape));
+  cache_.add(std::move(shapes), std::move(compiled));
   return {};
 }
 
@@ -189,35 +176,22 @@ Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::fromStaged(std::shared_ptr<c
   return executor;
 }
 
-CompiledFunction* CpuExecutor::find(const std::vector<Tensor>& inputs) {
-  // Runs mostly repeat the shapes of the run before: compared in place,
-  // without building a key.
-  if (last_ && last_->shapes.size() == inputs.size()) {
-    bool same = true;
-    for (size_t i = 0; i < inputs.size() && same; ++i) same = inputs[i].shape() == last_->shapes[i];
-    if (same) return last_;
-  }
-  std::vector<std::vector<int64_t>> shapes;
-  for (const Tensor& t : inputs) shapes.push_back(t.shape());
-  if (auto it = cache_.find(shapes); it != cache_.end()) return last_ = it->second.get();
-  return nullptr;
-}
-
 bool CpuExecutor::isCompiled(const std::vector<Tensor>& inputs) {
   if (stored_) return true;
   // With stages, the suffix's shapes depend on values: never all compiled
   // before a run.
   if (staged_) return false;
-  return find(inputs) != nullptr;
+  return cache_.find(inputs) != nullptr;
 }
 
 Expected<CompiledFunction*> CpuExecutor::compiled(const std::vector<Tensor>& inputs) {
-  if (CompiledFunction* found = find(inputs)) return found;
-  std::vector<std::vector<int64_t>> shapes;
-  for (const Tensor& t : inputs) shapes.push_back(t.shape());
+  return cache_.getOrCompile(inputs, [&] { return compile(inputs); });
+}
+
+Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::compile(const std::vector<Tensor>& inputs) {
   if (!module_) {
     // A stored program runs only the shapes it was compiled for.
-    const Program& p = *cache_.begin()->second->program;
+    const Program& p = *cache_.entries().begin()->second->program;
     if (inputs.size() != p.arguments.size())
       return Error("'" + p.name + "' takes " + std::to_string(p.arguments.size()) + " inputs, got " +
                    std::to_string(inputs.size()));
@@ -237,12 +211,7 @@ Expected<CompiledFunction*> CpuExecutor::compiled(const std::vector<Tensor>& inp
   auto module =
       specializeAndOptimize(source, types, options_.aliases, cpuBackend(), options_.optLevel, options_.report);
   if (!module) return module.takeError();
-  auto compiled = finish(std::move(*module));
-  if (!compiled) return compiled.takeError();
-  CompiledFunction* result = compiled->get();
-  result->shapes = shapes;
-  cache_.emplace(std::move(shapes), std::move(*compiled));
-  return last_ = result;
+  return finish(std::move(*module));
 }
 
 Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<Module> optimized) {

@@ -6,7 +6,7 @@
 // then compiles the result into a program (codegen/cpu/CpuCompiler.h: kernels
 // through LLVM, linked by lld) that a CpuRunner executes
 // (runtime/CpuRunner.h). A new set of input shapes compiles again; each
-// compiled set is cached. It runs one call at a time (one arena per set).
+// compiled set is cached (runtime/ShapeCache.h). It runs one call at a time (one arena per set).
 //
 // A function with ops whose result sizes depend on values (nonzero, unique,
 // non_max_suppression) or with control flow (`if`, `loop`) runs in stages
@@ -26,7 +26,6 @@
 // at compile time into one StagedProgram (compileStagedProgram).
 #pragma once
 
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +35,7 @@
 #include "passes/MemoryPlan.h"
 #include "runtime/Program.h"
 #include "runtime/CpuRunner.h"
+#include "runtime/ShapeCache.h"
 #include "runtime/Tensor.h"
 
 namespace kiln::codegen {
@@ -161,9 +161,11 @@ class CpuExecutor {
 
  private:
   CpuExecutor(std::unique_ptr<Module> module, CpuOptions options);
+  /// The compiled function of `inputs`' shapes, compiled on a miss.
   Expected<CompiledFunction*> compiled(const std::vector<Tensor>& inputs);
-  /// The compiled function of `inputs`' shapes, or null.
-  CompiledFunction* find(const std::vector<Tensor>& inputs);
+  /// Compiles for `inputs`' shapes (a stored program: the error saying why
+  /// they do not match it).
+  Expected<std::unique_ptr<CompiledFunction>> compile(const std::vector<Tensor>& inputs);
   /// Compiles `optimized` (through the pipeline already) into a program
   /// and its runner.
   Expected<std::unique_ptr<CompiledFunction>> finish(std::unique_ptr<Module> optimized);
@@ -179,10 +181,9 @@ class CpuExecutor {
   int threads_;  // OpenMP threads of parallel loops and oneDNN
   std::unique_ptr<CpuJit> jit_;
   std::unique_ptr<KernelCache> kernelCache_;
-  std::map<std::vector<std::vector<int64_t>>, std::unique_ptr<CompiledFunction>> cache_;
+  ShapeCache<CompiledFunction> cache_;  // a program per set of input shapes
   std::vector<std::string> unsupported_;
   int compiledCount_ = 0;
-  CompiledFunction* last_ = nullptr;  // the one the last call used
   /// With host ops: the stages and the executors of their parts.
   std::unique_ptr<StagedExecutors<CpuExecutor>> staged_;
   /// A stored program with host steps (fromStaged), or null.

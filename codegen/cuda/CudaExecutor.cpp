@@ -5,7 +5,6 @@
 
 #include "codegen/cpu/CpuExecutable.h"
 #include "codegen/cuda/CudaBackend.h"
-#include "codegen/Session.h"
 #include "codegen/Stages.h"
 #include "codegen/cuda/CudaCompiler.h"
 #include "ir/Printer.h"
@@ -20,16 +19,6 @@ struct CudaExecutor::Compiled {
   std::shared_ptr<const cuda::CudaProgram> program;
   std::unique_ptr<cuda::CudaRunner> runner;
 };
-
-namespace {
-
-std::vector<std::vector<int64_t>> shapesOf(const std::vector<Tensor>& inputs) {
-  std::vector<std::vector<int64_t>> shapes;
-  for (const Tensor& t : inputs) shapes.push_back(t.shape());
-  return shapes;
-}
-
-}  // namespace
 
 CudaExecutor::CudaExecutor() = default;
 CudaExecutor::~CudaExecutor() = default;
@@ -61,10 +50,10 @@ Expected<std::unique_ptr<CudaExecutor>> CudaExecutor::fromProgram(std::shared_pt
   auto runner = cuda::CudaRunner::create(program, e->context_, e->options_.run);
   if (!runner) return runner.takeError();
   compiled->runner = std::move(*runner);
-  std::vector<std::vector<int64_t>> shapes;
+  ShapeCache<Compiled>::Shapes shapes;
   for (const Program::Argument& a : program->plan.arguments) shapes.push_back(staticDims(a.type.shape));
   compiled->program = std::move(program);
-  e->cache_.emplace(std::move(shapes), std::move(compiled));
+  e->cache_.add(std::move(shapes), std::move(compiled));
   return e;
 }
 
@@ -107,12 +96,13 @@ Expected<std::string> stagedCudaArtifact(const Function& f, const std::vector<Te
 }
 
 Expected<CudaExecutor::Compiled*> CudaExecutor::compiled(const std::vector<Tensor>& inputs) {
-  const auto shapes = shapesOf(inputs);
-  if (last_ && cache_.count(shapes) && cache_.at(shapes).get() == last_) return last_;
-  if (auto it = cache_.find(shapes); it != cache_.end()) return last_ = it->second.get();
+  return cache_.getOrCompile(inputs, [&] { return compile(inputs); });
+}
+
+Expected<std::unique_ptr<CudaExecutor::Compiled>> CudaExecutor::compile(const std::vector<Tensor>& inputs) {
   if (!module_) {
     std::string compiledFor;
-    for (const auto& [s, c] : cache_)
+    for (const auto& [s, c] : cache_.entries())
       for (const Program::Argument& a : c->program->plan.arguments) compiledFor += (compiledFor.empty() ? "" : ", ") + a.type.str();
     return Error("the stored CUDA program was compiled for inputs " + compiledFor +
                  "; compile the model again for other shapes");
@@ -144,9 +134,7 @@ Expected<CudaExecutor::Compiled*> CudaExecutor::compiled(const std::vector<Tenso
   auto runner = cuda::CudaRunner::create(c->program, context_, options_.run);
   if (!runner) return runner.takeError();
   c->runner = std::move(*runner);
-  last_ = c.get();
-  cache_.emplace(shapes, std::move(c));
-  return last_;
+  return c;
 }
 
 Status CudaExecutor::prepare(const std::vector<Tensor>& inputs) {
@@ -174,7 +162,7 @@ Expected<std::vector<Tensor>> CudaExecutor::runInPlace(std::vector<Tensor>& inpu
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   // Values kept on the device by the runner of other shapes come home first.
-  for (auto& [shapes, other] : cache_)
+  for (const auto& [shapes, other] : cache_.entries())
     if (other.get() != *c) KILN_TRY(other->runner->syncDonated());
   // Staged only for a run of the same program.
   bool sameShapes = next && next->size() == inputs.size();
@@ -184,7 +172,7 @@ Expected<std::vector<Tensor>> CudaExecutor::runInPlace(std::vector<Tensor>& inpu
 }
 
 Status CudaExecutor::syncDonated() {
-  for (auto& [shapes, c] : cache_) KILN_TRY(c->runner->syncDonated());
+  for (const auto& [shapes, c] : cache_.entries()) KILN_TRY(c->runner->syncDonated());
   return Status::success();
 }
 
@@ -236,6 +224,8 @@ Expected<std::string> CudaExecutor::artifact(const std::vector<Tensor>& inputs) 
                            cuda::serializeCudaCode(program));
 }
 
-const cuda::CudaRunner* CudaExecutor::lastRunner() const { return last_ ? last_->runner.get() : nullptr; }
+const cuda::CudaRunner* CudaExecutor::lastRunner() const {
+  return cache_.last() ? cache_.last()->runner.get() : nullptr;
+}
 
 }  // namespace kiln::codegen

@@ -2,7 +2,7 @@
 // Function for the shapes of its inputs — the CUDA target's pipeline
 // (codegen/cpu/CpuExecutable.h specializeAndOptimize), then compileCudaProgram
 // (NVRTC) — and runs the program on a CudaRunner of its device. Each set of
-// input shapes compiles once. It can also run a stored program (a `.kc`
+// input shapes compiles once (runtime/ShapeCache.h). It can also run a stored program (a `.kc`
 // file compiled for CUDA) without compiling anything.
 //
 // A function with ops whose result sizes depend on values or with control
@@ -14,7 +14,6 @@
 // between the host and the device at each stage (docs/cuda.md).
 #pragma once
 
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +21,7 @@
 #include "codegen/cuda/CudaBackend.h"
 #include "ir/IR.h"
 #include "passes/MemoryPlan.h"
+#include "runtime/ShapeCache.h"
 #include "runtime/Tensor.h"
 #include "runtime/cuda/CudaContext.h"
 #include "runtime/cuda/CudaProgram.h"
@@ -85,21 +85,23 @@ class CudaExecutor {
   /// function with host ops, every part compiled into one StagedProgram
   /// (stagedCudaArtifact). A stored program (fromProgram) is an error.
   Expected<std::string> artifact(const std::vector<Tensor>& inputs);
-  /// The runner of the last run (its image, graph replays), or null.
+  /// The runner of the shapes last run (its image, graph replays); before
+  /// any run, a stored program's; else null.
   const cuda::CudaRunner* lastRunner() const;
   cuda::CudaContext& context() const { return *context_; }
 
  private:
   struct Compiled;
   CudaExecutor();
+  /// The compilation of `inputs`' shapes, compiled on a miss.
   Expected<Compiled*> compiled(const std::vector<Tensor>& inputs);
+  Expected<std::unique_ptr<Compiled>> compile(const std::vector<Tensor>& inputs);
 
   std::unique_ptr<Module> module_;
   std::shared_ptr<cuda::CudaContext> context_;
   CudaOptions options_;
-  std::map<std::vector<std::vector<int64_t>>, std::unique_ptr<Compiled>> cache_;
+  ShapeCache<Compiled> cache_;  // a program and its runner per set of input shapes
   std::vector<std::string> unsupported_;
-  Compiled* last_ = nullptr;
   /// With host ops: the stages and the executors of their parts.
   std::unique_ptr<StagedExecutors<CudaExecutor>> staged_;
   /// A stored program with host steps (fromStaged), or null.

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/Session.h"
+#include "driver/Session.h"
 #include "fuzz/difffuzz/Case.h"
 
 namespace kiln::difffuzz {

@@ -278,7 +278,7 @@ Expected<std::string> writeReproducer(const Case& c, const std::string& dir, con
     inputs += " --input x" + std::to_string(i) + "=" + shellQuote(path);
   }
   return self + " --replay " + shellQuote(dir) + " --backends " + backend + "\n    (or compare: kiln run " +
-         shellQuote(dir + "/case.kir") + inputs + (backend == "cuda" ? " --device cuda" : "") + "  vs  --interpret)";
+         shellQuote(dir + "/case.kir") + inputs + " --device " + backend + "  vs  --interpret)";
 }
 
 Expected<Case> readReproducer(const std::string& dir) {
@@ -463,7 +463,7 @@ int main(int argc, char** argv) {
       Backend& b = (*backends)[bi];
       // The emulated GPU (NVRTC and PTX emulation) is slow: it gets a share
       // of the time, not every case.
-      if (b.name == "cuda" && backends->size() > 1 && b.cases > 0 && b.seconds > o.cudaShare * since(start)) continue;
+      if (b.session->device().kind == DeviceChoice::Kind::Cuda && backends->size() > 1 && b.cases > 0 && b.seconds > o.cudaShare * since(start)) continue;
       Verdict v = check(c, *ref, b);
       if (v.outcome == Outcome::Skipped) {
         ++skipped[bi];

@@ -10,7 +10,7 @@
 #include <iostream>
 #include <vector>
 
-#include "codegen/Session.h"
+#include "driver/Session.h"
 #include "ir/Parser.h"
 #include "runtime/Collectives.h"
 #include "runtime/cuda/NcclCollectives.h"
@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
   if (auto* e = std::get_if<DeviceError>(&created)) return failWith(rank, e->error.message());
   auto session = std::move(std::get<std::unique_ptr<Session>>(created));
   std::shared_ptr<cuda::NcclCommunicator> nccl;
-  if (device == "cuda") {
+  const bool onCuda = session->device().kind == DeviceChoice::Kind::Cuda;
+  if (onCuda) {
     auto context = session->cudaContext();
     if (!context) return failWith(rank, context.error().message());
     auto joined = cuda::NcclCommunicator::create(communicator(), **context);
@@ -94,7 +95,7 @@ int main(int argc, char** argv) {
   nccl.reset();
   if (status == 0 && rank == 0)
     std::cout << "ok: every collective on " << device << " over "
-              << (device == "cuda" ? std::string("NCCL") : (*mpi)->name()) << "\n";
+              << (onCuda ? std::string("NCCL") : (*mpi)->name()) << "\n";
   setProcessCommunicator(nullptr);
   return status;
 }

@@ -9,7 +9,7 @@
 #include <filesystem>
 
 #include "codegen/Backend.h"
-#include "codegen/Session.h"
+#include "driver/Session.h"
 #include "codegen/cpu/CpuBackend.h"
 #include "codegen/cuda/CudaBackend.h"
 #include "runtime/Interpreter.h"

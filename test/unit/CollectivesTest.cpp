@@ -13,7 +13,7 @@
 #include <random>
 #include <thread>
 
-#include "codegen/Session.h"
+#include "driver/Session.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"

@@ -1,13 +1,13 @@
-// codegen/ThreadChooser: the trial picks the count with the faster steps,
+// driver/ThreadChooser: the trial picks the count with the faster steps,
 // later probes switch only on a clear gain, and one thread is never probed
 // against itself.
-#include "codegen/ThreadChooser.h"
+#include "driver/ThreadChooser.h"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-namespace kiln::codegen {
+namespace kiln {
 namespace {
 
 /// Runs `steps` steps whose time on one thread is `one` and on several
@@ -69,4 +69,4 @@ TEST(ThreadChooserTest, OneThreadNeverProbes) {
 }
 
 }  // namespace
-}  // namespace kiln::codegen
+}  // namespace kiln

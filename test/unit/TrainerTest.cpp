@@ -15,7 +15,7 @@
 #include <fstream>
 #include <random>
 
-#include "codegen/Session.h"
+#include "driver/Session.h"
 #include "runtime/Npz.h"
 #include "test/unit/TestSupport.h"
 #include "training/Checkpoint.h"

@@ -1,9 +1,10 @@
-#include "codegen/ThreadChooser.h"
+// The thread policy of ThreadChooser.h.
+#include "driver/ThreadChooser.h"
 
 #include <algorithm>
 #include <cstdio>
 
-namespace kiln::codegen {
+namespace kiln {
 
 ThreadChooser::ThreadChooser(int many) : many_(std::max(1, many)), current_(std::max(1, many)) {}
 
@@ -50,4 +51,4 @@ std::optional<std::string> ThreadChooser::record(double seconds) {
   return note;
 }
 
-}  // namespace kiln::codegen
+}  // namespace kiln

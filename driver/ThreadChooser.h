@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-namespace kiln::codegen {
+namespace kiln {
 
 class ThreadChooser {
  public:
@@ -67,4 +67,4 @@ class ThreadChooser {
   std::vector<double> probe_;     // the other count's times in this probe
 };
 
-}  // namespace kiln::codegen
+}  // namespace kiln

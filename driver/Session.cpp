@@ -1,67 +1,13 @@
-// The session of Session.h: device resolution, the evaluator, notices and
-// the JIT-or-interpreter rule, in one place for every command.
-#include "codegen/Session.h"
+// The session of Session.h: the evaluator, notices and the
+// JIT-or-interpreter rule, in one place for every command (its device comes
+// from Device.h).
+#include "driver/Session.h"
 
-#include <charconv>
 #include <optional>
 
 #include "runtime/Interpreter.h"
 
 namespace kiln {
-
-std::string DeviceChoice::str() const {
-  if (kind == Kind::Cpu) return "cpu";
-  return "cuda:" + std::to_string(cuda.index) + " (" + cuda.name + ")";
-}
-
-namespace {
-
-/// The N of `cuda:N`, or nullopt when `digits` is not a whole number from 0
-/// to kMaxDeviceIndex.
-constexpr int kMaxDeviceIndex = 1 << 20;
-std::optional<int> parseDeviceIndex(std::string_view digits) {
-  int value = 0;
-  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || value < 0 ||
-      value > kMaxDeviceIndex)
-    return std::nullopt;
-  return value;
-}
-
-}  // namespace
-
-std::variant<DeviceChoice, DeviceError> resolveDevice(const std::string& spec, std::string* notice) {
-  cuda::LibrarySearchOptions options = cuda::LibrarySearchOptions::fromEnvironment();
-  if (spec == "cpu") return DeviceChoice{};
-  if (spec == "auto") {
-    cuda::CudaReport report = cuda::probeCuda(options);
-    if (!report.usable()) {
-      // One line; the missing driver's full search is for `kiln devices`.
-      std::string reason = report.problem == cuda::CudaProblem::NoDriver
-                               ? "no NVIDIA driver: libcuda.so.1 could not be loaded"
-                               : report.message;
-      if (!reason.empty() && reason.back() == '.') reason.pop_back();
-      if (notice) *notice = "--device auto chose cpu (CUDA is not usable: " + reason + "; `kiln devices` tells more)";
-      return DeviceChoice{};
-    }
-    DeviceChoice choice{DeviceChoice::Kind::Cuda, report.devices[static_cast<size_t>(report.usableDevices().front())]};
-    if (notice) *notice = "--device auto chose " + choice.str();
-    return choice;
-  }
-  if (spec == "cuda" || spec.rfind("cuda:", 0) == 0) {
-    std::optional<int> index;
-    if (spec != "cuda") {
-      index = parseDeviceIndex(std::string_view(spec).substr(5));
-      if (!index)
-        return DeviceError{true, Error("the device index in --device cuda:N expects a whole number from 0 to " +
-                                       std::to_string(kMaxDeviceIndex) + ", got '" + spec.substr(5) + "'")};
-    }
-    auto device = cuda::requireCudaDevice(options, index);
-    if (!device) return DeviceError{false, Error("--device " + spec + ": " + device.error().message())};
-    return DeviceChoice{DeviceChoice::Kind::Cuda, *device};
-  }
-  return DeviceError{true, Error("unknown device '" + spec + "' (valid devices: cpu, cuda, cuda:N, auto)")};
-}
 
 std::variant<std::unique_ptr<Session>, DeviceError> Session::create(SessionOptions options) {
   std::string notice;
@@ -72,10 +18,7 @@ std::variant<std::unique_ptr<Session>, DeviceError> Session::create(SessionOptio
   return session;
 }
 
-const OpEvaluator& Session::evaluator() {
-  static const InterpreterEvaluator evaluator;
-  return evaluator;
-}
+const OpEvaluator& Session::evaluator() { return interpreterEvaluator(); }
 
 std::vector<std::string> Session::takeNotices() {
   std::lock_guard<std::mutex> lock(noticesMutex_);

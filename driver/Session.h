@@ -14,6 +14,10 @@
 //
 // `--device cuda` never falls back to the CPU: without a usable GPU the
 // session is not created, and the error says why (runtime/cuda/CudaDevices.h).
+//
+// The session is the driver layer (driver/README.md), above the compiler and
+// the runtime: the executors it drives (codegen/cpu/CpuExecutable.h,
+// codegen/cuda/CudaExecutor.h) know nothing of it.
 #pragma once
 
 #include <memory>
@@ -25,35 +29,13 @@
 
 #include "codegen/cpu/CpuExecutable.h"
 #include "codegen/cuda/CudaExecutor.h"
+#include "driver/Device.h"
 #include "ir/Evaluator.h"
 #include "ir/IR.h"
 #include "passes/MemoryPlan.h"
 #include "runtime/Tensor.h"
-#include "runtime/cuda/CudaDevices.h"
 
 namespace kiln {
-
-/// The device a session runs on.
-struct DeviceChoice {
-  enum class Kind { Cpu, Cuda };
-  Kind kind = Kind::Cpu;
-  cuda::CudaDeviceInfo cuda;  // the CUDA device, when kind is Cuda
-  /// "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3)".
-  std::string str() const;
-};
-
-/// Why a device could not be chosen: a malformed `--device` value (a usage
-/// error) or a device that is not usable.
-struct DeviceError {
-  bool usage = false;
-  Error error;
-};
-
-/// Resolves a device value `cpu`, `cuda`, `cuda:N` or `auto`. `auto` picks
-/// CUDA when it is usable, else the CPU, and says which in `notice`.
-/// `cuda` and `cuda:N` are an error when no usable device answers, with the
-/// reason `kiln devices` gives.
-std::variant<DeviceChoice, DeviceError> resolveDevice(const std::string& spec, std::string* notice);
 
 struct SessionOptions {
   /// `cpu`, `cuda`, `cuda:N` or `auto`.
