@@ -29,7 +29,7 @@
 #include "ir/IR.h"
 #include "passes/MemoryPlan.h"
 #include "passes/Target.h"
-#include "runtime/CpuProgram.h"
+#include "runtime/Program.h"
 #include "runtime/KcFile.h"
 #include "runtime/LibraryCall.h"
 
@@ -46,7 +46,7 @@ struct CompileReport;
 struct BackendProgram {
   /// The backend's name: the `.kc`'s device.
   std::string device;
-  std::shared_ptr<CpuProgram> program;
+  std::shared_ptr<Program> program;
   /// The code section of its `.kc` beside the program: CUBINs and PTX on
   /// CUDA; empty where the program holds its code (the CPU's shared object).
   std::string code;

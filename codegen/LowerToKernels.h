@@ -3,7 +3,7 @@
 // (runtime/HostCheck.h), a `library` group a library call
 // (runtime/LibraryCall.h), any other op or fused group a generated kernel
 // (codegen/Lowering.h) — and constants and the `return` none. The CPU
-// program (codegen/CpuProgram.h) and the CUDA emitter (codegen/cuda/) both
+// program (codegen/Program.h) and the CUDA emitter (codegen/cuda/) both
 // start here, so the two targets cannot drift apart; what differs between
 // them is their pipeline's choices (which calls go to a library), decided by
 // passes before this point.

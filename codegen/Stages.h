@@ -22,7 +22,11 @@
 //
 // The suffix may hold further host ops (a nonzero of a unique's values, a
 // loop over an if's results); the executor that runs it splits it again, as
-// the executor of a body splits the control flow nested in it.
+// the executor of a body splits the control flow nested in it. The stages
+// themselves are plain data (runtime/Program.h Stages) run by the runtime's
+// stage driver (runtime/StageDriver.h); compileStagedProgram compiles every
+// part for the shapes known at compile time into one StagedProgram, which a
+// `.kc` stores and the runtime runs with no compiler.
 #pragma once
 
 #include <functional>
@@ -31,56 +35,39 @@
 #include <string>
 #include <vector>
 
+#include "codegen/Backend.h"
 #include "ir/IR.h"
 #include "runtime/DataDependent.h"
+#include "runtime/Program.h"
+#include "runtime/StageDriver.h"
 #include "runtime/Tensor.h"
 
 namespace kiln::codegen {
 
-/// Where a value of the original function is found during a staged run.
-struct StageValue {
-  enum class From : uint8_t { Argument, Prefix, Host, Suffix };
-  From from = From::Argument;
-  /// The argument, the prefix result, the host op, or the suffix result.
-  size_t index = 0;
-  /// The host op's result.
-  size_t result = 0;
-};
+using kiln::StageValue;
+using kiln::HostStep;
+using kiln::Stages;
+using kiln::StageRunners;
 
+/// A function split at its host ops: the plain stages (runtime/Program.h:
+/// `layout.prefix` and `layout.suffix` are 0 where that part exists, each
+/// host step's `bodies` its region numbers) and the parts as functions.
 struct FunctionStages {
-  /// One op run on the host between the prefix and suffix.
-  struct HostOp {
-    /// A data-dependent op (when `bodies` is empty).
-    DataDependentOp op;
-    std::string name;  // `nonzero`, `loop`, for errors and notices
-    std::vector<StageValue> operands;
-    /// An `if` or `loop`: each region as a function of its own (`if`: then,
-    /// else; `loop`: its body) whose arguments are the region's and whose
-    /// results its `return`'s; empty for a data-dependent op.
-    std::vector<std::unique_ptr<Module>> bodies;
-    OpKind kind = OpKind::NonZero;
-    /// `loop`: its `num_carried`.
-    int64_t numCarried = 0;
-    /// The op's declared result types (a loop's empty scan stacks take
-    /// their row shapes from them).
-    std::vector<TensorType> resultTypes;
-    Location loc;
-
-    bool isControlFlow() const { return !bodies.empty(); }
-  };
-
+  Stages layout;
   /// The prefix (arguments: the original ones), or null when no value
   /// the later parts read needs an op of it.
   std::unique_ptr<Module> prefix;
-  std::vector<HostOp> host;
+  /// Per host step, each region of an `if` or `loop` as a function of its
+  /// own (`if`: then, else; `loop`: its body) whose arguments are the
+  /// region's and whose results its `return`'s; none for a data-dependent
+  /// op.
+  std::vector<std::vector<std::unique_ptr<Module>>> bodies;
   /// The suffix, or null when the original results are all arguments,
   /// prefix results or host results. Its results are the original results
   /// its ops compute, only those.
   std::unique_ptr<Module> suffix;
-  /// The suffix's arguments, in order.
-  std::vector<StageValue> suffixInputs;
-  /// Where each original result is (From::Suffix: a suffix result).
-  std::vector<StageValue> results;
+
+  const Function& body(size_t host, size_t region) const { return *bodies[host][region]->functions().front(); }
 };
 
 /// `f` split at its top-level host ops (data-dependent and control-flow
@@ -92,21 +79,11 @@ Expected<std::optional<FunctionStages>> splitAtHostOps(const Function& f);
 /// arguments.
 bool hasHostOps(const Function& f);
 
-/// What runs each compiled part of a staged function: every executor (CPU,
-/// CUDA) passes its own. `prefix` and `suffix` are called only where the
-/// stages have that part; `body` runs region `region` of host op `host`.
-struct StageRunners {
-  std::function<Expected<std::vector<Tensor>>(const std::vector<Tensor>&)> prefix;
-  std::function<Expected<std::vector<Tensor>>(const std::vector<Tensor>&)> suffix;
-  std::function<Expected<std::vector<Tensor>>(size_t host, size_t region, const std::vector<Tensor>& inputs)> body;
-};
-
-/// Runs `stages` of function `f` on `inputs`: the prefix, each host op
-/// (runtime/DataDependent.h; runtime/ControlFlow.h, whose bodies `runners`
-/// run after their inputs are checked against the body's arguments), the
-/// suffix; returns the original results.
-Expected<std::vector<Tensor>> runStages(const Function& f, const FunctionStages& stages,
-                                        const std::vector<Tensor>& inputs, const StageRunners& runners);
+/// Runs `stages` of function `f` on `inputs` with the runtime's stage
+/// driver (runtime/StageDriver.h), each body's inputs checked against its
+/// function's arguments before `runners` runs it.
+Expected<std::vector<Tensor>> runStages(const FunctionStages& stages, const std::vector<Tensor>& inputs,
+                                        const StageRunners& runners);
 
 /// `inputs` against the arguments of `f`: their number, dtypes, ranks and
 /// static dims.
@@ -122,8 +99,31 @@ std::optional<std::vector<Tensor>> staticArgumentsOf(const Function& f);
 std::string whyStaged(const FunctionStages& stages);
 
 /// The error of a query that needs one program for staged function `name`
-/// (a `.kc`, a memory plan, kernel IR).
+/// (a memory plan, kernel IR).
 Error notOneProgram(const std::string& name, const FunctionStages& stages);
+
+/// Compiles one part of a staged function for argument `types` (static):
+/// the backend's pipeline and compiler. `index` numbers the parts compiled
+/// (for kernel names that differ between them).
+using PartCompiler =
+    std::function<Expected<BackendProgram>(const Function& part, const std::vector<TensorType>& types, size_t index)>;
+
+/// A staged function compiled whole, for a `.kc`.
+struct StagedCompilation {
+  std::shared_ptr<StagedProgram> program;
+  /// The parts' memory plans as text.
+  std::string plans;
+};
+
+/// `f` (with host ops) compiled for input `types` into one StagedProgram:
+/// the prefix for the input types, each `if` or `loop` region for the
+/// types its operands have (nested control flow staged again), the suffix
+/// for the types the earlier parts give. A part whose shapes are not known
+/// at compile time (the ops after a nonzero, a loop whose carried values
+/// change shape) is an error naming the op and why; such a function runs
+/// only compiled as it runs (kiln run model.onnx).
+Expected<StagedCompilation> compileStagedProgram(const Function& f, const std::vector<TensorType>& types,
+                                                 const PartCompiler& compile);
 
 /// The stages of a function and an executor (CpuExecutor, CudaExecutor) for
 /// each compiled part: the prefix and suffix (null where that part is
@@ -146,13 +146,13 @@ class StagedExecutors {
     if (donatesArguments)
       return Error("'" + f.name() + "' " + whyStaged(**split) +
                    ", which runs between compiled stages; such a function cannot take donated arguments");
-    std::unique_ptr<StagedExecutors> staged(new StagedExecutors(f, std::move(**split)));
+    std::unique_ptr<StagedExecutors> staged(new StagedExecutors(std::move(**split)));
     const FunctionStages& s = staged->stages_;
     // Each body of an `if` or `loop` is compiled by an executor of its
     // own, per set of argument shapes.
-    for (const FunctionStages::HostOp& op : s.host) {
+    for (const auto& regions : s.bodies) {
       std::vector<std::unique_ptr<Executor>> bodies;
-      for (const auto& body : op.bodies) {
+      for (const auto& body : regions) {
         auto b = make(*body->functions().front());
         if (!b) return b.takeError();
         bodies.push_back(std::move(*b));
@@ -187,7 +187,7 @@ class StagedExecutors {
     }
     for (size_t h = 0; h < bodies_.size(); ++h) {
       for (size_t r = 0; r < bodies_[h].size(); ++r) {
-        auto example = staticArgumentsOf(*stages_.host[h].bodies[r]->functions().front());
+        auto example = staticArgumentsOf(stages_.body(h, r));
         if (!example) continue;
         Status prepared = bodies_[h][r]->prepare(*example);
         unsupported = bodies_[h][r]->unsupportedOps();
@@ -213,7 +213,7 @@ class StagedExecutors {
     runners.body = [&](size_t host, size_t region, const std::vector<Tensor>& in) {
       return noted(*bodies_[host][region], in);
     };
-    return runStages(function_, stages_, inputs, runners);
+    return runStages(stages_, inputs, runners);
   }
 
   /// The executors of every part.
@@ -227,9 +227,8 @@ class StagedExecutors {
   }
 
  private:
-  StagedExecutors(const Function& f, FunctionStages stages) : function_(f), stages_(std::move(stages)) {}
+  explicit StagedExecutors(FunctionStages stages) : stages_(std::move(stages)) {}
 
-  const Function& function_;  // the staged function (its executor's copy)
   FunctionStages stages_;
   std::unique_ptr<Executor> prefix_;
   std::unique_ptr<Executor> suffix_;

@@ -43,6 +43,29 @@ std::string repairChecksums(std::string bytes) {
 void check(std::string_view bytes) {
   auto artifact = kiln::parseArtifact(bytes, "fuzz.kc");
   if (!artifact) return;
+  if (artifact->staged) {
+    // A program with host steps: validated by the reader, and written back
+    // it reads back the same.
+    if (kiln::Status s = artifact->staged->validate(); !s) {
+      std::fprintf(stderr, "a staged .kc reads but does not validate: %s\n", s.error().str().c_str());
+      std::abort();
+    }
+    auto module = kiln::artifactModule(*artifact, "fuzz.kc");
+    if (!module) return;
+    const kiln::StagedProgram& p = *artifact->staged;
+    const kiln::CpuMachine machine = p.programs.empty() ? kiln::CpuMachine{} : p.programs[0].machine;
+    const std::string version = p.programs.empty() ? std::string() : p.programs[0].codegenVersion;
+    auto again = kiln::serializeStagedArtifact(*(*module)->functions().front(), p, artifact->optLevel,
+                                               artifact->memoryPlan, artifact->device, machine, version);
+    if (!again) return;
+    auto back = kiln::parseArtifact(*again, "fuzz-again.kc");
+    if (!back || !back->staged ||
+        kiln::serializeStagedProgram(*back->staged) != kiln::serializeStagedProgram(p)) {
+      std::fprintf(stderr, "a staged .kc written and read back differs from what was read\n");
+      std::abort();
+    }
+    return;
+  }
   if (kiln::Status s = artifact->program->validate(); !s) {
     std::fprintf(stderr, "a .kc reads but its program does not validate: %s\n", s.error().str().c_str());
     std::abort();
@@ -64,7 +87,7 @@ void check(std::string_view bytes) {
     std::abort();
   }
   auto backModule = kiln::artifactModule(*back, "fuzz-again.kc");
-  const kiln::CpuProgram &p = *artifact->program, &q = *back->program;
+  const kiln::Program &p = *artifact->program, &q = *back->program;
   if (!backModule || kiln::print(**backModule) != kiln::print(**module) ||
       kiln::serializeProgram(p, 0) != kiln::serializeProgram(q, 0) || p.sharedObject != q.sharedObject ||
       back->memoryPlan != artifact->memoryPlan || back->optLevel != artifact->optLevel) {

@@ -112,14 +112,14 @@ CpuRunner::~CpuRunner() {
   if (memory_) memory_->removeRunner(arenaBytes_, constantBytes_);
 }
 
-Expected<std::unique_ptr<CpuRunner>> CpuRunner::create(std::shared_ptr<const CpuProgram> program, int threads,
+Expected<std::unique_ptr<CpuRunner>> CpuRunner::create(std::shared_ptr<const Program> program, int threads,
                                                        StepProfile* profile, CpuMemoryStats* memory) {
   KILN_TRY(program->validate());
   std::unique_ptr<CpuRunner> runner(new CpuRunner());
   runner->program_ = program;
   runner->threads_ = threads > 0 ? threads : defaultThreads();
   runner->profile_ = profile;
-  const CpuProgram& p = *program;
+  const Program& p = *program;
   auto code = LoadedCode::load(p.sharedObject, p.kernelNames);
   if (!code) return Error("program '" + p.name + "': " + code.error().message());
   runner->code_ = std::move(*code);
@@ -131,26 +131,26 @@ Expected<std::unique_ptr<CpuRunner>> CpuRunner::create(std::shared_ptr<const Cpu
   // b packed once per constant, for every small-row matmul by it (an
   // unrolled recurrent net multiplies by the same R^T at each time step).
   std::map<int, std::shared_ptr<const PackedMatmul::Weights>> packedWeights;
-  for (const CpuProgram::Step& step : p.steps) {
+  for (const Program::Step& step : p.steps) {
     maxBuffers = std::max(maxBuffers, step.operands.size() + 1);
     runner->packed_.emplace_back();
     // An all-reduce whose result a later step reads runs while the steps
     // in between do (a gradient bucket's reduction during the rest of the
     // backward pass); its operand is copied into its result first.
     bool async = false;
-    if (step.kind == CpuProgram::Step::Kind::Collective && step.collective.kind == CollectiveCall::Kind::AllReduce) {
-      for (const CpuProgram::Step& later : p.steps)
+    if (step.kind == Program::Step::Kind::Collective && step.collective.kind == CollectiveCall::Kind::AllReduce) {
+      for (const Program::Step& later : p.steps)
         for (int o : later.operands) async = async || o == step.result;
     }
     runner->asyncCollective_.push_back(async);
-    if (step.kind != CpuProgram::Step::Kind::Library) {
+    if (step.kind != Program::Step::Kind::Library) {
       runner->libraries_.emplace_back();
       continue;
     }
     if (PackedMatmul::accepts(step.call)) {
       const int b = step.operands[static_cast<size_t>(step.call.operands[1])];
-      const CpuProgram::Slot& slot = p.slots[static_cast<size_t>(b)];
-      if (slot.kind == CpuProgram::SlotKind::Constant && slot.type.dtype == DType::F32) {
+      const Program::Slot& slot = p.slots[static_cast<size_t>(b)];
+      if (slot.kind == Program::SlotKind::Constant && slot.type.dtype == DType::F32) {
         std::shared_ptr<const PackedMatmul::Weights>& weights = packedWeights[b];
         const std::vector<int64_t>& dims = step.call.operandDims[1];
         if (!weights)
@@ -165,7 +165,7 @@ Expected<std::unique_ptr<CpuRunner>> CpuRunner::create(std::shared_ptr<const Cpu
     }
     // Constant buffers (weights) are reordered into oneDNN's layout once.
     std::vector<bool> constant;
-    for (int s : step.operands) constant.push_back(p.slots[static_cast<size_t>(s)].kind == CpuProgram::SlotKind::Constant);
+    for (int s : step.operands) constant.push_back(p.slots[static_cast<size_t>(s)].kind == Program::SlotKind::Constant);
     auto library = DnnlKernel::create(step.call, constant);
     if (!library) return Error("program '" + p.name + "', step %" + step.name + ": " + library.error().message());
     runner->libraries_.push_back(std::move(*library));
@@ -181,10 +181,10 @@ Expected<std::unique_ptr<CpuRunner>> CpuRunner::create(std::shared_ptr<const Cpu
     // Name the largest value that lives there, which is what to shrink.
     std::string largest;
     uint64_t largestBytes = 0;
-    for (const CpuProgram::Step& step : p.steps) {
-      const CpuProgram::Slot& slot = p.slots[static_cast<size_t>(step.result)];
+    for (const Program::Step& step : p.steps) {
+      const Program::Slot& slot = p.slots[static_cast<size_t>(step.result)];
       const uint64_t bytes = tensorByteSize(slot.type).value_or(0);
-      if (slot.kind != CpuProgram::SlotKind::Arena || bytes <= largestBytes) continue;
+      if (slot.kind != Program::SlotKind::Arena || bytes <= largestBytes) continue;
       largestBytes = bytes;
       largest = "%" + step.name + ": " + slot.type.str() + " (" + step.what.substr(0, step.what.find(" -> ")) + ", " +
                 formatBytes(bytes) + ")";
@@ -201,19 +201,19 @@ Expected<std::unique_ptr<CpuRunner>> CpuRunner::create(std::shared_ptr<const Cpu
   }
   runner->slotData_.assign(p.slots.size(), nullptr);
   for (size_t s = 0; s < p.slots.size(); ++s) {
-    const CpuProgram::Slot& slot = p.slots[s];
-    if (slot.kind == CpuProgram::SlotKind::Constant)
+    const Program::Slot& slot = p.slots[s];
+    if (slot.kind == Program::SlotKind::Constant)
       runner->slotData_[s] = const_cast<uint8_t*>(p.constants[static_cast<size_t>(slot.index)].raw());
-    else if (slot.kind == CpuProgram::SlotKind::Arena)
+    else if (slot.kind == Program::SlotKind::Arena)
       runner->slotData_[s] = runner->arena_.get() + slot.index;
   }
-  for (const CpuProgram::Result& r : p.results) runner->donates_ = runner->donates_ || r.aliasedArgument >= 0;
-  for (const CpuProgram::Argument& a : p.arguments) runner->argumentDims_.push_back(staticDims(a.type.shape));
+  for (const Program::Result& r : p.results) runner->donates_ = runner->donates_ || r.aliasedArgument >= 0;
+  for (const Program::Argument& a : p.arguments) runner->argumentDims_.push_back(staticDims(a.type.shape));
   for (size_t s = 0; s < p.slots.size(); ++s) {
-    const CpuProgram::Slot& slot = p.slots[s];
-    if (slot.kind == CpuProgram::SlotKind::Argument || slot.kind == CpuProgram::SlotKind::InPlace)
+    const Program::Slot& slot = p.slots[s];
+    if (slot.kind == Program::SlotKind::Argument || slot.kind == Program::SlotKind::InPlace)
       runner->inputSlots_.emplace_back(static_cast<int>(s), static_cast<size_t>(slot.index));
-    else if (slot.kind == CpuProgram::SlotKind::Output)
+    else if (slot.kind == Program::SlotKind::Output)
       runner->outputSlots_.push_back(static_cast<int>(s));
   }
   // An output tensor moves to its last result and is copied to earlier
@@ -232,7 +232,7 @@ std::string CpuRunner::libraryDescription(size_t i) const {
 }
 
 Status CpuRunner::checkInputs(const std::vector<Tensor>& inputs) const {
-  const CpuProgram& p = *program_;
+  const Program& p = *program_;
   if (inputs.size() != p.arguments.size())
     return Error("'" + p.name + "' takes " + std::to_string(p.arguments.size()) + " inputs, got " +
                  std::to_string(inputs.size()));
@@ -273,7 +273,7 @@ Expected<std::vector<Tensor>> CpuRunner::runInPlace(std::vector<Tensor>& inputs)
 }
 
 Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inputs) {
-  const CpuProgram& p = *program_;
+  const Program& p = *program_;
   // Arguments are only read, except donated ones, which only runInPlace
   // (whose caller gives up their old values) or run's private copy reach.
   for (const auto& [slot, argument] : inputSlots_) slotData_[static_cast<size_t>(slot)] = const_cast<uint8_t*>(inputs[argument].raw());
@@ -312,12 +312,12 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
     return Status();
   };
   for (size_t k = 0; k < p.steps.size(); ++k) {
-    const CpuProgram::Step& step = p.steps[k];
+    const Program::Step& step = p.steps[k];
     if (!pending.empty()) {
       for (int o : step.operands) KILN_TRY(waitFor(o));
-      for (const CpuProgram::SlotCheck& c : step.checks) KILN_TRY(waitFor(c.slot));
+      for (const Program::SlotCheck& c : step.checks) KILN_TRY(waitFor(c.slot));
     }
-    for (const CpuProgram::SlotCheck& c : step.checks) {
+    for (const Program::SlotCheck& c : step.checks) {
       const TensorType& type = p.slots[static_cast<size_t>(c.slot)].type;
       KILN_TRY(runHostCheck(c.check, slotData_[static_cast<size_t>(c.slot)], type.dtype, numElements(type.shape)));
     }
@@ -325,7 +325,7 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
     for (size_t i = 0; i < step.operands.size(); ++i) args[i] = slotData_[static_cast<size_t>(step.operands[i])];
     args[step.operands.size()] = slotData_[static_cast<size_t>(step.result)];
     const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-    if (step.kind == CpuProgram::Step::Kind::Collective) {
+    if (step.kind == Program::Step::Kind::Collective) {
       auto request = startCollective(communicator(), step.collective, args[0], args[1],
                                      describeCollective(step.collective) + " %" + step.name);
       if (!request) return Error("program '" + p.name + "': " + request.error().message());
@@ -374,14 +374,14 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
   results.reserve(p.results.size());
   for (size_t r = 0; r < p.results.size(); ++r) {
     const int s = p.results[r].slot;
-    const CpuProgram::Slot& slot = p.slots[static_cast<size_t>(s)];
+    const Program::Slot& slot = p.slots[static_cast<size_t>(s)];
     if (p.results[r].aliasedArgument >= 0) {
       results.emplace_back();
-    } else if (slot.kind == CpuProgram::SlotKind::Argument) {
+    } else if (slot.kind == Program::SlotKind::Argument) {
       results.push_back(inputs[static_cast<size_t>(slot.index)]);
-    } else if (slot.kind == CpuProgram::SlotKind::Constant) {
+    } else if (slot.kind == Program::SlotKind::Constant) {
       results.push_back(p.constants[static_cast<size_t>(slot.index)]);
-    } else if (slot.kind == CpuProgram::SlotKind::Output) {
+    } else if (slot.kind == Program::SlotKind::Output) {
       const size_t o = static_cast<size_t>(std::find(outputSlots_.begin(), outputSlots_.end(), s) - outputSlots_.begin());
       if (movesResult_[r])
         results.push_back(std::move(outputs[o]));
@@ -405,9 +405,9 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
       const void* from = slotData_[static_cast<size_t>(source)];
       const size_t bytes = inputs[static_cast<size_t>(argument)].numBytes();
       for (const auto& other : p.finalCopies) {
-        const CpuProgram::Slot& src = p.slots[static_cast<size_t>(source)];
-        const bool readsOverwritten = (src.kind == CpuProgram::SlotKind::Argument ||
-                                       src.kind == CpuProgram::SlotKind::InPlace) &&
+        const Program::Slot& src = p.slots[static_cast<size_t>(source)];
+        const bool readsOverwritten = (src.kind == Program::SlotKind::Argument ||
+                                       src.kind == Program::SlotKind::InPlace) &&
                                       src.index == other.second;
         if (readsOverwritten) {
           const uint8_t* begin = static_cast<const uint8_t*>(from);
@@ -427,9 +427,9 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
     // What this run allocated: outputs, and copies of results in the arena.
     uint64_t bytes = 0;
     for (size_t r = 0; r < p.results.size(); ++r) {
-      const CpuProgram::SlotKind kind = p.slots[static_cast<size_t>(p.results[r].slot)].kind;
+      const Program::SlotKind kind = p.slots[static_cast<size_t>(p.results[r].slot)].kind;
       if (p.results[r].aliasedArgument < 0 &&
-          (kind == CpuProgram::SlotKind::Output || kind == CpuProgram::SlotKind::Arena))
+          (kind == Program::SlotKind::Output || kind == Program::SlotKind::Arena))
         bytes += results[r].numBytes();
     }
     memory_->addRun(bytes);

@@ -1,4 +1,4 @@
-// Runs a compiled CPU program (runtime/CpuProgram.h): loads its kernels'
+// Runs a compiled CPU program (runtime/Program.h): loads its kernels'
 // shared object (runtime/LoadedCode.h), creates its oneDNN primitives
 // (runtime/DnnlKernels.h), or for a matmul of a few rows by a constant its
 // own kernel with that constant packed once (runtime/PackedMatmul.h), and
@@ -17,7 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/CpuProgram.h"
+#include "runtime/Program.h"
+#include "runtime/ProgramLoaders.h"
 #include "runtime/Tensor.h"
 
 namespace kiln {
@@ -82,20 +83,22 @@ struct CpuMemoryStats {
 /// The threads `threads = 0` stands for: the cores this process may run on.
 int defaultThreads();
 
-class CpuRunner {
+/// The CPU's runner of a program: a LoadedProgram (runtime/ProgramLoaders.h),
+/// the one interface every runner of a stored program implements.
+class CpuRunner : public LoadedProgram {
  public:
   /// A runner of `program` on `threads` threads (0: defaultThreads()); the
   /// program is validated first. `profile`, when given, receives each
   /// step's time; `memory`, when given, the runner's arena and constants
   /// for its life and each run's results.
-  static Expected<std::unique_ptr<CpuRunner>> create(std::shared_ptr<const CpuProgram> program, int threads = 0,
+  static Expected<std::unique_ptr<CpuRunner>> create(std::shared_ptr<const Program> program, int threads = 0,
                                                      StepProfile* profile = nullptr, CpuMemoryStats* memory = nullptr);
-  ~CpuRunner();
+  ~CpuRunner() override;
 
   /// Runs on `inputs`, one per argument, of the argument's type. Donated
   /// arguments (results that alias them) are copied first, so `inputs` are
   /// left alone and every result comes back.
-  Expected<std::vector<Tensor>> run(const std::vector<Tensor>& inputs);
+  Expected<std::vector<Tensor>> run(const std::vector<Tensor>& inputs) override;
 
   /// Runs and writes each donated argument's result into `inputs`' memory
   /// (in place where the program's plan allows, else by a copy after the
@@ -103,7 +106,7 @@ class CpuRunner {
   /// donated tensors may hold partly updated values.
   Expected<std::vector<Tensor>> runInPlace(std::vector<Tensor>& inputs);
 
-  const CpuProgram& program() const { return *program_; }
+  const Program& program() const { return *program_; }
   /// The library call's description of step `i` (its oneDNN primitive, or
   /// the runtime's packed matmul), or "" for a kernel.
   std::string libraryDescription(size_t i) const;
@@ -113,7 +116,7 @@ class CpuRunner {
   Status checkInputs(const std::vector<Tensor>& inputs) const;
   Expected<std::vector<Tensor>> execute(const std::vector<Tensor>& inputs);
 
-  std::shared_ptr<const CpuProgram> program_;
+  std::shared_ptr<const Program> program_;
   int threads_ = 1;
   StepProfile* profile_ = nullptr;
   CpuMemoryStats* memory_ = nullptr;

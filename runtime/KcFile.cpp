@@ -19,9 +19,9 @@
 namespace kiln {
 namespace {
 
-enum class Section : uint32_t { Target = 1, Module = 2, Plan = 4, Weights = 6, Program = 7, Code = 8 };
-constexpr Section kSectionOrder[] = {Section::Target, Section::Module, Section::Program,
-                                     Section::Plan,   Section::Code,   Section::Weights};
+enum class Section : uint32_t { Target = 1, Module = 2, Plan = 4, Weights = 6, Program = 7, Code = 8, Stages = 9 };
+constexpr Section kSectionOrder[] = {Section::Target, Section::Module, Section::Program, Section::Plan,
+                                     Section::Code,   Section::Stages, Section::Weights};
 constexpr size_t kHashBytes = 32;
 
 std::string_view sectionName(Section s) {
@@ -32,6 +32,7 @@ std::string_view sectionName(Section s) {
     case Section::Plan: return "plan";
     case Section::Code: return "code";
     case Section::Weights: return "weights";
+    case Section::Stages: return "stages";
   }
   return "?";
 }
@@ -140,7 +141,7 @@ Expected<CompiledArtifact> readArtifact(std::string_view bytes, const std::strin
 
 }  // namespace
 
-Expected<std::string> serializeArtifact(const Function& optimized, const CpuProgram& program, int optLevel,
+Expected<std::string> serializeArtifact(const Function& optimized, const Program& program, int optLevel,
                                         const std::string& memoryPlan, std::string_view device,
                                         std::string_view deviceCode) {
   if (!isDeviceName(device))
@@ -196,6 +197,7 @@ Expected<std::string> serializeArtifact(const Function& optimized, const CpuProg
   putSection(out, Section::Program, serializeProgram(program, kElideBytes));
   putSection(out, Section::Plan, memoryPlan);
   putSection(out, Section::Code, host ? std::string_view(program.sharedObject) : deviceCode);
+  putSection(out, Section::Stages, "");
   putSection(out, Section::Weights, weights);
   // What was written must read back: the reader bounds dims, counts and
   // sizes, and a program over them (a result of 2^50 elements) is refused
@@ -213,8 +215,65 @@ Expected<std::string> serializeArtifact(const Function& optimized, const CpuProg
   return out;
 }
 
+Expected<std::string> serializeStagedArtifact(const Function& source, const StagedProgram& staged, int optLevel,
+                                              const std::string& plans, std::string_view device,
+                                              const CpuMachine& machine, const std::string& codegenVersion) {
+  if (!isDeviceName(device))
+    return Error("a .kc's device is a plain word naming a backend (letters, digits, '-', '_'), not '" +
+                 std::string(device) + "'");
+  KILN_TRY(staged.validate());
+  const bool host = device == kHostDevice;
+  const std::string target = (host ? "triple=" + machine.triple + "\ncpu=" + machine.cpu +
+                                         "\nfeatures=" + machine.features
+                                   : "device=" + std::string(device)) +
+                             "\ncodegen=" + codegenVersion + "\nopt-level=" + std::to_string(optLevel) + "\n";
+  std::string weights;
+  putLE(weights, 0, 4);
+  std::string out(kArtifactMagic);
+  putLE(out, kArtifactVersion, 4);
+  putLE(out, std::size(kSectionOrder), 4);
+  putSection(out, Section::Target, target);
+  putSection(out, Section::Module, print(source));
+  putSection(out, Section::Program, "");
+  putSection(out, Section::Plan, plans);
+  putSection(out, Section::Code, "");
+  putSection(out, Section::Stages, serializeStagedProgram(staged));
+  putSection(out, Section::Weights, weights);
+  // What was written must read back, as serializeArtifact checks.
+  const std::string what = "the .kc of '" + source.name() + "'";
+  auto check = readArtifact(out, what, true);
+  if (check) {
+    auto module = artifactModule(*check, what);
+    if (!module) check = module.takeError();
+  }
+  if (!check)
+    return Error("cannot write a .kc that Kiln can read back: " +
+                 (check.error().location().isUnknown() ? check.error().message() : check.error().str()));
+  return out;
+}
+
 Expected<CompiledArtifact> parseArtifact(std::string_view bytes, const std::string& filename) {
   return readArtifact(bytes, filename, true);
+}
+
+ArtifactSignature signatureOf(const CompiledArtifact& artifact) {
+  ArtifactSignature s;
+  if (artifact.staged) {
+    const StagedProgram& p = *artifact.staged;
+    s.name = p.name;
+    s.arguments = p.arguments;
+    s.resultNames = p.resultNames;
+    s.resultTypes = p.resultTypes;
+    return s;
+  }
+  const Program& p = *artifact.program;
+  s.name = p.name;
+  s.arguments = p.arguments;
+  for (const Program::Result& r : p.results) {
+    s.resultNames.push_back(r.name);
+    s.resultTypes.push_back(p.slots[static_cast<size_t>(r.slot)].type);
+  }
+  return s;
 }
 
 namespace {
@@ -280,8 +339,27 @@ Expected<CompiledArtifact> readArtifact(std::string_view bytes, const std::strin
     return file.error("the target section's opt-level '" + level + "' is not 0, 1, 2 or 3");
   artifact.optLevel = level[0] - '0';
 
-  artifact.program = std::make_shared<CpuProgram>();
-  CpuProgram& program = *artifact.program;
+  artifact.moduleText = std::string(sections[Section::Module]);
+  artifact.memoryPlan = std::string(sections[Section::Plan]);
+  if (!sections[Section::Stages].empty()) {
+    // A program with host steps: its parts hold everything.
+    if (!sections[Section::Program].empty() || !sections[Section::Code].empty() ||
+        sections[Section::Weights] != std::string_view("\0\0\0\0", 4))
+      return file.error("corrupt: a program with host steps has a program, code or weights section");
+    artifact.staged = std::make_shared<StagedProgram>();
+    StagedProgram& staged = *artifact.staged;
+    KILN_TRY(parseStagedProgram(sections[Section::Stages], filename + " (stages section)", staged));
+    // The target section is the truth, as for one program.
+    for (Program& part : staged.programs) {
+      part.machine = {target["triple"], target["cpu"], target["features"]};
+      part.codegenVersion = target["codegen"];
+      if (!host) part.sharedObject.clear();
+    }
+    if (Status s = staged.validate(); !s) return file.error("corrupt: " + s.error().message());
+    return artifact;
+  }
+  artifact.program = std::make_shared<Program>();
+  Program& program = *artifact.program;
   KILN_TRY(parseProgram(sections[Section::Program], filename + " (program section)", program));
   // The target section is what a reader of the file sees; it is the truth.
   program.machine = {target["triple"], target["cpu"], target["features"]};
@@ -290,8 +368,6 @@ Expected<CompiledArtifact> readArtifact(std::string_view bytes, const std::strin
     program.sharedObject = std::string(sections[Section::Code]);
   else
     artifact.deviceCode = std::string(sections[Section::Code]);
-  artifact.moduleText = std::string(sections[Section::Module]);
-  artifact.memoryPlan = std::string(sections[Section::Plan]);
 
   // The large tensors, into the program.
   ByteReader weights(sections[Section::Weights], filename + " (weights section)");
@@ -346,8 +422,16 @@ Expected<std::unique_ptr<Module>> artifactModule(const CompiledArtifact& artifac
   if ((*module)->functions().size() != 1)
     return Error(filename + ": the module section must hold exactly one function");
   Function& f = *(*module)->functions().front();
-  const CpuProgram& program = *artifact.program;
   const std::string where = filename + " (module section): ";
+  if (artifact.staged) {
+    // Stored whole: the function with its control flow.
+    if (f.numArguments() != artifact.staged->arguments.size())
+      return Error(where + "its function has " + std::to_string(f.numArguments()) + " arguments, the program " +
+                   std::to_string(artifact.staged->arguments.size()));
+    KILN_TRY(verify(**module));
+    return module;
+  }
+  const Program& program = *artifact.program;
   if (f.numArguments() != program.arguments.size())
     return Error(where + "its function has " + std::to_string(f.numArguments()) + " arguments, the program " +
                  std::to_string(program.arguments.size()));
@@ -355,7 +439,7 @@ Expected<std::unique_ptr<Module>> artifactModule(const CompiledArtifact& artifac
   for (size_t i = 0; i < f.numArguments(); ++i) {
     const DenseTensor* d = f.argumentDefault(i);
     if (!d || !isPlaceholder(*d, f.argument(i)->type())) continue;
-    const CpuProgram::Argument& a = program.arguments[i];
+    const Program::Argument& a = program.arguments[i];
     if (!a.hasDefault || a.defaultValue.dtype() != d->type.dtype)
       return Error(where + "argument " + std::to_string(i) + "'s default is not in the program");
     f.setArgumentDefault(i, std::make_shared<const DenseTensor>(a.defaultValue.toDense()));

@@ -1,5 +1,5 @@
 // `.kc` compiled artifacts (docs/codegen.md section 5): a compiled CPU
-// program (runtime/CpuProgram.h) with everything it needs to run, and the
+// program (runtime/Program.h) with everything it needs to run, and the
 // optimized module it was compiled from. A file is
 //
 //   "KILNKC\0\0"  u32 format version  u32 number of sections
@@ -22,6 +22,15 @@
 //   code     the program's shared object (ELF); for another device, its
 //            code (CUDA's CUBINs and PTX, runtime/cuda/CudaProgram.h
 //            serializeCudaCode)
+//   stages   empty, or a program with host steps (an `if`, a `loop`, a
+//            nonzero: Program.h StagedProgram, serializeStagedProgram):
+//            its stages and every part's program with its code (a shared
+//            object per part on the CPU, CUBINs and PTX per part on CUDA),
+//            all tensors inline. Then the program, code and plan sections
+//            are empty (the plan section holds the parts' plans as text),
+//            the weights section counts none, and the module section
+//            holds the function with its control flow, not optimized
+//            (for the interpreter and `kiln run --recompile`).
 //   weights  u32 count, then per tensor of 64 bytes or more: u8 place (0:
 //            the constant of that index, in the module's order of its
 //            top-level constant ops, 1: argument default), u64 index, the
@@ -32,7 +41,7 @@
 // version it knows (another one is refused, naming both), every section's
 // size against what remains and its checksum, every count and index, each
 // weight's type against the value it fills, and the program with
-// CpuProgram::validate. A truncated or corrupt file is a clear error, never
+// Program::validate. A truncated or corrupt file is a clear error, never
 // a crash. Reading needs no IR parser and no LLVM: the module is parsed
 // only on request (artifactModule).
 //
@@ -45,7 +54,7 @@
 #include <string_view>
 
 #include "ir/IR.h"
-#include "runtime/CpuProgram.h"
+#include "runtime/Program.h"
 
 namespace kiln {
 
@@ -57,9 +66,10 @@ inline constexpr std::string_view kHostDevice = "cpu";
 /// The `.kc` format version this Kiln reads and writes. Version 1 (Kiln
 /// before compiled programs were plain data) held only object files to link
 /// into a JIT; version 2 had no layout in its convolutions' library calls,
-/// version 3 no element types (int8 calls). Such files are refused with a
-/// request to compile the model again.
-inline constexpr uint32_t kArtifactVersion = 4;
+/// version 3 no element types (int8 calls), version 4 no stages section
+/// (no programs with host steps). Such files are refused with a request to
+/// compile the model again.
+inline constexpr uint32_t kArtifactVersion = 5;
 /// The first bytes of every `.kc` file.
 inline constexpr std::string_view kArtifactMagic{"KILNKC\0\0", 8};
 
@@ -72,8 +82,12 @@ struct CompiledArtifact {
   /// runs it is runtime/ProgramLoaders.h's to say.
   std::string device = std::string(kHostDevice);
   std::string deviceCode;
-  /// The program, complete: constants, argument defaults and code.
-  std::shared_ptr<CpuProgram> program;
+  /// The program, complete: constants, argument defaults and code; null
+  /// when the artifact holds a program with host steps (`staged`).
+  std::shared_ptr<Program> program;
+  /// A program with host steps (its parts complete, each with its code),
+  /// or null.
+  std::shared_ptr<StagedProgram> staged;
   /// The module section as it is (large tensors elided); see artifactModule.
   std::string moduleText;
   std::string memoryPlan;
@@ -85,9 +99,28 @@ struct CompiledArtifact {
 /// that device's program: `program` is its plan and `deviceCode` its code
 /// (CUDA's serializeCudaCode), stored in the code section, and the target
 /// section says `device=NAME` instead of naming a CPU.
-Expected<std::string> serializeArtifact(const Function& optimized, const CpuProgram& program, int optLevel,
+Expected<std::string> serializeArtifact(const Function& optimized, const Program& program, int optLevel,
                                         const std::string& memoryPlan, std::string_view device = kHostDevice,
                                         std::string_view deviceCode = {});
+
+/// The `.kc` bytes of `staged`, a function with host steps compiled from
+/// `source` (the function with its control flow, stored as the module) at
+/// `optLevel`, with `plans` (the parts' memory plans as text). Its programs
+/// hold their code (CPU: shared objects, for `machine`) or its deviceCode
+/// does (another device's).
+Expected<std::string> serializeStagedArtifact(const Function& source, const StagedProgram& staged, int optLevel,
+                                              const std::string& plans, std::string_view device,
+                                              const CpuMachine& machine, const std::string& codegenVersion);
+
+/// A `.kc` program's signature: its name, arguments (names, static types,
+/// defaults) and results' names and types, whether staged or not.
+struct ArtifactSignature {
+  std::string name;
+  std::vector<Program::Argument> arguments;
+  std::vector<std::string> resultNames;
+  std::vector<TensorType> resultTypes;
+};
+ArtifactSignature signatureOf(const CompiledArtifact& artifact);
 
 /// Reads `.kc` bytes; `filename` names the file in errors.
 Expected<CompiledArtifact> parseArtifact(std::string_view bytes, const std::string& filename);

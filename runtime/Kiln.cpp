@@ -35,20 +35,21 @@ Expected<std::unique_ptr<Model>> Model::fromBytes(std::string_view bytes, const 
                                                   ModelOptions options) {
   auto artifact = parseArtifact(bytes, name);
   if (!artifact) return artifact.takeError();
-  const CpuProgram& program = *artifact->program;
+  const ArtifactSignature signature = signatureOf(*artifact);
   std::unique_ptr<Model> model(new Model());
-  model->program_ = artifact->program;
   // The runner of the device the program was compiled for.
   ProgramRunOptions run;
   run.threads = options.threads;
   auto runner = loadProgram(*artifact, name, run);
   if (!runner) return runner.takeError();
   model->runner_ = std::move(*runner);
-  for (const CpuProgram::Argument& a : program.arguments) model->inputs_.push_back({a.name, a.type, a.hasDefault});
-  for (size_t r = 0; r < program.results.size(); ++r) {
-    const std::string& n = program.results[r].name;
-    model->outputs_.push_back({n.empty() ? "output_" + std::to_string(r) : n,
-                               program.slots[static_cast<size_t>(program.results[r].slot)].type, false});
+  for (const Program::Argument& a : signature.arguments) {
+    model->inputs_.push_back({a.name, a.type, a.hasDefault});
+    model->defaults_.push_back(a.defaultValue);
+  }
+  for (size_t r = 0; r < signature.resultTypes.size(); ++r) {
+    const std::string& n = signature.resultNames[r];
+    model->outputs_.push_back({n.empty() ? "output_" + std::to_string(r) : n, signature.resultTypes[r], false});
   }
   return model;
 }
@@ -78,14 +79,17 @@ Expected<std::map<std::string, Tensor>> Model::run(const std::map<std::string, T
     auto it = named.find(inputs_[i].name);
     if (it != named.end()) {
       inputs.push_back(it->second);
-    } else if (program_->arguments[i].hasDefault) {
-      inputs.push_back(program_->arguments[i].defaultValue);
+    } else if (inputs_[i].optional) {
+      inputs.push_back(defaults_[i]);
     } else {
       return Error("input '" + inputs_[i].name + "' (" + inputs_[i].type.str() + ") is missing");
     }
   }
   auto outputs = run(inputs);
   if (!outputs) return outputs.takeError();
+  if (outputs->size() != outputs_.size())
+    return Error("the model gave " + std::to_string(outputs->size()) + " outputs, expected " +
+                 std::to_string(outputs_.size()));
   std::map<std::string, Tensor> byName;
   for (size_t r = 0; r < outputs_.size(); ++r) byName[outputs_[r].name] = std::move((*outputs)[r]);
   return byName;

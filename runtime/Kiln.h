@@ -8,6 +8,13 @@
 //   auto outputs = (*model)->run({{"x", x}});      // by name
 //   const kiln::Tensor& logits = outputs->at("logits");
 //
+// A model with control flow (an `if`, a `loop`) or ops whose result sizes
+// depend on values runs the same way: its compiled parts from the `.kc`,
+// the host steps between them by the runtime's stage driver
+// (runtime/StageDriver.h). A `.kc` compiled for CUDA runs on the first
+// usable GPU when the program links the CUDA runtime and calls
+// cuda::registerCudaProgramLoader (runtime/cuda/CudaProgramLoader.h).
+//
 // A `.kc` holds machine code for the CPU it was compiled on: load() checks
 // the file and that this CPU has the instruction-set features the code was
 // built for, and refuses it otherwise, naming what is missing (compile the
@@ -27,7 +34,6 @@
 namespace kiln {
 
 class LoadedProgram;
-struct CpuProgram;
 
 struct ModelOptions {
   /// Threads that split each step; 0: every core this process may use.
@@ -64,8 +70,9 @@ class Model {
 
  private:
   Model() = default;
-  std::shared_ptr<const CpuProgram> program_;
   std::unique_ptr<LoadedProgram> runner_;
+  /// Per input, the value it takes when left out (inputs_[i].optional).
+  std::vector<Tensor> defaults_;
   std::vector<Port> inputs_, outputs_;
 };
 

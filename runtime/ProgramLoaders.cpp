@@ -5,28 +5,35 @@
 
 #include "runtime/CpuRunner.h"
 #include "runtime/HostCpu.h"
+#include "runtime/StageDriver.h"
 
 namespace kiln {
 
 namespace {
 
-/// The host's program: its shared object loaded, run by a CpuRunner.
-class HostProgram : public LoadedProgram {
- public:
-  explicit HostProgram(std::unique_ptr<CpuRunner> runner) : runner_(std::move(runner)) {}
-  Expected<std::vector<Tensor>> run(const std::vector<Tensor>& inputs) override { return runner_->run(inputs); }
-
- private:
-  std::unique_ptr<CpuRunner> runner_;
-};
-
+/// The host's program: its shared object loaded and run by a CpuRunner; a
+/// program with host steps by a StagedRunner whose parts are CpuRunners.
 Expected<std::unique_ptr<LoadedProgram>> loadHostProgram(const CompiledArtifact& artifact, const std::string& filename,
                                                          const ProgramRunOptions& options) {
+  if (artifact.staged) {
+    std::shared_ptr<const StagedProgram> staged = artifact.staged;
+    if (!staged->programs.empty())
+      if (std::string why = hostMachineMismatch(staged->programs.front().machine); !why.empty())
+        return Error(filename + ": cannot run here: " + why + "; compile the model on this machine (kiln compile)");
+    auto runner = StagedRunner::create(staged, [&](size_t i) -> Expected<std::unique_ptr<LoadedProgram>> {
+      // The part shares the staged program's life.
+      auto part = CpuRunner::create(std::shared_ptr<const Program>(staged, &staged->programs[i]), options.threads);
+      if (!part) return part.takeError();
+      return std::unique_ptr<LoadedProgram>(std::move(*part));
+    });
+    if (!runner) return Error(filename + ": " + runner.error().message());
+    return std::unique_ptr<LoadedProgram>(std::move(*runner));
+  }
   if (std::string why = hostMachineMismatch(artifact.program->machine); !why.empty())
     return Error(filename + ": cannot run here: " + why + "; compile the model on this machine (kiln compile)");
   auto runner = CpuRunner::create(artifact.program, options.threads);
   if (!runner) return Error(filename + ": " + runner.error().message());
-  return std::unique_ptr<LoadedProgram>(std::make_unique<HostProgram>(std::move(*runner)));
+  return std::unique_ptr<LoadedProgram>(std::move(*runner));
 }
 
 struct Registry {

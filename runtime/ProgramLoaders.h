@@ -20,7 +20,10 @@
 
 namespace kiln {
 
-/// A stored program loaded for its device, ready to run.
+/// A stored program loaded for its device, ready to run: the one abstract
+/// executable of the runtime. The CPU's CpuRunner and CUDA's CudaRunner
+/// implement it, and StagedRunner (runtime/StageDriver.h) runs a program
+/// with host steps over parts that are LoadedPrograms themselves.
 class LoadedProgram {
  public:
   virtual ~LoadedProgram() = default;

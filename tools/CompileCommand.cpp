@@ -17,7 +17,9 @@
 #include "codegen/Backend.h"
 #include "codegen/cpu/CpuExecutable.h"
 #include "codegen/cuda/CudaBackend.h"
+#include "codegen/Stages.h"
 #include "codegen/cuda/CudaCompiler.h"
+#include "codegen/cuda/CudaExecutor.h"
 #include "codegen/cuda/CudaEmitter.h"
 #include "codegen/cuda/CudaTarget.h"
 #include "codegen/cuda/NvrtcCompiler.h"
@@ -191,6 +193,21 @@ int compileCudaArtifact(const Function& f, const std::vector<Tensor>& inputs,
   std::vector<TensorType> types;
   for (const Tensor& t : inputs) types.push_back(t.type());
   const codegen::Backend& backend = codegen::cudaBackend();
+  if (codegen::hasHostOps(f)) {
+    // Control flow or data-dependent ops: every part compiled into one
+    // staged program (codegen/Stages.h compileStagedProgram).
+    codegen::CudaCompilerOptions options;
+    options.archs = archs;
+    options.specificArchs = specificArchs;
+    options.ptxArch = ptxArch;
+    std::string plans;
+    auto bytes = codegen::stagedCudaArtifact(f, types, options, optLevel, nullptr, &plans);
+    if (!bytes) return reportError(kName, bytes.takeError()), kExitError;
+    if (Status s = writeFileAtomically(output, *bytes); !s) return reportError(kName, s.takeError()), kExitError;
+    std::cerr << "kiln " << kName << ": compiled '" << f.name() << "' for CUDA as a program with host steps\n";
+    if (printPlan) std::cout << plans;
+    return kExitOk;
+  }
   auto optimized = codegen::specializeAndOptimize(f, types, {}, backend, optLevel, nullptr);
   if (!optimized) return reportError(kName, optimized.takeError()), kExitError;
   const Function& g = *(*optimized)->functions().front();

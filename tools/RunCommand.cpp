@@ -300,20 +300,20 @@ Expected<CompiledArtifact> readArtifact(const std::string& path) {
   return parseArtifact(*bytes, path);
 }
 
-/// A function with `program`'s signature and no body: its arguments (names,
-/// types, defaults) bind the inputs and its result names name the outputs,
+/// A function with the signature of `artifact`'s program (one program or
+/// one with host steps) and no body: its arguments (names, types,
+/// defaults) bind the inputs and its result names name the outputs,
 /// without parsing the `.kc`'s module.
-std::unique_ptr<Function> signatureOf(const CpuProgram& program) {
-  auto f = std::make_unique<Function>(program.name);
-  for (size_t i = 0; i < program.arguments.size(); ++i) {
-    const CpuProgram::Argument& a = program.arguments[i];
+std::unique_ptr<Function> signatureFunction(const CompiledArtifact& artifact) {
+  const ArtifactSignature signature = signatureOf(artifact);
+  auto f = std::make_unique<Function>(signature.name);
+  for (size_t i = 0; i < signature.arguments.size(); ++i) {
+    const Program::Argument& a = signature.arguments[i];
     f->addArgument(a.type, a.name);
     if (a.hasDefault) f->setArgumentDefault(i, std::make_shared<const DenseTensor>(a.defaultValue.toDense()));
   }
-  std::vector<TensorType> results;
-  for (const CpuProgram::Result& r : program.results) results.push_back(program.slots[static_cast<size_t>(r.slot)].type);
-  f->setResultTypes(results);
-  for (size_t i = 0; i < program.results.size(); ++i) f->setResultName(i, program.results[i].name);
+  f->setResultTypes(signature.resultTypes);
+  for (size_t i = 0; i < signature.resultNames.size(); ++i) f->setResultName(i, signature.resultNames[i]);
   return f;
 }
 
@@ -326,6 +326,26 @@ Expected<std::unique_ptr<codegen::CpuExecutor>> artifactExecutor(const std::stri
                                                                  const codegen::CpuOptions& options, bool recompile,
                                                                  std::unique_ptr<Module>& module) {
   std::string mismatch;
+  if (artifact.staged) {
+    // A program with host steps: its parts run as stored, the stages by the
+    // runtime's stage driver; compiled again, it is the function with its
+    // control flow the module section holds, compiled as it runs.
+    if (!recompile) {
+      for (const Program& part : artifact.staged->programs)
+        if (mismatch.empty()) mismatch = codegen::targetMismatch(part, codegen::CpuJit::hostTarget());
+      if (mismatch.empty()) {
+        auto stored = codegen::CpuExecutor::fromStaged(artifact.staged, options);
+        if (stored) return stored;
+        mismatch = stored.error().message();
+      }
+      std::cerr << "kiln run: note: '" << path << "' cannot use its compiled code here (" << mismatch
+                << "); compiling its stored module again\n";
+    }
+    auto parsed = artifactModule(artifact, path);
+    if (!parsed) return parsed.takeError();
+    module = std::move(*parsed);
+    return codegen::CpuExecutor::create(*module->functions().front(), options);
+  }
   if (!recompile) {
     mismatch = codegen::targetMismatch(*artifact.program, codegen::CpuJit::hostTarget());
     if (mismatch.empty()) {
@@ -474,7 +494,7 @@ int run(const ParsedArgs& args) {
                              "; compile the model with --device cuda, or run it with --device cpu"));
     return kExitError;
   }
-  std::unique_ptr<Function> signature = artifact ? signatureOf(*artifact->program) : nullptr;
+  std::unique_ptr<Function> signature = artifact ? signatureFunction(*artifact) : nullptr;
   const Function& f = module ? *module->functions().front() : *signature;
 
   auto inputs = bindInputs(f, given, read);
@@ -507,7 +527,17 @@ int run(const ParsedArgs& args) {
   std::unique_ptr<Session> session = std::move(std::get<std::unique_ptr<Session>>(created));
   std::unique_ptr<CompiledModel> model;
   std::unique_ptr<Module> recompiled;
-  if (artifact && !interpretOnly && onCuda) {
+  if (artifact && !interpretOnly && onCuda && artifact->staged) {
+    // A program with host steps compiled for CUDA: its parts on the device.
+    auto context = session->cudaContext();
+    auto executor = context ? codegen::CudaExecutor::fromStaged(artifact->staged, *context, sessionOptions.cuda)
+                            : Expected<std::unique_ptr<codegen::CudaExecutor>>(context.takeError());
+    if (!executor) {
+      reportError(kName, executor.takeError());
+      return kExitError;
+    }
+    model = session->adopt(f, std::move(*executor));
+  } else if (artifact && !interpretOnly && onCuda) {
     auto program = cuda::cudaProgramOf(*artifact, modelPath);
     auto context = program ? session->cudaContext() : Expected<std::shared_ptr<cuda::CudaContext>>(program.takeError());
     if (!context) {

@@ -60,6 +60,9 @@ class CpuBackend : public Backend {
   Expected<BackendProgram> load(const CompiledArtifact& artifact, const std::string& filename) const override {
     if (artifact.device != name())
       return Error(filename + " holds a program for " + artifact.device + ", not for the CPU");
+    if (!artifact.program)
+      return Error(filename + " holds a program with host steps, which runs through runtime/ProgramLoaders.h, not as "
+                   "one program");
     if (std::string why = targetMismatch(*artifact.program, CpuJit::hostTarget()); !why.empty())
       return Error(filename + ": its code cannot run here: " + why);
     BackendProgram out;

@@ -127,7 +127,7 @@ std::string describeStep(const Op& op) {
 
 }  // namespace
 
-std::string targetMismatch(const CpuProgram& program, const CpuMachine& host) {
+std::string targetMismatch(const Program& program, const CpuMachine& host) {
   if (program.codegenVersion != kCpuCodegenVersion)
     return "its code generator is '" + program.codegenVersion + "', this Kiln's is '" +
            std::string(kCpuCodegenVersion) + "'";
@@ -163,15 +163,15 @@ Expected<CpuCompilation> layoutProgram(const Function& f, const Backend& backend
   if (!ret) return Error("'" + f.name() + "' has no return");
 
   CpuCompilation out;
-  out.program = std::make_shared<CpuProgram>();
-  CpuProgram& p = *out.program;
+  out.program = std::make_shared<Program>();
+  Program& p = *out.program;
   p.name = f.name();
 
   // Slots: arguments, then constants, then step results in order.
   std::map<const Value*, int> slots;
   for (size_t i = 0; i < f.numArguments(); ++i) {
     const Value* a = f.argument(i);
-    CpuProgram::Argument arg;
+    Program::Argument arg;
     arg.name = a->name();
     arg.type = a->type();
     if (const DenseTensor* d = f.argumentDefault(i)) {
@@ -182,13 +182,13 @@ Expected<CpuCompilation> layoutProgram(const Function& f, const Backend& backend
     }
     p.arguments.push_back(std::move(arg));
     slots[a] = static_cast<int>(p.slots.size());
-    p.slots.push_back({CpuProgram::SlotKind::Argument, a->type(), static_cast<int64_t>(i)});
+    p.slots.push_back({Program::SlotKind::Argument, a->type(), static_cast<int64_t>(i)});
   }
   for (const auto& op : f.ops()) {
     if (op->kind() != OpKind::Constant) continue;
     slots[op->result()] = static_cast<int>(p.slots.size());
     p.slots.push_back(
-        {CpuProgram::SlotKind::Constant, op->result()->type(), static_cast<int64_t>(p.constants.size())});
+        {Program::SlotKind::Constant, op->result()->type(), static_cast<int64_t>(p.constants.size())});
     auto value = Tensor::copyOf(op->getTensor("value"), "the constant %" + op->result()->name());
     if (!value) return op->emitError(value.error().message());
     p.constants.push_back(std::move(*value));
@@ -217,7 +217,7 @@ Expected<CpuCompilation> layoutProgram(const Function& f, const Backend& backend
   out.plan = *plan;
 
   // Checks run on the host before the step that follows them.
-  std::vector<CpuProgram::SlotCheck> pendingChecks;
+  std::vector<Program::SlotCheck> pendingChecks;
   for (LoweredStep& step : *lowered) {
     const Op* op = step.op;
     if (step.kind == LoweredStep::Kind::Check) {
@@ -226,26 +226,26 @@ Expected<CpuCompilation> layoutProgram(const Function& f, const Backend& backend
     }
     if (elidedAsView(step, *plan, !pendingChecks.empty())) {
       slots[op->result()] = static_cast<int>(p.slots.size());
-      p.slots.push_back({CpuProgram::SlotKind::Output, op->result()->type(), 0});  // placed below
+      p.slots.push_back({Program::SlotKind::Output, op->result()->type(), 0});  // placed below
       continue;
     }
-    CpuProgram::Step s;
+    Program::Step s;
     s.name = op->result()->name();
     s.what = describeStep(*op);
     for (const Value* v : op->operands()) s.operands.push_back(slots.at(v));
     s.result = static_cast<int>(p.slots.size());
     slots[op->result()] = s.result;
-    p.slots.push_back({CpuProgram::SlotKind::Output, op->result()->type(), 0});  // placed below
+    p.slots.push_back({Program::SlotKind::Output, op->result()->type(), 0});  // placed below
     s.checks = std::exchange(pendingChecks, {});
     if (step.kind == LoweredStep::Kind::Collective) {
-      s.kind = CpuProgram::Step::Kind::Collective;
+      s.kind = Program::Step::Kind::Collective;
       s.collective = std::move(step.collective);
     } else if (step.kind == LoweredStep::Kind::Library) {
-      s.kind = CpuProgram::Step::Kind::Library;
+      s.kind = Program::Step::Kind::Library;
       s.call = std::move(step.call);
       s.parallel = libraryCallWork(s.call) >= kLibraryParallelWork;
     } else {
-      s.kind = CpuProgram::Step::Kind::Kernel;
+      s.kind = Program::Step::Kind::Kernel;
       s.kernel = static_cast<int>(out.kernels.size());
       s.parallelExtent = step.kernel.parallelExtent();
       s.parallel = estimateWork(step.kernel.body) >= kParallelWork;
@@ -262,16 +262,16 @@ Expected<CpuCompilation> layoutProgram(const Function& f, const Backend& backend
     const Value* v = ret->operand(a.result);
     if (v == f.argument(a.argument)) continue;
     if (a.inPlace)
-      p.slots[static_cast<size_t>(slots.at(v))] = {CpuProgram::SlotKind::InPlace, v->type(), argument};
+      p.slots[static_cast<size_t>(slots.at(v))] = {Program::SlotKind::InPlace, v->type(), argument};
     else
       p.finalCopies.emplace_back(slots.at(v), argument);
   }
   p.arenaBytes = std::max<int64_t>(plan->peak, MemoryPlan::kAlignment);
   for (const auto& op : f.ops()) {
     if (op->kind() == OpKind::Constant || op->kind() == OpKind::Return || op->kind() == OpKind::Check) continue;
-    CpuProgram::Slot& slot = p.slots[static_cast<size_t>(slots.at(op->result()))];
-    if (slot.kind == CpuProgram::SlotKind::InPlace) continue;
-    if (const MemoryPlan::Buffer* b = plan->find(op->result())) slot = {CpuProgram::SlotKind::Arena, slot.type, b->offset};
+    Program::Slot& slot = p.slots[static_cast<size_t>(slots.at(op->result()))];
+    if (slot.kind == Program::SlotKind::InPlace) continue;
+    if (const MemoryPlan::Buffer* b = plan->find(op->result())) slot = {Program::SlotKind::Arena, slot.type, b->offset};
   }
   p.kernelHashes = kernelHashes(out.kernels);
   return out;
@@ -284,7 +284,7 @@ Expected<CpuCompilation> compileCpuProgram(const Function& f, CpuJit& jit, const
   auto laid = layoutProgram(f, cpuBackend(), options.kernelPrefix, unsupportedOut);
   if (!laid) return laid.takeError();
   CpuCompilation out = std::move(*laid);
-  CpuProgram& p = *out.program;
+  Program& p = *out.program;
   if (options.report)
     options.report->lowering += std::chrono::duration<double>(Clock::now() - lowerStart).count();
 

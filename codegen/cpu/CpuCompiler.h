@@ -1,6 +1,6 @@
 // The compile half of the CPU backend: from a function at the end of the
 // CPU target's pipeline (static shapes; fused, library-selected, split,
-// scheduled, host checks inserted) to a CpuProgram (runtime/CpuProgram.h),
+// scheduled, host checks inserted) to a Program (runtime/Program.h),
 // the plain data that the runtime executes. It lowers each op to a step
 // (codegen/LowerToKernels.h), gives every value a slot, plans the arena
 // (passes/MemoryPlan.h: donated arguments written in place where a kernel
@@ -17,7 +17,7 @@
 #include "codegen/LowerToKernels.h"
 #include "ir/IR.h"
 #include "passes/MemoryPlan.h"
-#include "runtime/CpuProgram.h"
+#include "runtime/Program.h"
 
 namespace kiln::codegen {
 
@@ -30,7 +30,7 @@ struct CompileReport;
 /// tests and `--emit` (the kernels' IR, in program order, and the memory
 /// plan of `f`'s values).
 struct CpuCompilation {
-  std::shared_ptr<CpuProgram> program;
+  std::shared_ptr<Program> program;
   std::vector<kir::Kernel> kernels;
   MemoryPlan plan;
 };
@@ -66,7 +66,7 @@ Expected<CpuCompilation> compileCpuProgram(const Function& f, CpuJit& jit, const
 /// Why `program`'s machine code cannot run here: it was made by another code
 /// generator than this Kiln's, or for another triple, CPU or CPU features
 /// than `host`'s; "" when it can.
-std::string targetMismatch(const CpuProgram& program, const CpuMachine& host);
+std::string targetMismatch(const Program& program, const CpuMachine& host);
 
 /// The contentHash of each kernel's printed kernel IR, without the buffers'
 /// value names (for reading only; a module printed and parsed again may name

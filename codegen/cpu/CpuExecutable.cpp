@@ -26,7 +26,7 @@ struct CompiledFunction {
   std::unique_ptr<Module> module;
   std::vector<kir::Kernel> kernels;
   std::optional<MemoryPlan> plan;
-  std::shared_ptr<const CpuProgram> program;
+  std::shared_ptr<const Program> program;
   std::unique_ptr<CpuRunner> runner;
 };
 
@@ -109,13 +109,16 @@ Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::create(const Function& f, Cp
 }
 
 Error CpuExecutor::notOneProgram() const {
+  if (stored_)
+    return Error("this model runs a stored program with host steps (a .kc file), which keeps no kernel IR, memory plan "
+                 "or module of its own to query");
   return codegen::notOneProgram(module_->functions().front()->name(), staged_->stages());
 }
 
 Status CpuExecutor::addCompiled(std::unique_ptr<CompiledFunction> compiled) {
   // Cached under the static shapes of the program's arguments.
   ShapeCache<CompiledFunction>::Shapes shapes;
-  for (const CpuProgram::Argument& a : compiled->program->arguments) shapes.push_back(staticDims(a.type.shape));
+  for (const Program::Argument& a : compiled->program->arguments) shapes.push_back(staticDims(a.type.shape));
   cache_.add(std::move(shapes), std::move(compiled));
   return {};
 }
@@ -133,7 +136,7 @@ Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::createOptimized(const Functi
   return executor;
 }
 
-Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::fromProgram(std::shared_ptr<const CpuProgram> program,
+Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::fromProgram(std::shared_ptr<const Program> program,
                                                                 CpuOptions options) {
   std::unique_ptr<CpuExecutor> executor(new CpuExecutor(nullptr, options));
   const auto start = std::chrono::steady_clock::now();
@@ -151,7 +154,30 @@ Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::fromProgram(std::shared_ptr<
   return executor;
 }
 
+Expected<std::unique_ptr<CpuExecutor>> CpuExecutor::fromStaged(std::shared_ptr<const StagedProgram> program,
+                                                               CpuOptions options) {
+  std::unique_ptr<CpuExecutor> executor(new CpuExecutor(nullptr, options));
+  const auto start = std::chrono::steady_clock::now();
+  auto stored = StagedRunner::create(program, [&](size_t i) -> Expected<std::unique_ptr<LoadedProgram>> {
+    auto part = CpuRunner::create(std::shared_ptr<const Program>(program, &program->programs[i]), executor->threads_,
+                                  options.profile, options.memory);
+    if (!part) return part.takeError();
+    return std::unique_ptr<LoadedProgram>(std::move(*part));
+  });
+  if (!stored) return stored.takeError();
+  if (options.report) {
+    options.report->link += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    for (const Program& p : program->programs) {
+      options.report->kernels += static_cast<int>(p.kernelNames.size());
+      options.report->storedModules += p.sharedObject.empty() ? 0 : 1;
+    }
+  }
+  executor->stored_ = std::move(*stored);
+  return executor;
+}
+
 bool CpuExecutor::isCompiled(const std::vector<Tensor>& inputs) {
+  if (stored_) return true;
   // With stages, the suffix's shapes depend on values: never all compiled
   // before a run.
   if (staged_) return false;
@@ -165,7 +191,7 @@ Expected<CompiledFunction*> CpuExecutor::compiled(const std::vector<Tensor>& inp
 Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::compile(const std::vector<Tensor>& inputs) {
   if (!module_) {
     // A stored program runs only the shapes it was compiled for.
-    const CpuProgram& p = *cache_.entries().begin()->second->program;
+    const Program& p = *cache_.entries().begin()->second->program;
     if (inputs.size() != p.arguments.size())
       return Error("'" + p.name + "' takes " + std::to_string(p.arguments.size()) + " inputs, got " +
                    std::to_string(inputs.size()));
@@ -222,9 +248,9 @@ Expected<std::unique_ptr<CompiledFunction>> CpuExecutor::finish(std::unique_ptr<
   return compiled;
 }
 
-Expected<std::pair<const Module*, std::shared_ptr<const CpuProgram>>> CpuExecutor::compiledProgram(
+Expected<std::pair<const Module*, std::shared_ptr<const Program>>> CpuExecutor::compiledProgram(
     const std::vector<Tensor>& inputs) {
-  if (staged_) return notOneProgram();
+  if (staged_ || stored_) return notOneProgram();
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   return std::make_pair(static_cast<const Module*>((*c)->module.get()), (*c)->program);
@@ -242,6 +268,7 @@ Status CpuExecutor::prepare(const std::vector<Tensor>& inputs) {
   // With stages, only the prefix's shapes are known before a run, and the
   // bodies' whose arguments have static shapes (StagedExecutors::prepare).
   if (staged_) return staged_->prepare(inputs, unsupported_);
+  if (stored_) return {};  // its parts check their inputs when run
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   return {};
@@ -249,6 +276,7 @@ Status CpuExecutor::prepare(const std::vector<Tensor>& inputs) {
 
 Expected<std::vector<Tensor>> CpuExecutor::run(const std::vector<Tensor>& inputs) {
   if (staged_) return staged_->run(inputs, unsupported_);
+  if (stored_) return stored_->run(inputs);
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   return (*c)->runner->run(inputs);
@@ -256,13 +284,14 @@ Expected<std::vector<Tensor>> CpuExecutor::run(const std::vector<Tensor>& inputs
 
 Expected<std::vector<Tensor>> CpuExecutor::runInPlace(std::vector<Tensor>& inputs) {
   if (staged_) return staged_->run(inputs, unsupported_);  // no donated arguments (refused by create)
+  if (stored_) return stored_->run(inputs);
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   return (*c)->runner->runInPlace(inputs);
 }
 
 Expected<std::string> CpuExecutor::kernelIR(const std::vector<Tensor>& inputs) {
-  if (staged_) return notOneProgram();
+  if (staged_ || stored_) return notOneProgram();
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   if (!(*c)->module) return Error("a compiled program from a file does not keep its kernel IR");
@@ -286,7 +315,7 @@ Expected<std::string> CpuExecutor::kernelIR(const std::vector<Tensor>& inputs) {
 }
 
 Expected<std::string> CpuExecutor::llvmIR(const std::vector<Tensor>& inputs) {
-  if (staged_) return notOneProgram();
+  if (staged_ || stored_) return notOneProgram();
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   if (!(*c)->module) return Error("a compiled program from a file does not keep its kernel IR");
@@ -294,7 +323,7 @@ Expected<std::string> CpuExecutor::llvmIR(const std::vector<Tensor>& inputs) {
 }
 
 Expected<MemoryPlan> CpuExecutor::memoryPlan(const std::vector<Tensor>& inputs) {
-  if (staged_) return notOneProgram();
+  if (staged_ || stored_) return notOneProgram();
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   if (!(*c)->plan) return Error("a compiled program from a file does not keep its memory plan's values");
@@ -302,13 +331,44 @@ Expected<MemoryPlan> CpuExecutor::memoryPlan(const std::vector<Tensor>& inputs) 
 }
 
 size_t CpuExecutor::numKernels(const std::vector<Tensor>& inputs) {
-  if (staged_) return 0;
+  if (staged_ || stored_) return 0;
   auto c = compiled(inputs);
   return c ? (*c)->program->steps.size() : 0;
 }
 
+Expected<std::string> CpuExecutor::stagedArtifact(const std::vector<Tensor>& inputs, std::string* planText) {
+  const Function& f = *module_->functions().front();
+  std::vector<TensorType> types;
+  for (const Tensor& t : inputs) types.push_back(t.type());
+  // Every part through the pipeline and compiled by this executor's JIT,
+  // each into a shared object of its own.
+  PartCompiler compile = [&](const Function& part, const std::vector<TensorType>& partTypes,
+                             size_t index) -> Expected<BackendProgram> {
+    auto module = specializeAndOptimize(part, partTypes, {}, cpuBackend(), options_.optLevel, options_.report);
+    if (!module) return module.takeError();
+    CpuCompileOptions o;
+    o.kernelPrefix = "kiln_part" + std::to_string(index) + "_";
+    o.threads = options_.threads;
+    o.cache = kernelCache_.get();
+    o.report = options_.report;
+    auto compilation = compileCpuProgram(*(*module)->functions().front(), *jit_, o, &unsupported_);
+    if (!compilation) return compilation.takeError();
+    BackendProgram out;
+    out.device = std::string(kHostDevice);
+    out.program = std::move(compilation->program);
+    out.plan = std::move(compilation->plan);
+    return out;
+  };
+  auto staged = compileStagedProgram(f, types, compile);
+  if (!staged) return staged.takeError();
+  if (planText) *planText = staged->plans;
+  return serializeStagedArtifact(f, *staged->program, options_.optLevel, staged->plans, kHostDevice,
+                                 CpuJit::hostTarget(), std::string(kCpuCodegenVersion));
+}
+
 Expected<std::string> CpuExecutor::artifact(const std::vector<Tensor>& inputs, std::string* planText) {
-  if (staged_) return notOneProgram();
+  if (staged_) return stagedArtifact(inputs, planText);
+  if (stored_) return Error("this model runs a stored program (a .kc file), which keeps its own file; copy that file");
   auto compiled = compiledProgram(inputs);
   if (!compiled) return compiled.takeError();
   const Function& optimized = *compiled->first->functions().front();

@@ -1,5 +1,5 @@
 // The CPU executor: compiles a Function for the shapes of its inputs into a
-// CpuProgram and runs it on the CPU runtime. Compiling clones the function,
+// Program and runs it on the CPU runtime. Compiling clones the function,
 // gives its arguments the inputs' static shapes (resolving symbolic dims),
 // runs the CPU target's pipeline of `optLevel` (passes/PassManager.h: at
 // -O3 library selection, fusion, splitting, scheduling and host checks),
@@ -20,7 +20,10 @@
 //
 // An executor can also start from a function already optimized (a `.kc`
 // file's module, recompiled for this machine) or from a compiled program
-// itself (a `.kc` file's program, nothing compiled).
+// itself (a `.kc` file's program, nothing compiled; a program with host
+// steps runs through the runtime's stage driver, runtime/StageDriver.h).
+// artifact() of a staged function compiles every part for the shapes known
+// at compile time into one StagedProgram (compileStagedProgram).
 #pragma once
 
 #include <memory>
@@ -30,7 +33,7 @@
 #include "codegen/KernelIR.h"
 #include "ir/IR.h"
 #include "passes/MemoryPlan.h"
-#include "runtime/CpuProgram.h"
+#include "runtime/Program.h"
 #include "runtime/CpuRunner.h"
 #include "runtime/ShapeCache.h"
 #include "runtime/Tensor.h"
@@ -86,8 +89,12 @@ class CpuExecutor {
   static Expected<std::unique_ptr<CpuExecutor>> createOptimized(const Function& optimized, CpuOptions options = {});
   /// An executor that runs `program` (a `.kc` file's): nothing is compiled,
   /// and only the shapes it was compiled for run.
-  static Expected<std::unique_ptr<CpuExecutor>> fromProgram(std::shared_ptr<const CpuProgram> program,
+  static Expected<std::unique_ptr<CpuExecutor>> fromProgram(std::shared_ptr<const Program> program,
                                                             CpuOptions options = {});
+  /// An executor that runs `program`, a stored program with host steps (a
+  /// `.kc` file's): its parts loaded as CpuRunners, nothing compiled.
+  static Expected<std::unique_ptr<CpuExecutor>> fromStaged(std::shared_ptr<const StagedProgram> program,
+                                                           CpuOptions options = {});
   ~CpuExecutor();
 
   /// Compiles for the shapes of `inputs` (one per argument) unless already
@@ -138,13 +145,14 @@ class CpuExecutor {
 
   /// The optimized module and the program compiled for `inputs`' shapes,
   /// for writing a `.kc`. Both live as long as the executor.
-  Expected<std::pair<const Module*, std::shared_ptr<const CpuProgram>>> compiledProgram(
+  Expected<std::pair<const Module*, std::shared_ptr<const Program>>> compiledProgram(
       const std::vector<Tensor>& inputs);
 
   /// The `.kc` file (runtime/KcFile.h) of the program compiled for
   /// `inputs`' shapes, at this executor's optimization level; `planText`,
   /// when given, receives its memory plan as `kiln compile
-  /// --print-memory-plan` prints it.
+  /// --print-memory-plan` prints it. A function with host ops gives a
+  /// program with host steps (stagedArtifact), `planText` its parts' plans.
   Expected<std::string> artifact(const std::vector<Tensor>& inputs, std::string* planText = nullptr);
 
   /// Notices since the last call (a damaged kernel cache entry, an unusable
@@ -164,6 +172,9 @@ class CpuExecutor {
   Status addCompiled(std::unique_ptr<CompiledFunction> compiled);
   /// The error of a query that needs one program for the whole function.
   Error notOneProgram() const;
+  /// artifact() of a function with host ops: every part compiled into one
+  /// StagedProgram (compileStagedProgram).
+  Expected<std::string> stagedArtifact(const std::vector<Tensor>& inputs, std::string* planText);
 
   std::unique_ptr<Module> module_;  // a private copy of the function; null for fromProgram
   CpuOptions options_;
@@ -175,6 +186,8 @@ class CpuExecutor {
   int compiledCount_ = 0;
   /// With host ops: the stages and the executors of their parts.
   std::unique_ptr<StagedExecutors<CpuExecutor>> staged_;
+  /// A stored program with host steps (fromStaged), or null.
+  std::unique_ptr<LoadedProgram> stored_;
 };
 
 /// A copy of `source` whose arguments have `types` (static shapes) and

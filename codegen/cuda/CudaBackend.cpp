@@ -28,7 +28,7 @@ class CudaProgramCompiler : public ProgramCompiler {
     if (!compiled) return compiled.takeError();
     BackendProgram out;
     out.device = std::string(kCudaTargetName);
-    out.program = std::make_shared<CpuProgram>(compiled->program->plan);
+    out.program = std::make_shared<Program>(compiled->program->plan);
     out.code = cuda::serializeCudaCode(*compiled->program);
     out.kernels = std::move(compiled->kernels);
     out.plan = std::move(compiled->plan);

@@ -51,10 +51,48 @@ Expected<std::unique_ptr<CudaExecutor>> CudaExecutor::fromProgram(std::shared_pt
   if (!runner) return runner.takeError();
   compiled->runner = std::move(*runner);
   ShapeCache<Compiled>::Shapes shapes;
-  for (const CpuProgram::Argument& a : program->plan.arguments) shapes.push_back(staticDims(a.type.shape));
+  for (const Program::Argument& a : program->plan.arguments) shapes.push_back(staticDims(a.type.shape));
   compiled->program = std::move(program);
   e->cache_.add(std::move(shapes), std::move(compiled));
   return e;
+}
+
+Expected<std::unique_ptr<CudaExecutor>> CudaExecutor::fromStaged(std::shared_ptr<const StagedProgram> program,
+                                                                 std::shared_ptr<cuda::CudaContext> context,
+                                                                 CudaOptions options) {
+  std::unique_ptr<CudaExecutor> e(new CudaExecutor());
+  e->context_ = std::move(context);
+  e->options_ = std::move(options);
+  auto parts = cuda::cudaPartsOf(*program, "the stored program '" + program->name + "'");
+  if (!parts) return parts.takeError();
+  auto stored = StagedRunner::create(program, [&](size_t i) -> Expected<std::unique_ptr<LoadedProgram>> {
+    auto part = cuda::CudaRunner::create((*parts)[i], e->context_, e->options_.run);
+    if (!part) return part.takeError();
+    return std::unique_ptr<LoadedProgram>(std::move(*part));
+  });
+  if (!stored) return stored.takeError();
+  e->stored_ = std::move(*stored);
+  return e;
+}
+
+Expected<std::string> stagedCudaArtifact(const Function& f, const std::vector<TensorType>& types,
+                                         const CudaCompilerOptions& options, int optLevel, CompileReport* report,
+                                         std::string* plans) {
+  const Backend& backend = cudaBackend();
+  auto compiler = backend.createCompiler(&options);
+  if (!compiler) return compiler.takeError();
+  PartCompiler compile = [&](const Function& part, const std::vector<TensorType>& partTypes,
+                             size_t) -> Expected<BackendProgram> {
+    auto optimized = specializeAndOptimize(part, partTypes, {}, backend, optLevel, report);
+    if (!optimized) return optimized.takeError();
+    return (*compiler)->compile(*(*optimized)->functions().front(), nullptr);
+  };
+  auto staged = compileStagedProgram(f, types, compile);
+  if (!staged) return staged.takeError();
+  if (plans) *plans = staged->plans;
+  return serializeStagedArtifact(f, *staged->program, optLevel, staged->plans, cuda::kCudaDevice, CpuMachine{},
+                                 staged->program->programs.empty() ? std::string()
+                                                                   : staged->program->programs[0].codegenVersion);
 }
 
 Expected<CudaExecutor::Compiled*> CudaExecutor::compiled(const std::vector<Tensor>& inputs) {
@@ -65,7 +103,7 @@ Expected<std::unique_ptr<CudaExecutor::Compiled>> CudaExecutor::compile(const st
   if (!module_) {
     std::string compiledFor;
     for (const auto& [s, c] : cache_.entries())
-      for (const CpuProgram::Argument& a : c->program->plan.arguments) compiledFor += (compiledFor.empty() ? "" : ", ") + a.type.str();
+      for (const Program::Argument& a : c->program->plan.arguments) compiledFor += (compiledFor.empty() ? "" : ", ") + a.type.str();
     return Error("the stored CUDA program was compiled for inputs " + compiledFor +
                  "; compile the model again for other shapes");
   }
@@ -103,6 +141,7 @@ Status CudaExecutor::prepare(const std::vector<Tensor>& inputs) {
   // With stages, the prefix and the bodies whose arguments have static
   // shapes compile now (StagedExecutors::prepare).
   if (staged_) return staged_->prepare(inputs, unsupported_);
+  if (stored_) return Status::success();  // its parts check their inputs when run
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   return Status::success();
@@ -110,6 +149,7 @@ Status CudaExecutor::prepare(const std::vector<Tensor>& inputs) {
 
 Expected<std::vector<Tensor>> CudaExecutor::run(const std::vector<Tensor>& inputs) {
   if (staged_) return staged_->run(inputs, unsupported_);
+  if (stored_) return stored_->run(inputs);
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   return (*c)->runner->run(inputs);
@@ -118,6 +158,7 @@ Expected<std::vector<Tensor>> CudaExecutor::run(const std::vector<Tensor>& input
 Expected<std::vector<Tensor>> CudaExecutor::runInPlace(std::vector<Tensor>& inputs,
                                                        const std::vector<const Tensor*>* next) {
   if (staged_) return staged_->run(inputs, unsupported_);  // no donated arguments (refused by create)
+  if (stored_) return stored_->run(inputs);
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   // Values kept on the device by the runner of other shapes come home first.
@@ -138,6 +179,7 @@ Status CudaExecutor::syncDonated() {
 Expected<std::pair<const Module*, std::shared_ptr<const cuda::CudaProgram>>> CudaExecutor::compiledProgram(
     const std::vector<Tensor>& inputs) {
   if (staged_) return notOneProgram(module_->functions().front()->name(), staged_->stages());
+  if (stored_) return Error("a stored program with host steps keeps no module or program of its own");
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   return std::make_pair(static_cast<const Module*>((*c)->module.get()), (*c)->program);
@@ -145,6 +187,7 @@ Expected<std::pair<const Module*, std::shared_ptr<const cuda::CudaProgram>>> Cud
 
 Expected<MemoryPlan> CudaExecutor::memoryPlan(const std::vector<Tensor>& inputs) {
   if (staged_) return notOneProgram(module_->functions().front()->name(), staged_->stages());
+  if (stored_) return Error("a stored program keeps no memory plan");
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   if (!(*c)->plan) return Error("a stored program keeps no memory plan");
@@ -152,7 +195,19 @@ Expected<MemoryPlan> CudaExecutor::memoryPlan(const std::vector<Tensor>& inputs)
 }
 
 Expected<std::string> CudaExecutor::artifact(const std::vector<Tensor>& inputs) {
-  if (staged_) return notOneProgram(module_->functions().front()->name(), staged_->stages());
+  if (staged_) {
+    std::vector<TensorType> types;
+    for (const Tensor& t : inputs) types.push_back(t.type());
+    CudaCompilerOptions compilerOptions;
+    compilerOptions.archs = options_.archs;
+    compilerOptions.deviceMajor = context_->device().computeMajor;
+    compilerOptions.deviceMinor = context_->device().computeMinor;
+    compilerOptions.search = context_->searchOptions();
+    return stagedCudaArtifact(*module_->functions().front(), types, compilerOptions, options_.optLevel,
+                              options_.report);
+  }
+  if (stored_)
+    return Error("this model runs a stored CUDA program (a .kc file), which keeps its own file; copy that file instead");
   auto c = compiled(inputs);
   if (!c) return c.takeError();
   if (!(*c)->module || !(*c)->plan)

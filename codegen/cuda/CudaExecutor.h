@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/cuda/CudaBackend.h"
 #include "ir/IR.h"
 #include "passes/MemoryPlan.h"
 #include "runtime/ShapeCache.h"
@@ -53,6 +54,12 @@ class CudaExecutor {
   static Expected<std::unique_ptr<CudaExecutor>> fromProgram(std::shared_ptr<const cuda::CudaProgram> program,
                                                              std::shared_ptr<cuda::CudaContext> context,
                                                              CudaOptions options = {});
+  /// Runs `program`, a stored program with host steps compiled for CUDA
+  /// (a `.kc` file's): each part a CudaRunner on `context`, the stages run
+  /// by the runtime's stage driver; nothing is compiled.
+  static Expected<std::unique_ptr<CudaExecutor>> fromStaged(std::shared_ptr<const StagedProgram> program,
+                                                            std::shared_ptr<cuda::CudaContext> context,
+                                                            CudaOptions options = {});
   ~CudaExecutor();
 
   Status prepare(const std::vector<Tensor>& inputs);
@@ -74,8 +81,9 @@ class CudaExecutor {
   /// The `.kc` bytes of the program compiled for `inputs`' shapes, as
   /// `kiln compile --device cuda -o` writes them: the optimized module, the
   /// program, its CUBINs and PTX (this device's architectures, unless
-  /// CudaOptions::archs names others) and the memory plan's text. A stored
-  /// program (fromProgram) or a function run in stages is an error.
+  /// CudaOptions::archs names others) and the memory plan's text; for a
+  /// function with host ops, every part compiled into one StagedProgram
+  /// (stagedCudaArtifact). A stored program (fromProgram) is an error.
   Expected<std::string> artifact(const std::vector<Tensor>& inputs);
   /// The runner of the shapes last run (its image, graph replays); before
   /// any run, a stored program's; else null.
@@ -96,6 +104,16 @@ class CudaExecutor {
   std::vector<std::string> unsupported_;
   /// With host ops: the stages and the executors of their parts.
   std::unique_ptr<StagedExecutors<CudaExecutor>> staged_;
+  /// A stored program with host steps (fromStaged), or null.
+  std::unique_ptr<LoadedProgram> stored_;
 };
+
+/// The `.kc` bytes of `f`, a function with host ops (codegen/Stages.h), for
+/// input `types` at `optLevel`: every part through the CUDA pipeline and
+/// compiled by NVRTC with `options` (compileStagedProgram). `plans`, when
+/// given, receives the parts' memory plans as text. No GPU is needed.
+Expected<std::string> stagedCudaArtifact(const Function& f, const std::vector<TensorType>& types,
+                                         const CudaCompilerOptions& options, int optLevel, CompileReport* report,
+                                         std::string* plans = nullptr);
 
 }  // namespace kiln::codegen

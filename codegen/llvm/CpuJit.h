@@ -17,7 +17,7 @@
 
 #include "codegen/KernelIR.h"
 #include "ir/Support.h"
-#include "runtime/CpuProgram.h"
+#include "runtime/Program.h"
 #include "runtime/LoadedCode.h"
 
 namespace kiln::codegen {

@@ -121,11 +121,28 @@ Expected<std::shared_ptr<CudaProgram>> cudaProgramOf(const CompiledArtifact& art
   if (artifact.device != kCudaDevice)
     return Error(filename + " was compiled for " + artifact.device +
                  ", not CUDA; compile the model with --device cuda to run it on a GPU");
+  if (!artifact.program)
+    return Error(filename + " holds a program with host steps (control flow), whose parts are CUDA programs of their "
+                 "own (cudaPartsOf)");
   auto program = std::make_shared<CudaProgram>();
   program->plan = *artifact.program;
   KILN_TRY(parseCudaCode(artifact.deviceCode, filename + " (code section)", *program));
   if (Status s = program->validate(); !s) return Error(filename + ": corrupt: " + s.error().message());
   return program;
+}
+
+Expected<std::vector<std::shared_ptr<CudaProgram>>> cudaPartsOf(const StagedProgram& staged,
+                                                                const std::string& filename) {
+  std::vector<std::shared_ptr<CudaProgram>> parts;
+  for (size_t i = 0; i < staged.programs.size(); ++i) {
+    auto program = std::make_shared<CudaProgram>();
+    program->plan = staged.programs[i];
+    const std::string what = filename + " (part " + std::to_string(i) + ", '" + staged.programs[i].name + "')";
+    KILN_TRY(parseCudaCode(i < staged.deviceCode.size() ? staged.deviceCode[i] : "", what, *program));
+    if (Status s = program->validate(); !s) return Error(what + ": corrupt: " + s.error().message());
+    parts.push_back(std::move(program));
+  }
+  return parts;
 }
 
 }  // namespace kiln::cuda

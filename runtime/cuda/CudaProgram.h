@@ -1,7 +1,7 @@
 // A compiled CUDA program as plain data: what codegen/cuda/CudaCompiler.h
 // produces and runtime/cuda/CudaRunner.h executes. Its steps, slots, host
 // checks, library calls and memory plan are the same plain data a CPU
-// program has (runtime/CpuProgram.h, whose shared object and machine stay
+// program has (runtime/Program.h, whose shared object and machine stay
 // empty here: the one lowering, codegen/LowerToKernels.h, serves both
 // targets); what is CUDA's own is the code and how to launch it:
 //
@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/CpuProgram.h"
+#include "runtime/Program.h"
 #include "runtime/KcFile.h"
 
 namespace kiln::cuda {
@@ -51,7 +51,7 @@ struct CudaImage {
 struct CudaProgram {
   /// Steps, slots, arena and library calls; `kernelNames` are the CUDA
   /// kernels' names. Its sharedObject and machine are unused.
-  CpuProgram plan;
+  Program plan;
   /// One per kernel of plan.kernelNames.
   std::vector<CudaKernelLaunch> launches;
   std::vector<CudaImage> cubins;
@@ -83,5 +83,11 @@ Status parseCudaCode(std::string_view bytes, const std::string& what, CudaProgra
 /// The CUDA program of a `.kc` file compiled for CUDA (artifact.device is
 /// kCudaDevice); `filename` names it in errors.
 Expected<std::shared_ptr<CudaProgram>> cudaProgramOf(const CompiledArtifact& artifact, const std::string& filename);
+
+/// The CUDA program of each Program part of a staged `.kc` compiled for
+/// CUDA (its plan and StagedProgram::deviceCode), in the order of
+/// StagedProgram::programs.
+Expected<std::vector<std::shared_ptr<CudaProgram>>> cudaPartsOf(const StagedProgram& staged,
+                                                                const std::string& filename);
 
 }  // namespace kiln::cuda

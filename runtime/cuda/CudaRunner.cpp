@@ -141,11 +141,11 @@ struct CudaRunner::Impl {
   int runs = 0;
 
   /// The kernels' and library calls' buffers in `set`, from its slots.
-  void bindParams(const CpuProgram& p, ArgumentSet& set) {
+  void bindParams(const Program& p, ArgumentSet& set) {
     set.paramValues.clear();
     set.params.clear();
     for (size_t k = 0; k < p.steps.size(); ++k) {
-      const CpuProgram::Step& step = p.steps[k];
+      const Program::Step& step = p.steps[k];
       std::vector<CUdeviceptr> values;
       for (int s : step.operands) values.push_back(set.slotPtr[static_cast<size_t>(s)]);
       values.push_back(set.slotPtr[static_cast<size_t>(step.result)]);
@@ -161,7 +161,7 @@ struct CudaRunner::Impl {
 
   /// The second argument set: its own buffers for the arguments that are
   /// not donated, everything else shared with the first.
-  Status makeSecondSet(const CpuProgram& p) {
+  Status makeSecondSet(const Program& p) {
     if (bothSets) return Status::success();
     ArgumentSet& first = sets[0];
     ArgumentSet& second = sets[1];
@@ -179,7 +179,7 @@ struct CudaRunner::Impl {
     }
     second.slotPtr = first.slotPtr;
     for (size_t s = 0; s < p.slots.size(); ++s)
-      if (p.slots[s].kind == CpuProgram::SlotKind::Argument)
+      if (p.slots[s].kind == Program::SlotKind::Argument)
         second.slotPtr[s] = second.argPtr[static_cast<size_t>(p.slots[s].index)];
     bindParams(p, second);
     second.staged.assign(p.arguments.size(), nullptr);
@@ -241,7 +241,7 @@ Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const C
   impl->options = options;
   Impl& m = *impl;
   const CudaExecApi& api = context->api();
-  const CpuProgram& p = program->plan;
+  const Program& p = program->plan;
   const std::string what = "program '" + p.name + "'";
 
   std::string image;
@@ -294,14 +294,14 @@ Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const C
   }
   auto arena = m.allocate(static_cast<size_t>(p.arenaBytes), "the arena of " + what);
   if (!arena) return arena.takeError();
-  for (const CpuProgram::Slot& slot : p.slots) {
+  for (const Program::Slot& slot : p.slots) {
     CUdeviceptr ptr = 0;
     switch (slot.kind) {
-      case CpuProgram::SlotKind::Argument:
-      case CpuProgram::SlotKind::InPlace: ptr = m.sets[0].argPtr[static_cast<size_t>(slot.index)]; break;
-      case CpuProgram::SlotKind::Constant: ptr = constPtr[static_cast<size_t>(slot.index)]; break;
-      case CpuProgram::SlotKind::Arena: ptr = *arena + static_cast<CUdeviceptr>(slot.index); break;
-      case CpuProgram::SlotKind::Output: {
+      case Program::SlotKind::Argument:
+      case Program::SlotKind::InPlace: ptr = m.sets[0].argPtr[static_cast<size_t>(slot.index)]; break;
+      case Program::SlotKind::Constant: ptr = constPtr[static_cast<size_t>(slot.index)]; break;
+      case Program::SlotKind::Arena: ptr = *arena + static_cast<CUdeviceptr>(slot.index); break;
+      case Program::SlotKind::Output: {
         auto out = m.allocate(byteSize(slot.type), "a result of " + what);
         if (!out) return out.takeError();
         ptr = *out;
@@ -310,7 +310,7 @@ Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const C
     }
     m.sets[0].slotPtr.push_back(ptr);
   }
-  for (const CpuProgram::Result& r : p.results) {
+  for (const Program::Result& r : p.results) {
     void* stage = nullptr;
     if (r.aliasedArgument < 0) {
       auto s = m.allocatePinned(byteSize(p.slots[static_cast<size_t>(r.slot)].type), "a result");
@@ -320,10 +320,10 @@ Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const C
     m.resultStage.push_back(stage);
   }
 
-  for (const CpuProgram::Step& step : p.steps) {
-    for (const CpuProgram::SlotCheck& c : step.checks)
-      if (p.slots[static_cast<size_t>(c.slot)].kind != CpuProgram::SlotKind::Argument) m.capturable = false;
-    if (step.kind == CpuProgram::Step::Kind::Collective) {
+  for (const Program::Step& step : p.steps) {
+    for (const Program::SlotCheck& c : step.checks)
+      if (p.slots[static_cast<size_t>(c.slot)].kind != Program::SlotKind::Argument) m.capturable = false;
+    if (step.kind == Program::Step::Kind::Collective) {
       if (communicator().size() == 1) {
         m.libraries.push_back(std::make_unique<SingleProcessCollective>(api, step.collective));
         continue;
@@ -339,7 +339,7 @@ Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const C
       // NCCL's calls are not captured into CUDA graphs here.
       m.capturable = false;
       m.libraries.push_back(std::make_unique<NcclCollective>(api, *nccl, step.collective));
-    } else if (step.kind == CpuProgram::Step::Kind::Library) {
+    } else if (step.kind == Program::Step::Kind::Library) {
       auto library = createLibraryStep(step.call, p.slots[static_cast<size_t>(step.result)].type.dtype,
                                        context->searchOptions(), options.allowTf32, "step %" + step.name + " of " + what);
       if (!library) return library.takeError();
@@ -356,7 +356,7 @@ Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const C
     m.workspace = *workspace;
   }
   m.donated.assign(p.arguments.size(), false);
-  for (const CpuProgram::Result& r : p.results)
+  for (const Program::Result& r : p.results)
     if (r.aliasedArgument >= 0) m.donated[static_cast<size_t>(r.aliasedArgument)] = true;
   m.resident.assign(p.arguments.size(), nullptr);
   m.sets[0].staged.assign(p.arguments.size(), nullptr);
@@ -386,7 +386,7 @@ Status CudaRunner::syncDonated() {
   if (std::none_of(m.resident.begin(), m.resident.end(), [](uint8_t* h) { return h != nullptr; })) return Status::success();
   KILN_TRY(context_->makeCurrent());
   const CudaExecApi& api = context_->api();
-  const CpuProgram& p = program_->plan;
+  const Program& p = program_->plan;
   for (size_t a = 0; a < m.resident.size(); ++a) {
     if (!m.resident[a]) continue;
     KILN_TRY(m.check(api.cuMemcpyDtoHAsync(m.sets[0].argStage[a], m.sets[0].argPtr[a], byteSize(p.arguments[a].type),
@@ -430,7 +430,7 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
                                                   const std::vector<const Tensor*>* next) {
   Impl& m = *impl_;
   Impl::ArgumentSet& S = m.sets[static_cast<size_t>(m.current)];
-  const CpuProgram& p = program_->plan;
+  const Program& p = program_->plan;
   const CudaExecApi& api = context_->api();
   const CUstream compute = context_->computeStream(), copy = context_->copyStream();
   KILN_TRY(context_->makeCurrent());
@@ -443,10 +443,10 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
                    inputs[i].type().str() + ", expected " + p.arguments[i].type.str() +
                    " (the program was compiled for these shapes)");
   // Checks of arguments run on the host, before anything is copied.
-  for (const CpuProgram::Step& step : p.steps)
-    for (const CpuProgram::SlotCheck& c : step.checks) {
-      const CpuProgram::Slot& slot = p.slots[static_cast<size_t>(c.slot)];
-      if (slot.kind != CpuProgram::SlotKind::Argument) continue;
+  for (const Program::Step& step : p.steps)
+    for (const Program::SlotCheck& c : step.checks) {
+      const Program::Slot& slot = p.slots[static_cast<size_t>(c.slot)];
+      if (slot.kind != Program::SlotKind::Argument) continue;
       const Tensor& t = inputs[static_cast<size_t>(slot.index)];
       KILN_TRY(runHostCheck(c.check, t.raw(), t.dtype(), t.numElements()));
     }
@@ -482,7 +482,7 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
     for (size_t k = 0; k < p.steps.size(); ++k) {
       profile->entries.push_back({"%" + p.steps[k].name, m.libraries[k] ? m.libraries[k]->describe() : p.steps[k].what});
       // As on the CPU: 2 flops per multiply-add of a matmul or convolution.
-      if (p.steps[k].kind == CpuProgram::Step::Kind::Library)
+      if (p.steps[k].kind == Program::Step::Kind::Library)
         profile->entries.back().flops = 2.0 * static_cast<double>(libraryCallWork(p.steps[k].call));
     }
   }
@@ -506,10 +506,10 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
       KILN_TRY(m.check(api.cuStreamWaitEvent(compute, m.copied, 0), "ordering the steps after the inputs' copy"));
     }
     for (size_t k = 0; k < p.steps.size(); ++k) {
-      const CpuProgram::Step& step = p.steps[k];
-      for (const CpuProgram::SlotCheck& c : step.checks) {
-        const CpuProgram::Slot& slot = p.slots[static_cast<size_t>(c.slot)];
-        if (slot.kind == CpuProgram::SlotKind::Argument) continue;
+      const Program::Step& step = p.steps[k];
+      for (const Program::SlotCheck& c : step.checks) {
+        const Program::Slot& slot = p.slots[static_cast<size_t>(c.slot)];
+        if (slot.kind == Program::SlotKind::Argument) continue;
         auto checked = Tensor::allocate(slot.type.dtype, staticDims(slot.type.shape), "a value");
         if (!checked) return slotAllocationError(p, c.slot);
         Tensor& value = *checked;
@@ -543,7 +543,7 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
                                              inputs[static_cast<size_t>(argument)].numBytes(), compute),
                        "copying a result into its donated input"));
     for (size_t r = 0; r < p.results.size(); ++r) {
-      const CpuProgram::Result& result = p.results[r];
+      const Program::Result& result = p.results[r];
       if (result.aliasedArgument >= 0) continue;
       const size_t s = static_cast<size_t>(result.slot);
       KILN_TRY(m.check(api.cuMemcpyDtoHAsync(m.resultStage[r], S.slotPtr[s], byteSize(p.slots[s].type), compute),
@@ -617,7 +617,7 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
 
   std::vector<Tensor> results;
   for (size_t r = 0; r < p.results.size(); ++r) {
-    const CpuProgram::Result& result = p.results[r];
+    const Program::Result& result = p.results[r];
     if (result.aliasedArgument >= 0) {
       results.emplace_back();
       continue;

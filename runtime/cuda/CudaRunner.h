@@ -57,16 +57,18 @@ struct CudaRunOptions {
   bool keepDonated = false;
 };
 
-class CudaRunner {
+/// CUDA's runner of a program: a LoadedProgram (runtime/ProgramLoaders.h),
+/// as the CPU's CpuRunner is.
+class CudaRunner : public LoadedProgram {
  public:
   static Expected<std::unique_ptr<CudaRunner>> create(std::shared_ptr<const CudaProgram> program,
                                                       std::shared_ptr<CudaContext> context,
                                                       CudaRunOptions options = {});
-  ~CudaRunner();
+  ~CudaRunner() override;
 
   /// Runs on `inputs` (host tensors, one per argument, of its type) and
   /// returns the results on the host. Donated arguments are left alone.
-  Expected<std::vector<Tensor>> run(const std::vector<Tensor>& inputs);
+  Expected<std::vector<Tensor>> run(const std::vector<Tensor>& inputs) override;
   /// Runs and writes each donated argument's new value into `inputs`; those
   /// results come back as empty Tensors.
   ///

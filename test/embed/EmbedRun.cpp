@@ -4,7 +4,10 @@
 // dynamic dependencies). It loads a `.kc`, runs it on inputs from `.npy`
 // files, and compares every output with the reference interpreter run on
 // the `.kc`'s own stored module (runtime/Interpreter.h), and with an
-// expected `.npy` where one is given.
+// expected `.npy` where one is given. It registers the CUDA loader
+// (runtime/cuda/CudaProgramLoader.h, which links no compiler either), so a
+// `.kc` compiled for CUDA runs on the first usable GPU (KILN_CUDA_DRIVER
+// names the driver, as for kiln).
 //
 //   kiln-embed-run MODEL.kc [NAME=INPUT.npy]... [--expect NAME=EXPECTED.npy]...
 #include <cmath>
@@ -19,6 +22,7 @@
 #include "runtime/KcFile.h"
 #include "runtime/Kiln.h"
 #include "runtime/Npy.h"
+#include "runtime/cuda/CudaProgramLoader.h"
 
 namespace {
 
@@ -85,6 +89,10 @@ int main(int argc, char** argv) {
     (*into)[arg.substr(0, eq)] = std::move(*tensor);
   }
 
+  if (kiln::Status s = kiln::cuda::registerCudaProgramLoader(kiln::cuda::LibrarySearchOptions::fromEnvironment()); !s) {
+    std::cerr << "kiln-embed-run: " << s.error().str() << "\n";
+    return 1;
+  }
   auto model = kiln::Model::load(path);
   if (!model) {
     std::cerr << "kiln-embed-run: " << model.error().str() << "\n";
@@ -105,11 +113,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::vector<kiln::Tensor> ordered;
+  const kiln::ArtifactSignature signature = kiln::signatureOf(*artifact);
   for (const kiln::Model::Port& p : (*model)->inputs()) {
     auto it = inputs.find(p.name);
-    const kiln::CpuProgram& program = *artifact->program;
     size_t index = ordered.size();
-    ordered.push_back(it != inputs.end() ? it->second : program.arguments[index].defaultValue);
+    ordered.push_back(it != inputs.end() ? it->second : signature.arguments[index].defaultValue);
   }
   auto reference = kiln::interpret(*(*module)->functions().front(), ordered);
   if (!reference) {

@@ -26,8 +26,12 @@ int main(int argc, char** argv) {
     std::cerr << "kiln-kc-retarget: " << artifact.error().message() << "\n";
     return 1;
   }
+  if (!artifact->program) {
+    std::cerr << "kiln-kc-retarget: " << argv[1] << " holds a program with host steps, which this tool does not edit\n";
+    return 1;
+  }
   const std::string option = argv[3], value = argv[4];
-  kiln::CpuProgram& program = *artifact->program;
+  kiln::Program& program = *artifact->program;
   if (option == "--features") {
     program.machine.features = value;
   } else if (option == "--cpu") {

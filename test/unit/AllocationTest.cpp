@@ -125,11 +125,11 @@ TEST(AllocationTest, TheKcWriterRefusesWhatItsReaderWould) {
 
   // An argument of 2^42 elements: the program is consistent, but no reader
   // of a .kc takes a type over 2^40 elements, so nothing is written.
-  CpuProgram program = *compiled->second;
+  Program program = *compiled->second;
   const TensorType huge{DType::U8, staticShape({int64_t{1} << 21, int64_t{1} << 21})};
   program.arguments[0].type = huge;
-  for (CpuProgram::Slot& slot : program.slots)
-    if (slot.kind == CpuProgram::SlotKind::Argument) slot.type = huge;
+  for (Program::Slot& slot : program.slots)
+    if (slot.kind == Program::SlotKind::Argument) slot.type = huge;
   ASSERT_TRUE(program.validate().ok());
   auto bytes = serializeArtifact(optimized, program, 2, "");
   ASSERT_FALSE(bytes.ok());

@@ -471,11 +471,11 @@ TEST(CollectivesTest, TheFirstBucketIsIssuedBeforeTheBackwardPassEndsAndWaitedFo
   const auto& steps = compiled->second->steps;
   size_t first = steps.size(), last = steps.size(), between = 0;
   for (size_t k = 0; k < steps.size(); ++k) {
-    if (steps[k].kind == CpuProgram::Step::Kind::Collective && steps[k].name == buckets.front()) first = k;
-    if (steps[k].kind == CpuProgram::Step::Kind::Collective && steps[k].name == buckets.back()) last = k;
+    if (steps[k].kind == Program::Step::Kind::Collective && steps[k].name == buckets.front()) first = k;
+    if (steps[k].kind == Program::Step::Kind::Collective && steps[k].name == buckets.back()) last = k;
   }
   ASSERT_LT(first, last);
-  for (size_t k = first + 1; k < last; ++k) between += steps[k].kind != CpuProgram::Step::Kind::Collective;
+  for (size_t k = first + 1; k < last; ++k) between += steps[k].kind != Program::Step::Kind::Collective;
   EXPECT_GT(between, 0u) << log;
 }
 

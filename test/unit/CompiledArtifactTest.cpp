@@ -103,7 +103,7 @@ class CompiledArtifactTest : public ::testing::Test {
     }
     ASSERT_TRUE(executor.ok()) << executor.error().str();
     // The default of %shift is restored from the weights section.
-    const CpuProgram::Argument& shift = artifact.program->arguments[1];
+    const Program::Argument& shift = artifact.program->arguments[1];
     ASSERT_TRUE(shift.hasDefault);
     std::vector<Tensor> in = {inputs()[0], shift.defaultValue};
     auto out = (*executor)->run(in);
@@ -172,12 +172,12 @@ TEST_F(CompiledArtifactTest, WrongMagicAndNewerVersion) {
   EXPECT_EQ(parseError(wrong), "m.kc: not a Kiln compiled artifact (.kc): it does not start with the magic 'KILNKC'");
   std::string newer = bytes_;
   newer[8] = static_cast<char>(kArtifactVersion + 1);
-  EXPECT_NE(parseError(newer).find("format version 5 is not readable by this Kiln, which reads .kc format version 4 "
+  EXPECT_NE(parseError(newer).find("format version 6 is not readable by this Kiln, which reads .kc format version 5 "
                                    "(the file was written by a newer Kiln"),
             std::string::npos);
   std::string older = bytes_;
   older[8] = 1;
-  EXPECT_NE(parseError(older).find("format version 1 is not readable by this Kiln, which reads .kc format version 4 "
+  EXPECT_NE(parseError(older).find("format version 1 is not readable by this Kiln, which reads .kc format version 5 "
                                    "(the file was written by an older Kiln; compile the model again)"),
             std::string::npos);
   EXPECT_NE(parseError(bytes_ + "x").find("1 unexpected bytes after the last section"), std::string::npos);
@@ -205,13 +205,13 @@ TEST_F(CompiledArtifactTest, OtherTargetIsDetectedAndRecompiles) {
 TEST_F(CompiledArtifactTest, StoredCodeMustDefineTheProgramsKernels) {
   auto artifact = parseArtifact(bytes_, "m.kc");
   ASSERT_TRUE(artifact.ok());
-  auto renamed = std::make_shared<CpuProgram>(*artifact->program);
+  auto renamed = std::make_shared<Program>(*artifact->program);
   renamed->kernelNames[1] = "kiln9_other_1";
   auto executor = CpuExecutor::fromProgram(renamed);
   ASSERT_FALSE(executor.ok());
   EXPECT_NE(executor.error().message().find("does not define kernel 1 'kiln9_other_1'"), std::string::npos)
       << executor.error().message();
-  auto fewer = std::make_shared<CpuProgram>(*artifact->program);
+  auto fewer = std::make_shared<Program>(*artifact->program);
   fewer->kernelNames.pop_back();
   fewer->kernelHashes.pop_back();
   executor = CpuExecutor::fromProgram(fewer);
@@ -265,7 +265,7 @@ namespace {
 /// refused before anything of that type is allocated (the .kc fuzzer found
 /// a 5 GB allocation here; fuzz/regressions/kiln-fuzz-kc).
 TEST(CpuProgramTest, HugeDeclaredConstantIsRefusedBeforeAllocation) {
-  CpuProgram program;
+  Program program;
   program.name = "p";
   Tensor c(DType::F32, {3});
   program.constants.push_back(c);
@@ -275,7 +275,7 @@ TEST(CpuProgramTest, HugeDeclaredConstantIsRefusedBeforeAllocation) {
   ASSERT_EQ(bytes[18], 3);
   const uint64_t huge = uint64_t{1} << 40;
   for (int i = 0; i < 8; ++i) bytes[18 + i] = static_cast<char>((huge >> (8 * i)) & 0xff);
-  CpuProgram parsed;
+  Program parsed;
   Status s = parseProgram(bytes, "p.kc (program section)", parsed);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().message(), "p.kc (program section): corrupt: a constant of type f32[1099511627776] has 12 bytes");

@@ -231,13 +231,13 @@ constexpr const char* kFaultingPtx = R"(
 
 std::shared_ptr<cuda::CudaProgram> faultingProgram() {
   auto program = std::make_shared<cuda::CudaProgram>();
-  CpuProgram& p = program->plan;
+  Program& p = program->plan;
   p.name = "bad";
   const TensorType type{DType::F32, staticShape({4})};
   p.arguments.push_back({"x", type, false, Tensor()});
-  p.slots.push_back({CpuProgram::SlotKind::Argument, type, 0});
-  p.slots.push_back({CpuProgram::SlotKind::Output, type, 0});
-  CpuProgram::Step step;
+  p.slots.push_back({Program::SlotKind::Argument, type, 0});
+  p.slots.push_back({Program::SlotKind::Output, type, 0});
+  Program::Step step;
   step.name = "y";
   step.what = "store through null";
   step.kernel = 0;

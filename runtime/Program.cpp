@@ -1,13 +1,15 @@
-// Serializing, reading and validating CpuProgram (CpuProgram.h). The bytes
+// Serializing, reading and validating Program (Program.h). The bytes
 // are a flat sequence of little-endian integers, u32-length-prefixed
 // strings and lists, in the order of the struct's fields; a tensor that
 // does not fit inline is left for the caller (a `.kc` keeps large tensors
 // in its weights section).
-#include "runtime/CpuProgram.h"
+#include "runtime/Program.h"
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
+#include "ir/OpTable.h"
 #include "runtime/ByteIO.h"
 
 namespace kiln {
@@ -46,6 +48,24 @@ void putLocation(std::string& out, const Location& loc) {
   putI32(out, loc.line);
   putI32(out, loc.col);
   putString(out, loc.name);
+}
+
+/// A type whose dims may be dynamic (-1), as host steps' result types are.
+void putShapedType(std::string& out, const TensorType& t) {
+  out += static_cast<char>(t.dtype);
+  putLE(out, t.shape.size(), 4);
+  for (const Dim& d : t.shape) putI64(out, d.isStatic() ? d.size : -1);
+}
+
+void putStageValue(std::string& out, const StageValue& v) {
+  out += static_cast<char>(v.from);
+  putLE(out, v.index, 4);
+  putLE(out, v.result, 4);
+}
+
+void putStageValues(std::string& out, const std::vector<StageValue>& values) {
+  putLE(out, values.size(), 4);
+  for (const StageValue& v : values) putStageValue(out, v);
 }
 
 void putCollective(std::string& out, const CollectiveCall& call) {
@@ -100,7 +120,7 @@ int64_t bytesOf(const TensorType& t) {
   return numElements(t.shape) * static_cast<int64_t>(dtypeSize(t.dtype));
 }
 
-/// Reading, with the bounds of CpuProgram.h's fields.
+/// Reading, with the bounds of Program.h's fields.
 class ProgramReader {
  public:
   ProgramReader(std::string_view bytes, const std::string& what) : r_(bytes, what) {}
@@ -132,6 +152,45 @@ class ProgramReader {
       v.push_back(*x);
     }
     return v;
+  }
+  /// A type whose dims may be dynamic (putShapedType).
+  Expected<TensorType> shapedType(std::string_view what) {
+    auto dtype = r_.uint(1, what);
+    if (!dtype) return dtype.takeError();
+    if (*dtype > static_cast<uint64_t>(kLastDType) || dtypeName(static_cast<DType>(*dtype)) == "?")
+      return r_.error("corrupt: " + std::string(what) + " has an unknown dtype " + std::to_string(*dtype));
+    auto rank = r_.bounded(4, kMaxRank, what);
+    if (!rank) return rank.takeError();
+    Shape shape;
+    for (int64_t i = 0; i < *rank; ++i) {
+      auto d = i64(what);
+      if (!d) return d.takeError();
+      if (*d < -1 || *d > kMaxDim) return r_.error("corrupt: " + std::string(what) + " has a dim of " + std::to_string(*d));
+      shape.push_back(*d < 0 ? Dim::unknown() : Dim::fixed(*d));
+    }
+    return TensorType{static_cast<DType>(*dtype), std::move(shape)};
+  }
+  Expected<StageValue> stageValue(std::string_view what) {
+    auto from = r_.uint(1, what);
+    if (!from) return from.takeError();
+    if (*from > static_cast<uint64_t>(StageValue::From::Suffix))
+      return r_.error("corrupt: " + std::string(what) + " comes from an unknown place " + std::to_string(*from));
+    auto index = r_.bounded(4, kMaxCount, what);
+    if (!index) return index.takeError();
+    auto result = r_.bounded(4, kMaxCount, what);
+    if (!result) return result.takeError();
+    return StageValue{static_cast<StageValue::From>(*from), static_cast<size_t>(*index), static_cast<size_t>(*result)};
+  }
+  Expected<std::vector<StageValue>> stageValues(std::string_view what) {
+    auto n = count(what);
+    if (!n) return n.takeError();
+    std::vector<StageValue> values;
+    for (size_t i = 0; i < *n; ++i) {
+      auto v = stageValue(what);
+      if (!v) return v.takeError();
+      values.push_back(*v);
+    }
+    return values;
   }
   Expected<TensorType> type(std::string_view what) {
     auto dtype = r_.uint(1, what);
@@ -305,11 +364,11 @@ class ProgramReader {
 
 }  // namespace
 
-std::string serializeProgram(const CpuProgram& p, size_t inlineBelow) {
+std::string serializeProgram(const Program& p, size_t inlineBelow) {
   std::string out;
   putString(out, p.name);
   putLE(out, p.arguments.size(), 4);
-  for (const CpuProgram::Argument& a : p.arguments) {
+  for (const Program::Argument& a : p.arguments) {
     putString(out, a.name);
     putType(out, a.type);
     out += static_cast<char>(a.hasDefault ? 1 : 0);
@@ -318,24 +377,24 @@ std::string serializeProgram(const CpuProgram& p, size_t inlineBelow) {
   putLE(out, p.constants.size(), 4);
   for (const Tensor& t : p.constants) putTensor(out, t, inlineBelow);
   putLE(out, p.slots.size(), 4);
-  for (const CpuProgram::Slot& s : p.slots) {
+  for (const Program::Slot& s : p.slots) {
     out += static_cast<char>(s.kind);
     putType(out, s.type);
     putI64(out, s.index);
   }
   putLE(out, p.steps.size(), 4);
-  for (const CpuProgram::Step& s : p.steps) {
+  for (const Program::Step& s : p.steps) {
     out += static_cast<char>(s.kind);
     putString(out, s.name);
     putString(out, s.what);
     putI32(out, s.kernel);
-    if (s.kind == CpuProgram::Step::Kind::Library) putCall(out, s.call);
-    if (s.kind == CpuProgram::Step::Kind::Collective) putCollective(out, s.collective);
+    if (s.kind == Program::Step::Kind::Library) putCall(out, s.call);
+    if (s.kind == Program::Step::Kind::Collective) putCollective(out, s.collective);
     putLE(out, s.operands.size(), 4);
     for (int o : s.operands) putI32(out, o);
     putI32(out, s.result);
     putLE(out, s.checks.size(), 4);
-    for (const CpuProgram::SlotCheck& c : s.checks) {
+    for (const Program::SlotCheck& c : s.checks) {
       out += static_cast<char>(c.check.condition);
       putString(out, c.check.of);
       putI64(out, c.check.axis);
@@ -347,7 +406,7 @@ std::string serializeProgram(const CpuProgram& p, size_t inlineBelow) {
     out += static_cast<char>(s.parallel ? 1 : 0);
   }
   putLE(out, p.results.size(), 4);
-  for (const CpuProgram::Result& r : p.results) {
+  for (const Program::Result& r : p.results) {
     putString(out, r.name);
     putI32(out, r.slot);
     putI32(out, r.aliasedArgument);
@@ -370,7 +429,7 @@ std::string serializeProgram(const CpuProgram& p, size_t inlineBelow) {
   return out;
 }
 
-Status parseProgram(std::string_view bytes, const std::string& what, CpuProgram& p) {
+Status parseProgram(std::string_view bytes, const std::string& what, Program& p) {
   ProgramReader r(bytes, what);
   auto str = [&](std::string& out, std::string_view field) -> Status {
     auto s = r.raw().string(field);
@@ -382,7 +441,7 @@ Status parseProgram(std::string_view bytes, const std::string& what, CpuProgram&
   auto numArgs = r.count("the arguments");
   if (!numArgs) return numArgs.takeError();
   for (size_t i = 0; i < *numArgs; ++i) {
-    CpuProgram::Argument a;
+    Program::Argument a;
     KILN_TRY(str(a.name, "an argument's name"));
     auto type = r.type("an argument's type");
     if (!type) return type.takeError();
@@ -407,11 +466,11 @@ Status parseProgram(std::string_view bytes, const std::string& what, CpuProgram&
   auto numSlots = r.count("the slots");
   if (!numSlots) return numSlots.takeError();
   for (size_t i = 0; i < *numSlots; ++i) {
-    CpuProgram::Slot s;
+    Program::Slot s;
     auto kind = r.raw().uint(1, "a slot's kind");
     if (!kind) return kind.takeError();
-    if (*kind > static_cast<uint64_t>(CpuProgram::SlotKind::InPlace)) return r.raw().error("corrupt: a slot's kind");
-    s.kind = static_cast<CpuProgram::SlotKind>(*kind);
+    if (*kind > static_cast<uint64_t>(Program::SlotKind::InPlace)) return r.raw().error("corrupt: a slot's kind");
+    s.kind = static_cast<Program::SlotKind>(*kind);
     auto type = r.type("a slot's type");
     if (!type) return type.takeError();
     s.type = *type;
@@ -423,23 +482,23 @@ Status parseProgram(std::string_view bytes, const std::string& what, CpuProgram&
   auto numSteps = r.count("the steps");
   if (!numSteps) return numSteps.takeError();
   for (size_t i = 0; i < *numSteps; ++i) {
-    CpuProgram::Step s;
+    Program::Step s;
     auto kind = r.raw().uint(1, "a step's kind");
     if (!kind) return kind.takeError();
-    if (*kind > static_cast<uint64_t>(CpuProgram::Step::Kind::Collective))
+    if (*kind > static_cast<uint64_t>(Program::Step::Kind::Collective))
       return r.raw().error("corrupt: a step's kind");
-    s.kind = static_cast<CpuProgram::Step::Kind>(*kind);
+    s.kind = static_cast<Program::Step::Kind>(*kind);
     KILN_TRY(str(s.name, "a step's name"));
     KILN_TRY(str(s.what, "a step's description"));
     auto kernel = r.i32("a step's kernel");
     if (!kernel) return kernel.takeError();
     s.kernel = *kernel;
-    if (s.kind == CpuProgram::Step::Kind::Library) {
+    if (s.kind == Program::Step::Kind::Library) {
       auto call = r.call();
       if (!call) return call.takeError();
       s.call = std::move(*call);
     }
-    if (s.kind == CpuProgram::Step::Kind::Collective) {
+    if (s.kind == Program::Step::Kind::Collective) {
       auto call = r.collective();
       if (!call) return call.takeError();
       s.collective = std::move(*call);
@@ -457,7 +516,7 @@ Status parseProgram(std::string_view bytes, const std::string& what, CpuProgram&
     auto numChecks = r.count("a step's checks");
     if (!numChecks) return numChecks.takeError();
     for (size_t j = 0; j < *numChecks; ++j) {
-      CpuProgram::SlotCheck c;
+      Program::SlotCheck c;
       auto condition = r.raw().uint(1, "a check's condition");
       if (!condition) return condition.takeError();
       if (*condition > static_cast<uint64_t>(HostCheck::Condition::NonNegative))
@@ -488,7 +547,7 @@ Status parseProgram(std::string_view bytes, const std::string& what, CpuProgram&
   auto numResults = r.count("the results");
   if (!numResults) return numResults.takeError();
   for (size_t i = 0; i < *numResults; ++i) {
-    CpuProgram::Result res;
+    Program::Result res;
     KILN_TRY(str(res.name, "a result's name"));
     auto slot = r.i32("a result's slot"), alias = r.i32("a result's alias");
     if (!slot) return slot.takeError();
@@ -526,7 +585,7 @@ Status parseProgram(std::string_view bytes, const std::string& what, CpuProgram&
   return {};
 }
 
-Status CpuProgram::validate() const {
+Status Program::validate() const {
   auto bad = [&](const std::string& message) { return Error("program '" + name + "': " + message); };
   const int numSlots = static_cast<int>(slots.size());
   auto slotOk = [&](int s) { return s >= 0 && s < numSlots; };
@@ -648,22 +707,338 @@ Status CpuProgram::validate() const {
   return {};
 }
 
-Error slotAllocationError(const CpuProgram& p, int slot) {
+Error slotAllocationError(const Program& p, int slot) {
   const TensorType& type = p.slots[static_cast<size_t>(slot)].type;
   std::string value = "a result", origin;
-  for (const CpuProgram::Step& step : p.steps) {
+  for (const Program::Step& step : p.steps) {
     if (step.result != slot) continue;
     value = "%" + step.name;
     // "broadcast -> f32[...]": the type is said already.
     origin = step.what.substr(0, step.what.find(" -> "));
   }
-  for (const CpuProgram::Result& r : p.results)
+  for (const Program::Result& r : p.results)
     if (r.slot == slot && !r.name.empty()) {
       origin += (origin.empty() ? "" : ", ") + std::string("the output '") + r.name + "'";
       break;
     }
   const Error e = allocationError(tensorByteSize(type.dtype, staticDims(type.shape)), value, type, origin);
   return Error("program '" + p.name + "': " + e.message());
+}
+
+// Staged programs (Program.h StagedProgram).
+
+Status Stages::validate(const std::function<bool(int)>& isPart,
+                        const std::function<size_t(int)>& numResults) const {
+  auto bad = [&](const std::string& message) { return Error("the stages of '" + name + "': " + message); };
+  if (prefix != -1 && !isPart(prefix)) return bad("its prefix is no sub-program (" + std::to_string(prefix) + ")");
+  if (suffix != -1 && !isPart(suffix)) return bad("its suffix is no sub-program (" + std::to_string(suffix) + ")");
+  const size_t prefixResults = prefix == -1 ? 0 : numResults(prefix);
+  const size_t suffixResults = suffix == -1 ? 0 : numResults(suffix);
+  // A value read before host step `hosts` (operands of that step; `hosts`
+  // = host.size() for the suffix's inputs and the results).
+  auto check = [&](const StageValue& v, size_t hosts, bool suffixAllowed, const std::string& what) -> Status {
+    switch (v.from) {
+      case StageValue::From::Argument:
+        if (v.index < argumentTypes.size()) return {};
+        break;
+      case StageValue::From::Prefix:
+        if (v.index < prefixResults) return {};
+        break;
+      case StageValue::From::Host:
+        if (v.index < hosts && v.result < host[v.index].resultTypes.size()) return {};
+        break;
+      case StageValue::From::Suffix:
+        if (suffixAllowed && v.index < suffixResults) return {};
+        break;
+    }
+    return bad(what + " refers to no value (place " + std::to_string(static_cast<int>(v.from)) + ", index " +
+               std::to_string(v.index) + ", result " + std::to_string(v.result) + ")");
+  };
+  for (size_t h = 0; h < host.size(); ++h) {
+    const HostStep& step = host[h];
+    const std::string what = "host step " + std::to_string(h) + " ('" + step.name + "')";
+    if (step.isControlFlow()) {
+      const size_t regions = step.kind == OpKind::If ? 2 : 1;
+      if (step.bodies.size() != regions)
+        return bad(what + " has " + std::to_string(step.bodies.size()) + " bodies, expected " +
+                   std::to_string(regions));
+      for (int b : step.bodies)
+        if (!isPart(b)) return bad(what + "'s body " + std::to_string(b) + " is no sub-program");
+      if (step.numCarried < 0 || static_cast<size_t>(step.numCarried) > step.resultTypes.size())
+        return bad(what + " carries " + std::to_string(step.numCarried) + " values for " +
+                   std::to_string(step.resultTypes.size()) + " results");
+    } else {
+      if (step.kind != OpKind::NonZero && step.kind != OpKind::Unique && step.kind != OpKind::NonMaxSuppression)
+        return bad(what + " is neither control flow nor an op whose result sizes depend on values");
+      if (step.op.kind != step.kind || !step.bodies.empty()) return bad(what + " is inconsistent");
+    }
+    for (const StageValue& v : step.operands) KILN_TRY(check(v, h, false, what + "'s operand"));
+  }
+  for (const StageValue& v : suffixInputs) KILN_TRY(check(v, host.size(), false, "a suffix input"));
+  if (suffix == -1 && !suffixInputs.empty()) return bad("suffix inputs without a suffix");
+  for (const StageValue& v : results) KILN_TRY(check(v, host.size(), true, "a result"));
+  return {};
+}
+
+size_t StagedProgram::numArguments(size_t part) const {
+  if (part >= parts.size()) return 0;
+  const Part& p = parts[part];
+  if (p.kind == Part::Kind::Program) return p.index < programs.size() ? programs[p.index].arguments.size() : 0;
+  return p.index < stages.size() ? stages[p.index].argumentTypes.size() : 0;
+}
+
+size_t StagedProgram::numResults(size_t part) const {
+  if (part >= parts.size()) return 0;
+  const Part& p = parts[part];
+  if (p.kind == Part::Kind::Program) return p.index < programs.size() ? programs[p.index].results.size() : 0;
+  return p.index < stages.size() ? stages[p.index].results.size() : 0;
+}
+
+Status StagedProgram::validate() const {
+  auto bad = [&](const std::string& message) { return Error("staged program '" + name + "': " + message); };
+  if (parts.empty() || parts[0].kind != Part::Kind::Stages) return bad("its first part is not the staged function");
+  if (deviceCode.size() != programs.size())
+    return bad(std::to_string(deviceCode.size()) + " code objects for " + std::to_string(programs.size()) +
+               " programs");
+  if (resultNames.size() != resultTypes.size()) return bad("result names and types differ in number");
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Part& p = parts[i];
+    const size_t limit = p.kind == Part::Kind::Program ? programs.size() : stages.size();
+    if (p.index >= limit) return bad("part " + std::to_string(i) + " refers to no program or stages");
+  }
+  for (const Program& program : programs) KILN_TRY(program.validate());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].kind != Part::Kind::Stages) continue;
+    // Only parts after this one: the parts form no cycle.
+    auto isPart = [&](int part) { return part > static_cast<int>(i) && static_cast<size_t>(part) < parts.size(); };
+    auto results = [&](int part) { return numResults(static_cast<size_t>(part)); };
+    const Stages& node = stages[parts[i].index];
+    KILN_TRY(node.validate(isPart, results));
+    if (node.prefix != -1 && numArguments(static_cast<size_t>(node.prefix)) != node.argumentTypes.size())
+      return bad("the prefix of '" + node.name + "' takes another number of arguments than the function");
+    if (node.suffix != -1 && numArguments(static_cast<size_t>(node.suffix)) != node.suffixInputs.size())
+      return bad("the suffix of '" + node.name + "' takes another number of inputs than it is given");
+  }
+  // Runs recurse once per nested Stages part (a body's stages, a suffix
+  // split again): bounded, so that no file can exhaust the stack.
+  std::vector<size_t> depth(parts.size(), 0);
+  for (size_t i = parts.size(); i-- > 0;) {
+    if (parts[i].kind != Part::Kind::Stages) continue;
+    const Stages& node = stages[parts[i].index];
+    size_t deepest = 0;
+    auto sub = [&](int part) {
+      if (part != -1) deepest = std::max(deepest, depth[static_cast<size_t>(part)]);
+    };
+    sub(node.prefix);
+    sub(node.suffix);
+    for (const HostStep& step : node.host)
+      for (int b : step.bodies) sub(b);
+    depth[i] = deepest + 1;
+    if (depth[i] > kMaxStageDepth)
+      return bad("its stages nest more than " + std::to_string(kMaxStageDepth) + " deep");
+  }
+  const Stages& entry = stages[parts[0].index];
+  if (entry.argumentTypes.size() != arguments.size() || entry.results.size() != resultTypes.size())
+    return bad("its signature differs from its function's stages");
+  return {};
+}
+
+std::string serializeStagedProgram(const StagedProgram& p) {
+  std::string out;
+  putString(out, p.name);
+  putLE(out, p.arguments.size(), 4);
+  for (const Program::Argument& a : p.arguments) {
+    putString(out, a.name);
+    putType(out, a.type);
+    out += static_cast<char>(a.hasDefault ? 1 : 0);
+    if (a.hasDefault) putTensor(out, a.defaultValue, SIZE_MAX);
+  }
+  putLE(out, p.resultTypes.size(), 4);
+  for (size_t i = 0; i < p.resultTypes.size(); ++i) {
+    putString(out, i < p.resultNames.size() ? p.resultNames[i] : "");
+    putShapedType(out, p.resultTypes[i]);
+  }
+  putLE(out, p.parts.size(), 4);
+  for (const StagedProgram::Part& part : p.parts) {
+    out += static_cast<char>(part.kind);
+    putLE(out, part.index, 4);
+  }
+  putLE(out, p.stages.size(), 4);
+  for (const Stages& s : p.stages) {
+    putString(out, s.name);
+    putLE(out, s.argumentTypes.size(), 4);
+    for (const TensorType& t : s.argumentTypes) putShapedType(out, t);
+    putI32(out, s.prefix);
+    putI32(out, s.suffix);
+    putLE(out, s.host.size(), 4);
+    for (const HostStep& h : s.host) {
+      putString(out, opName(h.kind));
+      putString(out, h.name);
+      out += static_cast<char>(h.op.axis ? 1 : 0);
+      putI64(out, h.op.axis.value_or(0));
+      out += static_cast<char>(h.op.sorted ? 1 : 0);
+      out += static_cast<char>(h.op.centerPointBox ? 1 : 0);
+      putStageValues(out, h.operands);
+      putI64(out, h.numCarried);
+      putLE(out, h.resultTypes.size(), 4);
+      for (const TensorType& t : h.resultTypes) putShapedType(out, t);
+      putLE(out, h.bodies.size(), 4);
+      for (int b : h.bodies) putI32(out, b);
+      putLocation(out, h.loc);
+    }
+    putStageValues(out, s.suffixInputs);
+    putStageValues(out, s.results);
+  }
+  putLE(out, p.programs.size(), 4);
+  for (size_t i = 0; i < p.programs.size(); ++i) {
+    putString(out, serializeProgram(p.programs[i], SIZE_MAX));
+    putString(out, p.programs[i].sharedObject);
+    putString(out, i < p.deviceCode.size() ? std::string_view(p.deviceCode[i]) : std::string_view());
+  }
+  return out;
+}
+
+Status parseStagedProgram(std::string_view bytes, const std::string& what, StagedProgram& p) {
+  ProgramReader r(bytes, what);
+  auto str = [&](std::string& out, std::string_view field) -> Status {
+    auto s = r.raw().string(field);
+    if (!s) return s.takeError();
+    out = std::move(*s);
+    return {};
+  };
+  auto byte = [&](std::string_view field, uint64_t max) -> Expected<uint64_t> {
+    auto v = r.raw().uint(1, field);
+    if (!v) return v.takeError();
+    if (*v > max) return r.raw().error("corrupt: " + std::string(field) + " is " + std::to_string(*v));
+    return *v;
+  };
+  KILN_TRY(str(p.name, "the staged program's name"));
+  auto numArgs = r.count("the arguments");
+  if (!numArgs) return numArgs.takeError();
+  for (size_t i = 0; i < *numArgs; ++i) {
+    Program::Argument a;
+    KILN_TRY(str(a.name, "an argument's name"));
+    auto type = r.type("an argument's type");
+    if (!type) return type.takeError();
+    a.type = *type;
+    auto hasDefault = byte("an argument's default flag", 1);
+    if (!hasDefault) return hasDefault.takeError();
+    a.hasDefault = *hasDefault == 1;
+    if (a.hasDefault) {
+      auto t = r.tensor("an argument's default");
+      if (!t) return t.takeError();
+      if (t->type() != a.type) return r.raw().error("corrupt: argument '" + a.name + "' has a default of another type");
+      a.defaultValue = std::move(*t);
+    }
+    p.arguments.push_back(std::move(a));
+  }
+  auto numResults = r.count("the results");
+  if (!numResults) return numResults.takeError();
+  for (size_t i = 0; i < *numResults; ++i) {
+    std::string name;
+    KILN_TRY(str(name, "a result's name"));
+    auto type = r.shapedType("a result's type");
+    if (!type) return type.takeError();
+    p.resultNames.push_back(std::move(name));
+    p.resultTypes.push_back(*type);
+  }
+  auto numParts = r.count("the parts");
+  if (!numParts) return numParts.takeError();
+  for (size_t i = 0; i < *numParts; ++i) {
+    auto kind = byte("a part's kind", static_cast<uint64_t>(StagedProgram::Part::Kind::Stages));
+    if (!kind) return kind.takeError();
+    auto index = r.count("a part's index");
+    if (!index) return index.takeError();
+    p.parts.push_back({static_cast<StagedProgram::Part::Kind>(*kind), *index});
+  }
+  auto numStages = r.count("the stages");
+  if (!numStages) return numStages.takeError();
+  for (size_t i = 0; i < *numStages; ++i) {
+    Stages s;
+    KILN_TRY(str(s.name, "the stages' name"));
+    auto numTypes = r.count("the stages' arguments");
+    if (!numTypes) return numTypes.takeError();
+    for (size_t a = 0; a < *numTypes; ++a) {
+      auto t = r.shapedType("an argument's type");
+      if (!t) return t.takeError();
+      s.argumentTypes.push_back(*t);
+    }
+    auto prefix = r.i32("the prefix"), suffix = r.i32("the suffix");
+    if (!prefix) return prefix.takeError();
+    if (!suffix) return suffix.takeError();
+    s.prefix = *prefix;
+    s.suffix = *suffix;
+    auto numHost = r.count("the host steps");
+    if (!numHost) return numHost.takeError();
+    for (size_t h = 0; h < *numHost; ++h) {
+      HostStep step;
+      std::string mnemonic;
+      KILN_TRY(str(mnemonic, "a host step's op"));
+      const std::optional<OpKind> kind = lookupOp(mnemonic);
+      if (!kind) return r.raw().error("corrupt: a host step of unknown op '" + mnemonic + "'");
+      step.kind = *kind;
+      step.op.kind = *kind;
+      KILN_TRY(str(step.name, "a host step's name"));
+      auto hasAxis = byte("a host step's axis flag", 1);
+      if (!hasAxis) return hasAxis.takeError();
+      auto axis = r.i64("a host step's axis");
+      if (!axis) return axis.takeError();
+      if (*hasAxis) step.op.axis = *axis;
+      auto sorted = byte("a host step's sorted flag", 1);
+      if (!sorted) return sorted.takeError();
+      step.op.sorted = *sorted == 1;
+      auto center = byte("a host step's box flag", 1);
+      if (!center) return center.takeError();
+      step.op.centerPointBox = *center == 1;
+      auto operands = r.stageValues("a host step's operands");
+      if (!operands) return operands.takeError();
+      step.operands = std::move(*operands);
+      auto carried = r.i64("a host step's carried count");
+      if (!carried) return carried.takeError();
+      step.numCarried = *carried;
+      auto numTypes = r.count("a host step's results");
+      if (!numTypes) return numTypes.takeError();
+      for (size_t t = 0; t < *numTypes; ++t) {
+        auto type = r.shapedType("a host step's result type");
+        if (!type) return type.takeError();
+        step.resultTypes.push_back(*type);
+      }
+      auto numBodies = r.count("a host step's bodies");
+      if (!numBodies) return numBodies.takeError();
+      for (size_t b = 0; b < *numBodies; ++b) {
+        auto body = r.i32("a host step's body");
+        if (!body) return body.takeError();
+        step.bodies.push_back(*body);
+      }
+      auto loc = r.location("a host step's location");
+      if (!loc) return loc.takeError();
+      step.loc = *loc;
+      step.op.loc = step.loc;
+      s.host.push_back(std::move(step));
+    }
+    auto inputs = r.stageValues("the suffix's inputs");
+    if (!inputs) return inputs.takeError();
+    s.suffixInputs = std::move(*inputs);
+    auto results = r.stageValues("the results");
+    if (!results) return results.takeError();
+    s.results = std::move(*results);
+    p.stages.push_back(std::move(s));
+  }
+  auto numPrograms = r.count("the programs");
+  if (!numPrograms) return numPrograms.takeError();
+  for (size_t i = 0; i < *numPrograms; ++i) {
+    std::string bytes, code;
+    Program program;
+    KILN_TRY(str(bytes, "a program"));
+    KILN_TRY(parseProgram(bytes, what + " (program " + std::to_string(i) + ")", program));
+    KILN_TRY(str(program.sharedObject, "a program's shared object"));
+    KILN_TRY(str(code, "a program's device code"));
+    p.programs.push_back(std::move(program));
+    p.deviceCode.push_back(std::move(code));
+  }
+  if (r.raw().remaining() != 0)
+    return r.raw().error("corrupt: " + std::to_string(r.raw().remaining()) + " unexpected bytes after the stages");
+  return {};
 }
 
 }  // namespace kiln
