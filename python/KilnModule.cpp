@@ -37,6 +37,7 @@
 #include "runtime/KcFile.h"
 #include "runtime/Kiln.h"
 #include "runtime/cuda/CudaProgram.h"
+#include "runtime/cuda/CudaProgramLoader.h"
 #include "runtime/cuda/DeviceReport.h"
 #include "training/Trainer.h"
 
@@ -219,9 +220,9 @@ Status inferShapes(Module& module) {
 
 // --- Models ----------------------------------------------------------------
 
-/// Whether the `.kc` at `path` holds a program compiled for CUDA (read only
-/// to explain an error: kiln.load runs CPU programs through the embedding
-/// API, which does not run CUDA programs yet).
+/// Whether the `.kc` at `path` holds a program compiled for CUDA (its
+/// artifact's device), read to send it to the CUDA loader or to explain a
+/// refusal; false when it cannot be read (Model::load then says why).
 bool isCudaArtifact(const std::string& path) {
   auto bytes = readFileBounded(path, int64_t{1} << 36);
   if (!bytes) return false;
@@ -229,10 +230,29 @@ bool isCudaArtifact(const std::string& path) {
   return artifact && artifact->device == cuda::kCudaDevice;
 }
 
-/// The error of kiln.load on a `.kc` compiled for CUDA.
-std::string cudaArtifactRefused(const std::string& path) {
-  return "'" + path + "' holds a program compiled for CUDA, and kiln.load runs .kc files compiled for the CPU only; "
-         "run it with `kiln run " + path + "`, or load the model file itself with device=\"cuda\"";
+/// The CUDA device a `.kc` compiled for CUDA loads on for kiln.load's
+/// `device`: the runtime's CUDA loader (runtime/cuda/CudaProgramLoader.h)
+/// runs it on the first usable GPU, so `cuda`, `auto` and that GPU's
+/// `cuda:N` are accepted; the CPU, another GPU or no usable GPU raise
+/// DeviceError saying what to give instead.
+DeviceChoice cudaDeviceForArtifact(const std::string& path, const std::string& device) {
+  if (device == kHostDevice)
+    raise(gDeviceError, "'" + path + "' holds a program compiled for CUDA; load it with device=\"cuda\", or load "
+                        "the model file itself for the CPU");
+  std::string notice;
+  auto resolved = resolveDevice(device, &notice);
+  if (auto* e = std::get_if<DeviceError>(&resolved)) raise(gDeviceError, "device='" + device + "': " + e->error.message());
+  const DeviceChoice& choice = std::get<DeviceChoice>(resolved);
+  if (choice.kind != DeviceChoice::Kind::Cuda)
+    raise(gDeviceError, "'" + path + "' holds a program compiled for CUDA, and device='" + device +
+                            "' found no usable GPU (" + notice + ")");
+  auto first = cuda::requireCudaDevice(cuda::LibrarySearchOptions::fromEnvironment(), std::nullopt);
+  if (!first) raise(gDeviceError, "device='" + device + "': " + first.error().message());
+  if (first->index != choice.cuda.index)
+    raise(gDeviceError, "'" + path + "' runs on the first usable GPU, cuda:" + std::to_string(first->index) +
+                            ", not cuda:" + std::to_string(choice.cuda.index) +
+                            "; choose the GPU with CUDA_VISIBLE_DEVICES, or load the model file itself");
+  return choice;
 }
 
 /// A model file compiled by Kiln (`kiln.load`): for each set of input
@@ -245,12 +265,17 @@ class PyModel {
           bool interpret)
       : path_(std::move(path)) {
     if (path_.ends_with(".kc")) {
-      if (device != kHostDevice) {
-        if (isCudaArtifact(path_)) raise(gModelError, cudaArtifactRefused(path_));
+      if (interpret) raise(gError, "a .kc file holds compiled code; interpret=True needs the model file itself");
+      if (isCudaArtifact(path_)) {
+        // Run by the runtime's CUDA loader, as the embedding API runs it.
+        kcDevice_ = cudaDeviceForArtifact(path_, device).str();
+        if (Status registered = cuda::registerCudaProgramLoader(cuda::LibrarySearchOptions::fromEnvironment());
+            !registered)
+          raiseError(registered.error(), gDeviceError);
+      } else if (device != kHostDevice) {
         raise(gDeviceError, "'" + path_ + "' was compiled for the CPU by kiln compile; load it with device=\"cpu\", "
                                 "or load the model file itself for " + device);
       }
-      if (interpret) raise(gError, "a .kc file holds compiled code; interpret=True needs the model file itself");
       ModelOptions options;
       options.threads = threads;
       Expected<std::unique_ptr<Model>> loaded = Error("");
@@ -258,7 +283,6 @@ class PyModel {
         py::gil_scoped_release release;
         loaded = Model::load(path_, options);
       }
-      if (!loaded && isCudaArtifact(path_)) raise(gModelError, cudaArtifactRefused(path_));
       if (!loaded) raiseError(loaded.error(), gModelError);
       kc_ = std::move(*loaded);
       for (const Model::Port& p : kc_->inputs()) inputs_.push_back({p.name, p.type, p.optional});
@@ -314,7 +338,7 @@ class PyModel {
 
   py::list inputs() const { return ports(inputs_); }
   py::list outputs() const { return ports(outputs_); }
-  std::string device() const { return session_ ? session_->device().str() : "cpu"; }
+  std::string device() const { return session_ ? session_->device().str() : kcDevice_; }
 
   /// Runs on `given` (one entry per input, None for an input left to its
   /// default); returns (outputs, notices).
@@ -516,6 +540,7 @@ class PyModel {
   std::unique_ptr<Session> session_;
   std::unique_ptr<Module> signature_;  // the model as declared, for its ports
   std::unique_ptr<Model> kc_;          // a .kc file's program
+  std::string kcDevice_ = std::string(kHostDevice);  // where kc_ runs
   std::vector<PortInfo> inputs_, outputs_;
   /// Specializations by cacheKey().
   std::map<std::string, std::unique_ptr<Specialization>> cache_;

@@ -220,7 +220,9 @@ def load(
 
     ``device``: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"``. ``"cuda"``
     never falls back to the CPU: without a usable GPU it raises
-    :class:`DeviceError` naming the reason.
+    :class:`DeviceError` naming the reason. A ``.kc`` runs on the device it
+    was compiled for: one compiled for CUDA needs ``"cuda"`` (or ``"auto"``)
+    and runs on the first usable GPU.
 
     ``threads``: threads per kernel on the CPU (0: all cores).
     ``interpret``: run on Kiln's reference interpreter instead of the JIT.

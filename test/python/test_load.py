@@ -329,6 +329,20 @@ print("ok")
 """
 
 
+LOAD_CUDA_KC_SCRIPT = """
+import sys
+import numpy as np
+import kiln
+
+folder, kc = sys.argv[1], sys.argv[2]
+m = kiln.load(kc, device="cuda")
+assert m.device.startswith("cuda:0"), m.device
+got = m(np.load(folder + "/input_x.npy"))
+np.testing.assert_allclose(got, np.load(folder + "/expected_logits.npy"), rtol=1e-4, atol=1e-5)
+print("ok")
+"""
+
+
 def test_save_a_cuda_model_writes_a_kc_that_kiln_run_runs(e2e_dir, tmp_path, kiln_binary):
     # save() of a model loaded with device="cuda" writes the CUDA program
     # (CUBINs and PTX for the emulated GPU), which `kiln run` runs on CUDA.
@@ -350,7 +364,10 @@ def test_save_a_cuda_model_writes_a_kc_that_kiln_run_runs(e2e_dir, tmp_path, kil
     cpu = subprocess.run([kiln_binary, "run", str(kc), "--input", f"x={folder / 'input_x.npy'}", "--device", "cpu"],
                          capture_output=True, text=True)
     assert cpu.returncode == 1 and "was compiled for CUDA" in cpu.stderr, cpu.stderr
-    # kiln.load runs CPU programs only: a CUDA .kc is refused, saying so.
-    for device in ("cpu", "cuda"):
-        with pytest.raises(kiln.ModelError, match=r"holds a program compiled for CUDA.*kiln run"):
-            kiln.load(kc, device=device)
+    # kiln.load runs it on CUDA through the runtime's CUDA loader (no compiler
+    # at load), and refuses it on the CPU, saying what to give instead.
+    loaded = subprocess.run([sys.executable, "-c", LOAD_CUDA_KC_SCRIPT, str(folder), str(kc)], env=env,
+                            capture_output=True, text=True)
+    assert loaded.returncode == 0 and loaded.stdout.strip() == "ok", loaded.stdout + loaded.stderr
+    with pytest.raises(kiln.DeviceError, match=r"holds a program compiled for CUDA; load it with device=\"cuda\""):
+        kiln.load(kc, device="cpu")
