@@ -262,7 +262,7 @@ std::optional<std::string> parseOptions(const ParsedArgs& args, CommandOptions& 
     o.step.batchNorm.momentum = m;
   }
 
-  std::optional<int64_t> batch, seed, every, threads;
+  std::optional<int64_t> batch, seed, threads;
   if (auto e = integer("--batch-size", 1, batch)) return e;
   if (batch) o.batchSize = *batch;
   if (auto e = integer("--epochs", 1, o.epochs)) return e;
