@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include "codegen/CpuTarget.h"
+#include "codegen/cpu/CpuTarget.h"
 #include "codegen/Lowering.h"
 #include "ir/Printer.h"
 

@@ -43,7 +43,7 @@ Expected<std::vector<LoweredStep>> lowerToSteps(const Function& f, std::string_v
 
 /// The steps as text: a check as its op, a library call as
 /// `library %name: <description>` (`describeCall` gives the library's words,
-/// e.g. codegen/CpuTarget.h's describeLibraryCallText), a kernel as its
+/// e.g. codegen/cpu/CpuTarget.h's describeLibraryCallText), a kernel as its
 /// kernel IR. What `kiln compile --emit=kernel` and `kiln-opt --target T
 /// --print-kernels` print.
 std::string printSteps(const std::vector<LoweredStep>& steps,

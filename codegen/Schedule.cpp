@@ -12,6 +12,9 @@
 #include <set>
 #include <unordered_set>
 
+#include "codegen/cpu/CpuTarget.h"
+#include "codegen/cuda/CudaTarget.h"
+
 namespace kiln::codegen {
 namespace {
 
@@ -240,7 +243,7 @@ std::optional<SumBlocking> sumBlocking(const Expr& reduction, int64_t block) {
 
 void scheduleForCpu(kir::Kernel& kernel) {
   kir::Schedule schedule;
-  schedule.target = "cpu";
+  schedule.target = std::string(kCpuTargetName);
   bool threads = false;
   std::function<void(const std::vector<kir::StmtPtr>&)> visit = [&](const std::vector<kir::StmtPtr>& body) {
     for (const kir::StmtPtr& s : body) {
@@ -260,7 +263,7 @@ void scheduleForCpu(kir::Kernel& kernel) {
 
 void scheduleForCuda(kir::Kernel& kernel, const CudaScheduleOptions& options) {
   kir::Schedule schedule;
-  schedule.target = "cuda";
+  schedule.target = std::string(kCudaTargetName);
   schedule.blockSize = kCudaBlockSize;
   // The kernel's one parallel loop, and the loops perfectly nested in it
   // that are independent too.
@@ -280,13 +283,6 @@ void scheduleForCuda(kir::Kernel& kernel, const CudaScheduleOptions& options) {
   if (options.cooperativeRows && kernel.body.size() == 1) scheduleRows(kernel, grid, options);
   if (kernel.schedule.threadsPerRow == 0 && kernel.body.size() == 1 && isVectorElementwise(kernel, grid))
     kernel.schedule.vectorWidth = kCudaVectorWidth;
-}
-
-void scheduleFor(std::string_view target, kir::Kernel& kernel) {
-  if (target == "cuda")
-    scheduleForCuda(kernel);
-  else
-    scheduleForCpu(kernel);
 }
 
 std::vector<ExprPtr> rowInvariantReductions(const kir::Stmt& store, const std::vector<int>& rowVars) {

@@ -43,8 +43,6 @@ struct CudaScheduleOptions {
 void scheduleForCpu(kir::Kernel& kernel);
 /// Schedules `kernel` for CUDA (codegen/cuda/).
 void scheduleForCuda(kir::Kernel& kernel, const CudaScheduleOptions& options = {});
-/// Schedules `kernel` for the target named `target` ("cpu" or "cuda").
-void scheduleFor(std::string_view target, kir::Kernel& kernel);
 
 /// The reductions in `store` (its index and value) whose variables other
 /// than their own are all in `rowVars`: what the threads of a row compute

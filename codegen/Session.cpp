@@ -94,8 +94,6 @@ Expected<std::unique_ptr<CompiledModel>> Session::compile(const Function& f, con
     auto context = cudaContext();
     if (!context) return context.takeError();
     codegen::CudaOptions cuda = options_.cuda;
-    cuda.optLevel = options_.cpu.optLevel;
-    cuda.report = options_.cpu.report;
     cuda.aliases = options.aliases;
     cuda.run.keepDonated = options.keepDonatedOnDevice;
     auto executor = codegen::CudaExecutor::create(f, std::move(*context), std::move(cuda));

@@ -23,7 +23,7 @@
 #include <variant>
 #include <vector>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "codegen/cuda/CudaExecutor.h"
 #include "ir/Evaluator.h"
 #include "ir/IR.h"
@@ -66,8 +66,8 @@ struct SessionOptions {
   /// Threads, optimization level, kernel cache, compile report and step
   /// profile of the CPU JIT.
   codegen::CpuOptions cpu = {};
-  /// Graphs, TF32 and architectures on CUDA (its optLevel and report are
-  /// taken from `cpu`'s).
+  /// Optimization level, graphs, TF32, architectures and compile report on
+  /// CUDA: its own, set apart from `cpu`'s.
   codegen::CudaOptions cuda = {};
   /// The most device memory Kiln's allocator may reserve (`--cuda-memory-limit`).
   std::optional<size_t> cudaMemoryLimit = std::nullopt;

@@ -5,7 +5,7 @@
 // generate` runs: the model loaded for static input shapes (a prefill and a
 // one-token decode program with a cache, one program at the longest length
 // without), with the indices of those roles and zeroed inputs. Kiln compiles
-// static shapes (codegen/CpuExecutable.h), so each program is compiled once
+// static shapes (codegen/cpu/CpuExecutable.h), so each program is compiled once
 // for the shapes it runs at and reused for every step (generation/Generate.h).
 #pragma once
 

@@ -79,6 +79,14 @@ KILN_SCALAR T kiln_fmin(T x, T y) {
   return ((x != x) | (y != y)) ? x + y : (x < y ? x : y);
 }
 
+/// hard_swish: x * min(max(x + 3, 0), 6) / 6 in PyTorch's order of
+/// operations (the kernel IR lowering builds the same expression), with max
+/// and min propagating NaN; -inf gives NaN (as -inf * 0), +inf gives +inf.
+template <typename T>
+KILN_SCALAR T kiln_fhardswish(T x) {
+  return x * kiln_fmin(kiln_fmax(x + T(3), T(0)), T(6)) / T(6);
+}
+
 /// Python's mod: the remainder moved to the divisor's sign. A zero
 /// remainder keeps its sign (-0.0 mod 3 is -0.0), as the interpreter always
 /// did; mod by zero is NaN, as fmod's.

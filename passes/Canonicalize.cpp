@@ -14,6 +14,7 @@
 
 #include "ir/Builder.h"
 #include "ir/ByteSize.h"
+#include "ir/ConstantValue.h"
 #include "passes/Pass.h"
 
 namespace kiln {
@@ -42,27 +43,6 @@ bool onlyMovesElements(OpKind k) {
 }
 
 // --- Matching helpers ------------------------------------------------------
-
-/// The data of `v` when a `constant` op defines it, else null.
-const DenseTensor* constantData(const Value* v) {
-  const Op* def = v->definingOp();
-  if (!def || def->kind() != OpKind::Constant) return nullptr;
-  const Attribute* value = def->attr("value");
-  if (!value || value->kind() != AttrKind::Tensor) return nullptr;
-  return &value->getTensor();
-}
-
-/// The single value every element of constant `v` holds, if it is a
-/// non-empty constant whose elements are bitwise equal.
-std::optional<double> splatValue(const Value* v) {
-  const DenseTensor* t = constantData(v);
-  if (!t || t->numElements() <= 0) return std::nullopt;
-  const size_t size = dtypeSize(t->type.dtype);
-  if (t->bytes.size() != size * static_cast<size_t>(t->numElements())) return std::nullopt;
-  for (size_t at = size; at < t->bytes.size(); at += size)
-    if (std::memcmp(t->bytes.data(), t->bytes.data() + at, size) != 0) return std::nullopt;
-  return t->getDouble(0);
-}
 
 bool isSplatOf(const Value* v, double x) {
   std::optional<double> splat = splatValue(v);
@@ -352,7 +332,7 @@ Expected<std::vector<Value*>> foldConstants(Op& op, Builder& b, const OpEvaluato
   std::vector<const DenseTensor*> operands;
   int64_t elements = 0;
   for (Value* v : op.operands()) {
-    const DenseTensor* data = constantData(v);
+    const DenseTensor* data = constantTensor(v);
     if (!data) return none;
     operands.push_back(data);
     elements += data->numElements();

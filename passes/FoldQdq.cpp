@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "ir/ConstantValue.h"
 #include "ir/ShapeRules.h"
 #include "passes/Pass.h"
 #include "passes/Target.h"
@@ -18,12 +19,7 @@ namespace kiln {
 
 namespace {
 
-const DenseTensor* constantOf(const Value* v) {
-  const Op* def = v->definingOp();
-  return def && def->kind() == OpKind::Constant ? &def->getTensor("value") : nullptr;
-}
-
-/// The only element of a one-element constant.
+/// The only element of a one-element tensor.
 std::optional<double> single(const DenseTensor* t) {
   if (!t || t->numElements() != 1) return std::nullopt;
   return t->getDouble(0);
@@ -42,7 +38,7 @@ std::optional<Dequantized> dequantized(Value* v) {
   // Other readers of the dequantized value (a residual add) keep it.
   Op* def = v->definingOp();
   if (!def || def->kind() != OpKind::Dequantize) return std::nullopt;
-  Dequantized d{def, def->operand(0), constantOf(def->operand(1)), constantOf(def->operand(2)), 0};
+  Dequantized d{def, def->operand(0), constantTensor(def->operand(1)), constantTensor(def->operand(2)), 0};
   if (!d.scale || !d.zeroPoint) return std::nullopt;
   auto axis = normalizeAxis(def->getInt("axis"), std::max<int64_t>(d.q->type().rank(), 1));
   if (!axis) return std::nullopt;
@@ -54,7 +50,7 @@ std::optional<Dequantized> dequantized(Value* v) {
 /// (symmetric, as oneDNN takes them) and one scale, or one per index of
 /// dim `channelAxis`. Returns the scale of each of `channels` channels.
 std::optional<std::vector<double>> weightScales(const Dequantized& w, int64_t channelAxis, int64_t channels) {
-  if (!constantOf(w.q) || w.q->type().dtype != DType::I8) return std::nullopt;
+  if (!constantTensor(w.q) || w.q->type().dtype != DType::I8) return std::nullopt;
   for (int64_t i = 0; i < w.zeroPoint->numElements(); ++i)
     if (w.zeroPoint->getInt(i) != 0) return std::nullopt;
   std::vector<double> scales(static_cast<size_t>(channels));
@@ -68,14 +64,14 @@ std::optional<std::vector<double>> weightScales(const Dequantized& w, int64_t ch
 /// dequantized constant (an int32 bias), of one or `channels` elements.
 std::optional<std::vector<double>> biasValues(Value* bias, int64_t channels) {
   std::vector<double> values(static_cast<size_t>(channels));
-  if (const DenseTensor* c = constantOf(bias)) {
+  if (const DenseTensor* c = constantTensor(bias)) {
     if (!isFloat(c->type.dtype) || (c->numElements() != 1 && c->numElements() != channels)) return std::nullopt;
     for (int64_t m = 0; m < channels; ++m) values[m] = c->getDouble(c->numElements() == 1 ? 0 : m);
     return values;
   }
   auto d = dequantized(bias);
   if (!d) return std::nullopt;
-  const DenseTensor* q = constantOf(d->q);
+  const DenseTensor* q = constantTensor(d->q);
   if (!q || (q->numElements() != 1 && q->numElements() != channels)) return std::nullopt;
   for (int64_t m = 0; m < channels; ++m) {
     const int64_t i = q->numElements() == 1 ? 0 : m;
@@ -107,8 +103,8 @@ struct Fold {
 /// The fold of the pattern that `quantize` ends, if it is one.
 std::optional<Fold> match(Op& quantize) {
   Fold fold;
-  auto yScale = single(constantOf(quantize.operand(1)));
-  auto yZero = single(constantOf(quantize.operand(2)));
+  auto yScale = constantScalar(quantize.operand(1));
+  auto yZero = constantScalar(quantize.operand(2));
   if (!yScale || !yZero || *yScale <= 0 || !std::isfinite(*yScale)) return std::nullopt;
   Value* v = quantize.operand(0);
   Op* def = v->definingOp();
@@ -171,7 +167,7 @@ std::optional<Fold> match(Op& quantize) {
   const int64_t channels = conv ? resultDims[1] : resultDims.back();
   auto wScales = weightScales(*w, conv || transposed ? 0 : 1, channels);
   if (!wScales) return std::nullopt;
-  const DenseTensor& wq = *constantOf(w->q);
+  const DenseTensor& wq = *constantTensor(w->q);
   if (transposed) {
     const std::vector<int64_t> nk = staticDims(wq.type.shape);
     fold.weights = tensorOf(DType::I8, {nk[1], nk[0]});

@@ -51,7 +51,7 @@ const PassInfo* lookupPass(std::string_view name) {
 //  - cse then dce: CSE leaves the duplicates dead for DCE to remove.
 //  - fuse last at -O3: it groups the primitives that are left into kernels,
 //    and no graph pass after it has to look inside regions. -O2 stops
-//    before it for now because the CPU JIT (codegen/CpuExecutable.cpp)
+//    before it for now because the CPU JIT (codegen/cpu/CpuExecutable.cpp)
 //    compiles the -O2 pipeline op by op and has no lowering for `fused` yet;
 //    -O2 gains `fuse` when it does.
 //

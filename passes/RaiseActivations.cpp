@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ir/Builder.h"
+#include "ir/ConstantValue.h"
 #include "passes/Pass.h"
 
 namespace kiln {
@@ -43,21 +44,6 @@ double tolerance(DType dtype) {
     case DType::BF16: return 0x1p-8;
     default: return 1e-6;
   }
-}
-
-/// The value every element of `v` holds, when a `constant` op defines `v`
-/// with a non-empty tensor whose elements are bitwise equal.
-std::optional<double> splatValue(const Value* v) {
-  const Op* def = v->definingOp();
-  if (!def || def->kind() != OpKind::Constant) return std::nullopt;
-  const Attribute* value = def->attr("value");
-  if (!value || value->kind() != AttrKind::Tensor) return std::nullopt;
-  const DenseTensor& t = value->getTensor();
-  const size_t size = dtypeSize(t.type.dtype);
-  if (t.numElements() <= 0 || t.bytes.size() != size * static_cast<size_t>(t.numElements())) return std::nullopt;
-  for (size_t at = size; at < t.bytes.size(); at += size)
-    if (std::memcmp(t.bytes.data(), t.bytes.data() + at, size) != 0) return std::nullopt;
-  return t.getDouble(0);
 }
 
 /// True when `v` is a splat constant of `expected`; records its op.

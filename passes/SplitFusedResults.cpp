@@ -50,10 +50,12 @@ void splitGroup(Function& f, Op* group) {
     for (const auto& op : region->ops())
       for (Value* r : op->results()) live.insert(r);
     // An earlier part's result that this part computes from is read from
-    // that part's buffer.
+    // that part's buffer. `live` is asked first: eraseDeadOps freed the
+    // values this part does not compute, which must not be read (ASan
+    // caught `isArgument` on one); an op result in `live` is no argument.
     for (size_t j = 0; j < i; ++j) {
       Value* earlier = resultValues[j];
-      if (earlier == resultValues[i] || earlier->isArgument() || !live.count(earlier)) continue;
+      if (earlier == resultValues[i] || !live.count(earlier)) continue;
       earlier->replaceAllUsesWith(region->addArgument(earlier->type(), earlier->name()));
       operands.push_back(parts[j]);
     }

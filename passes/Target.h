@@ -1,6 +1,6 @@
 // What a compilation target's libraries take. Passes that choose library
 // calls (select-library) ask a Target; codegen/ implements one per target
-// (codegen/CpuTarget.h: oneDNN on the CPU; codegen/cuda/CudaTarget.h:
+// (codegen/cpu/CpuTarget.h: oneDNN on the CPU; codegen/cuda/CudaTarget.h:
 // cuBLASLt), so passes/ never includes codegen headers and the arrows of
 // the layers still point one way.
 #pragma once
@@ -16,7 +16,7 @@ class Target {
  public:
   virtual ~Target() = default;
 
-  /// The name `--target` selects: "cpu" or "cuda".
+  /// The name `--target` selects: its backend's (codegen/Backend.h), "cpu" or "cuda".
   virtual std::string_view name() const = 0;
 
   /// Whether one library call should compute `anchor` (a matmul, conv or

@@ -155,7 +155,7 @@ double scheduledLearningRate(const LrScheduleConfig& schedule, double lr, int64_
 /// The donated arguments of a training step built by buildTrainingStep:
 /// each new parameter and state result (1..) into the argument it replaces
 /// (0..), found by name and type, for CpuOptions::aliases
-/// (codegen/CpuExecutable.h) so that parameters and state are updated in
+/// (codegen/cpu/CpuExecutable.h) so that parameters and state are updated in
 /// place across steps.
 std::vector<ResultAlias> trainingStepAliases(const Function& step);
 

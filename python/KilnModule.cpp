@@ -34,7 +34,9 @@
 #include "ir/Verifier.h"
 #include "passes/PassManager.h"
 #include "runtime/InputCheck.h"
+#include "runtime/KcFile.h"
 #include "runtime/Kiln.h"
+#include "runtime/cuda/CudaProgram.h"
 #include "runtime/cuda/DeviceReport.h"
 #include "training/Trainer.h"
 
@@ -217,6 +219,22 @@ Status inferShapes(Module& module) {
 
 // --- Models ----------------------------------------------------------------
 
+/// Whether the `.kc` at `path` holds a program compiled for CUDA (read only
+/// to explain an error: kiln.load runs CPU programs through the embedding
+/// API, which does not run CUDA programs yet).
+bool isCudaArtifact(const std::string& path) {
+  auto bytes = readFileBounded(path, int64_t{1} << 36);
+  if (!bytes) return false;
+  auto artifact = parseArtifact(*bytes, path);
+  return artifact && artifact->device == cuda::kCudaDevice;
+}
+
+/// The error of kiln.load on a `.kc` compiled for CUDA.
+std::string cudaArtifactRefused(const std::string& path) {
+  return "'" + path + "' holds a program compiled for CUDA, and kiln.load runs .kc files compiled for the CPU only; "
+         "run it with `kiln run " + path + "`, or load the model file itself with device=\"cuda\"";
+}
+
 /// A model file compiled by Kiln (`kiln.load`): for each set of input
 /// shapes it meets, the model specialized to them and compiled once (as
 /// `kiln run` specializes, so that ONNX shape computations fold); or a
@@ -227,9 +245,11 @@ class PyModel {
           bool interpret)
       : path_(std::move(path)) {
     if (path_.ends_with(".kc")) {
-      if (device != "cpu")
+      if (device != "cpu") {
+        if (isCudaArtifact(path_)) raise(gModelError, cudaArtifactRefused(path_));
         raise(gDeviceError, "'" + path_ + "' was compiled for the CPU by kiln compile; load it with device=\"cpu\", "
                                 "or load the model file itself for " + device);
+      }
       if (interpret) raise(gError, "a .kc file holds compiled code; interpret=True needs the model file itself");
       ModelOptions options;
       options.threads = threads;
@@ -238,6 +258,7 @@ class PyModel {
         py::gil_scoped_release release;
         loaded = Model::load(path_, options);
       }
+      if (!loaded && isCudaArtifact(path_)) raise(gModelError, cudaArtifactRefused(path_));
       if (!loaded) raiseError(loaded.error(), gModelError);
       kc_ = std::move(*loaded);
       for (const Model::Port& p : kc_->inputs()) inputs_.push_back({p.name, p.type, p.optional});
@@ -478,13 +499,15 @@ class PyModel {
                                                               : "the JIT cannot compile " +
                                                                     last_->compiled->unsupportedOps().front()) +
                    "), and a .kc holds compiled code");
-    codegen::CpuExecutor* executor = last_->compiled->executor();
-    if (!executor)
-      return Error("save() writes programs compiled for the CPU; for CUDA, compile the model file with "
-                   "`kiln compile MODEL --device cuda -o OUT.kc`");
     std::vector<Tensor> inputs;
     for (const auto& [dtype, shape] : lastShapes_) inputs.emplace_back(dtype, shape);
-    auto bytes = executor->artifact(inputs);
+    // The program of the model's device: a CUDA model's .kc holds its
+    // CUBINs and PTX and runs on CUDA (`kiln run` takes it there).
+    Expected<std::string> bytes = Error("save(): the model has no compiled program");
+    if (codegen::CudaExecutor* cuda = last_->compiled->cudaExecutor())
+      bytes = cuda->artifact(inputs);
+    else if (codegen::CpuExecutor* cpu = last_->compiled->executor())
+      bytes = cpu->artifact(inputs);
     if (!bytes) return bytes.takeError();
     return writeFileAtomically(path, *bytes);
   }

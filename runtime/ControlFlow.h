@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "ir/Limits.h"
 #include "ir/Support.h"
 #include "ir/Types.h"
 #include "runtime/Tensor.h"
@@ -18,10 +19,6 @@ namespace kiln {
 /// Runs region `region` (an `if`'s 0 = then, 1 = else; a loop's 0) on
 /// `inputs`, one per region argument, and returns its results.
 using BodyRunner = std::function<Expected<std::vector<Tensor>>(size_t region, std::vector<Tensor> inputs)>;
-
-/// The largest number of iterations a loop may run: more is taken to be a
-/// loop that never ends (an error, not a hang).
-inline constexpr int64_t kMaxLoopIterations = int64_t{1} << 31;
 
 /// An `if` on `operands` (the bool scalar condition, then the captures);
 /// errors carry `loc`.

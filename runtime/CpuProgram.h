@@ -1,5 +1,5 @@
 // A compiled CPU program as plain data: what code generation produces
-// (codegen/CpuCompiler.h) and what the CPU runtime executes
+// (codegen/cpu/CpuCompiler.h) and what the CPU runtime executes
 // (runtime/CpuRunner.h), with nothing in between — no IR, no lowering, no
 // LLVM. A `.kc` file stores one (runtime/KcFile.h).
 //

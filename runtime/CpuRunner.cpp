@@ -68,10 +68,52 @@ std::string StepProfile::format(size_t limit) const {
   return out.str();
 }
 
-CpuRunner::~CpuRunner() = default;
+void CpuMemoryStats::addRunner(uint64_t arenaBytes, uint64_t constantBytes) {
+  maxPrograms = std::max(maxPrograms, ++programs);
+  maxArena = std::max(maxArena, arena += arenaBytes);
+  maxConstants = std::max(maxConstants, constants += constantBytes);
+  peak = std::max(peak, arena + constants);
+}
+
+void CpuMemoryStats::removeRunner(uint64_t arenaBytes, uint64_t constantBytes) {
+  --programs;
+  arena -= arenaBytes;
+  constants -= constantBytes;
+}
+
+void CpuMemoryStats::addRun(uint64_t resultBytes) {
+  ++runs;
+  results = resultBytes;
+  maxResults = std::max(maxResults, resultBytes);
+  peak = std::max(peak, arena + constants + resultBytes);
+}
+
+std::string CpuMemoryStats::format() const {
+  std::string text = "CPU memory of the compiled programs\n";
+  char line[160];
+  const auto row = [&](const char* name, uint64_t current, uint64_t most) {
+    std::snprintf(line, sizeof line, "  %-14s %12s %12s\n", name, formatBytes(current).c_str(), formatBytes(most).c_str());
+    text += line;
+  };
+  std::snprintf(line, sizeof line, "  %-14s %12s %12s\n", "", "current", "peak");
+  text += line;
+  row("arena", arena, maxArena);
+  row("constants", constants, maxConstants);
+  row("results", results, maxResults);  // the last run's; the largest run's
+  row("in use", arena + constants + results, peak);
+  std::snprintf(line, sizeof line, "  %-14s %12lld (at most %lld at once), %lld run%s\n", "programs",
+                static_cast<long long>(programs), static_cast<long long>(maxPrograms), static_cast<long long>(runs),
+                runs == 1 ? "" : "s");
+  text += line;
+  return text;
+}
+
+CpuRunner::~CpuRunner() {
+  if (memory_) memory_->removeRunner(arenaBytes_, constantBytes_);
+}
 
 Expected<std::unique_ptr<CpuRunner>> CpuRunner::create(std::shared_ptr<const CpuProgram> program, int threads,
-                                                       StepProfile* profile) {
+                                                       StepProfile* profile, CpuMemoryStats* memory) {
   KILN_TRY(program->validate());
   std::unique_ptr<CpuRunner> runner(new CpuRunner());
   runner->program_ = program;
@@ -129,6 +171,8 @@ Expected<std::unique_ptr<CpuRunner>> CpuRunner::create(std::shared_ptr<const Cpu
     runner->libraries_.push_back(std::move(*library));
   }
   runner->buffers_.resize(maxBuffers);
+  runner->callBounds_.resize(maxBuffers);
+  runner->slotBounds_.assign(p.slots.size(), -1.0);
 
   const size_t arenaBytes =
       (static_cast<size_t>(std::max<int64_t>(p.arenaBytes, 1)) + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
@@ -148,6 +192,12 @@ Expected<std::unique_ptr<CpuRunner>> CpuRunner::create(std::shared_ptr<const Cpu
     return Error("program '" + p.name + "': cannot allocate " + formatBytes(arenaBytes) +
                  " for its arena, the intermediate values of its " + std::to_string(p.steps.size()) + " steps" +
                  (largest.empty() ? std::string() : "; the largest is " + largest));
+  }
+  if (memory) {
+    runner->memory_ = memory;
+    runner->arenaBytes_ = arenaBytes;
+    for (const Tensor& c : p.constants) runner->constantBytes_ += c.numBytes();
+    memory->addRunner(runner->arenaBytes_, runner->constantBytes_);
   }
   runner->slotData_.assign(p.slots.size(), nullptr);
   for (size_t s = 0; s < p.slots.size(); ++s) {
@@ -235,6 +285,9 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
     outputs[o] = std::move(*output);
     slotData_[static_cast<size_t>(outputSlots_[o])] = outputs[o].raw();
   }
+  // A bound holds for the run that computed it: arguments and outputs are
+  // other tensors each run.
+  std::fill(slotBounds_.begin(), slotBounds_.end(), -1.0);
   StepProfile* profile = profile_;
   if (profile && profile->entries.size() != p.steps.size()) {
     profile->entries.clear();
@@ -289,8 +342,13 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
       }
     } else if (const DnnlKernel* library = libraries_[k].get()) {
       setDnnlThreads(step.parallel ? threads_ : 1);
-      if (Status ran = library->run(args); !ran)
+      for (size_t i = 0; i < step.operands.size(); ++i)
+        callBounds_[i] = slotBounds_[static_cast<size_t>(step.operands[i])];
+      callBounds_[step.operands.size()] = -1;
+      const std::span<double> bounds(callBounds_.data(), step.operands.size() + 1);
+      if (Status ran = library->run(args, bounds); !ran)
         return Error("program '" + p.name + "', step %" + step.name + ": " + ran.error().message());
+      slotBounds_[static_cast<size_t>(step.result)] = bounds.back();
     } else if (step.parallel && threads_ > 1) {
       const KernelFn fn = code_->kernel(static_cast<size_t>(step.kernel));
       const int64_t extent = step.parallelExtent;
@@ -303,6 +361,7 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
     } else {
       code_->kernel(static_cast<size_t>(step.kernel))(args, nullptr, 0, step.parallelExtent);
     }
+    if (!libraries_[k]) slotBounds_[static_cast<size_t>(step.result)] = -1;  // (a slot written twice)
     if (profile) {
       profile->entries[k].seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       ++profile->entries[k].calls;
@@ -363,6 +422,17 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
       const size_t argument = static_cast<size_t>(p.finalCopies[i].second);
       std::memcpy(const_cast<uint8_t*>(inputs[argument].raw()), sources[i], inputs[argument].numBytes());
     }
+  }
+  if (memory_) {
+    // What this run allocated: outputs, and copies of results in the arena.
+    uint64_t bytes = 0;
+    for (size_t r = 0; r < p.results.size(); ++r) {
+      const CpuProgram::SlotKind kind = p.slots[static_cast<size_t>(p.results[r].slot)].kind;
+      if (p.results[r].aliasedArgument < 0 &&
+          (kind == CpuProgram::SlotKind::Output || kind == CpuProgram::SlotKind::Arena))
+        bytes += results[r].numBytes();
+    }
+    memory_->addRun(bytes);
   }
   return results;
 }

@@ -29,7 +29,9 @@ class PackedMatmul;
 /// Time spent in each step of a program, added up over the runs of a runner
 /// given it (`kiln-train-bench --profile`). One entry per step, in step
 /// order; a run of another program starts the table again. Timing each step
-/// adds two clock reads per step and nothing when no profile is given.
+/// adds two clock reads per step and nothing when no profile is given. The
+/// CUDA runner fills the same table from CUDA events
+/// (runtime/cuda/CudaRunner.h CudaRunOptions::profile).
 struct StepProfile {
   struct Entry {
     /// The step's result and what computes it (the oneDNN primitive, or
@@ -49,6 +51,34 @@ struct StepProfile {
   std::string format(size_t limit = 40) const;
 };
 
+/// The host memory that compiled programs hold while they run, added up
+/// over every runner given it (`kiln run --memory-stats` on the CPU, the
+/// counterpart of the CUDA allocator's statistics): each live runner's
+/// arena (the memory plan's intermediate values) and its program's
+/// constants, and the results each run allocates. The oneDNN primitives'
+/// own copies of reordered weights and the packed matmul weights are not
+/// counted. Runners that share one run one at a time.
+struct CpuMemoryStats {
+  /// Runners alive, and the most at once.
+  int64_t programs = 0, maxPrograms = 0;
+  /// Their arenas' bytes (as allocated: rounded up to 64), now and at most.
+  uint64_t arena = 0, maxArena = 0;
+  /// Their programs' constants' bytes, now and at most.
+  uint64_t constants = 0, maxConstants = 0;
+  /// The results the last run allocated (outputs and copies out of the
+  /// arena, not returned arguments or constants), and the most of one run.
+  uint64_t results = 0, maxResults = 0;
+  /// Arenas, constants and one run's results held at once, at most.
+  uint64_t peak = 0;
+  int64_t runs = 0;
+
+  void addRunner(uint64_t arenaBytes, uint64_t constantBytes);
+  void removeRunner(uint64_t arenaBytes, uint64_t constantBytes);
+  void addRun(uint64_t resultBytes);
+  /// A table like the CUDA allocator's: current and peak per row.
+  std::string format() const;
+};
+
 /// The threads `threads = 0` stands for: the cores this process may run on.
 int defaultThreads();
 
@@ -56,9 +86,10 @@ class CpuRunner {
  public:
   /// A runner of `program` on `threads` threads (0: defaultThreads()); the
   /// program is validated first. `profile`, when given, receives each
-  /// step's time.
+  /// step's time; `memory`, when given, the runner's arena and constants
+  /// for its life and each run's results.
   static Expected<std::unique_ptr<CpuRunner>> create(std::shared_ptr<const CpuProgram> program, int threads = 0,
-                                                     StepProfile* profile = nullptr);
+                                                     StepProfile* profile = nullptr, CpuMemoryStats* memory = nullptr);
   ~CpuRunner();
 
   /// Runs on `inputs`, one per argument, of the argument's type. Donated
@@ -85,6 +116,8 @@ class CpuRunner {
   std::shared_ptr<const CpuProgram> program_;
   int threads_ = 1;
   StepProfile* profile_ = nullptr;
+  CpuMemoryStats* memory_ = nullptr;
+  uint64_t arenaBytes_ = 0, constantBytes_ = 0;  // as counted in memory_
   std::unique_ptr<LoadedCode> code_;
   std::vector<std::unique_ptr<DnnlKernel>> libraries_;  // per step; null for kernels
   // Per step: the runtime's own kernel of a library call that multiplies a
@@ -93,6 +126,11 @@ class CpuRunner {
   std::unique_ptr<uint8_t, decltype(&std::free)> arena_{nullptr, &std::free};
   std::vector<void*> slotData_;
   std::vector<void*> buffers_;  // per-step scratch for kernel arguments
+  // Per slot, in the current run: a bound on max|v| of the value a oneDNN
+  // call computed (DnnlKernel::run), or -1; the next calls reading it take
+  // it instead of scanning it. callBounds_ is the per-step scratch.
+  std::vector<double> slotBounds_;
+  std::vector<double> callBounds_;
   bool donates_ = false;
   // Worked out once, so that a run allocates nothing it does not return:
   // the arguments' dims; the slots each run points at an input (argument

@@ -2,7 +2,7 @@
 // unique, non_max_suppression; OpClass::DataDependent in ir/Ops.def), as
 // host functions that size their results as they compute them. The
 // interpreter's kernels of these ops and the CPU executor, which runs them
-// between its compiled stages (codegen/CpuExecutable.h), call the same code,
+// between its compiled stages (codegen/cpu/CpuExecutable.h), call the same code,
 // so the two never differ.
 #pragma once
 

@@ -3,7 +3,7 @@
 // to memory objects made once, and a convolution whose chosen layouts are
 // blocked reorders through memory of its own. Post-ops come from the
 // LibraryCall as they are: code generation decided which ops they are
-// (codegen/CpuTarget.h), from the ops themselves.
+// (codegen/cpu/CpuTarget.h), from the ops themselves.
 #include "runtime/DnnlKernels.h"
 
 #include "ir/ScalarSemantics.h"
@@ -133,29 +133,52 @@ std::vector<EltwiseEntry> eltwiseEntries(const PostOp& p, bool quantized, Varian
   return {{eltwiseAlgorithm(p.kind), p.alpha, p.beta}};
 }
 
-/// The post-ops a guard bounds, [0, end), or 0 when `call` has no guard: an
-/// f32 convolution or matmul with a relu or clip, where every post-op up to
-/// the last of them keeps a bounded value bounded without making a NaN of
-/// it (relu, clip, x * a + b, + and - a tensor, tanh, sigmoid, abs).
+int64_t elementCount(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+/// Whether `p` passes a bound on its input to its result without making a
+/// NaN of finite values (see Guard::postOpRange): relu, clip, x * a + b,
+/// + - * a tensor, tanh, sigmoid, abs, swish, tanh GELU.
+bool passesBound(const PostOp& p) {
+  switch (p.kind) {
+    case PostOp::Kind::Relu:
+    case PostOp::Kind::Clip:
+    case PostOp::Kind::Linear:
+    case PostOp::Kind::Add:
+    case PostOp::Kind::Sub:
+    case PostOp::Kind::Mul:
+    case PostOp::Kind::Tanh:
+    case PostOp::Kind::Sigmoid:
+    case PostOp::Kind::Abs:
+    case PostOp::Kind::Swish:
+    case PostOp::Kind::GeluTanh: return true;
+    default: return false;
+  }
+}
+
+/// Whether `call` is one a guard can bound: an f32 convolution or matmul.
+bool boundable(const LibraryCall& call) {
+  return !call.quantized() && (call.kind == LibraryCall::Kind::Conv || call.kind == LibraryCall::Kind::MatMul);
+}
+
+/// Whether a guard can bound `call`'s result: its post-ops all pass a bound on.
+bool boundsResult(const LibraryCall& call) {
+  return boundable(call) && std::all_of(call.postOps.begin(), call.postOps.end(), passesBound);
+}
+
+/// The post-ops a guard bounds, [0, end), or 0 when `call` has no guard: a
+/// boundable call with a relu or clip, where every post-op up to the last of
+/// them passes a bound on.
 size_t guardEnd(const LibraryCall& call) {
-  if (call.quantized() || (call.kind != LibraryCall::Kind::Conv && call.kind != LibraryCall::Kind::MatMul)) return 0;
+  if (!boundable(call)) return 0;
   size_t end = 0;
   for (size_t i = 0; i < call.postOps.size(); ++i)
     if (call.postOps[i].kind == PostOp::Kind::Relu || call.postOps[i].kind == PostOp::Kind::Clip) end = i + 1;
-  for (size_t i = 0; i < end; ++i) {
-    switch (call.postOps[i].kind) {
-      case PostOp::Kind::Relu:
-      case PostOp::Kind::Clip:
-      case PostOp::Kind::Linear:
-      case PostOp::Kind::Add:
-      case PostOp::Kind::Sub:
-      case PostOp::Kind::Tanh:
-      case PostOp::Kind::Sigmoid:
-      case PostOp::Kind::Abs: break;
-      default: return 0;
-    }
-  }
-  return end;
+  return std::all_of(call.postOps.begin(), call.postOps.begin() + static_cast<std::ptrdiff_t>(end), passesBound) ? end
+                                                                                                                   : 0;
 }
 
 /// Where `call`'s exact variant stops and the host goes on: at the first
@@ -250,10 +273,14 @@ struct DnnlKernel::Impl {
   std::optional<PaddedTaps> paddedTaps;
   void fixPaddedTaps(void* const* buffers);
 
-  /// A call with a relu or clip (guardEnd): this primitive is the guarded
-  /// variant, which computes them as oneDNN's max and min. Before each run
-  /// the guard bounds the value reaching them from the call's operands:
-  /// when x, the weights, the bias and the added tensors are finite and
+  /// Bounds on the values an f32 convolution or matmul computes
+  /// (FiniteBound.h), which guard its relu and clip post-ops and pass on to
+  /// the calls that read its result.
+  ///
+  /// A call with a relu or clip (guardEnd) is built as the guarded variant,
+  /// which computes them as oneDNN's max and min. Before each run the guard
+  /// bounds the value reaching them from the call's operands: when x, the
+  /// weights, the bias and the added tensors are finite and
   ///   max|x| * max_m sum|w_m| + max|bias| (+ max|t| per added tensor, ...)
   /// stays below kGuardLimit, no infinity or NaN can arise (a sum in f32
   /// exceeds the exact sum of magnitudes by a factor below e for any length
@@ -261,24 +288,60 @@ struct DnnlKernel::Impl {
   /// exact variant runs: relu as elu and an add, and a clip (with the relus
   /// and clips after it) on the host, as the IR defines it. On ResNet-50 the
   /// exact relu cost 6% at batch 1 (an exponential per element, and oneDNN's
-  /// 1x1 kernels slowed most); the guard's scans read each operand once,
-  /// and constant weights and biases are bounded once per address.
+  /// 1x1 kernels slowed most).
+  ///
+  /// max|x| comes from the run's known bounds (the result bound of the call
+  /// that computed x, which the CPU runner passes on) or else from a scan;
+  /// constant weights, biases and tensors are bounded once per address. A
+  /// known bound can only be larger than the value's true maximum, so when
+  /// one makes the guard fail the operands are scanned before giving up:
+  /// bounds grow by the weights' row sums from call to call, and a ReLU6
+  /// (at most 6) or a scan starts them afresh. Without the known bounds,
+  /// MobileNetV2's scans of every input cost it 4.7% at batch 8.
   struct Guard {
-    size_t end = 0;                      // post-ops [0, end) are bounded
-    LibraryCall exactCall;               // the call up to the host's tail
-    std::vector<PostOp> hostTail;        // relus and clips after the first clip
+    size_t end = 0;            // post-ops [0, end) see no NaN; 0: nothing to guard
+    bool boundsResult = false; // every post-op passes a bound on (postOpRange)
+    LibraryCall exactCall;     // the call up to the host's tail
+    std::vector<PostOp> hostTail;  // relus and clips after the first clip
     std::vector<bool> constantBuffers;
-    std::unique_ptr<Impl> exact;         // made on the first run that needs it
+    std::unique_ptr<Impl> exact;   // made on the first run that needs it
     /// Bounds of constant buffers by address: max|v| (x, bias, tensors) or
     /// the weights' largest row or column sum.
     std::map<std::pair<int, const void*>, double> constantBounds;
     int64_t guardedRuns = 0, exactRuns = 0;
+    /// The reduction length of one result element, for the rounding slack
+    /// of the result's bound.
+    int64_t reduction = 1;
 
-    /// Whether the guarded variant computes `call` exactly on `buffers`.
-    bool holds(const LibraryCall& call, void* const* buffers);
-    /// Buffer `buffer`'s bound, from `compute` (cached for a constant).
+    /// How bounds are found for one pass over the call: `known` (a bound
+    /// per buffer, negative where unknown; may be empty), whether buffers
+    /// without one may be scanned, and whether a known bound was used.
+    struct Sources {
+      std::span<const double> known;
+      bool scan = true;
+      bool usedKnown = false;
+    };
+    /// An interval holding every value (in exact arithmetic); a relu or
+    /// ReLU6 after a sum bounds it on one side.
+    struct Range {
+      double lo = 0, hi = 0;
+      double magnitude() const { return std::max(std::fabs(lo), std::fabs(hi)); }
+      static Range unbounded() {
+        return {-std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
+      }
+    };
+    /// The running value's range after post-ops [0, upTo) of `call`,
+    /// unbounded when an operand is not finite or has no bound.
+    Range chainRange(const LibraryCall& call, void* const* buffers, Sources& from, size_t upTo);
+    /// `r`, the range before post-op `p`, after it (unbounded where it makes
+    /// no bound: exp, log, sqrt, division, binary max and min).
+    Range postOpRange(const PostOp& p, Range r, void* const* buffers, Sources& from);
+    /// Buffer `buffer`'s max|v| over `elements` floats.
+    double magnitude(int buffer, int64_t elements, void* const* buffers, Sources& from);
+    /// Buffer `buffer`'s bound from `compute`, cached for a constant, or
+    /// +inf for a buffer that may not be scanned.
     template <typename Compute>
-    double bound(int buffer, void* const* buffers, Compute compute);
+    double cached(int buffer, void* const* buffers, const Sources& from, Compute compute);
   };
   std::unique_ptr<Guard> guard;
   LibraryCall call;  // a guarded call's, for the guard
@@ -289,57 +352,79 @@ struct DnnlKernel::Impl {
 constexpr double kGuardLimit = 0x1p124;
 
 template <typename Compute>
-double DnnlKernel::Impl::Guard::bound(int buffer, void* const* buffers, Compute compute) {
+double DnnlKernel::Impl::Guard::cached(int buffer, void* const* buffers, const Sources& from, Compute compute) {
   const void* data = buffers[buffer];
-  if (buffer >= static_cast<int>(constantBuffers.size()) || !constantBuffers[buffer]) return compute(data);
+  if (buffer >= static_cast<int>(constantBuffers.size()) || !constantBuffers[buffer])
+    return from.scan ? compute(data) : std::numeric_limits<double>::infinity();
   const auto key = std::make_pair(buffer, data);
   if (auto it = constantBounds.find(key); it != constantBounds.end()) return it->second;
   return constantBounds[key] = compute(data);
 }
 
-bool DnnlKernel::Impl::Guard::holds(const LibraryCall& call, void* const* buffers) {
-  auto elements = [](const std::vector<int64_t>& dims) {
-    int64_t n = 1;
-    for (int64_t d : dims) n *= d;
-    return n;
-  };
-  auto magnitude = [&](int buffer, const std::vector<int64_t>& dims) {
-    return bound(buffer, buffers, [&](const void* data) {
-      return static_cast<double>(maxMagnitude(static_cast<const float*>(data), elements(dims)));
-    });
-  };
+double DnnlKernel::Impl::Guard::magnitude(int buffer, int64_t elements, void* const* buffers, Sources& from) {
+  if (static_cast<size_t>(buffer) < from.known.size() && from.known[static_cast<size_t>(buffer)] >= 0) {
+    from.usedKnown = true;
+    return from.known[static_cast<size_t>(buffer)];
+  }
+  return cached(buffer, buffers, from, [&](const void* data) {
+    return static_cast<double>(maxMagnitude(static_cast<const float*>(data), elements));
+  });
+}
+
+DnnlKernel::Impl::Guard::Range DnnlKernel::Impl::Guard::postOpRange(const PostOp& p, Range r, void* const* buffers,
+                                                                    Sources& from) {
+  const double m = r.magnitude();
+  switch (p.kind) {
+    case PostOp::Kind::Relu: return {std::max(r.lo, 0.0), std::max(r.hi, 0.0)};
+    case PostOp::Kind::Clip: {
+      auto clamp = [&](double v) {
+        return std::min(std::max(v, static_cast<double>(p.alpha)), static_cast<double>(p.beta));
+      };
+      return {clamp(r.lo), clamp(r.hi)};
+    }
+    case PostOp::Kind::Linear: {
+      const double a = p.alpha * r.lo + p.beta, b = p.alpha * r.hi + p.beta;
+      return {std::min(a, b), std::max(a, b)};
+    }
+    case PostOp::Kind::Add:
+    case PostOp::Kind::Sub: {
+      const double t = magnitude(p.operand, elementCount(p.dims), buffers, from);
+      return {r.lo - t, r.hi + t};
+    }
+    case PostOp::Kind::Mul: {
+      const double t = m * magnitude(p.operand, elementCount(p.dims), buffers, from);
+      return {-t, t};
+    }
+    case PostOp::Kind::Abs: return {r.lo >= 0 ? r.lo : 0.0, m};
+    case PostOp::Kind::Tanh: return {-1, 1};
+    case PostOp::Kind::Sigmoid: return {0, 1};
+    case PostOp::Kind::Swish:     // |x * sigmoid(x)| <= |x|
+    case PostOp::Kind::GeluTanh:  // |x * (1 + tanh(...)) / 2| <= |x|
+      return {-m, m};
+    default: return {-std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
+  }
+}
+
+DnnlKernel::Impl::Guard::Range DnnlKernel::Impl::Guard::chainRange(const LibraryCall& call, void* const* buffers,
+                                                                   Sources& from, size_t upTo) {
   const std::vector<int64_t>& wDims = call.operandDims[1];
-  const double weights = bound(call.operands[1], buffers, [&](const void* data) {
+  const double weights = cached(call.operands[1], buffers, from, [&](const void* data) {
     const float* w = static_cast<const float*>(data);
-    if (call.kind == LibraryCall::Kind::Conv) return maxRowMagnitudeSum(w, wDims[0], elements(wDims) / wDims[0]);
+    if (call.kind == LibraryCall::Kind::Conv) return maxRowMagnitudeSum(w, wDims[0], elementCount(wDims) / wDims[0]);
     // A matmul's b: [K] (a column) or [..., K, N].
     if (wDims.size() == 1) return maxColumnMagnitudeSum(w, 1, wDims[0], 1);
     const int64_t k = wDims[wDims.size() - 2], n = wDims.back();
-    return maxColumnMagnitudeSum(w, elements(wDims) / (k * n), k, n);
+    return maxColumnMagnitudeSum(w, elementCount(wDims) / (k * n), k, n);
   });
-  if (!(weights <= kGuardLimit)) return false;
-  const double x = magnitude(call.operands[0], call.operandDims[0]);
-  if (!(x <= kGuardLimit)) return false;
+  if (!(weights <= kGuardLimit)) return Range::unbounded();
+  const double x = magnitude(call.operands[0], elementCount(call.operandDims[0]), buffers, from);
+  if (!(x <= kGuardLimit)) return Range::unbounded();
   double b = x * weights;
   if (call.kind == LibraryCall::Kind::Conv && call.operands.size() > 2)
-    b += magnitude(call.operands[2], call.operandDims[2]);
-  for (size_t i = 0; i < end && b <= kGuardLimit; ++i) {
-    const PostOp& p = call.postOps[i];
-    switch (p.kind) {
-      case PostOp::Kind::Clip: {
-        auto clamp = [&](double v) { return std::min(std::max(v, static_cast<double>(p.alpha)), static_cast<double>(p.beta)); };
-        b = std::max(std::fabs(clamp(-b)), std::fabs(clamp(b)));
-        break;
-      }
-      case PostOp::Kind::Linear: b = std::fabs(p.alpha) * b + std::fabs(p.beta); break;
-      case PostOp::Kind::Add:
-      case PostOp::Kind::Sub: b += magnitude(p.operand, p.dims); break;
-      case PostOp::Kind::Tanh:
-      case PostOp::Kind::Sigmoid: b = 1; break;
-      default: break;  // relu, abs
-    }
-  }
-  return b <= kGuardLimit;
+    b += magnitude(call.operands[2], elementCount(call.operandDims[2]), buffers, from);
+  Range r{-b, b};
+  for (size_t i = 0; i < upTo && r.magnitude() <= kGuardLimit; ++i) r = postOpRange(call.postOps[i], r, buffers, from);
+  return r.magnitude() <= kGuardLimit ? r : Range::unbounded();
 }
 
 /// Sets to NaN the result elements whose window has a NaN or infinite
@@ -456,15 +541,20 @@ Expected<std::unique_ptr<DnnlKernel>> DnnlKernel::create(const LibraryCall& call
   auto impl = std::make_unique<Impl>();
   auto chosen = buildBoth(call, constantBuffers, /*describeOnly=*/false, *impl);
   if (!chosen) return chosen.takeError();
-  if (const size_t end = guardEnd(call)) {
+  const size_t end = guardEnd(call);
+  if (end || boundsResult(call)) {
     for (const PostOp& p : std::span(call.postOps).subspan(hostTailBegin(call)))
       if (p.kind != PostOp::Kind::Relu && p.kind != PostOp::Kind::Clip)
         return Error("a '" + p.name + "' post-op after a clip, which the host applies");
     auto guard = std::make_unique<Impl::Guard>();
     guard->end = end;
+    guard->boundsResult = boundsResult(call);
     guard->exactCall = exactPart(call);
     guard->hostTail.assign(call.postOps.begin() + static_cast<std::ptrdiff_t>(hostTailBegin(call)), call.postOps.end());
     guard->constantBuffers = constantBuffers;
+    const std::vector<int64_t>& w = call.operandDims[1];
+    guard->reduction = call.kind == LibraryCall::Kind::Conv ? elementCount(w) / w[0]
+                                                            : w[w.size() >= 2 ? w.size() - 2 : 0];
     impl->guard = std::move(guard);
     impl->call = call;
   }
@@ -475,9 +565,14 @@ Status DnnlKernel::exactCall(const LibraryCall& call) {
   const size_t tail = hostTailBegin(call);
   for (size_t i = 0; i < call.postOps.size(); ++i) {
     const PostOp& p = call.postOps[i];
-    const bool onHost = i >= tail && (p.kind == PostOp::Kind::Relu || p.kind == PostOp::Kind::Clip);
-    if (onHost && guardEnd(call)) continue;
-    if (Status exact = exactPostOp(p); !exact) return exact;
+    if (i < tail) {
+      if (Status exact = exactPostOp(p); !exact) return exact;
+      continue;
+    }
+    // The clip and what follows it run on the host in the exact variant.
+    if (!guardEnd(call)) return exactPostOp(p);
+    if (p.kind != PostOp::Kind::Relu && p.kind != PostOp::Kind::Clip)
+      return Error("a '" + p.name + "' post-op after a clip, which only relus and clips may follow");
   }
   return Status::success();
 }
@@ -1029,11 +1124,40 @@ void execute(DnnlKernel::Impl& impl, void* const* buffers) {
 
 }  // namespace
 
-Status DnnlKernel::run(void* const* buffers) const {
+Status DnnlKernel::run(void* const* buffers, std::span<double> bounds) const {
   Impl::Guard* guard = impl_->guard.get();
-  if (!guard || guard->holds(impl_->call, buffers)) {
-    if (guard) ++guard->guardedRuns;
+  if (!guard) {
     execute(*impl_, buffers);
+    return Status::success();
+  }
+  const LibraryCall& call = impl_->call;
+  Impl::Guard::Sources from{bounds};
+  Impl::Guard::Range r;
+  if (guard->end) {
+    r = guard->chainRange(call, buffers, from, guard->end);
+    if (!(r.magnitude() <= kGuardLimit) && from.usedKnown) {
+      // A known bound may be far above the value's true maximum: scan.
+      from = {};
+      r = guard->chainRange(call, buffers, from, guard->end);
+    }
+  }
+  if (r.magnitude() <= kGuardLimit) {
+    if (guard->end) ++guard->guardedRuns;
+    execute(*impl_, buffers);
+    if (guard->boundsResult && static_cast<size_t>(call.resultBuffer) < bounds.size()) {
+      // The rest of the post-ops, from what this run knows without
+      // scanning; a computed sum may exceed the exact one's bound by
+      // (1 + reduction * 2^-23) (and each post-op by one rounding).
+      from.scan = false;
+      if (guard->end)
+        for (size_t i = guard->end; i < call.postOps.size() && r.magnitude() <= kGuardLimit; ++i)
+          r = guard->postOpRange(call.postOps[i], r, buffers, from);
+      else
+        r = guard->chainRange(call, buffers, from, call.postOps.size());
+      const double b =
+          r.magnitude() * (1 + static_cast<double>(guard->reduction + 8 + static_cast<int64_t>(call.postOps.size())) * 0x1p-23);
+      bounds[static_cast<size_t>(call.resultBuffer)] = b <= kGuardLimit ? b : -1;
+    }
     return Status::success();
   }
   ++guard->exactRuns;
@@ -1045,9 +1169,8 @@ Status DnnlKernel::run(void* const* buffers) const {
   }
   execute(*guard->exact, buffers);
   if (!guard->hostTail.empty()) {
-    float* y = static_cast<float*>(buffers[impl_->call.resultBuffer]);
-    int64_t n = 1;
-    for (int64_t d : impl_->call.resultDims) n *= d;
+    float* y = static_cast<float*>(buffers[call.resultBuffer]);
+    const int64_t n = elementCount(call.resultDims);
     for (int64_t i = 0; i < n; ++i)
       for (const PostOp& p : guard->hostTail) y[i] = applyHostPostOp(p, y[i]);
   }

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,7 @@ class DnnlKernel {
   /// came from is defined (ir/ScalarSemantics.h, docs/ops.md), NaN, +-Inf
   /// and the sign of zero included; else an error naming the difference
   /// ("clip turns NaN into its lower bound"). The CPU target gives oneDNN
-  /// only post-ops that pass (codegen/CpuTarget.h); the others stay
+  /// only post-ops that pass (codegen/cpu/CpuTarget.h); the others stay
   /// generated kernels.
   static Status exactPostOp(const PostOp& p);
   /// Success when every post-op of `call` is computed as the IR defines it:
@@ -60,7 +61,13 @@ class DnnlKernel {
   /// and clip (no NaN or infinity reaches them), and the exact variant
   /// (relu as elu and an add, clips on the host) otherwise, made on the
   /// first run that needs it, which is the only error.
-  Status run(void* const* buffers) const;
+  ///
+  /// `bounds`, when given, holds a bound on max|v| of each of the call's
+  /// buffers (operands, then the result), negative where none is known: the
+  /// call takes the operands' instead of scanning them, and writes the
+  /// result's (an f32 convolution or matmul whose post-ops pass a bound on;
+  /// -1 otherwise or when it is too large).
+  Status run(void* const* buffers, std::span<double> bounds = {}) const;
   /// How many runs took the guarded variant (oneDNN's max and min), and
   /// how many the exact one; both 0 for a call without a guard.
   int64_t guardedRuns() const;

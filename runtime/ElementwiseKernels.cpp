@@ -176,6 +176,7 @@ Status Cosh(const KernelCall& c) { return mapFloats(c, [](double x) { return std
 Status Asinh(const KernelCall& c) { return mapFloats(c, [](double x) { return std::asinh(x); }); }
 Status Acosh(const KernelCall& c) { return mapFloats(c, [](double x) { return std::acosh(x); }); }
 Status Atanh(const KernelCall& c) { return mapFloats(c, [](double x) { return std::atanh(x); }); }
+Status HardSwish(const KernelCall& c) { return mapFloats(c, kiln_fhardswish<double>); }
 Status Floor(const KernelCall& c) { return mapFloats(c, [](double x) { return std::floor(x); }); }
 Status Ceil(const KernelCall& c) { return mapFloats(c, [](double x) { return std::ceil(x); }); }
 Status Round(const KernelCall& c) { return mapFloats(c, [](double x) { return kiln_fround(x); }); }

@@ -123,6 +123,16 @@ Expected<WeightEntry> readWeight(ByteReader& r) {
   return WeightEntry{*dtype, std::move(dims), *bytes};
 }
 
+/// Whether `name` can be a device's name: a plain word, as backends are
+/// named (codegen/Backend.h).
+bool isDeviceName(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_'))
+      return false;
+  return true;
+}
+
 /// Reads `.kc` bytes, with the weights copied into the program when
 /// `copyWeights`; without, it only checks what a read would (for the writer,
 /// which must never write a file its reader refuses).
@@ -133,8 +143,10 @@ Expected<CompiledArtifact> readArtifact(std::string_view bytes, const std::strin
 Expected<std::string> serializeArtifact(const Function& optimized, const CpuProgram& program, int optLevel,
                                         const std::string& memoryPlan, std::string_view device,
                                         std::string_view deviceCode) {
-  const bool cuda = device == "cuda";
-  if (!cuda && device != "cpu") return Error("a .kc holds a program for cpu or cuda, not '" + std::string(device) + "'");
+  if (!isDeviceName(device))
+    return Error("a .kc's device is a plain word naming a backend (letters, digits, '-', '_'), not '" +
+                 std::string(device) + "'");
+  const bool host = device == kHostDevice;
   KILN_TRY(program.validate());
   // The module without its large tensors, which go to the weights section
   // (from the program, which holds the same values).
@@ -173,8 +185,8 @@ Expected<std::string> serializeArtifact(const Function& optimized, const CpuProg
   weights += weightEntries;
 
   const CpuMachine& m = program.machine;
-  const std::string target = (cuda ? std::string("device=cuda")
-                                   : "triple=" + m.triple + "\ncpu=" + m.cpu + "\nfeatures=" + m.features) +
+  const std::string target = (host ? "triple=" + m.triple + "\ncpu=" + m.cpu + "\nfeatures=" + m.features
+                                   : "device=" + std::string(device)) +
                              "\ncodegen=" + program.codegenVersion + "\nopt-level=" + std::to_string(optLevel) + "\n";
   std::string out(kArtifactMagic);
   putLE(out, kArtifactVersion, 4);
@@ -183,7 +195,7 @@ Expected<std::string> serializeArtifact(const Function& optimized, const CpuProg
   putSection(out, Section::Module, print(*stripped));
   putSection(out, Section::Program, serializeProgram(program, kElideBytes));
   putSection(out, Section::Plan, memoryPlan);
-  putSection(out, Section::Code, cuda ? deviceCode : std::string_view(program.sharedObject));
+  putSection(out, Section::Code, host ? std::string_view(program.sharedObject) : deviceCode);
   putSection(out, Section::Weights, weights);
   // What was written must read back: the reader bounds dims, counts and
   // sizes, and a program over them (a result of 2^50 elements) is refused
@@ -250,14 +262,18 @@ Expected<CompiledArtifact> readArtifact(std::string_view bytes, const std::strin
 
   auto target = parseKeyValues(sections[Section::Target]);
   CompiledArtifact artifact;
+  // A program for the host names its machine; one for another device
+  // names the device, whose backend reads the code section.
+  artifact.device = std::string(kHostDevice);
   if (target.count("device")) {
-    if (target["device"] != "cuda")
-      return file.error("the target section's device '" + target["device"] + "' is not cuda");
-    artifact.device = "cuda";
+    if (!isDeviceName(target["device"]) || target["device"] == kHostDevice)
+      return file.error("the target section's device '" + target["device"] +
+                        "' is not the name of a device other than the host's");
+    artifact.device = target["device"];
   }
-  const bool cuda = artifact.device == "cuda";
+  const bool host = artifact.device == kHostDevice;
   for (const char* key : {"triple", "cpu", "features", "codegen", "opt-level"})
-    if (!target.count(key) && !(cuda && std::string_view(key) != "codegen" && std::string_view(key) != "opt-level"))
+    if (!target.count(key) && (host || std::string_view(key) == "codegen" || std::string_view(key) == "opt-level"))
       return file.error("the target section has no '" + std::string(key) + "'");
   const std::string& level = target["opt-level"];
   if (level.size() != 1 || level[0] < '0' || level[0] > '3')
@@ -270,10 +286,10 @@ Expected<CompiledArtifact> readArtifact(std::string_view bytes, const std::strin
   // The target section is what a reader of the file sees; it is the truth.
   program.machine = {target["triple"], target["cpu"], target["features"]};
   program.codegenVersion = target["codegen"];
-  if (cuda)
-    artifact.deviceCode = std::string(sections[Section::Code]);
-  else
+  if (host)
     program.sharedObject = std::string(sections[Section::Code]);
+  else
+    artifact.deviceCode = std::string(sections[Section::Code]);
   artifact.moduleText = std::string(sections[Section::Module]);
   artifact.memoryPlan = std::string(sections[Section::Plan]);
 

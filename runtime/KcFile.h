@@ -10,8 +10,8 @@
 //
 //   target   text `key=value` lines: triple, cpu, features (what the code
 //            was built for), codegen (the code generator's version) and the
-//            compile flags (opt-level); for a CUDA program `device=cuda`,
-//            codegen and opt-level only
+//            compile flags (opt-level); for another device's program
+//            `device=NAME` (a backend's name: cuda), codegen and opt-level
 //   module   the optimized module as Kiln IR text, each top-level constant
 //            and argument default of 64 bytes or more elided to a
 //            zero-element placeholder (`dense<f32[0]>[]`); read only to
@@ -19,8 +19,9 @@
 //   program  the program (serializeProgram), tensors of 64 bytes or more
 //            left to the weights section
 //   plan     text: the memory plan of the function (MemoryPlan::str())
-//   code     the program's shared object (ELF); for CUDA, its CUBINs and
-//            PTX (runtime/cuda/CudaProgram.h serializeCudaCode)
+//   code     the program's shared object (ELF); for another device, its
+//            code (CUDA's CUBINs and PTX, runtime/cuda/CudaProgram.h
+//            serializeCudaCode)
 //   weights  u32 count, then per tensor of 64 bytes or more: u8 place (0:
 //            the constant of that index, in the module's order of its
 //            top-level constant ops, 1: argument default), u64 index, the
@@ -48,6 +49,11 @@
 
 namespace kiln {
 
+/// The device name of the host CPU: a `.kc`'s device when its program's
+/// code is a shared object for this kind of machine, the CPU backend's name
+/// (codegen/cpu/CpuBackend.h).
+inline constexpr std::string_view kHostDevice = "cpu";
+
 /// The `.kc` format version this Kiln reads and writes. Version 1 (Kiln
 /// before compiled programs were plain data) held only object files to link
 /// into a JIT; version 2 had no layout in its convolutions' library calls,
@@ -59,10 +65,12 @@ inline constexpr std::string_view kArtifactMagic{"KILNKC\0\0", 8};
 
 struct CompiledArtifact {
   int optLevel = 3;
-  /// "cpu", or "cuda" for a program compiled for CUDA: then `program` holds
-  /// its steps, slots and plan without a shared object, and `deviceCode`
-  /// the CUDA code (runtime/cuda/CudaProgram.h cudaProgramOf reads it).
-  std::string device = "cpu";
+  /// The backend that compiled it: kHostDevice ("cpu"), whose program
+  /// holds its shared object; or another ("cuda"), whose `program` holds its
+  /// steps, slots and plan without a shared object and `deviceCode` its code
+  /// (runtime/cuda/CudaProgram.h cudaProgramOf reads CUDA's). Which runner
+  /// runs it is runtime/ProgramLoaders.h's to say.
+  std::string device = std::string(kHostDevice);
   std::string deviceCode;
   /// The program, complete: constants, argument defaults and code.
   std::shared_ptr<CpuProgram> program;
@@ -73,11 +81,12 @@ struct CompiledArtifact {
 
 /// The `.kc` bytes of `program`, compiled from `optimized` (one function)
 /// at `optLevel`, with `memoryPlan`'s text.
-/// `device` "cuda" writes a CUDA program: `program` is its plan and
-/// `deviceCode` its code (serializeCudaCode), stored in the code section,
-/// and the target section says `device=cuda` instead of naming a CPU.
+/// A `device` other than kHostDevice (a backend's name, "cuda") writes
+/// that device's program: `program` is its plan and `deviceCode` its code
+/// (CUDA's serializeCudaCode), stored in the code section, and the target
+/// section says `device=NAME` instead of naming a CPU.
 Expected<std::string> serializeArtifact(const Function& optimized, const CpuProgram& program, int optLevel,
-                                        const std::string& memoryPlan, std::string_view device = "cpu",
+                                        const std::string& memoryPlan, std::string_view device = kHostDevice,
                                         std::string_view deviceCode = {});
 
 /// Reads `.kc` bytes; `filename` names the file in errors.

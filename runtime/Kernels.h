@@ -193,6 +193,7 @@ Status Cosh(const KernelCall&);
 Status Asinh(const KernelCall&);
 Status Acosh(const KernelCall&);
 Status Atanh(const KernelCall&);
+Status HardSwish(const KernelCall&);
 Status Floor(const KernelCall&);
 Status Ceil(const KernelCall&);
 Status Round(const KernelCall&);

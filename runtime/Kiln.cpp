@@ -1,13 +1,13 @@
-// The embedding API of Kiln.h: a `.kc` file read (runtime/KcFile.h), its
-// code checked against this CPU (runtime/HostCpu.h) and run by a CpuRunner.
+// The embedding API of Kiln.h: a `.kc` file read (runtime/KcFile.h) and run
+// by the runner its device's loader gives (runtime/ProgramLoaders.h: on the
+// CPU, its code checked against this CPU and run by a CpuRunner).
 #include "runtime/Kiln.h"
 
 #include <fstream>
 #include <sstream>
 
-#include "runtime/CpuRunner.h"
-#include "runtime/HostCpu.h"
 #include "runtime/KcFile.h"
+#include "runtime/ProgramLoaders.h"
 
 namespace kiln {
 
@@ -15,17 +15,6 @@ namespace {
 
 /// Files larger than this are not models Kiln wrote.
 constexpr std::streamoff kMaxFileBytes = std::streamoff{1} << 36;
-
-/// Why this machine cannot run code built for `machine`, or "".
-std::string machineMismatch(const CpuMachine& machine) {
-#if defined(__x86_64__)
-  if (machine.triple.rfind("x86_64", 0) != 0)
-    return "it was compiled for '" + machine.triple + "', this machine is x86_64";
-#endif
-  const std::string missing = missingCpuFeatures(machine.features, hostCpuFeatures());
-  if (!missing.empty()) return "it was compiled for a CPU with " + missing + ", which this CPU lacks";
-  return "";
-}
 
 }  // namespace
 
@@ -47,12 +36,13 @@ Expected<std::unique_ptr<Model>> Model::fromBytes(std::string_view bytes, const 
   auto artifact = parseArtifact(bytes, name);
   if (!artifact) return artifact.takeError();
   const CpuProgram& program = *artifact->program;
-  if (std::string why = machineMismatch(program.machine); !why.empty())
-    return Error(name + ": cannot run here: " + why + "; compile the model on this machine (kiln compile)");
   std::unique_ptr<Model> model(new Model());
   model->program_ = artifact->program;
-  auto runner = CpuRunner::create(model->program_, options.threads);
-  if (!runner) return Error(name + ": " + runner.error().message());
+  // The runner of the device the program was compiled for.
+  ProgramRunOptions run;
+  run.threads = options.threads;
+  auto runner = loadProgram(*artifact, name, run);
+  if (!runner) return runner.takeError();
   model->runner_ = std::move(*runner);
   for (const CpuProgram::Argument& a : program.arguments) model->inputs_.push_back({a.name, a.type, a.hasDefault});
   for (size_t r = 0; r < program.results.size(); ++r) {

@@ -26,7 +26,7 @@
 
 namespace kiln {
 
-class CpuRunner;
+class LoadedProgram;
 struct CpuProgram;
 
 struct ModelOptions {
@@ -65,7 +65,7 @@ class Model {
  private:
   Model() = default;
   std::shared_ptr<const CpuProgram> program_;
-  std::unique_ptr<CpuRunner> runner_;
+  std::unique_ptr<LoadedProgram> runner_;
   std::vector<Port> inputs_, outputs_;
 };
 

@@ -1,7 +1,7 @@
 // A library call as plain data: one matmul, convolution or transposed
 // convolution (f32, or int8 with its requantization) with the epilogue the library applies to its result
 // (post-ops), described by shapes and numbers alone. Code generation fills
-// one in from a `library` group of the IR (codegen/CpuTarget.h), a compiled
+// one in from a `library` group of the IR (codegen/cpu/CpuTarget.h), a compiled
 // program stores it, and the runtime creates the library's primitive from it
 // (runtime/DnnlKernels.h on the CPU) without seeing the IR.
 #pragma once

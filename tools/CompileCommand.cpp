@@ -14,10 +14,9 @@
 #include <set>
 
 #include "codegen/Session.h"
-#include "codegen/CpuExecutable.h"
-#include "codegen/LowerToKernels.h"
-#include "codegen/Schedule.h"
-#include "codegen/CpuTarget.h"
+#include "codegen/Backend.h"
+#include "codegen/cpu/CpuExecutable.h"
+#include "codegen/cuda/CudaBackend.h"
 #include "codegen/cuda/CudaCompiler.h"
 #include "codegen/cuda/CudaEmitter.h"
 #include "codegen/cuda/CudaTarget.h"
@@ -144,14 +143,14 @@ int compileForCuda(const Function& f, const std::vector<Tensor>& inputs, const s
   std::vector<TensorType> types;
   for (const Tensor& t : inputs) types.push_back(t.type());
   std::unique_ptr<Module> optimized;
-  auto kernels = codegen::lowerToKernels(f, types, optLevel, &optimized);
+  const codegen::Backend& backend = codegen::cudaBackend();
+  auto kernels = codegen::lowerToKernels(f, types, backend, optLevel, &optimized);
   if (!kernels) return reportError(kName, kernels.takeError()), kExitError;
   if (emit == "kernel") {
-    auto steps = codegen::lowerToSteps(*optimized->functions().front(), "kiln_");
+    auto steps = codegen::lowerForBackend(*optimized->functions().front(), backend, "kiln_");
     if (!steps) return reportError(kName, steps.takeError()), kExitError;
-    for (codegen::LoweredStep& step : *steps)
-      if (step.kind == codegen::LoweredStep::Kind::Kernel) codegen::scheduleForCuda(step.kernel);
-    std::cout << codegen::printSteps(*steps, codegen::describeCudaLibraryCallText);
+    std::cout << codegen::printSteps(*steps,
+                                     [&](const LibraryCall& call) { return backend.describeLibraryCall(call); });
     return kExitOk;
   }
   auto source = codegen::emitCudaSource(*kernels);
@@ -186,28 +185,34 @@ int compileForCuda(const Function& f, const std::vector<Tensor>& inputs, const s
 /// `-o OUT.kc --device cuda`: the CUDA target's pipeline, then NVRTC for
 /// `archs` (and PTX for the oldest, or `ptxArch` alone when `archs` is
 /// empty). No GPU is needed.
-int compileCudaArtifact(const Function& f, const std::vector<Tensor>& inputs, const cuda::NvrtcApi& nvrtc,
+int compileCudaArtifact(const Function& f, const std::vector<Tensor>& inputs,
                         const std::vector<int>& archs, const std::vector<int>& specificArchs, int ptxArch, int optLevel,
                         const std::string& output, bool printPlan) {
   std::vector<TensorType> types;
   for (const Tensor& t : inputs) types.push_back(t.type());
-  auto optimized = codegen::specializeAndOptimize(f, types, {}, *codegen::targetNamed("cuda"), optLevel, nullptr);
+  const codegen::Backend& backend = codegen::cudaBackend();
+  auto optimized = codegen::specializeAndOptimize(f, types, {}, backend, optLevel, nullptr);
   if (!optimized) return reportError(kName, optimized.takeError()), kExitError;
   const Function& g = *(*optimized)->functions().front();
-  codegen::CudaCompileOptions options;
+  codegen::CudaCompilerOptions options;
   options.archs = archs;
   options.specificArchs = specificArchs;
   options.ptxArch = ptxArch;
-  auto compiled = codegen::compileCudaProgram(g, nvrtc, options);
+  auto compiler = backend.createCompiler(&options);
+  if (!compiler) return reportError(kName, compiler.takeError()), kExitError;
+  auto compiled = (*compiler)->compile(g, nullptr);
   if (!compiled) return reportError(kName, compiled.takeError()), kExitError;
   if (!compiled->log.empty()) std::cerr << "kiln " << kName << ": note: NVRTC says:\n" << compiled->log << "\n";
   MemoryPlan plan = compiled->plan;
   const auto printedNames = printedValueNames(g);
   for (MemoryPlan::Buffer& b : plan.buffers)
     if (auto it = printedNames.find(b.value); it != printedNames.end()) b.name = it->second;
-  const cuda::CudaProgram& program = *compiled->program;
-  auto bytes = serializeArtifact(g, program.plan, optLevel, plan.str(), "cuda", cuda::serializeCudaCode(program));
+  auto bytes = serializeArtifact(g, *compiled->program, optLevel, plan.str(), compiled->device, compiled->code);
   if (!bytes) return reportError(kName, bytes.takeError()), kExitError;
+  cuda::CudaProgram program;
+  program.plan = *compiled->program;
+  if (Status s = cuda::parseCudaCode(compiled->code, "the compiled program", program); !s)
+    return reportError(kName, s.takeError()), kExitError;
   if (Status s = writeFileAtomically(output, *bytes); !s) return reportError(kName, s.takeError()), kExitError;
   std::string images;
   for (const cuda::CudaImage& image : program.cubins) images += (images.empty() ? "" : ", ") + image.name();
@@ -354,7 +359,7 @@ int compile(const ParsedArgs& args) {
     if (cudaArchs.empty() && specificArchs.empty())
       cudaArchs = cudaDevice ? codegen::defaultCudaArchs(**nvrtc, cudaDevice->computeMajor, cudaDevice->computeMinor, &ptxArch)
                              : std::vector<int>{90};
-    return compileCudaArtifact(f, *inputs, **nvrtc, cudaArchs, specificArchs, ptxArch, optLevel.value_or(3), *output,
+    return compileCudaArtifact(f, *inputs, cudaArchs, specificArchs, ptxArch, optLevel.value_or(3), *output,
                                args.has("--print-memory-plan"));
   }
   if (emit && *emit == "ir") {

@@ -1,5 +1,5 @@
 // `kiln run`: loads a model, binds its inputs by name from .npy files, runs
-// it with the CPU JIT (codegen/CpuExecutable.h) or, with --interpret, on the
+// it with the CPU JIT (codegen/cpu/CpuExecutable.h) or, with --interpret, on the
 // reference interpreter, and writes or prints its outputs; with --bench it
 // times repeated runs instead. When the JIT cannot lower some op yet, the
 // whole model runs on the interpreter and a notice on stderr names the ops
@@ -18,8 +18,8 @@
 #include <optional>
 #include <set>
 
-#include "codegen/CpuCompiler.h"
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuCompiler.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "codegen/Session.h"
 #include "codegen/llvm/CpuJit.h"
 #include "frontend/Model.h"
@@ -53,14 +53,14 @@ constexpr OptionSpec kOptions[] = {
     {"--threads", "N", "CPU JIT: threads that split each kernel (default: all cores)"},
     {"--no-fallback", "", "CPU JIT: fail when an op cannot be compiled instead of using the interpreter"},
     {"--time-passes", "", "CPU JIT: print the time of each pass and code generation phase to stderr"},
-    {"--profile", "", "CPU JIT: after the runs (with --bench, the timed ones), print each kernel's and library call's time (and GFLOP/s) to stderr"},
+    {"--profile", "", "after the runs (with --bench, the timed ones), print each kernel's and library call's time (and GFLOP/s) to stderr; on CUDA timed with CUDA events, with graph replay off"},
     {"--profile-rows", "N", "with --profile: the number of steps listed, largest first (default: 40; 0: all)"},
     {"--cache-dir", "DIR", "CPU JIT: the kernel cache folder (default: $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln)"},
     {"--no-cache", "", "CPU JIT: neither read nor write the kernel cache"},
     {"--recompile", "", ".kc: ignore its machine code and compile its stored program for this machine"},
     {"--no-cuda-graph", "", "CUDA: launch every step each run instead of replaying a captured CUDA graph"},
     {"--allow-tf32", "", "CUDA: let f32 matrix products use TF32 (off: full f32, as PyTorch by default)"},
-    {"--memory-stats", "", "CUDA: print the device memory statistics (allocated, reserved, peaks, cache hits) at the end"},
+    {"--memory-stats", "", "print the memory statistics at the end: on CUDA the device's (allocated, reserved, peaks, cache hits), on the CPU the compiled programs' (arena, constants, results, peaks)"},
     {"--cuda-memory-limit", "BYTES", "CUDA: the most device memory Kiln may reserve, e.g. 2GiB or 512MiB"},
     {"--help", "", "show this help", false, "-h"},
 };
@@ -386,7 +386,7 @@ int run(const ParsedArgs& args) {
     cpuOptions.threads = static_cast<int>(*value);
   }
   for (std::string_view jitOnly :
-       {"--no-fallback", "--time-passes", "--profile", "--cache-dir", "--no-cache", "--recompile"})
+       {"--no-fallback", "--time-passes", "--profile", "--cache-dir", "--no-cache", "--recompile", "--memory-stats"})
     if (interpretOnly && args.has(jitOnly))
       return usageError(kName, std::string(jitOnly) + " applies to the CPU JIT, not to --interpret");
   if (args.has("--cache-dir") && args.has("--no-cache"))
@@ -398,6 +398,8 @@ int run(const ParsedArgs& args) {
   if (args.has("--time-passes")) cpuOptions.report = &report;
   codegen::StepProfile profile;
   if (args.has("--profile")) cpuOptions.profile = &profile;
+  CpuMemoryStats cpuMemory;
+  if (args.has("--memory-stats")) cpuOptions.memory = &cpuMemory;
   // The profile, on stderr, once the runs are done (whatever they returned).
   size_t profileRows = 40;
   if (const std::string* n = args.get("--profile-rows")) {
@@ -459,7 +461,7 @@ int run(const ParsedArgs& args) {
   }
   // A .kc compiled for CUDA runs there: on the device --device names, or
   // the first usable one; never on the CPU.
-  if (artifact && artifact->device == "cuda" && !onCuda) {
+  if (artifact && artifact->device == cuda::kCudaDevice && !onCuda) {
     if (args.get("--device") && *args.get("--device") != "auto") {
       reportError(kName, Error("'" + modelPath + "' was compiled for CUDA and cannot run on " + device.str() +
                                "; run it with --device cuda, or compile the model for the CPU"));
@@ -467,7 +469,7 @@ int run(const ParsedArgs& args) {
     }
     if (int status = selectDevice(kName, "cuda", device); status != kExitOk) return status;
     onCuda = true;
-  } else if (artifact && artifact->device == "cpu" && onCuda) {
+  } else if (artifact && artifact->device == kHostDevice && onCuda) {
     reportError(kName, Error("'" + modelPath + "' was compiled for the CPU and cannot run on " + device.str() +
                              "; compile the model with --device cuda, or run it with --device cpu"));
     return kExitError;
@@ -482,12 +484,20 @@ int run(const ParsedArgs& args) {
   sessionOptions.interpret = interpretOnly;
   sessionOptions.allowFallback = !args.has("--no-fallback");
   sessionOptions.cpu = cpuOptions;
+  sessionOptions.cuda.report = cpuOptions.report;
   sessionOptions.cuda.run.graphs = !args.has("--no-cuda-graph");
   sessionOptions.cuda.run.allowTf32 = args.has("--allow-tf32");
   sessionOptions.cudaMemoryLimit = memoryLimit;
-  for (std::string_view cudaOnly : {"--no-cuda-graph", "--allow-tf32", "--memory-stats", "--cuda-memory-limit"})
+  for (std::string_view cudaOnly : {"--no-cuda-graph", "--allow-tf32", "--cuda-memory-limit"})
     if (!onCuda && args.has(cudaOnly)) return usageError(kName, std::string(cudaOnly) + " applies to --device cuda");
-  if (onCuda && args.has("--profile")) return usageError(kName, "--profile applies to the CPU JIT, not yet to --device cuda");
+  if (onCuda && args.has("--profile")) {
+    // Timed per step with CUDA events, which a replayed graph would not
+    // let the host place between its nodes: every step is launched.
+    sessionOptions.cuda.run.profile = &profile;
+    if (!args.has("--no-cuda-graph"))
+      std::cerr << "kiln run: note: --profile times each step with CUDA events and launches every step (no CUDA graph "
+                   "replay)\n";
+  }
   if (onCuda) sessionOptions.device = "cuda:" + std::to_string(device.cuda.index);
   auto created = Session::create(sessionOptions);
   if (auto* error = std::get_if<DeviceError>(&created)) {
@@ -538,14 +548,23 @@ int run(const ParsedArgs& args) {
     printNotices(*session);
     return results;
   };
-  // --memory-stats: the device's memory once the run is over.
+  // --memory-stats: the device's memory once the run is over, or on the
+  // CPU the compiled programs' (still alive: `model` outlives this).
   struct MemoryStatsAtExit {
     Session* session = nullptr;
+    const CompiledModel* model = nullptr;
+    const CpuMemoryStats* cpu = nullptr;
     ~MemoryStatsAtExit() {
       if (!session) return;
-      if (auto context = session->cudaContext()) std::cerr << (*context)->memoryReport();
+      if (session->device().kind == DeviceChoice::Kind::Cuda) {
+        if (auto context = session->cudaContext()) std::cerr << (*context)->memoryReport();
+      } else if (model->interpreted()) {
+        std::cerr << "kiln run: note: no CPU memory statistics: the model ran on the reference interpreter\n";
+      } else {
+        std::cerr << cpu->format();
+      }
     }
-  } memoryStats{args.has("--memory-stats") ? session.get() : nullptr};
+  } memoryStats{args.has("--memory-stats") ? session.get() : nullptr, model.get(), &cpuMemory};
 
   std::vector<Tensor> outputs;
   if (benchRuns) {

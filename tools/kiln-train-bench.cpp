@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "codegen/Session.h"
 #include "frontend/Model.h"
 #include "ir/Json.h"

@@ -4,7 +4,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "codegen/CpuCompiler.h"
+#include "codegen/cpu/CpuCompiler.h"
+#include "codegen/cuda/CudaBackend.h"
 #include "codegen/cuda/CudaEmitter.h"
 #include "codegen/cuda/NvrtcCompiler.h"
 #include "runtime/cuda/CudaLibraries.h"
@@ -34,7 +35,7 @@ std::vector<int> defaultCudaArchs(const cuda::NvrtcApi& nvrtc, int major, int mi
 Expected<CudaCompilation> compileCudaProgram(const Function& f, const cuda::NvrtcApi& nvrtc,
                                              const CudaCompileOptions& options,
                                              std::vector<std::string>* unsupported) {
-  auto laid = layoutProgram(f, "cuda", options.kernelPrefix, unsupported);
+  auto laid = layoutProgram(f, cudaBackend(), options.kernelPrefix, unsupported);
   if (!laid) return laid.takeError();
   CudaCompilation out;
   out.program = std::make_shared<cuda::CudaProgram>();

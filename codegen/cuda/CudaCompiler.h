@@ -1,7 +1,7 @@
 // The compile half of the CUDA backend: from a function at the end of the
 // CUDA target's pipeline to a CudaProgram (runtime/cuda/CudaProgram.h). The
 // steps, slots and memory plan are laid out as for the CPU
-// (codegen/CpuCompiler.h layoutProgram, kernels scheduled for CUDA); the
+// (codegen/cpu/CpuCompiler.h layoutProgram, kernels scheduled for CUDA); the
 // kernels become one CUDA C++ translation unit (CudaEmitter.h) that NVRTC
 // compiles into a CUBIN for each architecture asked for, and into PTX for
 // the oldest of them, which drivers of newer GPUs compile themselves.

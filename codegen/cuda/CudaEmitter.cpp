@@ -27,6 +27,7 @@
 
 #include "codegen/Embedded.h"
 #include "codegen/ValueRanges.h"
+#include "codegen/cuda/CudaTarget.h"
 
 namespace kiln::codegen {
 namespace {
@@ -993,7 +994,7 @@ Expected<CudaSource> emitCudaSource(const std::vector<kir::Kernel>& kernels) {
   source.code = std::string(kBanner) + std::string(embedded::kScalarSemanticsSource) + kHalfConversions;
   for (const kir::Kernel& given : kernels) {
     // A kernel built without a target (a test's) gets CUDA's schedule.
-    if (!given.schedule.target.empty() && given.schedule.target != "cuda")
+    if (!given.schedule.target.empty() && given.schedule.target != kCudaTargetName)
       return Error("kernel '" + given.name + "' is scheduled for " + given.schedule.target + ", not for CUDA");
     kir::Kernel k = given;
     if (k.schedule.target.empty()) scheduleForCuda(k);

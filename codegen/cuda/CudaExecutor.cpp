@@ -3,11 +3,13 @@
 
 #include <chrono>
 
-#include "codegen/CpuExecutable.h"
-#include "codegen/CpuTarget.h"
+#include "codegen/cpu/CpuExecutable.h"
+#include "codegen/cuda/CudaBackend.h"
 #include "codegen/Session.h"
 #include "codegen/Stages.h"
 #include "codegen/cuda/CudaCompiler.h"
+#include "ir/Printer.h"
+#include "runtime/KcFile.h"
 #include "runtime/cuda/CudaLibraries.h"
 
 namespace kiln::codegen {
@@ -84,7 +86,7 @@ Expected<CudaExecutor::Compiled*> CudaExecutor::compiled(const std::vector<Tenso
   unsupported_.clear();
   std::vector<TensorType> types;
   for (const Tensor& t : inputs) types.push_back(t.type());
-  auto optimized = specializeAndOptimize(f, types, options_.aliases, *targetNamed("cuda"), options_.optLevel,
+  auto optimized = specializeAndOptimize(f, types, options_.aliases, cudaBackend(), options_.optLevel,
                                          options_.report);
   if (!optimized) return optimized.takeError();
   auto nvrtc = cuda::loadNvrtc(context_->searchOptions());
@@ -159,6 +161,24 @@ Expected<MemoryPlan> CudaExecutor::memoryPlan(const std::vector<Tensor>& inputs)
   if (!c) return c.takeError();
   if (!(*c)->plan) return Error("a stored program keeps no memory plan");
   return *(*c)->plan;
+}
+
+Expected<std::string> CudaExecutor::artifact(const std::vector<Tensor>& inputs) {
+  if (staged_) return notOneProgram(module_->functions().front()->name(), staged_->stages());
+  auto c = compiled(inputs);
+  if (!c) return c.takeError();
+  if (!(*c)->module || !(*c)->plan)
+    return Error("this model runs a stored CUDA program (a .kc file), which keeps its own file; copy that file instead");
+  const Function& optimized = *(*c)->module->functions().front();
+  // The memory plan's text names the values as the stored module's text
+  // does, as for the CPU (CpuExecutor::artifact).
+  MemoryPlan plan = *(*c)->plan;
+  const auto printedNames = printedValueNames(optimized);
+  for (MemoryPlan::Buffer& b : plan.buffers)
+    if (auto it = printedNames.find(b.value); it != printedNames.end()) b.name = it->second;
+  const cuda::CudaProgram& program = *(*c)->program;
+  return serializeArtifact(optimized, program.plan, options_.optLevel, plan.str(), "cuda",
+                           cuda::serializeCudaCode(program));
 }
 
 const cuda::CudaRunner* CudaExecutor::lastRunner() const { return last_ ? last_->runner.get() : nullptr; }

@@ -1,6 +1,6 @@
 // The CUDA executor: the CpuExecutor's counterpart for a GPU. It compiles a
 // Function for the shapes of its inputs — the CUDA target's pipeline
-// (codegen/CpuExecutable.h specializeAndOptimize), then compileCudaProgram
+// (codegen/cpu/CpuExecutable.h specializeAndOptimize), then compileCudaProgram
 // (NVRTC) — and runs the program on a CudaRunner of its device. Each set of
 // input shapes compiles once. It can also run a stored program (a `.kc`
 // file compiled for CUDA) without compiling anything.
@@ -33,6 +33,8 @@ template <typename Executor>
 class StagedExecutors;
 
 struct CudaOptions {
+  /// The CUDA backend's pipeline run before lowering (codegen/Backend.h):
+  /// -O3 by default; its own, apart from CpuOptions::optLevel.
   int optLevel = 3;
   /// CUBIN architectures (empty: the device's, see defaultCudaArchs).
   std::vector<int> archs = {};
@@ -69,6 +71,12 @@ class CudaExecutor {
   Expected<std::pair<const Module*, std::shared_ptr<const cuda::CudaProgram>>> compiledProgram(
       const std::vector<Tensor>& inputs);
   Expected<MemoryPlan> memoryPlan(const std::vector<Tensor>& inputs);
+  /// The `.kc` bytes of the program compiled for `inputs`' shapes, as
+  /// `kiln compile --device cuda -o` writes them: the optimized module, the
+  /// program, its CUBINs and PTX (this device's architectures, unless
+  /// CudaOptions::archs names others) and the memory plan's text. A stored
+  /// program (fromProgram) or a function run in stages is an error.
+  Expected<std::string> artifact(const std::vector<Tensor>& inputs);
   /// The runner of the last run (its image, graph replays), or null.
   const cuda::CudaRunner* lastRunner() const;
   cuda::CudaContext& context() const { return *context_; }

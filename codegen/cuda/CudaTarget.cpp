@@ -1,5 +1,5 @@
 // The CUDA target of CudaTarget.h: a matmul or convolution and its epilogue
-// are read as one library call (codegen/CpuTarget.h, the reading both
+// are read as one library call (codegen/cpu/CpuTarget.h, the reading both
 // targets share); cuBLASLt takes the call when runtime/cuda/CublasLtMatmul.h
 // can plan it, cuDNN (when present) when runtime/cuda/CudnnConvolution.h can.
 #include "codegen/cuda/CudaTarget.h"
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "codegen/CpuTarget.h"
+#include "codegen/cpu/CpuTarget.h"
 #include "runtime/cuda/CublasLtMatmul.h"
 #include "runtime/cuda/CudnnConvolution.h"
 

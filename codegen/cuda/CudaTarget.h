@@ -30,8 +30,13 @@
 #include "ir/IR.h"
 #include "passes/Target.h"
 #include "runtime/LibraryCall.h"
+#include "runtime/cuda/CudaProgram.h"
 
 namespace kiln::codegen {
+
+/// CUDA's name: `--target cuda`, a CUDA `.kc`'s device, a kernel's
+/// schedule for CUDA.
+inline constexpr std::string_view kCudaTargetName = cuda::kCudaDevice;
 
 class CudaTarget : public Target {
  public:
@@ -41,7 +46,7 @@ class CudaTarget : public Target {
   /// Convolutions go to cuDNN exactly when `useCudnn`.
   explicit CudaTarget(bool useCudnn) : useCudnn_(useCudnn) {}
 
-  std::string_view name() const override { return "cuda"; }
+  std::string_view name() const override { return kCudaTargetName; }
   bool acceptsLibraryCall(const Op& anchor, std::span<const Op* const> epilogue) const override;
 
  private:

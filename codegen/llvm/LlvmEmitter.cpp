@@ -34,6 +34,7 @@
 #include <optional>
 
 #include "codegen/ValueRanges.h"
+#include "codegen/cpu/CpuTarget.h"
 #include "codegen/llvm/ScalarLibrary.h"
 #include "codegen/llvm/VectorMath.h"
 
@@ -854,7 +855,7 @@ Expected<std::unique_ptr<llvm::Module>> emitLlvmModule(const std::vector<kir::Ke
   auto scalars = ScalarLibrary::load(context);
   if (!scalars) return scalars.takeError();
   for (const kir::Kernel& k : kernels) {
-    if (k.schedule.target == "cpu") {
+    if (k.schedule.target == kCpuTargetName) {
       KernelEmitter(k, *module, **scalars).emit();
       continue;
     }

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "frontend/onnx/ConverterSupport.h"
+#include "ir/ConstantValue.h"
 #include "onnx.pb.h"
 
 namespace kiln::onnx_import {
@@ -97,17 +98,10 @@ Expected<std::vector<Value*>> inlineBody(Builder& b, const Function& body, std::
   return Error("the inlined body has no return");
 }
 
-/// The value of a bool or integer scalar known at import time, else nullopt.
-std::optional<int64_t> constantScalar(const Value* v) {
-  const Op* def = v->definingOp();
-  if (!def || def->kind() != OpKind::Constant || v->type().rank() != 0) return std::nullopt;
-  return def->getTensor("value").getInt(0);
-}
-
 Status convertIf(NodeContext& ctx) {
   KILN_TRY_VALUE(rawCond, ctx.input(0));
   KILN_TRY_VALUE(cond, scalarInput(ctx, rawCond, DType::Bool, "the condition"));
-  if (auto known = constantScalar(cond)) {
+  if (auto known = constantIntegerScalar(cond)) {
     // The condition is known at import: the branch it takes, inlined. This
     // is also how a branch may give a sequence or an optional, which a
     // region cannot return.
@@ -187,11 +181,11 @@ constexpr int64_t kMaxUnrolledIterations = 1024;
 /// be sequences and optionals (each iteration's are static). Binds the
 /// node's outputs; scan values are the rows concatenated.
 Status unrollLoop(NodeContext& ctx, Value* maxTrip, Value* cond, std::vector<ImportValue> carried) {
-  auto trips = constantScalar(maxTrip);
+  auto trips = constantIntegerScalar(maxTrip);
   if (!trips) return Error("the trip count is not known at import time");
   std::vector<std::vector<Value*>> rows;
   for (int64_t i = 0;; ++i) {
-    auto going = constantScalar(cond);
+    auto going = constantIntegerScalar(cond);
     if (!going) return Error("the condition of iteration " + std::to_string(i) + " is not known at import time");
     if (!*going || i >= *trips) break;
     if (i >= kMaxUnrolledIterations)

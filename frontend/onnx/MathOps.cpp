@@ -697,15 +697,6 @@ Status convertHardSigmoid(NodeContext& ctx) {
   return c.finish(c.op(OpKind::Max, {c.op(OpKind::Min, {lin, c.scalar(t, 1)}), c.scalar(t, 0)}));
 }
 
-Status convertHardSwish(NodeContext& ctx) {
-  KILN_INPUT(x, 0);
-  const DType t = x->type().dtype;
-  Chain c(ctx);
-  Value* lin = c.op(OpKind::Add, {c.op(OpKind::Mul, {x, c.scalar(t, 1.0 / 6.0)}), c.scalar(t, 0.5)});
-  Value* hs = c.op(OpKind::Max, {c.op(OpKind::Min, {lin, c.scalar(t, 1)}), c.scalar(t, 0)});
-  return c.finish(c.op(OpKind::Mul, {x, hs}));
-}
-
 Status convertSelu(NodeContext& ctx) {
   KILN_INPUT(x, 0);
   auto alpha = ctx.floatAttr("alpha", 1.67326319217681884765625);
@@ -1346,7 +1337,7 @@ constexpr OpConverter kConverters[] = {
     {"", "Einsum", 12, kNewest, &convertEinsum},
     {"", "CumSum", 11, kNewest, &convertCumSum},
     {"", "HardSigmoid", 1, kNewest, &convertHardSigmoid},
-    {"", "HardSwish", 14, kNewest, &convertHardSwish},
+    {"", "HardSwish", 14, kNewest, &convertUnary<OpKind::HardSwish>},
     {"", "Selu", 1, kNewest, &convertSelu},
     {"", "Celu", 12, kNewest, &convertCelu},
     {"", "ThresholdedRelu", 10, kNewest, &convertThresholdedRelu},

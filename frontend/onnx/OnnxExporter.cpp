@@ -233,6 +233,8 @@ const char* directOnnxOp(OpKind kind) {
       return "Acosh";
     case OpKind::Atanh:
       return "Atanh";
+    case OpKind::HardSwish:
+      return "HardSwish";
     case OpKind::Floor:
       return "Floor";
     case OpKind::Ceil:

@@ -78,6 +78,7 @@ int opUlps(OpKind k) {
     case OpKind::Asinh:
     case OpKind::Acosh:
     case OpKind::Atanh:
+    case OpKind::HardSwish:
     case OpKind::LeakyRelu: return 4;
     case OpKind::Pow:
     case OpKind::Gelu:

@@ -144,7 +144,7 @@ const std::vector<OpKind> kFloatUnary = {
     OpKind::Neg,   OpKind::Abs,  OpKind::Sign,  OpKind::Exp,   OpKind::Log,   OpKind::Sqrt,    OpKind::Rsqrt,
     OpKind::Reciprocal, OpKind::Tanh, OpKind::Sigmoid, OpKind::Relu, OpKind::Erf, OpKind::Sin, OpKind::Cos,
     OpKind::Tan,   OpKind::Asin, OpKind::Acos,  OpKind::Atan,  OpKind::Sinh,  OpKind::Cosh,    OpKind::Asinh,
-    OpKind::Acosh, OpKind::Atanh, OpKind::Floor, OpKind::Ceil, OpKind::Round, OpKind::IsNan, OpKind::IsInf,
+    OpKind::Acosh, OpKind::Atanh, OpKind::HardSwish, OpKind::Floor, OpKind::Ceil, OpKind::Round, OpKind::IsNan, OpKind::IsInf,
     OpKind::Gelu,  OpKind::Silu, OpKind::LeakyRelu, OpKind::Elu, OpKind::Softplus};
 const std::vector<OpKind> kFloatBinary = {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div, OpKind::Pow,
                                           OpKind::Max, OpKind::Min, OpKind::Mod, OpKind::Rem};

@@ -195,7 +195,8 @@ class CompiledModel:
 
         ``kiln run path`` and :func:`load` run it without compiling again.
         Before any call, the inputs' static shapes are used (a model with
-        dynamic dims must be called once first).
+        dynamic dims must be called once first). A model on CUDA saves its
+        CUDA program (CUBINs and PTX), which ``kiln run path`` runs on CUDA.
         """
         self._handle.save(os.fspath(path))
 

@@ -4,7 +4,7 @@
 // preferences, the epilogues, and the signatures of the entry points. Kiln
 // includes no CUDA header (runtime/cuda/CudaLibraries.h says why); both
 // runtime/cuda/CublasLtMatmul.cpp, which calls NVIDIA's cuBLASLt through
-// dlopen, and the emulated GPU's cuBLASLt (runtime/cuda/emulator/
+// dlopen, and the emulated GPU's cuBLASLt (test/devices/emulator/
 // CublasLt.cpp), which implements these entry points, take the numbers from
 // here, so the two cannot disagree with each other. Values are copied from
 // the CUDA 13.0 headers; the handles are pointers to types that only the
@@ -34,6 +34,26 @@ constexpr cublasStatus_t CUBLAS_STATUS_EXECUTION_FAILED = 13;
 constexpr cublasStatus_t CUBLAS_STATUS_INTERNAL_ERROR = 14;
 constexpr cublasStatus_t CUBLAS_STATUS_NOT_SUPPORTED = 15;
 constexpr cublasStatus_t CUBLAS_STATUS_LICENSE_ERROR = 16;
+
+/// The CUBLAS_STATUS_* name of `status`, or nullptr for a code not listed
+/// above. The one table of these names: Kiln's error messages use it when a
+/// cuBLASLt gives no name, and the emulated GPU's cublasLtGetStatusName
+/// answers with it.
+constexpr const char* cublasStatusName(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+    default: return nullptr;
+  }
+}
 
 /// cudaDataType_t (library_types.h).
 using cudaDataType_t = int;

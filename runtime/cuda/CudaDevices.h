@@ -59,7 +59,7 @@ struct CudaReport {
   std::string driverPath;                   // empty when no driver was loaded
   std::string driverRelease;                // "580.65.06" (from the library's file name), or "unknown"
   int driverCudaVersion = 0;                // cuDriverGetVersion: the newest CUDA the driver supports
-  /// Kiln's emulated GPU describes itself here (runtime/cuda/emulator/);
+  /// Kiln's emulated GPU describes itself here (test/devices/emulator/);
   /// empty for an NVIDIA driver.
   std::string emulated;
   std::vector<CudaDeviceInfo> devices;

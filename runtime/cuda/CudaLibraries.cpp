@@ -246,6 +246,8 @@ Expected<const CudaExecApi*> loadCudaExec(const LibrarySearchOptions& options) {
     KILN_TRY(resolve(l, "cuEventRecord", api.cuEventRecord));
     KILN_TRY(resolve(l, "cuEventSynchronize", api.cuEventSynchronize));
     KILN_TRY(resolve(l, "cuEventDestroy_v2", api.cuEventDestroy));
+    // The unversioned name, which every driver Kiln supports exports.
+    KILN_TRY(resolve(l, "cuEventElapsedTime", api.cuEventElapsedTime));
     KILN_TRY(resolve(l, "cuModuleLoadData", api.cuModuleLoadData));
     KILN_TRY(resolve(l, "cuModuleUnload", api.cuModuleUnload));
     KILN_TRY(resolve(l, "cuModuleGetFunction", api.cuModuleGetFunction));

@@ -219,6 +219,9 @@ struct CudaExecApi {
   CUresult (*cuEventRecord)(CUevent event, CUstream stream);
   CUresult (*cuEventSynchronize)(CUevent event);
   CUresult (*cuEventDestroy)(CUevent event);  // _v2
+  /// Milliseconds between two completed records of events created without
+  /// CU_EVENT_DISABLE_TIMING (`kiln run --profile` on CUDA).
+  CUresult (*cuEventElapsedTime)(float* ms, CUevent start, CUevent end);
   CUresult (*cuModuleLoadData)(CUmodule* module, const void* image);
   CUresult (*cuModuleUnload)(CUmodule module);
   CUresult (*cuModuleGetFunction)(CUfunction* function, CUmodule module, const char* name);
@@ -245,7 +248,7 @@ Expected<const CudaDriverApi*> loadCudaDriver(
 Expected<const CudaExecApi*> loadCudaExec(
     const LibrarySearchOptions& options = LibrarySearchOptions::fromEnvironment());
 
-/// Kiln's emulated GPU (runtime/cuda/emulator/) describes itself through an
+/// Kiln's emulated GPU (test/devices/emulator/) describes itself through an
 /// entry point no NVIDIA driver has; empty for a real driver.
 std::string emulatorDescription(const CudaDriverApi& driver);
 

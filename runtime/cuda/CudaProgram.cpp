@@ -118,8 +118,9 @@ Status parseCudaCode(std::string_view bytes, const std::string& what, CudaProgra
 }
 
 Expected<std::shared_ptr<CudaProgram>> cudaProgramOf(const CompiledArtifact& artifact, const std::string& filename) {
-  if (artifact.device != "cuda")
-    return Error(filename + " was compiled for the CPU; compile the model with --device cuda to run it on a GPU");
+  if (artifact.device != kCudaDevice)
+    return Error(filename + " was compiled for " + artifact.device +
+                 ", not CUDA; compile the model with --device cuda to run it on a GPU");
   auto program = std::make_shared<CudaProgram>();
   program->plan = *artifact.program;
   KILN_TRY(parseCudaCode(artifact.deviceCode, filename + " (code section)", *program));

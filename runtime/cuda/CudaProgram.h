@@ -28,6 +28,10 @@
 
 namespace kiln::cuda {
 
+/// The device name of a CUDA program's `.kc` (CompiledArtifact::device),
+/// the CUDA backend's name (codegen/cuda/CudaBackend.h).
+inline constexpr std::string_view kCudaDevice = "cuda";
+
 struct CudaKernelLaunch {
   /// Elements of the kernel's flattened parallel loop (1: a scalar kernel).
   int64_t workItems = 1;
@@ -77,7 +81,7 @@ std::string serializeCudaCode(const CudaProgram& program);
 Status parseCudaCode(std::string_view bytes, const std::string& what, CudaProgram& program);
 
 /// The CUDA program of a `.kc` file compiled for CUDA (artifact.device is
-/// "cuda"); `filename` names it in errors.
+/// kCudaDevice); `filename` names it in errors.
 Expected<std::shared_ptr<CudaProgram>> cudaProgramOf(const CompiledArtifact& artifact, const std::string& filename);
 
 }  // namespace kiln::cuda

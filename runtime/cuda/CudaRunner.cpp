@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -131,6 +130,9 @@ struct CudaRunner::Impl {
   CUdeviceptr workspace = 0;
   size_t workspaceBytes = 0;
   CUevent copied = nullptr;
+  /// With a profile: per step, the timed events recorded on the compute
+  /// stream just before and just after it (CudaRunOptions::profile).
+  std::vector<std::pair<CUevent, CUevent>> stepEvents;
   bool capturable = true;  // no host check of a computed value
   std::vector<bool> donated;  // per argument: a result is written into it
   /// Per argument: the host memory whose newest value is on the device
@@ -215,6 +217,10 @@ struct CudaRunner::Impl {
       if (set.stagedEvent) api.cuEventDestroy(set.stagedEvent);
     }
     if (copied) api.cuEventDestroy(copied);
+    for (const auto& [start, end] : stepEvents) {
+      if (start) api.cuEventDestroy(start);
+      if (end) api.cuEventDestroy(end);
+    }
     libraries.clear();
     for (const DeviceBuffer& b : owned) (void)ctx->allocator().free(b.ptr);
     for (void* p : pinned) ctx->pinnedPool().release(p);
@@ -356,6 +362,16 @@ Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const C
   m.sets[0].staged.assign(p.arguments.size(), nullptr);
   KILN_TRY(m.check(api.cuEventCreate(&m.sets[0].stagedEvent, CU_EVENT_DISABLE_TIMING), "creating an event"));
   KILN_TRY(m.check(api.cuEventCreate(&m.copied, CU_EVENT_DISABLE_TIMING), "creating an event"));
+  if (options.profile) {
+    // Timed events (flags 0): the device stamps each when the stream
+    // reaches it, so a step's time excludes the host's launch overhead and
+    // the stream is not synchronized per step.
+    m.stepEvents.assign(p.steps.size(), {nullptr, nullptr});
+    for (auto& [start, end] : m.stepEvents) {
+      KILN_TRY(m.check(api.cuEventCreate(&start, 0), "creating a profiling event"));
+      KILN_TRY(m.check(api.cuEventCreate(&end, 0), "creating a profiling event"));
+    }
+  }
   KILN_TRY(m.check(api.cuStreamSynchronize(context->computeStream()), "uploading the constants of " + what));
 
   std::unique_ptr<CudaRunner> runner(new CudaRunner(std::move(impl)));
@@ -463,8 +479,12 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
   StepProfile* profile = m.options.profile;
   if (profile && profile->entries.size() != p.steps.size()) {
     profile->entries.clear();
-    for (size_t k = 0; k < p.steps.size(); ++k)
+    for (size_t k = 0; k < p.steps.size(); ++k) {
       profile->entries.push_back({"%" + p.steps[k].name, m.libraries[k] ? m.libraries[k]->describe() : p.steps[k].what});
+      // As on the CPU: 2 flops per multiply-add of a matmul or convolution.
+      if (p.steps[k].kind == CpuProgram::Step::Kind::Library)
+        profile->entries.back().flops = 2.0 * static_cast<double>(libraryCallWork(p.steps[k].call));
+    }
   }
   // CUDA_LAUNCH_BLOCKING=1, as for PyTorch: each step is waited for, so
   // that an error names the kernel that failed.
@@ -498,28 +518,23 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
         KILN_TRY(m.check(api.cuStreamSynchronize(compute), "computing the value a host check reads"));
         KILN_TRY(runHostCheck(c.check, value.raw(), value.dtype(), value.numElements()));
       }
-      const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+      if (profile)
+        KILN_TRY(m.check(api.cuEventRecord(m.stepEvents[k].first, compute), "recording a profiling event"));
       if (const CudaLibraryStep* library = m.libraries[k].get()) {
         if (Status ran = library->run(compute, S.paramValues[k], m.workspace, m.workspaceBytes); !ran)
           return Error("step %" + step.name + " of '" + p.name + "' (" + library->describe() + "): " + ran.error().message());
-        if (profile) {
-          KILN_TRY(m.check(api.cuStreamSynchronize(compute), "running " + library->describe()));
-          profile->entries[k].seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-          ++profile->entries[k].calls;
-        }
-        continue;
+        if (blocking) KILN_TRY(m.check(api.cuStreamSynchronize(compute), "running " + library->describe()));
+      } else {
+        const size_t kernel = static_cast<size_t>(step.kernel);
+        KILN_TRY(m.check(api.cuLaunchKernel(m.functions[kernel], m.grids[kernel], 1, 1, m.blocks[kernel], 1, 1, 0,
+                                            compute, S.params[k].data(), nullptr),
+                         "launching kernel " + p.kernelNames[kernel] + " (" + step.what + ")"));
+        if (blocking)
+          KILN_TRY(m.check(api.cuStreamSynchronize(compute),
+                           "running kernel " + p.kernelNames[kernel] + " (" + step.what + ")"));
       }
-      const size_t kernel = static_cast<size_t>(step.kernel);
-      KILN_TRY(m.check(api.cuLaunchKernel(m.functions[kernel], m.grids[kernel], 1, 1, m.blocks[kernel], 1, 1, 0, compute,
-                                          S.params[k].data(), nullptr),
-                       "launching kernel " + p.kernelNames[kernel] + " (" + step.what + ")"));
-      if (blocking && !profile)
-        KILN_TRY(m.check(api.cuStreamSynchronize(compute), "running kernel " + p.kernelNames[kernel] + " (" + step.what + ")"));
-      if (profile) {
-        KILN_TRY(m.check(api.cuStreamSynchronize(compute), "running kernel " + p.kernelNames[kernel] + " (" + step.what + ")"));
-        profile->entries[k].seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        ++profile->entries[k].calls;
-      }
+      if (profile)
+        KILN_TRY(m.check(api.cuEventRecord(m.stepEvents[k].second, compute), "recording a profiling event"));
     }
     // Results copied into donated arguments after the last step; a source
     // that another copy overwrites is read first into the result staging.
@@ -588,6 +603,17 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
     return Error(ran.error().message() +
                  (blocking ? "" : "\n(kernels run asynchronously: run with CUDA_LAUNCH_BLOCKING=1 to learn which step failed)"));
   ++m.runs;
+  // Every event has been reached now: each step's time, as the device
+  // measured it.
+  if (profile) {
+    for (size_t k = 0; k < p.steps.size(); ++k) {
+      float ms = 0;
+      KILN_TRY(m.check(api.cuEventElapsedTime(&ms, m.stepEvents[k].first, m.stepEvents[k].second),
+                       "reading the time of step %" + p.steps[k].name + " (cuEventElapsedTime)"));
+      profile->entries[k].seconds += static_cast<double>(ms) * 1e-3;
+      ++profile->entries[k].calls;
+    }
+  }
 
   std::vector<Tensor> results;
   for (size_t r = 0; r < p.results.size(); ++r) {

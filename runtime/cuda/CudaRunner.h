@@ -42,8 +42,12 @@ struct CudaRunOptions {
   /// Let f32 matrix products use TF32 (off: full f32, as PyTorch with
   /// allow_tf32 = False).
   bool allowTf32 = false;
-  /// When given, each run adds its steps' times to it (synchronizing after
-  /// each step, so profiling slows a run down).
+  /// When given, each run adds its steps' times to it: each kernel and
+  /// library call between two timed CUDA events on the compute stream
+  /// (cuEventElapsedTime, read after the run's one synchronization), with
+  /// 2 flops per multiply-add of a library call. A profiled run launches
+  /// every step itself: no CUDA graph is captured or replayed, since a
+  /// graph's nodes cannot be timed one by one from the host.
   StepProfile* profile = nullptr;
   /// runInPlace keeps donated arguments (a training step's parameters and
   /// optimizer state) on the device: their new values are not copied back,

@@ -4,7 +4,7 @@
 // _v7 queries, and the signatures of the entry points. Kiln includes no
 // CUDA header (runtime/cuda/CudaLibraries.h says why); both
 // runtime/cuda/CudnnConvolution.cpp, which calls NVIDIA's cuDNN through
-// dlopen, and the emulated GPU's cuDNN (runtime/cuda/emulator/Cudnn.cpp),
+// dlopen, and the emulated GPU's cuDNN (test/devices/emulator/Cudnn.cpp),
 // which implements these entry points, take the numbers from here. Values
 // are copied from the cuDNN 9 headers; the handles are pointers to types
 // that only the implementing library defines.
@@ -31,6 +31,24 @@ constexpr cudnnStatus_t CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH = 2008;
 constexpr cudnnStatus_t CUDNN_STATUS_NOT_SUPPORTED = 3000;
 constexpr cudnnStatus_t CUDNN_STATUS_INTERNAL_ERROR = 4000;
 constexpr cudnnStatus_t CUDNN_STATUS_EXECUTION_FAILED = 5000;
+
+/// The CUDNN_STATUS_* name of `status`, or nullptr for a code not listed
+/// above. The one table of these names: Kiln's error messages use it when
+/// cuDNN gives no text, and the emulated GPU's cudnnGetErrorString answers
+/// with it.
+constexpr const char* cudnnStatusName(cudnnStatus_t status) {
+  switch (status) {
+    case CUDNN_STATUS_SUCCESS: return "CUDNN_STATUS_SUCCESS";
+    case CUDNN_STATUS_NOT_INITIALIZED: return "CUDNN_STATUS_NOT_INITIALIZED";
+    case CUDNN_STATUS_BAD_PARAM: return "CUDNN_STATUS_BAD_PARAM";
+    case CUDNN_STATUS_BAD_PARAM_NULL_POINTER: return "CUDNN_STATUS_BAD_PARAM_NULL_POINTER";
+    case CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH: return "CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH";
+    case CUDNN_STATUS_NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED";
+    case CUDNN_STATUS_INTERNAL_ERROR: return "CUDNN_STATUS_INTERNAL_ERROR";
+    case CUDNN_STATUS_EXECUTION_FAILED: return "CUDNN_STATUS_EXECUTION_FAILED";
+    default: return nullptr;
+  }
+}
 
 /// cudnnDataType_t.
 using cudnnDataType_t = int;

@@ -48,16 +48,10 @@ int64_t forwardLength(int64_t input, int64_t kernel, int64_t pad, int64_t stride
   return span < 0 ? -1 : span / stride + 1;
 }
 
+/// CUDNN_STATUS_* names, for a cuDNN whose cudnnGetErrorString gives none.
 std::string statusName(cudnnStatus_t status) {
-  switch (status) {
-    case CUDNN_STATUS_SUCCESS: return "CUDNN_STATUS_SUCCESS";
-    case CUDNN_STATUS_NOT_INITIALIZED: return "CUDNN_STATUS_NOT_INITIALIZED";
-    case CUDNN_STATUS_BAD_PARAM: return "CUDNN_STATUS_BAD_PARAM";
-    case CUDNN_STATUS_NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED";
-    case CUDNN_STATUS_INTERNAL_ERROR: return "CUDNN_STATUS_INTERNAL_ERROR";
-    case CUDNN_STATUS_EXECUTION_FAILED: return "CUDNN_STATUS_EXECUTION_FAILED";
-    default: return "cuDNN status " + std::to_string(status);
-  }
+  if (const char* name = cudnnStatusName(status)) return name;
+  return "cuDNN status " + std::to_string(status);
 }
 
 template <typename Fn>

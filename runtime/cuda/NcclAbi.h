@@ -3,7 +3,7 @@
 // points of communicator setup and the five collectives. Kiln includes no
 // CUDA header (runtime/cuda/CudaLibraries.h says why); runtime/cuda/
 // CudaLibraries.cpp, which opens NVIDIA's libnccl.so.2 with dlopen, and the
-// emulated GPU's NCCL (runtime/cuda/emulator/Nccl.cpp), which implements
+// emulated GPU's NCCL (test/devices/emulator/Nccl.cpp), which implements
 // these entry points, both take the numbers from here.
 #pragma once
 

@@ -1,6 +1,6 @@
 // The collectives of a data-parallel job on CUDA, through NCCL (opened with
 // dlopen: runtime/cuda/CudaLibraries.h loadNccl; the emulated GPU brings its
-// own, runtime/cuda/emulator/Nccl.cpp). Each rank holds one GPU; rank 0 makes
+// own, test/devices/emulator/Nccl.cpp). Each rank holds one GPU; rank 0 makes
 // NCCL's unique id and the job's host communicator (MPI,
 // runtime/Collectives.h) hands it to the others, then every rank joins.
 // The CUDA runner enqueues a program's collective steps on its stream

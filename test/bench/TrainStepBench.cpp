@@ -17,7 +17,7 @@
 #include <random>
 #include <sstream>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "passes/PassManager.h"
 #include "passes/TrainingStep.h"
 #include "runtime/Interpreter.h"

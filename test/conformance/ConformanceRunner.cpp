@@ -1,6 +1,6 @@
 // kiln-conformance: runs the ONNX backend test cases that Debian ships
 // (libonnx-testdata) through the importer and the reference interpreter,
-// or with --jit through the CPU JIT (codegen/CpuExecutable.h), or with
+// or with --jit through the CPU JIT (codegen/cpu/CpuExecutable.h), or with
 // --device cuda on a CUDA device (codegen/cuda/CudaExecutor.h).
 //
 // Each case folder holds model.onnx and test_data_set_*/ with input_K.pb and
@@ -72,7 +72,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "codegen/cuda/CudaExecutor.h"
 #include "codegen/llvm/CpuJit.h"
 #include "frontend/onnx/OnnxImporter.h"

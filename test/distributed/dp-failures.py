@@ -13,7 +13,7 @@ train, then
 Each job must end within 60 s with a non-zero exit status. And a job whose
 ranks were started with different options is refused before training, as is
 a job of 3 ranks with --device cuda on a machine of 2 GPUs (the fake driver
-of test/fake-cuda playing two H100s): NCCL refuses two ranks on one GPU.
+of test/devices/fake-driver playing two H100s): NCCL refuses two ranks on one GPU.
 """
 import os
 import signal

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs one end-to-end model on CUDA — on the emulated GPU in CI
-# (runtime/cuda/emulator/, chosen by KILN_CUDA_DRIVER; scripts/gpu-check
+# (test/devices/emulator/, chosen by KILN_CUDA_DRIVER; scripts/gpu-check
 # does the same on a real GPU) — and compares every output with PyTorch's (rtol 1e-4,
 # atol 1e-5) and with the reference interpreter's. Then it compiles the
 # model into a .kc for sm_80 and sm_90 (CUBINs and PTX for sm_80, no GPU

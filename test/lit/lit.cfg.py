@@ -27,12 +27,12 @@ config.substitutions.append(("%kiln_src", config.kiln_source_dir))
 # fixtures written at test time.
 config.substitutions.append(("%numpy_python", "/usr/bin/python3"))
 
-# %fake_cuda is the fake CUDA driver of test/fake-cuda (a libcuda.so.1 whose
-# behaviour $KILN_FAKE_CUDA chooses), %fake_cuda_incomplete a copy lacking
-# an entry point; tests name them with KILN_CUDA_DRIVER. A test of the real
+# %fake_cuda is the fake CUDA driver of test/devices/fake-driver (a
+# libcuda.so.1 whose behaviour $KILN_FAKE_CUDA chooses),
+# %fake_cuda_incomplete a copy lacking an entry point; tests name them with KILN_CUDA_DRIVER. A test of the real
 # machine's driver state REQUIRES no-cuda-driver (or cuda-driver).
 config.substitutions.append(("%fake_cuda_incomplete", config.fake_cuda_driver_incomplete))
-# %cuda_emulator is Kiln's emulated GPU (runtime/cuda/emulator/): a driver
+# %cuda_emulator is Kiln's emulated GPU (test/devices/emulator/): a driver
 # that runs the PTX Kiln hands it, for tests that run models on CUDA.
 config.substitutions.append(("%cuda_emulator", config.cuda_emulator_driver))
 config.substitutions.append(("%fake_cuda", config.fake_cuda_driver))

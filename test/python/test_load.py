@@ -305,7 +305,7 @@ print("ok")
 
 
 def test_cuda_on_the_emulated_gpu(e2e_dir):
-    # ctest names the emulated GPU (runtime/cuda/emulator/): kiln.load,
+    # ctest names the emulated GPU (test/devices/emulator/): kiln.load,
     # kiln.compile and kiln.Trainer with device="cuda" run Kiln's CUDA path.
     emulator = os.environ.get("KILN_CUDA_EMULATOR")
     if not emulator:
@@ -313,3 +313,44 @@ def test_cuda_on_the_emulated_gpu(e2e_dir):
     env = dict(os.environ, KILN_CUDA_DRIVER=emulator)
     done = subprocess.run([sys.executable, "-c", CUDA_SCRIPT, str(e2e_dir)], env=env, capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+
+
+SAVE_CUDA_SCRIPT = r"""
+import sys
+import numpy as np
+import kiln
+
+folder, out = sys.argv[1], sys.argv[2]
+m = kiln.load(folder + "/model.onnx", device="cuda")
+assert m.device.startswith("cuda:0"), m.device
+m(np.load(folder + "/input_x.npy"))
+m.save(out)
+print("ok")
+"""
+
+
+def test_save_a_cuda_model_writes_a_kc_that_kiln_run_runs(e2e_dir, tmp_path, kiln_binary):
+    # save() of a model loaded with device="cuda" writes the CUDA program
+    # (CUBINs and PTX for the emulated GPU), which `kiln run` runs on CUDA.
+    emulator = os.environ.get("KILN_CUDA_EMULATOR")
+    if not emulator:
+        pytest.fail("KILN_CUDA_EMULATOR must name the emulated GPU's libcuda.so.1 (ctest sets it)")
+    env = dict(os.environ, KILN_CUDA_DRIVER=emulator)
+    folder = e2e_dir / "mlp"
+    kc = tmp_path / "mlp-cuda.kc"
+    done = subprocess.run([sys.executable, "-c", SAVE_CUDA_SCRIPT, str(folder), str(kc)], env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+    ran = subprocess.run([kiln_binary, "run", str(kc), "--input", f"x={folder / 'input_x.npy'}", "--output-dir",
+                          str(tmp_path / "out")], env=env, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "logits.npy"), np.load(folder / "expected_logits.npy"),
+                               rtol=1e-4, atol=1e-5)
+    # The file holds a CUDA program: the CPU refuses it.
+    cpu = subprocess.run([kiln_binary, "run", str(kc), "--input", f"x={folder / 'input_x.npy'}", "--device", "cpu"],
+                         capture_output=True, text=True)
+    assert cpu.returncode == 1 and "was compiled for CUDA" in cpu.stderr, cpu.stderr
+    # kiln.load runs CPU programs only: a CUDA .kc is refused, saying so.
+    for device in ("cpu", "cuda"):
+        with pytest.raises(kiln.ModelError, match=r"holds a program compiled for CUDA.*kiln run"):
+            kiln.load(kc, device=device)

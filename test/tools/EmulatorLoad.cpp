@@ -1,4 +1,4 @@
-// Loads PTX files into Kiln's emulated GPU (runtime/cuda/emulator) and
+// Loads PTX files into Kiln's emulated GPU (test/devices/emulator) and
 // reports the first one it refuses, with the emulator's message: the check
 // that the emulator implements every instruction and directive NVRTC emits
 // for a model's kernels (ctest CudaEmulator-load-<model>).

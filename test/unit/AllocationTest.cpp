@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "ir/ByteSize.h"
 #include "ir/Parser.h"
 #include "passes/MemoryPlan.h"

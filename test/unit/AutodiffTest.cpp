@@ -295,7 +295,7 @@ std::string counterLoop(const std::string& bound, const std::string& init, const
 }
 
 /// A loop stopped by a counter compared with a constant has a static trip
-/// count (counterTripCount in passes/Vjp.cpp): it is made a counted loop and
+/// count (counterTripCount in passes/CanonicalizeLoops.cpp): it is made a counted loop and
 /// differentiated like one. The finite differences run the original loop,
 /// so a count off by one fails them.
 TEST(AutodiffTest, LoopStoppedByACounterMatchesFiniteDifferences) {
@@ -643,6 +643,53 @@ TEST(AutodiffTest, FanOutSumsAndUnusedParametersGetZeros) {
                         "  %a = mul(%x, %x) : f64[3]\n  %b = sin(%x) : f64[3]\n  %out = add(%a, %b) : f64[3]",
                         "f64[3]",
                         {"x", "unused"}});
+}
+
+/// The VJP entries live in one file per op family (passes/Vjp<Family>.cpp),
+/// so what the table's static_assert checked in one file is checked here:
+/// composite ops, and only they, are differentiated through their
+/// decomposition.
+/// hard_swish on each of its three pieces (finite differences across a
+/// kink at -3 or 3 would not match any one-sided slope), and at points of
+/// each piece and at its kinks the values of PyTorch's hardswish_backward
+/// (0 at -3, dy at 3).
+TEST(AutodiffTest, HardSwishMatchesFiniteDifferencesOnEachPieceAndPyTorchAtTheKinks) {
+  std::mt19937 rng(7);
+  for (Range piece : {Range{-6, -3.2}, Range{-2.8, 2.8}, Range{3.2, 6}}) {
+    std::string t = typeStr(randomDims(rng));
+    Case c{"%x: " + t, "  %out = hard_swish(%x) : " + t, t, {"x"}};
+    c.ranges["x"] = piece;
+    expectGradientsMatch(c, rng());
+  }
+  auto m = parseModule(
+      "func @f(%x: f64[9], %dy: f64[9]) -> f64[9] {\n  %y = hard_swish(%x) : f64[9]\n  return %y\n}\n", "hs.kir");
+  ASSERT_TRUE(m.ok()) << m.error().str();
+  Function& f = *(*m)->functions()[0];
+  Builder b(f);
+  b.setInsertionPoint(f.returnOp());
+  const Op& op = *f.returnOp()->operand(0)->definingOp();
+  auto grads = applyVjp(b, op, f.argument(1), {true});
+  ASSERT_TRUE(grads.ok()) << grads.error().str();
+  f.returnOp()->setOperands({(*grads)[0]});
+  Tensor x(DType::F64, {9}), dy(DType::F64, {9});
+  const double xs[] = {-4, -3, -2.5, -1, 0, 0.5, 2.9, 3, 4};
+  for (int64_t i = 0; i < 9; ++i) {
+    x.setDouble(i, xs[i]);
+    dy.setDouble(i, 2);
+  }
+  auto out = interpret(f, {x, dy});
+  ASSERT_TRUE(out.ok()) << out.error().str();
+  // torch.autograd of torch.nn.functional.hardswish in float64, dy = 2.
+  const double want[] = {0.0, 0.0, -0.6666666666666667, 0.33333333333333337, 1.0, 1.3333333333333333,
+                         2.9333333333333336, 2.0, 2.0};
+  for (int64_t i = 0; i < 9; ++i) EXPECT_NEAR((*out)[0].getDouble(i), want[i], 1e-12) << "x = " << xs[i];
+}
+
+TEST(AutodiffTest, CompositesAndOnlyCompositesDecompose) {
+  for (size_t i = 0; i < kNumOpKinds; ++i) {
+    const OpKind k = static_cast<OpKind>(i);
+    EXPECT_EQ(opInfo(k).isComposite(), vjpKind(k) == VjpKind::Decompose) << opName(k);
+  }
 }
 
 TEST(AutodiffTest, NonDifferentiableOpsAreDeclared) {

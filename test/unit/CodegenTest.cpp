@@ -10,7 +10,7 @@
 #include <limits>
 #include <random>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "codegen/KernelIR.h"
 #include "codegen/Lowering.h"
 #include "runtime/Interpreter.h"
@@ -64,6 +64,16 @@ TEST(CodegenTest, UnaryFloatOps) {
   // Ops with restricted domains get positive inputs.
   for (const char* op : {"log", "sqrt", "rsqrt", "reciprocal", "acosh"})
     expectJitMatchesInterpreter(unaryFunction(op, "f32[4,9]"), {}, true);
+  // hard_swish over its three pieces, its kinks at -3 and 3, and the
+  // special values, on every shape the other unary ops take.
+  for (const char* type : {"f32[3,17]", "f32[]", "f32[0,4]", "f64[5]"})
+    expectJitMatchesInterpreter(unaryFunction("hard_swish", type));
+  {
+    Tensor x(DType::F32, {12});
+    const double values[] = {-5, -3, -2.75, -1, -0.0, 0.5, 2.5, 3, 7, NAN, INFINITY, -INFINITY};
+    for (int64_t i = 0; i < 12; ++i) x.setDouble(i, values[i]);
+    expectJitMatchesInterpreter(unaryFunction("hard_swish", "f32[12]"), {x});
+  }
   for (const char* op : {"asin", "acos", "atanh"}) {
     Tensor x(DType::F32, {7});
     for (int64_t i = 0; i < 7; ++i) x.setDouble(i, -0.9 + 0.3 * i);

@@ -7,8 +7,8 @@
 // a program whose kernels its code does not define is refused.
 #include <gtest/gtest.h>
 
-#include "codegen/CpuCompiler.h"
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuCompiler.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "codegen/llvm/CpuJit.h"
 #include "ir/Parser.h"
 #include "passes/MemoryPlan.h"

@@ -8,7 +8,7 @@
 // an op the JIT cannot lower inside a body is an error naming it.
 #include <gtest/gtest.h>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "codegen/llvm/CpuJit.h"
 #include "test/unit/ControlFlowTestSupport.h"
 

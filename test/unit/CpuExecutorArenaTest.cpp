@@ -5,9 +5,10 @@
 // still report bad operands, also inside fused groups.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "runtime/Interpreter.h"
 #include "test/unit/TestSupport.h"
 
@@ -54,6 +55,41 @@ TEST(CpuExecutorArenaTest, RunsReuseTheArenaAndMatchTheInterpreter) {
     ASSERT_TRUE(again.ok());
     for (int64_t i = 0; i < 16; ++i) EXPECT_EQ(kept[0][1].getDouble(i), (*again)[1].getDouble(i));
   }
+}
+
+TEST(CpuExecutorArenaTest, MemoryStatsCountTheArenaAndEachRunsResults) {
+  // `kiln run --memory-stats` on the CPU: the runner's arena for its life,
+  // each run's results (%b and %s: 16*32*4 + 16*4 bytes).
+  auto m = parseOk(kChain);
+  ASSERT_TRUE(m);
+  const Function& f = *m->functions().front();
+  CpuMemoryStats stats;
+  uint64_t arena = 0;
+  {
+    auto executor = CpuExecutor::create(f, {.threads = 1, .optLevel = 2, .memory = &stats});
+    ASSERT_TRUE(executor.ok()) << executor.error().str();
+    std::vector<Tensor> in = {randomF32({16, 32}, 0), randomF32({16, 32}, 1)};
+    ASSERT_TRUE((*executor)->run(in).ok());
+    auto program = (*executor)->compiledProgram(in);
+    ASSERT_TRUE(program.ok()) << program.error().str();
+    arena = (static_cast<uint64_t>(std::max<int64_t>(program->second->arenaBytes, 1)) + 63) / 64 * 64;
+    EXPECT_GT(program->second->arenaBytes, 0);  // the chain's intermediates live there
+    EXPECT_EQ(stats.programs, 1);
+    EXPECT_EQ(stats.arena, arena);
+    EXPECT_EQ(stats.constants, 0u);
+    EXPECT_EQ(stats.results, 16u * 32 * 4 + 16 * 4);
+    EXPECT_EQ(stats.runs, 1);
+    EXPECT_EQ(stats.peak, arena + stats.results);
+    ASSERT_TRUE((*executor)->run(in).ok());
+    EXPECT_EQ(stats.runs, 2);
+    EXPECT_EQ(stats.maxResults, stats.results);
+    EXPECT_NE(stats.format().find("arena"), std::string::npos);
+  }
+  // The runner gave its arena back; the peaks stay.
+  EXPECT_EQ(stats.programs, 0);
+  EXPECT_EQ(stats.arena, 0u);
+  EXPECT_EQ(stats.maxArena, arena);
+  EXPECT_EQ(stats.maxPrograms, 1);
 }
 
 TEST(CpuExecutorArenaTest, HostChecksReportBadOperandsInsideFusedGroups) {

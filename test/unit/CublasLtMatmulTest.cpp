@@ -1,6 +1,6 @@
 // CublasLtMatmul (runtime/cuda/CublasLtMatmul.h) on the emulated GPU: the
-// emulator's driver (KILN_CUDA_EMULATOR_DRIVER) and its own cuBLASLt, found
-// beside it by mathLibraryOptions. Each case allocates device memory, copies
+// emulator's driver (EmulatedGpu.h) and its own cuBLASLt, found beside it
+// by mathLibraryOptions. Each case allocates device memory, copies
 // the operands in, runs the planned matmul and copies the result back, all
 // on one stream, and compares with a plain host reference computed in
 // double from the same (rounded) inputs: 2-D, batched, a batch broadcast
@@ -25,10 +25,12 @@
 #include <random>
 #include <sstream>
 
-#include "codegen/CpuTarget.h"
+#include "codegen/cpu/CpuTarget.h"
+#include "codegen/cuda/CudaBackend.h"
 #include "codegen/cuda/CudaTarget.h"
 #include "passes/PassManager.h"
 #include "runtime/Interpreter.h"
+#include "test/unit/EmulatedGpu.h"
 #include "test/unit/TestSupport.h"
 
 namespace kiln::cuda {
@@ -43,9 +45,9 @@ struct EmulatedGpu {
   CUstream stream = nullptr;
 };
 
+/// The emulated GPU's driver, and nothing of the toolkit.
 LibrarySearchOptions emulatorOptions() {
-  LibrarySearchOptions options;
-  options.driverPath = KILN_CUDA_EMULATOR_DRIVER;
+  LibrarySearchOptions options = test::emulatorOptions();
   options.searchDefaultToolkit = false;
   return options;
 }
@@ -83,11 +85,10 @@ const EmulatedGpu* emulatedGpu() {
 
 /// Declares `gpu`, the emulated GPU, or skips the rest of the test, saying
 /// so, in a build without the emulator (the unit tests depend on it
-/// wherever runtime/cuda/emulator is built); an emulator that is there but
+/// wherever test/devices/emulator is built); an emulator that is there but
 /// does not open fails the test.
 #define REQUIRE_EMULATED_GPU(gpu)                                                               \
-  if (!std::filesystem::exists(KILN_CUDA_EMULATOR_DRIVER))                                      \
-    GTEST_SKIP() << "the emulated GPU (" KILN_CUDA_EMULATOR_DRIVER ") is not built";            \
+  KILN_REQUIRE_EMULATOR();                                                                      \
   const EmulatedGpu* gpu = emulatedGpu();                                                       \
   ASSERT_NE(gpu, nullptr)
 
@@ -454,8 +455,8 @@ TEST(CublasLtMatmulTest, TargetRefusesErfGelu) {
   EXPECT_TRUE(target.acceptsLibraryCall(*op[0], std::span(erfChain.data(), 1)));
   EXPECT_TRUE(target.acceptsLibraryCall(*op[3], tanhChain));
   // The names `--target` uses find this target.
-  EXPECT_EQ(codegen::targetNamed("cuda")->name(), "cuda");
-  EXPECT_TRUE(codegen::targetNamed("cuda")->acceptsLibraryCall(*op[3], tanhChain));
+  EXPECT_EQ(codegen::cudaBackend().target().name(), "cuda");
+  EXPECT_TRUE(codegen::cudaBackend().target().acceptsLibraryCall(*op[3], tanhChain));
 }
 
 /// What the CUDA target puts in a library group, read back as a call and
@@ -484,7 +485,7 @@ TEST(CublasLtMatmulTest, LibraryGroupsRunAsTheInterpreterComputes) {
     ASSERT_TRUE(want.ok()) << want.error().str();
 
     PassContext ctx;
-    ctx.target = codegen::targetNamed("cuda");
+    ctx.target = &codegen::cudaBackend().target();
     PassManager pm(PassManagerOptions{}, ctx);
     ASSERT_TRUE(pm.addPipeline("select-library").ok());
     std::ostringstream log;
@@ -628,9 +629,10 @@ TEST(CublasLtMatmulTest, EmulatorRefusesWhatItDoesNotImplement) {
               layoutSet && prefCreate && prefDestroy && heuristic && statusName && version);
   EXPECT_EQ(version() / 10000, 13u);
   EXPECT_EQ(gpu->cublasLt->version, "13.0.0");
-  EXPECT_EQ(std::filesystem::path(lib.path).parent_path(), std::filesystem::path(KILN_CUDA_EMULATOR_DRIVER).parent_path())
+  EXPECT_EQ(std::filesystem::path(lib.path).parent_path(), std::filesystem::path(test::emulatorDriverPath()).parent_path())
       << "the emulated GPU uses its own cuBLASLt, not " << lib.path;
   EXPECT_STREQ(statusName(CUBLAS_STATUS_NOT_SUPPORTED), "CUBLAS_STATUS_NOT_SUPPORTED");
+  EXPECT_STREQ(statusName(2), "CUBLAS_STATUS_UNKNOWN");
 
   cublasLtHandle_t handle = nullptr;
   ASSERT_EQ(create(&handle), CUBLAS_STATUS_SUCCESS);
@@ -690,8 +692,7 @@ TEST(CublasLtMatmulTest, EmulatorRefusesWhatItDoesNotImplement) {
 /// names the matrix (cuBLASLt's A: Kiln's b). In a child process, since the
 /// fault breaks the context for good.
 TEST(CublasLtMatmulTest, OutOfRangeBufferFaults) {
-  if (!std::filesystem::exists(KILN_CUDA_EMULATOR_DRIVER))
-    GTEST_SKIP() << "the emulated GPU (" KILN_CUDA_EMULATOR_DRIVER ") is not built";
+  KILN_REQUIRE_EMULATOR();
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {

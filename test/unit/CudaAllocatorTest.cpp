@@ -9,11 +9,12 @@
 
 #include <cstdint>
 #include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "test/unit/EmulatedGpu.h"
 
 namespace kiln::cuda {
 namespace {
@@ -554,10 +555,8 @@ TEST(CudaAllocatorTest, PinnedPoolFreesIdleBuffersWhenTheDriverFails) {
 
 // The real driver entry points, on Kiln's emulated GPU.
 TEST(CudaAllocatorTest, EmulatedGpu) {
-  const std::string path = KILN_CUDA_EMULATOR_DRIVER;
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "the emulated GPU is not built (" << path << ")";
-  LibrarySearchOptions options;
-  options.driverPath = path;
+  KILN_REQUIRE_EMULATOR();
+  const LibrarySearchOptions options = test::emulatorOptions();
   auto driver = loadCudaDriver(options);
   ASSERT_TRUE(driver) << driver.error().message();
   auto exec = loadCudaExec(options);

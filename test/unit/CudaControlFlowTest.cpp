@@ -1,16 +1,16 @@
-// The CUDA executor on the emulated GPU (runtime/cuda/emulator/) with
+// The CUDA executor on the emulated GPU (test/devices/emulator/) with
 // functions that run in stages (codegen/Stages.h): `if` and `loop` whose
 // bodies are CUDA programs of their own, and a `nonzero` between compiled
 // stages; results against the interpreter's. A staged function is not one
 // program, so its memory plan and `.kc` are refused, naming the op.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 
 #include "codegen/cuda/CudaExecutor.h"
 #include "runtime/cuda/CudaContext.h"
 #include "runtime/cuda/CudaDevices.h"
 #include "test/unit/ControlFlowTestSupport.h"
+#include "test/unit/EmulatedGpu.h"
 
 namespace kiln {
 namespace {
@@ -21,27 +21,14 @@ using test::i64Scalar;
 using test::parseVerified;
 using test::tensorOf;
 
-#define REQUIRE_EMULATOR()                                 \
-  if (!std::filesystem::exists(KILN_CUDA_EMULATOR_DRIVER)) \
-    GTEST_SKIP() << "the emulated GPU (" KILN_CUDA_EMULATOR_DRIVER ") is not built";
-
-std::shared_ptr<cuda::CudaContext> context() {
-  cuda::LibrarySearchOptions options;
-  options.driverPath = KILN_CUDA_EMULATOR_DRIVER;
-  auto device = cuda::requireCudaDevice(options, std::nullopt);
-  EXPECT_TRUE(device) << device.error().message();
-  if (!device) return nullptr;
-  auto c = cuda::CudaContext::get(*device, options);
-  EXPECT_TRUE(c) << c.error().message();
-  return c ? *c : nullptr;
-}
+using test::emulatorContext;
 
 TEST(CudaControlFlowTest, LoopBodiesRunAsCudaPrograms) {
-  REQUIRE_EMULATOR();
+  KILN_REQUIRE_EMULATOR();
   auto m = parseVerified(test::kAccumulateLoop);
   ASSERT_TRUE(m);
   const Function& f = *m->functions().front();
-  auto executor = codegen::CudaExecutor::create(f, context());
+  auto executor = codegen::CudaExecutor::create(f, emulatorContext());
   ASSERT_TRUE(executor.ok()) << executor.error().str();
   ASSERT_TRUE((*executor)->prepare(accumulateInputs(3, true, 100)).ok());
   expectMatchesInterpreter(**executor, f, accumulateInputs(3, true, 100), "three iterations");
@@ -55,11 +42,11 @@ TEST(CudaControlFlowTest, LoopBodiesRunAsCudaPrograms) {
 }
 
 TEST(CudaControlFlowTest, ControlFlowNestsInBodies) {
-  REQUIRE_EMULATOR();
+  KILN_REQUIRE_EMULATOR();
   auto m = parseVerified(test::kCollatzLoop);
   ASSERT_TRUE(m);
   const Function& f = *m->functions().front();
-  auto executor = codegen::CudaExecutor::create(f, context());
+  auto executor = codegen::CudaExecutor::create(f, emulatorContext());
   ASSERT_TRUE(executor.ok()) << executor.error().str();
   auto got = (*executor)->run({i64Scalar(100), i64Scalar(6)});
   ASSERT_TRUE(got.ok()) << got.error().str();
@@ -68,11 +55,11 @@ TEST(CudaControlFlowTest, ControlFlowNestsInBodies) {
 }
 
 TEST(CudaControlFlowTest, DataDependentOpsRunBetweenCudaStages) {
-  REQUIRE_EMULATOR();
+  KILN_REQUIRE_EMULATOR();
   auto m = parseVerified(test::kNonZeroBetweenStages);
   ASSERT_TRUE(m);
   const Function& f = *m->functions().front();
-  auto executor = codegen::CudaExecutor::create(f, context());
+  auto executor = codegen::CudaExecutor::create(f, emulatorContext());
   ASSERT_TRUE(executor.ok()) << executor.error().str();
   for (const std::vector<double>& x : {std::vector<double>{1, 2, 3, 4, 5, 6}, std::vector<double>{0, 0, 0, 0, 0, 0}})
     expectMatchesInterpreter(**executor, f,

@@ -1,5 +1,5 @@
 // Device discovery (runtime/cuda/CudaDevices.h) against the fake driver of
-// test/fake-cuda, whose behaviour $KILN_FAKE_CUDA picks: the API that
+// test/devices/fake-driver, whose behaviour $KILN_FAKE_CUDA picks: the API that
 // `kiln devices` and `--device cuda` share, seen from C++.
 #include "runtime/cuda/CudaDevices.h"
 

@@ -22,7 +22,8 @@
 #include <map>
 #include <random>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
+#include "codegen/cuda/CudaBackend.h"
 #include "codegen/Schedule.h"
 #include "codegen/cuda/CudaEmitter.h"
 #include "codegen/cuda/NvrtcCompiler.h"
@@ -72,6 +73,8 @@ std::vector<Case> cases() {
   for (int64_t i = 0; i < 6; ++i) special.setDouble(i, specials[i]);
   for (const char* op : {"isnan", "isinf"}) all.push_back({unary(op, "f32[6]", "bool[6]"), {special}});
   all.push_back({unary("relu", "f32[6]"), {special}});
+  for (const char* type : {"f32[3,17]", "f32[]", "f64[5]"}) all.push_back({unary("hard_swish", type)});
+  all.push_back({unary("hard_swish", "f32[6]"), {special}});
   for (const char* op : {"add", "sub", "mul", "div", "max", "min", "mod", "rem", "pow"}) {
     all.push_back({binary(op, "f32[3,4]", "f32[4]", "f32[3,4]"), {}, std::string(op) == "pow"});
     all.push_back({binary(op, "f64[2,1,5]", "f64[3,1]", "f64[2,3,5]"), {}, std::string(op) == "pow"});
@@ -207,7 +210,7 @@ std::vector<LoweredCase> lowerCases() {
     const char* hidden = std::getenv("KILN_NO_CUDNN");
     const std::string saved = hidden ? hidden : "";
     setenv("KILN_NO_CUDNN", "1", 1);
-    auto kernels = codegen::lowerToKernels(f, types, 3);
+    auto kernels = codegen::lowerToKernels(f, types, codegen::cudaBackend(), 3);
     if (hidden)
       setenv("KILN_NO_CUDNN", saved.c_str(), 1);
     else
@@ -314,7 +317,7 @@ TEST(CudaEmitterTest, EndToEndModelsRunAsHostCodeMatchPyTorch) {
       ASSERT_TRUE(m.inputs.count(f.argument(i)->name())) << f.argument(i)->name();
       types.push_back(m.inputs.at(f.argument(i)->name()).type());
     }
-    auto kernels = codegen::lowerToKernels(f, types, 3, &m.optimized);
+    auto kernels = codegen::lowerToKernels(f, types, codegen::cudaBackend(), 3, &m.optimized);
     ASSERT_TRUE(kernels.ok()) << kernels.error().str();
     for (kir::Kernel& k : *kernels) k.name = m.name + "_" + k.name;
     m.kernels = std::move(*kernels);
@@ -384,7 +387,7 @@ TEST(CudaEmitterTest, GridMappingAndLaunchSizes) {
       "grid.kir");
   ASSERT_TRUE(m.ok()) << m.error().str();
   const Function& f = *(*m)->functions().front();
-  auto kernels = codegen::lowerToKernels(f, {f.argument(0)->type()}, 3);
+  auto kernels = codegen::lowerToKernels(f, {f.argument(0)->type()}, codegen::cudaBackend(), 3);
   ASSERT_TRUE(kernels.ok()) << kernels.error().str();
   auto source = codegen::emitCudaSource(*kernels);
   ASSERT_TRUE(source.ok()) << source.error().str();
@@ -414,7 +417,7 @@ std::vector<kir::Kernel> kernelsOf(const std::string& text) {
   const Function& f = *m->functions().front();
   std::vector<TensorType> types;
   for (size_t i = 0; i < f.numArguments(); ++i) types.push_back(f.argument(i)->type());
-  auto kernels = codegen::lowerToKernels(f, types, 3);
+  auto kernels = codegen::lowerToKernels(f, types, codegen::cudaBackend(), 3);
   EXPECT_TRUE(kernels.ok()) << (kernels.ok() ? "" : kernels.error().str());
   return kernels.ok() ? *kernels : std::vector<kir::Kernel>{};
 }

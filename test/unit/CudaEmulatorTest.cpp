@@ -1,4 +1,4 @@
-// Kiln's emulated GPU (runtime/cuda/emulator): the driver API Kiln loads
+// Kiln's emulated GPU (test/devices/emulator): the driver API Kiln loads
 // through $KILN_CUDA_DRIVER, running kernels that NVRTC compiles from CUDA
 // C++ here (warp shuffles, shared-memory reductions, atomics, f64 and f32
 // math, integer division of every width, float4 accesses, .func calls),
@@ -23,10 +23,8 @@
 
 #include "codegen/cuda/NvrtcCompiler.h"
 #include "runtime/cuda/CudaLibraries.h"
+#include "test/unit/EmulatedGpu.h"
 
-#ifndef KILN_CUDA_EMULATOR_DRIVER
-#error "KILN_CUDA_EMULATOR_DRIVER must name the emulator's libcuda.so.1"
-#endif
 
 namespace kiln::cuda {
 namespace {
@@ -51,11 +49,7 @@ struct Extras {
   void (*kilnEmulatorFault)(const char*);
 };
 
-LibrarySearchOptions emulatorOptions() {
-  LibrarySearchOptions options;
-  options.driverPath = KILN_CUDA_EMULATOR_DRIVER;
-  return options;
-}
+using test::emulatorOptions;
 
 template <typename Fn>
 void resolveInto(const CudaLibrary& library, const char* name, Fn*& slot) {

@@ -1,6 +1,6 @@
 // CUDA row schedules (codegen/Schedule.h: a warp or a block per row, whose
 // threads reduce strided slices and combine them with __shfl_xor_sync and
-// shared memory) run on Kiln's emulated GPU (runtime/cuda/emulator: warps
+// shared memory) run on Kiln's emulated GPU (test/devices/emulator: warps
 // in lockstep, shuffles, barriers, strict bounds checks). CudaEmitterTest's
 // host build runs one thread after another, so nothing there can exchange
 // values between threads; here the PTX NVRTC makes runs for real. Each case
@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <limits>
 #include <map>
 #include <random>
@@ -22,17 +21,16 @@
 #include <tuple>
 #include <vector>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
+#include "codegen/cuda/CudaBackend.h"
 #include "codegen/cuda/CudaEmitter.h"
 #include "codegen/cuda/NvrtcCompiler.h"
 #include "ir/IR.h"
 #include "runtime/Interpreter.h"
 #include "runtime/cuda/CudaLibraries.h"
+#include "test/unit/EmulatedGpu.h"
 #include "test/unit/TestSupport.h"
 
-#ifndef KILN_CUDA_EMULATOR_DRIVER
-#error "KILN_CUDA_EMULATOR_DRIVER must name the emulator's libcuda.so.1"
-#endif
 
 namespace kiln {
 namespace {
@@ -167,10 +165,8 @@ void expectSameBits(const Tensor& got, const Tensor& want, const std::string& wh
 class CudaRowReductionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string path = KILN_CUDA_EMULATOR_DRIVER;
-    if (!std::filesystem::exists(path)) GTEST_SKIP() << "the emulated GPU is not built (" << path << ")";
-    cuda::LibrarySearchOptions options;
-    options.driverPath = path;
+    KILN_REQUIRE_EMULATOR();
+    const cuda::LibrarySearchOptions options = test::emulatorOptions();
     auto driver = cuda::loadCudaDriver(options);
     ASSERT_TRUE(driver) << driver.error().message();
     auto exec = cuda::loadCudaExec(options);
@@ -274,7 +270,7 @@ TEST_F(CudaRowReductionTest, RowSchedulesOnTheEmulatedGpuMatchTheInterpreter) {
     auto want = interpret(f, c.inputs);
     ASSERT_TRUE(want.ok()) << want.error().str();
     std::unique_ptr<Module> optimized;
-    auto kernels = codegen::lowerToKernels(f, types, 3, &optimized);
+    auto kernels = codegen::lowerToKernels(f, types, codegen::cudaBackend(), 3, &optimized);
     ASSERT_TRUE(kernels.ok()) << kernels.error().str();
     bool rowScheduled = false;
     std::string printed;
@@ -338,7 +334,7 @@ TEST_F(CudaRowReductionTest, LongSumsAreWithin2e7OfTheFloat64Sums) {
     std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
     for (int64_t i = 0; i < x.numElements(); ++i) x.data<float>()[i] = uniform(rng);
     std::unique_ptr<Module> optimized;
-    auto kernels = codegen::lowerToKernels(f, {f.argument(0)->type()}, 3, &optimized);
+    auto kernels = codegen::lowerToKernels(f, {f.argument(0)->type()}, codegen::cudaBackend(), 3, &optimized);
     ASSERT_TRUE(kernels.ok()) << kernels.error().str();
     auto source = codegen::emitCudaSource(*kernels);
     ASSERT_TRUE(source.ok()) << source.error().str();

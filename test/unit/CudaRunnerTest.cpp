@@ -1,4 +1,4 @@
-// The CUDA runtime on the emulated GPU (runtime/cuda/emulator/): compiled
+// The CUDA runtime on the emulated GPU (test/devices/emulator/): compiled
 // programs run by CudaRunner through the CudaExecutor, against the
 // interpreter — a replayed CUDA graph reads each run's new inputs, the
 // allocator's statistics account for exactly the runner's buffers,
@@ -7,7 +7,6 @@
 // tests run in a fresh child process.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <random>
 
 #include "codegen/cuda/CudaExecutor.h"
@@ -15,6 +14,7 @@
 #include "runtime/Interpreter.h"
 #include "runtime/cuda/CudaContext.h"
 #include "runtime/cuda/CudaDevices.h"
+#include "test/unit/EmulatedGpu.h"
 
 namespace kiln {
 namespace {
@@ -29,23 +29,7 @@ func @f(%x: f32[64,33], %w: f32[33,8], %b: f32[8]) -> ("y": f32[64,8], "s": f32[
 }
 )";
 
-#define REQUIRE_EMULATOR()                                                                     \
-  if (!std::filesystem::exists(KILN_CUDA_EMULATOR_DRIVER))                                      \
-    GTEST_SKIP() << "the emulated GPU (" KILN_CUDA_EMULATOR_DRIVER ") is not built";
-
-cuda::LibrarySearchOptions emulator() {
-  cuda::LibrarySearchOptions options;
-  options.driverPath = KILN_CUDA_EMULATOR_DRIVER;
-  return options;
-}
-
-std::shared_ptr<cuda::CudaContext> context() {
-  auto device = cuda::requireCudaDevice(emulator(), std::nullopt);
-  EXPECT_TRUE(device) << device.error().message();
-  auto c = cuda::CudaContext::get(*device, emulator());
-  EXPECT_TRUE(c) << c.error().message();
-  return *c;
-}
+using test::emulatorContext;
 
 Tensor random(std::vector<int64_t> shape, uint32_t seed) {
   Tensor t(DType::F32, shape);
@@ -78,10 +62,10 @@ std::unique_ptr<Module> model() {
   } while (0)
 
 TEST(CudaRunnerTest, GraphReplayReadsEachRunsInputs) {
-  REQUIRE_EMULATOR();
+  KILN_REQUIRE_EMULATOR();
   auto m = model();
   const Function& f = *m->functions().front();
-  auto executor = codegen::CudaExecutor::create(f, context());
+  auto executor = codegen::CudaExecutor::create(f, emulatorContext());
   ASSERT_TRUE(executor) << executor.error().message();
   // Run 1 runs eagerly, run 2 captures the graph and launches it, runs 3
   // and 4 replay it: every run must see its own inputs, not the captured ones.
@@ -97,13 +81,42 @@ TEST(CudaRunnerTest, GraphReplayReadsEachRunsInputs) {
   EXPECT_EQ((*executor)->lastRunner()->graphReplays(), 3);
 }
 
+/// hard_swish on the emulated GPU against the interpreter, over its three
+/// pieces, its kinks at -3 and 3 and the special values.
+TEST(CudaRunnerTest, HardSwishMatchesTheInterpreter) {
+  KILN_REQUIRE_EMULATOR();
+  auto m = parseModule("func @f(%x: f32[2,7]) -> f32[2,7] {\n  %y = hard_swish(%x) : f32[2,7]\n  return %y\n}\n",
+                       "hard-swish.kir");
+  ASSERT_TRUE(m) << m.error().message();
+  const Function& f = *(*m)->functions().front();
+  auto executor = codegen::CudaExecutor::create(f, emulatorContext());
+  ASSERT_TRUE(executor) << executor.error().message();
+  Tensor x(DType::F32, {2, 7});
+  const float values[] = {-5, -3, -2.75f, -1, -0.0f, 0.5f, 2.5f, 3, 7, 1e-3f, -1e-3f, 2.99f, NAN, INFINITY};
+  for (int64_t i = 0; i < 14; ++i) x.data<float>()[i] = values[i];
+  auto got = (*executor)->run({x});
+  ASSERT_TRUE(got) << got.error().message();
+  auto want = interpret(f, {x});
+  ASSERT_TRUE(want) << want.error().message();
+  for (int64_t i = 0; i < 14; ++i) {
+    const float g = (*got)[0].data<float>()[i], w = (*want)[0].data<float>()[i];
+    if (std::isnan(w)) {
+      EXPECT_TRUE(std::isnan(g)) << "x = " << values[i];
+    } else if (std::isinf(w)) {
+      EXPECT_EQ(g, w) << "x = " << values[i];
+    } else {
+      EXPECT_NEAR(g, w, 1e-6 * (1 + std::abs(w))) << "x = " << values[i];
+    }
+  }
+}
+
 TEST(CudaRunnerTest, WithoutGraphsEveryRunLaunches) {
-  REQUIRE_EMULATOR();
+  KILN_REQUIRE_EMULATOR();
   auto m = model();
   const Function& f = *m->functions().front();
   codegen::CudaOptions options;
   options.run.graphs = false;
-  auto executor = codegen::CudaExecutor::create(f, context(), options);
+  auto executor = codegen::CudaExecutor::create(f, emulatorContext(), options);
   ASSERT_TRUE(executor) << executor.error().message();
   for (uint32_t run = 0; run < 3; ++run) {
     std::vector<Tensor> inputs{random({64, 33}, 40 + run), random({33, 8}, 50 + run), random({8}, 60 + run)};
@@ -116,9 +129,48 @@ TEST(CudaRunnerTest, WithoutGraphsEveryRunLaunches) {
   EXPECT_EQ((*executor)->lastRunner()->graphReplays(), 0);
 }
 
+TEST(CudaRunnerTest, ProfileTimesEveryStepWithEventsAndReplaysNoGraph) {
+  // `kiln run --device cuda --profile`: one entry per step, each timed on
+  // every run (CUDA events around it), the matmul's flops counted as the
+  // CPU counts them (2 x 64 x 33 x 8), and no graph replayed.
+  KILN_REQUIRE_EMULATOR();
+  auto m = model();
+  const Function& f = *m->functions().front();
+  StepProfile profile;
+  codegen::CudaOptions options;
+  options.run.profile = &profile;
+  auto executor = codegen::CudaExecutor::create(f, emulatorContext(), options);
+  ASSERT_TRUE(executor) << executor.error().message();
+  for (uint32_t run = 0; run < 3; ++run) {
+    std::vector<Tensor> inputs{random({64, 33}, 70 + run), random({33, 8}, 80 + run), random({8}, 90 + run)};
+    auto got = (*executor)->run(inputs);
+    ASSERT_TRUE(got) << got.error().message();
+    auto want = interpret(f, inputs);
+    ASSERT_TRUE(want);
+    for (size_t r = 0; r < got->size(); ++r) expectClose((*got)[r], (*want)[r]);
+  }
+  const cuda::CudaRunner* runner = (*executor)->lastRunner();
+  ASSERT_NE(runner, nullptr);
+  EXPECT_EQ(runner->graphReplays(), 0);
+  ASSERT_EQ(profile.entries.size(), runner->program().plan.steps.size());
+  int libraryCalls = 0;
+  for (const StepProfile::Entry& e : profile.entries) {
+    EXPECT_EQ(e.calls, 3) << e.name;
+    EXPECT_GE(e.seconds, 0) << e.name;
+    if (e.what.find("cublasLt") != std::string::npos) {
+      ++libraryCalls;
+      EXPECT_EQ(e.flops, 2.0 * 64 * 33 * 8) << e.what;
+    } else {
+      EXPECT_EQ(e.flops, 0) << e.what;
+    }
+  }
+  EXPECT_EQ(libraryCalls, 1);
+  EXPECT_NE(profile.format().find("library calls"), std::string::npos);
+}
+
 TEST(CudaRunnerTest, AllocatorAccountsForTheRunnersBuffers) {
-  REQUIRE_EMULATOR();
-  auto ctx = context();
+  KILN_REQUIRE_EMULATOR();
+  auto ctx = emulatorContext();
   const cuda::MemoryStats before = ctx->allocator().stats();
   {
     auto m = model();
@@ -141,8 +193,8 @@ TEST(CudaRunnerTest, AllocatorAccountsForTheRunnersBuffers) {
 }
 
 TEST(CudaRunnerTest, OutOfMemorySaysHowMuchWasAskedFor) {
-  REQUIRE_EMULATOR();
-  auto ctx = context();
+  KILN_REQUIRE_EMULATOR();
+  auto ctx = emulatorContext();
   ctx->allocator().emptyCache();  // what earlier tests left cached would serve it
   ctx->allocator().setLimit(4096);
   auto m = model();
@@ -204,7 +256,7 @@ std::shared_ptr<cuda::CudaProgram> faultingProgram() {
 
 int runFaultingProgram(bool blocking, std::string& message) {
   if (blocking) setenv("CUDA_LAUNCH_BLOCKING", "1", 1);
-  auto runner = cuda::CudaRunner::create(faultingProgram(), context());
+  auto runner = cuda::CudaRunner::create(faultingProgram(), emulatorContext());
   if (!runner) {
     fprintf(stderr, "%s\n", runner.error().message().c_str());
     return 3;
@@ -216,7 +268,7 @@ int runFaultingProgram(bool blocking, std::string& message) {
 }
 
 TEST(CudaRunnerTest, KernelFaultIsAnErrorNamingTheCall) {
-  REQUIRE_EMULATOR();
+  KILN_REQUIRE_EMULATOR();
   EXPECT_CHILD_SUCCEEDS([] {
     std::string message;
     if (int rc = runFaultingProgram(false, message)) return rc;
@@ -229,7 +281,7 @@ TEST(CudaRunnerTest, KernelFaultIsAnErrorNamingTheCall) {
 }
 
 TEST(CudaRunnerTest, LaunchBlockingNamesTheFailingKernel) {
-  REQUIRE_EMULATOR();
+  KILN_REQUIRE_EMULATOR();
   EXPECT_CHILD_SUCCEEDS([] {
     std::string message;
     if (int rc = runFaultingProgram(true, message)) return rc;
@@ -258,7 +310,7 @@ func @step(%w: f32[16], %x: f32[16]) -> ("loss": f32[], "w": f32[16]) {
 /// runner's buffers (arguments, results, the arena's intermediates) are
 /// aligned for them, and that the tail covers what the vectors do not.
 TEST(CudaRunnerTest, VectorizedElementwiseMapsMatchTheInterpreterAtOddSizes) {
-  REQUIRE_EMULATOR();
+  KILN_REQUIRE_EMULATOR();
   for (const int64_t n : {1, 3, 4, 1027}) {
     SCOPED_TRACE("n = " + std::to_string(n));
     const std::string type = "[" + std::to_string(n) + "]";
@@ -273,7 +325,7 @@ TEST(CudaRunnerTest, VectorizedElementwiseMapsMatchTheInterpreterAtOddSizes) {
     Tensor k(DType::I32, {n});
     for (int64_t i = 0; i < n; ++i) k.data<int32_t>()[i] = static_cast<int32_t>(i * 7919 - 5000);
     const std::vector<Tensor> inputs{random({n}, 70), random({n}, 71), k};
-    auto executor = codegen::CudaExecutor::create(f, context());
+    auto executor = codegen::CudaExecutor::create(f, emulatorContext());
     ASSERT_TRUE(executor) << executor.error().message();
     auto program = (*executor)->compiledProgram(inputs);
     ASSERT_TRUE(program) << program.error().message();
@@ -294,14 +346,14 @@ TEST(CudaRunnerTest, VectorizedElementwiseMapsMatchTheInterpreterAtOddSizes) {
 }
 
 TEST(CudaRunnerTest, DonatedValuesStayOnTheDeviceUntilSynced) {
-  REQUIRE_EMULATOR();
+  KILN_REQUIRE_EMULATOR();
   auto m = parseModule(kStep, "step.kir");
   ASSERT_TRUE(m) << m.error().message();
   const Function& f = *(*m)->functions().front();
   codegen::CudaOptions options;
   options.aliases = {ResultAlias{1, 0}};
   options.run.keepDonated = true;
-  auto executor = codegen::CudaExecutor::create(f, context(), options);
+  auto executor = codegen::CudaExecutor::create(f, emulatorContext(), options);
   ASSERT_TRUE(executor) << executor.error().message();
   std::vector<Tensor> inputs{random({16}, 1), random({16}, 2)};
   const Tensor w0 = inputs[0];
@@ -335,14 +387,14 @@ TEST(CudaRunnerTest, DonatedValuesStayOnTheDeviceUntilSynced) {
 }
 
 TEST(CudaRunnerTest, NextInputsAreCopiedAheadAndUsedOnlyWhenTheSame) {
-  REQUIRE_EMULATOR();
+  KILN_REQUIRE_EMULATOR();
   auto m = parseModule(kStep, "step.kir");
   ASSERT_TRUE(m) << m.error().message();
   const Function& f = *(*m)->functions().front();
   codegen::CudaOptions options;
   options.aliases = {ResultAlias{1, 0}};
   options.run.keepDonated = true;
-  auto executor = codegen::CudaExecutor::create(f, context(), options);
+  auto executor = codegen::CudaExecutor::create(f, emulatorContext(), options);
   ASSERT_TRUE(executor) << executor.error().message();
   std::vector<Tensor> batches;
   for (uint32_t k = 0; k < 6; ++k) batches.push_back(random({16}, 100 + k));
@@ -368,14 +420,14 @@ TEST(CudaRunnerTest, NextInputsAreCopiedAheadAndUsedOnlyWhenTheSame) {
 }
 
 TEST(CudaRunnerTest, ProgramRefusesInputsOfOtherShapes) {
-  REQUIRE_EMULATOR();
+  KILN_REQUIRE_EMULATOR();
   auto m = model();
-  auto executor = codegen::CudaExecutor::create(*m->functions().front(), context());
+  auto executor = codegen::CudaExecutor::create(*m->functions().front(), emulatorContext());
   ASSERT_TRUE(executor);
   std::vector<Tensor> inputs{random({64, 33}, 1), random({33, 8}, 2), random({8}, 3)};
   auto compiled = (*executor)->compiledProgram(inputs);
   ASSERT_TRUE(compiled);
-  auto runner = cuda::CudaRunner::create(compiled->second, context());
+  auto runner = cuda::CudaRunner::create(compiled->second, emulatorContext());
   ASSERT_TRUE(runner);
   inputs[0] = random({32, 33}, 1);
   auto got = (*runner)->run(inputs);

@@ -1,6 +1,6 @@
 // CudnnConvolution (runtime/cuda/CudnnConvolution.h) on the emulated GPU: the
-// emulator's driver (KILN_CUDA_EMULATOR_DRIVER) and its own cuDNN, found
-// beside it by mathLibraryOptions. Each case is IR whose conv or
+// emulator's driver (EmulatedGpu.h) and its own cuDNN, found beside it by
+// mathLibraryOptions. Each case is IR whose conv or
 // conv_transpose the CUDA target puts in a library group; the group's call
 // runs through cuDNN and must give what the interpreter computes: strides,
 // pads (also unequal ones cuDNN can express), dilations, groups, depthwise,
@@ -17,14 +17,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <random>
 #include <sstream>
 
-#include "codegen/CpuTarget.h"
+#include "codegen/cpu/CpuTarget.h"
 #include "codegen/cuda/CudaTarget.h"
 #include "passes/PassManager.h"
 #include "runtime/Interpreter.h"
+#include "test/unit/EmulatedGpu.h"
 #include "test/unit/TestSupport.h"
 
 namespace kiln::cuda {
@@ -37,9 +37,9 @@ struct EmulatedGpu {
   CUstream stream = nullptr;
 };
 
+/// The emulated GPU's driver, and nothing of the toolkit.
 LibrarySearchOptions emulatorOptions() {
-  LibrarySearchOptions options;
-  options.driverPath = KILN_CUDA_EMULATOR_DRIVER;
+  LibrarySearchOptions options = test::emulatorOptions();
   options.searchDefaultToolkit = false;
   return options;
 }
@@ -77,8 +77,7 @@ const EmulatedGpu* emulatedGpu() {
 
 /// Declares `gpu`, or skips the test, saying so, in a build without the emulator.
 #define REQUIRE_EMULATED_GPU(gpu)                                                    \
-  if (!std::filesystem::exists(KILN_CUDA_EMULATOR_DRIVER))                           \
-    GTEST_SKIP() << "the emulated GPU (" KILN_CUDA_EMULATOR_DRIVER ") is not built"; \
+  KILN_REQUIRE_EMULATOR();                                                           \
   const EmulatedGpu* gpu = emulatedGpu();                                            \
   ASSERT_NE(gpu, nullptr)
 
@@ -357,8 +356,7 @@ TEST(CudnnConvolutionTest, HiddenCudnnLeavesConvolutionsToGeneratedKernels) {
 /// illegal address, as a stray read on a GPU would, and the fault names the
 /// tensor. In a child process, since the fault breaks the context for good.
 TEST(CudnnConvolutionTest, OutOfRangeTensorFaults) {
-  if (!std::filesystem::exists(KILN_CUDA_EMULATOR_DRIVER))
-    GTEST_SKIP() << "the emulated GPU (" KILN_CUDA_EMULATOR_DRIVER ") is not built";
+  KILN_REQUIRE_EMULATOR();
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {

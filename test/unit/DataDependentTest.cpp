@@ -5,7 +5,7 @@
 // stages and compiles the rest once per size they give.
 #include <gtest/gtest.h>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "codegen/llvm/CpuJit.h"
 #include "ir/ShapeRules.h"
 #include "passes/MemoryPlan.h"

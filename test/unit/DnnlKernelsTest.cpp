@@ -7,7 +7,7 @@
 #include <cmath>
 #include <random>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "runtime/Interpreter.h"
 #include "test/unit/TestSupport.h"
 

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <string>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "passes/MemoryPlan.h"
 #include "passes/TrainingStep.h"
 #include "runtime/Interpreter.h"

@@ -89,6 +89,11 @@ TEST(InterpreterElementwiseTest, FloatUnaryOps) {
   expectTensor(run(OpKind::Asinh, {f32({1}, {1})}), {1}, {0.881373587019543});
   expectTensor(run(OpKind::Acosh, {f32({2}, {1, 0})}), {2}, {0, kNaN});
   expectTensor(run(OpKind::Atanh, {f32({2}, {0.5, 1})}), {2}, {0.5493061443340549, kInf});
+  // torch.nn.functional.hardswish of the same values in float64: 0 at and
+  // below -3, x from 3 up, +inf for +inf and NaN for -inf (-inf * 0).
+  expectTensor(run(OpKind::HardSwish, {f32({11}, {-4, -3, -2.5, -1, 0, 0.5, 2.5, 3, 4, kInf, -kInf})}), {11},
+               {-0.0, -0.0, -0.20833333333333334, -0.3333333333333333, 0.0, 0.2916666666666667, 2.2916666666666665, 3,
+                4, kInf, kNaN});
   expectTensor(run(OpKind::Floor, {f32({3}, {-1.5, 1.5, 2})}), {3}, {-2, 1, 2});
   expectTensor(run(OpKind::Ceil, {f32({3}, {-1.5, 1.5, 2})}), {3}, {-1, 2, 2});
   // Half to even.

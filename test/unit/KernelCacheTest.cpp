@@ -18,7 +18,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "codegen/KernelCache.h"
 #include "codegen/llvm/CpuJit.h"
 #include "ir/Parser.h"

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "codegen/KernelIR.h"
 #include "codegen/Schedule.h"
 #include "runtime/Interpreter.h"

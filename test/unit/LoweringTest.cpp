@@ -12,7 +12,7 @@
 #include <cmath>
 #include <random>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "codegen/Lowering.h"
 #include "runtime/Interpreter.h"
 #include "test/unit/TestSupport.h"

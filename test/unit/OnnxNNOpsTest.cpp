@@ -50,6 +50,24 @@ onnx::ModelProto scalarRnn(const std::string& op, int64_t seq, int64_t batch, fl
   return m;
 }
 
+/// HardSwish (opset 14, PyTorch's export of hardswish) imports as the one
+/// `hard_swish` op rather than its composition, and gives
+/// torch.nn.functional.hardswish's values (float64 reference, f32 tensors).
+TEST(OnnxNNOps, HardSwishIsTheHardSwishOp) {
+  onnx::ModelProto m = makeModel(14);
+  addInput(m, "X", {6});
+  addOutput(m, "Y");
+  addNode(m, "HardSwish", {"X"}, {"Y"});
+  auto module = importModel(m);
+  ASSERT_TRUE(module.ok()) << module.error().str();
+  const Function& f = *(*module)->functions().front();
+  EXPECT_EQ(countOps(f, OpKind::HardSwish), 1u);
+  EXPECT_EQ(countOps(f, OpKind::Max) + countOps(f, OpKind::Min) + countOps(f, OpKind::Mul), 0u);
+  auto results = run(**module, {test::tensorOf(DType::F32, {6}, {-4, -3, -1, 0.5, 2.5, 4})});
+  ASSERT_EQ(results.size(), 1u);
+  expectNear(test::elementsOf(results[0]), {-0.0, -0.0, -0.3333333333333333, 0.2916666666666667, 2.2916666666666665, 4.0});
+}
+
 TEST(OnnxNNOps, RnnWithClipAndAffineActivationIsUnrolled) {
   onnx::ModelProto m = scalarRnn("RNN", 2, 1, 2.0f, 0.5f);
   auto* n = addNode(m, "RNN", {"X", "W", "R"}, {"Y", "Y_h"});

@@ -13,7 +13,7 @@
 #include <limits>
 #include <random>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "runtime/Interpreter.h"
 #include "test/unit/TestSupport.h"
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "runtime/DnnlKernels.h"
 #include "runtime/Interpreter.h"
 #include "test/unit/TestSupport.h"
@@ -375,6 +375,25 @@ TEST(PostOpSpecialValuesTest, GuardedPostOpsRunOneDnnsMaxOnlyOnBoundedValues) {
     check("a large value", 1, 2);
     a[conv ? 1 : kK] = 1.0f;
     check("finite again", 2, 2);
+
+    // Known bounds (the CPU runner passes on the result bound of the call
+    // that computed x): the result's bound comes back, at least max|y|; a
+    // known bound too large for the guard makes the call scan instead.
+    void* buffers[] = {a.data(), b.data(), conv ? y.data() : t.data(), y.data()};
+    const size_t result = static_cast<size_t>(call.resultBuffer);
+    std::vector<double> bounds(result + 1, -1.0);
+    ASSERT_TRUE((*kernel)->run(buffers, bounds).ok());
+    EXPECT_EQ((*kernel)->guardedRuns(), 3);
+    float largest = 0;
+    for (float v : y) largest = std::max(largest, std::fabs(v));
+    EXPECT_GE(bounds[result], largest);
+    EXPECT_LE(bounds[result], conv ? 1e4 : 6.0 * (1 + 1e-5));  // a clip to 6 bounds the matmul's
+    std::fill(bounds.begin(), bounds.end(), -1.0);
+    bounds[0] = 1e37;  // x "at most 1e37": too large, so x is scanned
+    ASSERT_TRUE((*kernel)->run(buffers, bounds).ok());
+    EXPECT_EQ((*kernel)->guardedRuns(), 4);
+    EXPECT_EQ((*kernel)->exactRuns(), 2);
+    EXPECT_GE(bounds[result], largest);
   }
 }
 

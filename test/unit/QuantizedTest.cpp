@@ -8,7 +8,7 @@
 #include <random>
 #include <string>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "ir/ShapeRules.h"
 #include "passes/Pass.h"
 #include "runtime/Interpreter.h"

@@ -18,7 +18,8 @@
 #include <limits>
 #include <map>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
+#include "codegen/cuda/CudaBackend.h"
 #include "codegen/cuda/CudaEmitter.h"
 #include "ir/ScalarSemantics.h"
 #include "runtime/Interpreter.h"
@@ -211,7 +212,7 @@ TEST(ScalarSemanticsTest, CudaEmitterOnEmulatedGrid) {
     const Function& f = *modules.back()->functions().front();
     std::vector<TensorType> types;
     for (const Tensor& t : cases[i].inputs) types.push_back(t.type());
-    auto lowered = codegen::lowerToKernels(f, types, 3);
+    auto lowered = codegen::lowerToKernels(f, types, codegen::cudaBackend(), 3);
     ASSERT_TRUE(lowered.ok()) << lowered.error().str();
     for (kir::Kernel& k : *lowered) k.name = "case" + std::to_string(i) + "_" + k.name;
     kernels.push_back(*lowered);
@@ -252,7 +253,7 @@ TEST(ScalarSemanticsTest, ZeroDivisors) {
     ASSERT_FALSE(compiled.ok());
     EXPECT_NE(compiled.error().message().find(message), std::string::npos) << compiled.error().str();
 
-    auto kernels = codegen::lowerToKernels(f, {x.type(), zero.type()}, 3);
+    auto kernels = codegen::lowerToKernels(f, {x.type(), zero.type()}, codegen::cudaBackend(), 3);
     ASSERT_TRUE(kernels.ok()) << kernels.error().str();
     auto source = codegen::emitCudaSource(*kernels);
     ASSERT_TRUE(source.ok()) << source.error().str();

@@ -1,4 +1,4 @@
-// Tests of the shape rules (ir/ShapeRules.cpp): NumPy broadcasting over
+// Tests of the shape rules (ir/ShapeRules*.cpp): NumPy broadcasting over
 // static, symbolic, unknown and zero-size dims; the arithmetic of matmul,
 // conv, conv_transpose, pooling, slice, pad, concat, gather and reductions;
 // declared-type ops; composites; and the error messages for mismatches.

@@ -38,7 +38,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "codegen/cuda/CudaExecutor.h"
 #include "runtime/cuda/CudaContext.h"
 #include "runtime/cuda/CudaDevices.h"
@@ -47,6 +47,7 @@
 #include "passes/TrainingStep.h"
 #include "runtime/Interpreter.h"
 #include "runtime/Npy.h"
+#include "test/unit/EmulatedGpu.h"
 #include "training/TrainableModel.h"
 
 namespace kiln {
@@ -308,19 +309,15 @@ void expectMatchesPyTorch(const std::string& model, const std::string& run) {
   auto jitted = (*executor)->run(inputs);
   ASSERT_TRUE(jitted.ok()) << jitted.error().str();
 
-  // And on CUDA: the emulated GPU (runtime/cuda/emulator/), which runs the
+  // And on CUDA: the emulated GPU (test/devices/emulator/), which runs the
   // PTX of the step's kernels and its own cuBLASLt.
   std::vector<std::pair<const char*, const std::vector<Tensor>*>> engines{{"interpreter", &*interpreted},
                                                                           {"JIT", &*jitted}};
   std::vector<Tensor> onCuda;
   {
-    cuda::LibrarySearchOptions emulator;
-    emulator.driverPath = KILN_CUDA_EMULATOR_DRIVER;
-    auto device = cuda::requireCudaDevice(emulator, std::nullopt);
-    ASSERT_TRUE(device.ok()) << device.error().str();
-    auto context = cuda::CudaContext::get(*device, emulator);
-    ASSERT_TRUE(context.ok()) << context.error().str();
-    auto cudaExecutor = codegen::CudaExecutor::create(f, *context);
+    auto context = test::emulatorContext();
+    ASSERT_TRUE(context);
+    auto cudaExecutor = codegen::CudaExecutor::create(f, context);
     ASSERT_TRUE(cudaExecutor.ok()) << cudaExecutor.error().str();
     auto ran = (*cudaExecutor)->run(inputs);
     ASSERT_TRUE(ran.ok()) << ran.error().str();

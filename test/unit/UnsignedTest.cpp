@@ -9,16 +9,16 @@
 
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <tuple>
 
-#include "codegen/CpuExecutable.h"
+#include "codegen/cpu/CpuExecutable.h"
 #include "codegen/cuda/CudaExecutor.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "runtime/cuda/CudaContext.h"
 #include "runtime/cuda/CudaDevices.h"
+#include "test/unit/EmulatedGpu.h"
 #include "test/unit/InterpreterTestSupport.h"
 #include "test/unit/TestSupport.h"
 
@@ -211,18 +211,13 @@ TEST(UnsignedTest, JitUsesUnsignedInstructions) { expectJitAndInterpreter(kU64Fu
 TEST(UnsignedTest, CudaUsesUnsignedTypes) {
   // The CUDA emitter's unsigned long long, kiln_ftou and unsigned
   // reduction identity, compiled by NVRTC and run on the emulated GPU.
-  if (!std::filesystem::exists(KILN_CUDA_EMULATOR_DRIVER))
-    GTEST_SKIP() << "the emulated GPU (" KILN_CUDA_EMULATOR_DRIVER ") is not built";
-  cuda::LibrarySearchOptions emulator;
-  emulator.driverPath = KILN_CUDA_EMULATOR_DRIVER;
-  auto device = cuda::requireCudaDevice(emulator, std::nullopt);
-  ASSERT_TRUE(device) << device.error().message();
-  auto context = cuda::CudaContext::get(*device, emulator);
-  ASSERT_TRUE(context) << context.error().message();
+  KILN_REQUIRE_EMULATOR();
+  auto context = test::emulatorContext();
+  ASSERT_TRUE(context);
   auto m = parseVerified(kU64Function);
   ASSERT_TRUE(m);
   const Function& f = *m->functions().front();
-  auto executor = codegen::CudaExecutor::create(f, *context);
+  auto executor = codegen::CudaExecutor::create(f, context);
   ASSERT_TRUE(executor) << executor.error().message();
   auto got = (*executor)->run(u64Inputs());
   ASSERT_TRUE(got) << got.error().message();
