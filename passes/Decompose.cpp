@@ -592,7 +592,11 @@ Lowered lowerQuantize(Emitter& e, const Op& op) {
   Value* zero = e.cast(alongAxis(e, op, op.operand(2)), f);
   Value* q = e.add(e.unary(OpKind::Round, e.div(x, scale)), zero);
   const double lo = dtype == DType::U8 ? 0 : -128;
-  q = e.binary(OpKind::Min, e.binary(OpKind::Max, q, e.scalar(f, lo)), e.scalar(f, lo + 255));
+  // Named in order: the numbering must not depend on how the compiler orders
+  // a call's arguments (passes/README.md).
+  Value* hi = e.scalar(f, lo + 255);
+  Value* above = e.binary(OpKind::Max, q, e.scalar(f, lo));
+  q = e.binary(OpKind::Min, above, hi);
   return std::vector{e.cast(q, dtype)};
 }
 
@@ -601,7 +605,8 @@ Lowered lowerDequantize(Emitter& e, const Op& op) {
   const DType f = op.operand(1)->type().dtype;
   Value* x = e.cast(op.operand(0), f);
   Value* zero = e.cast(alongAxis(e, op, op.operand(2)), f);
-  return std::vector{e.mul(e.sub(x, zero), alongAxis(e, op, op.operand(1)))};
+  Value* scale = alongAxis(e, op, op.operand(1));
+  return std::vector{e.mul(e.sub(x, zero), scale)};
 }
 
 // --- Registration ------------------------------------------------------------------

@@ -255,7 +255,8 @@ Grads vjpPool(Grad& g, const Op& op, Value* dy, bool isMax) {
     }
     int64_t size = 1;
     for (int64_t k : kernel) size *= k;
-    return {g.div(repeat(dy), g.like(dy, static_cast<double>(size)))};
+    Value* count = g.like(dy, static_cast<double>(size));
+    return {g.div(repeat(dy), count)};
   }
   // Pads of every dim (begins, ends) that make room for every window,
   // including ceil_mode's partial last one; `span` is what the windows cover.

@@ -93,7 +93,8 @@ Grads vjpHardSwish(Grad& g, const Op& op, Value* dy) {
   Value* x = x0(op);
   Value* inside = g.mul(dy, g.add(g.div(x, g.like(x, 3.0)), 0.5));
   Value* upper = g.select(g.cmp(OpKind::Lt, x, g.like(x, 3.0)), inside, dy);
-  return {g.select(g.cmp(OpKind::Le, x, g.like(x, -3.0)), g.like(dy, 0.0), upper)};
+  Value* zero = g.like(dy, 0.0);
+  return {g.select(g.cmp(OpKind::Le, x, g.like(x, -3.0)), zero, upper)};
 }
 Grads vjpSinh(Grad& g, const Op& op, Value* dy) { return {g.mul(dy, g.unary(OpKind::Cosh, x0(op)))}; }
 
@@ -127,7 +128,11 @@ Grads vjpAdd(Grad& g, const Op& op, Value* dy) { return binary(g, op, dy, dy); }
 Grads vjpSub(Grad& g, const Op& op, Value* dy) { return binary(g, op, dy, g.neg(dy)); }
 
 Grads vjpMul(Grad& g, const Op& op, Value* dy) {
-  return binary(g, op, g.mul(dy, op.operand(1)), g.mul(dy, op.operand(0)));
+  // Named in order (db first, as gcc numbered them): the ops a rule creates
+  // must not depend on how the compiler orders a call's arguments.
+  Value* db = g.mul(dy, op.operand(0));
+  Value* da = g.mul(dy, op.operand(1));
+  return binary(g, op, da, db);
 }
 
 /// d(a/b) = da/b - a/b^2 db = (da - y db) / b.
@@ -149,12 +154,14 @@ Grads vjpPow(Grad& g, const Op& op, Value* dy) {
 /// The gradient goes to the operand that was chosen; ties go to `a`.
 Grads vjpMax(Grad& g, const Op& op, Value* dy) {
   Value* takeA = g.cmp(OpKind::Ge, op.operand(0), op.operand(1));
-  return binary(g, op, g.where(takeA, dy), g.select(takeA, g.like(dy, 0.0), dy));
+  Value* db = g.select(takeA, g.like(dy, 0.0), dy);
+  return binary(g, op, g.where(takeA, dy), db);
 }
 
 Grads vjpMin(Grad& g, const Op& op, Value* dy) {
   Value* takeA = g.cmp(OpKind::Le, op.operand(0), op.operand(1));
-  return binary(g, op, g.where(takeA, dy), g.select(takeA, g.like(dy, 0.0), dy));
+  Value* db = g.select(takeA, g.like(dy, 0.0), dy);
+  return binary(g, op, g.where(takeA, dy), db);
 }
 
 /// mod(a, b) = a - b floor(a/b): da = dy, db = -floor(a/b) dy.
@@ -166,7 +173,9 @@ Grads vjpMod(Grad& g, const Op& op, Value* dy) {
 /// rem(a, b) = a - b trunc(a/b).
 Grads vjpRem(Grad& g, const Op& op, Value* dy) {
   Value* q = g.div(op.operand(0), op.operand(1));
-  Value* trunc = g.select(g.cmp(OpKind::Lt, q, g.like(q, 0.0)), g.unary(OpKind::Ceil, q), g.unary(OpKind::Floor, q));
+  Value* down = g.unary(OpKind::Floor, q);
+  Value* up = g.unary(OpKind::Ceil, q);
+  Value* trunc = g.select(g.cmp(OpKind::Lt, q, g.like(q, 0.0)), up, down);
   return binary(g, op, dy, g.neg(g.mul(dy, trunc)));
 }
 

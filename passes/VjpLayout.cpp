@@ -208,19 +208,29 @@ Grads vjpScatterElements(Grad& g, const Op& op, Value* dy) {
     Value* isZero = g.cmp(OpKind::Eq, updates, g.like(updates, 0.0));
     Value* nonzero = g.select(isZero, g.like(updates, 1.0), updates);
     Value* othersTimesU = scatter(data, nonzero, "mul");  // data times the nonzero updates
-    Value* zeroCount = gather(scatter(zerosData, g.select(isZero, g.like(updates, 1.0), g.like(updates, 0.0)), "add"));
+    Value* zero = g.like(updates, 0.0);
+    Value* one = g.like(updates, 1.0);
+    Value* zeroCount = gather(scatter(zerosData, g.select(isZero, one, zero), "add"));
     Value* atPlace = gather(othersTimesU);
     Value* noZeros = g.cmp(OpKind::Eq, zeroCount, g.like(updates, 0.0));
     Value* oneZero = g.cmp(OpKind::Eq, zeroCount, g.like(updates, 1.0));
     // u != 0: the product without u; u == 0: the others' product when u is the only zero.
-    Value* withoutU = g.select(isZero, g.where(oneZero, atPlace), g.where(noZeros, g.div(atPlace, nonzero)));
+    Value* whenNonzero = g.where(noZeros, g.div(atPlace, nonzero));
+    Value* whenZero = g.where(oneZero, atPlace);
+    Value* withoutU = g.select(isZero, whenZero, whenNonzero);
     return {dData, nullptr, g.mul(gather(dy), withoutU)};
   }
   if (reduction == "max" || reduction == "min") {
     Value* dataIsOut = g.cmp(OpKind::Eq, data, out);
     Value* updateIsOut = g.cmp(OpKind::Eq, updates, gather(out));
-    auto indicator = [&](Value* c, Value* like) { return g.select(c, g.like(like, 1.0), g.like(like, 0.0)); };
-    Value* count = scatter(indicator(dataIsOut, data), indicator(updateIsOut, updates), "add");
+    auto indicator = [&](Value* c, Value* like) {
+      Value* zero = g.like(like, 0.0);
+      Value* one = g.like(like, 1.0);
+      return g.select(c, one, zero);
+    };
+    Value* fromUpdates = indicator(updateIsOut, updates);
+    Value* fromData = indicator(dataIsOut, data);
+    Value* count = scatter(fromData, fromUpdates, "add");
     Value* share = g.div(dy, count);
     return {g.where(dataIsOut, share), nullptr, g.where(updateIsOut, gather(share))};
   }

@@ -2,7 +2,10 @@
 #include "tools/CommandLine.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cmath>
+#include <cstdlib>
 
 namespace kiln::cli {
 
@@ -102,6 +105,15 @@ Expected<int64_t> parseInteger(std::string_view text, std::string_view what, int
     return Error(std::string(what) + " expects a whole number from " + std::to_string(minValue) + " to " +
                  std::to_string(maxValue) + ", got '" + std::string(text) + "'");
   return value;
+}
+
+Expected<double> parseNumber(const std::string& text, std::string_view what) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(v))
+    return Error(std::string(what) + " expects a finite number, got '" + text + "'");
+  return v;
 }
 
 Expected<int64_t> parseByteSize(std::string_view text, std::string_view what) {

@@ -56,6 +56,9 @@ std::string formatOptions(std::span<const OptionSpec> specs);
 /// Parses a whole decimal number in [minValue, maxValue]; an error naming
 /// `what` otherwise.
 Expected<int64_t> parseInteger(std::string_view text, std::string_view what, int64_t minValue, int64_t maxValue);
+/// Parses a finite decimal number (strtod's syntax); an error naming `what`
+/// otherwise.
+Expected<double> parseNumber(const std::string& text, std::string_view what);
 /// `512MiB`, `2GiB`, `64KiB` or a number of bytes; an error naming `what`.
 Expected<int64_t> parseByteSize(std::string_view text, std::string_view what);
 

@@ -72,7 +72,9 @@ std::vector<std::string> shapeProblems(const std::vector<std::pair<std::string, 
   std::string list;
   for (const auto& [name, type] : inputs) list += (list.empty() ? "" : ", ") + name + " (" + type.str() + ")";
   for (const auto& [name, dims] : shapes) {
-    auto input = std::find_if(inputs.begin(), inputs.end(), [&](const auto& in) { return in.first == name; });
+    // (Named apart: clang with OpenMP cannot capture a structured binding.)
+    const std::string& shapeName = name;
+    auto input = std::find_if(inputs.begin(), inputs.end(), [&](const auto& in) { return in.first == shapeName; });
     if (input == inputs.end()) {
       problems.push_back("--input-shape names '" + name + "', which is not an input; inputs: " + list);
       continue;

@@ -1,27 +1,24 @@
 // `kiln train`: the command line of the trainer (training/Trainer.h). This
 // file parses the options into training::TrainOptions and prints what the
-// trainer reports: notices and the progress line on stderr (one line
-// redrawn in place on a terminal, else plain lines every --log-every
-// steps), epoch summaries, evaluations, the final summary and the confusion
-// matrix on stdout, and errors with their exit status (1, or 2 for usage).
-// Training itself, the data checks, checkpoints, metrics and the numerics
-// guard are the library's (training/README.md).
+// trainer reports (formatted by training/Report.h): notices and the
+// progress line on stderr (one line redrawn in place on a terminal, else
+// plain lines every --log-every steps), epoch summaries, evaluations, the
+// final summary and the confusion matrix on stdout, and errors with their
+// exit status (1, or 2 for usage). Under mpirun it joins the job
+// (training/DataParallel.h: each rank's GPU, its message when mpirun ends
+// it). Training itself, the data checks, checkpoints, metrics and the
+// numerics guard are the library's (training/README.md).
 //
 // docs/cli.md documents the command, docs/training.md the loop.
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
 
 #include <atomic>
-#include <csignal>
-#include <cstring>
 
 #include "driver/Session.h"
 #include "runtime/Collectives.h"
@@ -29,7 +26,9 @@
 #include "runtime/cuda/NcclCollectives.h"
 #include "tools/DeviceSelection.h"
 #include "tools/KilnCommands.h"
-#include "training/Numerics.h"
+#include "training/DataParallel.h"
+#include "training/Names.h"
+#include "training/Report.h"
 #include "training/Trainer.h"
 #ifdef KILN_HAVE_MPI
 #include "runtime/mpi/MpiCommunicator.h"
@@ -38,8 +37,6 @@
 namespace kiln::cli {
 
 namespace {
-
-using training::shortest;
 
 constexpr std::string_view kName = "train";
 
@@ -113,24 +110,6 @@ constexpr OptionSpec kOptions[] = {
     {"--help", "", "show this help", false, "-h"},
 };
 
-using Clock = std::chrono::steady_clock;
-
-std::string fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
-/// A whole, finite decimal number.
-Expected<double> parseNumber(const std::string& text, std::string_view what) {
-  char* end = nullptr;
-  errno = 0;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(v))
-    return Error(std::string(what) + " expects a finite number, got '" + text + "'");
-  return v;
-}
-
 // ---------------------------------------------------------------------------
 // Options
 
@@ -191,12 +170,8 @@ std::optional<std::string> parseOptions(const ParsedArgs& args, CommandOptions& 
   };
 
   const std::string loss = args.get("--loss") ? *args.get("--loss") : "cross_entropy";
-  if (loss == "cross_entropy")
-    o.step.loss.kind = LossKind::CrossEntropy;
-  else if (loss == "nll")
-    o.step.loss.kind = LossKind::Nll;
-  else if (loss == "mse")
-    o.step.loss.kind = LossKind::Mse;
+  if (auto kind = training::lossKindNamed(loss))
+    o.step.loss.kind = *kind;
   else
     return "--loss expects cross_entropy, nll or mse, got '" + loss + "'";
   if (auto e = number("--label-smoothing", o.step.loss.labelSmoothing)) return e;
@@ -218,12 +193,8 @@ std::optional<std::string> parseOptions(const ParsedArgs& args, CommandOptions& 
 
   const std::string optimizer = args.get("--optimizer") ? *args.get("--optimizer") : "sgd";
   OptimizerConfig& opt = o.step.optimizer;
-  if (optimizer == "sgd")
-    opt.kind = OptimizerKind::Sgd;
-  else if (optimizer == "adam")
-    opt.kind = OptimizerKind::Adam;
-  else if (optimizer == "adamw")
-    opt.kind = OptimizerKind::AdamW;
+  if (auto kind = training::optimizerKindNamed(optimizer))
+    opt.kind = *kind;
   else
     return "--optimizer expects sgd, adam or adamw, got '" + optimizer + "'";
   const bool sgd = opt.kind == OptimizerKind::Sgd;
@@ -256,12 +227,8 @@ std::optional<std::string> parseOptions(const ParsedArgs& args, CommandOptions& 
 
   LrScheduleConfig& schedule = o.step.schedule;
   const std::string scheduleName = args.get("--lr-schedule") ? *args.get("--lr-schedule") : "constant";
-  if (scheduleName == "constant")
-    schedule.kind = LrScheduleKind::Constant;
-  else if (scheduleName == "step")
-    schedule.kind = LrScheduleKind::Step;
-  else if (scheduleName == "cosine")
-    schedule.kind = LrScheduleKind::CosineWarmup;
+  if (auto kind = training::lrScheduleKindNamed(scheduleName))
+    schedule.kind = *kind;
   else
     return "--lr-schedule expects constant, step or cosine, got '" + scheduleName + "'";
   for (std::string_view stepOnly : {"--lr-step-size", "--lr-gamma"})
@@ -282,10 +249,8 @@ std::optional<std::string> parseOptions(const ParsedArgs& args, CommandOptions& 
   if (schedule.minLr < 0) return "--min-lr expects a rate >= 0, got " + *args.get("--min-lr");
 
   const std::string batchNorm = args.get("--batch-norm") ? *args.get("--batch-norm") : "train";
-  if (batchNorm == "train")
-    o.step.batchNorm.mode = BatchNormMode::Train;
-  else if (batchNorm == "frozen")
-    o.step.batchNorm.mode = BatchNormMode::Frozen;
+  if (auto mode = training::batchNormModeNamed(batchNorm))
+    o.step.batchNorm.mode = *mode;
   else
     return "--batch-norm expects train or frozen, got '" + batchNorm + "'";
   if (args.has("--bn-momentum") && o.step.batchNorm.mode != BatchNormMode::Train)
@@ -297,7 +262,7 @@ std::optional<std::string> parseOptions(const ParsedArgs& args, CommandOptions& 
     o.step.batchNorm.momentum = m;
   }
 
-  std::optional<int64_t> batch, seed, every, threads;
+  std::optional<int64_t> batch, seed, threads;
   if (auto e = integer("--batch-size", 1, batch)) return e;
   if (batch) o.batchSize = *batch;
   if (auto e = integer("--epochs", 1, o.epochs)) return e;
@@ -350,90 +315,6 @@ std::optional<std::string> parseOptions(const ParsedArgs& args, CommandOptions& 
 // ---------------------------------------------------------------------------
 // Printing
 
-/// The progress line on stderr after each step: redrawn in place on a
-/// terminal (at most every 100 ms), else a plain line every --log-every
-/// steps (about ten a run) and at the last.
-class Progress {
- public:
-  Progress(int64_t total, std::optional<int64_t> logEvery)
-      : total_(total), logEvery_(logEvery), tty_(isatty(fileno(stderr)) != 0), last_(Clock::now()) {
-    setFirst(0);
-  }
-
-  /// The step training starts at (a resumed checkpoint's).
-  void setFirst(int64_t first) {
-    first_ = first;
-    every_ = logEvery_.value_or(std::max<int64_t>(1, (total_ - first) / 10));
-  }
-
-  void stepDone(const training::StepReport& r) {
-    lossSum_ += r.loss;
-    ++lossCount_;
-    const int64_t done = r.step + 1;
-    const auto now = Clock::now();
-    if (tty_) {
-      if (now - last_ < std::chrono::milliseconds(100) && done != total_) return;
-      std::cerr << "\r" << line(r) << "\033[K" << std::flush;
-      drawn_ = true;
-    } else {
-      if (done % every_ != 0 && done != total_) return;
-      std::cerr << line(r) << "\n";
-    }
-    last_ = now;
-    lossSum_ = 0;
-    lossCount_ = 0;
-  }
-
-  /// Erases the updating line before other output, which then takes its
-  /// place; the next step draws it again below.
-  void breakLine() {
-    if (tty_ && drawn_) std::cerr << "\r\033[K" << std::flush;
-    drawn_ = false;
-  }
-
- private:
-  /// The loss is the mean since the previous line; samples/s and the ETA
-  /// leave out compiling and evaluating.
-  std::string line(const training::StepReport& r) const {
-    const int64_t done = r.step + 1;
-    const double eta = done > first_ ? r.seconds / static_cast<double>(done - first_) * (total_ - done) : 0;
-    return "step " + std::to_string(done) + "/" + std::to_string(total_) + " epoch " + std::to_string(r.epoch + 1) +
-           " loss " + fixed(lossSum_ / std::max(lossCount_, 1), 6) + " lr " + shortest(r.lr) + " samples/s " +
-           fixed(static_cast<double>(r.samples) / std::max(r.seconds, 1e-9), 1) + " eta " + fixed(eta, 1) + "s";
-  }
-
-  int64_t total_, first_ = 0;
-  std::optional<int64_t> logEvery_;
-  bool tty_;
-  int64_t every_ = 1;
-  Clock::time_point last_;
-  double lossSum_ = 0;
-  int lossCount_ = 0;
-  bool drawn_ = false;
-};
-
-void printEval(const training::EvalReport& r, bool classLoss) {
-  const std::string when = r.epoch > 0 ? "after epoch " + std::to_string(r.epoch) : "at step " + std::to_string(r.step);
-  std::cout << "eval " << when << ": loss " << fixed(r.result.meanLoss(), 6);
-  if (classLoss)
-    std::cout << " accuracy " << fixed(r.result.accuracy(), 4) << " (" << r.result.correct << "/" << r.result.counted
-              << ")";
-  std::cout << "\n" << std::flush;
-}
-
-void printSummary(const training::TrainSummary& s, bool classLoss) {
-  std::cout << "trained " << s.steps() << (s.steps() == 1 ? " step (" : " steps (") << s.samples << " samples) in "
-            << fixed(s.seconds, 2) << " s (not counting compilation and evaluation), " << fixed(s.samplesPerSecond(), 1)
-            << " samples/s; final loss " << fixed(s.finalLoss, 6) << "\n";
-  // A wider table reads worse than none (a language model's vocabulary).
-  constexpr size_t kMaxConfusionClasses = 32;
-  if (s.lastEval && classLoss && s.lastEval->confusion.size() <= kMaxConfusionClasses)
-    std::cout << training::formatConfusion(s.lastEval->confusion);
-  else if (s.lastEval && classLoss)
-    std::cout << "(no confusion matrix: " << s.lastEval->confusion.size() << " classes, more than "
-              << kMaxConfusionClasses << ")\n";
-}
-
 // ---------------------------------------------------------------------------
 // Data-parallel jobs (docs/distributed.md)
 
@@ -441,35 +322,6 @@ void printSummary(const training::TrainSummary& s, bool classLoss) {
 /// it is at, for the message of a rank that mpirun ends.
 int gRank = 0, gWorld = 1;
 std::atomic<int64_t> gStep{0};
-
-/// mpirun ends the other ranks (SIGTERM) when one dies: each says where it
-/// was. Only async-signal-safe calls.
-void onTerminate(int) {
-  char text[192];
-  char number[24];
-  auto put = [&](size_t& at, const char* s) {
-    while (*s && at + 1 < sizeof text) text[at++] = *s++;
-  };
-  auto putInt = [&](size_t& at, int64_t v) {
-    int n = 0;
-    if (v == 0) number[n++] = '0';
-    while (v > 0 && n < 20) {
-      number[n++] = static_cast<char>('0' + v % 10);
-      v /= 10;
-    }
-    while (n > 0 && at + 1 < sizeof text) text[at++] = number[--n];
-  };
-  size_t at = 0;
-  put(at, "kiln train: rank ");
-  putInt(at, gRank);
-  put(at, " of ");
-  putInt(at, gWorld);
-  put(at, ": stopped at step ");
-  putInt(at, gStep.load() + 1);
-  put(at, ": mpirun ended the job (another rank died or failed; mpirun's message names it)\n");
-  [[maybe_unused]] ssize_t written = write(2, text, at);
-  _exit(kExitError);
-}
 
 int fail(const Error& e) {
   if (gWorld > 1) {
@@ -504,7 +356,8 @@ int run(const ParsedArgs& args) {
   gRank = communicator().rank();
   gWorld = communicator().size();
   const bool lead = gRank == 0;
-  if (gWorld > 1) std::signal(SIGTERM, onTerminate);
+  // mpirun ends the other ranks (SIGTERM) when one dies: each says where it was.
+  if (gWorld > 1) training::reportTerminationOnSigterm("kiln train", gRank, gWorld, gStep, kExitError);
   for (std::string_view option : {"--bucket-cap-mb", "--collective-timeout"})
     if (gWorld == 1 && args.has(option))
       return usageError(kName, std::string(option) + " applies to a data-parallel job (mpirun -np N kiln train ...)");
@@ -532,19 +385,10 @@ int run(const ParsedArgs& args) {
     const std::string asked = args.get("--device") ? *args.get("--device") : "";
     const cuda::CudaReport report = cuda::probeCuda(cuda::LibrarySearchOptions::fromEnvironment());
     const int gpus = static_cast<int>(report.usableDevices().size());
-    if (!report.emulated.empty()) {
-      // Each process has an emulated GPU of its own.
-    } else if (asked.starts_with("cuda:")) {
-      return fail(Error("--device " + asked + " names one GPU for every rank; under mpirun give --device cuda, and "
-                        "each rank takes the GPU of its local rank"));
-    } else if (mpi->localSize() > gpus) {
-      return fail(Error(std::to_string(mpi->localSize()) + " ranks run on this machine but it has " +
-                        std::to_string(gpus) + " usable GPU" + (gpus == 1 ? "" : "s") +
-                        ": NCCL refuses two ranks on one GPU; start at most " + std::to_string(gpus) +
-                        " ranks per machine (mpirun --map-by ppr:" + std::to_string(gpus) + ":node)"));
-    } else {
-      sessionOptions.device = "cuda:" + std::to_string(mpi->localRank());
-    }
+    auto rankDevice =
+        training::rankCudaDevice(asked, !report.emulated.empty(), gpus, mpi->localRank(), mpi->localSize());
+    if (!rankDevice) return fail(rankDevice.takeError());
+    if (*rankDevice) sessionOptions.device = **rankDevice;
   }
 #endif
   auto created = Session::create(sessionOptions);
@@ -566,7 +410,7 @@ int run(const ParsedArgs& args) {
     }
   } detachNccl{nccl != nullptr};
 
-  std::optional<Progress> progress;  // once the number of steps is known
+  std::optional<training::ProgressLine> progress;  // once the number of steps is known
   auto breakLine = [&] {
     if (progress) progress->breakLine();
   };
@@ -590,13 +434,12 @@ int run(const ParsedArgs& args) {
   callbacks.epochDone = [&](const training::EpochReport& r) {
     if (!lead) return;
     breakLine();
-    std::cout << "epoch " << r.epoch + 1 << ": mean loss " << fixed(r.meanLoss, 6) << " over " << r.steps << " steps\n"
-              << std::flush;
+    std::cout << training::formatEpoch(r) << "\n" << std::flush;
   };
   callbacks.evaluated = [&](const training::EvalReport& r) {
     if (!lead) return;
     breakLine();
-    printEval(r, classLoss);
+    std::cout << training::formatEval(r, classLoss) << "\n" << std::flush;
   };
   if (gWorld > 1 && lead)
     std::cerr << "kiln train: data-parallel over " << gWorld << " ranks (" << communicator().name()
@@ -613,12 +456,12 @@ int run(const ParsedArgs& args) {
               << (c.train.checkpointDir.empty() ? std::string()
                                                 : " (only the checkpoints in " + c.train.checkpointDir + " will hold it)")
               << "; give -o OUT" << (c.train.modelPath.ends_with(".onnx") ? ".onnx" : "") << " to keep it\n";
-  progress.emplace((*trainer)->totalSteps(), c.logEvery);
+  progress.emplace(std::cerr, isatty(fileno(stderr)) != 0, (*trainer)->totalSteps(), c.logEvery);
   auto summary = (*trainer)->train();
   breakLine();
   if (!summary) return fail(summary.takeError());
   if (!lead) return kExitOk;
-  printSummary(*summary, classLoss);
+  std::cout << training::formatSummary(*summary, classLoss);
   if (args.has("--memory-stats"))
     if (auto context = session->cudaContext()) std::cerr << (*context)->memoryReport();
   if (!c.train.outputPath.empty()) {

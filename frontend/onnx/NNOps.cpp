@@ -492,7 +492,8 @@ Status convertGlobalLpPool(NodeContext &ctx) {
   double p = static_cast<double>(e.intAttr("p", 2));
   if (!expectMinRank(e, x, 3, "X")) return e.status();
   if (p <= 0) return ctx.error("attribute 'p' = " + std::to_string(p) + "; expected a positive integer");
-  Value *powered = e.binary(OpKind::Pow, e.unary(OpKind::Abs, x), e.scalarLike(x, p));
+  Value *exponent = e.scalarLike(x, p);
+  Value *powered = e.binary(OpKind::Pow, e.unary(OpKind::Abs, x), exponent);
   Value *sum = e.reduce(OpKind::ReduceSum, powered, axesFrom(2, x->type().rank()), true);
   e.setOutput(0, e.binary(OpKind::Pow, sum, e.scalarLike(x, 1.0 / p)));
   return e.status();
@@ -677,7 +678,8 @@ Status convertGroupNormalization(NodeContext &ctx) {
     e.setOutput(0, e.reshape(shifted, shape));
     return e.status();
   }
-  Value *y = e.mul(e.reshape(normalized, shape), perChannel(e, scale, x->type().rank()));
+  Value *perChannelScale = perChannel(e, scale, x->type().rank());
+  Value *y = e.mul(e.reshape(normalized, shape), perChannelScale);
   e.setOutput(0, e.add(y, perChannel(e, bias, x->type().rank())));
   return e.status();
 }

@@ -362,7 +362,8 @@ std::vector<Value *> unrolled(NNEmitter &e, const Recurrence &rec, bool wantY) {
       } else {
         Value *rTzr = e.sliceAxis(rT, 1, 0, 2 * h);
         Value *rTh = e.sliceAxis(rT, 1, 2 * h, 3 * h);
-        Value *zr = e.add(e.sliceAxis(xp, 1, 0, 2 * h), e.emit(OpKind::MatMul, {state, rTzr}));
+        Value *hzr = e.emit(OpKind::MatMul, {state, rTzr});
+        Value *zr = e.add(e.sliceAxis(xp, 1, 0, 2 * h), hzr);
         Value *rbh = nullptr;
         if (recurrentBias) {
           zr = e.add(zr, e.sliceAxis(recurrentBias, 0, 0, 2 * h));

@@ -158,7 +158,8 @@ Value *resizeAxis(NNEmitter &e, const ResizeAttrs &a, Value *x, int64_t axis, in
   if (anyOutside) {
     std::vector<double> outside;
     for (const Taps &t : taps) outside.push_back(t.outside ? 1 : 0);
-    result = e.select(e.tensor(DType::Bool, weightDims, outside), e.scalarLike(result, a.extrapolation), result);
+    Value *extrapolation = e.scalarLike(result, a.extrapolation);
+    result = e.select(e.tensor(DType::Bool, weightDims, outside), extrapolation, result);
   }
   return result;
 }

@@ -38,7 +38,11 @@ std::string loadedPath(void* handle, const std::string& fallback) {
   return fallback;
 }
 
-/// Tables loaded so far, by library file; never freed.
+/// Tables loaded so far, by library file; never freed. Each instance is a
+/// function-local static made with `new` and never destroyed: a CudaContext in
+/// another file's static map may still call through a table while the
+/// process exits, after this file's statics would have been destroyed
+/// (AddressSanitizer: heap-use-after-free in PinnedHostPool's destructor).
 template <typename Table>
 class LoadedTables {
  public:
@@ -153,7 +157,7 @@ std::vector<int> NvrtcApi::supportedArchs() const {
 }
 
 Expected<const NvrtcApi*> loadNvrtc(const LibrarySearchOptions& options) {
-  static LoadedTables<NvrtcApi> tables;
+  static auto& tables = *new LoadedTables<NvrtcApi>;
   LibrarySpec spec{"NVRTC (the CUDA runtime compiler, " + soname("libnvrtc") + ")",
                    {soname("libnvrtc"), "libnvrtc.so"},
                    false,
@@ -194,7 +198,7 @@ std::string CudaDriverApi::errorString(CUresult result) const {
 }
 
 Expected<const CudaDriverApi*> loadCudaDriver(const LibrarySearchOptions& options) {
-  static LoadedTables<CudaDriverApi> tables;
+  static auto& tables = *new LoadedTables<CudaDriverApi>;
   LibrarySpec spec{
       "the CUDA driver library (libcuda.so.1)",
       {"libcuda.so.1"},
@@ -223,7 +227,7 @@ Expected<const CudaDriverApi*> loadCudaDriver(const LibrarySearchOptions& option
 }
 
 Expected<const CudaExecApi*> loadCudaExec(const LibrarySearchOptions& options) {
-  static LoadedTables<CudaExecApi> tables;
+  static auto& tables = *new LoadedTables<CudaExecApi>;
   auto driver = loadCudaDriver(options);
   if (!driver) return driver.takeError();
   return tables.get((*driver)->library, [](CudaExecApi& api) -> Status {
@@ -300,7 +304,7 @@ std::string mathLibraryHint(const std::string& what) {
 }  // namespace
 
 Expected<const CudaMathLibrary*> loadCublas(const LibrarySearchOptions& options) {
-  static LoadedTables<CudaMathLibrary> tables;
+  static auto& tables = *new LoadedTables<CudaMathLibrary>;
   LibrarySpec spec{"cuBLAS (" + soname("libcublas") + ")",
                    {soname("libcublas"), "libcublas.so"},
                    false,
@@ -320,7 +324,7 @@ Expected<const CudaMathLibrary*> loadCublas(const LibrarySearchOptions& options)
 }
 
 Expected<const CudaMathLibrary*> loadCublasLt(const LibrarySearchOptions& options) {
-  static LoadedTables<CudaMathLibrary> tables;
+  static auto& tables = *new LoadedTables<CudaMathLibrary>;
   LibrarySpec spec{"cuBLASLt (" + soname("libcublasLt") + ")",
                    {soname("libcublasLt"), "libcublasLt.so"},
                    false,
@@ -336,7 +340,7 @@ Expected<const CudaMathLibrary*> loadCublasLt(const LibrarySearchOptions& option
 }
 
 Expected<const CudaMathLibrary*> loadCudnn(const LibrarySearchOptions& options) {
-  static LoadedTables<CudaMathLibrary> tables;
+  static auto& tables = *new LoadedTables<CudaMathLibrary>;
   LibrarySpec spec{"cuDNN (libcudnn.so.9)",
                    {"libcudnn.so.9", "libcudnn.so"},
                    false,
@@ -354,7 +358,7 @@ Expected<const CudaMathLibrary*> loadCudnn(const LibrarySearchOptions& options) 
 }
 
 Expected<const CudaMathLibrary*> loadNccl(const LibrarySearchOptions& options) {
-  static LoadedTables<CudaMathLibrary> tables;
+  static auto& tables = *new LoadedTables<CudaMathLibrary>;
   LibrarySpec spec{"NCCL (libnccl.so.2)",
                    {"libnccl.so.2", "libnccl.so"},
                    false,

@@ -42,3 +42,8 @@ try:
     config.available_features.add("cuda-driver")
 except OSError:
     config.available_features.add("no-cuda-driver")
+
+# The instrumented build (scripts/test --sanitize, KILN_SANITIZE): a test
+# that cannot run under AddressSanitizer says `UNSUPPORTED: asan`, and why.
+if config.kiln_sanitize.upper() in ("ON", "TRUE", "YES", "1"):
+    config.available_features.add("asan")

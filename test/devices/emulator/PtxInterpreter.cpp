@@ -1205,8 +1205,10 @@ void Launch::run(InterpreterStats& stats) {
   if (scratch.returnStack.size() < stackPerWarp * resident) scratch.returnStack.resize(stackPerWarp * resident);
   if (scratch.shared.size() < sharedBytes_) scratch.shared.resize(sharedBytes_);
   shared_ = scratch.shared.data();
-  std::memset(shared_, 0, sharedBytes_);
-  std::memset(scratch.local.data(), 0, localPerWarp * resident);
+  // An empty vector's data() may be null, which memset must not get even
+  // for 0 bytes (UBSan: a kernel with no shared or no local memory).
+  if (sharedBytes_ > 0) std::memset(shared_, 0, sharedBytes_);
+  if (localPerWarp > 0) std::memset(scratch.local.data(), 0, localPerWarp * resident);
   warps_.assign(resident, Warp{});
   for (uint32_t i = 0; i < resident; ++i) {
     Warp& w = warps_[i];
