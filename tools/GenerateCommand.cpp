@@ -151,7 +151,7 @@ int run(const ParsedArgs& args) {
   const Decoder& d = *decoder;
   auto loaded = loadPrograms(modelPath, d, batch, promptLength, *newTokens, std::cerr);
   if (!loaded) return fail(loaded.error());
-  std::vector<Program>& programs = *loaded;
+  std::vector<generation::Program>& programs = *loaded;
   const int64_t vocab = programs[0].function->resultTypes()[programs[0].logits].shape[2].size;
   for (int64_t i = 0; i < prompt->numElements(); ++i)
     if (int64_t id = prompt->getInt(i); id < 0 || id >= vocab)
@@ -169,7 +169,7 @@ int run(const ParsedArgs& args) {
   if (auto* error = std::get_if<DeviceError>(&created)) return fail(error->error);
   std::unique_ptr<Session> session = std::move(std::get<std::unique_ptr<Session>>(created));
   const auto compileStart = std::chrono::steady_clock::now();
-  for (Program& program : programs) {
+  for (generation::Program& program : programs) {
     CompileOptions options;
     options.aliases = program.aliases;
     // On CUDA the caches stay on the device between decode steps.
