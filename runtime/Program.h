@@ -196,8 +196,12 @@ struct Stages {
 
 /// How deep the Stages parts of a StagedProgram may nest (a body with
 /// control flow, a suffix split again at a later host op): a run recurses
-/// once per level.
-inline constexpr size_t kMaxStageDepth = 1024;
+/// once per level, through several frames (the stage driver, the part's
+/// runner, the std::function between them), so the bound keeps the deepest
+/// run within a thread's stack also under AddressSanitizer, whose frames
+/// are several times larger (1024 levels overflowed the 8 MiB main stack
+/// there). The text IR's regions nest at most 32 deep (ir/Parser.cpp).
+inline constexpr size_t kMaxStageDepth = 256;
 
 /// A compiled function with host steps (an `if`, a `loop`, a nonzero):
 /// sub-programs, each a Program (compiled code) or Stages of its own (a body
