@@ -153,12 +153,18 @@ class ProgramReader {
     }
     return v;
   }
+  /// A dtype Kiln knows.
+  Expected<DType> dtype(std::string_view what) {
+    auto code = r_.uint(1, what);
+    if (!code) return code.takeError();
+    if (*code > static_cast<uint64_t>(kLastDType) || dtypeName(static_cast<DType>(*code)) == "?")
+      return r_.error("corrupt: " + std::string(what) + " has an unknown dtype " + std::to_string(*code));
+    return static_cast<DType>(*code);
+  }
   /// A type whose dims may be dynamic (putShapedType).
   Expected<TensorType> shapedType(std::string_view what) {
-    auto dtype = r_.uint(1, what);
-    if (!dtype) return dtype.takeError();
-    if (*dtype > static_cast<uint64_t>(kLastDType) || dtypeName(static_cast<DType>(*dtype)) == "?")
-      return r_.error("corrupt: " + std::string(what) + " has an unknown dtype " + std::to_string(*dtype));
+    auto element = dtype(what);
+    if (!element) return element.takeError();
     auto rank = r_.bounded(4, kMaxRank, what);
     if (!rank) return rank.takeError();
     Shape shape;
@@ -168,7 +174,7 @@ class ProgramReader {
       if (*d < -1 || *d > kMaxDim) return r_.error("corrupt: " + std::string(what) + " has a dim of " + std::to_string(*d));
       shape.push_back(*d < 0 ? Dim::unknown() : Dim::fixed(*d));
     }
-    return TensorType{static_cast<DType>(*dtype), std::move(shape)};
+    return TensorType{*element, std::move(shape)};
   }
   Expected<StageValue> stageValue(std::string_view what) {
     auto from = r_.uint(1, what);
@@ -193,10 +199,8 @@ class ProgramReader {
     return values;
   }
   Expected<TensorType> type(std::string_view what) {
-    auto dtype = r_.uint(1, what);
-    if (!dtype) return dtype.takeError();
-    if (*dtype > static_cast<uint64_t>(kLastDType) || dtypeName(static_cast<DType>(*dtype)) == "?")
-      return r_.error("corrupt: " + std::string(what) + " has an unknown dtype " + std::to_string(*dtype));
+    auto element = dtype(what);
+    if (!element) return element.takeError();
     auto dims = ints(what);
     if (!dims) return dims.takeError();
     if (static_cast<int64_t>(dims->size()) > kMaxRank)
@@ -207,7 +211,7 @@ class ProgramReader {
         return r_.error("corrupt: " + std::string(what) + " has a dim of " + std::to_string(d));
       elements *= d;
     }
-    return TensorType{static_cast<DType>(*dtype), staticShape(*dims)};
+    return TensorType{*element, staticShape(*dims)};
   }
   /// A tensor; an empty Tensor when its bytes are not inline.
   Expected<Tensor> tensor(std::string_view what) {

@@ -23,23 +23,9 @@ using codegen::CpuExecutor;
 using test::accumulateInputs;
 using test::expectMatchesInterpreter;
 using test::i64Scalar;
+using test::kAccumulateLoop;
 using test::parseVerified;
 using test::tensorOf;
-
-constexpr const char* kAccumulate = R"(
-func @accumulate(%n: i64[], %go: bool[], %init: f32[2], %step: f32[2], %limit: f32[]) -> (f32[2], f32[?,2], i64[?]) {
-  %start = mul(%init, %init) : f32[2]
-  %sum, %rows, %iters = loop(%n, %go, %start, %step, %limit) {num_carried = 1} : f32[2], f32[?,2], i64[?] {
-  ^(%i: i64[], %c: bool[], %acc: f32[2], %s: f32[2], %lim: f32[]) -> (bool[], f32[2], f32[2], i64[]):
-    %next = add(%acc, %s) : f32[2]
-    %total = reduce_sum(%next) {axes = [0]} : f32[]
-    %more = lt(%total, %lim) : bool[]
-    return %more, %next, %next, %i
-  }
-  %twice = add(%sum, %sum) : f32[2]
-  return %twice, %rows, %iters
-}
-)";
 
 /// The `.kc` bytes of `source` compiled for `inputs`' shapes by the CPU
 /// executor.
@@ -60,7 +46,7 @@ Expected<CompiledArtifact> stagedArtifact(const char* ir, const std::vector<Tens
 
 TEST(StagedProgramTest, ALoopCompilesIntoOneKcThatRunsLikeTheInterpreter) {
   std::unique_ptr<Module> m;
-  auto artifact = stagedArtifact(kAccumulate, accumulateInputs(3, true, 100), m);
+  auto artifact = stagedArtifact(kAccumulateLoop, accumulateInputs(3, true, 100), m);
   ASSERT_TRUE(artifact.ok()) << artifact.error().str();
   ASSERT_TRUE(artifact->staged) << "a function with a loop stores a staged program";
   EXPECT_FALSE(artifact->program);
@@ -108,7 +94,7 @@ TEST(StagedProgramTest, AnIfInALoopBodyIsStagesOfStages) {
 
 TEST(StagedProgramTest, SerializationRoundTripsAndValidateRefusesBadIndices) {
   std::unique_ptr<Module> m;
-  auto artifact = stagedArtifact(kAccumulate, accumulateInputs(3, true, 100), m);
+  auto artifact = stagedArtifact(kAccumulateLoop, accumulateInputs(3, true, 100), m);
   ASSERT_TRUE(artifact.ok()) << artifact.error().str();
   const StagedProgram& good = *artifact->staged;
   const std::string bytes = serializeStagedProgram(good);
@@ -184,7 +170,7 @@ TEST(StagedProgramTest, StagesNestAtMostTheBoundDeep) {
 
 TEST(StagedProgramTest, AStoredPartGivenOtherShapesIsAClearError) {
   std::unique_ptr<Module> m;
-  auto artifact = stagedArtifact(kAccumulate, accumulateInputs(3, true, 100), m);
+  auto artifact = stagedArtifact(kAccumulateLoop, accumulateInputs(3, true, 100), m);
   ASSERT_TRUE(artifact.ok()) << artifact.error().str();
   // The function itself admits any length of %init; its stored prefix was
   // compiled for f32[2].
