@@ -5,10 +5,13 @@
 // values between them stay channels last through the ops that do not care
 // where the channel dim is: elementwise ops (a per-channel operand is
 // transposed with them, a constant folds), reductions (their axes renamed),
-// concatenations (their axis renamed) and pooling (`channels_last` too).
-// Transposes are left only where a value crosses into or out of that
-// region: the net's input, an op the pass does not carry through (a
-// reshape, a batch_norm), and the results.
+// concatenations (their axis renamed), slices and pads (their per-dim
+// lists permuted), pooling (`channels_last` too), and channel shuffles
+// (ShuffleNet's reshape [N,C,H,W] -> [N,g,C/g,H,W], transpose of the two
+// channel dims, reshape back: channels last, the same split, swap and
+// merge of the last dim). Transposes are left only where a value crosses
+// into or out of that region: the net's input, an op the pass does not
+// carry through (another reshape, a batch_norm), and the results.
 // ONNX Runtime's NCHWc transformer and XLA's layout assignment do the same
 // for their layouts.
 //
@@ -31,6 +34,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "ir/Builder.h"
@@ -68,6 +72,10 @@ class Assigner {
     std::vector<Op*> ops;
     for (const auto& op : f_.ops()) ops.push_back(op.get());
     for (Op* op : ops) {
+      if (shuffleInner_.count(op)) {  // built with the shuffle's first reshape
+        replaced_.push_back(op);
+        continue;
+      }
       auto converted = convert(*op);
       if (!converted) return converted.takeError();
       if (*converted) {
@@ -94,6 +102,7 @@ class Assigner {
   Expected<bool> convert(Op& op) {
     // A reduction's result may have fewer dims than its operand.
     if (op.info().opClass == OpClass::Reduce) return convertReduce(op);
+    if (op.kind() == OpKind::Reshape) return convertShuffle(op);
     if (op.numResults() != 1 || !isRank4Static(op.result())) return false;
     if (op.kind() == OpKind::Conv && !op.getBool("channels_last") && isRank4Static(op.operand(0)) &&
         target_.prefersChannelsLast(op)) {
@@ -124,6 +133,25 @@ class Assigner {
       attrs["channels_last"] = Attribute(true);
       return rebuild(op, {channelsLast_.at(op.operand(0))}, std::move(attrs));
     }
+    if (op.kind() == OpKind::Slice) {
+      AttrMap attrs = op.attrs();
+      for (const char* list : {"starts", "ends", "steps"})
+        attrs[list] = Attribute(permutedInts(op.getInts(list), kToChannelsLast));
+      return rebuild(op, {channelsLast_.at(op.operand(0))}, std::move(attrs));
+    }
+    if (op.kind() == OpKind::Pad) {
+      // pads = the 4 begins, then the 4 ends.
+      const std::vector<int64_t> pads = op.getInts("pads");
+      if (pads.size() != 8) return false;
+      std::vector<int64_t> renamed = permutedInts({pads.begin(), pads.begin() + 4}, kToChannelsLast);
+      const std::vector<int64_t> ends = permutedInts({pads.begin() + 4, pads.end()}, kToChannelsLast);
+      renamed.insert(renamed.end(), ends.begin(), ends.end());
+      std::vector<Value*> operands = {channelsLast_.at(op.operand(0))};
+      for (size_t i = 1; i < op.numOperands(); ++i) operands.push_back(op.operand(i));  // the pad value
+      AttrMap attrs = op.attrs();
+      attrs["pads"] = Attribute(renamed);
+      return rebuild(op, std::move(operands), std::move(attrs));
+    }
     if (op.kind() == OpKind::Concat) {
       std::vector<Value*> operands;
       for (Value* v : op.operands()) {
@@ -138,6 +166,52 @@ class Assigner {
       return rebuild(op, std::move(operands), std::move(attrs));
     }
     return false;
+  }
+
+  /// A channel shuffle of a channels-last value, from its first reshape:
+  ///   %s = reshape(%x) : [N, G, C/G, H, W]
+  ///   %t = transpose(%s) {perm = [0, 2, 1, 3, 4]} : [N, C/G, G, H, W]
+  ///   %y = reshape(%t) : [N, C, H, W]
+  /// becomes, channels last, reshape [N, H, W, G, C/G], transpose {perm =
+  /// [0, 1, 2, 4, 3]}, reshape [N, H, W, C]: the twin of %y. The middle
+  /// values must have no other readers.
+  Expected<bool> convertShuffle(Op& split) {
+    if (!channelsLast_.count(split.operand(0))) return false;
+    const Value* x = split.operand(0);
+    const TensorType& xt = x->type();
+    const TensorType& st = split.result()->type();
+    if (!st.isStatic() || st.rank() != 5 || split.result()->users().size() != 1) return false;
+    Op* swap = split.result()->users().front();
+    if (swap->kind() != OpKind::Transpose || swap->getInts("perm") != std::vector<int64_t>{0, 2, 1, 3, 4} ||
+        swap->result()->users().size() != 1)
+      return false;
+    Op* merge = swap->result()->users().front();
+    if (merge->kind() != OpKind::Reshape || merge->result()->type() != xt) return false;
+    const Shape& d = st.shape;  // [N, G, C/G, H, W]
+    if (d[0] != xt.shape[0] || d[3] != xt.shape[2] || d[4] != xt.shape[3] ||
+        d[1].size * d[2].size != xt.shape[1].size)
+      return false;
+    b_.setInsertionPoint(merge);
+    b_.setLocation(split.loc());
+    TensorType grouped = st;
+    grouped.shape = {d[0], d[3], d[4], d[1], d[2]};
+    auto s = b_.value(OpKind::Reshape, {channelsLast_.at(split.operand(0))}, {}, {grouped});
+    if (!s) return s.takeError();
+    b_.setLocation(swap->loc());
+    auto t = b_.value(OpKind::Transpose, {*s}, {{"perm", Attribute(std::vector<int64_t>{0, 1, 2, 4, 3})}});
+    if (!t) return t.takeError();
+    TensorType merged = xt;
+    merged.shape = permuted(xt.shape, kToChannelsLast);
+    b_.setLocation(merge->loc());
+    auto y = b_.value(OpKind::Reshape, {*t}, {}, {merged});
+    if (!y) return y.takeError();
+    (*s)->setName(split.result()->name());
+    (*t)->setName(swap->result()->name());
+    (*y)->setName(merge->result()->name());
+    channelsLast_[merge->result()] = *y;
+    shuffleInner_.insert(swap);
+    shuffleInner_.insert(merge);
+    return true;
   }
 
   /// A reduction of a channels-last value: its axes renamed. With keepdims
@@ -233,6 +307,12 @@ class Assigner {
     return *back;
   }
 
+  static std::vector<int64_t> permutedInts(const std::vector<int64_t>& list, const std::vector<int64_t>& perm) {
+    std::vector<int64_t> out;
+    for (int64_t p : perm) out.push_back(list[static_cast<size_t>(p)]);
+    return out;
+  }
+
   static Shape permuted(const Shape& shape, const std::vector<int64_t>& perm) {
     Shape out;
     for (int64_t p : perm) out.push_back(shape[static_cast<size_t>(p)]);
@@ -251,6 +331,9 @@ class Assigner {
   std::map<Value*, Value*> channelsFirst_;
   /// Ops with a twin, in program order.
   std::vector<Op*> replaced_;
+  /// The transpose and the second reshape of each channel shuffle built
+  /// channels last (convertShuffle), which the walk skips.
+  std::set<Op*> shuffleInner_;
 };
 
 }  // namespace

@@ -147,6 +147,41 @@ TEST(DnnlKernelsTest, ChannelsLastConvAndPoolsMatchChannelsFirst) {
   }
 }
 
+/// ShuffleNet's unit carried channels last by assign-layouts: the two
+/// halves of the channels (slices), a padded depthwise conv on one, the
+/// concat and the channel shuffle (reshape, swap of the channel dims,
+/// reshape back). The JIT, with every conv channels last and no transpose
+/// between them, matches the interpreter at batch 1 and 2.
+TEST(DnnlKernelsTest, ChannelShuffleSlicesAndPadsStayChannelsLast) {
+  for (const char* n : {"1", "2"}) {
+    const std::string x = std::string("f32[") + n + ",8,6,6]", half = std::string("f32[") + n + ",4,6,6]";
+    const std::string text =
+        "func @f(%x: " + x + ", %w: f32[8,8,1,1], %dw: f32[4,1,3,3]) -> " + x + " {\n"
+        "  %x0 = conv(%x, %w) : " + x + "\n"
+        "  %a = slice(%x0) {starts = [0, 0, 0, 0], ends = [" + n + ", 4, 6, 6], steps = [1, 1, 1, 1]} : " + half + "\n"
+        "  %b = slice(%x0) {starts = [0, 4, 0, 0], ends = [" + n + ", 8, 6, 6], steps = [1, 1, 1, 1]} : " + half + "\n"
+        "  %p = pad(%b) {pads = [0, 0, 1, 1, 0, 0, 1, 1]} : f32[" + n + ",4,8,8]\n"
+        "  %y = conv(%p, %dw) {groups = 4} : " + half + "\n"
+        "  %c = concat(%a, %y) {axis = 1} : " + x + "\n"
+        "  %s = reshape(%c) : f32[" + n + ",2,4,6,6]\n"
+        "  %t = transpose(%s) {perm = [0, 2, 1, 3, 4]} : f32[" + n + ",4,2,6,6]\n"
+        "  %u = reshape(%t) : " + x + "\n"
+        "  %z = conv(%u, %w) : " + x + "\n"
+        "  return %z\n}\n";
+    const std::string ir = expectMatches(text);
+    size_t convs = 0;
+    for (size_t at = ir.find("onednn conv"); at != std::string::npos; at = ir.find("onednn conv", at + 1)) ++convs;
+    EXPECT_EQ(convs, 3u) << ir;
+    // The input's transpose to channels last, the shuffle's own swap (of
+    // the last two dims once channels last) and the result's transpose
+    // back: none between the convolutions.
+    size_t transposes = 0;
+    for (size_t at = ir.find("_transpose_"); at != std::string::npos; at = ir.find("_transpose_", at + 1)) ++transposes;
+    EXPECT_EQ(transposes, 3u) << ir;
+    EXPECT_NE(ir.find("(in %b0: f32[" + std::string(n) + ",6,6,2,4] \"s\""), std::string::npos) << ir;
+  }
+}
+
 /// conv_weight_grad (a conv's dw in a training step): the interpreter's
 /// reference equals the formulation autodiff used before it, a conv of x^T
 /// by dy^T cropped and transposed back, and the JIT matches the interpreter
