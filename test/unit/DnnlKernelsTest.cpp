@@ -361,8 +361,8 @@ TEST(DnnlKernelsTest, RepeatedEltwisePostOpsStop) {
 
 /// GELU and SiLU, whole ops when select-library sees them (raise-activations
 /// restores them from exported subgraphs), each become one oneDNN post-op;
-/// but not erf GELU, which oneDNN computes as +0 for very negative x where
-/// the IR has -0 (DnnlKernel::exactPostOp): it is a generated kernel.
+/// but not erf GELU, which oneDNN computes as NaN for +inf where the IR has
+/// +inf (DnnlKernel::exactPostOp): it is a generated kernel.
 TEST(DnnlKernelsTest, ScalarFunctionsOfTheProductBecomeOnePostOp) {
   const std::string erf = expectMatches(
       "func @f(%x: f32[8,64], %w: f32[64,12], %b: f32[12]) -> f32[8,12] {\n  %m = matmul(%x, %w) : f32[8,12]\n"
