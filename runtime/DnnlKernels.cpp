@@ -231,6 +231,8 @@ dnnl::engine& cpuEngine() {
 struct ConvDescs {
   dnnl::memory::desc src, weights, dst;
   std::string impl;
+  /// The layout of each binary post-op's operand, by post-op (the others' empty).
+  std::vector<dnnl::memory::desc> postOpOperands;
 };
 
 struct DnnlKernel::Impl {
@@ -741,7 +743,16 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
   };
   std::string chosenImpl;
   try {
-    dnnl::post_ops ops;
+    // `anyOps`, tried first by a convolution stored channels first, are
+    // `ops` but for a binary post-op's operand the size of the result (a
+    // residual add), whose layout oneDNN chooses: its kernels for a blocked
+    // result take only such an operand in the result's layout (3.x has
+    // only its reference kernel for a plain one, where 2.6 had its jit
+    // ones), so the operand is reordered into it, as x is.
+    dnnl::post_ops ops, anyOps;
+    const bool channelsFirstConv =
+        (call.kind == LibraryCall::Kind::Conv || call.kind == LibraryCall::Kind::ConvTranspose) && !call.channelsLast;
+    bool anyOperand = false;
     std::string postText;
     // oneDNN's index of each post-op (a relu is two of oneDNN's), and the
     // eltwise entries so far, for the check below.
@@ -763,6 +774,7 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       scaleDims[1] = channels;
       const memory::desc scalesMd = plainDesc(scaleDims);
       ops.append_binary(algorithm::binary_mul, scalesMd);
+      anyOps.append_binary(algorithm::binary_mul, scalesMd);
       memory scales(scalesMd, engine);
       std::memcpy(scales.get_data_handle(), call.scales.data(), call.scales.size() * sizeof(float));
       impl->args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = scales;
@@ -772,6 +784,11 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       if (p.isBinary()) {
         if (p.dims.size() != dstDims.size()) return Error("a binary post-op's operand is not aligned to the result");
         ops.append_binary(binaryAlgorithm(p.kind), postOpDesc(p.dims));
+        const bool whole = channelsFirstConv && std::equal(p.dims.begin(), p.dims.end(), dstDims.begin());
+        anyOps.append_binary(binaryAlgorithm(p.kind),
+                             whole ? memory::desc(p.dims, memory::data_type::f32, memory::format_tag::any)
+                                   : postOpDesc(p.dims));
+        anyOperand = anyOperand || whole;
       } else {
         for (const EltwiseEntry& e : eltwiseEntries(p, quantized, variant)) {
           // oneDNN 2.6 gave every eltwise post-op of one algorithm the
@@ -783,6 +800,7 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
               return Error("a second '" + p.name + "' post-op with other parameters than an earlier one");
           eltwise.push_back(e);
           ops.append_eltwise(e.alg, e.alpha, e.beta);
+          anyOps.append_eltwise(e.alg, e.alpha, e.beta);
         }
       }
       postText += (postText.empty() ? " + " : ", ") + p.name;
@@ -803,6 +821,15 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       zeroPoint(DNNL_ARG_DST, call.dstZeroPoint);
       postText = " requantized" + std::string(postOps.empty() ? "" : " + relu");
     }
+    // The same attributes (a quantized call has no binary post-op but its
+    // scales), unless an operand's layout is oneDNN's to choose.
+    dnnl::primitive_attr anyAttr = attr;
+    if (anyOperand) {
+      anyAttr = dnnl::primitive_attr();
+      anyAttr.set_post_ops(anyOps);
+    }
+    // The chosen layouts of the binary post-ops' operands (a convolution's).
+    std::vector<memory::desc> postOpOperands;
 
     if (call.kind == LibraryCall::Kind::MatMul) {
       std::vector<int64_t> a = call.operandDims[0], b = call.operandDims[1];
@@ -1002,31 +1029,40 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       auto choose = [&]<typename Primitive>(auto describe) {
         std::optional<typename Primitive::primitive_desc> pd;
         try {
-          pd.emplace(describe(anyX, anyW, anyY));
+          pd.emplace(describe(anyX, anyW, anyY, anyAttr));
         } catch (const dnnl::error&) {
           pd.reset();
         }
-        if (!pd) pd.emplace(describe(xmd, wmd, ymd));
+        if (!pd) pd.emplace(describe(xmd, wmd, ymd, attr));
         if (!describeOnly) impl->primitive = Primitive(*pd);
-        return ConvDescs{pd->src_desc(), pd->weights_desc(), pd->dst_desc(), pd->impl_info_str()};
+        ConvDescs chosen{pd->src_desc(), pd->weights_desc(), pd->dst_desc(), pd->impl_info_str(), {}};
+        for (size_t i = 0; i < postOps.size(); ++i)
+          chosen.postOpOperands.push_back(
+              postOps[i].isBinary()
+                  ? pd->query_md(dnnl::query::exec_arg_md, DNNL_ARG_ATTR_MULTIPLE_POST_OP(dnnlIndex[i]) | DNNL_ARG_SRC_1)
+                  : memory::desc());
+        return chosen;
       };
       ConvDescs chosen;
       if (transposed) {
         chosen = choose.template operator()<dnnl::deconvolution_forward>(
-            [&](const memory::desc& src, const memory::desc& weights, const memory::desc& dst) {
+            [&](const memory::desc& src, const memory::desc& weights, const memory::desc& dst,
+                const dnnl::primitive_attr& attributes) {
               return dnnl::deconvolution_forward::primitive_desc(
                   engine, dnnl::prop_kind::forward_inference, algorithm::deconvolution_direct, src, weights, bmd, dst,
-                  strideDims, dnnlDilations, padL, padR, attr);
+                  strideDims, dnnlDilations, padL, padR, attributes);
             });
       } else {
         chosen = choose.template operator()<dnnl::convolution_forward>(
-            [&](const memory::desc& src, const memory::desc& weights, const memory::desc& dst) {
+            [&](const memory::desc& src, const memory::desc& weights, const memory::desc& dst,
+                const dnnl::primitive_attr& attributes) {
               return dnnl::convolution_forward::primitive_desc(
                   engine, dnnl::prop_kind::forward_inference, algorithm::convolution_direct, src, weights, bmd, dst,
-                  strideDims, dnnlDilations, padL, padR, attr);
+                  strideDims, dnnlDilations, padL, padR, attributes);
             });
       }
       chosenImpl = chosen.impl;
+      postOpOperands = chosen.postOpOperands;
       impl->work = libraryCallWork(call);
       const bool blocked = chosen.src != xmd || chosen.weights != wmd || chosen.dst != ymd;
       impl->description = std::string(transposed  ? "onednn deconv "
@@ -1066,8 +1102,10 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
     for (size_t i = 0; i < postOps.size(); ++i) {
       if (!postOps[i].isBinary()) continue;
       const int arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(dnnlIndex[i]) | DNNL_ARG_SRC_1;
-      impl->args[arg] = memory(postOpDesc(postOps[i].dims), engine, DNNL_MEMORY_NONE);
-      impl->bindings.push_back({arg, postOps[i].operand});
+      const memory::desc plain = postOpDesc(postOps[i].dims);
+      const int buffer = postOps[i].operand;
+      bindInput(*impl, arg, plain, postOpOperands.empty() ? plain : postOpOperands[i], buffer,
+                buffer < static_cast<int>(constantBuffers.size()) && constantBuffers[buffer]);
     }
   } catch (const dnnl::error& e) {
     return Error(std::string("oneDNN refuses it: ") + e.what());
