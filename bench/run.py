@@ -443,14 +443,19 @@ def versions(kiln):
                             text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
                            text=True).stdout.strip()
-    dnnl = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "libdnnl-dev"], capture_output=True,
-                          text=True).stdout.strip() or "not installed"
+    # oneDNN from PyPI in .deps/onednn (scripts/install-deps): its version header.
+    try:
+        with open(os.path.join(ROOT, ".deps", "onednn", "include", "oneapi", "dnnl", "dnnl_version.h")) as f:
+            v = dict(re.findall(r"#define DNNL_VERSION_(MAJOR|MINOR|PATCH) (\d+)", f.read()))
+        dnnl = f"{v['MAJOR']}.{v['MINOR']}.{v['PATCH']}"
+    except (OSError, KeyError):
+        dnnl = "not installed"
     blas = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
     policy = KILN_ENV.get("OMP_WAIT_POLICY", "unset")
     return [f"- Kiln (OMP_WAIT_POLICY {policy}): {os.path.relpath(kiln, ROOT) if kiln.startswith(ROOT + os.sep) else kiln}, commit {commit}{' (with uncommitted changes)' if dirty else ''}",
             f"- PyTorch {torch.__version__} (libblas.so.3 -> {blas}), OPENBLAS_CORETYPE=SkylakeX, OMP_NUM_THREADS=2, "
             "OMP_WAIT_POLICY=PASSIVE",
-            f"- ONNX Runtime {ort_version or 'not installed'}", f"- oneDNN (libdnnl-dev) {dnnl}",
+            f"- ONNX Runtime {ort_version or 'not installed'}", f"- oneDNN (PyPI onednn-cpu-gomp) {dnnl}",
             f"- Python {platform.python_version()}, NumPy {np.__version__}"]
 
 

@@ -19,10 +19,15 @@
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <oneapi/dnnl/dnnl_version.h>
 #include <optional>
 #include <set>
 #include <span>
 #include <unordered_map>
+
+// The headers of PyPI's oneDNN 3.x (runtime/CMakeLists.txt), not those of
+// Debian's libdnnl-dev 2.6 in /usr/include, whose API differs.
+static_assert(DNNL_VERSION_MAJOR == 3, "DnnlKernels.cpp is written for oneDNN 3.x");
 
 namespace kiln {
 
@@ -226,6 +231,8 @@ dnnl::engine& cpuEngine() {
 struct ConvDescs {
   dnnl::memory::desc src, weights, dst;
   std::string impl;
+  /// The layout of each binary post-op's operand, by post-op (the others' empty).
+  std::vector<dnnl::memory::desc> postOpOperands;
 };
 
 struct DnnlKernel::Impl {
@@ -611,7 +618,8 @@ Status DnnlKernel::exactPostOp(const PostOp& p) {
     case PostOp::Kind::Exp: return Error("oneDNN's exp turns NaN into +inf");
     case PostOp::Kind::Log: return Error("oneDNN's log of a denormal is log(FLT_MIN) (-88 for 1e-40, not -92)");
     case PostOp::Kind::GeluErf:
-      return Error("oneDNN's erf GELU of x below about -6 is +0 where the IR's is -0 or a tiny negative number");
+      return Error("oneDNN's erf GELU of +inf is NaN, and of x from about -8 to -6 -0 where the IR's is a tiny "
+                   "negative number");
     case PostOp::Kind::Clip: return Error("oneDNN's clip turns NaN into its lower bound and +-inf into its bounds");
     case PostOp::Kind::Max:
     case PostOp::Kind::Min:
@@ -735,27 +743,64 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
   };
   std::string chosenImpl;
   try {
-    dnnl::post_ops ops;
+    // `anyOps`, tried first by a convolution stored channels first, are
+    // `ops` but for a binary post-op's operand the size of the result (a
+    // residual add), whose layout oneDNN chooses: its kernels for a blocked
+    // result take only such an operand in the result's layout (3.x has
+    // only its reference kernel for a plain one, where 2.6 had its jit
+    // ones), so the operand is reordered into it, as x is.
+    dnnl::post_ops ops, anyOps;
+    const bool channelsFirstConv =
+        (call.kind == LibraryCall::Kind::Conv || call.kind == LibraryCall::Kind::ConvTranspose) && !call.channelsLast;
+    bool anyOperand = false;
     std::string postText;
     // oneDNN's index of each post-op (a relu is two of oneDNN's), and the
     // eltwise entries so far, for the check below.
     std::vector<int> dnnlIndex;
     std::vector<EltwiseEntry> eltwise;
+    if (quantized) {
+      // The requantization (ContractionKernels.cpp) is (accumulator + bias)
+      // times the channel's scale, then relu, then the zero point. oneDNN
+      // 3.x adds the bias after its weight scales (acc * s + bias), so the
+      // scales are not weight scales but the first post-op, a product with
+      // one scale per output channel (dim 1 of a convolution's result, of a
+      // matmul's 2-d one): (acc + bias) * s, rounded once, as oneDNN 2.6's
+      // output scales did.
+      const int64_t channels = call.kind == LibraryCall::Kind::MatMul ? dstDims.back() : dstDims[1];
+      if (static_cast<int64_t>(call.scales.size()) != channels)
+        return Error("a quantized call has " + std::to_string(call.scales.size()) + " scales for " +
+                     std::to_string(channels) + " output channels");
+      memory::dims scaleDims(call.kind == LibraryCall::Kind::MatMul ? 2 : dstDims.size(), 1);
+      scaleDims[1] = channels;
+      const memory::desc scalesMd = plainDesc(scaleDims);
+      ops.append_binary(algorithm::binary_mul, scalesMd);
+      anyOps.append_binary(algorithm::binary_mul, scalesMd);
+      memory scales(scalesMd, engine);
+      std::memcpy(scales.get_data_handle(), call.scales.data(), call.scales.size() * sizeof(float));
+      impl->args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = scales;
+    }
     for (const PostOp& p : postOps) {
       dnnlIndex.push_back(ops.len());
       if (p.isBinary()) {
         if (p.dims.size() != dstDims.size()) return Error("a binary post-op's operand is not aligned to the result");
         ops.append_binary(binaryAlgorithm(p.kind), postOpDesc(p.dims));
+        const bool whole = channelsFirstConv && std::equal(p.dims.begin(), p.dims.end(), dstDims.begin());
+        anyOps.append_binary(binaryAlgorithm(p.kind),
+                             whole ? memory::desc(p.dims, memory::data_type::f32, memory::format_tag::any)
+                                   : postOpDesc(p.dims));
+        anyOperand = anyOperand || whole;
       } else {
         for (const EltwiseEntry& e : eltwiseEntries(p, quantized, variant)) {
-          // oneDNN 2.6 gives every eltwise post-op of one algorithm the
+          // oneDNN 2.6 gave every eltwise post-op of one algorithm the
           // parameters of the first (a conv + mul 0.5 + add 3 computed
-          // y * 0.25), and its primitive cache takes -0 and +0 for equal.
+          // y * 0.25; 3.2 computes it right), and its primitive cache takes
+          // -0 and +0 for equal (3.2's too: equal_with_nan).
           for (const EltwiseEntry& q : eltwise)
             if (q.alg == e.alg && !sameBits(q, e))
               return Error("a second '" + p.name + "' post-op with other parameters than an earlier one");
           eltwise.push_back(e);
-          ops.append_eltwise(1.0f, e.alg, e.alpha, e.beta);
+          ops.append_eltwise(e.alg, e.alpha, e.beta);
+          anyOps.append_eltwise(e.alg, e.alpha, e.beta);
         }
       }
       postText += (postText.empty() ? " + " : ", ") + p.name;
@@ -763,18 +808,28 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
     dnnl::primitive_attr attr;
     attr.set_post_ops(ops);
     if (quantized) {
-      // Known when the program is compiled, so oneDNN's int8 kernels (which
-      // refuse run-time scales in 2.6) take them: one scale per output
-      // channel (dim 1 of a convolution's result, of a matmul's 2-d one).
-      const int64_t channels = call.kind == LibraryCall::Kind::MatMul ? dstDims.back() : dstDims[1];
-      if (static_cast<int64_t>(call.scales.size()) != channels)
-        return Error("a quantized call has " + std::to_string(call.scales.size()) + " scales for " +
-                     std::to_string(channels) + " output channels");
-      attr.set_output_scales(1 << 1, call.scales);
-      if (call.srcZeroPoint != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {call.srcZeroPoint});
-      if (call.dstZeroPoint != 0) attr.set_zero_points(DNNL_ARG_DST, 0, {call.dstZeroPoint});
+      // One zero point per tensor, given as an argument of each run (oneDNN
+      // 3.x takes no zero point when the primitive is made).
+      auto zeroPoint = [&](int arg, int32_t value) {
+        if (value == 0) return;
+        attr.set_zero_points_mask(arg, 0);
+        memory zp(memory::desc({1}, memory::data_type::s32, memory::format_tag::a), engine);
+        *static_cast<int32_t*>(zp.get_data_handle()) = value;
+        impl->args[DNNL_ARG_ATTR_ZERO_POINTS | arg] = zp;
+      };
+      zeroPoint(DNNL_ARG_SRC, call.srcZeroPoint);
+      zeroPoint(DNNL_ARG_DST, call.dstZeroPoint);
       postText = " requantized" + std::string(postOps.empty() ? "" : " + relu");
     }
+    // The same attributes (a quantized call has no binary post-op but its
+    // scales), unless an operand's layout is oneDNN's to choose.
+    dnnl::primitive_attr anyAttr = attr;
+    if (anyOperand) {
+      anyAttr = dnnl::primitive_attr();
+      anyAttr.set_post_ops(anyOps);
+    }
+    // The chosen layouts of the binary post-ops' operands (a convolution's).
+    std::vector<memory::desc> postOpOperands;
 
     if (call.kind == LibraryCall::Kind::MatMul) {
       std::vector<int64_t> a = call.operandDims[0], b = call.operandDims[1];
@@ -812,8 +867,7 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       const bool packB = operandBuffer[1] < static_cast<int>(constantBuffers.size()) &&
                          constantBuffers[operandBuffer[1]] && bd.size() == 2;
       const memory::desc anyB = packB ? memory::desc(bd, wType, memory::format_tag::any) : bmd;
-      dnnl::matmul::primitive_desc pd(
-          matmulBias ? dnnl::matmul::desc(amd, anyB, biasMd, cmd) : dnnl::matmul::desc(amd, anyB, cmd), attr, engine);
+      dnnl::matmul::primitive_desc pd(engine, amd, anyB, biasMd, cmd, attr);
       chosenImpl = pd.impl_info_str();
       impl->work = libraryCallWork(call);
       impl->description = std::string(quantized ? "onednn int8 matmul " : "onednn matmul ") + dimsText(ad) + "x" +
@@ -870,14 +924,11 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       const memory::dims strideDims(call.strides.begin(), call.strides.end());
       auto describe = [&](const memory::desc& src, const memory::desc& weights, const memory::desc& dst)
           -> dnnl::convolution_backward_weights::primitive_desc {
-        dnnl::convolution_forward::primitive_desc hint(
-            dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm::convolution_direct, src,
-                                            weights, dst, strideDims, dnnlDilations, padL, padR),
-            engine);
-        return dnnl::convolution_backward_weights::primitive_desc(
-            dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, src, weights, dst, strideDims,
-                                                     dnnlDilations, padL, padR),
-            engine, hint);
+        dnnl::convolution_forward::primitive_desc hint(engine, dnnl::prop_kind::forward_training,
+                                                       algorithm::convolution_direct, src, weights, dst, strideDims,
+                                                       dnnlDilations, padL, padR);
+        return dnnl::convolution_backward_weights::primitive_desc(engine, algorithm::convolution_direct, src, weights,
+                                                                  dst, strideDims, dnnlDilations, padL, padR, hint);
       };
       std::optional<dnnl::convolution_backward_weights::primitive_desc> pd;
       try {
@@ -978,31 +1029,40 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       auto choose = [&]<typename Primitive>(auto describe) {
         std::optional<typename Primitive::primitive_desc> pd;
         try {
-          pd.emplace(describe(anyX, anyW, anyY), attr, engine);
+          pd.emplace(describe(anyX, anyW, anyY, anyAttr));
         } catch (const dnnl::error&) {
           pd.reset();
         }
-        if (!pd) pd.emplace(describe(xmd, wmd, ymd), attr, engine);
+        if (!pd) pd.emplace(describe(xmd, wmd, ymd, attr));
         if (!describeOnly) impl->primitive = Primitive(*pd);
-        return ConvDescs{pd->src_desc(), pd->weights_desc(), pd->dst_desc(), pd->impl_info_str()};
+        ConvDescs chosen{pd->src_desc(), pd->weights_desc(), pd->dst_desc(), pd->impl_info_str(), {}};
+        for (size_t i = 0; i < postOps.size(); ++i)
+          chosen.postOpOperands.push_back(
+              postOps[i].isBinary()
+                  ? pd->query_md(dnnl::query::exec_arg_md, DNNL_ARG_ATTR_MULTIPLE_POST_OP(dnnlIndex[i]) | DNNL_ARG_SRC_1)
+                  : memory::desc());
+        return chosen;
       };
       ConvDescs chosen;
       if (transposed) {
         chosen = choose.template operator()<dnnl::deconvolution_forward>(
-            [&](const memory::desc& src, const memory::desc& weights, const memory::desc& dst) {
-              return dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                       algorithm::deconvolution_direct, src, weights, bmd, dst,
-                                                       strideDims, dnnlDilations, padL, padR);
+            [&](const memory::desc& src, const memory::desc& weights, const memory::desc& dst,
+                const dnnl::primitive_attr& attributes) {
+              return dnnl::deconvolution_forward::primitive_desc(
+                  engine, dnnl::prop_kind::forward_inference, algorithm::deconvolution_direct, src, weights, bmd, dst,
+                  strideDims, dnnlDilations, padL, padR, attributes);
             });
       } else {
         chosen = choose.template operator()<dnnl::convolution_forward>(
-            [&](const memory::desc& src, const memory::desc& weights, const memory::desc& dst) {
-              return dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                     algorithm::convolution_direct, src, weights, bmd, dst,
-                                                     strideDims, dnnlDilations, padL, padR);
+            [&](const memory::desc& src, const memory::desc& weights, const memory::desc& dst,
+                const dnnl::primitive_attr& attributes) {
+              return dnnl::convolution_forward::primitive_desc(
+                  engine, dnnl::prop_kind::forward_inference, algorithm::convolution_direct, src, weights, bmd, dst,
+                  strideDims, dnnlDilations, padL, padR, attributes);
             });
       }
       chosenImpl = chosen.impl;
+      postOpOperands = chosen.postOpOperands;
       impl->work = libraryCallWork(call);
       const bool blocked = chosen.src != xmd || chosen.weights != wmd || chosen.dst != ymd;
       impl->description = std::string(transposed  ? "onednn deconv "
@@ -1042,8 +1102,10 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
     for (size_t i = 0; i < postOps.size(); ++i) {
       if (!postOps[i].isBinary()) continue;
       const int arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(dnnlIndex[i]) | DNNL_ARG_SRC_1;
-      impl->args[arg] = memory(postOpDesc(postOps[i].dims), engine, DNNL_MEMORY_NONE);
-      impl->bindings.push_back({arg, postOps[i].operand});
+      const memory::desc plain = postOpDesc(postOps[i].dims);
+      const int buffer = postOps[i].operand;
+      bindInput(*impl, arg, plain, postOpOperands.empty() ? plain : postOpOperands[i], buffer,
+                buffer < static_cast<int>(constantBuffers.size()) && constantBuffers[buffer]);
     }
   } catch (const dnnl::error& e) {
     return Error(std::string("oneDNN refuses it: ") + e.what());

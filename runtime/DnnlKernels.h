@@ -9,8 +9,9 @@
 // directly; convolutions take the blocked layouts oneDNN prefers, with
 // reorders in and out (constant weights once).
 //
-// Nothing of oneDNN leaks through this header. Debian's oneDNN runs its
-// parallel regions on OpenMP (libgomp); setDnnlThreads sets their size.
+// Nothing of oneDNN leaks through this header. oneDNN (3.2, PyPI's
+// onednn-cpu-gomp) runs its parallel regions on OpenMP (libgomp);
+// setDnnlThreads sets their size.
 #pragma once
 
 #include <memory>
@@ -40,7 +41,7 @@ class DnnlKernel {
   /// What create() would make of `call`, as description() says it, without
   /// creating the primitive.
   static Expected<std::string> describe(const LibraryCall& call);
-  /// Success when oneDNN 2.6 computes the f32 post-op `p` as the IR op it
+  /// Success when oneDNN computes the f32 post-op `p` as the IR op it
   /// came from is defined (ir/ScalarSemantics.h, docs/ops.md), NaN, +-Inf
   /// and the sign of zero included; else an error naming the difference
   /// ("clip turns NaN into its lower bound"). The CPU target gives oneDNN
@@ -90,7 +91,7 @@ class DnnlKernel {
 };
 
 /// The threads oneDNN's parallel regions use from now on in this thread
-/// (omp_set_num_threads: the OpenMP runtime Debian's oneDNN is built with).
+/// (omp_set_num_threads: the OpenMP runtime oneDNN is built with).
 void setDnnlThreads(int threads);
 
 }  // namespace kiln

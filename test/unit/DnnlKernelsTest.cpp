@@ -357,6 +357,24 @@ TEST(DnnlKernelsTest, EpiloguesBecomePostOps) {
   EXPECT_NE(ir.find("onednn conv [1,3,10,10]*[4,3,3,3] + relu"), std::string::npos) << ir;
 }
 
+/// A convolution stored channels first (a 1-d one: assign-layouts stores
+/// only 2-d ones channels last) takes its residual add and relu as post-ops:
+/// oneDNN 3.x has a jit kernel for a blocked result only with the added
+/// tensor in the same blocked layout, so that operand is reordered into it
+/// (with the plain one it offers only its reference kernel, which the CPU
+/// target refuses, and the add and relu were a generated kernel).
+TEST(DnnlKernelsTest, ChannelsFirstConvTakesItsResidualAdd) {
+  const std::string ir = expectMatches(
+      "func @f(%x: f32[2,8,32], %w: f32[16,8,3], %b: f32[16], %r: f32[2,16,30]) -> f32[2,16,30] {\n"
+      "  %y = conv(%x, %w, %b) : f32[2,16,30]\n  %a = add(%y, %r) : f32[2,16,30]\n"
+      "  %z = relu(%a) : f32[2,16,30]\n  return %z\n}\n",
+      3);
+  EXPECT_NE(ir.find("onednn conv [2,8,32]*[16,8,3] + add, relu ("), std::string::npos) << ir;
+  EXPECT_EQ(ir.find("ref:"), std::string::npos) << ir;
+  EXPECT_EQ(ir.find("channels last"), std::string::npos) << ir;
+  EXPECT_EQ(ir.find("kernel @"), std::string::npos) << ir;
+}
+
 /// A max or min with a constant other than max(x, +0) (a relu) is oneDNN's
 /// clip, which turns NaN into a bound (PostOpSpecialValuesTest): the two
 /// become one clip post-op, guarded, so that oneDNN's runs only where no NaN
@@ -396,8 +414,8 @@ TEST(DnnlKernelsTest, RepeatedEltwisePostOpsStop) {
 
 /// GELU and SiLU, whole ops when select-library sees them (raise-activations
 /// restores them from exported subgraphs), each become one oneDNN post-op;
-/// but not erf GELU, which oneDNN computes as +0 for very negative x where
-/// the IR has -0 (DnnlKernel::exactPostOp): it is a generated kernel.
+/// but not erf GELU, which oneDNN computes as NaN for +inf where the IR has
+/// +inf (DnnlKernel::exactPostOp): it is a generated kernel.
 TEST(DnnlKernelsTest, ScalarFunctionsOfTheProductBecomeOnePostOp) {
   const std::string erf = expectMatches(
       "func @f(%x: f32[8,64], %w: f32[64,12], %b: f32[12]) -> f32[8,12] {\n  %m = matmul(%x, %w) : f32[8,12]\n"

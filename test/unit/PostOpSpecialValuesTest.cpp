@@ -414,7 +414,9 @@ TEST(PostOpSpecialValuesTest, RefusedPostOpsDifferOnOneDnn) {
   const std::vector<Refused> refused = {
       {PostOp::Kind::Exp, 0, 0, nan, [](float y) { return !std::isnan(y); }},
       {PostOp::Kind::Log, 0, 0, 1e-40f, [](float y) { return std::fabs(y - std::log(1e-40f)) > 1.0f; }},
-      {PostOp::Kind::GeluErf, 0, 0, -100.0f, [](float y) { return !std::signbit(y); }},
+      // (oneDNN 2.6 gave +0 for -100, where the IR has -0; 3.2 gives -0.)
+      {PostOp::Kind::GeluErf, 0, 0, std::numeric_limits<float>::infinity(),
+       [](float y) { return !(std::isinf(y) && y > 0); }},
   };
   for (const Refused& r : refused) {
     PostOp p;
