@@ -325,9 +325,11 @@ void checkMatmul(const EmulatedGpu& gpu, const LibraryCall& call, DType dtype, b
 
   auto matmul = CublasLtMatmul::create(*gpu.cublasLt, call, dtype, allowTf32);
   ASSERT_TRUE(matmul.ok()) << matmul.error().str();
+  // b as the call stores it; the copies are asynchronous, so it outlives them.
+  const std::vector<uint8_t> bStored = call.transposedB ? swapLastTwoDims(b.bytes, b.dims, dtypeSize(dtype)) : b.bytes;
   DeviceBuffers buffers(gpu);
   buffers.upload(a.bytes);
-  buffers.upload(call.transposedB ? swapLastTwoDims(b.bytes, b.dims, dtypeSize(dtype)) : b.bytes);
+  buffers.upload(bStored);
   if (hasBias) buffers.upload(bias.bytes);
   const size_t resultBytes = static_cast<size_t>(product(call.resultDims)) * dtypeSize(dtype);
   const CUdeviceptr result = buffers.add(resultBytes);
