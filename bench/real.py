@@ -279,28 +279,56 @@ def count_flops(module, inputs, output_names, path):
     """2 x the multiply-adds of the Conv, ConvTranspose, Gemm, MatMul, LSTM, GRU and RNN nodes of MODULE's ONNX graph
     at the shapes of INPUTS (arrays by name). The graph is exported again to PATH without weights and with those
     static shapes (the benchmarked export's dynamic batch leaves shapes that ONNX shape inference cannot follow
-    through its Shape -> Reshape chains); the same nodes, so the same products. None, with a warning, when a
-    shape stays unknown."""
+    through its Shape -> Reshape chains); the same nodes, so the same products. Where shape inference still cannot
+    follow a shape to a counted node (ShuffleNet V2's channel split, Swin-T's windows: Slice and Reshape of computed
+    bounds), the graph is exported once more with its weights and run by ONNX Runtime with those values as outputs,
+    whose shapes are then known. None, with a warning, when a shape stays unknown."""
     import onnx
     import torch
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module, tuple(torch.from_numpy(np.asarray(v)) for v in inputs.values()), path,
-                          input_names=list(inputs), output_names=output_names, opset_version=17,
-                          do_constant_folding=True, export_params=False)
-    inferred = onnx.shape_inference.infer_shapes(onnx.load(path), data_prop=True).graph
-    shapes = {i.name: list(i.dims) for i in inferred.initializer}
-    for value in list(inferred.input) + list(inferred.value_info) + list(inferred.output):
-        t = value.type.tensor_type
-        if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
-            shapes[value.name] = [d.dim_value for d in t.shape.dim]
+
+    def export(with_weights):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(module, tuple(torch.from_numpy(np.asarray(v)) for v in inputs.values()), path,
+                              input_names=list(inputs), output_names=output_names, opset_version=17,
+                              do_constant_folding=True, export_params=with_weights)
+        model = onnx.load(path)
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True).graph
+        shapes = {i.name: list(i.dims) for i in inferred.initializer}
+        for value in list(inferred.input) + list(inferred.value_info) + list(inferred.output):
+            t = value.type.tensor_type
+            if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+                shapes[value.name] = [d.dim_value for d in t.shape.dim]
+        return model, inferred.node, shapes
+
+    def needed(node):
+        return [node.input[0], node.input[1]] + ([node.output[0]] if node.op_type != "ConvTranspose" else [])
+
+    counted = ("Conv", "ConvTranspose", "Gemm", "MatMul", "LSTM", "GRU", "RNN")
+    _, nodes, shapes = export(False)
+    missing = [n for node in nodes if node.op_type in counted for n in needed(node) if n not in shapes]
+    if missing:
+        model, nodes, shapes = export(True)
+        missing = list(dict.fromkeys(n for node in nodes if node.op_type in counted for n in needed(node)
+                                     if n not in shapes))
+        try:
+            import onnxruntime as ort
+            known = {o.name for o in model.graph.output}
+            for name in missing:
+                if name not in known:
+                    model.graph.output.append(onnx.ValueInfoProto(name=name))
+            session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+            for name, value in zip(missing, session.run(missing, {k: np.asarray(v) for k, v in inputs.items()})):
+                shapes[name] = list(np.asarray(value).shape)
+        except Exception as e:  # noqa: BLE001 (no ONNX Runtime, or it cannot run the graph: not counted)
+            print(f"[flops] {os.path.basename(os.path.dirname(path))}: ONNX Runtime could not give the shapes "
+                  f"shape inference lacks: {type(e).__name__}: {e}", file=sys.stderr)
     total = 0
-    for node in inferred.node:
+    for node in nodes:
         op = node.op_type
-        if op not in ("Conv", "ConvTranspose", "Gemm", "MatMul", "LSTM", "GRU", "RNN"):
+        if op not in counted:
             continue
-        need = [node.input[0], node.input[1]] + ([node.output[0]] if op != "ConvTranspose" else [])
-        missing = [n for n in need if n not in shapes]
+        missing = [n for n in needed(node) if n not in shapes]
         if missing:
             print(f"[flops] {os.path.basename(os.path.dirname(path))}: no static shape for {missing[0]} "
                   f"({op} {node.name}): FLOPs not counted", file=sys.stderr)
@@ -318,9 +346,9 @@ def count_flops(module, inputs, output_names, path):
         else:  # X [T, B, I] (layout 0) or [B, T, I]; W [dirs, gates x H, I]; R [dirs, gates x H, H]
             layout = next((x.i for x in node.attribute if x.name == "layout"), 0)
             steps, batch = (a[0], a[1]) if layout == 0 else (a[1], a[0])
-            dirs, gates_h, inputs = w
+            dirs, gates_h, inputs_ = w
             hidden = shapes[node.input[2]][2] if node.input[2] in shapes else gates_h // {"LSTM": 4, "GRU": 3}.get(op, 1)
-            total += 2 * steps * batch * dirs * gates_h * (inputs + hidden)
+            total += 2 * steps * batch * dirs * gates_h * (inputs_ + hidden)
     return total
 
 
