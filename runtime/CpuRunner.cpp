@@ -155,8 +155,9 @@ Expected<std::unique_ptr<CpuRunner>> CpuRunner::create(std::shared_ptr<const Pro
         std::shared_ptr<const PackedMatmul::Weights>& weights = packedWeights[{b, step.call.transposedB}];
         const std::vector<int64_t>& dims = step.call.operandDims[1];
         if (!weights)
-          weights = PackedMatmul::pack(reinterpret_cast<const float*>(p.constants[static_cast<size_t>(slot.index)].raw()),
-                                       dims[dims.size() - 2], dims.back(), step.call.transposedB);
+          weights =
+              PackedMatmul::pack(reinterpret_cast<const float*>(p.constants[static_cast<size_t>(slot.index)].raw()),
+                                 dims[dims.size() - 2], dims.back(), step.call.transposedB);
         auto packed = PackedMatmul::create(step.call, weights);
         if (!packed) return Error("program '" + p.name + "', step %" + step.name + ": " + packed.error().message());
         runner->packed_.back() = std::move(*packed);

@@ -834,9 +834,9 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       chosenImpl = pd.impl_info_str();
       impl->work = libraryCallWork(call);
       impl->description = std::string(quantized ? "onednn int8 matmul " : "onednn matmul ") + dimsText(ad) + "x" +
-                          dimsText(bd) + postText + " (" + chosenImpl + (call.transposedB ? ", b stored transposed" : "") +
-                          (pd.weights_desc() != bmd ? ", packed b" : "") +
-                          ")";
+                          dimsText(bd) + postText + " (" + chosenImpl +
+                          (call.transposedB ? ", b stored transposed" : "") +
+                          (pd.weights_desc() != bmd ? ", packed b" : "") + ")";
       if (describeOnly) return chosenImpl;
       impl->primitive = dnnl::matmul(pd);
       impl->args[DNNL_ARG_SRC] = memory(amd, engine, DNNL_MEMORY_NONE);

@@ -361,8 +361,7 @@ PackedMatmul::~PackedMatmul() = default;
 
 bool PackedMatmul::accepts(const LibraryCall& call) { return plan(call).ok(); }
 
-std::shared_ptr<const PackedMatmul::Weights> PackedMatmul::pack(const float* b, int64_t k, int64_t n,
-                                                                bool transposed) {
+std::shared_ptr<const PackedMatmul::Weights> PackedMatmul::pack(const float* b, int64_t k, int64_t n, bool transposed) {
   auto w = std::make_shared<Weights>();
   w->k = k;
   w->n = n;

@@ -296,8 +296,7 @@ struct CublasLtMatmul::Impl {
     // Kiln's b stored [N, K] row-major is cuBLASLt's A column-major K x N,
     // which op(A) = A^T makes the N x K it multiplies.
     const int32_t transA = shape.transposedB ? CUBLAS_OP_T : CUBLAS_OP_N;
-    KILN_TRY(setDesc(CUBLASLT_MATMUL_DESC_TRANSA, &transA, sizeof(transA),
-                     "cublasLtMatmulDescSetAttribute(TRANSA)"));
+    KILN_TRY(setDesc(CUBLASLT_MATMUL_DESC_TRANSA, &transA, sizeof(transA), "cublasLtMatmulDescSetAttribute(TRANSA)"));
     KILN_TRY(setDesc(CUBLASLT_MATMUL_DESC_TRANSB, &noTranspose, sizeof(noTranspose),
                      "cublasLtMatmulDescSetAttribute(TRANSB)"));
     const uint32_t epilogue = epilogueCode(shape.epilogue);
