@@ -14,20 +14,39 @@ temporary folder when the benchmark runs and never stored:
   lstm                       a text classifier: Embedding(20000, 128), 2-layer bidirectional LSTM(hidden 256),
                              Linear on the last hidden states of both directions; sequence 64
 
-at batch 1 and 8; and training steps (SGD momentum 0.9, lr 0.01, cross-entropy) of
+at batch 1 and 8; at batch 1, the network shapes that lag (issue 28, item 3):
+
+  densenet121                torchvision DenseNet-121: a concatenation per layer
+  shufflenet_v2_x1_0         torchvision ShuffleNet V2: channel shuffles (reshape-transpose-reshape)
+  swin_t                     torchvision Swin-T: windowed attention with rolls and pads
+  resnext50_32x4d            torchvision ResNeXt-50 32x4d: grouped convolutions
+  regnet_y_400mf             torchvision RegNetY-400MF: grouped convolutions at small sizes, squeeze-excitation
+  mnasnet1_0                 torchvision MNASNet 1.0: depthwise convolutions
+  vgg11                      torchvision VGG-11: large convolutions and a 25088x4096 Linear
+  gru                        a text classifier: Embedding(20000, 128), GRU(hidden 256), Linear; sequence 64
+  bert-small                 a BERT-like text classifier: 4 post-LN layers of width 256 (4 heads, FF 1024), a Linear
+                             on the first token; sequence 128
+
+and training steps (SGD momentum 0.9, lr 0.01, cross-entropy) of
 
   resnet18                   torchvision's ResNet-18 on 3x224x224, batch 32, batch norms in train mode
   gpt-4l-256                 a small GPT (4 layers, width 256, 4 heads, sequence 128, vocabulary 4096), batch 8
+  mlp                        784 -> 1024 -> 1024 -> 10 with ReLUs, batch 256
 
-against PyTorch eager. It uses bench/run.py's machinery: the same workers, agreement checks (outputs rtol 1e-3,
-atol 1e-4 against PyTorch; training losses over 5 steps) and interleaved rounds, 2 threads per system. Each row
+against PyTorch eager. It uses bench/run.py's workers and agreement checks (outputs rtol 1e-3, atol 1e-4 against
+PyTorch; training losses over 5 steps), 2 threads per system, and guards its own numbers: the engines take turns
+within each round (Kiln, ONNX Runtime, PyTorch, the order rotating from round to round), rounds repeat until the
+spread of each row's ratios ((p75 - p25) / median of the per-round ratios) is under 10% or a time limit passes,
+the spread is printed beside each ratio, and the load average is recorded before, during and after. Each row
 also gives its GFLOP/s (FLOPs counted on the ONNX graph: 2 x the multiply-adds of Conv, Gemm, MatMul, LSTM, GRU and
 RNN; 3x the forward pass for a training step) and, for the GEMM- and convolution-bound rows, the share of the
 machine's FMA peak, measured once per run by a timed loop of FMA instructions on 2 threads.
 
-  .venv-bench/bin/python bench/real.py [--models resnet50,gpt2] [--batches 1] [--rounds 3] [--runs 2] [--output F]
+  .venv-bench/bin/python bench/real.py [--models resnet50,gpt2] [--batches 1] [--rounds 3] [--max-rounds 12]
+                                       [--time-limit 3600] [--target-spread 0.1] [--runs 2] [--output F]
+  .venv-bench/bin/python bench/real.py --models vgg11 --rounds 1 --max-rounds 1   # one model, once: a quick check
 
-The defaults (3 rounds x 2 timed runs after 1 warm-up run) keep a full run to 15 to 20 minutes on a 2-core machine.
+A full run takes about an hour on a 2-core machine (more while the machine is busy: the rows then need more rounds).
 """
 import argparse
 import datetime
@@ -60,10 +79,26 @@ INFERENCE_MODELS = {
     "bert": ("BERT-base-shaped encoder, sequence 128", True),
     "gpt2": ("GPT-2-small-shaped decoder, sequence 128", True),
     "lstm": ("2-layer bidirectional LSTM text classifier, sequence 64", False),
+    # The network shapes of issue 28's item 3, each in its own family:
+    "densenet121": ("torchvision DenseNet-121 (a concat per layer), 3x224x224", False),
+    "shufflenet_v2_x1_0": ("torchvision ShuffleNet V2 1.0x (channel shuffles), 3x224x224", False),
+    "swin_t": ("torchvision Swin-T (windowed attention: rolls, pads), 3x224x224", True),
+    "resnext50_32x4d": ("torchvision ResNeXt-50 32x4d (grouped convolutions), 3x224x224", True),
+    "regnet_y_400mf": ("torchvision RegNetY-400MF (grouped convolutions, squeeze-excitation), 3x224x224", False),
+    "mnasnet1_0": ("torchvision MNASNet 1.0 (depthwise convolutions), 3x224x224", False),
+    "vgg11": ("torchvision VGG-11 (a 25088x4096 Linear), 3x224x224", True),
+    "gru": ("GRU text classifier (recurrent cells), sequence 64", False),
+    "bert-small": ("4-layer BERT-like text classifier (width 256), sequence 128", True),
 }
 DEFAULT_BATCHES = [1, 8]
-# Training rows: (name, batch). Both are GEMM/conv-bound.
-TRAIN_MODELS = [("resnet18", 32), ("gpt-4l-256", 8)]
+# The rows timed at batch 1 only unless --batches says otherwise: the issue's shapes lag at batch 1 (and VGG-11 or
+# Swin-T at batch 8 would double the run's length).
+BATCH_1_ONLY = {"densenet121", "shufflenet_v2_x1_0", "swin_t", "resnext50_32x4d", "regnet_y_400mf", "mnasnet1_0",
+                "vgg11", "gru", "bert-small"}
+# Training rows: (name, batch). All are GEMM/conv-bound.
+TRAIN_MODELS = [("resnet18", 32), ("gpt-4l-256", 8), ("mlp", 256)]
+# A row is steady when the spread of each of its ratios is below this (--target-spread).
+DEFAULT_TARGET_SPREAD = 0.10
 # The losses' rtol where run.py's TRAIN_LOSS_RTOL (1e-4, for losses that move by less than 1e-3 a step) is tighter
 # than float order allows. ResNet-18 with random weights and batch norms in train mode drops by about 0.5 a step, and
 # five such steps carry the order of each sum along: its 5th loss was 4.92996 against PyTorch's 4.93070 (1.5e-4),
@@ -72,6 +107,8 @@ TRAIN_MODELS = [("resnet18", 32), ("gpt-4l-256", 8)]
 # untrained.
 TRAIN_LOSS_RTOL = {"resnet18": 1e-3}
 DEFAULT_TIMEOUT = 900  # seconds for one Kiln process (compile and runs)
+TORCHVISION_MODELS = {"resnet50", "mobilenet_v2", "efficientnet_b0", "vit_b_16", "resnet18", "densenet121",
+                      "shufflenet_v2_x1_0", "swin_t", "resnext50_32x4d", "regnet_y_400mf", "mnasnet1_0", "vgg11"}
 
 
 # --- The models ---------------------------------------------------------------------------------------------------
@@ -110,7 +147,50 @@ def model_classes():
             _, (h_n, _) = self.lstm(self.embed(idx))
             return self.head(torch.cat([h_n[-2], h_n[-1]], dim=1))
 
-    return BertEncoder, LSTMClassifier
+    class GRUClassifier(nn.Module):
+        """Embedding(20000, 128), a 1-layer GRU (hidden 256) and a Linear on its last hidden state."""
+
+        def __init__(self, vocab=20000, embed=128, hidden=256, classes=4):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, embed)
+            self.gru = nn.GRU(embed, hidden, batch_first=True)
+            self.head = nn.Linear(hidden, classes)
+
+        def forward(self, idx):
+            _, h_n = self.gru(self.embed(idx))
+            return self.head(h_n[-1])
+
+    class BertClassifier(nn.Module):
+        """A small BERT-like text classifier: word and position embeddings, LayerNorm, 4 post-LN encoder layers
+        (width 256, 4 heads, FF 1024, GELU) and a Linear on the first token's state."""
+
+        def __init__(self, vocab=30522, d_model=256, n_head=4, n_layer=4, ff=1024, max_positions=512, classes=2):
+            super().__init__()
+            self.tok = nn.Embedding(vocab, d_model)
+            self.pos = nn.Embedding(max_positions, d_model)
+            self.ln = nn.LayerNorm(d_model)
+            layer = nn.TransformerEncoderLayer(d_model, n_head, ff, activation="gelu", batch_first=True)
+            self.encoder = nn.TransformerEncoder(layer, n_layer, enable_nested_tensor=False)
+            self.head = nn.Linear(d_model, classes)
+
+        def forward(self, idx):
+            pos = torch.arange(idx.shape[1], dtype=torch.long).unsqueeze(0)
+            hidden = self.encoder(self.ln(self.tok(idx) + self.pos(pos)))
+            return self.head(hidden[:, 0])
+
+    class MLP(nn.Module):
+        """784 -> 1024 -> 1024 -> 10 with ReLUs: an MNIST-sized MLP."""
+
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                                     nn.Linear(1024, 10))
+
+        def forward(self, x):
+            return self.net(x)
+
+    return {"bert": BertEncoder, "lstm": LSTMClassifier, "gru": GRUClassifier, "bert-small": BertClassifier,
+            "mlp": MLP}
 
 
 def build_model(name):
@@ -125,17 +205,23 @@ def build_model(name):
     torch.manual_seed(SEED + zlib.crc32(name.encode()) % 10000)
     gen = torch.Generator().manual_seed(SEED)
     image = {0: "batch"}
-    if name in ("resnet50", "mobilenet_v2", "efficientnet_b0", "vit_b_16", "resnet18"):
+    if name in TORCHVISION_MODELS:
         module = getattr(torchvision.models, name)(weights=None)
         example = {"x": torch.randn(2, 3, 224, 224, generator=gen)}
         return module, example, ["logits"], {"x": image, "logits": image}
-    BertEncoder, LSTMClassifier = model_classes()
+    classes = model_classes()
     if name == "bert":
         example = {"idx": torch.randint(0, 30522, (2, 128), generator=gen)}
-        return BertEncoder(), example, ["hidden", "pooled"], {"idx": image, "hidden": image, "pooled": image}
-    if name == "lstm":
+        return classes["bert"](), example, ["hidden", "pooled"], {"idx": image, "hidden": image, "pooled": image}
+    if name in ("lstm", "gru"):
         example = {"idx": torch.randint(0, 20000, (2, 64), generator=gen)}
-        return LSTMClassifier(), example, ["logits"], {"idx": image, "logits": image}
+        return classes[name](), example, ["logits"], {"idx": image, "logits": image}
+    if name == "bert-small":
+        example = {"idx": torch.randint(0, 30522, (2, 128), generator=gen)}
+        return classes[name](), example, ["logits"], {"idx": image, "logits": image}
+    if name == "mlp":
+        example = {"x": torch.randn(2, 784, generator=gen)}
+        return classes[name](), example, ["logits"], {"x": image, "logits": image}
     export = base.load_export_module()
     if name == "gpt2":
         module = export.GPT(vocab=50257, d_model=768, n_head=12, context=1024, n_layer=12)
@@ -193,28 +279,56 @@ def count_flops(module, inputs, output_names, path):
     """2 x the multiply-adds of the Conv, ConvTranspose, Gemm, MatMul, LSTM, GRU and RNN nodes of MODULE's ONNX graph
     at the shapes of INPUTS (arrays by name). The graph is exported again to PATH without weights and with those
     static shapes (the benchmarked export's dynamic batch leaves shapes that ONNX shape inference cannot follow
-    through its Shape -> Reshape chains); the same nodes, so the same products. None, with a warning, when a
-    shape stays unknown."""
+    through its Shape -> Reshape chains); the same nodes, so the same products. Where shape inference still cannot
+    follow a shape to a counted node (ShuffleNet V2's channel split, Swin-T's windows: Slice and Reshape of computed
+    bounds), the graph is exported once more with its weights and run by ONNX Runtime with those values as outputs,
+    whose shapes are then known. None, with a warning, when a shape stays unknown."""
     import onnx
     import torch
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module, tuple(torch.from_numpy(np.asarray(v)) for v in inputs.values()), path,
-                          input_names=list(inputs), output_names=output_names, opset_version=17,
-                          do_constant_folding=True, export_params=False)
-    inferred = onnx.shape_inference.infer_shapes(onnx.load(path), data_prop=True).graph
-    shapes = {i.name: list(i.dims) for i in inferred.initializer}
-    for value in list(inferred.input) + list(inferred.value_info) + list(inferred.output):
-        t = value.type.tensor_type
-        if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
-            shapes[value.name] = [d.dim_value for d in t.shape.dim]
+
+    def export(with_weights):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(module, tuple(torch.from_numpy(np.asarray(v)) for v in inputs.values()), path,
+                              input_names=list(inputs), output_names=output_names, opset_version=17,
+                              do_constant_folding=True, export_params=with_weights)
+        model = onnx.load(path)
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True).graph
+        shapes = {i.name: list(i.dims) for i in inferred.initializer}
+        for value in list(inferred.input) + list(inferred.value_info) + list(inferred.output):
+            t = value.type.tensor_type
+            if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+                shapes[value.name] = [d.dim_value for d in t.shape.dim]
+        return model, inferred.node, shapes
+
+    def needed(node):
+        return [node.input[0], node.input[1]] + ([node.output[0]] if node.op_type != "ConvTranspose" else [])
+
+    counted = ("Conv", "ConvTranspose", "Gemm", "MatMul", "LSTM", "GRU", "RNN")
+    _, nodes, shapes = export(False)
+    missing = [n for node in nodes if node.op_type in counted for n in needed(node) if n not in shapes]
+    if missing:
+        model, nodes, shapes = export(True)
+        missing = list(dict.fromkeys(n for node in nodes if node.op_type in counted for n in needed(node)
+                                     if n not in shapes))
+        try:
+            import onnxruntime as ort
+            known = {o.name for o in model.graph.output}
+            for name in missing:
+                if name not in known:
+                    model.graph.output.append(onnx.ValueInfoProto(name=name))
+            session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+            for name, value in zip(missing, session.run(missing, {k: np.asarray(v) for k, v in inputs.items()})):
+                shapes[name] = list(np.asarray(value).shape)
+        except Exception as e:  # noqa: BLE001 (no ONNX Runtime, or it cannot run the graph: not counted)
+            print(f"[flops] {os.path.basename(os.path.dirname(path))}: ONNX Runtime could not give the shapes "
+                  f"shape inference lacks: {type(e).__name__}: {e}", file=sys.stderr)
     total = 0
-    for node in inferred.node:
+    for node in nodes:
         op = node.op_type
-        if op not in ("Conv", "ConvTranspose", "Gemm", "MatMul", "LSTM", "GRU", "RNN"):
+        if op not in counted:
             continue
-        need = [node.input[0], node.input[1]] + ([node.output[0]] if op != "ConvTranspose" else [])
-        missing = [n for n in need if n not in shapes]
+        missing = [n for n in needed(node) if n not in shapes]
         if missing:
             print(f"[flops] {os.path.basename(os.path.dirname(path))}: no static shape for {missing[0]} "
                   f"({op} {node.name}): FLOPs not counted", file=sys.stderr)
@@ -232,9 +346,9 @@ def count_flops(module, inputs, output_names, path):
         else:  # X [T, B, I] (layout 0) or [B, T, I]; W [dirs, gates x H, I]; R [dirs, gates x H, H]
             layout = next((x.i for x in node.attribute if x.name == "layout"), 0)
             steps, batch = (a[0], a[1]) if layout == 0 else (a[1], a[0])
-            dirs, gates_h, inputs = w
+            dirs, gates_h, inputs_ = w
             hidden = shapes[node.input[2]][2] if node.input[2] in shapes else gates_h // {"LSTM": 4, "GRU": 3}.get(op, 1)
-            total += 2 * steps * batch * dirs * gates_h * (inputs + hidden)
+            total += 2 * steps * batch * dirs * gates_h * (inputs_ + hidden)
     return total
 
 
@@ -357,6 +471,97 @@ def export_onnx(module, example, output_names, axes, path, preserve_batch_norm=F
                           dynamic_axes=axes, opset_version=17, do_constant_folding=True, training=training)
 
 
+# --- Interleaved rounds until the rows are steady -----------------------------------------------------------------
+
+
+def spread(values):
+    """The interquartile range over the median, (p75 - p25) / p50, of VALUES (quartiles interpolated between the
+    sorted values, as statistics.quantiles' inclusive method does); None for fewer than 3 values. Robust: one round
+    that a burst of load slowed moves the quartiles by at most one rank, where max/min would report the burst."""
+    if len(values) < 3:
+        return None
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return (q3 - q1) / q2 if q2 > 0 else None
+
+
+def row_ratios(c, systems):
+    """{other system: [Kiln's time / its time in the same round]} for the systems besides Kiln that ran every round
+    Kiln ran (the pairs come from adjacent runs, so a slow drift of the machine's load cancels in them)."""
+    out = {}
+    kiln = c["rounds"]["kiln"]
+    for other in systems:
+        if other == "kiln" or "kiln" in c["failed"] or other in c["failed"]:
+            continue
+        theirs = c["rounds"][other]
+        n = min(len(kiln), len(theirs))
+        out[other] = [k / t for k, t in zip(kiln[:n], theirs[:n]) if t > 0]
+    return out
+
+
+def row_spreads(c, systems):
+    """{other system: spread of the per-round ratios Kiln / other} (None where fewer than 3 rounds ran)."""
+    return {other: spread(ratios) for other, ratios in row_ratios(c, systems).items()}
+
+
+def steady(c, systems, target):
+    """Whether every ratio of the row has a spread below TARGET (a row with no ratio, Kiln having failed, is done)."""
+    return all(v is not None and v < target for v in row_spreads(c, systems).values())
+
+
+def time_until_steady(configs, train_configs, workers, kiln, train_bench, args, started, loads):
+    """Times in rounds. Each round gives every unsteady row one turn per system, the systems one after another in a
+    rotating order (inference: Kiln, ONNX Runtime, PyTorch; training: Kiln, PyTorch), each turn args.warmup warm-up
+    runs and args.runs timed ones whose median is the round's sample. After args.rounds rounds a row whose ratios all
+    have a spread (spread()) under args.target_spread is steady and is not run again; rounds go on until every row
+    is steady, args.max_rounds rounds have run, or args.time_limit seconds have passed since timing began. Appends
+    the 1-minute load average after each round to LOADS."""
+    inference_order = ("kiln", "ort", "torch")
+    training_order = ("kiln", "torch")
+    timing_started = time.time()
+    rows = [(c, inference_order) for c in configs] + [(c, training_order) for c in train_configs]
+    for r in range(args.max_rounds):
+        active = [(c, order) for c, order in rows if r < args.rounds or not steady(c, order, args.target_spread)]
+        if not active:
+            break
+        if r >= args.rounds and time.time() - timing_started > args.time_limit:
+            print(f"[bench] time limit ({args.time_limit:.0f} s) reached after {r} rounds with {len(active)} rows "
+                  "not steady", file=sys.stderr, flush=True)
+            break
+        for c, order in active:
+            c["rounds_run"] = r + 1
+            turn = order[r % len(order):] + order[:r % len(order)]
+            for system in turn:
+                if system in c["failed"]:
+                    continue
+                # The previous system's idle threads may still spin (OpenMP, ONNX Runtime's pool) and would take the
+                # cores from this one.
+                time.sleep(args.pause)
+                if system == "kiln":
+                    reply = (base.kiln_train(train_bench, c, args.runs, args.warmup, args.timeout) if "labels" in c
+                             else base.kiln_bench(kiln, c, args.runs, args.warmup, args.timeout))
+                    median = reply.get("median_ms")
+                else:
+                    reply = workers[system].call(cmd="bench", key=c["key"], runs=args.runs, warmup=args.warmup)
+                    median = statistics.median(reply["times_ms"]) if reply["ok"] else None
+                if reply["ok"]:
+                    c["rounds"][system].append(median)
+                else:
+                    c["failed"][system] = reply["error"]
+            # A system that failed this round leaves the others' samples of it unpaired: drop them.
+            n = min((len(c["rounds"][s]) for s in order if s not in c["failed"]), default=0)
+            for s in order:
+                del c["rounds"][s][n:]
+        loads.append(os.getloadavg()[0])
+        unsteady = [c["key"] for c, order in rows if not steady(c, order, args.target_spread)]
+        print(f"[bench] round {r + 1} done ({len(active)} rows run, {time.time() - started:.0f} s, load "
+              f"{loads[-1]:.1f}); not steady: {', '.join(unsteady) if unsteady else 'none'}", file=sys.stderr,
+              flush=True)
+
+
+def fmt_spread(value):
+    return "n/a" if value is None else f"{100 * value:.0f}%"
+
+
 def fmt_rate(flops, ms):
     return "" if flops is None or ms is None else f"{flops / ms / 1e6:.1f}"
 
@@ -372,10 +577,21 @@ def main():
     parser.add_argument("--kiln-train-bench", help="the kiln-train-bench binary (default: beside --kiln's build)")
     parser.add_argument("--models", default=",".join(all_names),
                         help=f"comma-separated subset of {', '.join(all_names)} (default: all)")
-    parser.add_argument("--batches", default=",".join(map(str, DEFAULT_BATCHES)),
-                        help="inference batch sizes, comma-separated (default 1,8)")
+    parser.add_argument("--batches", default=None,
+                        help="inference batch sizes, comma-separated (default 1,8; 1 for the rows of item 3's "
+                        f"shapes: {', '.join(sorted(BATCH_1_ONLY))})")
     parser.add_argument("--tables", default="inference,training", help="inference, training or both (default)")
-    parser.add_argument("--rounds", type=int, default=3, help="timing rounds (default 3)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="timing rounds every row runs before its spread may stop it (default 3; 1 or 2: no "
+                        "spread, a quick look)")
+    parser.add_argument("--max-rounds", type=int, default=12,
+                        help="rounds at most; rows still unsteady then are reported with their spread (default 12)")
+    parser.add_argument("--time-limit", type=float, default=3600,
+                        help="seconds of timing after which no further round starts, once --rounds have run "
+                        "(default 3600)")
+    parser.add_argument("--target-spread", type=float, default=DEFAULT_TARGET_SPREAD,
+                        help="a row is steady once the spread, (p75 - p25) / median, of each of its per-round ratios "
+                        f"is below this (default {DEFAULT_TARGET_SPREAD})")
     parser.add_argument("--runs", type=int, default=2,
                         help="timed runs (training: steps) per system and configuration in each round (default 2)")
     parser.add_argument("--warmup", type=int, default=1, help="warm-up runs before each round's timed runs (default 1)")
@@ -392,6 +608,9 @@ def main():
         return base.worker_main(args.worker, module_for=worker_module() if args.worker == "torch" else None)
     if args.rounds < 1 or args.runs < 1 or args.warmup < 0:
         parser.error("--rounds and --runs must be at least 1, --warmup at least 0")
+    args.max_rounds = max(args.max_rounds, args.rounds)
+    if args.target_spread <= 0 or args.time_limit < 0:
+        parser.error("--target-spread must be positive and --time-limit at least 0")
     wanted = [m for m in args.models.split(",") if m]
     unknown = [m for m in wanted if m not in all_names]
     if unknown:
@@ -400,10 +619,10 @@ def main():
     if set(tables) - {"inference", "training"}:
         parser.error(f"--tables {args.tables}: expected inference, training or both")
     try:
-        batches = [int(b) for b in args.batches.split(",")]
+        batches = None if args.batches is None else [int(b) for b in args.batches.split(",")]
     except ValueError:
         parser.error(f"--batches {args.batches}: expected comma-separated positive integers")
-    if any(b < 1 for b in batches):
+    if batches is not None and any(b < 1 for b in batches):
         parser.error(f"--batches {args.batches}: expected positive integers")
     kiln = os.path.abspath(args.kiln)
     train_bench = os.path.abspath(args.kiln_train_bench or os.path.join(os.path.dirname(kiln), "kiln-train-bench"))
@@ -436,6 +655,7 @@ def benchmark(args, kiln, train_bench, inference, training, batches, work):
     import torch
     started = time.time()
     load_before = os.getloadavg()
+    loads = []  # the 1-minute load average after each timing round
     peak, peak_problem = measure_fma_peak(work)
     print(f"[peak] FMA loop: {peak or peak_problem}", file=sys.stderr, flush=True)
 
@@ -471,7 +691,7 @@ def benchmark(args, kiln, train_bench, inference, training, batches, work):
         if not (ready := prepared(name)):
             continue
         folder, onnx_path, state, module, example, output_names, axes = ready
-        for batch in batches:
+        for batch in batches or ([1] if name in BATCH_1_ONLY else DEFAULT_BATCHES):
             inputs = {}
             values = base.batch_inputs(example, axes, batch, seed=batch)
             for input_name, value in values.items():
@@ -512,18 +732,28 @@ def benchmark(args, kiln, train_bench, inference, training, batches, work):
     try:
         base.check_inference(configs, workers, kiln, work, args.timeout)
         base.check_training(train_configs, workers, train_bench, args.timeout)
-        base.time_rounds(configs, train_configs, workers, kiln, train_bench, args, started, args.timeout)
+        time_until_steady(configs, train_configs, workers, kiln, train_bench, args, started, loads)
     finally:
         for w in workers.values():
             w.close()
 
     peak_gflops = peak["gflops"] if peak else None
+    all_rows = configs + train_configs
+    rounds_run = [c.get("rounds_run", 0) for c in all_rows]
     lines = [f"Measured {datetime.datetime.now().strftime('%Y-%m-%d %H:%M %Z').strip()} by bench/real.py "
-             f"({args.rounds} rounds x {args.runs} timed runs after {args.warmup} warm-up runs per system and "
-             f"configuration; the time is the median of the round medians; 2 threads each).", ""]
+             f"(`{' '.join(['bench/real.py'] + sys.argv[1:])}`): interleaved rounds, each giving every row one turn "
+             f"per system in a rotating order ({args.warmup} warm-up and {args.runs} timed runs a turn; the turn's "
+             f"median is the round's sample); at least {args.rounds} and at most {args.max_rounds} rounds, a row "
+             f"leaving once the spread of each of its ratios is under {100 * args.target_spread:.0f}% "
+             f"({min(rounds_run, default=0)} to {max(rounds_run, default=0)} rounds ran; time limit "
+             f"{args.time_limit:.0f} s). A time is the median of the round samples; a ratio's spread is "
+             "(p75 - p25) / median of its per-round ratios (Kiln's sample over the other system's in the same "
+             "round). 2 threads each.", ""]
     load_after = os.getloadavg()
     lines += base.machine_description()
-    lines.append(f"- Load average (1 min) {load_before[0]:.1f} before the run, {load_after[0]:.1f} after")
+    lines.append(f"- Load average (1, 5, 15 min) {', '.join(f'{v:.1f}' for v in load_before)} before the run, "
+                 f"{', '.join(f'{v:.1f}' for v in load_after)} after; 1 min after each round: "
+                 f"{' '.join(f'{v:.1f}' for v in loads) or 'none'}")
     if peak:
         lines.append(f"- FMA peak (single precision, {peak['isa']} FMA loop, best of 5, each thread's FLOPs over its "
                      f"CPU time): {peak['gflops']:.0f} GFLOP/s on 2 threads ({peak['gflops_1']:.0f} on 1; "
@@ -533,9 +763,10 @@ def benchmark(args, kiln, train_bench, inference, training, batches, work):
         lines.append(f"- FMA peak not measured: {peak_problem}")
     lines += base.versions(kiln) + [""]
     if configs:
-        lines.append("| model | batch | GFLOP | Kiln ms | ORT ms | PyTorch ms | Kiln/ORT | Kiln/PyTorch | "
-                     "GFLOP/s Kiln | GFLOP/s ORT | GFLOP/s PyTorch | % peak Kiln | % peak ORT | % peak PyTorch |")
-        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        lines.append("| model | batch | GFLOP | Kiln ms | ORT ms | PyTorch ms | Kiln/ORT | spread | Kiln/PyTorch | "
+                     "spread | rounds | GFLOP/s Kiln | GFLOP/s ORT | GFLOP/s PyTorch | % peak Kiln | % peak ORT | "
+                     "% peak PyTorch |")
+        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         vs_ort_all, vs_torch_all = [], []
         for c in configs:
             ms = {s: (statistics.median(c["rounds"][s]) if s not in c["failed"] and c["rounds"][s] else None)
@@ -546,31 +777,34 @@ def benchmark(args, kiln, train_bench, inference, training, batches, work):
             vs_torch_all.append(vs_torch)
             flops = c["flops"]
             shares = [fmt_share(flops, ms[s], peak_gflops) if c["bound"] else "" for s in ("kiln", "ort", "torch")]
+            spreads = row_spreads(c, base.SYSTEMS)
             lines.append(f"| {c['name']} | {c['batch']} | {'?' if flops is None else f'{flops / 1e9:.2f}'} | "
                          f"{base.fmt_ms(ms['kiln'])} | {base.fmt_ms(ms['ort'])} | {base.fmt_ms(ms['torch'])} | "
-                         f"{base.fmt(vs_ort, 2)} | {base.fmt(vs_torch, 2)} | "
+                         f"{base.fmt(vs_ort, 2)} | {fmt_spread(spreads.get('ort'))} | {base.fmt(vs_torch, 2)} | "
+                         f"{fmt_spread(spreads.get('torch'))} | {len(c['rounds']['kiln'])} | "
                          f"{' | '.join(fmt_rate(flops, ms[s]) for s in ('kiln', 'ort', 'torch'))} | "
                          f"{' | '.join(shares)} |")
             for system, error in c["failed"].items():
                 notes.append(f"- {c['key']}: {system} failed: {error}")
         g_ort, g_torch = base.geomean(vs_ort_all), base.geomean(vs_torch_all)
-        lines.append(f"| **geometric mean** | | | | | | **{base.fmt(g_ort, 2)}** | **{base.fmt(g_torch, 2)}** | "
-                     "| | | | | |")
+        lines.append(f"| **geometric mean** | | | | | | **{base.fmt(g_ort, 2)}** | | **{base.fmt(g_torch, 2)}** | "
+                     "| | | | | | | |")
         lines.append("")
         lines.append(f"Ratios below 1 mean Kiln is faster. Geometric means over the "
                      f"{sum(1 for r in vs_ort_all if r)} (Kiln/ORT) and {sum(1 for r in vs_torch_all if r)} "
                      f"(Kiln/PyTorch) of {len(configs)} configurations where both systems ran. GFLOP: 2 x the "
                      "multiply-adds of the ONNX graph's Conv, Gemm, MatMul and LSTM nodes; % peak (GEMM- and "
-                     "convolution-bound rows only): GFLOP/s over the FMA peak above.")
+                     "convolution-bound rows only): GFLOP/s over the FMA peak above. Spread: (p75 - p25) / median "
+                     "of the ratio's per-round values; n/a under 3 rounds. Rounds: Kiln's samples.")
     if train_configs:
         if configs:
             lines.append("")
         lines.append("Training step (SGD momentum 0.9, lr 0.01, cross-entropy; Kiln: kiln-train-bench; PyTorch: "
                      "eager autograd and torch.optim; batch norms in train mode in both):")
         lines.append("")
-        lines.append("| model | batch | GFLOP | Kiln ms | PyTorch ms | Kiln/PyTorch | GFLOP/s Kiln | GFLOP/s PyTorch | "
-                     "% peak Kiln | % peak PyTorch | first losses (PyTorch) |")
-        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        lines.append("| model | batch | GFLOP | Kiln ms | PyTorch ms | Kiln/PyTorch | spread | rounds | GFLOP/s Kiln | "
+                     "GFLOP/s PyTorch | % peak Kiln | % peak PyTorch | first losses (PyTorch) |")
+        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         ratios = []
         for c in train_configs:
             ms = {s: (statistics.median(c["rounds"][s]) if s not in c["failed"] and c["rounds"][s] else None)
@@ -581,13 +815,14 @@ def benchmark(args, kiln, train_bench, inference, training, batches, work):
             losses = " ".join(f"{v:.4f}" for v in c["losses"][1]) if "losses" in c else ""
             lines.append(f"| {c['name']} | {c['batch']} | {'?' if flops is None else f'{flops / 1e9:.1f}'} | "
                          f"{base.fmt_ms(ms['kiln'])} | {base.fmt_ms(ms['torch'])} | {base.fmt(ratio, 2)} | "
-                         f"{fmt_rate(flops, ms['kiln'])} | {fmt_rate(flops, ms['torch'])} | "
+                         f"{fmt_spread(row_spreads(c, base.TRAIN_SYSTEMS).get('torch'))} | "
+                         f"{len(c['rounds']['kiln'])} | {fmt_rate(flops, ms['kiln'])} | {fmt_rate(flops, ms['torch'])} | "
                          f"{fmt_share(flops, ms['kiln'], peak_gflops)} | {fmt_share(flops, ms['torch'], peak_gflops)} | "
                          f"{losses} |")
             for system, error in c["failed"].items():
                 notes.append(f"- {c['key']}: {system} failed: {error}")
         done = [r for r in ratios if r]
-        lines.append(f"| **geometric mean** | | | | | **{base.fmt(base.geomean(done), 2)}** | | | | | |")
+        lines.append(f"| **geometric mean** | | | | | **{base.fmt(base.geomean(done), 2)}** | | | | | | | |")
         lines.append("")
         lines.append(f"Ratios below 1 mean Kiln is faster; geometric mean over the {len(done)} of "
                      f"{len(train_configs)} configurations where both ran. GFLOP: 3 x the forward pass's (forward, "
@@ -595,6 +830,11 @@ def benchmark(args, kiln, train_bench, inference, training, batches, work):
                      f"{base.TRAIN_CHECK_STEPS} steps agreed (rtol {base.TRAIN_LOSS_RTOL}"
                      + "".join(f"; {m} {r}" for m, r in TRAIN_LOSS_RTOL.items()) + ", their drops rtol "
                      f"{base.TRAIN_DROP_RTOL}) before timing, or the row is listed under Failures.")
+    unsteady = [c["key"] for c in configs if not steady(c, base.SYSTEMS, args.target_spread)]
+    unsteady += [c["key"] for c in train_configs if not steady(c, base.TRAIN_SYSTEMS, args.target_spread)]
+    if unsteady:
+        lines += ["", f"Not steady (a ratio's spread at or above {100 * args.target_spread:.0f}%, or under 3 rounds, "
+                  f"when timing stopped): {', '.join(unsteady)}."]
     if notes:
         lines += ["", "Failures:"] + notes
     report = "\n".join(lines) + "\n"

@@ -35,7 +35,10 @@ constexpr int64_t kMaxFoldedElements = int64_t{1} << 20;
 /// reshape, slice, concat): a weight an exporter stored transposed (Gemm's
 /// transB) or stacked (an LSTM's directions) is rearranged once here
 /// instead of on every run (MobileNetV2's 1280x1000 classifier took
-/// 0.85 ms per run, 6% of it; an LSTM's weights 2 ms).
+/// 0.85 ms per run, 6% of it; an LSTM's weights 2 ms). A matmul weight's
+/// transpose over the bound is not copied either: select-library gives the
+/// library call the weight as stored, read through transposed strides
+/// (transposeReadInPlace in passes/Target.h).
 constexpr int64_t kMaxFoldedMoveElements = int64_t{1} << 26;
 
 bool onlyMovesElements(OpKind k) {

@@ -19,6 +19,11 @@ namespace {
 /// offer may cost the target a library query.
 constexpr size_t kMaxEpilogue = 8;
 
+bool isConstant(const Value* v) {
+  const Op* def = v->definingOp();
+  return def && def->kind() == OpKind::Constant;
+}
+
 bool isContraction(const Op& op) {
   return op.kind() == OpKind::MatMul || op.kind() == OpKind::Conv || op.kind() == OpKind::ConvTranspose ||
          op.kind() == OpKind::ConvWeightGrad || op.kind() == OpKind::QConv || op.kind() == OpKind::QMatMul;
@@ -71,7 +76,10 @@ std::vector<const Op*> candidateEpilogue(const Op& anchor) {
 /// Replaces `anchor` and `epilogue` by one `fused` op of kind "library"
 /// where the last of them was: operands are the values they read from
 /// outside (the anchor's first), scalar constants are copied in.
-void wrapInLibraryGroup(Function& f, Op* anchor, const std::vector<const Op*>& epilogue) {
+/// A `prologue` (a transpose the call reads in place, transposeReadInPlace)
+/// goes into the region before the anchor; its constant operand becomes the
+/// group's operand where the transposed value would have been.
+void wrapInLibraryGroup(Function& f, Op* anchor, const std::vector<const Op*>& epilogue, Op* prologue) {
   std::vector<Op*> members = {anchor};
   for (const Op* op : epilogue) members.push_back(const_cast<Op*>(op));
   Op* last = members.back();
@@ -95,11 +103,15 @@ void wrapInLibraryGroup(Function& f, Op* anchor, const std::vector<const Op*>& e
     inner.emplace_back(v, in);
     return in;
   };
-  // Arguments in order of first use, then the members moved into the region.
+  // Arguments in order of first use (the prologue's operand where the
+  // anchor reads its result), then the members moved into the region.
   for (Op* m : members)
-    for (Value* v : m->operands())
+    for (Value* v : m->operands()) {
+      if (prologue && v == prologue->result()) v = prologue->operand(0);
       if (!v->definingOp() || std::find(members.begin(), members.end(), v->definingOp()) == members.end())
         innerValue(v);
+    }
+  if (prologue) members.insert(members.begin(), prologue);
 
   Op* group = f.insert(last, Op::create(OpKind::Fused, inputs, {last->result()->type()},
                                         {{"kind", Attribute("library")}}, anchor->loc()));
@@ -147,6 +159,21 @@ void wrapInLibraryGroup(Function& f, Op* anchor, const std::vector<const Op*>& e
 /// some post-ops (an exact relu on oneDNN is an exp polynomial). So ReLU6,
 /// max(x, 0) then min(x, 6), is a convolution alone and one kernel for both.
 ///
+/// A matmul whose b is the transpose of a constant (transposeReadInPlace
+/// in passes/Target.h: a Linear's weight too large for canonicalize to
+/// fold the transpose) takes the transpose into its group, the constant as
+/// the group's operand, and the call reads the weight in place:
+///
+///   %wt = transpose(%w) {perm = [1, 0]} : f32[25088,4096]
+///   %m = matmul(%x, %wt) : f32[1,4096]
+/// becomes
+///   %m = fused(%x, %w) {kind = "library"} : f32[1,4096] {
+///   ^(%x: f32[1,25088], %w: f32[4096,25088]):
+///     %wt = transpose(%w) {perm = [1, 0]} : f32[25088,4096]
+///     %m = matmul(%x, %wt) : f32[1,4096]
+///     return %m
+///   }
+///
 /// An op the target refuses even alone (too small, not f32) stays as it is,
 /// for `fuse` and a generated kernel. A target refuses an epilogue op its
 /// library computes otherwise than the op is defined on NaN, infinities or
@@ -179,7 +206,7 @@ class SelectLibraryPass : public Pass {
                    ctx.target->acceptsLibraryCall(*anchor, std::span(epilogue.data(), n - 1)))
               --n;
           epilogue.resize(n);
-          wrapInLibraryGroup(*f, anchor, epilogue);
+          wrapInLibraryGroup(*f, anchor, epilogue, const_cast<Op*>(transposeReadInPlace(*anchor, isConstant)));
           changed = true;
           break;
         }

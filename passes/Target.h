@@ -7,6 +7,7 @@
 
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "ir/IR.h"
 
@@ -40,5 +41,33 @@ class Target {
     return false;
   }
 };
+
+/// The `transpose` that a library call computing `matmul` reads in place:
+/// the op defining its b (operand 1) when it swaps b's last two dims and
+/// leaves the others, of a constant (a Linear's weight, which exporters
+/// store [N, K] with Gemm's transB), with `matmul` its only user; else
+/// null. A transpose of a weight of at most 2^25 elements is folded by
+/// canonicalize; a larger one (VGG-11's 25088x4096) would run as a kernel
+/// copying the whole weight on every run, so select-library puts it in the
+/// matmul's library group and the call reads b through transposed strides
+/// (LibraryCall::transposedB). `isConstant` says whether the transpose's
+/// operand is a constant (in a group's region: whether the group operand
+/// behind the region argument is).
+template <typename IsConstant>
+const Op* transposeReadInPlace(const Op& matmul, IsConstant isConstant) {
+  if (matmul.kind() != OpKind::MatMul || matmul.numOperands() != 2) return nullptr;
+  const Value* b = matmul.operand(1);
+  const Op* t = b->definingOp();
+  if (!t || t->kind() != OpKind::Transpose || b->users().size() != 1 || b->type().rank() < 2) return nullptr;
+  const Attribute* perm = t->attr("perm");
+  if (!perm) return nullptr;
+  const std::vector<int64_t>& p = perm->getInts();
+  const size_t rank = b->type().rank();
+  if (p.size() != rank) return nullptr;
+  for (size_t i = 0; i + 2 < rank; ++i)
+    if (p[i] != static_cast<int64_t>(i)) return nullptr;
+  if (p[rank - 2] != static_cast<int64_t>(rank - 1) || p[rank - 1] != static_cast<int64_t>(rank - 2)) return nullptr;
+  return isConstant(t->operand(0)) ? t : nullptr;
+}
 
 }  // namespace kiln

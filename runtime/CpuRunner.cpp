@@ -130,7 +130,8 @@ Expected<std::unique_ptr<CpuRunner>> CpuRunner::create(std::shared_ptr<const Pro
   size_t maxBuffers = 0;
   // b packed once per constant, for every small-row matmul by it (an
   // unrolled recurrent net multiplies by the same R^T at each time step).
-  std::map<int, std::shared_ptr<const PackedMatmul::Weights>> packedWeights;
+  // By constant slot and whether it is read transposed (LibraryCall::transposedB).
+  std::map<std::pair<int, bool>, std::shared_ptr<const PackedMatmul::Weights>> packedWeights;
   for (const Program::Step& step : p.steps) {
     maxBuffers = std::max(maxBuffers, step.operands.size() + 1);
     runner->packed_.emplace_back();
@@ -151,11 +152,12 @@ Expected<std::unique_ptr<CpuRunner>> CpuRunner::create(std::shared_ptr<const Pro
       const int b = step.operands[static_cast<size_t>(step.call.operands[1])];
       const Program::Slot& slot = p.slots[static_cast<size_t>(b)];
       if (slot.kind == Program::SlotKind::Constant && slot.type.dtype == DType::F32) {
-        std::shared_ptr<const PackedMatmul::Weights>& weights = packedWeights[b];
+        std::shared_ptr<const PackedMatmul::Weights>& weights = packedWeights[{b, step.call.transposedB}];
         const std::vector<int64_t>& dims = step.call.operandDims[1];
         if (!weights)
-          weights = PackedMatmul::pack(reinterpret_cast<const float*>(p.constants[static_cast<size_t>(slot.index)].raw()),
-                                       dims[dims.size() - 2], dims.back());
+          weights =
+              PackedMatmul::pack(reinterpret_cast<const float*>(p.constants[static_cast<size_t>(slot.index)].raw()),
+                                 dims[dims.size() - 2], dims.back(), step.call.transposedB);
         auto packed = PackedMatmul::create(step.call, weights);
         if (!packed) return Error("program '" + p.name + "', step %" + step.name + ": " + packed.error().message());
         runner->packed_.back() = std::move(*packed);

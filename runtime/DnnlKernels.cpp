@@ -46,6 +46,16 @@ memory::desc plainDesc(const memory::dims& dims, memory::data_type type = memory
   return memory::desc(dims, type, rowMajorStrides(dims));
 }
 
+/// A matrix (or batch of them) of logical dims [..., K, N] stored with its
+/// last two dims swapped, [..., N, K] row-major (LibraryCall::transposedB).
+memory::desc transposedDesc(const memory::dims& dims, memory::data_type type = memory::data_type::f32) {
+  memory::dims stored = dims;
+  std::swap(stored[stored.size() - 2], stored[stored.size() - 1]);
+  memory::dims strides = rowMajorStrides(stored);
+  std::swap(strides[strides.size() - 2], strides[strides.size() - 1]);
+  return memory::desc(dims, type, strides);
+}
+
 /// oneDNN's type of a library call's elements: f32, or u8 and s8 (int8 calls).
 memory::data_type dnnlType(DType dtype) {
   switch (dtype) {
@@ -421,6 +431,8 @@ DnnlKernel::Impl::Guard::Range DnnlKernel::Impl::Guard::chainRange(const Library
     // A matmul's b: [K] (a column) or [..., K, N].
     if (wDims.size() == 1) return maxColumnMagnitudeSum(w, 1, wDims[0], 1);
     const int64_t k = wDims[wDims.size() - 2], n = wDims.back();
+    // Stored transposed, [..., N, K]: a result column's weights are a row.
+    if (call.transposedB) return maxRowMagnitudeSum(w, elementCount(wDims) / k, k);
     return maxColumnMagnitudeSum(w, elementCount(wDims) / (k * n), k, n);
   });
   if (!(weights <= kGuardLimit)) return Range::unbounded();
@@ -697,6 +709,8 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
   const memory::dims dstDims(call.resultDims.begin(), call.resultDims.end());
   if (call.channelsLast && call.kind != LibraryCall::Kind::Conv)
     return Error("only convolutions are stored channels last");
+  if (call.transposedB && (call.kind != LibraryCall::Kind::MatMul || call.operandDims[1].size() < 2))
+    return Error("only a matmul's b of 2 or more dims is stored transposed");
   // Element types: all f32, or an int8 call's u8/s8 x and result, s8
   // weights and s32 bias.
   const bool quantized = call.quantized();
@@ -854,7 +868,10 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       // Output scales per column need the 2-d result that an int8 matmul
       // (b of [K, N]) always has once a's rows are collapsed.
       if (quantized && cd.size() != 2) return Error("a quantized matmul of a batched b");
-      const memory::desc amd = plainDesc(ad, xType), bmd = plainDesc(bd, wType), cmd = plainDesc(cd, yType);
+      // A b stored transposed is read through its strides: oneDNN's GEMMs
+      // take either order, and a constant one is packed from it once below.
+      const memory::desc amd = plainDesc(ad, xType), cmd = plainDesc(cd, yType);
+      const memory::desc bmd = call.transposedB ? transposedDesc(bd, wType) : plainDesc(bd, wType);
       const bool matmulBias = quantized && call.operands.size() > 2;
       const memory::desc biasMd = matmulBias ? plainDesc({1, cd.back()}, biasType) : memory::desc();
       // A constant b without a batch is packed once in the layout oneDNN
@@ -871,8 +888,9 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       chosenImpl = pd.impl_info_str();
       impl->work = libraryCallWork(call);
       impl->description = std::string(quantized ? "onednn int8 matmul " : "onednn matmul ") + dimsText(ad) + "x" +
-                          dimsText(bd) + postText + " (" + chosenImpl + (pd.weights_desc() != bmd ? ", packed b" : "") +
-                          ")";
+                          dimsText(bd) + postText + " (" + chosenImpl +
+                          (call.transposedB ? ", b stored transposed" : "") +
+                          (pd.weights_desc() != bmd ? ", packed b" : "") + ")";
       if (describeOnly) return chosenImpl;
       impl->primitive = dnnl::matmul(pd);
       impl->args[DNNL_ARG_SRC] = memory(amd, engine, DNNL_MEMORY_NONE);
@@ -1134,20 +1152,22 @@ class PackedWeights {
     std::lock_guard<std::mutex> lock(mutex_);
     std::vector<Entry>& entries = bySource_[source];
     std::erase_if(entries, [](const Entry& e) { return e.copy.expired(); });
+    // The source's layout is part of the key: one constant may be read as
+    // b by one call and as b stored transposed by another.
     for (const Entry& e : entries)
-      if (e.desc == packed.get_desc())
+      if (e.desc == packed.get_desc() && e.source == plain.get_desc())
         if (auto copy = e.copy.lock()) return copy;
     auto copy = std::make_shared<const memory>(packed.get_desc(), cpuEngine());
     plain.set_data_handle(const_cast<void*>(source));
     reorder.execute(stream, plain, const_cast<memory&>(*copy));
     stream.wait();
-    entries.push_back({packed.get_desc(), copy});
+    entries.push_back({packed.get_desc(), plain.get_desc(), copy});
     return copy;
   }
 
  private:
   struct Entry {
-    memory::desc desc;
+    memory::desc desc, source;
     std::weak_ptr<const memory> copy;
   };
   std::mutex mutex_;

@@ -58,6 +58,11 @@ struct LibraryCall {
   /// Convolutions: x, the result and tensor post-op operands are stored
   /// channels last ([N, D..., C], as their dims say); w stays [M, C/g, K...].
   bool channelsLast = false;
+  /// Matmuls: b's buffer holds b with its last two dims swapped ([..., N,
+  /// K] for operandDims[1] of [..., K, N]), read through transposed strides:
+  /// a Linear's weight stored as exporters store it (passes/Target.h,
+  /// transposeReadInPlace), which no per-run transpose then copies.
+  bool transposedB = false;
   std::vector<PostOp> postOps;
   /// Quantized calls (qconv, qmatmul): x and the result are u8 or i8, w i8
   /// and the bias i32; `scales` (one per output channel) take the i32

@@ -349,7 +349,8 @@ Expected<Impl> plan(const LibraryCall& call) {
   }
   std::string post;
   for (const PostOp& p : call.postOps) post += (post.empty() ? " + " : ", ") + p.name;
-  m.description = "packed matmul " + dimsText(m.m, m.k) + "x" + dimsText(m.k, m.n) + post + " (" + hostIsa().name + ")";
+  m.description = "packed matmul " + dimsText(m.m, m.k) + "x" + dimsText(m.k, m.n) + post + " (" + hostIsa().name +
+                  (call.transposedB ? ", b stored transposed" : "") + ")";
   return m;
 }
 
@@ -360,7 +361,7 @@ PackedMatmul::~PackedMatmul() = default;
 
 bool PackedMatmul::accepts(const LibraryCall& call) { return plan(call).ok(); }
 
-std::shared_ptr<const PackedMatmul::Weights> PackedMatmul::pack(const float* b, int64_t k, int64_t n) {
+std::shared_ptr<const PackedMatmul::Weights> PackedMatmul::pack(const float* b, int64_t k, int64_t n, bool transposed) {
   auto w = std::make_shared<Weights>();
   w->k = k;
   w->n = n;
@@ -372,7 +373,10 @@ std::shared_ptr<const PackedMatmul::Weights> PackedMatmul::pack(const float* b, 
     const int64_t cols = std::min(kPanel, n - p * kPanel);
     for (int64_t i = 0; i < k; ++i) {
       float* row = out + (p * k + i) * kPanel;
-      std::memcpy(row, b + i * n + p * kPanel, static_cast<size_t>(cols) * sizeof(float));
+      if (transposed)
+        for (int64_t j = 0; j < cols; ++j) row[j] = b[(p * kPanel + j) * k + i];
+      else
+        std::memcpy(row, b + i * n + p * kPanel, static_cast<size_t>(cols) * sizeof(float));
       std::fill(row + cols, row + kPanel, 0.0f);
     }
   }

@@ -43,8 +43,9 @@ class PackedMatmul {
   /// least 2 dims, and whose post-ops it has. The caller checks that b is a
   /// constant.
   static bool accepts(const LibraryCall& call);
-  /// b's panels; `b` is row-major [k, n].
-  static std::shared_ptr<const Weights> pack(const float* b, int64_t k, int64_t n);
+  /// b's panels; `b` is row-major [k, n], or [n, k] when `transposed` (a
+  /// call's LibraryCall::transposedB: read once here, strided).
+  static std::shared_ptr<const Weights> pack(const float* b, int64_t k, int64_t n, bool transposed = false);
   /// The kernel of `call` (accepts(call) must hold) with b packed in `b`,
   /// whose k and n must be the call's.
   static Expected<std::unique_ptr<PackedMatmul>> create(const LibraryCall& call, std::shared_ptr<const Weights> b);

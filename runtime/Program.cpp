@@ -91,7 +91,8 @@ void putCall(std::string& out, const LibraryCall& call) {
   putInts(out, call.dilations);
   putInts(out, call.outputPadding);
   putI64(out, call.groups);
-  out += static_cast<char>(call.channelsLast ? 1 : 0);
+  // Layout flags: 1 a convolution stored channels last, 2 a matmul's b stored transposed.
+  out += static_cast<char>((call.channelsLast ? 1 : 0) | (call.transposedB ? 2 : 0));
   putLE(out, call.postOps.size(), 4);
   for (const PostOp& p : call.postOps) {
     out += static_cast<char>(p.kind);
@@ -306,10 +307,11 @@ class ProgramReader {
     auto groups = i64("a convolution's groups");
     if (!groups) return groups.takeError();
     c.groups = *groups;
-    auto channelsLast = r_.uint(1, "a convolution's layout");
-    if (!channelsLast) return channelsLast.takeError();
-    if (*channelsLast > 1) return r_.error("corrupt: a convolution's layout");
-    c.channelsLast = *channelsLast == 1;
+    auto layout = r_.uint(1, "a library call's layout");
+    if (!layout) return layout.takeError();
+    if (*layout > 3) return r_.error("corrupt: a library call's layout");
+    c.channelsLast = (*layout & 1) != 0;
+    c.transposedB = (*layout & 2) != 0;
     auto np = count("a library call's post-ops");
     if (!np) return np.takeError();
     for (size_t i = 0; i < *np; ++i) {
@@ -666,9 +668,15 @@ Status Program::validate() const {
     if (c.resultBuffer != buffers || c.operands.size() < 2 || c.operands.size() > 3 ||
         c.operandDims.size() != c.operands.size() || c.resultDims != dimsOfBuffer(buffers))
       return bad(what + " has a library call that does not fit its buffers");
-    for (size_t k = 0; k < c.operands.size(); ++k)
-      if (c.operands[k] < 0 || c.operands[k] >= buffers || c.operandDims[k] != dimsOfBuffer(c.operands[k]))
+    if (c.transposedB && (c.kind != LibraryCall::Kind::MatMul || c.operandDims[1].size() < 2))
+      return bad(what + " has a transposed operand that is not a matmul's b");
+    for (size_t k = 0; k < c.operands.size(); ++k) {
+      // A b stored transposed holds its last two dims swapped.
+      std::vector<int64_t> stored = c.operandDims[k];
+      if (k == 1 && c.transposedB) std::swap(stored[stored.size() - 2], stored[stored.size() - 1]);
+      if (c.operands[k] < 0 || c.operands[k] >= buffers || stored != dimsOfBuffer(c.operands[k]))
         return bad(what + " has a library call operand that does not fit its buffers");
+    }
     // Element types: a quantized call reads x, w and the bias and writes the
     // result as the types it names (f32 calls, all f32, are checked as
     // ever by their slots' dims).

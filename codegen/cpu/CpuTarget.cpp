@@ -235,12 +235,15 @@ Expected<LibraryCall> describe(const Op& anchor, std::span<const Op* const> epil
   const TensorType& result = anchor.result()->type();
   if ((result.dtype != DType::F32 && result.dtype != DType::F16 && result.dtype != DType::BF16) || !result.isStatic())
     return Error("library calls produce static f32, f16 or bf16 results");
+  // A transposed constant b is read in place, through transposed strides.
+  const Op* transposed = transposeReadInPlace(anchor, [&](const Value* v) { return constantOf(v) != nullptr; });
   for (const Value* v : anchor.operands()) {
     if (v->type().dtype != result.dtype || !v->type().isStatic())
       return Error("library calls take static operands of their result's dtype");
-    call.operands.push_back(bufferOf(v));
+    call.operands.push_back(bufferOf(transposed && v == transposed->result() ? transposed->operand(0) : v));
     call.operandDims.push_back(staticDims(v->type().shape));
   }
+  call.transposedB = transposed != nullptr;
   call.resultDims = staticDims(result.shape);
   if (call.kind != LibraryCall::Kind::MatMul) {
     const size_t k = call.operandDims[0].size() < 2 ? 0 : call.operandDims[0].size() - 2;
@@ -332,17 +335,6 @@ Expected<LibraryCall> describeLibraryCall(const Op& group) {
   const Function* region = group.region();
   if (group.kind() != OpKind::Fused || !region || group.getString("kind") != "library" || group.numResults() != 1)
     return group.emitError("is not a library group");
-  const Op* anchor = nullptr;
-  std::vector<const Op*> epilogue;
-  for (const auto& op : region->ops()) {
-    if (op->kind() == OpKind::Constant || op->kind() == OpKind::Return) continue;
-    if (!anchor)
-      anchor = op.get();
-    else
-      epilogue.push_back(op.get());
-  }
-  if (!anchor) return group.emitError("has an empty library group");
-  auto bufferOf = [](const Value* v) { return v->isArgument() ? v->index() : -1; };
   // A region argument's constant is the group operand's.
   auto constantOf = [&group](const Value* v) -> const DenseTensor* {
     const Value* outer = v->isArgument() && v->index() < static_cast<int>(group.numOperands())
@@ -350,6 +342,24 @@ Expected<LibraryCall> describeLibraryCall(const Op& group) {
                              : v;
     return constantTensor(outer);
   };
+  const Op* anchor = nullptr;
+  std::vector<const Op*> epilogue;
+  const Op* prologue = nullptr;  // a transpose the anchor reads in place
+  for (const auto& op : region->ops()) {
+    if (op->kind() == OpKind::Constant || op->kind() == OpKind::Return) continue;
+    if (!anchor && !prologue && op->kind() == OpKind::Transpose) {
+      prologue = op.get();
+      continue;
+    }
+    if (!anchor)
+      anchor = op.get();
+    else
+      epilogue.push_back(op.get());
+  }
+  if (!anchor) return group.emitError("has an empty library group");
+  if (prologue && transposeReadInPlace(*anchor, [&](const Value* v) { return constantOf(v) != nullptr; }) != prologue)
+    return group.emitError("is not a library call: its transpose is not one the call reads in place");
+  auto bufferOf = [](const Value* v) { return v->isArgument() ? v->index() : -1; };
   auto call = describe(*anchor, epilogue, bufferOf, constantOf);
   if (!call) return group.emitError("is not a library call: " + call.error().message());
   for (int b : call->operands)

@@ -183,6 +183,8 @@ Expected<CublasLtMatmulShape> cublasLtMatmulShape(const LibraryCall& call) {
   if (!bStride) return bStride.takeError();
   shape.aBatchStride = *aStride;
   shape.bBatchStride = *bStride;
+  if (call.transposedB && b.size() < 2) return Error("a 1-D b cannot be stored transposed");
+  shape.transposedB = call.transposedB;
   KILN_TRY(readEpilogue(call, r, shape.n, shape));
   return shape;
 }
@@ -191,7 +193,7 @@ std::string describeCublasLtMatmul(const LibraryCall& call) {
   auto shape = cublasLtMatmulShape(call);
   if (!shape) return "a call cuBLASLt refuses: " + shape.error().message();
   return "cublasLt matmul " + dimsText(call.operandDims[0]) + "x" + dimsText(call.operandDims[1]) +
-         epilogueText(shape->epilogue);
+         epilogueText(shape->epilogue) + (shape->transposedB ? " (b stored transposed)" : "");
 }
 
 struct CublasLtMatmul::Impl {
@@ -291,8 +293,10 @@ struct CublasLtMatmul::Impl {
     KILN_TRY(check(create(&handle), "cublasLtCreate"));
     KILN_TRY(check(descCreate(&desc, computeType, CUDA_R_32F), "cublasLtMatmulDescCreate"));
     const int32_t noTranspose = CUBLAS_OP_N;
-    KILN_TRY(setDesc(CUBLASLT_MATMUL_DESC_TRANSA, &noTranspose, sizeof(noTranspose),
-                     "cublasLtMatmulDescSetAttribute(TRANSA)"));
+    // Kiln's b stored [N, K] row-major is cuBLASLt's A column-major K x N,
+    // which op(A) = A^T makes the N x K it multiplies.
+    const int32_t transA = shape.transposedB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    KILN_TRY(setDesc(CUBLASLT_MATMUL_DESC_TRANSA, &transA, sizeof(transA), "cublasLtMatmulDescSetAttribute(TRANSA)"));
     KILN_TRY(setDesc(CUBLASLT_MATMUL_DESC_TRANSB, &noTranspose, sizeof(noTranspose),
                      "cublasLtMatmulDescSetAttribute(TRANSB)"));
     const uint32_t epilogue = epilogueCode(shape.epilogue);
@@ -306,7 +310,8 @@ struct CublasLtMatmul::Impl {
                        "cublasLtMatmulDescSetAttribute(BIAS_POINTER)"));
     }
     const cudaDataType_t type = dtype == DType::F16 ? CUDA_R_16F : dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
-    auto a = layout(type, shape.n, shape.k, shape.bBatchStride);
+    auto a = shape.transposedB ? layout(type, shape.k, shape.n, shape.bBatchStride)
+                               : layout(type, shape.n, shape.k, shape.bBatchStride);
     if (!a) return a.takeError();
     ltA = *a;
     auto b = layout(type, shape.k, shape.m, shape.aBatchStride);

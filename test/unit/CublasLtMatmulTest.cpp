@@ -28,6 +28,7 @@
 #include "codegen/cpu/CpuTarget.h"
 #include "codegen/cuda/CudaBackend.h"
 #include "codegen/cuda/CudaTarget.h"
+#include "ir/ConstantValue.h"
 #include "passes/PassManager.h"
 #include "runtime/Interpreter.h"
 #include "test/unit/EmulatedGpu.h"
@@ -296,6 +297,19 @@ struct DeviceBuffers {
   }
 };
 
+/// `bytes` of a row-major tensor of `dims` with its last two dims swapped
+/// (how a LibraryCall::transposedB stores b), elements of `size` bytes.
+std::vector<uint8_t> swapLastTwoDims(const std::vector<uint8_t>& bytes, const std::vector<int64_t>& dims, size_t size) {
+  const int64_t rows = dims[dims.size() - 2], cols = dims.back(), batch = product(dims) / (rows * cols);
+  std::vector<uint8_t> out(bytes.size());
+  for (int64_t t = 0; t < batch; ++t)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j)
+        std::memcpy(&out[static_cast<size_t>((t * cols + j) * rows + i) * size],
+                    &bytes[static_cast<size_t>((t * rows + i) * cols + j) * size], size);
+  return out;
+}
+
 /// Runs `call` on `dtype` with random inputs and checks every element
 /// against the reference: within `rtol` of (|want| + its scale).
 void checkMatmul(const EmulatedGpu& gpu, const LibraryCall& call, DType dtype, bool allowTf32, double rtol,
@@ -311,9 +325,11 @@ void checkMatmul(const EmulatedGpu& gpu, const LibraryCall& call, DType dtype, b
 
   auto matmul = CublasLtMatmul::create(*gpu.cublasLt, call, dtype, allowTf32);
   ASSERT_TRUE(matmul.ok()) << matmul.error().str();
+  // b as the call stores it; the copies are asynchronous, so it outlives them.
+  const std::vector<uint8_t> bStored = call.transposedB ? swapLastTwoDims(b.bytes, b.dims, dtypeSize(dtype)) : b.bytes;
   DeviceBuffers buffers(gpu);
   buffers.upload(a.bytes);
-  buffers.upload(b.bytes);
+  buffers.upload(bStored);
   if (hasBias) buffers.upload(bias.bytes);
   const size_t resultBytes = static_cast<size_t>(product(call.resultDims)) * dtypeSize(dtype);
   const CUdeviceptr result = buffers.add(resultBytes);
@@ -371,6 +387,94 @@ TEST(CublasLtMatmulTest, ShapesDtypesAndEpiloguesMatchTheReference) {
           ++cases;
         }
   EXPECT_EQ(cases, 144);
+}
+
+/// A b stored transposed (a Linear's weight as exporters store it, read in
+/// place: LibraryCall::transposedB) is cuBLASLt's A read with CUBLAS_OP_T:
+/// 2-D, batched and broadcast, with a bias, in each dtype.
+TEST(CublasLtMatmulTest, TransposedBMatchesTheReference) {
+  REQUIRE_EMULATED_GPU(gpu);
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> shapes = {
+      {{8, 64}, {64, 12}}, {{3, 5, 7}, {3, 7, 4}}, {{2, 8, 128}, {1, 128, 32}}, {{1, 33}, {33, 19}}};
+  std::mt19937 rng(13);
+  for (const auto& [a, b] : shapes)
+    for (DType dtype : {DType::F32, DType::F16, DType::BF16})
+      for (bool bias : {false, true}) {
+        LibraryCall call = matmulCall(a, b, bias, Activation::None);
+        call.transposedB = true;
+        auto shape = cublasLtMatmulShape(call);
+        ASSERT_TRUE(shape.ok()) << shape.error().str();
+        EXPECT_TRUE(shape->transposedB);
+        SCOPED_TRACE(describeCublasLtMatmul(call) + " " + std::string(dtypeName(dtype)));
+        EXPECT_NE(describeCublasLtMatmul(call).find("(b stored transposed)"), std::string::npos);
+        checkMatmul(*gpu, call, dtype, false, toleranceOf(dtype), rng);
+      }
+  LibraryCall column = matmulCall({4, 6}, {6}, false, Activation::None);
+  column.transposedB = true;
+  EXPECT_FALSE(cublasLtMatmulShape(column).ok()) << "a 1-D b has no transpose";
+}
+
+/// The CUDA target reads a transposed constant weight in place too: the
+/// library group holds the transpose, its operand is the constant, and
+/// cuBLASLt computes what the interpreter does.
+TEST(CublasLtMatmulTest, TransposedConstantWeightIsReadInPlace) {
+  REQUIRE_EMULATED_GPU(gpu);
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<double> real(-0.5, 0.5);
+  std::string w = "dense<f32[24,64]>[";
+  for (int i = 0; i < 24 * 64; ++i) w += (i ? ", " : "") + std::to_string(real(rng));
+  const std::string text = "func @f(%x: f32[2,8,64], %b: f32[24]) -> f32[2,8,24] {\n"
+                           "  %w = constant() {value = " + w + "]} : f32[24,64]\n"
+                           "  %wt = transpose(%w) {perm = [1, 0]} : f32[64,24]\n"
+                           "  %m = matmul(%x, %wt) : f32[2,8,24]\n  %s = add(%m, %b) : f32[2,8,24]\n"
+                           "  return %s\n}\n";
+  auto m = test::parseVerified(text);
+  ASSERT_NE(m, nullptr);
+  const Function& f = *m->functions().front();
+  std::vector<Tensor> inputs;
+  for (size_t i = 0; i < f.numArguments(); ++i) inputs.push_back(test::randomTensor(f.argument(i)->type(), rng));
+  auto want = interpret(f, inputs);
+  ASSERT_TRUE(want.ok()) << want.error().str();
+
+  PassContext ctx;
+  ctx.target = &codegen::cudaBackend().target();
+  PassManager pm(PassManagerOptions{}, ctx);
+  ASSERT_TRUE(pm.addPipeline("select-library").ok());
+  std::ostringstream log;
+  Status ran = pm.run(*m, log);
+  ASSERT_TRUE(ran.ok()) << ran.error().str();
+  const Op* group = nullptr;
+  for (const auto& op : f.ops()) {
+    EXPECT_NE(op->kind(), OpKind::Transpose) << "a transpose outside the library group";
+    if (op->kind() == OpKind::Fused) group = op.get();
+  }
+  ASSERT_NE(group, nullptr) << "the CUDA target took no library group";
+  EXPECT_EQ(group->region()->ops().front()->kind(), OpKind::Transpose);
+  auto call = codegen::describeLibraryCall(*group);
+  ASSERT_TRUE(call.ok()) << call.error().str();
+  EXPECT_TRUE(call->transposedB);
+
+  auto matmul = CublasLtMatmul::create(*gpu->cublasLt, *call, DType::F32, false);
+  ASSERT_TRUE(matmul.ok()) << matmul.error().str();
+  std::vector<std::vector<uint8_t>> staged;  // outlives the copies (the buffers' end synchronizes)
+  staged.reserve(group->numOperands());
+  DeviceBuffers buffers(*gpu);
+  for (const Value* v : group->operands()) {
+    if (const DenseTensor* constant = constantTensor(v)) {
+      staged.push_back(constant->bytes);  // the weight as stored, [24, 64]
+    } else {
+      const Tensor& t = inputs[static_cast<size_t>(v->index())];
+      staged.emplace_back(t.raw(), t.raw() + t.numBytes());
+    }
+    buffers.upload(staged.back());
+  }
+  Tensor got(DType::F32, call->resultDims);
+  const CUdeviceptr result = buffers.add(got.numBytes());
+  Status run = (*matmul)->run(gpu->stream, buffers.pointers, 0, 0);
+  ASSERT_TRUE(run.ok()) << run.error().str();
+  EXPECT_CU(*gpu, gpu->exec->cuMemcpyDtoHAsync(got.raw(), result, got.numBytes(), gpu->stream));
+  EXPECT_CU(*gpu, gpu->exec->cuStreamSynchronize(gpu->stream));
+  test::expectClose(got, want->front(), "the library group's result", 1e-5, 1e-5);
 }
 
 /// The plan in row-major terms: strides of 0 for a broadcast operand, the

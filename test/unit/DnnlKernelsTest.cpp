@@ -6,8 +6,12 @@
 
 #include <cmath>
 #include <random>
+#include <sstream>
 
+#include "codegen/cpu/CpuBackend.h"
 #include "codegen/cpu/CpuExecutable.h"
+#include "codegen/cpu/CpuTarget.h"
+#include "passes/PassManager.h"
 #include "runtime/Interpreter.h"
 #include "test/unit/TestSupport.h"
 
@@ -497,6 +501,93 @@ TEST(DnnlKernelsTest, ConstantWeightsArePackedOnceAndShared) {
   int packed = 0;
   for (const StepProfile::Entry& e : profile.entries) packed += e.what.find(", packed b)") != std::string::npos;
   EXPECT_EQ(packed, 2);
+}
+
+/// `dense<f32[dims]>[...]` of `n` values uniform in [-0.5, 0.5) from `seed`.
+std::string denseText(const std::string& dims, int64_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> real(-0.5, 0.5);
+  std::string text = "dense<f32[" + dims + "]>[";
+  for (int64_t i = 0; i < n; ++i) text += (i ? ", " : "") + std::to_string(real(rng));
+  return text + "]";
+}
+
+/// A matmul whose b is the transpose of a constant (a Linear's weight
+/// exported with Gemm's transB) reads the constant in place: select-library
+/// puts the transpose in the library group, and the call reads b through
+/// transposed strides, so no step copies the weight. (Canonicalize folds
+/// such a transpose of up to 2^25 elements at compile time; select-library
+/// runs here first, as it would for a larger weight.) The results match the
+/// interpreter's: through oneDNN's packed GEMM (16 rows), the packed matmul
+/// of few rows (2 rows), and a batched b; and a square constant read both
+/// as b and as b transposed gets two packed copies, not one for both, in
+/// oneDNN's cache and in the packed matmul's.
+TEST(DnnlKernelsTest, TransposedConstantWeightsAreReadInPlace) {
+  const std::string text =
+      "func @f(%x: f32[16,64], %y: f32[2,64], %z: f32[16,64], %u: f32[3,5,64], %b: f32[48]) -> "
+      "(f32[16,48], f32[2,48], f32[16,64], f32[16,64], f32[3,5,40], f32[2,64], f32[2,64]) {\n"
+      "  %w = constant() {value = " + denseText("48,64", 48 * 64, 1) + "} : f32[48,64]\n"
+      "  %wt = transpose(%w) {perm = [1, 0]} : f32[64,48]\n"
+      "  %m = matmul(%x, %wt) : f32[16,48]\n  %s = add(%m, %b) : f32[16,48]\n"
+      "  %v = constant() {value = " + denseText("48,64", 48 * 64, 2) + "} : f32[48,64]\n"
+      "  %vt = transpose(%v) {perm = [1, 0]} : f32[64,48]\n"
+      "  %n = matmul(%y, %vt) : f32[2,48]\n  %r = relu(%n) : f32[2,48]\n"
+      "  %q = constant() {value = " + denseText("64,64", 64 * 64, 3) + "} : f32[64,64]\n"
+      "  %qt = transpose(%q) {perm = [1, 0]} : f32[64,64]\n"
+      "  %p = matmul(%z, %qt) : f32[16,64]\n  %o = matmul(%z, %q) : f32[16,64]\n"
+      "  %qt2 = transpose(%q) {perm = [1, 0]} : f32[64,64]\n"
+      "  %e = matmul(%y, %qt2) : f32[2,64]\n  %g = matmul(%y, %q) : f32[2,64]\n"
+      "  %c = constant() {value = " + denseText("3,40,64", 3 * 40 * 64, 4) + "} : f32[3,40,64]\n"
+      "  %ct = transpose(%c) {perm = [0, 2, 1]} : f32[3,64,40]\n"
+      "  %k = matmul(%u, %ct) : f32[3,5,40]\n"
+      "  return %s, %r, %p, %o, %k, %e, %g\n}\n";
+  auto m = test::parseVerified(text);
+  ASSERT_TRUE(m);
+  Function& f = *m->functions().front();
+  std::vector<Tensor> inputs;
+  for (size_t i = 0; i < f.numArguments(); ++i)
+    inputs.push_back(test::randomF32(staticDims(f.argument(i)->type().shape), static_cast<int>(i) + 1));
+  auto want = interpret(f, inputs);
+  ASSERT_TRUE(want.ok()) << want.error().str();
+
+  PassContext ctx;
+  ctx.target = &codegen::cpuBackend().target();
+  PassManager pm(PassManagerOptions{}, ctx);
+  ASSERT_TRUE(pm.addPipeline("infer-shapes,select-library").ok());
+  std::ostringstream log;
+  Status selected = pm.run(*m, log);
+  ASSERT_TRUE(selected.ok()) << selected.error().str();
+  // Each transpose is in its matmul's group, whose operand is the constant.
+  int groups = 0;
+  for (const auto& op : f.ops()) {
+    EXPECT_NE(op->kind(), OpKind::Transpose) << "a transpose outside the library groups";
+    if (op->kind() != OpKind::Fused || op->result()->name() == "o" || op->result()->name() == "g") continue;
+    ++groups;
+    EXPECT_EQ(op->region()->ops().front()->kind(), OpKind::Transpose);
+    EXPECT_EQ(op->operand(1)->definingOp()->kind(), OpKind::Constant);
+    auto call = codegen::describeLibraryCall(*op);
+    ASSERT_TRUE(call.ok()) << call.error().str();
+    EXPECT_TRUE(call->transposedB);
+  }
+  EXPECT_EQ(groups, 5);
+
+  StepProfile profile;
+  auto executor = CpuExecutor::create(f, {.threads = 2, .profile = &profile});
+  ASSERT_TRUE(executor.ok()) << executor.error().str();
+  for (int run = 0; run < 2; ++run) {
+    auto got = (*executor)->run(inputs);
+    ASSERT_TRUE(got.ok()) << got.error().str();
+    ASSERT_EQ(got->size(), want->size());
+    for (size_t r = 0; r < want->size(); ++r) test::expectClose((*got)[r], (*want)[r], "result " + std::to_string(r));
+  }
+  int transposed = 0, steps = 0;
+  for (const StepProfile::Entry& e : profile.entries) {
+    ++steps;
+    transposed += e.what.find("b stored transposed") != std::string::npos;
+    EXPECT_EQ(e.what.find("transpose ->"), std::string::npos) << e.what;
+  }
+  EXPECT_EQ(steps, 7);
+  EXPECT_EQ(transposed, 5);
 }
 
 }  // namespace
