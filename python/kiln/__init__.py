@@ -20,10 +20,19 @@ command prints. ``device="cuda"`` never falls back to the CPU. See
 ``docs/python.md``.
 """
 
-from kiln._kiln import DeviceError, Error, InputError, ModelError, UnsupportedError
-from kiln._model import CompiledModel, KilnWarning, Port, devices, load
-from kiln._torch import CompiledModule, compile
-from kiln._trainer import Trainer
+import os as _os
+
+# Kiln's default OpenMP wait policy (runtime/openmp/OpenMpWaitPolicy.cpp, which sets the same in the `kiln`
+# executable): libgomp, which oneDNN runs on, reads it once when it loads, below, unless the process loaded it
+# before. Idle OpenMP threads then sleep after a short spin instead of 15 ms, which keeps Kiln fast while other
+# programs keep every core busy. A user's OMP_WAIT_POLICY or GOMP_SPINCOUNT is left as it is.
+if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
+    _os.environ["GOMP_SPINCOUNT"] = "1000"
+
+from kiln._kiln import DeviceError, Error, InputError, ModelError, UnsupportedError  # noqa: E402
+from kiln._model import CompiledModel, KilnWarning, Port, devices, load  # noqa: E402
+from kiln._torch import CompiledModule, compile  # noqa: E402
+from kiln._trainer import Trainer  # noqa: E402
 
 __version__ = "0.1.0"
 
