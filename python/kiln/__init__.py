@@ -22,12 +22,33 @@ command prints. ``device="cuda"`` never falls back to the CPU. See
 
 import os as _os
 
-# Kiln's default OpenMP wait policy (runtime/openmp/OpenMpWaitPolicy.cpp, which sets the same in the `kiln`
-# executable): libgomp, which oneDNN runs on, reads it once when it loads, below, unless the process loaded it
-# before. Idle OpenMP threads then sleep after a short spin instead of 15 ms, which keeps Kiln fast while other
-# programs keep every core busy. A user's OMP_WAIT_POLICY or GOMP_SPINCOUNT is left as it is.
-if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
-    _os.environ["GOMP_SPINCOUNT"] = "1000"
+
+def _choose_openmp_spin():
+    """Kiln's choice of libgomp's spin (runtime/openmp/OpenMpWaitPolicy.cpp, which makes it in the `kiln`
+    executable): libgomp, which oneDNN runs on, reads GOMP_SPINCOUNT once when it loads, below, unless the process
+    loaded it before. When other programs' runnable tasks fill every core, idle OpenMP threads sleep after a short
+    spin (1000) instead of 300000 (libgomp's default), which keeps Kiln fast while other programs keep the cores
+    busy. A user's OMP_WAIT_POLICY or GOMP_SPINCOUNT is left as it is."""
+    if "OMP_WAIT_POLICY" in _os.environ or "GOMP_SPINCOUNT" in _os.environ:
+        return
+    import time
+
+    samples = []
+    for i in range(3):
+        try:
+            with open("/proc/stat") as f:
+                running = next((int(line.split()[1]) for line in f if line.startswith("procs_running ")), 0)
+        except OSError:
+            return
+        samples.append(running - 1)
+        if i < 2:
+            time.sleep(0.002)
+    others = sorted(samples)[1]
+    cpus = len(_os.sched_getaffinity(0)) if hasattr(_os, "sched_getaffinity") else (_os.cpu_count() or 1)
+    _os.environ["GOMP_SPINCOUNT"] = "1000" if others >= cpus else "300000"
+
+
+_choose_openmp_spin()
 
 from kiln._kiln import DeviceError, Error, InputError, ModelError, UnsupportedError  # noqa: E402
 from kiln._model import CompiledModel, KilnWarning, Port, devices, load  # noqa: E402
