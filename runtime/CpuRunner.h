@@ -6,9 +6,9 @@
 // parallel loop and a packed matmul's panels in chunks on the runtime's
 // thread pool (runtime/ThreadPool.h, whose caller never waits for a thread
 // the OS has not scheduled), oneDNN's own loops on its OpenMP team, whose
-// idle threads sleep after a short spin (runtime/openmp/); the pool's
-// workers sleep before each parallel oneDNN call, so the two do not
-// compete for cores.
+// idle threads spin only briefly when other programs fill the cores
+// (runtime/openmp/); the pool's workers sleep before each parallel oneDNN
+// call, so the two do not compete for cores.
 // Host checks run before the step they guard. A runner owns one arena, so
 // it runs one call at a time.
 //
