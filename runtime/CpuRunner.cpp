@@ -15,6 +15,7 @@
 #include "runtime/DnnlKernels.h"
 #include "runtime/LoadedCode.h"
 #include "runtime/PackedMatmul.h"
+#include "runtime/ThreadPool.h"
 
 namespace kiln {
 
@@ -23,6 +24,11 @@ namespace {
 /// The alignment of the arena and its buffers: a cache line, and the widest
 /// vector load of AVX-512 (the memory plan's offsets are multiples of it).
 constexpr size_t kArenaAlignment = 64;
+
+/// A packed matmul's panels are split in this many parts per thread (at
+/// most the pool's chunks), so that the threads that run share out the
+/// parts of one that the OS has descheduled.
+constexpr int64_t kPackedParts = 4;
 
 }  // namespace
 
@@ -276,6 +282,10 @@ Expected<std::vector<Tensor>> CpuRunner::runInPlace(std::vector<Tensor>& inputs)
 
 Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inputs) {
   const Program& p = *program_;
+  // The kernels' parallel loops and packed matmuls run on the process's pool
+  // of threads_ threads (ThreadPool.h: the caller never waits for a thread
+  // the OS has not scheduled); oneDNN's on its OpenMP team.
+  ThreadPool* const pool = threads_ > 1 ? &ThreadPool::shared(threads_) : nullptr;
   // Arguments are only read, except donated ones, which only runInPlace
   // (whose caller gives up their old values) or run's private copy reach.
   for (const auto& [slot, argument] : inputSlots_) slotData_[static_cast<size_t>(slot)] = const_cast<uint8_t*>(inputs[argument].raw());
@@ -336,13 +346,20 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
       else
         KILN_TRY((*request)->wait());
     } else if (const PackedMatmul* packed = packed_[k].get()) {
-      if (step.parallel && threads_ > 1) {
-#pragma omp parallel num_threads(threads_)
-        packed->run(args, omp_get_thread_num(), omp_get_num_threads());
+      if (step.parallel && pool) {
+        // Parts in the pool's chunks: thread t's home parts are the same
+        // panels on every call.
+        const int64_t parts = pool->chunksFor(kPackedParts * pool->size());
+        pool->parallelFor(parts, [&](int64_t begin, int64_t end) {
+          for (int64_t part = begin; part < end; ++part)
+            packed->run(args, static_cast<int>(part), static_cast<int>(parts));
+        });
       } else {
         packed->run(args, 0, 1);
       }
     } else if (const DnnlKernel* library = libraries_[k].get()) {
+      // The pool's workers sleep while oneDNN's OpenMP team has the cores.
+      if (step.parallel && pool) pool->park();
       setDnnlThreads(step.parallel ? threads_ : 1);
       for (size_t i = 0; i < step.operands.size(); ++i)
         callBounds_[i] = slotBounds_[static_cast<size_t>(step.operands[i])];
@@ -351,15 +368,9 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
       if (Status ran = library->run(args, bounds); !ran)
         return Error("program '" + p.name + "', step %" + step.name + ": " + ran.error().message());
       slotBounds_[static_cast<size_t>(step.result)] = bounds.back();
-    } else if (step.parallel && threads_ > 1) {
+    } else if (step.parallel && pool) {
       const KernelFn fn = code_->kernel(static_cast<size_t>(step.kernel));
-      const int64_t extent = step.parallelExtent;
-#pragma omp parallel num_threads(threads_)
-      {
-        const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
-        const int64_t begin = extent * t / n, end = extent * (t + 1) / n;
-        if (begin < end) fn(args, nullptr, begin, end);
-      }
+      pool->parallelFor(step.parallelExtent, [&](int64_t begin, int64_t end) { fn(args, nullptr, begin, end); });
     } else {
       code_->kernel(static_cast<size_t>(step.kernel))(args, nullptr, 0, step.parallelExtent);
     }

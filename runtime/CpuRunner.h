@@ -2,10 +2,13 @@
 // shared object (runtime/LoadedCode.h), creates its oneDNN primitives
 // (runtime/DnnlKernels.h), or for a matmul of a few rows by a constant its
 // own kernel with that constant packed once (runtime/PackedMatmul.h), and
-// its arena, then runs the steps in order on one OpenMP team of `threads`
-// threads: a kernel's parallel loop split into one contiguous slice per
-// thread, a packed matmul's panels likewise, oneDNN's own loops on the same
-// team (Debian's oneDNN runs on OpenMP, so the two never compete for cores).
+// its arena, then runs the steps in order on `threads` threads: a kernel's
+// parallel loop and a packed matmul's panels in chunks on the runtime's
+// thread pool (runtime/ThreadPool.h, whose caller never waits for a thread
+// the OS has not scheduled), oneDNN's own loops on its OpenMP team, whose
+// idle threads spin only briefly when other programs fill the cores
+// (runtime/openmp/); the pool's workers sleep before each parallel oneDNN
+// call, so the two do not compete for cores.
 // Host checks run before the step they guard. A runner owns one arena, so
 // it runs one call at a time.
 //

@@ -31,6 +31,7 @@
 #include "runtime/KcFile.h"
 #include "runtime/Npy.h"
 #include "runtime/cuda/CudaProgram.h"
+#include "runtime/openmp/OpenMpWaitPolicy.h"
 #include "tools/DeviceSelection.h"
 #include "tools/KilnCommands.h"
 #include "tools/TensorPrinter.h"
@@ -432,7 +433,9 @@ int run(const ParsedArgs& args) {
     const codegen::StepProfile* profile;
     size_t rows;
     ~ProfilePrinter() {
-      if (profile && !profile->entries.empty()) std::cerr << profile->format(rows);
+      if (profile && !profile->entries.empty())
+        std::cerr << profile->format(rows) << "OpenMP wait policy (oneDNN's threads): " << kiln_openmp_wait_policy()
+                  << "\n";
     }
   } profilePrinter{args.has("--profile") ? &profile : nullptr, profileRows};
   if (const std::string* dir = args.get("--output-dir"); dir && dir->empty())

@@ -420,6 +420,26 @@ TEST(CodegenTest, KernelPrinter) {
             "}\n");
 }
 
+/// A kernel below kParallelWork (2^18 of codegen's estimated work) runs on
+/// the calling thread alone (its step is not parallel): splitting it would
+/// cost more than it saves, and on a busy machine a wait for a thread. One
+/// above it is split across the pool.
+TEST(CodegenTest, SmallKernelsRunOnTheCallingThread) {
+  for (const auto& [shape, parallel] : {std::pair<std::string, bool>{"f32[64,64]", false}, {"f32[1024,512]", true}}) {
+    auto m = parseVerified(binaryFunction("add", shape, shape, shape));
+    auto executor = CpuExecutor::create(*m->functions().front());
+    ASSERT_TRUE(executor.ok()) << executor.error().str();
+    std::mt19937 rng(1);
+    const TensorType type = m->functions().front()->argument(0)->type();
+    auto compiled = (*executor)->compiledProgram({randomTensor(type, rng), randomTensor(type, rng)});
+    ASSERT_TRUE(compiled) << compiled.error().str();
+    const auto& steps = compiled->second->steps;
+    ASSERT_EQ(steps.size(), 1u);
+    EXPECT_EQ(steps[0].kind, Program::Step::Kind::Kernel);
+    EXPECT_EQ(steps[0].parallel, parallel) << shape;
+  }
+}
+
 TEST(CodegenTest, ThreadPoolCoversTheRangeOnce) {
   ThreadPool pool(4);
   for (int64_t n : {0, 1, 3, 4, 1000}) {
