@@ -8,6 +8,7 @@
 #include <set>
 
 #include "codegen/KernelCache.h"
+#include "codegen/Lowering.h"
 #include "codegen/cpu/CpuBackend.h"
 #include "codegen/llvm/CpuJit.h"
 #include "ir/Verifier.h"
@@ -150,7 +151,7 @@ std::vector<std::string> kernelHashes(const std::vector<kir::Kernel>& kernels) {
 bool elidedAsView(const LoweredStep& step, const MemoryPlan& plan, bool checksPending) {
   if (step.kind == LoweredStep::Kind::Check || checksPending) return false;
   const MemoryPlan::Buffer* b = plan.find(step.op->result());
-  return b && b->viewOf >= 0;
+  return b && (b->viewOf >= 0 || (step.op->kind() == OpKind::Concat && b->copiedOperands.empty()));
 }
 
 Expected<CpuCompilation> layoutProgram(const Function& f, const Backend& backend, const std::string& kernelPrefix,
@@ -228,6 +229,25 @@ Expected<CpuCompilation> layoutProgram(const Function& f, const Backend& backend
       slots[op->result()] = static_cast<int>(p.slots.size());
       p.slots.push_back({Program::SlotKind::Output, op->result()->type(), 0});  // placed below
       continue;
+    }
+    if (step.kind == LoweredStep::Kind::Kernel) {
+      // Values in strided slices of a concatenation's buffer are read and
+      // written at their strides, and a concat copies only the operands not
+      // in their slices already (MemoryPlan::Buffer): such kernels are
+      // lowered again from the plan.
+      BufferStrides strides;
+      bool strided = false;
+      for (const Value* v : op->operands()) strided |= !strides.emplace_back(plan->stridesOf(v)).empty();
+      strided |= !strides.emplace_back(plan->stridesOf(op->result())).empty();
+      const std::vector<int> copies =
+          op->kind() == OpKind::Concat ? plan->concatCopies(*op) : std::vector<int>{};
+      if (strided || (op->kind() == OpKind::Concat && copies.size() != op->numOperands())) {
+        auto kernel = op->kind() == OpKind::Concat ? lowerConcatKernel(*op, step.kernel.name, copies, strides)
+                                                   : lowerOpToKernel(*op, step.kernel.name, strides);
+        if (!kernel) return kernel.takeError();
+        backend.schedule(*kernel);
+        step.kernel = std::move(*kernel);
+      }
     }
     Program::Step s;
     s.name = op->result()->name();
