@@ -68,7 +68,10 @@ std::string MemoryPlan::str() const {
          << (b.sizing == Buffer::Sizing::Bound ? "at most " : "") << b.size;
     os << ", live [" << b.first << ", " << b.last << "]";
     if (b.inPlaceOf >= 0) os << ", in place of " << valueRef(buffers[b.inPlaceOf].name);
-    if (b.viewOf >= 0) os << ", view of " << valueRef(buffers[b.viewOf].name);
+    if (b.viewOf >= 0) {
+      os << ", view of " << valueRef(buffers[b.viewOf].name);
+      if (b.viewOffset) os << " at +" << b.viewOffset;
+    }
     if (b.sliceOf >= 0) {
       os << ", slice of " << valueRef(buffers[b.sliceOf].name) << " at +" << b.sliceOffset;
       if (!b.strides.empty()) os << " strides " << intList(b.strides);

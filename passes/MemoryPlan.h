@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,9 +58,13 @@ struct MemoryPlan {
     int inPlaceOf = -1;
     /// Index in `buffers` of the input this value is a view of, or -1: the
     /// same bytes read as another shape (a reshape, or a transpose that
-    /// moves only dims of size 1), so no kernel needs to compute it. The two
+    /// moves only dims of size 1), or a run of them (a contiguous slice, at
+    /// viewOffset, a multiple of kAlignment), so no kernel needs to compute it. The two
     /// share memory while either is live (isView).
     int viewOf = -1;
+    /// Bytes from viewOf's first byte to this value's: 0 but for a slice
+    /// that is one run of its input's bytes (viewOffset).
+    int64_t viewOffset = 0;
     /// Index in `buffers` of the concatenation whose buffer this value is
     /// placed in, or -1: its producer writes it straight into its slice of
     /// that buffer, so no concat copies it (docs/codegen.md §4, "Slices of
@@ -146,6 +151,13 @@ using ReadsInPlace = std::function<bool(const Op& op, size_t operand)>;
 /// same order, so its result may share the operand's memory. Reshapes, and
 /// transposes whose permutation moves only dims of size 1.
 bool isView(const Op& op);
+
+/// The byte offset in its operand at which `op`'s result lies when the
+/// result is a view of it: 0 for isView, the start of a `slice` whose
+/// result is one run of its input's bytes (every dim before the sliced one
+/// of size 1, every dim after it whole, steps 1: a channel range at batch
+/// 1, rows of a matrix, an ONNX Split's outputs); nullopt otherwise.
+std::optional<int64_t> viewOffset(const Op& op);
 
 /// Plans the arena of `f`: each top-level op other than a constant or the
 /// `return` is one kernel, in order. An error names the first value whose

@@ -138,6 +138,38 @@ bool isView(const Op& op) {
   return true;
 }
 
+std::optional<int64_t> viewOffset(const Op& op) {
+  if (isView(op)) return 0;
+  if (op.kind() != OpKind::Slice || op.numOperands() != 1 || op.region()) return std::nullopt;
+  const TensorType& in = op.operand(0)->type();
+  const TensorType& out = op.result()->type();
+  if (in.dtype != out.dtype || !in.isStatic() || !out.isStatic() || in.rank() != out.rank() ||
+      numElements(out.shape) == 0)
+    return std::nullopt;
+  const std::vector<int64_t>& starts = op.getInts("starts");
+  const std::vector<int64_t>& steps = op.getInts("steps");
+  const size_t rank = in.shape.size();
+  if (starts.size() != rank || steps.size() != rank) return std::nullopt;
+  // The dims before the first one sliced are 1 and those after it whole:
+  // the slice is one run of the input's bytes.
+  size_t cut = rank;
+  for (size_t d = 0; d < rank && cut == rank; ++d)
+    if (out.shape[d].size != in.shape[d].size) cut = d;
+  int64_t offset = 0, inner = 1;
+  for (size_t d = rank; d-- > 0;) {
+    const int64_t size = in.shape[d].size;
+    int64_t start = starts[d] < 0 ? starts[d] + size : starts[d];
+    start = std::clamp<int64_t>(start, 0, size);
+    if (steps[d] != 1) return std::nullopt;
+    if (d < cut && size != 1) return std::nullopt;
+    if (d > cut && (out.shape[d].size != size || start != 0)) return std::nullopt;
+    if (d < cut && start != 0) return std::nullopt;
+    if (d == cut) offset = start * inner;
+    inner *= size;
+  }
+  return offset * static_cast<int64_t>(dtypeSize(in.dtype));
+}
+
 namespace {
 
 /// Row-major element strides of `dims`.
@@ -413,7 +445,7 @@ Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias
       return false;
     const Op* def = v->definingOp();
     // A view shares its input's bytes, which are elsewhere.
-    if (isView(*def)) {
+    if (viewOffset(*def)) {
       auto in = bufferOf.find(def->operand(0));
       if (in != bufferOf.end() && plan.buffers[in->second].sizing == MemoryPlan::Buffer::Sizing::Exact) return false;
     }
@@ -530,11 +562,14 @@ Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias
     // A buffer of a size known only at run time shares with nothing.
     const bool sized = b.sizing == MemoryPlan::Buffer::Sizing::Exact;
     const bool shared = b.sliceOf >= 0 || isRoot[i];
-    if (sized && isView(*def) && !shared) {
+    const std::optional<int64_t> view = sized && !shared ? viewOffset(*def) : std::nullopt;
+    if (view && *view % MemoryPlan::kAlignment == 0) {
       auto it = bufferOf.find(def->operand(0));
       if (it != bufferOf.end() && plan.buffers[it->second].sizing == MemoryPlan::Buffer::Sizing::Exact &&
-          plan.buffers[it->second].strides.empty())
+          plan.buffers[it->second].strides.empty()) {
         b.viewOf = it->second;
+        b.viewOffset = *view;
+      }
     }
     if (shared) {
       const int root = b.sliceOf >= 0 ? b.sliceOf : static_cast<int>(i);
@@ -565,10 +600,11 @@ Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias
     }
     if (b.viewOf >= 0) {
       groupOf[i] = groupOf[b.viewOf];
-      within[i] = within[b.viewOf];
+      within[i] = within[b.viewOf] + b.viewOffset;
       groups[groupOf[i]].last = std::max(groups[groupOf[i]].last, b.last);
     } else if (b.inPlaceOf >= 0) {
       groupOf[i] = groupOf[b.inPlaceOf];
+      within[i] = within[b.inPlaceOf];
       groups[groupOf[i]].last = b.last;
     } else {
       groupOf[i] = static_cast<int>(groups.size());

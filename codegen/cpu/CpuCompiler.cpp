@@ -11,6 +11,7 @@
 #include "codegen/Lowering.h"
 #include "codegen/cpu/CpuBackend.h"
 #include "codegen/llvm/CpuJit.h"
+#include "ir/ByteSize.h"
 #include "ir/Verifier.h"
 
 namespace kiln::codegen {
@@ -252,6 +253,14 @@ Expected<CpuCompilation> layoutProgram(const Function& f, const Backend& backend
     Program::Step s;
     s.name = op->result()->name();
     s.what = describeStep(*op);
+    if (op->kind() == OpKind::Concat) {
+      // What the copy moves, for profiles: the operands not in their slices.
+      const std::vector<int> copies = plan->concatCopies(*op);
+      uint64_t bytes = 0;
+      for (int k : copies) bytes += tensorByteSize(op->operand(static_cast<size_t>(k))->type()).value_or(0);
+      s.what += " (copies " + std::to_string(copies.size()) + " of " + std::to_string(op->numOperands()) +
+                " operands, " + std::to_string(bytes) + " bytes)";
+    }
     for (const Value* v : op->operands()) s.operands.push_back(slots.at(v));
     s.result = static_cast<int>(p.slots.size());
     slots[op->result()] = s.result;
