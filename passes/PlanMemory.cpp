@@ -541,6 +541,31 @@ Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias
     }
   }
 
+  // A value is read by a concat only when the concat copies it: one that
+  // goes into a slice copied there by an earlier concat dies at that copy,
+  // not at the last concat of a chain that reads it as an operand.
+  if (!concats.empty()) {
+    std::unordered_set<const Op*> isConcat(concats.begin(), concats.end());
+    for (MemoryPlan::Buffer& b : plan.buffers) b.last = b.first;
+    for (size_t k = 0; k < kernels.size(); ++k) {
+      const Op* op = kernels[k];
+      const MemoryPlan::Buffer* cb = isConcat.count(op) ? &plan.buffers[bufferOf.at(op->result())] : nullptr;
+      for (size_t i = 0; i < op->numOperands(); ++i) {
+        auto it = bufferOf.find(op->operand(i));
+        if (it == bufferOf.end()) continue;
+        if (cb && std::find(cb->copiedOperands.begin(), cb->copiedOperands.end(), static_cast<int>(i)) ==
+                      cb->copiedOperands.end())
+          continue;
+        plan.buffers[it->second].last = std::max(plan.buffers[it->second].last, static_cast<int>(k));
+      }
+    }
+    for (const MemoryPlan::Alias& a : plan.aliases) {
+      if (a.inPlace) continue;
+      auto it = bufferOf.find(ret->operand(a.result));
+      if (it != bufferOf.end()) plan.buffers[it->second].last = plan.numKernels - 1;
+    }
+  }
+
   // In place: an elementwise kernel writes its result over an input that
   // dies there, when the two have the same element count and size. The
   // result joins the input's group, so a chain of such kernels shares one
