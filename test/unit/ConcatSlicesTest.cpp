@@ -249,6 +249,34 @@ TEST(ConcatSlicesTest, BlockedConvolutionsWriteIntoContiguousSlices) {
   }
 }
 
+/// A slice that is one run of its input's bytes (an ONNX Split's outputs,
+/// channels at batch 1) is a view at an offset; one that is not, or starts
+/// off a 64-byte boundary, is computed.
+constexpr const char* kSliceViews =
+    "func @slice_views(%x: f32[1,32,2,2]) -> (f32[1,16,2,2], f32[1,16,2,2]) {\n"
+    "  %a = exp(%x) : f32[1,32,2,2]\n"
+    "  %lo = slice(%a) {starts = [0, 0, 0, 0], ends = [1, 16, 2, 2], steps = [1, 1, 1, 1]} : f32[1,16,2,2]\n"
+    "  %hi = slice(%a) {starts = [0, 16, 0, 0], ends = [1, 32, 2, 2], steps = [1, 1, 1, 1]} : f32[1,16,2,2]\n"
+    "  %odd = slice(%a) {starts = [0, 1, 0, 0], ends = [1, 17, 2, 2], steps = [1, 1, 1, 1]} : f32[1,16,2,2]\n"
+    "  %m = mul(%lo, %hi) : f32[1,16,2,2]\n  %n = add(%m, %odd) : f32[1,16,2,2]\n"
+    "  %r = tanh(%hi) : f32[1,16,2,2]\n  return %n, %r\n}\n";
+
+TEST(ConcatSlicesTest, ContiguousSlicesAreViews) {
+  auto m = parseVerified(kSliceViews);
+  ASSERT_TRUE(m);
+  const Function& f = *m->functions().front();
+  const std::vector<Tensor> in = {randomF32({1, 32, 2, 2}, 16)};
+  const MemoryPlan plan = runOnCpu(f, in);
+  const MemoryPlan::Buffer* hi = bufferNamed(plan, "hi");
+  ASSERT_TRUE(hi) << plan.str();
+  EXPECT_EQ(hi->viewOffset, 256) << plan.str();
+  EXPECT_EQ(hi->offset, bufferNamed(plan, "a")->offset + 256) << plan.str();
+  EXPECT_EQ(bufferNamed(plan, "odd")->viewOf, -1) << plan.str();
+  auto executor = CpuExecutor::create(f, {.threads = 1, .optLevel = 2});
+  ASSERT_TRUE(executor.ok());
+  EXPECT_EQ((*executor)->numKernels(in), 5u);  // 7 ops, 2 views
+}
+
 TEST(ConcatSlicesTest, EmulatedGpuMatchesTheInterpreter) {
   KILN_REQUIRE_EMULATOR();
   for (const auto& [n, channelsLast] : std::vector<std::pair<int64_t, bool>>{{1, false}, {2, false}, {1, true}}) {
@@ -270,6 +298,9 @@ TEST(ConcatSlicesTest, EmulatedGpuMatchesTheInterpreter) {
       "  %c = concat(%x, %a, %b) {axis = 0} : f32[48,4]\n  %r = tanh(%c) : f32[48,4]\n  return %a, %r\n}\n");
   ASSERT_TRUE(m);
   runOnEmulatedGpu(*m->functions().front(), {randomF32({16, 4}, 12)});
+  auto views = parseVerified(kSliceViews);
+  ASSERT_TRUE(views);
+  runOnEmulatedGpu(*views->functions().front(), {randomF32({1, 32, 2, 2}, 17)});
 }
 
 }  // namespace
