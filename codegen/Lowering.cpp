@@ -445,31 +445,53 @@ Expected<kir::Kernel> lowerConcatKernel(const Op& op, std::string name, const st
   const std::vector<int64_t> outStrides = stridesOf(static_cast<size_t>(out), shape);
   const std::vector<int64_t> outerDims(shape.begin(), shape.begin() + axis);
   const int64_t outer = std::accumulate(outerDims.begin(), outerDims.end(), int64_t{1}, std::multiplies<>());
-  const Index outerIndex = unravel(kir::var(0), outerDims);
   std::vector<int64_t> starts;
   int64_t start = 0;
   for (const Value* v : op.operands()) {
     starts.push_back(start);
     start += dimsOf(v)[static_cast<size_t>(axis)];
   }
+  // Each copied operand's row (its elements along the axis and after it,
+  // under one index of the dims before) is cut into `chunks` equal runs of
+  // at least kMinRun elements, so that a concat with few rows (batch 1
+  // channels first: one) still spreads over threads (and CUDA blocks).
+  constexpr int64_t kMinRun = 512, kMaxTasks = int64_t{1} << 16;
+  auto rowOf = [&](int k) {
+    const std::vector<int64_t> dims = dimsOf(op.operand(static_cast<size_t>(k)));
+    return std::accumulate(dims.begin() + axis, dims.end(), int64_t{1}, std::multiplies<>());
+  };
+  int64_t common = 0, shortest = std::numeric_limits<int64_t>::max();
+  for (int k : copied)
+    if (const int64_t row = rowOf(k); row > 0) {
+      common = std::gcd(common, row);
+      shortest = std::min(shortest, row);
+    }
+  int64_t chunks = 1;
+  while (common > 0 && common % (chunks * 2) == 0 && shortest / (chunks * 2) >= kMinRun &&
+         outer * chunks * 2 <= kMaxTasks)
+    chunks *= 2;
+  const ExprPtr task = kir::var(0);
+  const Index outerIndex = unravel(kir::div(task, kir::index(chunks)), outerDims);
+  const ExprPtr chunk = kir::rem(task, kir::index(chunks));
   std::vector<kir::StmtPtr> copies;
   int nextVar = 1;
   for (int k : copied) {
     const std::vector<int64_t> dims = dimsOf(op.operand(static_cast<size_t>(k)));
     const std::vector<int64_t> rowDims(dims.begin() + axis, dims.end());
-    const int64_t row = std::accumulate(rowDims.begin(), rowDims.end(), int64_t{1}, std::multiplies<>());
+    const int64_t row = rowOf(k);
     if (row == 0) continue;
     const int j = nextVar++;
+    const int64_t run = row / chunks;
     Index index = outerIndex;
-    const Index inRow = unravel(kir::var(j), rowDims);
+    const Index inRow = unravel(kir::add(kir::mul(chunk, kir::index(run)), kir::var(j)), rowDims);
     index.insert(index.end(), inRow.begin(), inRow.end());
     const ExprPtr from = stridedOffset(index, dims, stridesOf(static_cast<size_t>(k), dims));
     const ExprPtr to = kir::add(stridedOffset(index, dims, outStrides),
                                 kir::index(starts[static_cast<size_t>(k)] * outStrides[static_cast<size_t>(axis)]));
-    copies.push_back(kir::forLoop(j, row, false, true,
+    copies.push_back(kir::forLoop(j, run, false, true,
                                   {kir::store(out, to, kir::load(k, op.operand(static_cast<size_t>(k))->type().dtype, from))}));
   }
-  if (!copies.empty()) kernel.body.push_back(kir::forLoop(0, outer, true, false, std::move(copies)));
+  if (!copies.empty()) kernel.body.push_back(kir::forLoop(0, outer * chunks, true, false, std::move(copies)));
   kernel.numVars = nextVar;
   return kernel;
 }

@@ -56,9 +56,11 @@ Expected<kir::Kernel> lowerOpToKernel(const Op& op, std::string name, const Buff
 /// The kernel of concat `op` that copies operands `copied` (by position)
 /// into their slices of its result and writes nothing else (the other
 /// operands are in their slices already, passes/MemoryPlan.h). One
-/// parallel loop over the result's dims before the axis; inside it, each
-/// copied operand's run of elements along the axis and after it is one
-/// vectorized loop, a plain copy when the buffers are contiguous there.
+/// parallel loop over the result's dims before the axis, each index of
+/// them cut into equal chunks of every copied operand's row (its elements
+/// along the axis and after it) when rows are long and few; inside it, each
+/// copied operand's run is one vectorized loop, a plain copy when the
+/// buffers are contiguous there.
 Expected<kir::Kernel> lowerConcatKernel(const Op& op, std::string name, const std::vector<int>& copied,
                                         const BufferStrides& strides = {});
 
