@@ -102,6 +102,12 @@ bool readsOnlyAtStoredIndex(const kir::Kernel& kernel, size_t input) {
 /// (4-12 ms maxima seen) when the machine is busy and a team thread is
 /// descheduled. 2^15 split most of a transformer's small kernels.
 constexpr int64_t kParallelWork = 1 << 18;
+/// The same for a concat's plain copy (lowerConcatKernel): measured as
+/// above, a copy runs no faster on 2 threads up to 2M elements, and a
+/// thread descheduled on a busy machine stalls the step (GoogLeNet's
+/// 376K-element concat took 7.7-14.6 ms a call on 2 threads while other
+/// builds loaded this machine, 0.23-0.26 ms on one).
+constexpr int64_t kParallelCopyWork = 1 << 21;
 /// A oneDNN call below this many multiply-adds runs on one thread
 /// (omp_set_num_threads(1) around it): splitting a small product costs an
 /// OpenMP barrier, and on a loaded machine a wait for a descheduled thread.
@@ -277,7 +283,9 @@ Expected<CpuCompilation> layoutProgram(const Function& f, const Backend& backend
       s.kind = Program::Step::Kind::Kernel;
       s.kernel = static_cast<int>(out.kernels.size());
       s.parallelExtent = step.kernel.parallelExtent();
-      s.parallel = estimateWork(step.kernel.body) >= kParallelWork;
+      // A concat's copy is memory-bound: one core moves as much as two
+      // (below), so it splits only when very large.
+      s.parallel = estimateWork(step.kernel.body) >= (op->kind() == OpKind::Concat ? kParallelCopyWork : kParallelWork);
       p.kernelNames.push_back(step.kernel.name);
       out.kernels.push_back(std::move(step.kernel));
     }
