@@ -490,8 +490,7 @@ Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias
     const Op* c = concats[ci];
     const int self = bufferOf.at(c->result());
     const int64_t axis = axisOf(c);
-    const bool sameRank = c->result()->type().rank() > 0;
-    if (!sameRank) continue;
+    if (c->result()->type().rank() == 0) continue;
     // A run of the operands of a later concat along the same axis.
     if (plan.buffers[self].sliceOf < 0 && !isRoot[self]) {
       for (size_t di = ci + 1; di < concats.size(); ++di) {
