@@ -6,7 +6,9 @@
 // emulated GPU against the interpreter, with the plan saying what was placed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 
 #include "codegen/cpu/CpuExecutable.h"
@@ -247,6 +249,68 @@ TEST(ConcatSlicesTest, BlockedConvolutionsWriteIntoContiguousSlices) {
     EXPECT_EQ(b->sliceOffset, offset) << name;
     EXPECT_TRUE(b->strides.empty()) << name;
   }
+}
+
+/// Random DenseNet-like chains along axis 0 (every slice contiguous, at
+/// multiples of 64 bytes): each layer concatenates a random run of the
+/// features so far, sometimes in another order, and some features are also
+/// returned or read again later. The plan's slices never overlap another
+/// live value (MemoryPlanTest's checks hold for them), and the CPU runs
+/// them as the interpreter does.
+TEST(ConcatSlicesTest, RandomChainsMatchTheInterpreter) {
+  std::mt19937 rng(28);
+  int placed = 0, copied = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    std::vector<std::string> features = {"f0"};
+    std::string body = "  %f0 = exp(%x) : f32[16]\n", returned = "%f0", types = "f32[16]";
+    const int layers = 2 + static_cast<int>(rng() % 5);
+    for (int l = 1; l <= layers; ++l) {
+      const size_t n = features.size();
+      size_t start = rng() % n, count = 1 + rng() % (n - start);
+      std::vector<std::string> run(features.begin() + static_cast<std::ptrdiff_t>(start),
+                                   features.begin() + static_cast<std::ptrdiff_t>(start + count));
+      if (rng() % 4 == 0) std::reverse(run.begin(), run.end());
+      const std::string size = std::to_string(16 * run.size()), c = "c" + std::to_string(l);
+      body += "  %" + c + " = concat(";
+      for (size_t k = 0; k < run.size(); ++k) body += (k ? ", %" : "%") + run[k];
+      body += ") {axis = 0} : f32[" + size + "]\n";
+      body += "  %r" + std::to_string(l) + " = tanh(%" + c + ") : f32[" + size + "]\n";
+      body += "  %s" + std::to_string(l) + " = reduce_sum(%r" + std::to_string(l) +
+              ") {axes = [0], keepdims = true} : f32[1]\n";
+      const std::string f = "f" + std::to_string(l);
+      const std::string from = rng() % 2 ? "%x" : "%" + features[rng() % n];
+      body += "  %" + f + " = add(" + from + ", %s" + std::to_string(l) + ") : f32[16]\n";
+      features.push_back(f);
+      if (rng() % 5 == 0) {
+        returned += ", %" + features[rng() % features.size()];
+        types += ", f32[16]";
+      }
+      returned += ", %s" + std::to_string(l);
+      types += ", f32[1]";
+    }
+    const std::string text = "func @f(%x: f32[16]) -> (" + types + ") {\n" + body + "  return " + returned + "\n}\n";
+    SCOPED_TRACE(text);
+    auto m = parseVerified(text);
+    ASSERT_TRUE(m);
+    const MemoryPlan plan = runOnCpu(*m->functions().front(), {randomF32({16}, trial)});
+    for (const MemoryPlan::Buffer& b : plan.buffers) {
+      placed += b.sliceOf >= 0;
+      copied += static_cast<int>(b.copiedOperands.size());
+      if (b.sliceOf < 0) continue;
+      const MemoryPlan::Buffer& root = plan.buffers[static_cast<size_t>(b.sliceOf)];
+      EXPECT_EQ(b.offset, root.offset + b.sliceOffset) << b.name << "\n" << plan.str();
+      EXPECT_LE(b.sliceOffset + b.size, root.size) << b.name << "\n" << plan.str();
+      // Nothing else lives in the concat's bytes while it or a slice does.
+      for (const MemoryPlan::Buffer& other : plan.buffers) {
+        if (other.sliceOf == b.sliceOf || &other == &root || other.viewOf >= 0 || other.inPlaceOf >= 0) continue;
+        const bool overlap = other.offset < root.offset + root.size && root.offset < other.offset + other.size;
+        const bool live = other.first <= std::max(root.last, b.last) && b.first <= other.last;
+        EXPECT_FALSE(overlap && live) << other.name << " overlaps " << root.name << "\n" << plan.str();
+      }
+    }
+  }
+  EXPECT_GT(placed, 10);
+  EXPECT_GT(copied, 3);
 }
 
 /// A slice that is one run of its input's bytes (an ONNX Split's outputs,

@@ -167,11 +167,24 @@ void checkPlan(const Function& f, const MemoryPlan& plan, const std::string& tex
     // Live while the root group is: its first writer to its last reader.
     EXPECT_TRUE(b.first <= root.first) << b.name << " is written after the concat reads it";
   }
+  // A slice's bytes must hold from its writer until the concat's buffer's
+  // last reader, and the concat's whole buffer from its first slice's writer.
+  std::vector<int> first(plan.buffers.size()), last(plan.buffers.size());
+  for (size_t i = 0; i < plan.buffers.size(); ++i) {
+    first[i] = plan.buffers[i].first;
+    last[i] = plan.buffers[i].last;
+  }
+  for (size_t i = 0; i < plan.buffers.size(); ++i) {
+    const int root = plan.buffers[i].sliceOf;
+    if (root < 0) continue;
+    last[i] = std::max(last[i], plan.buffers[root].last);
+    first[root] = std::min(first[root], plan.buffers[i].first);
+  }
   for (size_t i = 0; i < plan.buffers.size(); ++i) {
     for (size_t j = i + 1; j < plan.buffers.size(); ++j) {
       const MemoryPlan::Buffer& a = plan.buffers[i];
       const MemoryPlan::Buffer& b = plan.buffers[j];
-      bool liveTogether = a.first <= b.last && b.first <= a.last;
+      bool liveTogether = first[i] <= last[j] && first[j] <= last[i];
       bool overlap = a.offset < b.offset + b.size && b.offset < a.offset + a.size;
       bool inPlace = b.inPlaceOf == static_cast<int>(i);
       // A concat shares bytes with the values in its slices (and a chained
