@@ -104,6 +104,30 @@ ExprPtr linearize(const Index& index, const std::vector<int64_t>& shape) {
   return offset;
 }
 
+ExprPtr stridedOffset(const Index& index, const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
+  ExprPtr offset = kir::index(0);
+  for (size_t a = 0; a < shape.size();) {
+    size_t b = a + 1;
+    ExprPtr run = index[a];
+    for (size_t e = shape.size(); e > a + 1; --e) {
+      bool rowMajor = true;
+      for (size_t d = a; d + 1 < e; ++d) rowMajor = rowMajor && strides[d] == strides[d + 1] * shape[d + 1];
+      if (!rowMajor) continue;
+      ExprPtr r = unraveledOffset(Index(index.begin() + static_cast<std::ptrdiff_t>(a),
+                                        index.begin() + static_cast<std::ptrdiff_t>(e)),
+                                  std::vector<int64_t>(shape.begin() + static_cast<std::ptrdiff_t>(a),
+                                                       shape.begin() + static_cast<std::ptrdiff_t>(e)));
+      if (!r) continue;
+      run = r;
+      b = e;
+      break;
+    }
+    offset = kir::add(offset, kir::mul(run, kir::index(strides[b - 1])));
+    a = b;
+  }
+  return offset;
+}
+
 Index unravel(const ExprPtr& linear, const std::vector<int64_t>& shape) {
   Index out(shape.size());
   int64_t stride = 1;
@@ -265,13 +289,22 @@ std::string whyNotLowerable(const Op& op) {
 
 namespace {
 
+/// The load of buffer `buffer` (holding `v`) at `index`, at its strides
+/// when `strides` gives them.
+ExprPtr loadAt(int buffer, const Value* v, const Index& index, const BufferStrides& strides) {
+  const size_t b = static_cast<size_t>(buffer);
+  if (b < strides.size() && !strides[b].empty())
+    return kir::load(buffer, v->type().dtype, stridedOffset(index, dimsOf(v), strides[b]));
+  return kir::load(buffer, v->type().dtype, linearize(index, dimsOf(v)));
+}
+
 /// Answers operand reads of a one-op kernel with loads from its buffers.
 class SingleOpContext : public LoweringContext {
  public:
-  SingleOpContext(const Op& op, int firstFreeVar) : op_(op), nextVar_(firstFreeVar) {}
+  SingleOpContext(const Op& op, int firstFreeVar, const BufferStrides& strides)
+      : op_(op), nextVar_(firstFreeVar), strides_(strides) {}
   Expected<ExprPtr> operand(size_t i, const Index& index) override {
-    const Value* v = op_.operand(i);
-    return kir::load(static_cast<int>(i), v->type().dtype, linearize(index, dimsOf(v)));
+    return loadAt(static_cast<int>(i), op_.operand(i), index, strides_);
   }
   int newVars(int count) override {
     nextVar_ += count;
@@ -282,6 +315,7 @@ class SingleOpContext : public LoweringContext {
  private:
   const Op& op_;
   int nextVar_;
+  const BufferStrides& strides_;
 };
 
 /// Answers operand reads inside a `fused` op's region: a region argument is
@@ -290,7 +324,8 @@ class SingleOpContext : public LoweringContext {
 /// is how a group composes its ops' lowerings into one expression.
 class FusedContext : public LoweringContext {
  public:
-  FusedContext(const Op& op, const Function& region, int& nextVar) : op_(op), region_(region), nextVar_(nextVar) {}
+  FusedContext(const Op& op, const Function& region, int& nextVar, const BufferStrides& strides)
+      : op_(op), region_(region), nextVar_(nextVar), strides_(strides) {}
   Expected<ExprPtr> operand(size_t i, const Index& index) override { return valueAt(op_.operand(i), index); }
   int newVars(int count) override {
     nextVar_ += count;
@@ -298,11 +333,9 @@ class FusedContext : public LoweringContext {
   }
 
   Expected<ExprPtr> valueAt(const Value* v, const Index& index) {
-    if (v->isArgument()) {
-      return kir::load(v->index(), v->type().dtype, linearize(index, dimsOf(v)));
-    }
+    if (v->isArgument()) return loadAt(static_cast<int>(v->index()), v, index, strides_);
     const Op& def = *v->definingOp();
-    FusedContext inner(def, region_, nextVar_);
+    FusedContext inner(def, region_, nextVar_, strides_);
     return loweringFor(def.kind())(def, inner, index);
   }
 
@@ -310,13 +343,14 @@ class FusedContext : public LoweringContext {
   const Op& op_;
   const Function& region_;
   int& nextVar_;
+  const BufferStrides& strides_;
 };
 
 /// The expression of result `index` of a `fused` op: its region's returned
 /// value, composed from the region's ops.
-Expected<ExprPtr> lowerFusedResult(const Op& op, int& nextVar, const Index& index) {
+Expected<ExprPtr> lowerFusedResult(const Op& op, int& nextVar, const Index& index, const BufferStrides& strides) {
   const Function& region = *op.region();
-  FusedContext ctx(*region.returnOp(), region, nextVar);
+  FusedContext ctx(*region.returnOp(), region, nextVar, strides);
   return ctx.valueAt(region.returnOp()->operand(0), index);
 }
 
@@ -388,8 +422,87 @@ void lowerScatterKernel(const Op& op, kir::Kernel& kernel) {
   kernel.numVars = 3;
 }
 
-Expected<kir::Kernel> lowerOpToKernel(const Op& op, std::string name) {
+Expected<kir::Kernel> lowerConcatKernel(const Op& op, std::string name, const std::vector<int>& copied,
+                                        const BufferStrides& strides) {
   if (std::string why = whyNotLowerable(op); !why.empty()) return op.emitError(why);
+  const std::vector<int64_t> shape = dimsOf(op.result());
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  const int64_t rawAxis = op.getInt("axis");
+  const int64_t axis = rawAxis < 0 ? rawAxis + rank : rawAxis;
+  if (axis < 0 || axis >= rank) return op.emitError("concat axis " + std::to_string(rawAxis) + " out of range");
+  kir::Kernel kernel;
+  kernel.name = std::move(name);
+  for (const Value* v : op.operands())
+    kernel.buffers.push_back({v->name(), v->type().dtype, dimsOf(v), kir::Buffer::Role::Input});
+  kernel.buffers.push_back({op.result()->name(), op.result()->type().dtype, shape, kir::Buffer::Role::Output});
+  const int out = static_cast<int>(op.numOperands());
+  auto stridesOf = [&](size_t buffer, const std::vector<int64_t>& dims) {
+    if (buffer < strides.size() && !strides[buffer].empty()) return strides[buffer];
+    std::vector<int64_t> dense(dims.size(), 1);
+    for (size_t d = dims.size(); d-- > 1;) dense[d - 1] = dense[d] * dims[d];
+    return dense;
+  };
+  const std::vector<int64_t> outStrides = stridesOf(static_cast<size_t>(out), shape);
+  const std::vector<int64_t> outerDims(shape.begin(), shape.begin() + axis);
+  const int64_t outer = std::accumulate(outerDims.begin(), outerDims.end(), int64_t{1}, std::multiplies<>());
+  std::vector<int64_t> starts;
+  int64_t start = 0;
+  for (const Value* v : op.operands()) {
+    starts.push_back(start);
+    start += dimsOf(v)[static_cast<size_t>(axis)];
+  }
+  // Each copied operand's row (its elements along the axis and after it,
+  // under one index of the dims before) is cut into `chunks` equal runs of
+  // at least kMinRun elements, so that a concat with few rows (batch 1
+  // channels first: one) still spreads over threads (and CUDA blocks).
+  constexpr int64_t kMinRun = 512, kMaxTasks = int64_t{1} << 16;
+  auto rowOf = [&](int k) {
+    const std::vector<int64_t> dims = dimsOf(op.operand(static_cast<size_t>(k)));
+    return std::accumulate(dims.begin() + axis, dims.end(), int64_t{1}, std::multiplies<>());
+  };
+  int64_t common = 0, shortest = std::numeric_limits<int64_t>::max();
+  for (int k : copied)
+    if (const int64_t row = rowOf(k); row > 0) {
+      common = std::gcd(common, row);
+      shortest = std::min(shortest, row);
+    }
+  int64_t chunks = 1;
+  while (common > 0 && common % (chunks * 2) == 0 && shortest / (chunks * 2) >= kMinRun &&
+         outer * chunks * 2 <= kMaxTasks)
+    chunks *= 2;
+  const ExprPtr task = kir::var(0);
+  const Index outerIndex = unravel(kir::div(task, kir::index(chunks)), outerDims);
+  const ExprPtr chunk = kir::rem(task, kir::index(chunks));
+  std::vector<kir::StmtPtr> copies;
+  int nextVar = 1;
+  for (int k : copied) {
+    const std::vector<int64_t> dims = dimsOf(op.operand(static_cast<size_t>(k)));
+    const std::vector<int64_t> rowDims(dims.begin() + axis, dims.end());
+    const int64_t row = rowOf(k);
+    if (row == 0) continue;
+    const int j = nextVar++;
+    const int64_t run = row / chunks;
+    Index index = outerIndex;
+    const Index inRow = unravel(kir::add(kir::mul(chunk, kir::index(run)), kir::var(j)), rowDims);
+    index.insert(index.end(), inRow.begin(), inRow.end());
+    const ExprPtr from = stridedOffset(index, dims, stridesOf(static_cast<size_t>(k), dims));
+    const ExprPtr to = kir::add(stridedOffset(index, dims, outStrides),
+                                kir::index(starts[static_cast<size_t>(k)] * outStrides[static_cast<size_t>(axis)]));
+    copies.push_back(kir::forLoop(j, run, false, true,
+                                  {kir::store(out, to, kir::load(k, op.operand(static_cast<size_t>(k))->type().dtype, from))}));
+  }
+  if (!copies.empty()) kernel.body.push_back(kir::forLoop(0, outer * chunks, true, false, std::move(copies)));
+  kernel.numVars = nextVar;
+  return kernel;
+}
+
+Expected<kir::Kernel> lowerOpToKernel(const Op& op, std::string name, const BufferStrides& strides) {
+  if (std::string why = whyNotLowerable(op); !why.empty()) return op.emitError(why);
+  if (op.kind() == OpKind::Concat) {
+    std::vector<int> all(op.numOperands());
+    std::iota(all.begin(), all.end(), 0);
+    return lowerConcatKernel(op, std::move(name), all, strides);
+  }
   kir::Kernel kernel;
   kernel.name = std::move(name);
   for (const Value* v : op.operands())
@@ -405,10 +518,10 @@ Expected<kir::Kernel> lowerOpToKernel(const Op& op, std::string name) {
 
   // Variables 0 and 1: the flattened outer dims (parallel) and the last dim
   // (vectorized). A scalar result has neither loop.
-  SingleOpContext ctx(op, 2);
+  SingleOpContext ctx(op, 2, strides);
   int fusedVars = 2;
   auto lowerResult = [&](const Index& index) -> Expected<ExprPtr> {
-    if (op.kind() == OpKind::Fused) return lowerFusedResult(op, fusedVars, index);
+    if (op.kind() == OpKind::Fused) return lowerFusedResult(op, fusedVars, index, strides);
     return loweringFor(op.kind())(op, ctx, index);
   };
   if (shape.empty()) {
@@ -424,7 +537,10 @@ Expected<kir::Kernel> lowerOpToKernel(const Op& op, std::string name) {
   index.push_back(kir::var(1));
   auto value = lowerResult(index);
   if (!value) return value.takeError();
-  const ExprPtr offset = kir::add(kir::mul(kir::var(0), kir::index(shape.back())), kir::var(1));
+  const size_t outBuffer = static_cast<size_t>(out);
+  const ExprPtr offset = outBuffer < strides.size() && !strides[outBuffer].empty()
+                             ? stridedOffset(index, shape, strides[outBuffer])
+                             : kir::add(kir::mul(kir::var(0), kir::index(shape.back())), kir::var(1));
   auto inner = kir::forLoop(1, shape.back(), false, true, {kir::store(out, offset, *value)});
   kernel.body.push_back(kir::forLoop(0, outer, true, false, {inner}));
   kernel.numVars = std::max(ctx.numVars(), fusedVars);

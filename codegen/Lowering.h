@@ -40,10 +40,28 @@ LowerFn loweringFor(OpKind kind);
 /// emitters lack, a non-static shape), or empty when it can.
 std::string whyNotLowerable(const Op& op);
 
+/// Element strides of a kernel's buffers in memory, by buffer (its
+/// operands, then its result): an empty entry, or none, is the buffer's own
+/// row-major layout. A value placed in a strided slice of a concatenation's
+/// buffer (passes/MemoryPlan.h Buffer::strides) is read and written there.
+using BufferStrides = std::vector<std::vector<int64_t>>;
+
 /// Lowers one op to a kernel named `name`: buffers 0..n-1 are its operands,
 /// buffer n its result. The result's dims but the last are flattened into
 /// one parallel loop (so a batch of 1 still splits across threads); the
-/// last dim is the vectorized inner loop.
-Expected<kir::Kernel> lowerOpToKernel(const Op& op, std::string name);
+/// last dim is the vectorized inner loop. A top-level `concat` is
+/// lowerConcatKernel's copy of every operand.
+Expected<kir::Kernel> lowerOpToKernel(const Op& op, std::string name, const BufferStrides& strides = {});
+
+/// The kernel of concat `op` that copies operands `copied` (by position)
+/// into their slices of its result and writes nothing else (the other
+/// operands are in their slices already, passes/MemoryPlan.h). One
+/// parallel loop over the result's dims before the axis, each index of
+/// them cut into equal chunks of every copied operand's row (its elements
+/// along the axis and after it) when rows are long and few; inside it, each
+/// copied operand's run is one vectorized loop, a plain copy when the
+/// buffers are contiguous there.
+Expected<kir::Kernel> lowerConcatKernel(const Op& op, std::string name, const std::vector<int>& copied,
+                                        const BufferStrides& strides = {});
 
 }  // namespace kiln::codegen

@@ -45,6 +45,12 @@ ExprPtr unraveledOffset(const Index& index, const std::vector<int64_t>& shape);
 /// reshapeIndex) contributes that offset, without its divisions.
 ExprPtr linearize(const Index& index, const std::vector<int64_t>& shape);
 
+/// The offset of `index` in a buffer of dims `shape` laid out with element
+/// `strides`; a run of dims laid out row-major among themselves whose index
+/// is an unravelled offset contributes that offset times the run's stride
+/// (linearize's shortcut, for a strided slice).
+ExprPtr stridedOffset(const Index& index, const std::vector<int64_t>& shape, const std::vector<int64_t>& strides);
+
 /// The multi-index of row-major offset `linear` in `shape`.
 Index unravel(const ExprPtr& linear, const std::vector<int64_t>& shape);
 

@@ -25,7 +25,26 @@ std::string valueRef(const std::string& name) {
   return quoted + "\"";
 }
 
+template <typename T>
+std::string intList(const std::vector<T>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
 }  // namespace
+
+std::vector<int64_t> MemoryPlan::stridesOf(const Value* v) const {
+  const Buffer* b = find(v);
+  return b ? b->strides : std::vector<int64_t>{};
+}
+
+std::vector<int> MemoryPlan::concatCopies(const Op& op) const {
+  if (const Buffer* b = find(op.result())) return b->copiedOperands;
+  std::vector<int> all(op.numOperands());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+  return all;
+}
 
 const MemoryPlan::Alias* MemoryPlan::aliasOfResult(size_t result) const {
   for (const Alias& a : aliases)
@@ -49,7 +68,20 @@ std::string MemoryPlan::str() const {
          << (b.sizing == Buffer::Sizing::Bound ? "at most " : "") << b.size;
     os << ", live [" << b.first << ", " << b.last << "]";
     if (b.inPlaceOf >= 0) os << ", in place of " << valueRef(buffers[b.inPlaceOf].name);
-    if (b.viewOf >= 0) os << ", view of " << valueRef(buffers[b.viewOf].name);
+    if (b.viewOf >= 0) {
+      os << ", view of " << valueRef(buffers[b.viewOf].name);
+      if (b.viewOffset) os << " at +" << b.viewOffset;
+    }
+    if (b.sliceOf >= 0) {
+      os << ", slice of " << valueRef(buffers[b.sliceOf].name) << " at +" << b.sliceOffset;
+      if (!b.strides.empty()) os << " strides " << intList(b.strides);
+    }
+    if (b.value && b.value->definingOp() && b.value->definingOp()->kind() == OpKind::Concat) {
+      if (b.copiedOperands.empty())
+        os << ", no step";
+      else
+        os << ", copies operands " << intList(b.copiedOperands);
+    }
     os << "\n";
   }
   for (const Alias& a : aliases) {

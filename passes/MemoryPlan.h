@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,9 +58,34 @@ struct MemoryPlan {
     int inPlaceOf = -1;
     /// Index in `buffers` of the input this value is a view of, or -1: the
     /// same bytes read as another shape (a reshape, or a transpose that
-    /// moves only dims of size 1), so no kernel needs to compute it. The two
+    /// moves only dims of size 1), or a run of them (a contiguous slice, at
+    /// viewOffset, a multiple of kAlignment), so no kernel needs to compute it. The two
     /// share memory while either is live (isView).
     int viewOf = -1;
+    /// Bytes from viewOf's first byte to this value's: 0 but for a slice
+    /// that is one run of its input's bytes (viewOffset).
+    int64_t viewOffset = 0;
+    /// Index in `buffers` of the concatenation whose buffer this value is
+    /// placed in, or -1: its producer writes it straight into its slice of
+    /// that buffer, so no concat copies it (docs/codegen.md §4, "Slices of
+    /// a concatenation"). Always the outermost such buffer (a concat placed
+    /// in a larger one passes its operands on), which is itself in no
+    /// other. The two share memory while either is live.
+    int sliceOf = -1;
+    /// Bytes from the start of sliceOf's buffer to this value's first
+    /// element; a multiple of kAlignment.
+    int64_t sliceOffset = 0;
+    /// The value's element strides inside sliceOf's buffer, one per dim,
+    /// when they are not its own row-major strides (a slice along a dim
+    /// that follows a dim of size above 1, e.g. channels of a channels-last
+    /// batch); empty when the slice is contiguous. Only generated kernels
+    /// write or read a strided value (codegen/Lowering.h BufferStrides).
+    std::vector<int64_t> strides;
+    /// For a `concat` in the arena: the operands (by position) its step
+    /// copies into its slices, those neither placed there nor copied there
+    /// by an earlier concat that shares the slice. None: the concat runs no
+    /// step.
+    std::vector<int> copiedOperands;
   };
 
   /// How a donated argument receives its result.
@@ -95,10 +121,19 @@ struct MemoryPlan {
 
   /// The buffer of `v`, or null when `v` is not in the arena.
   const Buffer* find(const Value* v) const;
+  /// The element strides of `v` in memory when they are not its row-major
+  /// ones (Buffer::strides), else an empty vector.
+  std::vector<int64_t> stridesOf(const Value* v) const;
+  /// The operands (by position) that the step of concat `op` copies: the
+  /// plan's copiedOperands for a concat in the arena, every operand for one
+  /// outside it (a result the caller receives).
+  std::vector<int> concatCopies(const Op& op) const;
   /// The alias of result `result`, or null when it has none.
   const Alias* aliasOfResult(size_t result) const;
   /// One line per buffer (`%name: offset O, size S, live [a, b]`, plus `, in
-  /// place of %x`; `size at most S` for a bound, `dynamic size` for a
+  /// place of %x`, `, view of %x`, `, slice of %c at +B` with `strides [..]`
+  /// when strided, and for a concat `, copies operands [..]` or `, no
+  /// step`; `size at most S` for a bound, `dynamic size` for a
   /// buffer outside the arena), one per alias (`result R -> argument %a: in place` or
   /// `: copied after the last kernel (why)`), then `peak P bytes, no reuse
   /// T bytes`.
@@ -116,6 +151,13 @@ using ReadsInPlace = std::function<bool(const Op& op, size_t operand)>;
 /// same order, so its result may share the operand's memory. Reshapes, and
 /// transposes whose permutation moves only dims of size 1.
 bool isView(const Op& op);
+
+/// The byte offset in its operand at which `op`'s result lies when the
+/// result is a view of it: 0 for isView, the start of a `slice` whose
+/// result is one run of its input's bytes (every dim before the sliced one
+/// of size 1, every dim after it whole, steps 1: a channel range at batch
+/// 1, rows of a matrix, an ONNX Split's outputs); nullopt otherwise.
+std::optional<int64_t> viewOffset(const Op& op);
 
 /// Plans the arena of `f`: each top-level op other than a constant or the
 /// `return` is one kernel, in order. An error names the first value whose

@@ -10,6 +10,7 @@
 // --print-memory-plan` prints the plan; the runtime calls planMemory on the
 // function it compiles.
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <unordered_map>
@@ -137,7 +138,80 @@ bool isView(const Op& op) {
   return true;
 }
 
+std::optional<int64_t> viewOffset(const Op& op) {
+  if (isView(op)) return 0;
+  if (op.kind() != OpKind::Slice || op.numOperands() != 1 || op.region()) return std::nullopt;
+  const TensorType& in = op.operand(0)->type();
+  const TensorType& out = op.result()->type();
+  if (in.dtype != out.dtype || !in.isStatic() || !out.isStatic() || in.rank() != out.rank() ||
+      numElements(out.shape) == 0)
+    return std::nullopt;
+  const std::vector<int64_t>& starts = op.getInts("starts");
+  const std::vector<int64_t>& steps = op.getInts("steps");
+  const size_t rank = in.shape.size();
+  if (starts.size() != rank || steps.size() != rank) return std::nullopt;
+  // The dims before the first one sliced are 1 and those after it whole:
+  // the slice is one run of the input's bytes.
+  size_t cut = rank;
+  for (size_t d = 0; d < rank && cut == rank; ++d)
+    if (out.shape[d].size != in.shape[d].size) cut = d;
+  int64_t offset = 0, inner = 1;
+  for (size_t d = rank; d-- > 0;) {
+    const int64_t size = in.shape[d].size;
+    int64_t start = starts[d] < 0 ? starts[d] + size : starts[d];
+    start = std::clamp<int64_t>(start, 0, size);
+    if (steps[d] != 1) return std::nullopt;
+    if (d < cut && size != 1) return std::nullopt;
+    if (d > cut && (out.shape[d].size != size || start != 0)) return std::nullopt;
+    if (d < cut && start != 0) return std::nullopt;
+    if (d == cut) offset = start * inner;
+    inner *= size;
+  }
+  return offset * static_cast<int64_t>(dtypeSize(in.dtype));
+}
+
 namespace {
+
+/// Row-major element strides of `dims`.
+std::vector<int64_t> rowMajor(const std::vector<int64_t>& dims) {
+  std::vector<int64_t> strides(dims.size(), 1);
+  for (size_t i = dims.size(); i-- > 1;) strides[i - 1] = strides[i] * dims[i];
+  return strides;
+}
+
+std::vector<int64_t> staticDims(const TensorType& t) {
+  std::vector<int64_t> dims;
+  for (const Dim& d : t.shape) dims.push_back(d.size);
+  return dims;
+}
+
+/// Whether `strides` address `dims` as their own row-major layout does:
+/// every dim above size 1 has its row-major stride.
+bool isRowMajor(const std::vector<int64_t>& dims, const std::vector<int64_t>& strides) {
+  const std::vector<int64_t> dense = rowMajor(dims);
+  for (size_t d = 0; d < dims.size(); ++d)
+    if (dims[d] > 1 && strides[d] != dense[d]) return false;
+  return true;
+}
+
+/// Whether `op` is a kernel that code generation lowers (not a library
+/// call, a collective or a host check), so that it can read and write
+/// buffers at any strides (codegen/Lowering.h BufferStrides). A scatter's
+/// kernel indexes its buffers itself.
+bool takesStrides(const Op& op) {
+  if (!isKernel(op) || op.numResults() != 1 || op.info().opClass == OpClass::Collective ||
+      op.info().isControlFlow() || op.info().hasDataDependentShape() || op.kind() == OpKind::ScatterElements)
+    return false;
+  return !(op.kind() == OpKind::Fused && op.attr("kind") && op.attr("kind")->kind() == AttrKind::String &&
+           op.getString("kind") == "library");
+}
+
+/// Where a value goes inside a concatenation's buffer.
+struct Placement {
+  int root = -1;        // the buffer it is in
+  int64_t offset = 0;   // bytes from the root's start
+  std::vector<int64_t> strides;  // elements, one per dim of the value
+};
 
 /// A set of values sharing one place in the arena: a value, those written
 /// in place over it one after another, and views of any of them.
@@ -343,6 +417,154 @@ Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias
     if (it != bufferOf.end()) plan.buffers[it->second].last = plan.numKernels - 1;
   }
 
+  // Slices of a concatenation: each operand of a concat in the arena goes
+  // into its slice of the concat's buffer when its producer can write there
+  // (any kernel for a contiguous slice, a generated kernel for a strided
+  // one, whose readers are then generated kernels too), so that the concat
+  // copies nothing for it. Concats are taken last to first: a concat whose
+  // operands are a run of a later one's (DenseNet's concat(x0..xk) before
+  // concat(x0..xk+1)), or which is an operand of a later one, goes into
+  // that one's buffer first and passes its slice on to its own operands, so
+  // that a chain shares one buffer. A value goes into one slice at most;
+  // every other concat reading it copies it.
+  std::vector<const Op*> concats;
+  for (const Op* op : kernels) {
+    auto it = bufferOf.find(op->result());
+    if (op->kind() == OpKind::Concat && it != bufferOf.end() &&
+        plan.buffers[it->second].sizing == MemoryPlan::Buffer::Sizing::Exact)
+      concats.push_back(op);
+  }
+  std::vector<bool> isRoot(plan.buffers.size(), false);
+  // Whether value `v` may be placed at `p`.
+  auto canPlace = [&](const Value* v, const Placement& p, bool strided) {
+    auto it = bufferOf.find(v);
+    if (it == bufferOf.end()) return false;  // an argument, a constant, a result
+    const MemoryPlan::Buffer& b = plan.buffers[it->second];
+    if (b.sizing != MemoryPlan::Buffer::Sizing::Exact || b.sliceOf >= 0 || isRoot[it->second] ||
+        p.offset % MemoryPlan::kAlignment != 0)
+      return false;
+    const Op* def = v->definingOp();
+    // A view shares its input's bytes, which are elsewhere.
+    if (viewOffset(*def)) {
+      auto in = bufferOf.find(def->operand(0));
+      if (in != bufferOf.end() && plan.buffers[in->second].sizing == MemoryPlan::Buffer::Sizing::Exact) return false;
+    }
+    if (!strided) return true;
+    if (!takesStrides(*def)) return false;
+    for (const Op* user : v->users())
+      if (!takesStrides(*user)) return false;
+    return true;
+  };
+  auto place = [&](const Value* v, const Placement& p) {
+    MemoryPlan::Buffer& b = plan.buffers[bufferOf.at(v)];
+    b.sliceOf = p.root;
+    b.sliceOffset = p.offset;
+    if (!isRowMajor(staticDims(v->type()), p.strides)) b.strides = p.strides;
+    isRoot[static_cast<size_t>(p.root)] = true;
+  };
+  // The placement of a concat's own buffer: where it was placed, or itself.
+  auto placementOf = [&](const Op* c) {
+    const int i = bufferOf.at(c->result());
+    const MemoryPlan::Buffer& b = plan.buffers[i];
+    const std::vector<int64_t> dims = staticDims(c->result()->type());
+    if (b.sliceOf < 0) return Placement{i, 0, rowMajor(dims)};
+    // Strides in the root: the root's row-major ones (every buffer in a
+    // root has its rank, and its dims but along concat axes).
+    const std::vector<int64_t> rootDims = staticDims(plan.buffers[b.sliceOf].value->type());
+    return Placement{b.sliceOf, b.sliceOffset, rowMajor(rootDims)};
+  };
+  auto axisOf = [](const Op* c) {
+    int64_t axis = c->getInt("axis");
+    return axis < 0 ? axis + static_cast<int64_t>(c->result()->type().rank()) : axis;
+  };
+  // The placement of operand `k` of concat `c` placed at `p`.
+  auto operandPlacement = [&](const Op* c, const Placement& p, size_t k) {
+    const int64_t axis = axisOf(c);
+    int64_t along = 0;
+    for (size_t j = 0; j < k; ++j) along += c->operand(j)->type().shape[static_cast<size_t>(axis)].size;
+    Placement q = p;
+    q.offset += along * p.strides[static_cast<size_t>(axis)] * static_cast<int64_t>(dtypeSize(c->result()->type().dtype));
+    return q;
+  };
+  for (size_t ci = concats.size(); ci-- > 0;) {
+    const Op* c = concats[ci];
+    const int self = bufferOf.at(c->result());
+    const int64_t axis = axisOf(c);
+    if (c->result()->type().rank() == 0) continue;
+    // A run of the operands of a later concat along the same axis.
+    if (plan.buffers[self].sliceOf < 0 && !isRoot[self]) {
+      for (size_t di = ci + 1; di < concats.size(); ++di) {
+        const Op* d = concats[di];
+        if (axisOf(d) != axis || d->numOperands() < c->numOperands() ||
+            d->result()->type().dtype != c->result()->type().dtype)
+          continue;
+        for (size_t start = 0; start + c->numOperands() <= d->numOperands(); ++start) {
+          bool run = true;
+          for (size_t j = 0; j < c->numOperands() && run; ++j) run = d->operand(start + j) == c->operand(j);
+          if (!run) continue;
+          const Placement p = operandPlacement(d, placementOf(d), start);
+          const bool strided = !isRowMajor(staticDims(c->result()->type()), p.strides);
+          if (canPlace(c->result(), p, strided)) place(c->result(), p);
+          break;
+        }
+        if (plan.buffers[self].sliceOf >= 0) break;
+      }
+    }
+    const Placement p = placementOf(c);
+    for (size_t k = 0; k < c->numOperands(); ++k) {
+      const Value* x = c->operand(k);
+      const Placement q = operandPlacement(c, p, k);
+      const bool strided = !isRowMajor(staticDims(x->type()), q.strides);
+      if (numElements(x->type().shape) > 0 && canPlace(x, q, strided)) place(x, q);
+    }
+  }
+  // What each concat copies, in program order: an operand is in its slice
+  // already when placed there, or when an earlier concat sharing the slice
+  // copied it there.
+  std::map<std::pair<int, int64_t>, const Value*> filled;
+  for (const Op* c : concats) {
+    MemoryPlan::Buffer& cb = plan.buffers[bufferOf.at(c->result())];
+    const Placement p = placementOf(c);
+    for (size_t k = 0; k < c->numOperands(); ++k) {
+      const Value* x = c->operand(k);
+      if (numElements(x->type().shape) == 0) continue;
+      const Placement q = operandPlacement(c, p, k);
+      auto xb = bufferOf.find(x);
+      if (xb != bufferOf.end() && plan.buffers[xb->second].sliceOf == q.root &&
+          plan.buffers[xb->second].sliceOffset == q.offset)
+        continue;
+      auto [slot, fresh] = filled.emplace(std::make_pair(q.root, q.offset), x);
+      if (!fresh && slot->second == x) continue;
+      slot->second = x;
+      cb.copiedOperands.push_back(static_cast<int>(k));
+    }
+  }
+
+  // A value is read by a concat only when the concat copies it: one that
+  // goes into a slice copied there by an earlier concat dies at that copy,
+  // not at the last concat of a chain that reads it as an operand.
+  if (!concats.empty()) {
+    std::unordered_set<const Op*> isConcat(concats.begin(), concats.end());
+    for (MemoryPlan::Buffer& b : plan.buffers) b.last = b.first;
+    for (size_t k = 0; k < kernels.size(); ++k) {
+      const Op* op = kernels[k];
+      const MemoryPlan::Buffer* cb = isConcat.count(op) ? &plan.buffers[bufferOf.at(op->result())] : nullptr;
+      for (size_t i = 0; i < op->numOperands(); ++i) {
+        auto it = bufferOf.find(op->operand(i));
+        if (it == bufferOf.end()) continue;
+        if (cb && std::find(cb->copiedOperands.begin(), cb->copiedOperands.end(), static_cast<int>(i)) ==
+                      cb->copiedOperands.end())
+          continue;
+        plan.buffers[it->second].last = std::max(plan.buffers[it->second].last, static_cast<int>(k));
+      }
+    }
+    for (const MemoryPlan::Alias& a : plan.aliases) {
+      if (a.inPlace) continue;
+      auto it = bufferOf.find(ret->operand(a.result));
+      if (it != bufferOf.end()) plan.buffers[it->second].last = plan.numKernels - 1;
+    }
+  }
+
   // In place: an elementwise kernel writes its result over an input that
   // dies there, when the two have the same element count and size. The
   // result joins the input's group, so a chain of such kernels shares one
@@ -350,17 +572,39 @@ Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias
   // value's death. A view joins its input's group whether or not the input
   // lives on (the bytes do not change), so a kernel may write over an input
   // only when the input's whole group, views included, dies there.
+  // A concat's buffer and the values placed in it form one group, which
+  // lives from the first of them to be written to the last read of any
+  // (views included); none of them is written in place over another value,
+  // nor another over them.
   std::vector<int> groupOf(plan.buffers.size());
+  std::vector<int64_t> within(plan.buffers.size(), 0);  // bytes from the group's start
   std::vector<Group> groups;
+  std::unordered_map<int, int> groupOfRoot;
   for (size_t i = 0; i < plan.buffers.size(); ++i) {
     MemoryPlan::Buffer& b = plan.buffers[i];
     const Op* def = b.value->definingOp();
     // A buffer of a size known only at run time shares with nothing.
     const bool sized = b.sizing == MemoryPlan::Buffer::Sizing::Exact;
-    if (sized && isView(*def)) {
+    const bool shared = b.sliceOf >= 0 || isRoot[i];
+    const std::optional<int64_t> view = sized && !shared ? viewOffset(*def) : std::nullopt;
+    if (view && *view % MemoryPlan::kAlignment == 0) {
       auto it = bufferOf.find(def->operand(0));
-      if (it != bufferOf.end() && plan.buffers[it->second].sizing == MemoryPlan::Buffer::Sizing::Exact)
+      if (it != bufferOf.end() && plan.buffers[it->second].sizing == MemoryPlan::Buffer::Sizing::Exact &&
+          plan.buffers[it->second].strides.empty()) {
         b.viewOf = it->second;
+        b.viewOffset = *view;
+      }
+    }
+    if (shared) {
+      const int root = b.sliceOf >= 0 ? b.sliceOf : static_cast<int>(i);
+      auto [it, fresh] = groupOfRoot.emplace(root, static_cast<int>(groups.size()));
+      if (fresh) groups.push_back({plan.buffers[root].size, b.first, b.last, 0});
+      groupOf[i] = it->second;
+      within[i] = b.sliceOffset;
+      Group& g = groups[it->second];
+      g.first = std::min(g.first, b.first);
+      g.last = std::max(g.last, b.last);
+      continue;
     }
     if (sized && b.viewOf < 0 && mayRunInPlace(*def)) {
       const TensorType& out = b.value->type();
@@ -369,7 +613,8 @@ Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias
         auto it = bufferOf.find(in);
         if (it == bufferOf.end()) continue;
         const MemoryPlan::Buffer& input = plan.buffers[it->second];
-        if (input.sizing != MemoryPlan::Buffer::Sizing::Exact || input.last != b.first ||
+        if (input.sizing != MemoryPlan::Buffer::Sizing::Exact || input.sliceOf >= 0 || isRoot[it->second] ||
+            input.last != b.first ||
             groups[groupOf[it->second]].last != b.first || numElements(in->type().shape) != numElements(out.shape) ||
             dtypeSize(in->type().dtype) != dtypeSize(out.dtype) || !readsAtWrittenIndex(*def, k))
           continue;
@@ -379,9 +624,11 @@ Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias
     }
     if (b.viewOf >= 0) {
       groupOf[i] = groupOf[b.viewOf];
+      within[i] = within[b.viewOf] + b.viewOffset;
       groups[groupOf[i]].last = std::max(groups[groupOf[i]].last, b.last);
     } else if (b.inPlaceOf >= 0) {
       groupOf[i] = groupOf[b.inPlaceOf];
+      within[i] = within[b.inPlaceOf];
       groups[groupOf[i]].last = b.last;
     } else {
       groupOf[i] = static_cast<int>(groups.size());
@@ -404,8 +651,9 @@ Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias
 
   for (size_t i = 0; i < plan.buffers.size(); ++i) {
     // A dynamic buffer's group has size 0: it takes no arena space.
-    plan.buffers[i].offset =
-        plan.buffers[i].sizing == MemoryPlan::Buffer::Sizing::Dynamic ? -1 : groups[groupOf[i]].offset;
+    plan.buffers[i].offset = plan.buffers[i].sizing == MemoryPlan::Buffer::Sizing::Dynamic
+                                 ? -1
+                                 : groups[groupOf[i]].offset + within[i];
     plan.noReuseTotal += alignUp(plan.buffers[i].size, MemoryPlan::kAlignment);
   }
   return plan;

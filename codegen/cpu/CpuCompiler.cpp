@@ -8,8 +8,10 @@
 #include <set>
 
 #include "codegen/KernelCache.h"
+#include "codegen/Lowering.h"
 #include "codegen/cpu/CpuBackend.h"
 #include "codegen/llvm/CpuJit.h"
+#include "ir/ByteSize.h"
 #include "ir/Verifier.h"
 
 namespace kiln::codegen {
@@ -100,6 +102,12 @@ bool readsOnlyAtStoredIndex(const kir::Kernel& kernel, size_t input) {
 /// (4-12 ms maxima seen) when the machine is busy and a team thread is
 /// descheduled. 2^15 split most of a transformer's small kernels.
 constexpr int64_t kParallelWork = 1 << 18;
+/// The same for a concat's plain copy (lowerConcatKernel): measured as
+/// above, a copy runs no faster on 2 threads up to 2M elements, and a
+/// thread descheduled on a busy machine stalls the step (GoogLeNet's
+/// 376K-element concat took 7.7-14.6 ms a call on 2 threads while other
+/// builds loaded this machine, 0.23-0.26 ms on one).
+constexpr int64_t kParallelCopyWork = 1 << 21;
 /// A oneDNN call below this many multiply-adds runs on one thread
 /// (omp_set_num_threads(1) around it): splitting a small product costs an
 /// OpenMP barrier, and on a loaded machine a wait for a descheduled thread.
@@ -150,7 +158,7 @@ std::vector<std::string> kernelHashes(const std::vector<kir::Kernel>& kernels) {
 bool elidedAsView(const LoweredStep& step, const MemoryPlan& plan, bool checksPending) {
   if (step.kind == LoweredStep::Kind::Check || checksPending) return false;
   const MemoryPlan::Buffer* b = plan.find(step.op->result());
-  return b && b->viewOf >= 0;
+  return b && (b->viewOf >= 0 || (step.op->kind() == OpKind::Concat && b->copiedOperands.empty()));
 }
 
 Expected<CpuCompilation> layoutProgram(const Function& f, const Backend& backend, const std::string& kernelPrefix,
@@ -229,9 +237,36 @@ Expected<CpuCompilation> layoutProgram(const Function& f, const Backend& backend
       p.slots.push_back({Program::SlotKind::Output, op->result()->type(), 0});  // placed below
       continue;
     }
+    if (step.kind == LoweredStep::Kind::Kernel) {
+      // Values in strided slices of a concatenation's buffer are read and
+      // written at their strides, and a concat copies only the operands not
+      // in their slices already (MemoryPlan::Buffer): such kernels are
+      // lowered again from the plan.
+      BufferStrides strides;
+      bool strided = false;
+      for (const Value* v : op->operands()) strided |= !strides.emplace_back(plan->stridesOf(v)).empty();
+      strided |= !strides.emplace_back(plan->stridesOf(op->result())).empty();
+      const std::vector<int> copies =
+          op->kind() == OpKind::Concat ? plan->concatCopies(*op) : std::vector<int>{};
+      if (strided || (op->kind() == OpKind::Concat && copies.size() != op->numOperands())) {
+        auto kernel = op->kind() == OpKind::Concat ? lowerConcatKernel(*op, step.kernel.name, copies, strides)
+                                                   : lowerOpToKernel(*op, step.kernel.name, strides);
+        if (!kernel) return kernel.takeError();
+        backend.schedule(*kernel);
+        step.kernel = std::move(*kernel);
+      }
+    }
     Program::Step s;
     s.name = op->result()->name();
     s.what = describeStep(*op);
+    if (op->kind() == OpKind::Concat) {
+      // What the copy moves, for profiles: the operands not in their slices.
+      const std::vector<int> copies = plan->concatCopies(*op);
+      uint64_t bytes = 0;
+      for (int k : copies) bytes += tensorByteSize(op->operand(static_cast<size_t>(k))->type()).value_or(0);
+      s.what += " (copies " + std::to_string(copies.size()) + " of " + std::to_string(op->numOperands()) +
+                " operands, " + std::to_string(bytes) + " bytes)";
+    }
     for (const Value* v : op->operands()) s.operands.push_back(slots.at(v));
     s.result = static_cast<int>(p.slots.size());
     slots[op->result()] = s.result;
@@ -248,7 +283,9 @@ Expected<CpuCompilation> layoutProgram(const Function& f, const Backend& backend
       s.kind = Program::Step::Kind::Kernel;
       s.kernel = static_cast<int>(out.kernels.size());
       s.parallelExtent = step.kernel.parallelExtent();
-      s.parallel = estimateWork(step.kernel.body) >= kParallelWork;
+      // A concat's copy is memory-bound: one core moves as much as two
+      // (below), so it splits only when very large.
+      s.parallel = estimateWork(step.kernel.body) >= (op->kind() == OpKind::Concat ? kParallelCopyWork : kParallelWork);
       p.kernelNames.push_back(step.kernel.name);
       out.kernels.push_back(std::move(step.kernel));
     }
