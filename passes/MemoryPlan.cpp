@@ -76,7 +76,7 @@ std::string MemoryPlan::str() const {
       os << ", slice of " << valueRef(buffers[b.sliceOf].name) << " at +" << b.sliceOffset;
       if (!b.strides.empty()) os << " strides " << intList(b.strides);
     }
-    if (b.value && b.value->definingOp() && b.value->definingOp()->kind() == OpKind::Concat) {
+    if (b.isConcat) {
       if (b.copiedOperands.empty())
         os << ", no step";
       else

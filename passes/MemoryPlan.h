@@ -86,6 +86,10 @@ struct MemoryPlan {
     /// by an earlier concat that shares the slice. None: the concat runs no
     /// step.
     std::vector<int> copiedOperands;
+    /// Whether the value is a `concat`'s result (kept here because the plan
+    /// outlives the function it was made for: a staged program's parts
+    /// print their plans after their functions are gone).
+    bool isConcat = false;
   };
 
   /// How a donated argument receives its result.

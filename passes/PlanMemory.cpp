@@ -524,6 +524,7 @@ Expected<MemoryPlan> planMemory(const Function& f, const std::vector<ResultAlias
   std::map<std::pair<int, int64_t>, const Value*> filled;
   for (const Op* c : concats) {
     MemoryPlan::Buffer& cb = plan.buffers[bufferOf.at(c->result())];
+    cb.isConcat = true;
     const Placement p = placementOf(c);
     for (size_t k = 0; k < c->numOperands(); ++k) {
       const Value* x = c->operand(k);
