@@ -118,22 +118,31 @@ def model_classes():
     import torch
     import torch.nn as nn
 
-    class BertEncoder(nn.Module):
-        """BERT-base's shape: word and position embeddings, LayerNorm, 12 post-LN encoder layers with GELU, and
-        the pooler (tanh of a Linear on the first token). No token types, no attention mask (no padding)."""
+    class BertBody(nn.Module):
+        """Word and position embeddings, LayerNorm and post-LN encoder layers with GELU. No token types, no
+        attention mask (no padding)."""
 
-        def __init__(self, vocab=30522, d_model=768, n_head=12, n_layer=12, ff=3072, max_positions=512):
+        def __init__(self, vocab, d_model, n_head, n_layer, ff, max_positions):
             super().__init__()
             self.tok = nn.Embedding(vocab, d_model)
             self.pos = nn.Embedding(max_positions, d_model)
             self.ln = nn.LayerNorm(d_model)
             layer = nn.TransformerEncoderLayer(d_model, n_head, ff, activation="gelu", batch_first=True)
             self.encoder = nn.TransformerEncoder(layer, n_layer, enable_nested_tensor=False)
+
+        def encode(self, idx):
+            pos = torch.arange(idx.shape[1], dtype=torch.long).unsqueeze(0)
+            return self.encoder(self.ln(self.tok(idx) + self.pos(pos)))
+
+    class BertEncoder(BertBody):
+        """BERT-base's shape: 12 layers of width 768, and the pooler (tanh of a Linear on the first token)."""
+
+        def __init__(self, vocab=30522, d_model=768, n_head=12, n_layer=12, ff=3072, max_positions=512):
+            super().__init__(vocab, d_model, n_head, n_layer, ff, max_positions)
             self.pooler = nn.Linear(d_model, d_model)
 
         def forward(self, idx):
-            pos = torch.arange(idx.shape[1], dtype=torch.long).unsqueeze(0)
-            hidden = self.encoder(self.ln(self.tok(idx) + self.pos(pos)))
+            hidden = self.encode(idx)
             return hidden, torch.tanh(self.pooler(hidden[:, 0]))
 
     class LSTMClassifier(nn.Module):
@@ -160,23 +169,16 @@ def model_classes():
             _, h_n = self.gru(self.embed(idx))
             return self.head(h_n[-1])
 
-    class BertClassifier(nn.Module):
-        """A small BERT-like text classifier: word and position embeddings, LayerNorm, 4 post-LN encoder layers
-        (width 256, 4 heads, FF 1024, GELU) and a Linear on the first token's state."""
+    class BertClassifier(BertBody):
+        """A small BERT-like text classifier: 4 layers (width 256, 4 heads, FF 1024) and a Linear on the first
+        token's state."""
 
         def __init__(self, vocab=30522, d_model=256, n_head=4, n_layer=4, ff=1024, max_positions=512, classes=2):
-            super().__init__()
-            self.tok = nn.Embedding(vocab, d_model)
-            self.pos = nn.Embedding(max_positions, d_model)
-            self.ln = nn.LayerNorm(d_model)
-            layer = nn.TransformerEncoderLayer(d_model, n_head, ff, activation="gelu", batch_first=True)
-            self.encoder = nn.TransformerEncoder(layer, n_layer, enable_nested_tensor=False)
+            super().__init__(vocab, d_model, n_head, n_layer, ff, max_positions)
             self.head = nn.Linear(d_model, classes)
 
         def forward(self, idx):
-            pos = torch.arange(idx.shape[1], dtype=torch.long).unsqueeze(0)
-            hidden = self.encoder(self.ln(self.tok(idx) + self.pos(pos)))
-            return self.head(hidden[:, 0])
+            return self.head(self.encode(idx)[:, 0])
 
     class MLP(nn.Module):
         """784 -> 1024 -> 1024 -> 10 with ReLUs: an MNIST-sized MLP."""
@@ -536,17 +538,10 @@ def time_until_steady(configs, train_configs, workers, kiln, train_bench, args, 
                 # The previous system's idle threads may still spin (OpenMP, ONNX Runtime's pool) and would take the
                 # cores from this one.
                 time.sleep(args.pause)
-                if system == "kiln":
-                    reply = (base.kiln_train(train_bench, c, args.runs, args.warmup, args.timeout) if "labels" in c
-                             else base.kiln_bench(kiln, c, args.runs, args.warmup, args.timeout))
-                    median = reply.get("median_ms")
-                else:
-                    reply = workers[system].call(cmd="bench", key=c["key"], runs=args.runs, warmup=args.warmup)
-                    median = statistics.median(reply["times_ms"]) if reply["ok"] else None
-                if reply["ok"]:
-                    c["rounds"][system].append(median)
-                else:
-                    c["failed"][system] = reply["error"]
+                base.take_turn(c, system, workers,
+                               lambda: (base.kiln_train(train_bench, c, args.runs, args.warmup, args.timeout)
+                                        if "labels" in c else
+                                        base.kiln_bench(kiln, c, args.runs, args.warmup, args.timeout)), args)
             # A system that failed this round leaves the others' samples of it unpaired: drop them.
             n = min((len(c["rounds"][s]) for s in order if s not in c["failed"]), default=0)
             for s in order:

@@ -276,6 +276,22 @@ def kiln_load(kiln, config, output_dir, timeout=None):
     return {"ok": True} if proc.returncode == 0 else {"ok": False, "error": kiln_error(proc)}
 
 
+def take_turn(config, system, workers, kiln_reply, args):
+    """One system's timed turn at `config`: Kiln's reply from `kiln_reply()` (a JSON reply with median_ms), the
+    others' from their worker's bench command (args.runs timed runs after args.warmup). Appends the median to
+    config["rounds"][system], or records the failure in config["failed"][system]."""
+    if system == "kiln":
+        reply = kiln_reply()
+        median = reply.get("median_ms")
+    else:
+        reply = workers[system].call(cmd="bench", key=config["key"], runs=args.runs, warmup=args.warmup)
+        median = statistics.median(reply["times_ms"]) if reply["ok"] else None
+    if reply["ok"]:
+        config["rounds"][system].append(median)
+    else:
+        config["failed"][system] = reply["error"]
+
+
 def kiln_bench(kiln, config, runs, warmup, timeout=None):
     proc = run_kiln(kiln_command(kiln, config) + ["--bench", str(runs), "--warmup", str(warmup), "--json"], timeout)
     if proc.returncode != 0:
@@ -389,16 +405,7 @@ def time_rounds(configs, train_configs, workers, kiln, train_bench, args, starte
                 # The previous system's idle threads may still spin (OpenMP, ONNX Runtime's pool) and would
                 # take the cores from this one.
                 time.sleep(args.pause)
-                if system == "kiln":
-                    reply = kiln_bench(kiln, c, args.runs, args.warmup, timeout)
-                    median = reply.get("median_ms")
-                else:
-                    reply = workers[system].call(cmd="bench", key=c["key"], runs=args.runs, warmup=args.warmup)
-                    median = statistics.median(reply["times_ms"]) if reply["ok"] else None
-                if reply["ok"]:
-                    c["rounds"][system].append(median)
-                else:
-                    c["failed"][system] = reply["error"]
+                take_turn(c, system, workers, lambda: kiln_bench(kiln, c, args.runs, args.warmup, timeout), args)
         for c in train_configs:
             for system in TRAIN_SYSTEMS:
                 if system in c["failed"]:
