@@ -67,6 +67,29 @@ std::string StepProfile::format(size_t limit) const {
   else
     line[0] = 0;
   out << line << "\n";
+  // The same time by kind of step: the op or fused ops, or the library
+  // primitive, without shapes, so that many small steps of one kind (the
+  // optimizer's updates, transposes) show up together.
+  std::map<std::string, std::pair<double, int64_t>> byKind;
+  for (const Entry& e : entries) {
+    std::string kind = e.what.substr(0, e.what.find(" -> "));
+    if (kind.rfind("onednn ", 0) == 0 || kind.rfind("packed ", 0) == 0) kind = kind.substr(0, kind.find(' ', 7));
+    auto& [seconds, steps] = byKind[kind];
+    seconds += e.seconds;
+    ++steps;
+  }
+  if (byKind.size() > 1 && sorted.size() > limit) {
+    std::vector<std::pair<std::string, std::pair<double, int64_t>>> kinds(byKind.begin(), byKind.end());
+    std::stable_sort(kinds.begin(), kinds.end(),
+                     [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+    out << "by kind:\n";
+    for (size_t i = 0; i < kinds.size() && i < limit / 2; ++i) {
+      std::snprintf(line, sizeof line, "%8.2f %5.1f%% %6lld steps  ", kinds[i].second.first * 1e3,
+                    total > 0 ? 100 * kinds[i].second.first / total : 0.0,
+                    static_cast<long long>(kinds[i].second.second));
+      out << line << kinds[i].first << "\n";
+    }
+  }
   return out.str();
 }
 
