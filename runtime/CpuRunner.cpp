@@ -83,7 +83,7 @@ std::string StepProfile::format(size_t limit) const {
     std::stable_sort(kinds.begin(), kinds.end(),
                      [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
     out << "by kind:\n";
-    for (size_t i = 0; i < kinds.size() && i < limit / 2; ++i) {
+    for (size_t i = 0; i < kinds.size() && i < 20; ++i) {  // the 20 largest kinds
       std::snprintf(line, sizeof line, "%8.2f %5.1f%% %6lld steps  ", kinds[i].second.first * 1e3,
                     total > 0 ? 100 * kinds[i].second.first / total : 0.0,
                     static_cast<long long>(kinds[i].second.second));
