@@ -163,6 +163,11 @@ enum class LoopMapping : uint8_t {
             // that the grid's threads cover grid-stride
   Lanes,    // CUDA: strided over the threads that share a row
             // (Schedule::threadsPerRow), inside the Grid loops
+  Tile,     // CPU: the rows of a square tile whose row loop is Vector: the
+            // loads that step by one element along the rows and across
+            // them by a stride (a transposed operand) are read as vectors
+            // along the rows and transposed in registers, once per tile
+            // (codegen/Schedule.h tileTransposedLoads)
 };
 
 /// A kernel's schedule for one target: the loops not Serial, and for CUDA

@@ -39,8 +39,21 @@ struct CudaScheduleOptions {
   int64_t blockRowMin = 1024;
 };
 
-/// Schedules `kernel` for the CPU (codegen/llvm/).
+/// Schedules `kernel` for the CPU (codegen/llvm/). A loop of
+/// kRegisterTile iterations holding only a Vector loop of as many around
+/// one store that reads a transposed operand (tileTransposedLoads: the
+/// tiles of codegen/Lowering.h transposeTiling) is mapped Tile.
 void scheduleForCpu(kir::Kernel& kernel);
+
+/// The side of the tiles that the CPU transposes in registers: 8 vectors
+/// of 8 elements, 3 rounds of 8 two-vector shuffles.
+inline constexpr int64_t kRegisterTile = 8;
+
+/// The loads of `store` that the rows of a tile read transposed: the
+/// index steps by exactly 1 element as `rowVar` steps and by neither 0 nor
+/// 1 as `colVar` (the vectorized loop along a row) steps. One per distinct
+/// load (printExpr), innermost reads first.
+std::vector<kir::ExprPtr> tileTransposedLoads(const kir::Stmt& store, int rowVar, int colVar);
 /// Schedules `kernel` for CUDA (codegen/cuda/).
 void scheduleForCuda(kir::Kernel& kernel, const CudaScheduleOptions& options = {});
 

@@ -7,7 +7,9 @@
 // and -O3, transposes inside elementwise groups) and on the emulated GPU,
 // which shares the lowering: sizes that are not multiples of the tile, dims
 // of 1, permutations of rank 2 to 5, NaN payloads, integer and bool dtypes,
-// an elementwise group that writes over its operand in place.
+// an elementwise group that writes over its operand in place, an operand
+// read both along and across the rows; and that the CPU transposes tiles of
+// 8 x 8 in registers (codegen/Schedule.h, LoopMapping::Tile).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -16,6 +18,7 @@
 
 #include "codegen/Lowering.h"
 #include "codegen/LowerToKernels.h"
+#include "codegen/Schedule.h"
 #include "codegen/cpu/CpuExecutable.h"
 #include "codegen/cuda/CudaExecutor.h"
 #include "runtime/Interpreter.h"
@@ -164,6 +167,39 @@ TEST(TransposeTilingTest, TransposesAreTiledAndRowCopiesAreNot) {
   EXPECT_EQ(loopExtents(kernels[0]), (std::vector<int64_t>{32, 1})) << kir::printKernel(kernels[0]);
 }
 
+TEST(TransposeTilingTest, TilesOf8x8AreTransposedInRegistersOnTheCpu) {
+  auto kernels = kernelsOf(transposeFunction("f32", {1024, 1024}, {1, 0}));
+  ASSERT_EQ(kernels.size(), 1u);
+  kir::Kernel kernel = kernels[0];
+  codegen::scheduleForCpu(kernel);
+  EXPECT_EQ(kernel.schedule.of(0), kir::LoopMapping::Threads) << kir::printKernel(kernel);
+  EXPECT_EQ(kernel.schedule.of(2), kir::LoopMapping::Tile) << kir::printKernel(kernel);
+  EXPECT_EQ(kernel.schedule.of(1), kir::LoopMapping::Vector) << kir::printKernel(kernel);
+  // Tiles of another size keep the vectorized row loop (gathers).
+  kernels = kernelsOf(transposeFunction("f32", {20, 12}, {1, 0}));
+  ASSERT_EQ(kernels.size(), 1u);
+  kernel = kernels[0];
+  codegen::scheduleForCpu(kernel);
+  EXPECT_EQ(kernel.schedule.of(2), kir::LoopMapping::Serial) << kir::printKernel(kernel);
+  // One load is transposed per distinct index, the one along the rows is not.
+  const kir::Stmt* loop = kernels[0].body[0].get();
+  while (loop->body[0]->kind == kir::Stmt::Kind::For) loop = loop->body[0].get();
+  EXPECT_TRUE(codegen::tileTransposedLoads(*loop->body[0], 1, 2).empty());
+  EXPECT_EQ(codegen::tileTransposedLoads(*loop->body[0], 2, 1).size(), 1u);
+}
+
+TEST(TransposeTilingTest, AnOperandReadBothWaysInOneGroup) {
+  // x + x^T at -O3 is one kernel reading %x along its rows and across them.
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{24, 24}, std::vector<int64_t>{2, 16, 16}}) {
+    const std::string t = typeOf("f32", shape);
+    const std::string perm = shape.size() == 2 ? "1, 0" : "0, 2, 1";
+    expectCpuMatchesInterpreter("func @t(%x: " + t + ") -> " + t + " {\n  %y = transpose(%x) {perm = [" + perm +
+                                    "]} : " + t + "\n  %z = add(%x, %y) : " + t + "\n  %w = mul(%z, %y) : " + t +
+                                    "\n  return %w\n}\n",
+                                {test::randomF32(shape, 7)});
+  }
+}
+
 TEST(TransposeTilingTest, TilingFromTheProbe) {
   // The element expression at (%i0, %i1, %i2) of [4,6,10] reading x[4,10,6]
   // transposed: the load steps by 6 along the last dim and by 1 along dim 1.
@@ -219,7 +255,7 @@ TEST(TransposeTilingTest, EveryDtypeMovesItsBytes) {
     SCOPED_TRACE(dtype);
     const DType t = *parseDType(dtype);
     for (const auto& [shape, perm] : std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>{
-             {{19, 26}, {1, 0}}, {{2, 16, 3, 24}, {0, 3, 2, 1}}})
+             {{19, 26}, {1, 0}}, {{16, 24}, {1, 0}}, {{2, 16, 3, 24}, {0, 3, 2, 1}}})
       expectCpuMatchesInterpreter(transposeFunction(dtype, shape, perm), {distinctTensor(t, shape, 5)});
   }
 }
