@@ -133,9 +133,11 @@ using StmtPtr = std::shared_ptr<const Stmt>;
 struct Stmt {
   enum class Kind : uint8_t { For, Store };
   Kind kind;
-  // For: `var` runs over [0, extent); `parallel` marks the loop the thread
-  // pool splits (at most one, the outermost); `vectorize` asks the emitter
-  // for SIMD code.
+  // For: `var` runs over [0, extent); `parallel` marks a loop of
+  // independent iterations (the CPU's threads split the outermost; CUDA's
+  // grid takes it with the parallel or vectorized loops perfectly nested in
+  // it, as the rows of a transpose tile); `vectorize` asks the emitter for
+  // SIMD code.
   int var = 0;
   int64_t extent = 0;
   bool parallel = false;
