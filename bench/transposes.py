@@ -6,7 +6,8 @@ Each case is a small Kiln IR function (written to a temporary folder with zero-f
 the standard library is needed): a transpose alone, or a transpose inside an elementwise group (an optimizer update
 reading a transposed gradient). The shapes are those of issue 28's profiles: the MLP training step's [1024,1024] and
 [1024,256] weight-gradient transposes, the GPT step's [8,128,1024] -> [8,1024,128] batched transposes and its
-attention heads, a channel shuffle and an NCHW -> NHWC reorder.
+attention heads, a channel shuffle and an NCHW -> NHWC reorder; and, as the bound to compare with, an elementwise
+copy (neg) of as many bytes.
 
   python3 bench/transposes.py --kiln OLD/kiln --kiln build/tools/kiln [--threads 2] [--runs 20] [--rounds 3]
 
@@ -43,6 +44,14 @@ def transpose_case(name, shape, perm):
     case(name, text, {"x": shape}, 2 * 4 * n, r"transpose -> f32\[" + re.escape(dims(out)) + r"\]")
 
 
+# The copy each transpose is measured against: an elementwise kernel moving as many bytes, written into a result
+# allocated (and first touched) each run as a transpose's is.
+case("copy (neg) [1024,1024]",
+     "func @t(%x: f32[1024,1024]) -> f32[1024,1024] {\n  %y = neg(%x) : f32[1024,1024]\n  return %y\n}\n",
+     {"x": [1024, 1024]}, 2 * 4 * 1024 * 1024, r"neg -> f32\[1024,1024\]")
+case("copy (neg) [8,128,1024]",
+     "func @t(%x: f32[8,128,1024]) -> f32[8,128,1024] {\n  %y = neg(%x) : f32[8,128,1024]\n  return %y\n}\n",
+     {"x": [8, 128, 1024]}, 2 * 4 * 8 * 128 * 1024, r"neg -> f32\[8,128,1024\]")
 transpose_case("mlp [1024,1024]^T", [1024, 1024], [1, 0])
 transpose_case("mlp [256,1024]^T", [256, 1024], [1, 0])
 transpose_case("mlp [1024,784]^T", [1024, 784], [1, 0])

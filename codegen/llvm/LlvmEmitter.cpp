@@ -273,9 +273,17 @@ class KernelEmitter {
           transposed_[e.get()] = TransposedTile{it->second, s.var, row.var};
     };
     mark(store.value);
+    // The row loop is kept rolled for the vectorizer: fully unrolled first,
+    // the rows of an elementwise group were left scalar.
     emitLoop(b_.getInt64(0), b_.getInt64(s.extent), false, [&](llvm::Value* iv) {
       vars_[s.var] = iv;
-      emitStmt(row);
+      emitLoop(
+          b_.getInt64(0), b_.getInt64(row.extent), true,
+          [&](llvm::Value* column) {
+            vars_[row.var] = column;
+            emitStmt(store);
+          },
+          /*keepRolled=*/true);
     });
     transposed_.clear();
   }
