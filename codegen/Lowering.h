@@ -66,9 +66,9 @@ Expected<kir::Kernel> lowerOpToKernel(const Op& op, std::string name, const Buff
 /// line of its own. Walking whole rows, every element read brought in a
 /// line of which one element was used before the line left L1 (and at
 /// strides of 4 KB all the lines of a column fall in one cache set): a
-/// [1024,1024] f32 transpose ran at 0.6-1.6 GB/s. A tile of 8 x 8 keeps
-/// the 8 lines it reads and the 8 it writes in L1 until they are used up,
-/// 8 lines at most in one set.
+/// [1024,1024] f32 transpose ran at 0.6-1.6 GB/s. A tile of 16 x 16 f32
+/// (or 8 x 8) reads and writes its lines together, whole (or halves that
+/// the next tile along the last dim completes).
 struct TransposeTiling {
   /// The result dim (not the last) along which the operand is contiguous.
   size_t dim = 0;
@@ -87,6 +87,10 @@ struct TransposeTiling {
 /// reduction (those keep their row loops and vectorized reductions).
 std::optional<TransposeTiling> transposeTiling(const kir::ExprPtr& value, const std::vector<int64_t>& shape,
                                                const std::vector<int64_t>& outStrides = {});
+
+/// The tile of both dims when both divide by it and the transposed
+/// elements are 4 bytes or narrower; otherwise each dim's transposeTile.
+inline constexpr int64_t kWideTransposeTile = 16;
 
 /// The elements a tile takes along a dim: its extent up to this ...
 inline constexpr int64_t kTransposeTile = 8;

@@ -260,9 +260,9 @@ namespace {
 /// Whether loop `s` is the rows of a tile that the CPU transposes in
 /// registers (scheduleForCpu).
 bool isRegisterTile(const kir::Stmt& s) {
-  if (s.extent != kRegisterTile || s.body.size() != 1 || s.body[0]->kind != kir::Stmt::Kind::For) return false;
+  if (!isRegisterTileSide(s.extent) || s.body.size() != 1 || s.body[0]->kind != kir::Stmt::Kind::For) return false;
   const kir::Stmt& row = *s.body[0];
-  if (!row.vectorize || row.extent != kRegisterTile || row.body.size() != 1 ||
+  if (!row.vectorize || row.extent != s.extent || row.body.size() != 1 ||
       row.body[0]->kind != kir::Stmt::Kind::Store)
     return false;
   const kir::Stmt& store = *row.body[0];

@@ -39,15 +39,16 @@ struct CudaScheduleOptions {
   int64_t blockRowMin = 1024;
 };
 
-/// Schedules `kernel` for the CPU (codegen/llvm/). A loop of
-/// kRegisterTile iterations holding only a Vector loop of as many around
-/// one store that reads a transposed operand (tileTransposedLoads: the
-/// tiles of codegen/Lowering.h transposeTiling) is mapped Tile.
+/// Schedules `kernel` for the CPU (codegen/llvm/). A loop of 8 or 16
+/// iterations (isRegisterTileSide) holding only a Vector loop of as many
+/// around one store that reads a transposed operand (tileTransposedLoads:
+/// the tiles of codegen/Lowering.h transposeTiling) is mapped Tile.
 void scheduleForCpu(kir::Kernel& kernel);
 
-/// The side of the tiles that the CPU transposes in registers: 8 vectors
-/// of 8 elements, 3 rounds of 8 two-vector shuffles.
-inline constexpr int64_t kRegisterTile = 8;
+/// Whether the CPU transposes square tiles of side `n` in registers: 8
+/// vectors of 8 elements in 3 rounds of 8 two-vector shuffles, or 16 of 16
+/// in 4 rounds of 16.
+inline bool isRegisterTileSide(int64_t n) { return n == 8 || n == 16; }
 
 /// The loads of `store` that the rows of a tile read transposed: the
 /// index steps by exactly 1 element as `rowVar` steps and by neither 0 nor

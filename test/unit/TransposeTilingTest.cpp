@@ -9,7 +9,8 @@
 // of 1, permutations of rank 2 to 5, NaN payloads, integer and bool dtypes,
 // an elementwise group that writes over its operand in place, an operand
 // read both along and across the rows; and that the CPU transposes tiles of
-// 8 x 8 in registers (codegen/Schedule.h, LoopMapping::Tile).
+// 8 x 8 (16 x 16 for 4-byte and narrower dtypes) in registers
+// (codegen/Schedule.h, LoopMapping::Tile).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -148,10 +149,18 @@ TEST(TransposeTilingTest, TileDividesItsDim) {
 }
 
 TEST(TransposeTilingTest, TransposesAreTiledAndRowCopiesAreNot) {
-  // [1024,1024]^T: 128 x 128 tiles of 8 x 8.
+  // [1024,1024]^T f32: 64 x 64 tiles of 16 x 16 (whole lines) ...
   auto kernels = kernelsOf(transposeFunction("f32", {1024, 1024}, {1, 0}));
   ASSERT_EQ(kernels.size(), 1u);
+  EXPECT_EQ(loopExtents(kernels[0]), (std::vector<int64_t>{64 * 64, 16, 16})) << kir::printKernel(kernels[0]);
+  // ... f64: 128 x 128 tiles of 8 x 8.
+  kernels = kernelsOf(transposeFunction("f64", {1024, 1024}, {1, 0}));
+  ASSERT_EQ(kernels.size(), 1u);
   EXPECT_EQ(loopExtents(kernels[0]), (std::vector<int64_t>{128 * 128, 8, 8})) << kir::printKernel(kernels[0]);
+  // A dim that divides by 8 but not 16 takes 8 x 8 tiles.
+  kernels = kernelsOf(transposeFunction("f32", {1024, 56}, {1, 0}));
+  ASSERT_EQ(kernels.size(), 1u);
+  EXPECT_EQ(loopExtents(kernels[0]), (std::vector<int64_t>{7 * 128, 8, 8})) << kir::printKernel(kernels[0]);
   // Attention's heads [8,128,4,64] -> [8,4,128,64]: rows of 64 are read
   // contiguously, so the kernel keeps its row loop.
   kernels = kernelsOf(transposeFunction("f32", {8, 128, 4, 64}, {0, 2, 1, 3}));
@@ -167,16 +176,19 @@ TEST(TransposeTilingTest, TransposesAreTiledAndRowCopiesAreNot) {
   EXPECT_EQ(loopExtents(kernels[0]), (std::vector<int64_t>{32, 1})) << kir::printKernel(kernels[0]);
 }
 
-TEST(TransposeTilingTest, TilesOf8x8AreTransposedInRegistersOnTheCpu) {
-  auto kernels = kernelsOf(transposeFunction("f32", {1024, 1024}, {1, 0}));
-  ASSERT_EQ(kernels.size(), 1u);
-  kir::Kernel kernel = kernels[0];
-  codegen::scheduleForCpu(kernel);
-  EXPECT_EQ(kernel.schedule.of(0), kir::LoopMapping::Threads) << kir::printKernel(kernel);
-  EXPECT_EQ(kernel.schedule.of(2), kir::LoopMapping::Tile) << kir::printKernel(kernel);
-  EXPECT_EQ(kernel.schedule.of(1), kir::LoopMapping::Vector) << kir::printKernel(kernel);
+TEST(TransposeTilingTest, TilesOf8x8And16x16AreTransposedInRegistersOnTheCpu) {
+  for (const char* dtype : {"f32", "f64"}) {
+    auto kernels = kernelsOf(transposeFunction(dtype, {1024, 1024}, {1, 0}));
+    ASSERT_EQ(kernels.size(), 1u);
+    kir::Kernel kernel = kernels[0];
+    codegen::scheduleForCpu(kernel);
+    EXPECT_EQ(kernel.schedule.of(0), kir::LoopMapping::Threads) << kir::printKernel(kernel);
+    EXPECT_EQ(kernel.schedule.of(2), kir::LoopMapping::Tile) << kir::printKernel(kernel);
+    EXPECT_EQ(kernel.schedule.of(1), kir::LoopMapping::Vector) << kir::printKernel(kernel);
+  }
+  kir::Kernel kernel;
   // Tiles of another size keep the vectorized row loop (gathers).
-  kernels = kernelsOf(transposeFunction("f32", {20, 12}, {1, 0}));
+  auto kernels = kernelsOf(transposeFunction("f32", {20, 12}, {1, 0}));
   ASSERT_EQ(kernels.size(), 1u);
   kernel = kernels[0];
   codegen::scheduleForCpu(kernel);
@@ -190,7 +202,8 @@ TEST(TransposeTilingTest, TilesOf8x8AreTransposedInRegistersOnTheCpu) {
 
 TEST(TransposeTilingTest, AnOperandReadBothWaysInOneGroup) {
   // x + x^T at -O3 is one kernel reading %x along its rows and across them.
-  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{24, 24}, std::vector<int64_t>{2, 16, 16}}) {
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{24, 24}, std::vector<int64_t>{2, 16, 16}, std::vector<int64_t>{2, 8, 8}}) {
     const std::string t = typeOf("f32", shape);
     const std::string perm = shape.size() == 2 ? "1, 0" : "0, 2, 1";
     expectCpuMatchesInterpreter("func @t(%x: " + t + ") -> " + t + " {\n  %y = transpose(%x) {perm = [" + perm +
@@ -232,7 +245,9 @@ TEST(TransposeTilingTest, EdgeShapesMatchTheInterpreter) {
   const std::vector<Case> cases = {
       {{3, 5}, {1, 0}},                    // smaller than a tile
       {{17, 33}, {1, 0}},                  // primes above the tile: one tile each way
-      {{24, 40}, {1, 0}},                  // whole tiles
+      {{24, 40}, {1, 0}},                  // whole tiles of 8
+      {{32, 48}, {1, 0}},                  // whole tiles of 16
+      {{2, 3, 32, 16}, {0, 1, 3, 2}},      // ... batched
       {{1009, 9}, {1, 0}},                 // a large prime along the tiled dim: untiled (tile 1)
       {{9, 1009}, {1, 0}},                 // ... along the last dim
       {{1, 37, 1, 12}, {0, 3, 2, 1}},      // dims of 1 between the swapped ones
@@ -255,7 +270,7 @@ TEST(TransposeTilingTest, EveryDtypeMovesItsBytes) {
     SCOPED_TRACE(dtype);
     const DType t = *parseDType(dtype);
     for (const auto& [shape, perm] : std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>{
-             {{19, 26}, {1, 0}}, {{16, 24}, {1, 0}}, {{2, 16, 3, 24}, {0, 3, 2, 1}}})
+             {{19, 26}, {1, 0}}, {{16, 24}, {1, 0}}, {{32, 48}, {1, 0}}, {{2, 16, 3, 24}, {0, 3, 2, 1}}})
       expectCpuMatchesInterpreter(transposeFunction(dtype, shape, perm), {distinctTensor(t, shape, 5)});
   }
 }
@@ -278,7 +293,7 @@ std::string sgdFunction(const std::vector<int64_t>& shape) {
 }
 
 TEST(TransposeTilingTest, ElementwiseGroupsWithATransposedOperand) {
-  for (const auto& shape : std::vector<std::vector<int64_t>>{{64, 96}, {37, 20}, {8, 1009}}) {
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{64, 96}, {24, 40}, {37, 20}, {8, 1009}}) {
     SCOPED_TRACE(dims(shape));
     const std::string text = sgdFunction(shape);
     auto m = parseVerified(text);
