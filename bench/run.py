@@ -436,16 +436,8 @@ def time_rounds(configs, train_configs, workers, kiln, train_bench, args, starte
                 if system in c["failed"]:
                     continue
                 time.sleep(args.pause)
-                if system == "kiln":
-                    reply = kiln_train(train_bench, c, args.runs, args.warmup, timeout)
-                    median = reply.get("median_ms")
-                else:
-                    reply = workers[system].call(cmd="bench", key=c["key"], runs=args.runs, warmup=args.warmup)
-                    median = statistics.median(reply["times_ms"]) if reply["ok"] else None
-                if reply["ok"]:
-                    c["rounds"][system].append(median)
-                else:
-                    c["failed"][system] = reply["error"]
+                take_turn(c, system, workers, lambda: kiln_train(train_bench, c, args.runs, args.warmup, timeout),
+                          args)
         print(f"[bench] round {r + 1}/{args.rounds} done ({time.time() - started:.0f} s)", file=sys.stderr,
               flush=True)
 
