@@ -229,16 +229,20 @@ class FunctionFuser {
     // that several pads of it (a pooling gradient's shifted windows) read
     // its buffer instead of each recomputing it; readThroughLayout says
     // when a group of loads may join.
-    const bool padsComputed = std::any_of(crossing.begin(), crossing.end(),
-                                          [](const Op* op) { return op->kind() == OpKind::Pad; }) &&
-                              !onlyLoads(groups_[p]);
+    auto readsComputed = [&](const Op* op) {
+      return std::any_of(op->operands().begin(), op->operands().end(),
+                         [&](const Value* v) { return !loadedOnly(v, p); });
+    };
+    const bool padsComputed = std::any_of(crossing.begin(), crossing.end(), [&](const Op* op) {
+      return op->kind() == OpKind::Pad && readsComputed(op);
+    });
     // Likewise a reshape that a broadcast reads (a value repeated over
     // pooling windows) stays out of a group that computes: inside it, the
     // broadcast could not join (readThroughLayout), and the reshaped copy
     // would be a buffer and a kernel of its own; outside it, the reshape
     // and the broadcast are loads in their reader's kernel.
     const bool reshapeForBroadcast = groups_[c].members.size() == 1 && body_[c]->kind() == OpKind::Reshape &&
-                                     !onlyLoads(groups_[p]) &&
+                                     readsComputed(body_[c]) &&
                                      std::any_of(body_[c]->result()->users().begin(),
                                                  body_[c]->result()->users().end(),
                                                  [](const Op* user) { return user->kind() == OpKind::Broadcast; });
@@ -254,31 +258,48 @@ class FunctionFuser {
     groups_[c] = Group{};
   }
 
-  /// True when group `g` only moves data: reshapes, broadcasts, slices and
-  /// pads, no arithmetic, so that reading it anywhere costs only loads.
-  bool onlyLoads(const Group& g) const {
-    return std::all_of(g.members.begin(), g.members.end(), [&](int m) {
-      const OpKind k = body_[m]->kind();
-      return k == OpKind::Reshape || k == OpKind::Broadcast || k == OpKind::Slice || k == OpKind::Pad;
-    });
+  /// True when value `v` is computed in group `p` by loads alone (or
+  /// outside it): a reader that joins `p` recomputes no arithmetic for it,
+  /// whatever else `p` holds.
+  bool loadedOnly(const Value* v, int p) {
+    std::vector<const Value*> work = {v};
+    std::unordered_set<const Value*> seen = {v};
+    while (!work.empty()) {
+      const Op* def = work.back()->definingOp();
+      work.pop_back();
+      if (!def) continue;
+      auto it = index_.find(def);
+      if (it == index_.end() || find(it->second) != p) continue;
+      const OpKind k = def->kind();
+      if (k != OpKind::Reshape && k != OpKind::Broadcast && k != OpKind::Slice && k != OpKind::Pad) return false;
+      for (const Value* operand : def->operands())
+        if (seen.insert(operand).second) work.push_back(operand);
+    }
+    return true;
   }
 
   /// True when elementwise group `c` reads elementwise group `p`, of
-  /// another space, only through reshapes and broadcasts, which compose as
-  /// index maps: `p` then runs inside `c` at `c`'s index, once per element
-  /// of `c` when `p` has as many elements, or more often when a broadcast
-  /// repeats it, which only a group of loads (reshapes, broadcasts, slices
-  /// and pads: no arithmetic) may be. A group of loads may also be read
-  /// through slices and pads. A pooling gradient's windows, pad -> reshape
-  /// -> broadcast -> reshape -> slice, then cost no buffers of their own.
+  /// another space, only through reshapes, broadcasts, transposes, slices
+  /// and pads, which compose as index maps: `p` then runs inside `c` at
+  /// `c`'s index, once per element of `c` when `p` has as many elements
+  /// and is read through reshapes, transposes and broadcasts, or more often
+  /// when a broadcast repeats it or several pads read it, which only values
+  /// that `p` computes by loads alone (loadedOnly: reshapes, broadcasts,
+  /// slices and pads, no arithmetic) may be. A pooling gradient's windows,
+  /// pad -> reshape -> broadcast -> reshape -> slice of the output grid,
+  /// then cost no buffers of their own.
   bool readThroughLayout(int p, int c, const std::vector<const Op*>& crossing) {
     const Group &producer = groups_[p], &consumer = groups_[c];
     if (producer.kind != GroupKind::Elementwise || consumer.kind != GroupKind::Elementwise) return false;
-    const bool loads = onlyLoads(producer);
+    // Whether every value read across is computed in `p` by loads alone:
+    // then no arithmetic is recomputed, however often a reader repeats it.
+    bool loads = true;
+    for (const Op* op : crossing)
+      for (const Value* v : op->operands()) loads = loads && loadedOnly(v, p);
     for (const Op* op : crossing) {
+      // A slice or pad of values computed by arithmetic would recompute
+      // them at each reader, several times where several pads read them.
       if (op->kind() == OpKind::Slice || op->kind() == OpKind::Pad) {
-        // A slice or pad of values computed by arithmetic would recompute
-        // them at each reader, several times where several pads read them.
         if (!loads) return false;
         continue;
       }
