@@ -31,8 +31,10 @@
 //   %m' = reduce_mean(%s') {axes = [1, 2]} : f32[1,64]
 //
 // Only 2-d convolutions (rank-4 values) are assigned. A function holding a
-// conv_transpose (a training step's backward pass, whose convolutions read
-// the forward values channels first) is left as it is.
+// conv_transpose or a conv_weight_grad (a training step's backward pass,
+// whose convolutions read the forward values channels first) is left as it
+// is; conv_weight_grad marks the steps whose only convolutions read the
+// net's input, which need no conv_transpose for dx.
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -72,7 +74,7 @@ class Assigner {
   Expected<bool> run() {
     bool assigns = false;
     for (const auto& op : f_.ops()) {
-      if (op->kind() == OpKind::ConvTranspose) return false;
+      if (op->kind() == OpKind::ConvTranspose || op->kind() == OpKind::ConvWeightGrad) return false;
       assigns = assigns || (op->kind() == OpKind::Conv && !op->getBool("channels_last") &&
                             isRank4Static(op->operand(0)) && isRank4Static(op->result()) &&
                             target_.prefersChannelsLast(*op));
