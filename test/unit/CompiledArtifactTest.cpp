@@ -4,7 +4,9 @@
 // truncated file, a flipped byte in any section, a wrong magic and another
 // format version are clear errors; a file whose target features differ
 // from the host's is detected and runs after recompiling from its module;
-// a program whose kernels its code does not define is refused.
+// a program whose kernels its code does not define is refused; a library
+// call reading its operands transposed in place keeps its layout bits, and
+// a bit that contradicts the stored buffer fails validation.
 #include <gtest/gtest.h>
 
 #include "codegen/cpu/CpuCompiler.h"
