@@ -214,13 +214,22 @@ Value* transposeLastTwo(Value* v, Builder& b) {
   return b.create(OpKind::Transpose, {v}, {type}, {{"perm", Attribute(lastTwoSwapped(type.rank()))}})->result();
 }
 
+/// Whether `v` is a transpose swapping its operand's last two dims, which
+/// another such transpose cancels.
+bool isLastTwoSwap(const Value* v) {
+  const Op* t = definedBy(v, OpKind::Transpose);
+  return t && v->type().rank() >= 2 && t->getInts("perm") == lastTwoSwapped(v->type().rank());
+}
+
 // transpose(matmul(a, b)) swapping the last two dims → matmul(b^T, a^T)
 // ((a b)^T = b^T a^T, matrix by matrix; the batch dims broadcast alike),
-// when the matmul's only user is the transpose. A weight's gradient comes
-// out of autodiff as (x^T dy)^T, which becomes dy^T (x^T)^T = dy^T x, whose
-// inner transposes cancel or are read in place by the library call, where
-// the outer one was a copy of the gradient (or read at a stride by the
-// optimizer update fused with it).
+// when the matmul's only user is the transpose and a or b is itself such a
+// transpose, which then cancels: one transpose replaces another, never
+// more, and a library call reads the one left in place (passes/Target.h,
+// transposeReadInPlace). A weight's gradient comes out of autodiff as
+// (x^T dy)^T, which becomes dy^T x, where the outer transpose was a copy of
+// the gradient (or read at a stride by the optimizer update fused with it);
+// attention's dk, (q^T ds)^T, becomes ds^T q.
 Value* transposeOfMatmul(Op& op, Builder& b) {
   Op* matmul = definedBy(op.operand(0), OpKind::MatMul);
   if (!matmul || matmul->numOperands() != 2 || op.operand(0)->users().size() != 1) return nullptr;
@@ -229,6 +238,7 @@ Value* transposeOfMatmul(Op& op, Builder& b) {
   Value* y = matmul->operand(1);
   if (rank < 2 || x->type().rank() < 2 || y->type().rank() < 2 || op.getInts("perm") != lastTwoSwapped(rank))
     return nullptr;
+  if (!isLastTwoSwap(x) && !isLastTwoSwap(y)) return nullptr;
   Value* yt = transposeLastTwo(y, b);
   Value* xt = transposeLastTwo(x, b);
   return b.create(OpKind::MatMul, {yt, xt}, {op.result()->type()})->result();
@@ -584,9 +594,10 @@ Expected<bool> canonicalizeFunction(Function& f, const OpEvaluator* evaluator) {
 ///    the constant is a splat that does not broadcast x larger; integer x*0
 ///    → 0 (not for floats: NaN*0 is NaN); transpose by the identity and
 ///    transposes that cancel → x, two transposes → one; the transpose of a
-///    matmul read by nothing else → the matmul of the transposed operands
-///    in the other order (their transposes cancel or are read in place by
-///    the library call, so no copy is added); reshape of reshape
+///    matmul read by nothing else, one of whose operands is a transpose →
+///    the matmul of the transposed operands in the other order (one
+///    transpose cancels, the other is read in place by the library call);
+///    reshape of reshape
 ///    → one reshape; reshape, broadcast and cast to the operand's own type →
 ///    x; cast of a lossless cast → one cast; neg(neg(x)), not(not(x)) → x;
 ///    a slice of everything with step 1, a pad by zeros and a concat of one
