@@ -198,6 +198,52 @@ Value* transposeOfTranspose(Op& op, Builder& b) {
   return b.create(OpKind::Transpose, {x}, {op.result()->type()}, {{"perm", Attribute(std::move(perm))}})->result();
 }
 
+/// The perm of `rank` dims that swaps the last two and keeps the others.
+std::vector<int64_t> lastTwoSwapped(size_t rank) {
+  std::vector<int64_t> perm(rank);
+  for (size_t i = 0; i < rank; ++i) perm[i] = static_cast<int64_t>(i);
+  std::swap(perm[rank - 2], perm[rank - 1]);
+  return perm;
+}
+
+/// `v` with its last two dims swapped (a transpose the library call reads
+/// in place, transposeReadInPlace in passes/Target.h).
+Value* transposeLastTwo(Value* v, Builder& b) {
+  TensorType type = v->type();
+  std::swap(type.shape[type.shape.size() - 2], type.shape[type.shape.size() - 1]);
+  return b.create(OpKind::Transpose, {v}, {type}, {{"perm", Attribute(lastTwoSwapped(type.rank()))}})->result();
+}
+
+/// Whether `v` is a transpose swapping its operand's last two dims, which
+/// another such transpose cancels.
+bool isLastTwoSwap(const Value* v) {
+  const Op* t = definedBy(v, OpKind::Transpose);
+  return t && v->type().rank() >= 2 && t->getInts("perm") == lastTwoSwapped(v->type().rank());
+}
+
+// transpose(matmul(a, b)) swapping the last two dims → matmul(b^T, a^T)
+// ((a b)^T = b^T a^T, matrix by matrix; the batch dims broadcast alike),
+// when the matmul's only user is the transpose and a or b is itself such a
+// transpose, which then cancels: one transpose replaces another, never
+// more, and a library call reads the one left in place (passes/Target.h,
+// transposeReadInPlace). A weight's gradient comes out of autodiff as
+// (x^T dy)^T, which becomes dy^T x, where the outer transpose was a copy of
+// the gradient (or read at a stride by the optimizer update fused with it);
+// attention's dk, (q^T ds)^T, becomes ds^T q.
+Value* transposeOfMatmul(Op& op, Builder& b) {
+  Op* matmul = definedBy(op.operand(0), OpKind::MatMul);
+  if (!matmul || matmul->numOperands() != 2 || op.operand(0)->users().size() != 1) return nullptr;
+  const size_t rank = op.result()->type().rank();
+  Value* x = matmul->operand(0);
+  Value* y = matmul->operand(1);
+  if (rank < 2 || x->type().rank() < 2 || y->type().rank() < 2 || op.getInts("perm") != lastTwoSwapped(rank))
+    return nullptr;
+  if (!isLastTwoSwap(x) && !isLastTwoSwap(y)) return nullptr;
+  Value* yt = transposeLastTwo(y, b);
+  Value* xt = transposeLastTwo(x, b);
+  return b.create(OpKind::MatMul, {yt, xt}, {op.result()->type()})->result();
+}
+
 // reshape(reshape(x)) → reshape(x): a reshape only depends on the element
 // order, which the inner one keeps.
 Value* reshapeOfReshape(Op& op, Builder& b) {
@@ -382,6 +428,7 @@ constexpr Pattern kPatterns[] = {
     {OpKind::Div, divByOne},
     {OpKind::Transpose, identityTranspose},
     {OpKind::Transpose, transposeOfTranspose},
+    {OpKind::Transpose, transposeOfMatmul},
     {OpKind::Reshape, noOpReshapeOrBroadcast},
     {OpKind::Reshape, reshapeOfReshape},
     {OpKind::Broadcast, noOpReshapeOrBroadcast},
@@ -546,7 +593,11 @@ Expected<bool> canonicalizeFunction(Function& f, const OpEvaluator* evaluator) {
 ///  - Algebraic identities, the table kPatterns: x*1, x+0, x-0, x/1 → x when
 ///    the constant is a splat that does not broadcast x larger; integer x*0
 ///    → 0 (not for floats: NaN*0 is NaN); transpose by the identity and
-///    transposes that cancel → x, two transposes → one; reshape of reshape
+///    transposes that cancel → x, two transposes → one; the transpose of a
+///    matmul read by nothing else, one of whose operands is a transpose →
+///    the matmul of the transposed operands in the other order (one
+///    transpose cancels, the other is read in place by the library call);
+///    reshape of reshape
 ///    → one reshape; reshape, broadcast and cast to the operand's own type →
 ///    x; cast of a lossless cast → one cast; neg(neg(x)), not(not(x)) → x;
 ///    a slice of everything with step 1, a pad by zeros and a concat of one

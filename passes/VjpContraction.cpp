@@ -27,7 +27,12 @@ Value* swapLast(Grad& g, Value* x) {
 }
 
 /// y = a @ b: da = dy @ b^T, db = a^T @ dy, summed over broadcast batch
-/// dims; a vector operand is viewed as a [1,k] row or a [k,1] column.
+/// dims; a vector operand is viewed as a [1,k] row or a [k,1] column. A b
+/// without a batch (a Linear's weight applied to [batch..., M, K]) gets
+/// db = sum over the batch of a_i^T dy_i as one product over all the rows,
+/// a^T [K, B*M] by dy [B*M, N] (both reshapes views): a GPT's weight
+/// gradients were a batched product writing 8 results of its size and a
+/// reduction over them.
 Grads vjpMatMul(Grad& g, const Op& op, Value* dy) {
   Value *a = op.operand(0), *b = op.operand(1);
   bool vecA = a->type().rank() == 1, vecB = b->type().rank() == 1;
@@ -38,7 +43,18 @@ Grads vjpMatMul(Grad& g, const Op& op, Value* dy) {
   if (vecB) dyShape.push_back(Dim::fixed(1));
   Value* dy2 = (vecA || vecB) ? g.reshape(dy, dyShape) : dy;
   Value* da = g.emit(OpKind::MatMul, {dy2, swapLast(g, b2)});
-  Value* db = g.emit(OpKind::MatMul, {swapLast(g, a2), dy2});
+  Value* db = nullptr;
+  if (!vecA && !vecB && b->type().rank() == 2 && a->type().rank() > 2 && a->type().isStatic() &&
+      dy->type().isStatic()) {
+    const Shape& as = a->type().shape;
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < as.size(); ++i) rows *= as[i].size;
+    Value* aRows = g.reshape(a, {Dim::fixed(rows), as.back()});
+    Value* dyRows = g.reshape(dy, {Dim::fixed(rows), dy->type().shape.back()});
+    db = g.emit(OpKind::MatMul, {swapLast(g, aRows), dyRows});
+  } else {
+    db = g.emit(OpKind::MatMul, {swapLast(g, a2), dy2});
+  }
   if (vecA) da = g.reshape(g.unbroadcastTo(da, a2->type()), a->type().shape);
   if (vecB) db = g.reshape(g.unbroadcastTo(db, b2->type()), b->type().shape);
   return {g.unbroadcastTo(da, a->type()), g.unbroadcastTo(db, b->type())};
