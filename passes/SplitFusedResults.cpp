@@ -8,10 +8,19 @@
 // instead of computing it again (a training step's bias gradient reduces the
 // activation gradient the group also returns, and a new parameter reads its
 // new momentum: recomputed, each part repeated the whole chain over the
-// batch). Each part keeps only the operands its region reads: a kernel's
-// operands are what it reads, which the in-place update of donated
-// arguments relies on (passes/MemoryPlan.h).
+// batch). A reduction over more than a few elements that two parts need and
+// that is no result is not cheap to repeat: it becomes a part of its own,
+// first, whose buffer the others read (SGD with momentum's new momentum and
+// new parameter both add the bias gradient, a column sum over the batch:
+// each of the two kernels summed it, and a GPT-shaped step spent 15 ms of
+// its 280 in the second sums). Each part keeps only the operands its region
+// reads: a kernel's operands are what it reads, which the in-place update
+// of donated arguments relies on (passes/MemoryPlan.h).
+#include <algorithm>
+#include <iterator>
+#include <map>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "passes/Pass.h"
@@ -34,16 +43,91 @@ void eraseDeadOps(Function& region) {
   }
 }
 
-/// Replaces `group` by one single-result group per result, in result order,
-/// where `group` was.
+/// A reduction over at most this many elements per result element is
+/// computed again by each part that needs it, as elementwise ops are (the
+/// fuser's bound on recomputed reductions, passes/Fuse.cpp).
+constexpr int64_t kMaxRepeatedReduction = 16;
+
+bool isReduce(OpKind k) {
+  return k == OpKind::ReduceSum || k == OpKind::ReduceMean || k == OpKind::ReduceMax || k == OpKind::ReduceMin ||
+         k == OpKind::ReduceProd || k == OpKind::ArgMax || k == OpKind::ArgMin;
+}
+
+/// Whether `op` is a reduction too long to compute twice: more than
+/// kMaxRepeatedReduction input elements per result element, or shapes not
+/// known.
+bool isLongReduction(const Op& op) {
+  if (!isReduce(op.kind())) return false;
+  const TensorType &in = op.operand(0)->type(), &out = op.result()->type();
+  if (!in.isStatic() || !out.isStatic()) return true;
+  const int64_t outElements = std::max<int64_t>(numElements(out.shape), 1);
+  return numElements(in.shape) > kMaxRepeatedReduction * outElements;
+}
+
+/// What one part computes: result `result` of the group, or (result -1)
+/// the first result of the region's op at position `op`, a value no one
+/// outside the group reads.
+struct Part {
+  int result = -1;
+  size_t op = 0;
+};
+
+/// The value `part` names in `region` (the group's region or a copy of it).
+Value* partValue(const Function& region, const Part& part) {
+  if (part.result >= 0) return region.returnOp()->operand(static_cast<size_t>(part.result));
+  auto it = region.ops().begin();
+  std::advance(it, static_cast<std::ptrdiff_t>(part.op));
+  return (*it)->result();
+}
+
+/// The long reductions of `region` (isLongReduction) that are no result and
+/// that the cones of two or more results hold, a cone stopping at the
+/// results before it (which its part reads from their buffers), in region
+/// order: the parts that compute them once.
+std::vector<Part> sharedReductions(const Function& region) {
+  const Op* ret = region.returnOp();
+  std::set<const Value*> results(ret->operands().begin(), ret->operands().end());
+  std::map<const Op*, int> needs;
+  std::set<const Value*> earlier;
+  for (const Value* r : ret->operands()) {
+    std::set<const Op*> cone;
+    std::vector<const Value*> work = {r};
+    while (!work.empty()) {
+      const Value* v = work.back();
+      work.pop_back();
+      const Op* def = v->definingOp();
+      if (!def || (v != r && earlier.count(v)) || !cone.insert(def).second) continue;
+      for (const Value* operand : def->operands()) work.push_back(operand);
+    }
+    for (const Op* op : cone) ++needs[op];
+    earlier.insert(r);
+  }
+  std::vector<Part> parts;
+  size_t position = 0;
+  for (const auto& op : region.ops()) {
+    if (op->numResults() == 1 && !results.count(op->result()) && needs[op.get()] >= 2 && isLongReduction(*op))
+      parts.push_back({-1, position});
+    ++position;
+  }
+  return parts;
+}
+
+/// Replaces `group` by one single-result group per shared long reduction
+/// (sharedReductions) and then per result, in result order, where `group`
+/// was.
 void splitGroup(Function& f, Op* group) {
+  std::vector<Part> order = sharedReductions(*group->region());
+  for (size_t i = 0; i < group->numResults(); ++i) order.push_back({static_cast<int>(i), 0});
   std::vector<Value*> parts;
-  for (size_t i = 0; i < group->numResults(); ++i) {
+  for (size_t i = 0; i < order.size(); ++i) {
     std::unique_ptr<Function> region = group->region()->clone();
     Op* ret = region->returnOp();
-    std::vector<Value*> resultValues(ret->operands().begin(), ret->operands().end());
-    ret->setOperands({resultValues[i]});
-    region->setResultTypes({group->result(i)->type()});
+    std::vector<Value*> partValues;
+    for (const Part& p : order) partValues.push_back(partValue(*region, p));
+    const TensorType type = partValues[i]->type();
+    const std::string name = partValues[i]->name();
+    ret->setOperands({partValues[i]});
+    region->setResultTypes({type});
     eraseDeadOps(*region);
     std::vector<Value*> operands(group->operands().begin(), group->operands().end());
     std::set<const Value*> live;
@@ -54,8 +138,8 @@ void splitGroup(Function& f, Op* group) {
     // values this part does not compute, which must not be read (ASan
     // caught `isArgument` on one); an op result in `live` is no argument.
     for (size_t j = 0; j < i; ++j) {
-      Value* earlier = resultValues[j];
-      if (earlier == resultValues[i] || !live.count(earlier)) continue;
+      Value* earlier = partValues[j];
+      if (earlier == partValues[i] || !live.count(earlier)) continue;
       earlier->replaceAllUsesWith(region->addArgument(earlier->type(), earlier->name()));
       operands.push_back(parts[j]);
     }
@@ -65,11 +149,15 @@ void splitGroup(Function& f, Op* group) {
       region->eraseArgument(a);
       operands.erase(operands.begin() + static_cast<std::ptrdiff_t>(a));
     }
-    Op* part = f.insert(group, Op::create(OpKind::Fused, std::move(operands), {group->result(i)->type()},
-                                          group->attrs(), group->loc()));
+    Op* part = f.insert(group, Op::create(OpKind::Fused, std::move(operands), {type}, group->attrs(), group->loc()));
     part->setRegion(std::move(region));
-    part->result()->setName(group->result(i)->name());
-    group->result(i)->replaceAllUsesWith(part->result());
+    if (order[i].result >= 0) {
+      Value* result = group->result(static_cast<size_t>(order[i].result));
+      part->result()->setName(result->name());
+      result->replaceAllUsesWith(part->result());
+    } else {
+      part->result()->setName(name);
+    }
     parts.push_back(part->result());
   }
   f.erase(group);
