@@ -8,9 +8,9 @@
 // instead of computing it again (a training step's bias gradient reduces the
 // activation gradient the group also returns, and a new parameter reads its
 // new momentum: recomputed, each part repeated the whole chain over the
-// batch). A reduction over more than a few elements that two parts need and
+// batch). A reduction over more than 3 elements that two parts need and
 // that is no result is not cheap to repeat: it becomes a part of its own,
-// first, whose buffer the others read (SGD with momentum's new momentum and
+// before the first part that needs it, whose buffer the others read (SGD with momentum's new momentum and
 // new parameter both add the bias gradient, a column sum over the batch:
 // each of the two kernels summed it, and a GPT-shaped step spent 15 ms of
 // its 280 in the second sums). Each part keeps only the operands its region
@@ -44,9 +44,12 @@ void eraseDeadOps(Function& region) {
 }
 
 /// A reduction over at most this many elements per result element is
-/// computed again by each part that needs it, as elementwise ops are (the
-/// fuser's bound on recomputed reductions, passes/Fuse.cpp).
-constexpr int64_t kMaxRepeatedReduction = 16;
+/// computed again by each part that needs it, as elementwise ops are. Above
+/// it, reading its k inputs in each of two parts (2k per result element)
+/// costs more than writing its result once and reading it twice (k + 3): a
+/// weight gradient summed over a batch of 8 matmuls, which both momentum
+/// update kernels summed again, read 12 MB instead of 6.
+constexpr int64_t kMaxRepeatedReduction = 3;
 
 bool isReduce(OpKind k) {
   return k == OpKind::ReduceSum || k == OpKind::ReduceMean || k == OpKind::ReduceMax || k == OpKind::ReduceMin ||
@@ -80,16 +83,20 @@ Value* partValue(const Function& region, const Part& part) {
   return (*it)->result();
 }
 
-/// The long reductions of `region` (isLongReduction) that are no result and
-/// that the cones of two or more results hold, a cone stopping at the
-/// results before it (which its part reads from their buffers), in region
-/// order: the parts that compute them once.
-std::vector<Part> sharedReductions(const Function& region) {
+/// The order of the parts of a group with `region`: its results in order,
+/// and before the first result that needs it, each long reduction
+/// (isLongReduction) that is no result and that the cones of two or more
+/// results hold, a cone stopping at the results before it (which its part
+/// reads from their buffers). Such a reduction is computed once, by a part
+/// of its own that reads the results before it from their buffers too.
+std::vector<Part> partOrder(const Function& region) {
   const Op* ret = region.returnOp();
   std::set<const Value*> results(ret->operands().begin(), ret->operands().end());
   std::map<const Op*, int> needs;
+  std::map<const Op*, size_t> firstNeed;
   std::set<const Value*> earlier;
-  for (const Value* r : ret->operands()) {
+  for (size_t i = 0; i < ret->numOperands(); ++i) {
+    const Value* r = ret->operand(i);
     std::set<const Op*> cone;
     std::vector<const Value*> work = {r};
     while (!work.empty()) {
@@ -99,25 +106,29 @@ std::vector<Part> sharedReductions(const Function& region) {
       if (!def || (v != r && earlier.count(v)) || !cone.insert(def).second) continue;
       for (const Value* operand : def->operands()) work.push_back(operand);
     }
-    for (const Op* op : cone) ++needs[op];
+    for (const Op* op : cone)
+      if (needs[op]++ == 0) firstNeed[op] = i;
     earlier.insert(r);
   }
-  std::vector<Part> parts;
-  size_t position = 0;
-  for (const auto& op : region.ops()) {
-    if (op->numResults() == 1 && !results.count(op->result()) && needs[op.get()] >= 2 && isLongReduction(*op))
-      parts.push_back({-1, position});
-    ++position;
+  std::vector<Part> order;
+  for (size_t i = 0; i < ret->numOperands(); ++i) {
+    size_t position = 0;
+    for (const auto& op : region.ops()) {
+      if (op->numResults() == 1 && !results.count(op->result()) && needs[op.get()] >= 2 && firstNeed[op.get()] == i &&
+          isLongReduction(*op))
+        order.push_back({-1, position});
+      ++position;
+    }
+    order.push_back({static_cast<int>(i), 0});
   }
-  return parts;
+  return order;
 }
 
-/// Replaces `group` by one single-result group per shared long reduction
-/// (sharedReductions) and then per result, in result order, where `group`
+/// Replaces `group` by one single-result group per part (partOrder: its
+/// results and its shared long reductions), in that order, where `group`
 /// was.
 void splitGroup(Function& f, Op* group) {
-  std::vector<Part> order = sharedReductions(*group->region());
-  for (size_t i = 0; i < group->numResults(); ++i) order.push_back({static_cast<int>(i), 0});
+  const std::vector<Part> order = partOrder(*group->region());
   std::vector<Value*> parts;
   for (size_t i = 0; i < order.size(); ++i) {
     std::unique_ptr<Function> region = group->region()->clone();
