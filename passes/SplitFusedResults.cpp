@@ -83,50 +83,84 @@ Value* partValue(const Function& region, const Part& part) {
   return (*it)->result();
 }
 
-/// The order of the parts of a group with `region`: its results in order,
-/// and before the first result that needs it, each long reduction
-/// (isLongReduction) that is no result and that the cones of two or more
-/// results hold, a cone stopping at the results before it (which its part
-/// reads from their buffers). Such a reduction is computed once, by a part
-/// of its own that reads the results before it from their buffers too.
+/// The ops `value` is computed from in its region, itself included,
+/// stopping at the values in `stops` other than `value` (read from buffers).
+std::set<const Op*> coneOf(const Value* value, const std::set<const Value*>& stops) {
+  std::set<const Op*> cone;
+  std::vector<const Value*> work = {value};
+  while (!work.empty()) {
+    const Value* v = work.back();
+    work.pop_back();
+    const Op* def = v->definingOp();
+    if (!def || (v != value && stops.count(v)) || !cone.insert(def).second) continue;
+    for (const Value* operand : def->operands()) work.push_back(operand);
+  }
+  return cone;
+}
+
+/// The order of the parts of a group with `region`. First its results, in
+/// order except that a result another is computed from comes before it (a
+/// ReLU's gradient that the group returns for the next matmul, and the
+/// bias update computed from it), so each part reads the results before it
+/// that it needs from their buffers. Then, before the first result that
+/// needs it, each long reduction (isLongReduction) that is no result and
+/// that the cones of two or more results hold, a cone stopping at the
+/// results before it: computed once, by a part of its own, which reads the
+/// results it is computed from (all before it) from their buffers too.
 std::vector<Part> partOrder(const Function& region) {
   const Op* ret = region.returnOp();
+  const size_t n = ret->numOperands();
   std::set<const Value*> results(ret->operands().begin(), ret->operands().end());
+  std::vector<std::set<const Op*>> cones;
+  for (size_t i = 0; i < n; ++i) cones.push_back(coneOf(ret->operand(i), {}));
+  // Results in order, each after the results its cone holds (a stable
+  // topological order: the values form no cycle).
+  std::vector<size_t> resultOrder;
+  std::vector<bool> placed(n, false);
+  while (resultOrder.size() < n) {
+    size_t next = n;
+    for (size_t i = 0; i < n && next == n; ++i) {
+      if (placed[i]) continue;
+      bool ready = true;
+      for (size_t k = 0; k < n && ready; ++k) {
+        const Value* other = ret->operand(k);
+        ready = placed[k] || other == ret->operand(i) || !other->definingOp() ||
+                !cones[i].count(other->definingOp());
+      }
+      if (ready) next = i;
+    }
+    // (A cycle cannot happen in SSA; the first unplaced result if it did.)
+    for (size_t i = 0; i < n && next == n; ++i)
+      if (!placed[i]) next = i;
+    placed[next] = true;
+    resultOrder.push_back(next);
+  }
   std::map<const Op*, int> needs;
   std::map<const Op*, size_t> firstNeed;
   std::set<const Value*> earlier;
-  for (size_t i = 0; i < ret->numOperands(); ++i) {
-    const Value* r = ret->operand(i);
-    std::set<const Op*> cone;
-    std::vector<const Value*> work = {r};
-    while (!work.empty()) {
-      const Value* v = work.back();
-      work.pop_back();
-      const Op* def = v->definingOp();
-      if (!def || (v != r && earlier.count(v)) || !cone.insert(def).second) continue;
-      for (const Value* operand : def->operands()) work.push_back(operand);
-    }
-    for (const Op* op : cone)
-      if (needs[op]++ == 0) firstNeed[op] = i;
+  for (size_t p = 0; p < n; ++p) {
+    const Value* r = ret->operand(resultOrder[p]);
+    for (const Op* op : coneOf(r, earlier))
+      if (needs[op]++ == 0) firstNeed[op] = p;
     earlier.insert(r);
   }
   std::vector<Part> order;
-  for (size_t i = 0; i < ret->numOperands(); ++i) {
+  for (size_t p = 0; p < n; ++p) {
     size_t position = 0;
     for (const auto& op : region.ops()) {
-      if (op->numResults() == 1 && !results.count(op->result()) && needs[op.get()] >= 2 && firstNeed[op.get()] == i &&
+      if (op->numResults() == 1 && !results.count(op->result()) && needs[op.get()] >= 2 && firstNeed[op.get()] == p &&
           isLongReduction(*op))
         order.push_back({-1, position});
       ++position;
     }
-    order.push_back({static_cast<int>(i), 0});
+    order.push_back({static_cast<int>(resultOrder[p]), 0});
   }
   return order;
 }
 
 /// Replaces `group` by one single-result group per part (partOrder: its
 /// results and its shared long reductions), in that order, where `group`
-/// was.
+/// was; a part reads the values of the parts before it from their buffers.
 void splitGroup(Function& f, Op* group) {
   const std::vector<Part> order = partOrder(*group->region());
   std::vector<Value*> parts;
