@@ -5,6 +5,7 @@
 #include "codegen/LoweringSupport.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <numbers>
 #include <numeric>
@@ -20,9 +21,9 @@ using namespace lower;
 /// dims from the reduction variables starting at `firstVar`, one variable
 /// per run of consecutive reduced dims (reductionRuns), the run's dims its
 /// unravelled offset (which a load from a row-major buffer reads at the
-/// offset itself, linearize).
+/// offset itself, linearize); with `merge` false, one variable per dim.
 Index reductionInput(const Index& index, const std::vector<bool>& reduced, const std::vector<int64_t>& shape,
-                     bool keepdims, int firstVar) {
+                     bool keepdims, int firstVar, bool merge = true) {
   Index in;
   int next = firstVar;
   size_t r = 0;
@@ -32,8 +33,8 @@ Index reductionInput(const Index& index, const std::vector<bool>& reduced, const
       ++d;
       continue;
     }
-    size_t end = d;
-    while (end < reduced.size() && reduced[end]) ++end;
+    size_t end = d + 1;
+    while (merge && end < reduced.size() && reduced[end]) ++end;
     const Index run = unravel(kir::var(next++), std::vector<int64_t>(shape.begin() + static_cast<std::ptrdiff_t>(d),
                                                                        shape.begin() + static_cast<std::ptrdiff_t>(end)));
     in.insert(in.end(), run.begin(), run.end());
@@ -49,16 +50,38 @@ Index reductionInput(const Index& index, const std::vector<bool>& reduced, const
 /// vectorizer splits over SIMD lanes; as separate H and W levels each
 /// inner loop had 56 elements, too few for 4 interleaved vectors of 16, and
 /// ran scalar.
-std::vector<int64_t> reductionRuns(const std::vector<bool>& reduced, const std::vector<int64_t>& shape) {
+/// With `merge` false, one per reduced dim.
+std::vector<int64_t> reductionRuns(const std::vector<bool>& reduced, const std::vector<int64_t>& shape,
+                                   bool merge = true) {
   std::vector<int64_t> extents;
   for (size_t d = 0; d < reduced.size(); ++d) {
     if (!reduced[d]) continue;
-    if (d == 0 || !reduced[d - 1])
+    if (!merge || d == 0 || !reduced[d - 1])
       extents.push_back(shape[d]);
     else
       extents.back() *= shape[d];
   }
   return extents;
+}
+
+/// Whether `e` divides, or takes the remainder of, an expression of one of
+/// the variables [first, first + count): a merged run's unravelled offset
+/// that the operand did not read at the offset itself (a transposed or
+/// reshaped producer in a fused group), which would cost a division per
+/// element where separate loop levels cost none.
+bool unravelsVars(const kir::Expr& e, int first, int count) {
+  if (e.kind == kir::ExprKind::Binary && (e.binary == kir::BinaryFn::Div || e.binary == kir::BinaryFn::Rem)) {
+    std::function<bool(const kir::Expr&)> uses = [&](const kir::Expr& x) {
+      if (x.kind == kir::ExprKind::Var) return x.id >= first && x.id < first + count;
+      for (const ExprPtr& a : x.args)
+        if (uses(*a)) return true;
+      return false;
+    };
+    if (uses(*e.args[0])) return true;
+  }
+  for (const ExprPtr& a : e.args)
+    if (unravelsVars(*a, first, count)) return true;
+  return false;
 }
 
 template <kir::ReduceKind Kind, bool Mean = false>
@@ -70,11 +93,19 @@ Expected<ExprPtr> lowerReduce(const Op& op, LoweringContext& ctx, const Index& i
     if (!checked) return checked.takeError();
     reduced[*checked] = true;
   }
-  const std::vector<int64_t> extents = reductionRuns(reduced, shape);
+  std::vector<int64_t> extents = reductionRuns(reduced, shape);
   const int64_t count = std::accumulate(extents.begin(), extents.end(), int64_t{1}, std::multiplies<>());
-  const int first = ctx.newVars(static_cast<int>(extents.size()));
+  int first = ctx.newVars(static_cast<int>(extents.size()));
   auto body = ctx.operand(0, reductionInput(index, reduced, shape, op.getBool("keepdims"), first));
   if (!body) return body;
+  // Merged runs the operand reads at their offset, or one level per dim.
+  if (extents.size() != reductionRuns(reduced, shape, false).size() &&
+      unravelsVars(**body, first, static_cast<int>(extents.size()))) {
+    extents = reductionRuns(reduced, shape, false);
+    first = ctx.newVars(static_cast<int>(extents.size()));
+    body = ctx.operand(0, reductionInput(index, reduced, shape, op.getBool("keepdims"), first, false));
+    if (!body) return body;
+  }
   ExprPtr r = kir::reduce(Kind, first, extents, *body);
   if constexpr (Mean) {
     const DType t = r->type;

@@ -181,6 +181,15 @@ TEST(ColumnReductionTest, PerChannelReductionsOverNhwMatchTheInterpreter) {
   expectMatchesInterpreter(reduceFunction("reduce_sum", shape, {0, 1}, false, {12, 20}), {values(shape, 31)});
   expectMatchesInterpreter(reduceFunction("reduce_max", shape, {0, 1, 3}, true, {1, 1, 12, 1}), {values(shape, 32)});
   expectMatchesInterpreter(reduceFunction("reduce_sum", shape, {}, false, {}), {values(shape, 33)});
+  // A fused operand read at the run's offset (one level) and one that is
+  // not (a broadcast bias indexed by the last axis: one level per axis).
+  expectMatchesInterpreter("func @f(%x: f32[6,10,12,20], %b: f32[20]) -> (f32[6,10], f32[6,10]) {\n"
+                           "  %q = mul(%x, %x) : f32[6,10,12,20]\n"
+                           "  %s = reduce_sum(%q) {axes = [2, 3], keepdims = false} : f32[6,10]\n"
+                           "  %y = mul(%x, %b) : f32[6,10,12,20]\n"
+                           "  %t = reduce_sum(%y) {axes = [2, 3], keepdims = false} : f32[6,10]\n"
+                           "  return %s, %t\n}\n",
+                           {values(shape, 34), values({20}, 35)});
 }
 
 /// SGD with momentum on a bias: the new momentum and the new parameter both
