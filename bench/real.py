@@ -263,6 +263,15 @@ def prepare_weights(module, example):
     module.eval()
 
 
+def default_torch_python():
+    """.venv-pypi's Python (PyPI's torch 2.x with its MKL and oneDNN, scripts/install-deps) when it is complete, else
+    this one: Debian's torch 1.13 is built on the reference BLAS or whatever libblas.so.3 is chosen
+    (scripts/install-bench-deps: OpenBLAS), a slower PyTorch than users run."""
+    venv = os.path.join(base.ROOT, ".venv-pypi")
+    python = os.path.join(venv, "bin", "python")
+    return python if os.path.exists(os.path.join(venv, "kiln-ready")) and os.access(python, os.X_OK) else sys.executable
+
+
 def worker_module():
     """The torch worker's module_for: each model built once (its weights then come from the state file)."""
     cache = {}
@@ -594,6 +603,10 @@ def main():
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                         help=f"seconds one Kiln process may take before it counts as failed (default {DEFAULT_TIMEOUT})")
     parser.add_argument("--kiln-omp-passive", action="store_true", help="run Kiln with OMP_WAIT_POLICY=PASSIVE too")
+    parser.add_argument("--torch-python", default=default_torch_python(),
+                        help="the Python whose torch the PyTorch rows run (default: .venv-pypi/bin/python, PyPI's "
+                        "current torch as users install it, made by scripts/install-deps, where it is complete; "
+                        "else this one, Debian's torch 1.13)")
     parser.add_argument("--output", help="also write the report to this file")
     parser.add_argument("--keep", action="store_true",
                         help="keep the temporary folder of exported models, inputs and outputs (its path is printed)")
@@ -721,7 +734,9 @@ def benchmark(args, kiln, train_bench, inference, training, batches, work):
         gc.collect()
 
     script = os.path.abspath(__file__)
-    workers = {"torch": base.Worker("torch", base.torch_env(), script)}
+    workers = {"torch": base.Worker("torch", base.torch_env(), script, python=args.torch_python)}
+    torch_version = workers["torch"].version()
+    print(f"[bench] {torch_version}", file=sys.stderr, flush=True)
     if configs:
         workers["ort"] = base.Worker("ort", base.ort_env(), script)
     try:
@@ -756,7 +771,7 @@ def benchmark(args, kiln, train_bench, inference, training, batches, work):
                      "peak columns divide by the 2-thread one")
     else:
         lines.append(f"- FMA peak not measured: {peak_problem}")
-    lines += base.versions(kiln) + [""]
+    lines += base.versions(kiln, torch_version) + [""]
     if configs:
         lines.append("| model | batch | GFLOP | Kiln ms | ORT ms | PyTorch ms | Kiln/ORT | spread | Kiln/PyTorch | "
                      "spread | rounds | GFLOP/s Kiln | GFLOP/s ORT | GFLOP/s PyTorch | % peak Kiln | % peak ORT | "

@@ -141,6 +141,10 @@ def worker_main(system, module_for=None):
     for line in sys.stdin:
         req = json.loads(line)
         try:
+            if req["cmd"] == "version":
+                out.write(json.dumps({"ok": True, "version": system_version(system)}) + "\n")
+                out.flush()
+                continue
             key = req["key"]
             if req["cmd"] == "load":
                 inputs = {n: np.load(p) for n, p in req["inputs"].items()}
@@ -208,12 +212,33 @@ def worker_main(system, module_for=None):
         out.flush()
 
 
-class Worker:
-    """A worker process: SCRIPT (default this one) run with `--worker SYSTEM`, which calls worker_main."""
+def system_version(system):
+    """What the worker runs, for the report: PyTorch's version and the BLAS it was built with, or ONNX Runtime's."""
+    if system != "torch":
+        import onnxruntime
+        return f"ONNX Runtime {onnxruntime.__version__}"
+    import torch
+    config = torch.__config__.show()
+    blas = re.search(r"BLAS_INFO=(\w+)", config)
+    blas = blas.group(1) if blas else "unknown"
+    if blas == "generic":  # Debian's torch: whatever libblas.so.3 points to (scripts/install-bench-deps)
+        blas = "libblas.so.3 -> " + os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
+    onednn = re.search(r"(?:MKL-DNN|oneDNN) v([\d.]+)", config)
+    return (f"PyTorch {torch.__version__} (Python {platform.python_version()} at {sys.executable}; BLAS {blas}"
+            f"{', oneDNN ' + onednn.group(1) if onednn else ''})")
 
-    def __init__(self, system, env, script=__file__):
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(script), "--worker", system], env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+class Worker:
+    """A worker process: SCRIPT (default this one) run with `--worker SYSTEM` by PYTHON (default this one's
+    interpreter), which calls worker_main."""
+
+    def __init__(self, system, env, script=__file__, python=None):
+        self.proc = subprocess.Popen([python or sys.executable, os.path.abspath(script), "--worker", system],
+                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def version(self):
+        reply = self.call(cmd="version")
+        return reply["version"] if reply.get("ok") else f"unknown ({reply.get('error')})"
 
     def call(self, **req):
         self.proc.stdin.write(json.dumps(req) + "\n")
@@ -411,16 +436,8 @@ def time_rounds(configs, train_configs, workers, kiln, train_bench, args, starte
                 if system in c["failed"]:
                     continue
                 time.sleep(args.pause)
-                if system == "kiln":
-                    reply = kiln_train(train_bench, c, args.runs, args.warmup, timeout)
-                    median = reply.get("median_ms")
-                else:
-                    reply = workers[system].call(cmd="bench", key=c["key"], runs=args.runs, warmup=args.warmup)
-                    median = statistics.median(reply["times_ms"]) if reply["ok"] else None
-                if reply["ok"]:
-                    c["rounds"][system].append(median)
-                else:
-                    c["failed"][system] = reply["error"]
+                take_turn(c, system, workers, lambda: kiln_train(train_bench, c, args.runs, args.warmup, timeout),
+                          args)
         print(f"[bench] round {r + 1}/{args.rounds} done ({time.time() - started:.0f} s)", file=sys.stderr,
               flush=True)
 
@@ -442,7 +459,9 @@ def machine_description():
     return lines
 
 
-def versions(kiln):
+def versions(kiln, torch_version=None):
+    """The report's lines on what ran; TORCH_VERSION (the torch worker's system_version) where the worker runs
+    another Python than this one."""
     import torch
     # The training tables need no ONNX Runtime (scripts/install-bench-deps installs it for inference).
     ort_version = importlib.util.find_spec("onnxruntime") and __import__("onnxruntime").__version__
@@ -460,8 +479,8 @@ def versions(kiln):
     blas = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
     policy = KILN_ENV.get("OMP_WAIT_POLICY", "unset")
     return [f"- Kiln (OMP_WAIT_POLICY {policy}): {os.path.relpath(kiln, ROOT) if kiln.startswith(ROOT + os.sep) else kiln}, commit {commit}{' (with uncommitted changes)' if dirty else ''}",
-            f"- PyTorch {torch.__version__} (libblas.so.3 -> {blas}), OPENBLAS_CORETYPE=SkylakeX, OMP_NUM_THREADS=2, "
-            "OMP_WAIT_POLICY=PASSIVE",
+            f"- {torch_version or f'PyTorch {torch.__version__} (libblas.so.3 -> {blas})'}, "
+            "OPENBLAS_CORETYPE=SkylakeX, OMP_NUM_THREADS=2, OMP_WAIT_POLICY=PASSIVE",
             f"- ONNX Runtime {ort_version or 'not installed'}", f"- oneDNN (PyPI onednn-cpu-gomp) {dnnl}",
             f"- Python {platform.python_version()}, NumPy {np.__version__}"]
 

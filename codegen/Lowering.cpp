@@ -562,6 +562,17 @@ int64_t transposeTile(int64_t extent) {
   return 1;
 }
 
+int64_t rowRun(int64_t outer, int64_t row) {
+  if (outer != 1 || row < 2 * kMinRowRun) return row;
+  // The shortest run of at least kMinRowRun and an eighth of the row that
+  // divides it, a whole number of 16-lane vectors where one does.
+  const int64_t least = std::max(kMinRowRun, (row + kRowRuns - 1) / kRowRuns);
+  for (const bool whole : {true, false})
+    for (int64_t run = least; run <= std::min(row / 2, least * kRowRuns); ++run)
+      if (row % run == 0 && (!whole || run % 16 == 0)) return run;
+  return row;
+}
+
 Expected<kir::Kernel> lowerOpToKernel(const Op& op, std::string name, const BufferStrides& strides) {
   if (std::string why = whyNotLowerable(op); !why.empty()) return op.emitError(why);
   if (op.kind() == OpKind::Concat) {
@@ -639,16 +650,25 @@ Expected<kir::Kernel> lowerOpToKernel(const Op& op, std::string name, const Buff
     }
   }
   const std::vector<int64_t> outerShape(shape.begin(), shape.end() - 1);
-  const int64_t outer = std::accumulate(outerShape.begin(), outerShape.end(), int64_t{1}, std::multiplies<>());
+  int64_t outer = std::accumulate(outerShape.begin(), outerShape.end(), int64_t{1}, std::multiplies<>());
+  int64_t inner = shape.back();
   Index index = unravel(kir::var(0), outerShape);
   index.push_back(kir::var(1));
+  // A result of one row (a bias gradient's column sums, a loss's per-token
+  // terms) would give the threads one iteration to share: its row is cut
+  // into runs the parallel loop takes instead.
+  if (const int64_t run = rowRun(outer, inner); run != inner) {
+    index.back() = kir::add(kir::mul(kir::var(0), kir::index(run)), kir::var(1));
+    outer = inner / run;
+    inner = run;
+  }
   auto value = lowerResult(index);
   if (!value) return value.takeError();
   const ExprPtr offset = !outStrides.empty()
                              ? stridedOffset(index, shape, outStrides)
-                             : kir::add(kir::mul(kir::var(0), kir::index(shape.back())), kir::var(1));
-  auto inner = kir::forLoop(1, shape.back(), false, true, {kir::store(out, offset, *value)});
-  kernel.body.push_back(kir::forLoop(0, outer, true, false, {inner}));
+                             : kir::add(kir::mul(kir::var(0), kir::index(inner)), kir::var(1));
+  auto innerLoop = kir::forLoop(1, inner, false, true, {kir::store(out, offset, *value)});
+  kernel.body.push_back(kir::forLoop(0, outer, true, false, {innerLoop}));
   kernel.numVars = std::max(ctx.numVars(), fusedVars);
   return kernel;
 }

@@ -50,15 +50,30 @@ using BufferStrides = std::vector<std::vector<int64_t>>;
 /// Lowers one op to a kernel named `name`: buffers 0..n-1 are its operands,
 /// buffer n its result. The result's dims but the last are flattened into
 /// one parallel loop (so a batch of 1 still splits across threads); the
-/// last dim is the vectorized inner loop. A kernel that reads an operand
-/// across the result's rows (a transpose, or an elementwise group with a
-/// transposed operand: transposeTiling) runs in tiles instead: the parallel
-/// loop over tiles of transposeTile(a) x transposeTile(last) elements of
-/// the dim `a` the operand is contiguous in and of the last dim, a loop
-/// over the tile's rows (parallel too, for CUDA's grid), the vectorized
-/// loop over a row. A top-level `concat` is lowerConcatKernel's copy of
-/// every operand.
+/// last dim is the vectorized inner loop, or, when the others hold one
+/// element, cut into runs (rowRun) that the parallel loop takes. A kernel
+/// that reads an operand across the result's rows (a transpose, or an
+/// elementwise group with a transposed operand: transposeTiling) runs in
+/// tiles instead: the parallel loop over tiles of the dim `a` the operand
+/// is contiguous in and of the last dim, a loop over the tile's rows
+/// (parallel too, for CUDA's grid), the vectorized loop over a row. A
+/// top-level `concat` is lowerConcatKernel's copy of every operand.
 Expected<kir::Kernel> lowerOpToKernel(const Op& op, std::string name, const BufferStrides& strides = {});
+
+/// The runs a result of `outer` rows of `row` elements is cut into along
+/// its row: `row` itself (no cut) unless there is one row of at least
+/// 2 * kMinRowRun elements, else the shortest divisor of `row` of at least
+/// kMinRowRun and row / kRowRuns elements (a multiple of 16 where one is),
+/// or `row` when none is at most half of it. A bias gradient over
+/// [1024 rows, 1024] into f32[1024] was one iteration of the parallel loop,
+/// so one thread summed it all; cut into 8 runs of 128 columns, each thread
+/// sums its columns' rows with vectors of 16 lanes.
+int64_t rowRun(int64_t outer, int64_t row);
+/// The shortest run rowRun cuts (4 vectors of 16 lanes) ...
+inline constexpr int64_t kMinRowRun = 64;
+/// ... and how many runs it aims at, enough for the threads of a small
+/// machine to share evenly.
+inline constexpr int64_t kRowRuns = 8;
 
 /// How lowerOpToKernel tiles a kernel that reads an operand across the
 /// rows of its result: a row of the result is contiguous in memory, but

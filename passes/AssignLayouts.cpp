@@ -9,9 +9,11 @@
 // lists permuted), pooling (`channels_last` too), and channel shuffles
 // (ShuffleNet's reshape [N,C,H,W] -> [N,g,C/g,H,W], transpose of the two
 // channel dims, reshape back: channels last, the same split, swap and
-// merge of the last dim). Transposes are left only where a value crosses
-// into or out of that region: the net's input, an op the pass does not
-// carry through (another reshape, a batch_norm), and the results.
+// merge of the last dim). A batch_norm (inference form) is expanded into
+// its elementwise ops first (as `decompose` would later), so it is carried
+// too. Transposes are left only where a value crosses into or out of that
+// region: the net's input, an op the pass does not carry through (another
+// reshape), and the results.
 // ONNX Runtime's NCHWc transformer and XLA's layout assignment do the same
 // for their layouts.
 //
@@ -29,8 +31,10 @@
 //   %m' = reduce_mean(%s') {axes = [1, 2]} : f32[1,64]
 //
 // Only 2-d convolutions (rank-4 values) are assigned. A function holding a
-// conv_transpose (a training step's backward pass, whose convolutions read
-// the forward values channels first) is left as it is.
+// conv_transpose or a conv_weight_grad (a training step's backward pass,
+// whose convolutions read the forward values channels first) is left as it
+// is; conv_weight_grad marks the steps whose only convolutions read the
+// net's input, which need no conv_transpose for dx.
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -38,6 +42,7 @@
 #include <vector>
 
 #include "ir/Builder.h"
+#include "passes/Decompose.h"
 #include "passes/Pass.h"
 #include "passes/Target.h"
 
@@ -67,8 +72,23 @@ class Assigner {
   Assigner(Function& f, const Target& target) : f_(f), target_(target), b_(f) {}
 
   Expected<bool> run() {
+    bool assigns = false;
+    for (const auto& op : f_.ops()) {
+      if (op->kind() == OpKind::ConvTranspose || op->kind() == OpKind::ConvWeightGrad) return false;
+      assigns = assigns || (op->kind() == OpKind::Conv && !op->getBool("channels_last") &&
+                            isRank4Static(op->operand(0)) && isRank4Static(op->result()) &&
+                            target_.prefersChannelsLast(*op));
+    }
+    if (!assigns) return false;
+    // A batch norm (inference form) becomes its elementwise ops here rather
+    // than in `decompose`, later: those are carried channels last, with the
+    // per-channel operands folded, where the batch norm would need a
+    // transpose on each side (DenseNet's BN-ReLU before every layer's conv).
+    std::vector<Op*> norms;
     for (const auto& op : f_.ops())
-      if (op->kind() == OpKind::ConvTranspose) return false;
+      if (op->kind() == OpKind::BatchNorm && isRank4Static(op->operand(0))) norms.push_back(op.get());
+    for (Op* norm : norms)
+      if (Status s = decomposeOp(*norm); !s) return s.takeError();
     std::vector<Op*> ops;
     for (const auto& op : f_.ops()) ops.push_back(op.get());
     for (Op* op : ops) {

@@ -198,6 +198,52 @@ Value* transposeOfTranspose(Op& op, Builder& b) {
   return b.create(OpKind::Transpose, {x}, {op.result()->type()}, {{"perm", Attribute(std::move(perm))}})->result();
 }
 
+/// The perm of `rank` dims that swaps the last two and keeps the others.
+std::vector<int64_t> lastTwoSwapped(size_t rank) {
+  std::vector<int64_t> perm(rank);
+  for (size_t i = 0; i < rank; ++i) perm[i] = static_cast<int64_t>(i);
+  std::swap(perm[rank - 2], perm[rank - 1]);
+  return perm;
+}
+
+/// `v` with its last two dims swapped (a transpose the library call reads
+/// in place, transposeReadInPlace in passes/Target.h).
+Value* transposeLastTwo(Value* v, Builder& b) {
+  TensorType type = v->type();
+  std::swap(type.shape[type.shape.size() - 2], type.shape[type.shape.size() - 1]);
+  return b.create(OpKind::Transpose, {v}, {type}, {{"perm", Attribute(lastTwoSwapped(type.rank()))}})->result();
+}
+
+/// Whether `v` is a transpose swapping its operand's last two dims, which
+/// another such transpose cancels.
+bool isLastTwoSwap(const Value* v) {
+  const Op* t = definedBy(v, OpKind::Transpose);
+  return t && v->type().rank() >= 2 && t->getInts("perm") == lastTwoSwapped(v->type().rank());
+}
+
+// transpose(matmul(a, b)) swapping the last two dims → matmul(b^T, a^T)
+// ((a b)^T = b^T a^T, matrix by matrix; the batch dims broadcast alike),
+// when the matmul's only user is the transpose and a or b is itself such a
+// transpose, which then cancels: one transpose replaces another, never
+// more, and a library call reads the one left in place (passes/Target.h,
+// transposeReadInPlace). A weight's gradient comes out of autodiff as
+// (x^T dy)^T, which becomes dy^T x, where the outer transpose was a copy of
+// the gradient (or read at a stride by the optimizer update fused with it);
+// attention's dk, (q^T ds)^T, becomes ds^T q.
+Value* transposeOfMatmul(Op& op, Builder& b) {
+  Op* matmul = definedBy(op.operand(0), OpKind::MatMul);
+  if (!matmul || matmul->numOperands() != 2 || op.operand(0)->users().size() != 1) return nullptr;
+  const size_t rank = op.result()->type().rank();
+  Value* x = matmul->operand(0);
+  Value* y = matmul->operand(1);
+  if (rank < 2 || x->type().rank() < 2 || y->type().rank() < 2 || op.getInts("perm") != lastTwoSwapped(rank))
+    return nullptr;
+  if (!isLastTwoSwap(x) && !isLastTwoSwap(y)) return nullptr;
+  Value* yt = transposeLastTwo(y, b);
+  Value* xt = transposeLastTwo(x, b);
+  return b.create(OpKind::MatMul, {yt, xt}, {op.result()->type()})->result();
+}
+
 // reshape(reshape(x)) → reshape(x): a reshape only depends on the element
 // order, which the inner one keeps.
 Value* reshapeOfReshape(Op& op, Builder& b) {
@@ -267,6 +313,88 @@ Value* zeroPad(Op& op, Builder&) {
   return ifSameType(op, op.operand(0));
 }
 
+/// A pad by zeros along one axis only: (x, axis, begin) with begin >= 0 and
+/// an end >= 0 there, every other entry 0.
+struct ZeroPadAlongOneAxis {
+  Value* x;
+  size_t axis;
+  int64_t begin;
+};
+std::optional<ZeroPadAlongOneAxis> zeroPadAlongOneAxis(const Value* v) {
+  const Op* pad = definedBy(v, OpKind::Pad);
+  if (!pad || pad->result()->users().size() != 1) return std::nullopt;
+  const Attribute* mode = pad->attr("mode");
+  if (mode && mode->getString() != "constant") return std::nullopt;
+  const Attribute* value = pad->attr("value");
+  if (value && value->getFloat() != 0.0) return std::nullopt;
+  const std::vector<int64_t>& pads = pad->getInts("pads");
+  const size_t rank = pad->operand(0)->type().rank();
+  if (pads.size() != 2 * rank || !pad->operand(0)->type().isStatic()) return std::nullopt;
+  std::optional<size_t> axis;
+  for (size_t d = 0; d < rank; ++d) {
+    if (pads[d] < 0 || pads[rank + d] < 0) return std::nullopt;
+    if (pads[d] == 0 && pads[rank + d] == 0) continue;
+    if (axis) return std::nullopt;
+    axis = d;
+  }
+  if (!axis) return std::nullopt;
+  return ZeroPadAlongOneAxis{pad->operand(0), *axis, pads[*axis]};
+}
+
+// add(pad(a), pad(b)), each padded by zeros along the same axis only, where
+// b's range starts where a's ends → pad(concat(a, b)). The backward pass
+// of a split writes each piece's gradient this way (GPT's q, k, v: three
+// pads and two adds of a [B, T, 3C] gradient); as a concat its producers
+// write straight into their slices of one buffer (memory planning), and the
+// remaining zero pad folds away. Like x + 0 → x, a -0.0 piece stays -0.0.
+Value* addOfAdjacentZeroPads(Op& op, Builder& b) {
+  auto first = zeroPadAlongOneAxis(op.operand(0));
+  auto second = zeroPadAlongOneAxis(op.operand(1));
+  if (!first || !second || first->axis != second->axis) return nullptr;
+  const TensorType& type = op.result()->type();
+  if (!type.isStatic() || op.operand(0)->type() != type || op.operand(1)->type() != type) return nullptr;
+  const size_t axis = first->axis;
+  auto extent = [&](const ZeroPadAlongOneAxis& p) { return p.x->type().shape[axis].size; };
+  if (second->begin == first->begin + extent(*first)) {
+  } else if (first->begin == second->begin + extent(*second)) {
+    std::swap(first, second);
+  } else {
+    return nullptr;
+  }
+  Shape joined = first->x->type().shape;
+  joined[axis] = Dim::fixed(extent(*first) + extent(*second));
+  TensorType concatType = type;
+  concatType.shape = joined;
+  Value* c = b.create(OpKind::Concat, {first->x, second->x}, {concatType},
+                      {{"axis", Attribute(static_cast<int64_t>(axis))}})
+                 ->result();
+  std::vector<int64_t> pads(2 * type.rank(), 0);
+  pads[axis] = first->begin;
+  pads[type.rank() + axis] = type.shape[axis].size - first->begin - joined[axis].size;
+  return b.create(OpKind::Pad, {c}, {type}, {{"pads", Attribute(std::move(pads))}})->result();
+}
+
+// concat(a, concat(b, c), d) → concat(a, b, c, d) along the same axis, when
+// the inner concat has no other reader: one op, and one buffer to plan.
+Value* concatOfConcat(Op& op, Builder& b) {
+  const int64_t rank = static_cast<int64_t>(op.result()->type().rank());
+  std::optional<int64_t> axis = normalizeAxis(op.getInt("axis"), rank);
+  if (!axis) return nullptr;
+  std::vector<Value*> operands;
+  bool flattened = false;
+  for (Value* v : op.operands()) {
+    Op* inner = definedBy(v, OpKind::Concat);
+    if (inner && v->users().size() == 1 && normalizeAxis(inner->getInt("axis"), rank) == axis) {
+      operands.insert(operands.end(), inner->operands().begin(), inner->operands().end());
+      flattened = true;
+    } else {
+      operands.push_back(v);
+    }
+  }
+  if (!flattened) return nullptr;
+  return b.create(OpKind::Concat, operands, {op.result()->type()}, {{"axis", Attribute(*axis)}})->result();
+}
+
 // concat of a single operand → that operand.
 Value* singleConcat(Op& op, Builder&) {
   if (op.numOperands() != 1) return nullptr;
@@ -295,10 +423,12 @@ constexpr Pattern kPatterns[] = {
     {OpKind::Mul, mulByOne},
     {OpKind::Mul, integerMulByZero},
     {OpKind::Add, addZero},
+    {OpKind::Add, addOfAdjacentZeroPads},
     {OpKind::Sub, subZero},
     {OpKind::Div, divByOne},
     {OpKind::Transpose, identityTranspose},
     {OpKind::Transpose, transposeOfTranspose},
+    {OpKind::Transpose, transposeOfMatmul},
     {OpKind::Reshape, noOpReshapeOrBroadcast},
     {OpKind::Reshape, reshapeOfReshape},
     {OpKind::Broadcast, noOpReshapeOrBroadcast},
@@ -309,6 +439,7 @@ constexpr Pattern kPatterns[] = {
     {OpKind::Slice, wholeSlice},
     {OpKind::Pad, zeroPad},
     {OpKind::Concat, singleConcat},
+    {OpKind::Concat, concatOfConcat},
     {OpKind::Select, constantSelect},
 };
 
@@ -462,7 +593,11 @@ Expected<bool> canonicalizeFunction(Function& f, const OpEvaluator* evaluator) {
 ///  - Algebraic identities, the table kPatterns: x*1, x+0, x-0, x/1 → x when
 ///    the constant is a splat that does not broadcast x larger; integer x*0
 ///    → 0 (not for floats: NaN*0 is NaN); transpose by the identity and
-///    transposes that cancel → x, two transposes → one; reshape of reshape
+///    transposes that cancel → x, two transposes → one; the transpose of a
+///    matmul read by nothing else, one of whose operands is a transpose →
+///    the matmul of the transposed operands in the other order (one
+///    transpose cancels, the other is read in place by the library call);
+///    reshape of reshape
 ///    → one reshape; reshape, broadcast and cast to the operand's own type →
 ///    x; cast of a lossless cast → one cast; neg(neg(x)), not(not(x)) → x;
 ///    a slice of everything with step 1, a pad by zeros and a concat of one

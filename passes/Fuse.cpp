@@ -110,9 +110,11 @@ Group initialGroup(const Op& op, int index) {
   // product, reshaped and transposed, are one kernel instead of two copies.
   // The memory plan writes a kernel in place only over inputs it reads at
   // the written index, which a slice's or a transpose's input is not
-  // (docs/codegen.md section 4).
+  // (docs/codegen.md section 4). So is a pad, reading its input at a
+  // shifted index where it is inside (a pooling gradient's windows shifted
+  // over the output grid).
   if (op.info().isElementwise() || op.kind() == OpKind::Broadcast || op.kind() == OpKind::Reshape ||
-      op.kind() == OpKind::Slice || op.kind() == OpKind::Transpose) {
+      op.kind() == OpKind::Slice || op.kind() == OpKind::Transpose || op.kind() == OpKind::Pad) {
     g.kind = GroupKind::Elementwise;
     g.space = out;
   } else if (isReduce(op.kind())) {
@@ -222,6 +224,29 @@ class FunctionFuser {
     for (int m : groups_[c].members)
       for (Value* v : body_[m]->operands())
         if (Op* def = v->definingOp(); def && index_.count(def) && find(index_[def]) == p) crossing.push_back(body_[m]);
+    // A pad reads its input at shifted indices: a group that computes
+    // (not only loads) stays a kernel of its own, whatever the shapes, so
+    // that several pads of it (a pooling gradient's shifted windows) read
+    // its buffer instead of each recomputing it; readThroughLayout says
+    // when a group of loads may join.
+    auto readsComputed = [&](const Op* op) {
+      return std::any_of(op->operands().begin(), op->operands().end(),
+                         [&](const Value* v) { return !loadedOnly(v, p); });
+    };
+    const bool padsComputed = std::any_of(crossing.begin(), crossing.end(), [&](const Op* op) {
+      return op->kind() == OpKind::Pad && readsComputed(op);
+    });
+    // Likewise a reshape that a broadcast reads (a value repeated over
+    // pooling windows) stays out of a group that computes: inside it, the
+    // broadcast could not join (readThroughLayout), and the reshaped copy
+    // would be a buffer and a kernel of its own; outside it, the reshape
+    // and the broadcast are loads in their reader's kernel.
+    const bool reshapeForBroadcast = groups_[c].members.size() == 1 && body_[c]->kind() == OpKind::Reshape &&
+                                     readsComputed(body_[c]) &&
+                                     std::any_of(body_[c]->result()->users().begin(),
+                                                 body_[c]->result()->users().end(),
+                                                 [](const Op* user) { return user->kind() == OpKind::Broadcast; });
+    if (padsComputed || reshapeForBroadcast) return;
     Group merged = mergedShape(groups_[p], groups_[c], crossing);
     if (merged.kind == GroupKind::None && readThroughLayout(p, c, crossing)) merged = groups_[c];
     if (merged.kind == GroupKind::None || createsCycle(p, c)) return;
@@ -233,19 +258,54 @@ class FunctionFuser {
     groups_[c] = Group{};
   }
 
+  /// True when value `v` is computed in group `p` by loads alone (or
+  /// outside it): a reader that joins `p` recomputes no arithmetic for it,
+  /// whatever else `p` holds.
+  bool loadedOnly(const Value* v, int p) {
+    std::vector<const Value*> work = {v};
+    std::unordered_set<const Value*> seen = {v};
+    while (!work.empty()) {
+      const Op* def = work.back()->definingOp();
+      work.pop_back();
+      if (!def) continue;
+      auto it = index_.find(def);
+      if (it == index_.end() || find(it->second) != p) continue;
+      const OpKind k = def->kind();
+      if (k != OpKind::Reshape && k != OpKind::Broadcast && k != OpKind::Slice && k != OpKind::Pad) return false;
+      for (const Value* operand : def->operands())
+        if (seen.insert(operand).second) work.push_back(operand);
+    }
+    return true;
+  }
+
   /// True when elementwise group `c` reads elementwise group `p`, of
-  /// another space, only through reshapes and broadcasts, which compose as
-  /// index maps: `p` then runs inside `c` at `c`'s index, once per element
-  /// of `c` when `p` has as many elements, or more often when a broadcast
-  /// repeats it, which only a group of reshapes and broadcasts (loads, no
-  /// arithmetic) may be. A pooling gradient's y repeated over each window,
-  /// reshape -> broadcast -> reshape, then costs no buffers of its own.
+  /// another space, only through reshapes, broadcasts, transposes, slices
+  /// and pads, which compose as index maps: `p` then runs inside `c` at
+  /// `c`'s index, once per element of `c` when `p` has as many elements
+  /// and is read through reshapes, transposes and broadcasts, or more often
+  /// when a broadcast repeats it or several pads read it, which only values
+  /// that `p` computes by loads alone (loadedOnly: reshapes, broadcasts,
+  /// slices and pads, no arithmetic) may be. A pooling gradient's windows,
+  /// pad -> reshape -> broadcast -> reshape -> slice of the output grid,
+  /// then cost no buffers of their own.
   bool readThroughLayout(int p, int c, const std::vector<const Op*>& crossing) {
     const Group &producer = groups_[p], &consumer = groups_[c];
     if (producer.kind != GroupKind::Elementwise || consumer.kind != GroupKind::Elementwise) return false;
+    // Whether every value read across is computed in `p` by loads alone:
+    // then no arithmetic is recomputed, however often a reader repeats it.
+    bool loads = true;
     for (const Op* op : crossing)
+      for (const Value* v : op->operands()) loads = loads && loadedOnly(v, p);
+    for (const Op* op : crossing) {
+      // A slice or pad of values computed by arithmetic would recompute
+      // them at each reader, several times where several pads read them.
+      if (op->kind() == OpKind::Slice || op->kind() == OpKind::Pad) {
+        if (!loads) return false;
+        continue;
+      }
       if (op->kind() != OpKind::Reshape && op->kind() != OpKind::Broadcast && op->kind() != OpKind::Transpose)
         return false;
+    }
     // A transposed value read through a reshape costs a division and a
     // remainder per dim for each element: a CNN's flatten, [64,32,7,7]
     // transposed from channels last and reshaped to [64,1568], took 0.084 ms
@@ -265,9 +325,7 @@ class FunctionFuser {
     };
     const int64_t produced = elements(producer.space);
     if (produced < 0 || produced == elements(consumer.space)) return produced >= 0;
-    for (int m : producer.members)
-      if (body_[m]->kind() != OpKind::Reshape && body_[m]->kind() != OpKind::Broadcast) return false;
-    return true;
+    return loads;
   }
 
   /// True when some path leaves groups `a` or `b` and comes back into

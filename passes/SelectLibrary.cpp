@@ -19,11 +19,6 @@ namespace {
 /// offer may cost the target a library query.
 constexpr size_t kMaxEpilogue = 8;
 
-bool isConstant(const Value* v) {
-  const Op* def = v->definingOp();
-  return def && def->kind() == OpKind::Constant;
-}
-
 bool isContraction(const Op& op) {
   return op.kind() == OpKind::MatMul || op.kind() == OpKind::Conv || op.kind() == OpKind::ConvTranspose ||
          op.kind() == OpKind::ConvWeightGrad || op.kind() == OpKind::QConv || op.kind() == OpKind::QMatMul;
@@ -76,10 +71,12 @@ std::vector<const Op*> candidateEpilogue(const Op& anchor) {
 /// Replaces `anchor` and `epilogue` by one `fused` op of kind "library"
 /// where the last of them was: operands are the values they read from
 /// outside (the anchor's first), scalar constants are copied in.
-/// A `prologue` (a transpose the call reads in place, transposeReadInPlace)
-/// goes into the region before the anchor; its constant operand becomes the
-/// group's operand where the transposed value would have been.
-void wrapInLibraryGroup(Function& f, Op* anchor, const std::vector<const Op*>& epilogue, Op* prologue) {
+/// The `prologue` (the transposes the call reads in place, of a and then
+/// of b, transposeReadInPlace) goes into the region before the anchor; each
+/// one's operand becomes the group's operand where the transposed value
+/// would have been.
+void wrapInLibraryGroup(Function& f, Op* anchor, const std::vector<const Op*>& epilogue,
+                        const std::vector<Op*>& prologue) {
   std::vector<Op*> members = {anchor};
   for (const Op* op : epilogue) members.push_back(const_cast<Op*>(op));
   Op* last = members.back();
@@ -103,15 +100,16 @@ void wrapInLibraryGroup(Function& f, Op* anchor, const std::vector<const Op*>& e
     inner.emplace_back(v, in);
     return in;
   };
-  // Arguments in order of first use (the prologue's operand where the
+  // Arguments in order of first use (a prologue's operand where the
   // anchor reads its result), then the members moved into the region.
   for (Op* m : members)
     for (Value* v : m->operands()) {
-      if (prologue && v == prologue->result()) v = prologue->operand(0);
+      for (Op* p : prologue)
+        if (v == p->result()) v = p->operand(0);
       if (!v->definingOp() || std::find(members.begin(), members.end(), v->definingOp()) == members.end())
         innerValue(v);
     }
-  if (prologue) members.insert(members.begin(), prologue);
+  members.insert(members.begin(), prologue.begin(), prologue.end());
 
   Op* group = f.insert(last, Op::create(OpKind::Fused, inputs, {last->result()->type()},
                                         {{"kind", Attribute("library")}}, anchor->loc()));
@@ -159,10 +157,12 @@ void wrapInLibraryGroup(Function& f, Op* anchor, const std::vector<const Op*>& e
 /// some post-ops (an exact relu on oneDNN is an exp polynomial). So ReLU6,
 /// max(x, 0) then min(x, 6), is a convolution alone and one kernel for both.
 ///
-/// A matmul whose b is the transpose of a constant (transposeReadInPlace
-/// in passes/Target.h: a Linear's weight too large for canonicalize to
-/// fold the transpose) takes the transpose into its group, the constant as
-/// the group's operand, and the call reads the weight in place:
+/// A matmul whose a or b is a transpose of its last two dims read by the
+/// matmul alone (transposeReadInPlace in passes/Target.h: a Linear's weight,
+/// a constant too large for canonicalize to fold the transpose or a
+/// training step's parameter; dy^T of a weight's gradient; attention's k^T)
+/// takes the transpose into its group, the transposed value as the group's
+/// operand, and the call reads it in place instead of a kernel copying it:
 ///
 ///   %wt = transpose(%w) {perm = [1, 0]} : f32[25088,4096]
 ///   %m = matmul(%x, %wt) : f32[1,4096]
@@ -206,7 +206,10 @@ class SelectLibraryPass : public Pass {
                    ctx.target->acceptsLibraryCall(*anchor, std::span(epilogue.data(), n - 1)))
               --n;
           epilogue.resize(n);
-          wrapInLibraryGroup(*f, anchor, epilogue, const_cast<Op*>(transposeReadInPlace(*anchor, isConstant)));
+          std::vector<Op*> prologue;
+          for (size_t i = 0; i < 2; ++i)
+            if (const Op* t = transposeReadInPlace(*anchor, i)) prologue.push_back(const_cast<Op*>(t));
+          wrapInLibraryGroup(*f, anchor, epilogue, prologue);
           changed = true;
           break;
         }

@@ -42,32 +42,31 @@ class Target {
   }
 };
 
-/// The `transpose` that a library call computing `matmul` reads in place:
-/// the op defining its b (operand 1) when it swaps b's last two dims and
-/// leaves the others, of a constant (a Linear's weight, which exporters
-/// store [N, K] with Gemm's transB), with `matmul` its only user; else
-/// null. A transpose of a weight of at most 2^25 elements is folded by
-/// canonicalize; a larger one (VGG-11's 25088x4096) would run as a kernel
-/// copying the whole weight on every run, so select-library puts it in the
-/// matmul's library group and the call reads b through transposed strides
-/// (LibraryCall::transposedB). `isConstant` says whether the transpose's
-/// operand is a constant (in a group's region: whether the group operand
-/// behind the region argument is).
-template <typename IsConstant>
-const Op* transposeReadInPlace(const Op& matmul, IsConstant isConstant) {
-  if (matmul.kind() != OpKind::MatMul || matmul.numOperands() != 2) return nullptr;
-  const Value* b = matmul.operand(1);
-  const Op* t = b->definingOp();
-  if (!t || t->kind() != OpKind::Transpose || b->users().size() != 1 || b->type().rank() < 2) return nullptr;
+/// The `transpose` defining operand `i` of `matmul` (0: a, 1: b) that a
+/// library call computing `matmul` reads in place: one that swaps the
+/// operand's last two dims and leaves the others, with `matmul` its only
+/// user (reading it once); else null. select-library puts it in the
+/// matmul's library group, the transpose's operand becomes the group's, and
+/// the call reads it through transposed strides (LibraryCall::transposedA,
+/// transposedB) instead of a kernel copying it first: a Linear's weight as
+/// exporters store it ([N, K], Gemm's transB; one of at most 2^26 elements
+/// canonicalize folds when it is a constant, not when it is a parameter of
+/// a training step), the transposed activations and gradients of a
+/// backward pass (x^T dy of a weight's gradient), attention's k^T.
+inline const Op* transposeReadInPlace(const Op& matmul, size_t i) {
+  if (matmul.kind() != OpKind::MatMul || matmul.numOperands() != 2 || i > 1) return nullptr;
+  const Value* v = matmul.operand(i);
+  const Op* t = v->definingOp();
+  if (!t || t->kind() != OpKind::Transpose || v->users().size() != 1 || v->type().rank() < 2) return nullptr;
   const Attribute* perm = t->attr("perm");
-  if (!perm) return nullptr;
+  if (!perm || perm->kind() != AttrKind::Ints) return nullptr;
   const std::vector<int64_t>& p = perm->getInts();
-  const size_t rank = b->type().rank();
+  const size_t rank = v->type().rank();
   if (p.size() != rank) return nullptr;
-  for (size_t i = 0; i + 2 < rank; ++i)
-    if (p[i] != static_cast<int64_t>(i)) return nullptr;
+  for (size_t d = 0; d + 2 < rank; ++d)
+    if (p[d] != static_cast<int64_t>(d)) return nullptr;
   if (p[rank - 2] != static_cast<int64_t>(rank - 1) || p[rank - 1] != static_cast<int64_t>(rank - 2)) return nullptr;
-  return isConstant(t->operand(0)) ? t : nullptr;
+  return t;
 }
 
 }  // namespace kiln

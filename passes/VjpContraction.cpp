@@ -27,7 +27,12 @@ Value* swapLast(Grad& g, Value* x) {
 }
 
 /// y = a @ b: da = dy @ b^T, db = a^T @ dy, summed over broadcast batch
-/// dims; a vector operand is viewed as a [1,k] row or a [k,1] column.
+/// dims; a vector operand is viewed as a [1,k] row or a [k,1] column. A b
+/// without a batch (a Linear's weight applied to [batch..., M, K]) gets
+/// db = sum over the batch of a_i^T dy_i as one product over all the rows,
+/// a^T [K, B*M] by dy [B*M, N] (both reshapes views): a GPT's weight
+/// gradients were a batched product writing 8 results of its size and a
+/// reduction over them.
 Grads vjpMatMul(Grad& g, const Op& op, Value* dy) {
   Value *a = op.operand(0), *b = op.operand(1);
   bool vecA = a->type().rank() == 1, vecB = b->type().rank() == 1;
@@ -38,7 +43,18 @@ Grads vjpMatMul(Grad& g, const Op& op, Value* dy) {
   if (vecB) dyShape.push_back(Dim::fixed(1));
   Value* dy2 = (vecA || vecB) ? g.reshape(dy, dyShape) : dy;
   Value* da = g.emit(OpKind::MatMul, {dy2, swapLast(g, b2)});
-  Value* db = g.emit(OpKind::MatMul, {swapLast(g, a2), dy2});
+  Value* db = nullptr;
+  if (!vecA && !vecB && b->type().rank() == 2 && a->type().rank() > 2 && a->type().isStatic() &&
+      dy->type().isStatic()) {
+    const Shape& as = a->type().shape;
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < as.size(); ++i) rows *= as[i].size;
+    Value* aRows = g.reshape(a, {Dim::fixed(rows), as.back()});
+    Value* dyRows = g.reshape(dy, {Dim::fixed(rows), dy->type().shape.back()});
+    db = g.emit(OpKind::MatMul, {swapLast(g, aRows), dyRows});
+  } else {
+    db = g.emit(OpKind::MatMul, {swapLast(g, a2), dy2});
+  }
   if (vecA) da = g.reshape(g.unbroadcastTo(da, a2->type()), a->type().shape);
   if (vecB) db = g.reshape(g.unbroadcastTo(db, b2->type()), b->type().shape);
   return {g.unbroadcastTo(da, a->type()), g.unbroadcastTo(db, b->type())};
@@ -197,15 +213,42 @@ Grads vjpConvWeightGrad(Grad& g, const Op& op, Value*) {
   return Grads(op.numOperands(), nullptr);
 }
 
-/// Pooling's adjoint. Each kernel tap t reads, for every output position,
-/// one strided slice window_t of the padded input; the gradient of window_t
-/// (g_t) is placed back by a transposed convolution of the stacked g_t
-/// [N*C, taps, O...] with a one-hot kernel [taps, 1, K...] (tap t at its
-/// offset), or, when the windows tile the input, by a transpose; then the
-/// padding is cropped (windows that tile it exactly need none of this: see
-/// below). max_pool: g_t = dy where window_t
-/// equals the maximum, shared evenly by ties; avg_pool: g_t = dy / the
-/// window's divisor.
+/// The lowest finite value of float dtype `dt`: the padding of max_pool's
+/// input, which never wins (not -inf, so that a real -inf, the maximum of a
+/// window of -infs, is not tied with the padding).
+double lowestFinite(DType dt) {
+  switch (dt) {
+    case DType::F16:
+      return -65504.0;
+    case DType::BF16:
+      return -3.3895313892515355e38;
+    case DType::F32:
+      return static_cast<double>(std::numeric_limits<float>::lowest());
+    default:
+      return std::numeric_limits<double>::lowest();
+  }
+}
+
+/// Pooling's adjoint as a gather, elementwise over x (docs/autodiff.md).
+/// Along each spatial dim write an input position p = q*s + r (s the
+/// stride, r < s) and let pb be the begin padding: window o holds p at tap
+/// t exactly when t*d = (q - o)*s + r + pb (d the dilation). So with
+/// o = q - m, every window that holds p is one of a few shifts m (at most
+/// ceil(k*d/s) + 1 per dim), and whether shift m reaches p, and at which
+/// tap, depends on r alone. dx is then a sum over the shifts of a value of
+/// window q - m: the output-grid tensor padded by m (windows outside the
+/// output read the padding) and repeated s times along each dim (a
+/// reshape, broadcast, reshape and crop, which the fuser composes into the
+/// reading kernel, docs/codegen.md section 1), selected where the shift
+/// reaches p. No transposed convolution and no stacked taps.
+///
+/// max_pool: `first` [N, C, O...] holds, for each window, the row-major
+/// index of its first tap equal to the maximum (PyTorch's choice among
+/// ties), computed over the output grid from strided slices of x padded
+/// with the dtype's lowest finite value; p receives the dy of each window
+/// whose first maximal tap is p's tap in it. avg_pool: p receives dy over
+/// the window's divisor from every window that holds it (the divisor and
+/// the tap mask are one constant per shift, over x's spatial dims).
 Grads vjpPool(Grad& g, const Op& op, Value* dy, bool isMax) {
   if (op.getBool("channels_last")) {
     g.fail("a channels_last pool has no gradient rule; differentiate the channels-first pool");
@@ -224,126 +267,213 @@ Grads vjpPool(Grad& g, const Op& op, Value* dy, bool isMax) {
   auto kernel = op.getInts("kernel"), strides = attr("strides", 1, sp), pads = attr("pads", 0, 2 * sp);
   auto dilations = isMax ? attr("dilations", 1, sp) : std::vector<int64_t>(sp, 1);
   DType dt = x->type().dtype;
-  // Windows that tile the input exactly (strides equal to the kernel, no
-  // dilation or padding, each size a multiple of the kernel's): every
-  // position is in one window, so the gradient is elementwise over x, with
-  // y and dy repeated over each window by a broadcast between reshapes
-  // (which fuse), and max_pool's ties counted by a reduction over each
-  // window's taps. No slices, concatenation or placing.
-  bool exactTiles = true;
-  for (size_t i = 0; i < sp; ++i)
-    exactTiles = exactTiles && strides[i] == kernel[i] && dilations[i] == 1 && pads[i] == 0 && pads[sp + i] == 0 &&
-                 (*xd)[i + 2] == (*yd)[i + 2] * kernel[i];
-  if (exactTiles) {
-    Shape split = {Dim::fixed((*xd)[0]), Dim::fixed((*xd)[1])}, windows = split;
-    std::vector<int64_t> tapAxes;
-    for (size_t i = 0; i < sp; ++i) {
-      split.push_back(Dim::fixed((*yd)[i + 2]));
-      split.push_back(Dim::fixed(1));
-      windows.push_back(Dim::fixed((*yd)[i + 2]));
-      windows.push_back(Dim::fixed(kernel[i]));
-      tapAxes.push_back(static_cast<int64_t>(3 + 2 * i));
-    }
-    auto repeat = [&](Value* v) {
-      return g.reshape(g.broadcastTo(g.reshape(v, split), TensorType{dt, windows}), x->type().shape);
-    };
-    if (isMax) {
-      Value* hit = g.cast(g.cmp(OpKind::Eq, x, repeat(y)), dt);
-      Value* count = g.reduce(OpKind::ReduceSum, g.reshape(hit, windows), tapAxes, false);
-      Value* share = g.div(dy, g.emit(OpKind::Max, {count, g.like(count, 1.0)}));
-      return {g.mul(hit, repeat(share))};
-    }
-    int64_t size = 1;
-    for (int64_t k : kernel) size *= k;
-    Value* count = g.like(dy, static_cast<double>(size));
-    return {g.div(repeat(dy), count)};
-  }
-  // Pads of every dim (begins, ends) that make room for every window,
-  // including ceil_mode's partial last one; `span` is what the windows cover.
-  std::vector<int64_t> padAll(2 * rank, 0), extra(2 * rank, 0), span(sp), crop(2 * rank, 0);
-  for (size_t i = 0; i < sp; ++i) {
-    int64_t in = (*xd)[i + 2], out = (*yd)[i + 2];
-    span[i] = (out - 1) * strides[i] + dilations[i] * (kernel[i] - 1) + 1;
-    padAll[2 + i] = pads[i];
-    padAll[rank + 2 + i] = pads[sp + i];
-    extra[rank + 2 + i] = std::max<int64_t>(0, span[i] - in - pads[i] - pads[sp + i]);
-    crop[2 + i] = -pads[i];
-    crop[rank + 2 + i] = in + pads[i] - span[i];
-  }
-  auto padded = [&](Value* v, double value) {
-    Value* p = g.emit(OpKind::Pad, {v}, {{"pads", Attribute(padAll)}, {"value", Attribute(value)}});
-    return g.emit(OpKind::Pad, {p}, {{"pads", Attribute(extra)}, {"value", Attribute(0.0)}});
-  };
   int64_t taps = 1;
   for (int64_t k : kernel) taps *= k;
-  auto window = [&](Value* source, int64_t t) {
-    std::vector<int64_t> starts(rank, 0), ends(rank, kToEnd), steps(rank, 1);
-    for (size_t i = sp; i-- > 0;) {
-      starts[i + 2] = (t % kernel[i]) * dilations[i];
-      t /= kernel[i];
-      ends[i + 2] = starts[i + 2] + ((*yd)[i + 2] - 1) * strides[i] + 1;
-      steps[i + 2] = strides[i];
-    }
-    return g.slice(source, starts, ends, steps);
+  std::vector<int64_t> in(sp), out(sp), q(sp);  // per spatial dim: x's size, y's, and ceil(in / stride)
+  for (size_t i = 0; i < sp; ++i) {
+    in[i] = (*xd)[i + 2];
+    out[i] = (*yd)[i + 2];
+    q[i] = (in[i] + strides[i] - 1) / strides[i];
+  }
+  // The tap of window q - m at position q*s + r of dim i, or -1 when that
+  // window does not hold the position.
+  auto tapAt = [&](size_t i, int64_t m, int64_t r) -> int64_t {
+    int64_t v = m * strides[i] + r + pads[i];
+    if (v < 0 || v % dilations[i] != 0 || v / dilations[i] >= kernel[i]) return -1;
+    return v / dilations[i];
   };
-  std::vector<Value*> parts;
-  if (isMax) {
-    // The lowest finite value (not -inf, which the text IR would have to
-    // spell) stands for padding, which never wins.
-    Value* source = padded(x, std::numeric_limits<double>::lowest());
-    std::vector<Value*> hits;
-    Value* total = nullptr;
-    for (int64_t t = 0; t < taps; ++t) {
-      hits.push_back(g.cast(g.cmp(OpKind::Eq, window(source, t), y), dt));
-      total = total ? g.add(total, hits.back()) : hits.back();
+  // The shifts m of each dim that reach some position: m*s + r + pb in
+  // [0, (k-1)*d] for some r < s, and window q - m inside the output for some q.
+  std::vector<std::vector<int64_t>> shifts(sp);
+  for (size_t i = 0; i < sp; ++i) {
+    int64_t lo = -(pads[i] + strides[i]) / strides[i] - 1, hi = (kernel[i] - 1) * dilations[i] / strides[i] + 1;
+    for (int64_t m = lo; m <= hi; ++m) {
+      bool reaches = false;
+      for (int64_t r = 0; r < strides[i]; ++r) reaches = reaches || tapAt(i, m, r) >= 0;
+      // Windows q - m for q in [0, Q) meet [0, O).
+      if (reaches && std::max<int64_t>(0, m) < std::min(q[i], out[i] + m)) shifts[i].push_back(m);
     }
-    Value* share = g.div(dy, g.emit(OpKind::Max, {total, g.like(total, 1.0)}));
-    for (Value* hit : hits) parts.push_back(g.mul(hit, share));
-  } else {
-    // The divisor: real elements, or with count_include_pad those inside
-    // the padded input, of each window (constants that fold).
-    DenseTensor ones = DenseTensor::zeros(x->type());
-    for (int64_t i = 0; i < numElements(x->type().shape); ++i) ones.setDouble(i, 1.0);
-    Value* mask = padded(g.emit(OpKind::Constant, {}, {{"value", Attribute(std::move(ones))}}, {x->type()}),
-                         op.getBool("count_include_pad") ? 1.0 : 0.0);
-    Value* count = nullptr;
-    for (int64_t t = 0; t < taps; ++t) count = count ? g.add(count, window(mask, t)) : window(mask, t);
-    Value* share = g.div(dy, g.emit(OpKind::Max, {count, g.like(count, 1.0)}));
-    parts.assign(taps, share);
   }
-  Shape stackedPart = y->type().shape;
-  stackedPart[0] = Dim::fixed((*xd)[0] * (*xd)[1]);
-  stackedPart[1] = Dim::fixed(1);
-  for (Value*& p : parts) p = g.reshape(p, stackedPart);
-  Value* stacked = parts.size() == 1 ? parts[0] : g.emit(OpKind::Concat, parts, {{"axis", Attribute(int64_t{1})}});
-  // Windows that tile the input (strides equal to the kernel, no
-  // dilation): each position is in one window at one tap, so placing is a
-  // transpose of [N*C, K..., O...] to [N*C, O1, K1, O2, K2, ...], which
-  // costs a copy where the transposed convolution costs a multiply per tap.
-  bool tiles = true;
-  for (size_t i = 0; i < sp; ++i) tiles = tiles && strides[i] == kernel[i] && dilations[i] == 1;
-  if (tiles) {
-    Shape split = {Dim::fixed((*xd)[0] * (*xd)[1])}, placedShape = {split[0], Dim::fixed(1)};
-    std::vector<int64_t> perm = {0};
-    for (size_t i = 0; i < sp; ++i) split.push_back(Dim::fixed(kernel[i]));
+
+  // An output-grid tensor [N, C, O...] read at window q - m: padded by m
+  // at the begin and cropped or padded to Q at the end, with `fill`.
+  auto shifted = [&](Value* v, const std::vector<int64_t>& m, double fill) {
+    std::vector<int64_t> p(2 * rank, 0);
+    bool any = false;
     for (size_t i = 0; i < sp; ++i) {
-      split.push_back(Dim::fixed((*yd)[i + 2]));
-      perm.push_back(static_cast<int64_t>(1 + sp + i));
-      perm.push_back(static_cast<int64_t>(1 + i));
-      placedShape.push_back(Dim::fixed(span[i]));
+      p[2 + i] = m[i];
+      p[rank + 2 + i] = q[i] - out[i] - m[i];
+      any = any || p[2 + i] != 0 || p[rank + 2 + i] != 0;
     }
-    Value* placed = g.reshape(g.transpose(g.reshape(stacked, split), perm), placedShape);
-    return {g.reshape(g.pad(placed, crop), x->type().shape)};
+    return any ? g.emit(OpKind::Pad, {v}, {{"pads", Attribute(p)}, {"value", Attribute(fill)}}) : v;
+  };
+  // [A, B, Q...] repeated s times along each spatial dim and cropped to x's
+  // spatial size: [A, B, Q1, 1, Q2, 1...] -> [A, B, Q1, s1, ...] -> [A, B,
+  // Q1*s1, ...] -> [A, B, in...], only loads, which fuse into the reader.
+  auto spread = [&](Value* v) {
+    const Shape& s = v->type().shape;
+    Shape split = {s[0], s[1]}, repeated = split, joined = split;
+    bool strided = false, cropped = false;
+    for (size_t i = 0; i < sp; ++i) {
+      split.push_back(Dim::fixed(q[i]));
+      split.push_back(Dim::fixed(1));
+      repeated.push_back(Dim::fixed(q[i]));
+      repeated.push_back(Dim::fixed(strides[i]));
+      joined.push_back(Dim::fixed(q[i] * strides[i]));
+      strided = strided || strides[i] != 1;
+      cropped = cropped || q[i] * strides[i] != in[i];
+    }
+    if (strided)
+      v = g.reshape(g.broadcastTo(g.reshape(v, split), TensorType{v->type().dtype, repeated}), joined);
+    if (!cropped) return v;
+    std::vector<int64_t> starts(rank, 0), ends(rank, kToEnd), steps(rank, 1);
+    for (size_t i = 0; i < sp; ++i) ends[i + 2] = in[i];
+    return g.slice(v, starts, ends, steps);
+  };
+  // Every combination of one shift per dim, and for each position residue
+  // r (row-major over the dims, r_i < s_i) the flat tap that it is in window
+  // q - m, or -1.
+  std::vector<std::vector<int64_t>> combos = {{}};
+  for (size_t i = 0; i < sp; ++i) {
+    std::vector<std::vector<int64_t>> next;
+    for (const auto& c : combos)
+      for (int64_t m : shifts[i]) {
+        next.push_back(c);
+        next.back().push_back(m);
+      }
+    combos = std::move(next);
   }
-  std::vector<int64_t> weightDims{taps, 1};
-  weightDims.insert(weightDims.end(), kernel.begin(), kernel.end());
-  DenseTensor oneHot = DenseTensor::zeros(TensorType{dt, staticShape(weightDims)});
-  for (int64_t t = 0; t < taps; ++t) oneHot.setDouble(t * taps + t, 1.0);
-  Value* weight = g.emit(OpKind::Constant, {}, {{"value", Attribute(std::move(oneHot))}},
-                         {TensorType{dt, staticShape(weightDims)}});
-  Value* placed = g.emit(OpKind::ConvTranspose, {stacked, weight},
-                         {{"strides", Attribute(strides)}, {"dilations", Attribute(dilations)}});
-  return {g.reshape(g.pad(placed, crop), x->type().shape)};
+  int64_t residues = 1;
+  for (int64_t s : strides) residues *= s;
+  auto flatTaps = [&](const std::vector<int64_t>& m) {
+    std::vector<int64_t> result(residues);
+    for (int64_t flat = 0; flat < residues; ++flat) {
+      int64_t rest = flat, tap = 0, scale = 1;
+      for (size_t i = sp; i-- > 0;) {
+        int64_t t = tapAt(i, m[i], rest % strides[i]);
+        rest /= strides[i];
+        if (t < 0) {
+          tap = -1;
+          break;
+        }
+        tap += t * scale;
+        scale *= kernel[i];
+      }
+      result[flat] = tap;
+    }
+    return result;
+  };
+
+  Value* dx = nullptr;
+  if (isMax) {
+    // Padding (and ceil_mode's windows past it) at the lowest finite value,
+    // which no real maximum is below.
+    std::vector<int64_t> padAll(2 * rank, 0);
+    for (size_t i = 0; i < sp; ++i) {
+      int64_t span = (out[i] - 1) * strides[i] + dilations[i] * (kernel[i] - 1) + 1;
+      padAll[2 + i] = pads[i];
+      padAll[rank + 2 + i] = std::max<int64_t>(pads[sp + i], span - in[i] - pads[i]);
+    }
+    Value* source =
+        g.emit(OpKind::Pad, {x}, {{"pads", Attribute(padAll)}, {"value", Attribute(lowestFinite(dt))}});
+    // The first tap equal to the maximum: taps tried from the last, each
+    // match replacing the later one; `taps` where none matches (a NaN).
+    Value* first = g.scalar(DType::I32, static_cast<double>(taps));
+    for (int64_t t = taps; t-- > 0;) {
+      std::vector<int64_t> starts(rank, 0), ends(rank, kToEnd), steps(rank, 1);
+      for (int64_t rest = t, i = static_cast<int64_t>(sp) - 1; i >= 0; --i) {
+        starts[i + 2] = (rest % kernel[i]) * dilations[i];
+        rest /= kernel[i];
+        ends[i + 2] = starts[i + 2] + (out[i] - 1) * strides[i] + 1;
+        steps[i + 2] = strides[i];
+      }
+      Value* hit = g.cmp(OpKind::Eq, g.slice(source, starts, ends, steps), y);
+      first = g.select(hit, g.scalar(DType::I32, static_cast<double>(t)), first);
+    }
+    if (!first || first->type().rank() == 0) return {nullptr};  // an error, or no output
+    std::vector<int64_t> tapDims{1, 1};
+    for (size_t i = 0; i < sp; ++i) {
+      tapDims.push_back(1);
+      tapDims.push_back(strides[i]);
+    }
+    Shape repeatedTaps = {Dim::fixed(1), Dim::fixed(1)}, joinedTaps = repeatedTaps;
+    for (size_t i = 0; i < sp; ++i) {
+      repeatedTaps.push_back(Dim::fixed(q[i]));
+      repeatedTaps.push_back(Dim::fixed(strides[i]));
+      joinedTaps.push_back(Dim::fixed(q[i] * strides[i]));
+    }
+    for (const auto& m : combos) {
+      std::vector<int64_t> tapOf = flatTaps(m);
+      if (std::all_of(tapOf.begin(), tapOf.end(), [](int64_t t) { return t < 0; })) continue;
+      // p's tap in window q - m, over x's spatial dims: a constant per
+      // residue, repeated over q (a scalar when every stride is 1).
+      Value* tap = nullptr;
+      if (residues == 1) {
+        tap = g.scalar(DType::I32, static_cast<double>(tapOf[0]));
+      } else {
+        DenseTensor t = DenseTensor::zeros(TensorType{DType::I32, staticShape(tapDims)});
+        for (int64_t r = 0; r < residues; ++r) t.setDouble(r, static_cast<double>(tapOf[r]));
+        std::vector<int64_t> starts(rank, 0), ends(rank, kToEnd), steps(rank, 1);
+        for (size_t i = 0; i < sp; ++i) ends[i + 2] = in[i];
+        tap = g.reshape(g.broadcastTo(g.constant(std::move(t)), TensorType{DType::I32, repeatedTaps}), joinedTaps);
+        for (size_t i = 0; i < sp; ++i)
+          if (q[i] * strides[i] != in[i]) {
+            tap = g.slice(tap, starts, ends, steps);
+            break;
+          }
+      }
+      Value* wins = g.cmp(OpKind::Eq, spread(shifted(first, m, static_cast<double>(taps))), tap);
+      Value* term = g.where(wins, spread(shifted(dy, m, 0.0)));
+      dx = dx ? g.add(dx, term) : term;
+    }
+  } else {
+    // The divisor of each window: its real elements, or with
+    // count_include_pad those inside the padded input (never ceil_mode's
+    // part past the padding).
+    std::vector<int64_t> divisor(numElements(y->type().shape) / ((*yd)[0] * (*yd)[1]));
+    bool countPad = op.getBool("count_include_pad");
+    for (size_t o = 0; o < divisor.size(); ++o) {
+      int64_t count = 1;
+      for (int64_t rest = static_cast<int64_t>(o), i = static_cast<int64_t>(sp) - 1; i >= 0; --i) {
+        int64_t oi = rest % out[i];
+        rest /= out[i];
+        int64_t begin = oi * strides[i] - pads[i], end = begin + kernel[i];
+        int64_t lo = countPad ? -pads[i] : 0, hi = countPad ? in[i] + pads[sp + i] : in[i];
+        count *= std::max<int64_t>(0, std::min(end, hi) - std::max(begin, lo));
+      }
+      divisor[o] = std::max<int64_t>(count, 1);
+    }
+    Shape spatial = {Dim::fixed(1), Dim::fixed(1)};
+    for (size_t i = 0; i < sp; ++i) spatial.push_back(Dim::fixed(in[i]));
+    int64_t positions = 1;
+    for (int64_t n : in) positions *= n;
+    for (const auto& m : combos) {
+      // 1 / the divisor of window q - m where it holds p, else 0, over x's
+      // spatial dims.
+      DenseTensor weight = DenseTensor::zeros(TensorType{dt, spatial});
+      bool any = false;
+      for (int64_t p = 0; p < positions; ++p) {
+        int64_t window = 0, scale = 1;
+        bool holds = true;
+        for (int64_t rest = p, i = static_cast<int64_t>(sp) - 1; i >= 0 && holds; --i) {
+          int64_t pi = rest % in[i], o = pi / strides[i] - m[i];
+          rest /= in[i];
+          holds = o >= 0 && o < out[i] && tapAt(i, m[i], pi % strides[i]) >= 0;
+          window += o * scale;
+          scale *= out[i];
+        }
+        if (!holds) continue;
+        weight.setDouble(p, 1.0 / static_cast<double>(divisor[window]));
+        any = true;
+      }
+      if (!any) continue;
+      Value* term = g.mul(spread(shifted(dy, m, 0.0)), g.constant(std::move(weight)));
+      dx = dx ? g.add(dx, term) : term;
+    }
+  }
+  // Positions in no window (pads that skip them) get no gradient.
+  if (!dx) return {g.zeros(x->type())};
+  return {dx};
 }
 
 Grads vjpMaxPool(Grad& g, const Op& op, Value* dy) { return vjpPool(g, op, dy, true); }

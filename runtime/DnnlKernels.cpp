@@ -46,8 +46,9 @@ memory::desc plainDesc(const memory::dims& dims, memory::data_type type = memory
   return memory::desc(dims, type, rowMajorStrides(dims));
 }
 
-/// A matrix (or batch of them) of logical dims [..., K, N] stored with its
-/// last two dims swapped, [..., N, K] row-major (LibraryCall::transposedB).
+/// A matrix (or batch of them) of logical dims [..., R, C] stored with its
+/// last two dims swapped, [..., C, R] row-major (LibraryCall::transposedA
+/// and transposedB).
 memory::desc transposedDesc(const memory::dims& dims, memory::data_type type = memory::data_type::f32) {
   memory::dims stored = dims;
   std::swap(stored[stored.size() - 2], stored[stored.size() - 1]);
@@ -711,6 +712,9 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
     return Error("only convolutions are stored channels last");
   if (call.transposedB && (call.kind != LibraryCall::Kind::MatMul || call.operandDims[1].size() < 2))
     return Error("only a matmul's b of 2 or more dims is stored transposed");
+  if (call.transposedA && (call.kind != LibraryCall::Kind::MatMul || call.operandDims[0].size() < 2))
+    return Error("only a matmul's a of 2 or more dims is stored transposed");
+  if (call.transposedA && call.quantized()) return Error("a quantized matmul's a is not stored transposed");
   // Element types: all f32, or an int8 call's u8/s8 x and result, s8
   // weights and s32 bias.
   const bool quantized = call.quantized();
@@ -734,8 +738,9 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
   // memory, one GEMM instead of a batch of small ones (an LSTM's input
   // projection, 64 x [1,512]x[512,1024], ran at 33 GFLOP/s batched). Each
   // tensor post-op operand must then read as [1, N] or [B*M, N] too.
+  // (An a stored transposed, [B..., K, M], has no such rows.)
   int64_t rows = 0;  // B*M when collapsed, else 0
-  if (call.kind == LibraryCall::Kind::MatMul && call.operandDims[0].size() > 2 &&
+  if (call.kind == LibraryCall::Kind::MatMul && !call.transposedA && call.operandDims[0].size() > 2 &&
       call.operandDims[1].size() <= call.operandDims[0].size() && dstDims.size() == call.operandDims[0].size()) {
     const std::vector<int64_t>& a = call.operandDims[0];
     const std::vector<int64_t>& b = call.operandDims[1];
@@ -868,9 +873,11 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       // Output scales per column need the 2-d result that an int8 matmul
       // (b of [K, N]) always has once a's rows are collapsed.
       if (quantized && cd.size() != 2) return Error("a quantized matmul of a batched b");
-      // A b stored transposed is read through its strides: oneDNN's GEMMs
-      // take either order, and a constant one is packed from it once below.
-      const memory::desc amd = plainDesc(ad, xType), cmd = plainDesc(cd, yType);
+      // An a or b stored transposed is read through its strides: oneDNN's
+      // GEMMs take either order (a weight's gradient dy^T x reads dy in
+      // place), and a constant b is packed from it once below.
+      const memory::desc amd = call.transposedA ? transposedDesc(ad, xType) : plainDesc(ad, xType);
+      const memory::desc cmd = plainDesc(cd, yType);
       const memory::desc bmd = call.transposedB ? transposedDesc(bd, wType) : plainDesc(bd, wType);
       const bool matmulBias = quantized && call.operands.size() > 2;
       const memory::desc biasMd = matmulBias ? plainDesc({1, cd.back()}, biasType) : memory::desc();
@@ -889,6 +896,7 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       impl->work = libraryCallWork(call);
       impl->description = std::string(quantized ? "onednn int8 matmul " : "onednn matmul ") + dimsText(ad) + "x" +
                           dimsText(bd) + postText + " (" + chosenImpl +
+                          (call.transposedA ? ", a stored transposed" : "") +
                           (call.transposedB ? ", b stored transposed" : "") +
                           (pd.weights_desc() != bmd ? ", packed b" : "") + ")";
       if (describeOnly) return chosenImpl;

@@ -58,10 +58,15 @@ struct LibraryCall {
   /// Convolutions: x, the result and tensor post-op operands are stored
   /// channels last ([N, D..., C], as their dims say); w stays [M, C/g, K...].
   bool channelsLast = false;
+  /// Matmuls: a's buffer holds a with its last two dims swapped ([..., K,
+  /// M] for operandDims[0] of [..., M, K]), read through transposed
+  /// strides: the dy^T of a weight's gradient dy^T x (passes/Target.h,
+  /// transposeReadInPlace), which no transpose kernel then copies.
+  bool transposedA = false;
   /// Matmuls: b's buffer holds b with its last two dims swapped ([..., N,
   /// K] for operandDims[1] of [..., K, N]), read through transposed strides:
-  /// a Linear's weight stored as exporters store it (passes/Target.h,
-  /// transposeReadInPlace), which no per-run transpose then copies.
+  /// a Linear's weight stored as exporters store it, attention's k for
+  /// q k^T (passes/Target.h, transposeReadInPlace).
   bool transposedB = false;
   std::vector<PostOp> postOps;
   /// Quantized calls (qconv, qmatmul): x and the result are u8 or i8, w i8

@@ -316,6 +316,8 @@ Expected<Impl> plan(const LibraryCall& call) {
   const std::vector<int64_t>& b = call.operandDims[1];
   const std::vector<int64_t>& c = call.resultDims;
   if (a.empty() || b.size() < 2 || c.empty()) return Error("a 1-D b");
+  // Its a is read row by row as stored (a constant b is what it packs).
+  if (call.transposedA) return Error("a stored transposed");
   if (product(b, 0, b.size() - 2) != 1) return Error("b has a batch");
   Impl m;
   m.k = a.back();

@@ -91,8 +91,9 @@ void putCall(std::string& out, const LibraryCall& call) {
   putInts(out, call.dilations);
   putInts(out, call.outputPadding);
   putI64(out, call.groups);
-  // Layout flags: 1 a convolution stored channels last, 2 a matmul's b stored transposed.
-  out += static_cast<char>((call.channelsLast ? 1 : 0) | (call.transposedB ? 2 : 0));
+  // Layout flags: 1 a convolution stored channels last, 2 a matmul's b
+  // stored transposed, 4 a matmul's a stored transposed.
+  out += static_cast<char>((call.channelsLast ? 1 : 0) | (call.transposedB ? 2 : 0) | (call.transposedA ? 4 : 0));
   putLE(out, call.postOps.size(), 4);
   for (const PostOp& p : call.postOps) {
     out += static_cast<char>(p.kind);
@@ -309,9 +310,10 @@ class ProgramReader {
     c.groups = *groups;
     auto layout = r_.uint(1, "a library call's layout");
     if (!layout) return layout.takeError();
-    if (*layout > 3) return r_.error("corrupt: a library call's layout");
+    if (*layout > 7) return r_.error("corrupt: a library call's layout");
     c.channelsLast = (*layout & 1) != 0;
     c.transposedB = (*layout & 2) != 0;
+    c.transposedA = (*layout & 4) != 0;
     auto np = count("a library call's post-ops");
     if (!np) return np.takeError();
     for (size_t i = 0; i < *np; ++i) {
@@ -669,11 +671,14 @@ Status Program::validate() const {
         c.operandDims.size() != c.operands.size() || c.resultDims != dimsOfBuffer(buffers))
       return bad(what + " has a library call that does not fit its buffers");
     if (c.transposedB && (c.kind != LibraryCall::Kind::MatMul || c.operandDims[1].size() < 2))
-      return bad(what + " has a transposed operand that is not a matmul's b");
+      return bad(what + " has a transposed operand that is not a matmul's b of 2 or more dims");
+    if (c.transposedA && (c.kind != LibraryCall::Kind::MatMul || c.operandDims[0].size() < 2))
+      return bad(what + " has a transposed operand that is not a matmul's a of 2 or more dims");
     for (size_t k = 0; k < c.operands.size(); ++k) {
-      // A b stored transposed holds its last two dims swapped.
+      // An a or b stored transposed holds its last two dims swapped.
       std::vector<int64_t> stored = c.operandDims[k];
-      if (k == 1 && c.transposedB) std::swap(stored[stored.size() - 2], stored[stored.size() - 1]);
+      if ((k == 0 && c.transposedA) || (k == 1 && c.transposedB))
+        std::swap(stored[stored.size() - 2], stored[stored.size() - 1]);
       if (c.operands[k] < 0 || c.operands[k] >= buffers || stored != dimsOfBuffer(c.operands[k]))
         return bad(what + " has a library call operand that does not fit its buffers");
     }

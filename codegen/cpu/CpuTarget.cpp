@@ -235,15 +235,17 @@ Expected<LibraryCall> describe(const Op& anchor, std::span<const Op* const> epil
   const TensorType& result = anchor.result()->type();
   if ((result.dtype != DType::F32 && result.dtype != DType::F16 && result.dtype != DType::BF16) || !result.isStatic())
     return Error("library calls produce static f32, f16 or bf16 results");
-  // A transposed constant b is read in place, through transposed strides.
-  const Op* transposed = transposeReadInPlace(anchor, [&](const Value* v) { return constantOf(v) != nullptr; });
-  for (const Value* v : anchor.operands()) {
+  // A matmul's transposed a or b is read in place, through transposed strides.
+  const Op* transposed[2] = {transposeReadInPlace(anchor, 0), transposeReadInPlace(anchor, 1)};
+  for (size_t i = 0; i < anchor.numOperands(); ++i) {
+    const Value* v = anchor.operand(i);
     if (v->type().dtype != result.dtype || !v->type().isStatic())
       return Error("library calls take static operands of their result's dtype");
-    call.operands.push_back(bufferOf(transposed && v == transposed->result() ? transposed->operand(0) : v));
+    call.operands.push_back(bufferOf(i < 2 && transposed[i] ? transposed[i]->operand(0) : v));
     call.operandDims.push_back(staticDims(v->type().shape));
   }
-  call.transposedB = transposed != nullptr;
+  call.transposedA = transposed[0] != nullptr;
+  call.transposedB = transposed[1] != nullptr;
   call.resultDims = staticDims(result.shape);
   if (call.kind != LibraryCall::Kind::MatMul) {
     const size_t k = call.operandDims[0].size() < 2 ? 0 : call.operandDims[0].size() - 2;
@@ -344,11 +346,11 @@ Expected<LibraryCall> describeLibraryCall(const Op& group) {
   };
   const Op* anchor = nullptr;
   std::vector<const Op*> epilogue;
-  const Op* prologue = nullptr;  // a transpose the anchor reads in place
+  std::vector<const Op*> prologue;  // the transposes the anchor reads in place
   for (const auto& op : region->ops()) {
     if (op->kind() == OpKind::Constant || op->kind() == OpKind::Return) continue;
-    if (!anchor && !prologue && op->kind() == OpKind::Transpose) {
-      prologue = op.get();
+    if (!anchor && prologue.size() < 2 && op->kind() == OpKind::Transpose) {
+      prologue.push_back(op.get());
       continue;
     }
     if (!anchor)
@@ -357,8 +359,9 @@ Expected<LibraryCall> describeLibraryCall(const Op& group) {
       epilogue.push_back(op.get());
   }
   if (!anchor) return group.emitError("has an empty library group");
-  if (prologue && transposeReadInPlace(*anchor, [&](const Value* v) { return constantOf(v) != nullptr; }) != prologue)
-    return group.emitError("is not a library call: its transpose is not one the call reads in place");
+  for (const Op* t : prologue)
+    if (transposeReadInPlace(*anchor, 0) != t && transposeReadInPlace(*anchor, 1) != t)
+      return group.emitError("is not a library call: its transpose is not one the call reads in place");
   auto bufferOf = [](const Value* v) { return v->isArgument() ? v->index() : -1; };
   auto call = describe(*anchor, epilogue, bufferOf, constantOf);
   if (!call) return group.emitError("is not a library call: " + call.error().message());

@@ -32,6 +32,8 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "codegen/ValueRanges.h"
 #include "codegen/cpu/CpuTarget.h"
@@ -202,8 +204,8 @@ class KernelEmitter {
       hi = b_.CreateSelect(b_.CreateICmpSLT(end_, hi), end_, hi);
     }
     if (mapping == kir::LoopMapping::Vector)
-      if (const Expr* reduction = columnReduction(s)) {
-        emitColumnReduction(s, lo, hi, *reduction);
+      if (const auto reductions = columnReductions(s); !reductions.empty()) {
+        emitColumnReduction(s, lo, hi, reductions);
         return;
       }
     if (mapping == kir::LoopMapping::Tile) {
@@ -746,34 +748,53 @@ class KernelEmitter {
 
   // --- Column reductions ------------------------------------------------------
 
-  /// The reduction a vector loop's single store computes, when it is worth
-  /// running column-wise: the store's value holds one Sum, Prod, Max or Min
-  /// whose elements lie next to each other along the vector loop's variable
-  /// (`vectorVar`) but not along the reduction's innermost variable. A
-  /// global average pool of a channels-last [1,112,112,32] is one:
-  /// out[c] = sum over h, w of x[h,w,c]. Emitted as written, each lane sums
-  /// 12544 elements 128 bytes apart, one after another (0.2 ms on one
-  /// thread); column-wise, a vector of lanes adds one contiguous row of x
-  /// at a time.
-  const Expr* columnReduction(const kir::Stmt& loop) {
-    if (loop.body.size() != 1 || loop.body[0]->kind != kir::Stmt::Kind::Store) return nullptr;
-    const Expr* found = nullptr;
-    int reductions = 0;
+  /// The reductions a vector loop's single store computes, when they are
+  /// worth running column-wise, grouped by value (reductionKey: a fused
+  /// SGD update writes `select(first, g, m * 0.9 + g)` with the column sum
+  /// g lowered twice, which one accumulator pass computes once): every
+  /// reduction of the store's value (those not inside another) is a Sum,
+  /// Prod, Max or Min whose elements lie next to each other along the
+  /// vector loop's variable (`vectorVar`) but not along the reduction's
+  /// innermost variable. A global average pool of a channels-last
+  /// [1,112,112,32] is one: out[c] = sum over h, w of x[h,w,c], and so is a
+  /// bias gradient, out[c] = sum over rows r of g[r,c]. Emitted as written,
+  /// each lane sums its elements a row apart, one after another (0.2 ms on
+  /// one thread for the pool); column-wise, a vector of lanes adds one
+  /// contiguous row at a time. Empty when the loop is no such loop.
+  std::vector<std::vector<const Expr*>> columnReductions(const kir::Stmt& loop) {
+    if (loop.body.size() != 1 || loop.body[0]->kind != kir::Stmt::Kind::Store) return {};
+    std::vector<const Expr*> found;
     std::function<void(const Expr&)> visit = [&](const Expr& e) {
       if (e.kind == ExprKind::Reduce) {
-        ++reductions;
-        found = &e;
+        found.push_back(&e);
         return;
       }
       for (const kir::ExprPtr& a : e.args) visit(*a);
     };
     visit(*loop.body[0]->value);
-    if (reductions != 1 || found->extents.empty() || found->reduce > ReduceKind::Min) return nullptr;
+    if (found.empty()) return {};
+    std::vector<std::vector<const Expr*>> groups;
+    std::map<std::string, size_t> keys;
+    for (const Expr* r : found) {
+      if (!isColumnReduction(loop, *r)) return {};
+      auto [it, added] = keys.emplace(reductionKey(*r), groups.size());
+      if (added) groups.emplace_back();
+      groups[it->second].push_back(r);
+    }
+    // Each distinct reduction is an accumulator pass over its input.
+    if (groups.size() > kMaxColumnReductions) return {};
+    return groups;
+  }
+
+  /// Whether `found`, a reduction in the store of vector loop `loop`, may
+  /// run column-wise (columnReductions).
+  bool isColumnReduction(const kir::Stmt& loop, const Expr& found) {
+    if (found.extents.empty() || found.reduce > ReduceKind::Min) return false;
     // A pooling window (2x2, 3x3) is too short to pay for the accumulators'
     // loops: max_pool over [64,14,14,16] took 0.073 ms column-wise against
     // 0.026 ms as written.
-    if (iterations(*found) < kColumnMinElements) return nullptr;
-    const int innermost = found->id + static_cast<int>(found->extents.size()) - 1;
+    if (iterations(found) < kColumnMinElements) return false;
+    const int innermost = found.id + static_cast<int>(found.extents.size()) - 1;
     bool contiguousLanes = false;
     bool stridedReduction = false;
     std::function<bool(const Expr&)> loads = [&](const Expr& e) {
@@ -789,25 +810,33 @@ class KernelEmitter {
         if (!loads(*a)) return false;
       return true;
     };
-    if (!loads(*found->args[0]) || !contiguousLanes || !stridedReduction) return nullptr;
-    return found;
+    return loads(*found.args[0]) && contiguousLanes && stridedReduction;
   }
 
-  /// The vector loop `loop` whose store holds `reduction` (columnReduction),
-  /// column-wise: for each chunk of at most kColumnChunk lanes, the
-  /// accumulators of the chunk's lanes start at the identity; the reduction
-  /// loops run outside a vectorized loop over the lanes that combines each
-  /// lane's element into its accumulator; then a vectorized loop stores each
-  /// lane's value with its accumulator in place of the reduction. Each
-  /// lane combines its elements in the same order as before.
+  /// The vector loop `loop` whose store holds `reductions`
+  /// (columnReductions), column-wise: for each chunk of at most
+  /// kColumnChunk lanes, and for each distinct reduction, the accumulators
+  /// of the chunk's lanes start at the identity; the reduction loops run
+  /// outside a vectorized loop over the lanes that combines each lane's
+  /// element into its accumulator; then a vectorized loop stores each lane's
+  /// value with its accumulators in place of the reductions. Each lane
+  /// combines its elements in the same order as before.
   static constexpr int64_t kColumnChunk = 256;
   static constexpr int64_t kColumnMinElements = 32;
+  static constexpr size_t kMaxColumnReductions = 4;
+  /// The most rows a lane of a column sum adds in one block. A lane adds
+  /// its block's elements one after another (a row sum's block is split
+  /// over 64 SIMD accumulators), so its blocks are shorter than kSumBlock:
+  /// a bias gradient over 1024 rows is 4 blocks combined pairwise rather
+  /// than one sequential sum, for a pass over the lanes' accumulators every
+  /// 256 rows.
+  static constexpr int64_t kColumnSumBlock = 256;
 
-  void emitColumnReduction(const kir::Stmt& loop, llvm::Value* lo, llvm::Value* hi, const Expr& reduction) {
-    const DType t = reduction.type;
-    llvm::Type* ty = valueType(t);
-    llvm::AllocaInst* acc = entryAlloca(llvm::ArrayType::get(ty, kColumnChunk));
-    auto lane = [&](llvm::Value* j) { return b_.CreateInBoundsGEP(ty, acc, {j}); };
+  void emitColumnReduction(const kir::Stmt& loop, llvm::Value* lo, llvm::Value* hi,
+                           const std::vector<std::vector<const Expr*>>& reductions) {
+    std::vector<llvm::AllocaInst*> accs;
+    for (const std::vector<const Expr*>& group : reductions)
+      accs.push_back(entryAlloca(llvm::ArrayType::get(valueType(group.front()->type), kColumnChunk)));
     const kir::Stmt& store = *loop.body[0];
     llvm::Value* chunks = b_.CreateSDiv(b_.CreateAdd(b_.CreateSub(hi, lo), b_.getInt64(kColumnChunk - 1)),
                                         b_.getInt64(kColumnChunk));
@@ -816,65 +845,81 @@ class KernelEmitter {
       llvm::Value* rest = b_.CreateSub(hi, first);
       llvm::Value* count =
           b_.CreateSelect(b_.CreateICmpSLT(rest, b_.getInt64(kColumnChunk)), rest, b_.getInt64(kColumnChunk));
-      auto lanes = [&](const std::function<void(llvm::Value*)>& fn) { emitLoop(b_.getInt64(0), count, true, fn, true); };
-      auto clear = [&] { lanes([&](llvm::Value* j) { b_.CreateStore(identity(reduction.reduce, t), lane(j)); }); };
-      // Each lane's element of the innermost iteration into its accumulator.
-      auto accumulate = [&] {
-        lanes([&](llvm::Value* j) {
-          vars_[loop.var] = b_.CreateAdd(first, j);
-          llvm::Value* v = emitExpr(*reduction.args[0]);
-          llvm::Value* a = b_.CreateLoad(ty, lane(j));
-          // Lanes are independent: no reassociation is needed to vectorize.
-          llvm::Value* next = combine(reduction.reduce, t, a, v);
-          if (auto* inst = llvm::dyn_cast<llvm::Instruction>(next)) inst->setHasAllowReassoc(false);
-          b_.CreateStore(next, lane(j));
-        });
-      };
-      if (std::optional<SumBlocking> blocking = sumBlocking(reduction)) {
-        // A long column sum: each lane sums blocks and combines them
-        // pairwise (emitBlockedSum), all lanes at once.
-        llvm::AllocaInst* partials =
-            entryAlloca(llvm::ArrayType::get(ty, static_cast<uint64_t>(blocking->levels * kColumnChunk)));
-        auto partial = [&](llvm::Value* level, llvm::Value* j) {
-          return b_.CreateInBoundsGEP(
-              ty, partials, {b_.CreateAdd(b_.CreateMul(level, b_.getInt64(kColumnChunk), "", true, true), j)});
-        };
-        llvm::AllocaInst* blocks = entryAlloca(b_.getInt64Ty());
-        b_.CreateStore(b_.getInt64(0), blocks);
-        emitSumBlocks(reduction, *blocking, 0, [&](llvm::Value* blockLo, llvm::Value* blockHi) {
-          clear();
-          emitLoop(blockLo, blockHi, false, [&](llvm::Value* iv) {
-            vars_[reduction.id + static_cast<int>(blocking->level)] = iv;
-            emitReductionNest(reduction, blocking->level + 1, accumulate);
-          });
-          llvm::Value* carries = closeBlock(blocks);
-          emitLoop(b_.getInt64(0), carries, false, [&](llvm::Value* l) {
-            lanes([&](llvm::Value* j) {
-              b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(ty, partial(l, j)), b_.CreateLoad(ty, lane(j))), lane(j));
-            });
-          });
-          lanes([&](llvm::Value* j) { b_.CreateStore(b_.CreateLoad(ty, lane(j)), partial(carries, j)); });
-        });
-        bool firstPartial = true;
-        for (int l = 0; l < blocking->levels; ++l) {
-          if (((blocking->blocks >> l) & 1) == 0) continue;
-          lanes([&](llvm::Value* j) {
-            llvm::Value* p = b_.CreateLoad(ty, partial(b_.getInt64(l), j));
-            b_.CreateStore(firstPartial ? p : b_.CreateFAdd(b_.CreateLoad(ty, lane(j)), p), lane(j));
-          });
-          firstPartial = false;
-        }
-      } else {
-        clear();
-        emitReductionNest(reduction, 0, accumulate);
-      }
+      for (size_t g = 0; g < reductions.size(); ++g)
+        emitColumnAccumulators(loop, *reductions[g].front(), accs[g], first, count);
       emitLoop(b_.getInt64(0), count, true, [&](llvm::Value* j) {
         vars_[loop.var] = b_.CreateAdd(first, j);
-        overrides_[&reduction] = b_.CreateLoad(ty, lane(j));
+        for (size_t g = 0; g < reductions.size(); ++g) {
+          llvm::Type* ty = valueType(reductions[g].front()->type);
+          llvm::Value* value = b_.CreateLoad(ty, b_.CreateInBoundsGEP(ty, accs[g], {j}));
+          for (const Expr* r : reductions[g]) overrides_[r] = value;
+        }
         emitStmt(store);
-        overrides_.erase(&reduction);
+        for (const std::vector<const Expr*>& group : reductions)
+          for (const Expr* r : group) overrides_.erase(r);
       }, true);
     });
+  }
+
+  /// The accumulators `acc` of lanes [first, first + count) of `loop` for
+  /// `reduction` (emitColumnReduction).
+  void emitColumnAccumulators(const kir::Stmt& loop, const Expr& reduction, llvm::AllocaInst* acc, llvm::Value* first,
+                              llvm::Value* count) {
+    const DType t = reduction.type;
+    llvm::Type* ty = valueType(t);
+    auto lane = [&](llvm::Value* j) { return b_.CreateInBoundsGEP(ty, acc, {j}); };
+    auto lanes = [&](const std::function<void(llvm::Value*)>& fn) { emitLoop(b_.getInt64(0), count, true, fn, true); };
+    auto clear = [&] { lanes([&](llvm::Value* j) { b_.CreateStore(identity(reduction.reduce, t), lane(j)); }); };
+    // Each lane's element of the innermost iteration into its accumulator.
+    auto accumulate = [&] {
+      lanes([&](llvm::Value* j) {
+        vars_[loop.var] = b_.CreateAdd(first, j);
+        llvm::Value* v = emitExpr(*reduction.args[0]);
+        llvm::Value* a = b_.CreateLoad(ty, lane(j));
+        // Lanes are independent: no reassociation is needed to vectorize.
+        llvm::Value* next = combine(reduction.reduce, t, a, v);
+        if (auto* inst = llvm::dyn_cast<llvm::Instruction>(next)) inst->setHasAllowReassoc(false);
+        b_.CreateStore(next, lane(j));
+      });
+    };
+    if (std::optional<SumBlocking> blocking = sumBlocking(reduction, kColumnSumBlock)) {
+      // A long column sum: each lane sums blocks and combines them
+      // pairwise (emitBlockedSum), all lanes at once.
+      llvm::AllocaInst* partials =
+          entryAlloca(llvm::ArrayType::get(ty, static_cast<uint64_t>(blocking->levels * kColumnChunk)));
+      auto partial = [&](llvm::Value* level, llvm::Value* j) {
+        return b_.CreateInBoundsGEP(
+            ty, partials, {b_.CreateAdd(b_.CreateMul(level, b_.getInt64(kColumnChunk), "", true, true), j)});
+      };
+      llvm::AllocaInst* blocks = entryAlloca(b_.getInt64Ty());
+      b_.CreateStore(b_.getInt64(0), blocks);
+      emitSumBlocks(reduction, *blocking, 0, [&](llvm::Value* blockLo, llvm::Value* blockHi) {
+        clear();
+        emitLoop(blockLo, blockHi, false, [&](llvm::Value* iv) {
+          vars_[reduction.id + static_cast<int>(blocking->level)] = iv;
+          emitReductionNest(reduction, blocking->level + 1, accumulate);
+        });
+        llvm::Value* carries = closeBlock(blocks);
+        emitLoop(b_.getInt64(0), carries, false, [&](llvm::Value* l) {
+          lanes([&](llvm::Value* j) {
+            b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(ty, partial(l, j)), b_.CreateLoad(ty, lane(j))), lane(j));
+          });
+        });
+        lanes([&](llvm::Value* j) { b_.CreateStore(b_.CreateLoad(ty, lane(j)), partial(carries, j)); });
+      });
+      bool firstPartial = true;
+      for (int l = 0; l < blocking->levels; ++l) {
+        if (((blocking->blocks >> l) & 1) == 0) continue;
+        lanes([&](llvm::Value* j) {
+          llvm::Value* p = b_.CreateLoad(ty, partial(b_.getInt64(l), j));
+          b_.CreateStore(firstPartial ? p : b_.CreateFAdd(b_.CreateLoad(ty, lane(j)), p), lane(j));
+        });
+        firstPartial = false;
+      }
+    } else {
+      clear();
+      emitReductionNest(reduction, 0, accumulate);
+    }
   }
 
   /// Sums and products may be reassociated, so that the vectorizer can

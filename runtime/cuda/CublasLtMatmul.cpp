@@ -184,6 +184,8 @@ Expected<CublasLtMatmulShape> cublasLtMatmulShape(const LibraryCall& call) {
   shape.aBatchStride = *aStride;
   shape.bBatchStride = *bStride;
   if (call.transposedB && b.size() < 2) return Error("a 1-D b cannot be stored transposed");
+  if (call.transposedA && a.size() < 2) return Error("a 1-D a cannot be stored transposed");
+  shape.transposedA = call.transposedA;
   shape.transposedB = call.transposedB;
   KILN_TRY(readEpilogue(call, r, shape.n, shape));
   return shape;
@@ -193,7 +195,11 @@ std::string describeCublasLtMatmul(const LibraryCall& call) {
   auto shape = cublasLtMatmulShape(call);
   if (!shape) return "a call cuBLASLt refuses: " + shape.error().message();
   return "cublasLt matmul " + dimsText(call.operandDims[0]) + "x" + dimsText(call.operandDims[1]) +
-         epilogueText(shape->epilogue) + (shape->transposedB ? " (b stored transposed)" : "");
+         epilogueText(shape->epilogue) +
+         (shape->transposedA && shape->transposedB ? " (a and b stored transposed)"
+          : shape->transposedA                     ? " (a stored transposed)"
+          : shape->transposedB                     ? " (b stored transposed)"
+                                                   : "");
 }
 
 struct CublasLtMatmul::Impl {
@@ -292,13 +298,15 @@ struct CublasLtMatmul::Impl {
   Status plan() {
     KILN_TRY(check(create(&handle), "cublasLtCreate"));
     KILN_TRY(check(descCreate(&desc, computeType, CUDA_R_32F), "cublasLtMatmulDescCreate"));
-    const int32_t noTranspose = CUBLAS_OP_N;
-    // Kiln's b stored [N, K] row-major is cuBLASLt's A column-major K x N,
-    // which op(A) = A^T makes the N x K it multiplies.
+    // Row-major C = a b is column-major C^T = b^T a^T: cuBLASLt's A is
+    // Kiln's b, its B Kiln's a. Kiln's b stored [N, K] row-major is
+    // cuBLASLt's A column-major K x N, which op(A) = A^T makes the N x K it
+    // multiplies; Kiln's a stored [K, M] is its B column-major M x K, which
+    // op(B) = B^T makes K x M.
     const int32_t transA = shape.transposedB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int32_t transB = shape.transposedA ? CUBLAS_OP_T : CUBLAS_OP_N;
     KILN_TRY(setDesc(CUBLASLT_MATMUL_DESC_TRANSA, &transA, sizeof(transA), "cublasLtMatmulDescSetAttribute(TRANSA)"));
-    KILN_TRY(setDesc(CUBLASLT_MATMUL_DESC_TRANSB, &noTranspose, sizeof(noTranspose),
-                     "cublasLtMatmulDescSetAttribute(TRANSB)"));
+    KILN_TRY(setDesc(CUBLASLT_MATMUL_DESC_TRANSB, &transB, sizeof(transB), "cublasLtMatmulDescSetAttribute(TRANSB)"));
     const uint32_t epilogue = epilogueCode(shape.epilogue);
     KILN_TRY(setDesc(CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue),
                      "cublasLtMatmulDescSetAttribute(EPILOGUE)"));
@@ -314,7 +322,8 @@ struct CublasLtMatmul::Impl {
                                : layout(type, shape.n, shape.k, shape.bBatchStride);
     if (!a) return a.takeError();
     ltA = *a;
-    auto b = layout(type, shape.k, shape.m, shape.aBatchStride);
+    auto b = shape.transposedA ? layout(type, shape.m, shape.k, shape.aBatchStride)
+                               : layout(type, shape.k, shape.m, shape.aBatchStride);
     if (!b) return b.takeError();
     ltB = *b;
     auto d = layout(type, shape.n, shape.m, shape.n * shape.m);

@@ -37,6 +37,9 @@ struct CublasLtMatmulShape {
   /// Elements between consecutive matrices of a (and b); 0 when one matrix
   /// serves the whole batch. The result's is m * n.
   int64_t aBatchStride = 0, bBatchStride = 0;
+  /// a stored with its last two dims swapped (LibraryCall::transposedA):
+  /// cuBLASLt's B read with CUBLAS_OP_T instead of copied by a kernel.
+  bool transposedA = false;
   /// b stored with its last two dims swapped (LibraryCall::transposedB):
   /// cuBLASLt's A read with CUBLAS_OP_T instead of copied by a kernel.
   bool transposedB = false;

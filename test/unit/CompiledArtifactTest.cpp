@@ -4,7 +4,9 @@
 // truncated file, a flipped byte in any section, a wrong magic and another
 // format version are clear errors; a file whose target features differ
 // from the host's is detected and runs after recompiling from its module;
-// a program whose kernels its code does not define is refused.
+// a program whose kernels its code does not define is refused; a library
+// call reading its operands transposed in place keeps its layout bits, and
+// a bit that contradicts the stored buffer fails validation.
 #include <gtest/gtest.h>
 
 #include "codegen/cpu/CpuCompiler.h"
@@ -13,6 +15,7 @@
 #include "ir/Parser.h"
 #include "passes/MemoryPlan.h"
 #include "runtime/KcFile.h"
+#include "test/unit/TestSupport.h"
 
 namespace kiln {
 namespace {
@@ -253,6 +256,49 @@ TEST(CompiledArtifactLibraryTest, FusedKernelsAndLibraryStepsRoundTrip) {
   ASSERT_TRUE(got.ok()) << got.error().str();
   for (int64_t i = 0; i < (*want)[0].numElements(); ++i)
     EXPECT_EQ((*got)[0].getDouble(i), (*want)[0].getDouble(i)) << "element " << i;
+}
+
+/// A matmul reading both operands in place through transposed strides (a
+/// weight's gradient dy^T x with a transposed weight, say) is stored with
+/// both layout bits and runs the same from the .kc; a layout bit that does
+/// not say how the buffer is stored is refused by validation.
+TEST(CompiledArtifactLibraryTest, TransposedOperandsRoundTrip) {
+  auto m = parseModule(test::transposedMatmulFunction(true, true, false), "t.kir");
+  ASSERT_TRUE(m.ok()) << m.error().str();
+  const Function& f = *(*m)->functions().front();
+  std::vector<Tensor> in;
+  for (size_t i = 0; i < f.numArguments(); ++i)
+    in.push_back(test::randomF32(staticDims(f.argument(i)->type().shape), static_cast<int>(i) + 1));
+  auto executor = CpuExecutor::create(f);
+  ASSERT_TRUE(executor.ok()) << executor.error().str();
+  auto want = (*executor)->run(in);
+  ASSERT_TRUE(want.ok()) << want.error().str();
+  auto code = (*executor)->compiledProgram(in);
+  ASSERT_TRUE(code.ok()) << code.error().str();
+  auto bytes = serializeArtifact(*code->first->functions().front(), *code->second, 3, "");
+  ASSERT_TRUE(bytes.ok()) << bytes.error().str();
+  auto parsed = parseArtifact(*bytes, "t.kc");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().str();
+  const Program& program = *parsed->program;
+  int library = -1;
+  for (size_t i = 0; i < program.steps.size(); ++i)
+    if (program.steps[i].kind == Program::Step::Kind::Library) library = static_cast<int>(i);
+  ASSERT_GE(library, 0) << "no library step";
+  EXPECT_TRUE(program.steps[static_cast<size_t>(library)].call.transposedA);
+  EXPECT_TRUE(program.steps[static_cast<size_t>(library)].call.transposedB);
+  auto loaded = CpuExecutor::fromProgram(parsed->program);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().str();
+  auto got = (*loaded)->run(in);
+  ASSERT_TRUE(got.ok()) << got.error().str();
+  test::expectClose((*got)[0], (*want)[0], "the .kc's result", 1e-5, 1e-5);
+
+  // a is stored [64, 24]: read as a plain [24, 64] it does not fit.
+  Program plainA = program;
+  plainA.steps[static_cast<size_t>(library)].call.transposedA = false;
+  Status s = plainA.validate();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message().find("library call operand that does not fit its buffers"), std::string::npos)
+      << s.error().message();
 }
 
 }  // namespace

@@ -36,23 +36,22 @@ std::string denseChain(int64_t n, bool channelsLast) {
     return channelsLast ? "f32[" + b + ",4,4," + ch + "]" : "f32[" + b + "," + ch + ",4,4]";
   };
   const std::string axis = channelsLast ? "3" : "1";
+  // The first 16 channels of `v`.
+  auto first16 = [&](const std::string& result, const std::string& v) {
+    return "  %" + result + " = slice(%" + v + ") {starts = [0, 0, 0, 0], ends = [" + b +
+           (channelsLast ? ", 4, 4, 16" : ", 16, 4, 4") + "], steps = [1, 1, 1, 1]} : " + type(16) + "\n";
+  };
   return "func @dense(%x: " + type(16) + ") -> " + type(16) + " {\n" +
          "  %x0 = exp(%x) : " + type(16) + "\n" +
          "  %x1 = tanh(%x0) : " + type(16) + "\n" +
          "  %c1 = concat(%x0, %x1) {axis = " + axis + "} : " + type(32) + "\n" +
-         "  %r1 = neg(%c1) : " + type(32) + "\n" +
-         "  %p2 = slice(%r1) {starts = [0, 0, 0, 0], ends = [" + b + (channelsLast ? ", 4, 4, 16" : ", 16, 4, 4") +
-         "], steps = [1, 1, 1, 1]} : " + type(16) + "\n" +
+         "  %r1 = neg(%c1) : " + type(32) + "\n" + first16("p2", "r1") +
          "  %x2 = exp(%p2) : " + type(16) + "\n" +
          "  %c2 = concat(%x0, %x1, %x2) {axis = " + axis + "} : " + type(48) + "\n" +
-         "  %r2 = sigmoid(%c2) : " + type(48) + "\n" +
-         "  %p3 = slice(%r2) {starts = [0, 0, 0, 0], ends = [" + b + (channelsLast ? ", 4, 4, 16" : ", 16, 4, 4") +
-         "], steps = [1, 1, 1, 1]} : " + type(16) + "\n" +
+         "  %r2 = sigmoid(%c2) : " + type(48) + "\n" + first16("p3", "r2") +
          "  %x3 = exp(%p3) : " + type(16) + "\n" +
          "  %c3 = concat(%x0, %x1, %x2, %x3) {axis = " + axis + "} : " + type(64) + "\n" +
-         "  %r3 = exp(%c3) : " + type(64) + "\n" +
-         "  %s = slice(%r3) {starts = [0, 0, 0, 0], ends = [" + b + (channelsLast ? ", 4, 4, 16" : ", 16, 4, 4") +
-         "], steps = [1, 1, 1, 1]} : " + type(16) + "\n" +
+         "  %r3 = exp(%c3) : " + type(64) + "\n" + first16("s", "r3") +
          "  %y = add(%s, %x3) : " + type(16) + "\n" +
          "  return %y\n}\n";
 }

@@ -22,8 +22,10 @@
 #include <cstring>
 #include <filesystem>
 #include <numbers>
+#include <optional>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include "codegen/cpu/CpuTarget.h"
 #include "codegen/cuda/CudaBackend.h"
@@ -298,7 +300,8 @@ struct DeviceBuffers {
 };
 
 /// `bytes` of a row-major tensor of `dims` with its last two dims swapped
-/// (how a LibraryCall::transposedB stores b), elements of `size` bytes.
+/// (how a LibraryCall::transposedA or transposedB stores a or b), elements
+/// of `size` bytes.
 std::vector<uint8_t> swapLastTwoDims(const std::vector<uint8_t>& bytes, const std::vector<int64_t>& dims, size_t size) {
   const int64_t rows = dims[dims.size() - 2], cols = dims.back(), batch = product(dims) / (rows * cols);
   std::vector<uint8_t> out(bytes.size());
@@ -325,10 +328,11 @@ void checkMatmul(const EmulatedGpu& gpu, const LibraryCall& call, DType dtype, b
 
   auto matmul = CublasLtMatmul::create(*gpu.cublasLt, call, dtype, allowTf32);
   ASSERT_TRUE(matmul.ok()) << matmul.error().str();
-  // b as the call stores it; the copies are asynchronous, so it outlives them.
+  // a and b as the call stores them; the copies are asynchronous, so they outlive them.
+  const std::vector<uint8_t> aStored = call.transposedA ? swapLastTwoDims(a.bytes, a.dims, dtypeSize(dtype)) : a.bytes;
   const std::vector<uint8_t> bStored = call.transposedB ? swapLastTwoDims(b.bytes, b.dims, dtypeSize(dtype)) : b.bytes;
   DeviceBuffers buffers(gpu);
-  buffers.upload(a.bytes);
+  buffers.upload(aStored);
   buffers.upload(bStored);
   if (hasBias) buffers.upload(bias.bytes);
   const size_t resultBytes = static_cast<size_t>(product(call.resultDims)) * dtypeSize(dtype);
@@ -390,28 +394,97 @@ TEST(CublasLtMatmulTest, ShapesDtypesAndEpiloguesMatchTheReference) {
 }
 
 /// A b stored transposed (a Linear's weight as exporters store it, read in
-/// place: LibraryCall::transposedB) is cuBLASLt's A read with CUBLAS_OP_T:
-/// 2-D, batched and broadcast, with a bias, in each dtype.
-TEST(CublasLtMatmulTest, TransposedBMatchesTheReference) {
+/// place: LibraryCall::transposedB) is cuBLASLt's A read with CUBLAS_OP_T;
+/// an a stored transposed (dy^T of a weight's gradient: transposedA) its B
+/// read with CUBLAS_OP_T; and both at once: 2-D, batched and broadcast,
+/// with a bias, in each dtype.
+TEST(CublasLtMatmulTest, TransposedOperandsMatchTheReference) {
   REQUIRE_EMULATED_GPU(gpu);
   const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> shapes = {
       {{8, 64}, {64, 12}}, {{3, 5, 7}, {3, 7, 4}}, {{2, 8, 128}, {1, 128, 32}}, {{1, 33}, {33, 19}}};
   std::mt19937 rng(13);
-  for (const auto& [a, b] : shapes)
-    for (DType dtype : {DType::F32, DType::F16, DType::BF16})
-      for (bool bias : {false, true}) {
-        LibraryCall call = matmulCall(a, b, bias, Activation::None);
-        call.transposedB = true;
-        auto shape = cublasLtMatmulShape(call);
-        ASSERT_TRUE(shape.ok()) << shape.error().str();
-        EXPECT_TRUE(shape->transposedB);
-        SCOPED_TRACE(describeCublasLtMatmul(call) + " " + std::string(dtypeName(dtype)));
-        EXPECT_NE(describeCublasLtMatmul(call).find("(b stored transposed)"), std::string::npos);
-        checkMatmul(*gpu, call, dtype, false, toleranceOf(dtype), rng);
-      }
+  for (const auto& [transposedA, transposedB] : {std::pair{false, true}, {true, false}, {true, true}})
+    for (const auto& [a, b] : shapes)
+      for (DType dtype : {DType::F32, DType::F16, DType::BF16})
+        for (bool bias : {false, true}) {
+          LibraryCall call = matmulCall(a, b, bias, Activation::None);
+          call.transposedA = transposedA;
+          call.transposedB = transposedB;
+          auto shape = cublasLtMatmulShape(call);
+          ASSERT_TRUE(shape.ok()) << shape.error().str();
+          EXPECT_EQ(shape->transposedA, transposedA);
+          EXPECT_EQ(shape->transposedB, transposedB);
+          SCOPED_TRACE(describeCublasLtMatmul(call) + " " + std::string(dtypeName(dtype)));
+          EXPECT_NE(describeCublasLtMatmul(call).find("stored transposed)"), std::string::npos);
+          checkMatmul(*gpu, call, dtype, false, toleranceOf(dtype), rng);
+        }
   LibraryCall column = matmulCall({4, 6}, {6}, false, Activation::None);
   column.transposedB = true;
   EXPECT_FALSE(cublasLtMatmulShape(column).ok()) << "a 1-D b has no transpose";
+  LibraryCall row = matmulCall({6}, {6, 4}, false, Activation::None);
+  row.transposedA = true;
+  EXPECT_FALSE(cublasLtMatmulShape(row).ok()) << "a 1-D a has no transpose";
+}
+
+/// `text`'s function (one matmul and its epilogue) through the CUDA
+/// target's select-library: one library group and nothing else but
+/// constants, whose call cuBLASLt runs on random inputs (the group's
+/// operands as they are stored) to the interpreter's result of the whole
+/// function. Returns the call, or none after a test failure.
+std::optional<LibraryCall> expectLibraryGroupMatches(const EmulatedGpu& gpu, const std::string& text,
+                                                     std::mt19937& rng) {
+  SCOPED_TRACE(text);
+  auto m = test::parseVerified(text);
+  if (!m) return std::nullopt;
+  const Function& f = *m->functions().front();
+  std::vector<Tensor> inputs;
+  for (size_t i = 0; i < f.numArguments(); ++i) inputs.push_back(test::randomTensor(f.argument(i)->type(), rng));
+  auto want = interpret(f, inputs);
+  EXPECT_TRUE(want.ok()) << want.error().str();
+  if (!want) return std::nullopt;
+
+  PassContext ctx;
+  ctx.target = &codegen::cudaBackend().target();
+  PassManager pm(PassManagerOptions{}, ctx);
+  EXPECT_TRUE(pm.addPipeline("select-library").ok());
+  std::ostringstream log;
+  Status ran = pm.run(*m, log);
+  EXPECT_TRUE(ran.ok()) << ran.error().str();
+  const Op* group = nullptr;
+  for (const auto& op : f.ops()) {
+    if (op->kind() == OpKind::Fused) group = op.get();
+    else if (op->kind() != OpKind::Constant && op->kind() != OpKind::Return)
+      ADD_FAILURE() << "'" << op->name() << "' outside the library group";
+  }
+  EXPECT_NE(group, nullptr) << "the CUDA target took no library group";
+  if (!group) return std::nullopt;
+  auto call = codegen::describeLibraryCall(*group);
+  EXPECT_TRUE(call.ok()) << call.error().str();
+  if (!call) return std::nullopt;
+
+  auto matmul = CublasLtMatmul::create(*gpu.cublasLt, *call, DType::F32, false);
+  EXPECT_TRUE(matmul.ok()) << matmul.error().str();
+  if (!matmul) return std::nullopt;
+  std::vector<std::vector<uint8_t>> staged;  // outlives the copies (the buffers' end synchronizes)
+  staged.reserve(group->numOperands());
+  DeviceBuffers buffers(gpu);
+  for (const Value* v : group->operands()) {
+    if (const DenseTensor* constant = constantTensor(v)) {
+      staged.push_back(constant->bytes);  // a weight as stored
+    } else {
+      const Tensor& t = inputs[static_cast<size_t>(v->index())];
+      staged.emplace_back(t.raw(), t.raw() + t.numBytes());
+    }
+    buffers.upload(staged.back());
+  }
+  Tensor got(DType::F32, call->resultDims);
+  const CUdeviceptr result = buffers.add(got.numBytes());
+  Status run = (*matmul)->run(gpu.stream, buffers.pointers, 0, 0);
+  EXPECT_TRUE(run.ok()) << run.error().str();
+  EXPECT_CU(gpu, gpu.exec->cuMemcpyDtoHAsync(got.raw(), result, got.numBytes(), gpu.stream));
+  EXPECT_CU(gpu, gpu.exec->cuStreamSynchronize(gpu.stream));
+  test::expectClose(got, want->front(), "the library group's result", 1e-5, 1e-5);
+  return std::move(*call);
 }
 
 /// The CUDA target reads a transposed constant weight in place too: the
@@ -428,54 +501,35 @@ TEST(CublasLtMatmulTest, TransposedConstantWeightIsReadInPlace) {
                            "  %wt = transpose(%w) {perm = [1, 0]} : f32[64,24]\n"
                            "  %m = matmul(%x, %wt) : f32[2,8,24]\n  %s = add(%m, %b) : f32[2,8,24]\n"
                            "  return %s\n}\n";
-  auto m = test::parseVerified(text);
-  ASSERT_NE(m, nullptr);
-  const Function& f = *m->functions().front();
-  std::vector<Tensor> inputs;
-  for (size_t i = 0; i < f.numArguments(); ++i) inputs.push_back(test::randomTensor(f.argument(i)->type(), rng));
-  auto want = interpret(f, inputs);
-  ASSERT_TRUE(want.ok()) << want.error().str();
-
-  PassContext ctx;
-  ctx.target = &codegen::cudaBackend().target();
-  PassManager pm(PassManagerOptions{}, ctx);
-  ASSERT_TRUE(pm.addPipeline("select-library").ok());
-  std::ostringstream log;
-  Status ran = pm.run(*m, log);
-  ASSERT_TRUE(ran.ok()) << ran.error().str();
-  const Op* group = nullptr;
-  for (const auto& op : f.ops()) {
-    EXPECT_NE(op->kind(), OpKind::Transpose) << "a transpose outside the library group";
-    if (op->kind() == OpKind::Fused) group = op.get();
-  }
-  ASSERT_NE(group, nullptr) << "the CUDA target took no library group";
-  EXPECT_EQ(group->region()->ops().front()->kind(), OpKind::Transpose);
-  auto call = codegen::describeLibraryCall(*group);
-  ASSERT_TRUE(call.ok()) << call.error().str();
+  auto call = expectLibraryGroupMatches(*gpu, text, rng);
+  ASSERT_TRUE(call);
   EXPECT_TRUE(call->transposedB);
-
-  auto matmul = CublasLtMatmul::create(*gpu->cublasLt, *call, DType::F32, false);
-  ASSERT_TRUE(matmul.ok()) << matmul.error().str();
-  std::vector<std::vector<uint8_t>> staged;  // outlives the copies (the buffers' end synchronizes)
-  staged.reserve(group->numOperands());
-  DeviceBuffers buffers(*gpu);
-  for (const Value* v : group->operands()) {
-    if (const DenseTensor* constant = constantTensor(v)) {
-      staged.push_back(constant->bytes);  // the weight as stored, [24, 64]
-    } else {
-      const Tensor& t = inputs[static_cast<size_t>(v->index())];
-      staged.emplace_back(t.raw(), t.raw() + t.numBytes());
-    }
-    buffers.upload(staged.back());
-  }
-  Tensor got(DType::F32, call->resultDims);
-  const CUdeviceptr result = buffers.add(got.numBytes());
-  Status run = (*matmul)->run(gpu->stream, buffers.pointers, 0, 0);
-  ASSERT_TRUE(run.ok()) << run.error().str();
-  EXPECT_CU(*gpu, gpu->exec->cuMemcpyDtoHAsync(got.raw(), result, got.numBytes(), gpu->stream));
-  EXPECT_CU(*gpu, gpu->exec->cuStreamSynchronize(gpu->stream));
-  test::expectClose(got, want->front(), "the library group's result", 1e-5, 1e-5);
+  EXPECT_FALSE(call->transposedA);
 }
+
+/// (transposed a, transposed b, batched): every combination.
+class CublasLtTransposedOperandsTest : public ::testing::TestWithParam<std::tuple<bool, bool, bool>> {};
+
+/// A transposed a or b of any value (a training step's weight, dy^T of a
+/// weight's gradient, attention's k^T), batched or not, is read in place:
+/// cuBLASLt's B (Kiln's a) and A (Kiln's b) with CUBLAS_OP_T, matching the
+/// interpreter.
+TEST_P(CublasLtTransposedOperandsTest, ReadInPlaceMatchesTheInterpreter) {
+  REQUIRE_EMULATED_GPU(gpu);
+  const auto [transposedA, transposedB, batched] = GetParam();
+  std::mt19937 rng(19);
+  auto call = expectLibraryGroupMatches(*gpu, test::transposedMatmulFunction(transposedA, transposedB, batched), rng);
+  ASSERT_TRUE(call);
+  EXPECT_EQ(call->transposedA, transposedA);
+  EXPECT_EQ(call->transposedB, transposedB);
+  const std::string text = describeCublasLtMatmul(*call);
+  EXPECT_EQ(text.find("a and b stored transposed") != std::string::npos, transposedA && transposedB) << text;
+  EXPECT_EQ(text.find("(a stored transposed)") != std::string::npos, transposedA && !transposedB) << text;
+  EXPECT_EQ(text.find("(b stored transposed)") != std::string::npos, !transposedA && transposedB) << text;
+}
+
+INSTANTIATE_TEST_SUITE_P(CublasLtMatmulTest, CublasLtTransposedOperandsTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool()));
 
 /// The plan in row-major terms: strides of 0 for a broadcast operand, the
 /// bias buffer, the epilogue; and the descriptions.

@@ -590,5 +590,24 @@ TEST(DnnlKernelsTest, TransposedConstantWeightsAreReadInPlace) {
   EXPECT_EQ(transposed, 5);
 }
 
+/// (transposed a, transposed b, batched): every combination.
+class TransposedOperandsTest : public ::testing::TestWithParam<std::tuple<bool, bool, bool>> {};
+
+/// A transposed a or b of any value (an argument here, a training step's
+/// weight or gradient in a model), batched or not, is read in place by
+/// oneDNN through transposed strides: the results match the interpreter's,
+/// and the step list has the one library call and no transpose kernel.
+TEST_P(TransposedOperandsTest, ReadInPlaceMatchesTheInterpreter) {
+  const auto [transposedA, transposedB, batched] = GetParam();
+  const std::string ir = expectMatches(test::transposedMatmulFunction(transposedA, transposedB, batched));
+  EXPECT_NE(ir.find("library %y: onednn matmul"), std::string::npos) << ir;
+  EXPECT_EQ(ir.find("a stored transposed") != std::string::npos, transposedA) << ir;
+  EXPECT_EQ(ir.find("b stored transposed") != std::string::npos, transposedB) << ir;
+  EXPECT_EQ(ir.find("kernel"), std::string::npos) << "a transpose copied by a kernel:\n" << ir;
+}
+
+INSTANTIATE_TEST_SUITE_P(DnnlKernelsTest, TransposedOperandsTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool()));
+
 }  // namespace
 }  // namespace kiln

@@ -88,6 +88,20 @@ Tensor randomTensor(const TensorType& type, std::mt19937& rng, bool positive) {
   return t;
 }
 
+std::string transposedMatmulFunction(bool transposedA, bool transposedB, bool batched) {
+  const std::string batch = batched ? "2,3," : "";
+  const std::string perm = batched ? "[0, 1, 3, 2]" : "[1, 0]";
+  const std::string a = "f32[" + batch + "24,64]", b = "f32[" + batch + "64,40]", y = "f32[" + batch + "24,40]";
+  const std::string aStored = transposedA ? "f32[" + batch + "64,24]" : a;
+  const std::string bStored = transposedB ? "f32[" + batch + "40,64]" : b;
+  std::string text = "func @f(%a: " + aStored + ", %b: " + bStored + ", %c: f32[40]) -> " + y + " {\n";
+  if (transposedA) text += "  %at = transpose(%a) {perm = " + perm + "} : " + a + "\n";
+  if (transposedB) text += "  %bt = transpose(%b) {perm = " + perm + "} : " + b + "\n";
+  text += "  %m = matmul(" + std::string(transposedA ? "%at" : "%a") + ", " + (transposedB ? "%bt" : "%b") + ") : " + y +
+          "\n  %y = add(%m, %c) : " + y + "\n  return %y\n}\n";
+  return text;
+}
+
 Tensor randomF32(const std::vector<int64_t>& shape, int seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> real(-1.0, 1.0);

@@ -29,6 +29,13 @@ std::unique_ptr<Module> parseOk(std::string_view text, std::string_view fileName
 /// with the verifier's message and the text (and is still returned).
 std::unique_ptr<Module> parseVerified(std::string_view text, std::string_view fileName = "test.kir");
 
+/// The text of `func @f(%a, %b, %c)` computing %y = matmul(a, b) + c, a
+/// [24, 64] (batched: [2, 3, 24, 64]), b [64, 40] (batched: [2, 3, 64, 40])
+/// and c [40]; with `transposedA` (`transposedB`) the argument %a (%b) is
+/// stored with its last two dims swapped and transposed by the function, as
+/// a library call reads it in place (LibraryCall::transposedA, transposedB).
+std::string transposedMatmulFunction(bool transposedA, bool transposedB, bool batched);
+
 /// Random values for a tensor of `type` (static shape) drawn from `rng`:
 /// floats uniform in [-2, 2), integers in [-5, 5] (u8: their magnitude),
 /// bools true for positive draws. With `positive`, floats are in [0.5, 2)
