@@ -325,7 +325,7 @@ std::string printKernel(const Kernel& kernel) {
     os << " schedule " << schedule.target << ":";
     if (schedule.loops.empty()) os << (schedule.threadsPerRow > 0 ? " one row" : " serial");
     for (size_t i = 0; i < schedule.loops.size(); ++i) {
-      static const char* const kNames[] = {"serial", "threads", "vector", "grid", "lanes"};
+      static const char* const kNames[] = {"serial", "threads", "vector", "grid", "lanes", "tile"};
       os << (i ? ", " : " ") << "%i" << schedule.loops[i].first << " "
          << kNames[static_cast<size_t>(schedule.loops[i].second)];
     }

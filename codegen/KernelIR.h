@@ -133,9 +133,11 @@ using StmtPtr = std::shared_ptr<const Stmt>;
 struct Stmt {
   enum class Kind : uint8_t { For, Store };
   Kind kind;
-  // For: `var` runs over [0, extent); `parallel` marks the loop the thread
-  // pool splits (at most one, the outermost); `vectorize` asks the emitter
-  // for SIMD code.
+  // For: `var` runs over [0, extent); `parallel` marks a loop of
+  // independent iterations (the CPU's threads split the outermost; CUDA's
+  // grid takes it with the parallel or vectorized loops perfectly nested in
+  // it, as the rows of a transpose tile); `vectorize` asks the emitter for
+  // SIMD code.
   int var = 0;
   int64_t extent = 0;
   bool parallel = false;
@@ -163,6 +165,11 @@ enum class LoopMapping : uint8_t {
             // that the grid's threads cover grid-stride
   Lanes,    // CUDA: strided over the threads that share a row
             // (Schedule::threadsPerRow), inside the Grid loops
+  Tile,     // CPU: the rows of a square tile whose row loop is Vector: the
+            // loads that step by one element along the rows and across
+            // them by a stride (a transposed operand) are read as vectors
+            // along the rows and transposed in registers, once per tile
+            // (codegen/Schedule.h tileTransposedLoads)
 };
 
 /// A kernel's schedule for one target: the loops not Serial, and for CUDA

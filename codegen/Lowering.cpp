@@ -11,9 +11,12 @@
 // sides of a select.
 #include "codegen/Lowering.h"
 
+#include "codegen/Schedule.h"
+
 #include "codegen/LoweringSupport.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <numbers>
 #include <numeric>
@@ -496,6 +499,69 @@ Expected<kir::Kernel> lowerConcatKernel(const Op& op, std::string name, const st
   return kernel;
 }
 
+namespace {
+
+/// Whether `e` holds a reduction.
+bool hasReduction(const ExprPtr& e) {
+  if (e->kind == kir::ExprKind::Reduce) return true;
+  for (const ExprPtr& a : e->args)
+    if (hasReduction(a)) return true;
+  return false;
+}
+
+/// Calls `visit` on each load of `e`.
+void forEachLoad(const ExprPtr& e, const std::function<void(const kir::Expr&)>& visit) {
+  if (e->kind == kir::ExprKind::Load) visit(*e);
+  for (const ExprPtr& a : e->args) forEachLoad(a, visit);
+}
+
+}  // namespace
+
+std::optional<TransposeTiling> transposeTiling(const ExprPtr& value, const std::vector<int64_t>& shape,
+                                               const std::vector<int64_t>& outStrides) {
+  const size_t rank = shape.size();
+  if (rank < 2 || shape.back() < 2 || hasReduction(value)) return std::nullopt;
+  const int b = static_cast<int>(rank) - 1;
+  if (!outStrides.empty() && outStrides.back() != 1) return std::nullopt;
+  std::optional<size_t> across;
+  size_t widest = 0;  // bytes of the widest transposed element
+  forEachLoad(value, [&](const kir::Expr& load) {
+    const std::optional<int64_t> inner = strideIn(*load.args[0], b);
+    if (!inner || *inner == 0 || *inner == 1) return;
+    for (size_t d = 0; d + 1 < rank; ++d)
+      if (shape[d] > 1 && strideIn(*load.args[0], static_cast<int>(d)) == 1) {
+        if (!across) across = d;
+        if (across == d) widest = std::max(widest, dtypeSize(load.type));
+        break;
+      }
+  });
+  if (!across) return std::nullopt;
+  // Tiles of 16 x 16 read and write whole 64-byte lines of f32 (16 vectors
+  // of 16 lanes transposed in registers); measured on [1024,1024] f32 here,
+  // 0.28 against 0.43 ms for tiles of 8. Wider elements keep 8 (16 x 16
+  // f64 would not fit the registers).
+  if (widest <= 4 && shape[*across] % kWideTransposeTile == 0 && shape.back() % kWideTransposeTile == 0)
+    return TransposeTiling{*across, kWideTransposeTile, kWideTransposeTile};
+  return TransposeTiling{*across, transposeTile(shape[*across]), transposeTile(shape.back())};
+}
+
+int64_t transposeTile(int64_t extent) {
+  if (extent <= kTransposeTile) return extent;
+  // The smallest divisor from the tile up to four times it, else the
+  // largest from half the tile; a dim with neither (a prime: ViT's 197
+  // tokens) is one tile when its lines fit in L1 (a tile of 197 x 8 f32
+  // reads 197 lines and writes 197 half lines, 25 KB), else it is cut in
+  // its largest divisor below the tile (perhaps 1: the untiled order).
+  for (int64_t t = kTransposeTile; t <= 4 * kTransposeTile; ++t)
+    if (extent % t == 0) return t;
+  for (int64_t t = kTransposeTile - 1; t >= kTransposeTile / 2; --t)
+    if (extent % t == 0) return t;
+  if (extent <= 32 * kTransposeTile) return extent;
+  for (int64_t t = kTransposeTile / 2 - 1; t > 1; --t)
+    if (extent % t == 0) return t;
+  return 1;
+}
+
 int64_t rowRun(int64_t outer, int64_t row) {
   if (outer != 1 || row < 2 * kMinRowRun) return row;
   // The shortest run of at least kMinRowRun and an eighth of the row that
@@ -542,6 +608,47 @@ Expected<kir::Kernel> lowerOpToKernel(const Op& op, std::string name, const Buff
     kernel.numVars = std::max(ctx.numVars(), fusedVars);
     return kernel;
   }
+  const size_t outBuffer = static_cast<size_t>(out);
+  const std::vector<int64_t> outStrides =
+      outBuffer < strides.size() ? strides[outBuffer] : std::vector<int64_t>{};
+  if (shape.size() >= 2) {
+    // Probe: the element at index (%i0, %i1, ...) tells which loads read
+    // across the result's rows.
+    Index probe;
+    for (size_t d = 0; d < shape.size(); ++d) probe.push_back(kir::var(static_cast<int>(d)));
+    SingleOpContext probeCtx(op, static_cast<int>(shape.size()), strides);
+    int probeVars = static_cast<int>(shape.size());
+    auto probed = op.kind() == OpKind::Fused ? lowerFusedResult(op, probeVars, probe, strides)
+                                             : loweringFor(op.kind())(op, probeCtx, probe);
+    if (!probed) return probed.takeError();
+    if (const std::optional<TransposeTiling> tiling = transposeTiling(*probed, shape, outStrides)) {
+      // Tiles of tileA x tileB elements of dims `a` and the last: %i0 the
+      // tile (the other dims' indices and the tile's position along a and
+      // b, row-major), %i2 the row in the tile, %i1 the element in the row.
+      const size_t a = tiling->dim, last = shape.size() - 1;
+      std::vector<int64_t> grid = shape;
+      grid[a] /= tiling->tileA;
+      grid[last] /= tiling->tileB;
+      const int64_t tiles = std::accumulate(grid.begin(), grid.end(), int64_t{1}, std::multiplies<>());
+      Index index = unravel(kir::var(0), grid);
+      index[a] = kir::add(kir::mul(index[a], kir::index(tiling->tileA)), kir::var(2));
+      index[last] = kir::add(kir::mul(index[last], kir::index(tiling->tileB)), kir::var(1));
+      SingleOpContext tiledCtx(op, 3, strides);
+      int tiledVars = 3;
+      auto value = op.kind() == OpKind::Fused ? lowerFusedResult(op, tiledVars, index, strides)
+                                              : loweringFor(op.kind())(op, tiledCtx, index);
+      if (!value) return value.takeError();
+      const ExprPtr offset =
+          outStrides.empty() ? linearize(index, shape) : stridedOffset(index, shape, outStrides);
+      auto row = kir::forLoop(1, tiling->tileB, false, true, {kir::store(out, offset, *value)});
+      // The rows of a tile are independent too: CUDA's grid takes them
+      // (codegen/Schedule.h); the CPU runs them in order.
+      auto rows = kir::forLoop(2, tiling->tileA, true, false, {row});
+      kernel.body.push_back(kir::forLoop(0, tiles, true, false, {rows}));
+      kernel.numVars = std::max(tiledCtx.numVars(), tiledVars);
+      return kernel;
+    }
+  }
   const std::vector<int64_t> outerShape(shape.begin(), shape.end() - 1);
   int64_t outer = std::accumulate(outerShape.begin(), outerShape.end(), int64_t{1}, std::multiplies<>());
   int64_t inner = shape.back();
@@ -557,9 +664,8 @@ Expected<kir::Kernel> lowerOpToKernel(const Op& op, std::string name, const Buff
   }
   auto value = lowerResult(index);
   if (!value) return value.takeError();
-  const size_t outBuffer = static_cast<size_t>(out);
-  const ExprPtr offset = outBuffer < strides.size() && !strides[outBuffer].empty()
-                             ? stridedOffset(index, shape, strides[outBuffer])
+  const ExprPtr offset = !outStrides.empty()
+                             ? stridedOffset(index, shape, outStrides)
                              : kir::add(kir::mul(kir::var(0), kir::index(inner)), kir::var(1));
   auto innerLoop = kir::forLoop(1, inner, false, true, {kir::store(out, offset, *value)});
   kernel.body.push_back(kir::forLoop(0, outer, true, false, {innerLoop}));

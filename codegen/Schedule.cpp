@@ -241,6 +241,42 @@ std::optional<SumBlocking> sumBlocking(const Expr& reduction, int64_t block) {
   return b;
 }
 
+std::vector<ExprPtr> tileTransposedLoads(const kir::Stmt& store, int rowVar, int colVar) {
+  std::vector<ExprPtr> found;
+  std::set<std::string> seen;
+  std::function<void(const ExprPtr&)> visit = [&](const ExprPtr& e) {
+    for (const ExprPtr& arg : e->args) visit(arg);
+    if (e->kind != ExprKind::Load) return;
+    const std::optional<int64_t> along = strideIn(*e->args[0], rowVar), across = strideIn(*e->args[0], colVar);
+    if (along == 1 && across && *across != 0 && *across != 1 && seen.insert(kir::printExpr(e)).second)
+      found.push_back(e);
+  };
+  if (store.kind == kir::Stmt::Kind::Store) visit(store.value);
+  return found;
+}
+
+namespace {
+
+/// Whether loop `s` is the rows of a tile that the CPU transposes in
+/// registers (scheduleForCpu).
+bool isRegisterTile(const kir::Stmt& s) {
+  if (!isRegisterTileSide(s.extent) || s.body.size() != 1 || s.body[0]->kind != kir::Stmt::Kind::For) return false;
+  const kir::Stmt& row = *s.body[0];
+  if (!row.vectorize || row.extent != s.extent || row.body.size() != 1 ||
+      row.body[0]->kind != kir::Stmt::Kind::Store)
+    return false;
+  const kir::Stmt& store = *row.body[0];
+  std::function<bool(const Expr&)> plain = [&](const Expr& e) {
+    if (e.kind == ExprKind::Reduce) return false;
+    for (const ExprPtr& arg : e.args)
+      if (!plain(*arg)) return false;
+    return true;
+  };
+  return plain(*store.value) && !tileTransposedLoads(store, s.var, row.var).empty();
+}
+
+}  // namespace
+
 void scheduleForCpu(kir::Kernel& kernel) {
   kir::Schedule schedule;
   schedule.target = std::string(kCpuTargetName);
@@ -251,6 +287,8 @@ void scheduleForCpu(kir::Kernel& kernel) {
       if (s->parallel && !threads) {
         schedule.loops.emplace_back(s->var, kir::LoopMapping::Threads);
         threads = true;
+      } else if (isRegisterTile(*s)) {
+        schedule.loops.emplace_back(s->var, kir::LoopMapping::Tile);
       } else if (s->vectorize) {
         schedule.loops.emplace_back(s->var, kir::LoopMapping::Vector);
       }

@@ -39,8 +39,22 @@ struct CudaScheduleOptions {
   int64_t blockRowMin = 1024;
 };
 
-/// Schedules `kernel` for the CPU (codegen/llvm/).
+/// Schedules `kernel` for the CPU (codegen/llvm/). A loop of 8 or 16
+/// iterations (isRegisterTileSide) holding only a Vector loop of as many
+/// around one store that reads a transposed operand (tileTransposedLoads:
+/// the tiles of codegen/Lowering.h transposeTiling) is mapped Tile.
 void scheduleForCpu(kir::Kernel& kernel);
+
+/// Whether the CPU transposes square tiles of side `n` in registers: 8
+/// vectors of 8 elements in 3 rounds of 8 two-vector shuffles, or 16 of 16
+/// in 4 rounds of 16.
+inline bool isRegisterTileSide(int64_t n) { return n == 8 || n == 16; }
+
+/// The loads of `store` that the rows of a tile read transposed: the
+/// index steps by exactly 1 element as `rowVar` steps and by neither 0 nor
+/// 1 as `colVar` (the vectorized loop along a row) steps. One per distinct
+/// load (printExpr), innermost reads first.
+std::vector<kir::ExprPtr> tileTransposedLoads(const kir::Stmt& store, int rowVar, int colVar);
 /// Schedules `kernel` for CUDA (codegen/cuda/).
 void scheduleForCuda(kir::Kernel& kernel, const CudaScheduleOptions& options = {});
 
