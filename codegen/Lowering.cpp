@@ -658,6 +658,9 @@ Expected<kir::Kernel> lowerOpToKernel(const Op& op, std::string name, const Buff
   // terms) would give the threads one iteration to share: its row is cut
   // into runs the parallel loop takes instead.
   if (const int64_t run = rowRun(outer, inner); run != inner) {
+    // Every leading dim has size 1 (outer is 1): its index is 0, not the
+    // run's number, which var 0 now counts.
+    for (size_t d = 0; d + 1 < index.size(); ++d) index[d] = kir::index(0);
     index.back() = kir::add(kir::mul(kir::var(0), kir::index(run)), kir::var(1));
     outer = inner / run;
     inner = run;

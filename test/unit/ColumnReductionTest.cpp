@@ -115,6 +115,21 @@ TEST(ColumnReductionTest, ColumnReductionsMatchTheInterpreter) {
     }
 }
 
+/// A one-row result with leading dims of size 1 (a global average pool
+/// channels last, [1, 7, 7, 512] -> [1, 512]; [1, 49, 512] -> [1, 1, 512]):
+/// its row is cut into runs, and the leading dims' index stays 0. Before
+/// the fix it was the run's number, and ResNet-18's logits read past the
+/// input (NaN or garbage).
+TEST(ColumnReductionTest, OneRowResultsWithLeadingUnitDimsMatchTheInterpreter) {
+  unsigned seed = 100;
+  for (const char* op : {"reduce_mean", "reduce_sum", "reduce_max"}) {
+    expectMatchesInterpreter(reduceFunction(op, {1, 7, 7, 512}, {1, 2}, false, {1, 512}),
+                             {values({1, 7, 7, 512}, seed++, false)}, 1e-5, cancellation(49));
+    expectMatchesInterpreter(reduceFunction(op, {1, 49, 512}, {1}, true, {1, 1, 512}),
+                             {values({1, 49, 512}, seed++, false)}, 1e-5, cancellation(49));
+  }
+}
+
 /// Columns longer than a block of a long sum (kSumBlock = 2048 rows), each
 /// lane summing blocks combined pairwise: within 2e-7 of the float64 sum,
 /// as LongSumTest's long columns.
