@@ -80,21 +80,14 @@ class Assigner {
                             target_.prefersChannelsLast(*op));
     }
     if (!assigns) return false;
-    // A batch norm (inference form) that does not read a conv becomes its
-    // elementwise ops here rather than in `decompose`, later: those are
-    // carried channels last, with the per-channel operands folded, where
-    // the batch norm would need a transpose on each side (DenseNet's
-    // BN-ReLU after each concat, before the layer's conv). One that reads a
-    // conv is left as it is: expanded here, its ops became the conv's
-    // post-ops, and torchvision's ResNet-18 exported with its batch norms
-    // (kiln.compile, test/python/test_compile.py) then computed wrong
-    // logits, a failure not reproduced on a single conv with the same
-    // post-ops and not yet explained.
+    // A batch norm (inference form) becomes its elementwise ops here rather
+    // than in `decompose`, later: those are carried channels last, with the
+    // per-channel operands folded, where the batch norm would need a
+    // transpose on each side (DenseNet's BN-ReLU after each concat, before
+    // the layer's conv); after a conv they become its post-ops.
     std::vector<Op*> norms;
     for (const auto& op : f_.ops())
-      if (op->kind() == OpKind::BatchNorm && isRank4Static(op->operand(0)) &&
-          !(op->operand(0)->definingOp() && op->operand(0)->definingOp()->kind() == OpKind::Conv))
-        norms.push_back(op.get());
+      if (op->kind() == OpKind::BatchNorm && isRank4Static(op->operand(0))) norms.push_back(op.get());
     for (Op* norm : norms)
       if (Status s = decomposeOp(*norm); !s) return s.takeError();
     std::vector<Op*> ops;
