@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "codegen/cuda/CudaExecutor.h"
 #include "runtime/cuda/CudaDevices.h"
 
 #ifndef KILN_CUDA_EMULATOR_DRIVER
@@ -40,6 +41,22 @@ std::shared_ptr<cuda::CudaContext> emulatorContext() {
     return nullptr;
   }
   return *context;
+}
+
+std::optional<std::vector<Tensor>> emulatedGpuResults(const Function& f, const std::vector<Tensor>& inputs) {
+  auto context = emulatorContext();
+  if (!context) return std::nullopt;
+  auto executor = codegen::CudaExecutor::create(f, context);
+  if (!executor.ok()) {
+    ADD_FAILURE() << "compiling for the emulated GPU: " << executor.error().str();
+    return std::nullopt;
+  }
+  auto results = (*executor)->run(inputs);
+  if (!results.ok()) {
+    ADD_FAILURE() << "running on the emulated GPU: " << results.error().str();
+    return std::nullopt;
+  }
+  return std::move(*results);
 }
 
 }  // namespace kiln::test

@@ -8,10 +8,14 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/cuda/CudaContext.h"
 #include "runtime/cuda/CudaLibraries.h"
+#include "ir/IR.h"
+#include "runtime/Tensor.h"
 
 namespace kiln::test {
 
@@ -31,6 +35,11 @@ cuda::LibrarySearchOptions emulatorOptions();
 /// shared by the process). On an error, fails the calling test with its
 /// message and returns null.
 std::shared_ptr<cuda::CudaContext> emulatorContext();
+
+/// The results of `f` on `inputs` compiled for and run on the emulated GPU
+/// (emulatorContext); on an error, fails the test with its message and
+/// returns nullopt.
+std::optional<std::vector<Tensor>> emulatedGpuResults(const Function& f, const std::vector<Tensor>& inputs);
 
 }  // namespace kiln::test
 

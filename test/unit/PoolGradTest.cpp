@@ -291,13 +291,11 @@ TEST(PoolGradTest, CpuMatchesTheInterpreter) {
     ASSERT_TRUE(m);
     const Function& f = *m->functions()[0];
     const std::vector<Tensor> in = {xOf(c.x), dyOf(c.y)};
-    auto want = interpret(f, in);
-    ASSERT_TRUE(want.ok()) << want.error().str();
+    auto want = test::interpretedResults(f, in);
+    ASSERT_TRUE(want);
     for (int optLevel : {3, 2}) {
-      auto executor = CpuExecutor::create(f, {.threads = 2, .optLevel = optLevel});
-      ASSERT_TRUE(executor.ok()) << executor.error().str();
-      auto got = (*executor)->run(in);
-      ASSERT_TRUE(got.ok()) << got.error().str();
+      auto got = test::cpuJitResults(f, in, optLevel);
+      ASSERT_TRUE(got);
       expectNear((*got)[1], test::elementsOf((*want)[1]), "-O" + std::to_string(optLevel));
     }
   }
@@ -311,12 +309,10 @@ TEST(PoolGradTest, EmulatedGpuMatchesTheInterpreter) {
     ASSERT_TRUE(m);
     const Function& f = *m->functions()[0];
     const std::vector<Tensor> in = {xOf(c.x), dyOf(c.y)};
-    auto want = interpret(f, in);
-    ASSERT_TRUE(want.ok()) << want.error().str();
-    auto executor = codegen::CudaExecutor::create(f, test::emulatorContext());
-    ASSERT_TRUE(executor.ok()) << executor.error().str();
-    auto got = (*executor)->run(in);
-    ASSERT_TRUE(got.ok()) << got.error().str();
+    auto want = test::interpretedResults(f, in);
+    ASSERT_TRUE(want);
+    auto got = test::emulatedGpuResults(f, in);
+    ASSERT_TRUE(got);
     expectNear((*got)[1], test::elementsOf((*want)[1]), "emulated GPU");
   }
 }

@@ -12,8 +12,10 @@
 #include <fstream>
 #include <utility>
 
+#include "codegen/cpu/CpuExecutable.h"
 #include "ir/Parser.h"
 #include "ir/Verifier.h"
+#include "runtime/Interpreter.h"
 
 namespace kiln::test {
 namespace {
@@ -196,6 +198,29 @@ Tensor runKernelsOnHost(void* library, const std::vector<kir::Kernel>& kernels, 
     last = out;
   }
   return last;
+}
+
+std::optional<std::vector<Tensor>> interpretedResults(const Function& f, const std::vector<Tensor>& inputs) {
+  auto results = interpret(f, inputs);
+  if (!results.ok()) {
+    ADD_FAILURE() << "the interpreter: " << results.error().str();
+    return std::nullopt;
+  }
+  return std::move(*results);
+}
+
+std::optional<std::vector<Tensor>> cpuJitResults(const Function& f, const std::vector<Tensor>& inputs, int optLevel) {
+  auto executor = codegen::CpuExecutor::create(f, {.threads = 2, .optLevel = optLevel});
+  if (!executor.ok()) {
+    ADD_FAILURE() << "compiling at -O" << optLevel << ": " << executor.error().str();
+    return std::nullopt;
+  }
+  auto results = (*executor)->run(inputs);
+  if (!results.ok()) {
+    ADD_FAILURE() << "running at -O" << optLevel << ": " << results.error().str();
+    return std::nullopt;
+  }
+  return std::move(*results);
 }
 
 }  // namespace kiln::test

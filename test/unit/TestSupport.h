@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -19,6 +20,15 @@
 #include "runtime/Tensor.h"
 
 namespace kiln::test {
+
+/// The results of `f` on `inputs` from the reference interpreter; on an
+/// error, fails the test with its message and returns nullopt.
+std::optional<std::vector<Tensor>> interpretedResults(const Function& f, const std::vector<Tensor>& inputs);
+
+/// The results of `f` on `inputs` from the CPU JIT at `optLevel` on 2
+/// threads; on a compile or run error, fails the test with its message and
+/// returns nullopt.
+std::optional<std::vector<Tensor>> cpuJitResults(const Function& f, const std::vector<Tensor>& inputs, int optLevel);
 
 /// Parses `text` (error locations name `fileName`); on an error, fails the
 /// test with the parser's message and the text, and returns null. The

@@ -300,13 +300,11 @@ TEST(TransposeTilingTest, ElementwiseGroupsWithATransposedOperand) {
     ASSERT_TRUE(m);
     const Function& f = *m->functions().front();
     const std::vector<Tensor> in = {test::randomF32(shape, 3), test::randomF32({shape[1], shape[0]}, 4)};
-    auto want = interpret(f, in);
-    ASSERT_TRUE(want.ok()) << want.error().str();
+    auto want = test::interpretedResults(f, in);
+    ASSERT_TRUE(want);
     for (int optLevel : {2, 3}) {
-      auto executor = CpuExecutor::create(f, {.threads = 2, .optLevel = optLevel});
-      ASSERT_TRUE(executor.ok()) << executor.error().str();
-      auto got = (*executor)->run(in);
-      ASSERT_TRUE(got.ok()) << got.error().str();
+      auto got = test::cpuJitResults(f, in, optLevel);
+      ASSERT_TRUE(got);
       test::expectClose((*got)[0], (*want)[0], "-O" + std::to_string(optLevel));
     }
   }
@@ -323,24 +321,20 @@ TEST(TransposeTilingTest, EmulatedGpuMatchesTheInterpreter) {
     ASSERT_TRUE(m);
     const Function& f = *m->functions().front();
     const std::vector<Tensor> in = {distinctTensor(DType::F32, c.shape, 9)};
-    auto want = interpret(f, in);
-    ASSERT_TRUE(want.ok()) << want.error().str();
-    auto executor = codegen::CudaExecutor::create(f, test::emulatorContext());
-    ASSERT_TRUE(executor.ok()) << executor.error().str();
-    auto got = (*executor)->run(in);
-    ASSERT_TRUE(got.ok()) << got.error().str();
+    auto want = test::interpretedResults(f, in);
+    ASSERT_TRUE(want);
+    auto got = test::emulatedGpuResults(f, in);
+    ASSERT_TRUE(got);
     expectSameBytes(*got, *want, "emulated GPU");
   }
   auto m = parseVerified(sgdFunction({24, 40}));
   ASSERT_TRUE(m);
   const Function& f = *m->functions().front();
   const std::vector<Tensor> in = {test::randomF32({24, 40}, 1), test::randomF32({40, 24}, 2)};
-  auto want = interpret(f, in);
-  ASSERT_TRUE(want.ok()) << want.error().str();
-  auto executor = codegen::CudaExecutor::create(f, test::emulatorContext());
-  ASSERT_TRUE(executor.ok()) << executor.error().str();
-  auto got = (*executor)->run(in);
-  ASSERT_TRUE(got.ok()) << got.error().str();
+  auto want = test::interpretedResults(f, in);
+  ASSERT_TRUE(want);
+  auto got = test::emulatedGpuResults(f, in);
+  ASSERT_TRUE(got);
   test::expectClose((*got)[0], (*want)[0], "emulated GPU sgd");
 }
 
