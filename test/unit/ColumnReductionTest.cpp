@@ -55,12 +55,10 @@ void expectMatchesInterpreter(const std::string& text, const std::vector<Tensor>
   auto m = test::parseVerified(text);
   ASSERT_TRUE(m);
   const Function& f = *m->functions().front();
-  auto want = interpret(f, inputs);
-  ASSERT_TRUE(want.ok()) << want.error().str();
-  auto executor = CpuExecutor::create(f, {.threads = 2, .optLevel = 3});
-  ASSERT_TRUE(executor.ok()) << executor.error().str();
-  auto got = (*executor)->run(inputs);
-  ASSERT_TRUE(got.ok()) << got.error().str();
+  auto want = test::interpretedResults(f, inputs);
+  ASSERT_TRUE(want);
+  auto got = test::cpuJitResults(f, inputs, 3);
+  ASSERT_TRUE(got);
   ASSERT_EQ(got->size(), want->size());
   for (size_t i = 0; i < want->size(); ++i)
     test::expectClose((*got)[i], (*want)[i], "result " + std::to_string(i), rtol, atol);

@@ -284,7 +284,10 @@ TEST(PoolGradTest, ReferenceAgreesWithPyTorch) {
   }
 }
 
-TEST(PoolGradTest, CpuMatchesTheInterpreter) {
+/// Every case's gradient from `run` (the JIT of a device) against the
+/// interpreter's.
+template <typename Run>
+void expectEveryCaseMatchesTheInterpreter(const std::string& device, Run run) {
   for (const PoolCase& c : cases()) {
     SCOPED_TRACE(c.name);
     auto m = gradientOf(c);
@@ -293,28 +296,22 @@ TEST(PoolGradTest, CpuMatchesTheInterpreter) {
     const std::vector<Tensor> in = {xOf(c.x), dyOf(c.y)};
     auto want = test::interpretedResults(f, in);
     ASSERT_TRUE(want);
-    for (int optLevel : {3, 2}) {
-      auto got = test::cpuJitResults(f, in, optLevel);
-      ASSERT_TRUE(got);
-      expectNear((*got)[1], test::elementsOf((*want)[1]), "-O" + std::to_string(optLevel));
-    }
+    auto got = run(f, in);
+    ASSERT_TRUE(got);
+    expectNear((*got)[1], test::elementsOf((*want)[1]), device);
   }
+}
+
+TEST(PoolGradTest, CpuMatchesTheInterpreter) {
+  for (int optLevel : {3, 2})
+    expectEveryCaseMatchesTheInterpreter("-O" + std::to_string(optLevel), [&](const Function& f, const auto& in) {
+      return test::cpuJitResults(f, in, optLevel);
+    });
 }
 
 TEST(PoolGradTest, EmulatedGpuMatchesTheInterpreter) {
   KILN_REQUIRE_EMULATOR();
-  for (const PoolCase& c : cases()) {
-    SCOPED_TRACE(c.name);
-    auto m = gradientOf(c);
-    ASSERT_TRUE(m);
-    const Function& f = *m->functions()[0];
-    const std::vector<Tensor> in = {xOf(c.x), dyOf(c.y)};
-    auto want = test::interpretedResults(f, in);
-    ASSERT_TRUE(want);
-    auto got = test::emulatedGpuResults(f, in);
-    ASSERT_TRUE(got);
-    expectNear((*got)[1], test::elementsOf((*want)[1]), "emulated GPU");
-  }
+  expectEveryCaseMatchesTheInterpreter("emulated GPU", test::emulatedGpuResults);
 }
 
 TEST(PoolGradTest, ResNetsPoolGradientIsTwoGeneratedKernels) {
