@@ -7,6 +7,7 @@
 // missing cross-stream waits (adversarial scheduling), graph replay of
 // baked arguments. Each test gets a fresh primary context.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <bit>
 #include <cfenv>
@@ -228,6 +229,29 @@ TEST_F(CudaEmulatorTest, DevicePointersAreNotHostAddressesAndCopiesAreChecked) {
   EXPECT_EQ(e_.cuMemcpyHtoD(a, host.data(), 4), CUDA_ERROR_INVALID_VALUE);  // freed
   CUdeviceptr c = allocate<float>(16);
   EXPECT_NE(c, a);  // not reused right away
+}
+
+/// Host memory that the process maps inside the emulated device's address
+/// range (Linux's randomized mmap base can put a pinned staging buffer
+/// there) is host memory: copies from and to it succeed. A live device
+/// allocation passed as the host side is still refused.
+TEST_F(CudaEmulatorTest, HostMemoryInTheDeviceAddressRangeIsHostMemory) {
+  CUdeviceptr a = allocate<float>(16);
+  void* want = reinterpret_cast<void*>(0x7ef000000000ull);
+  void* mapped = mmap(want, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  if (mapped == MAP_FAILED) GTEST_SKIP() << "could not map host memory at " << want;
+  ASSERT_EQ(mapped, want);
+  auto* host = static_cast<float*>(mapped);
+  for (int i = 0; i < 16; ++i) host[i] = static_cast<float>(i) + 0.5f;
+  EXPECT_EQ(e_.cuMemcpyHtoD(a, host, 64), CUDA_SUCCESS);
+  std::vector<float> back(16);
+  EXPECT_EQ(e_.cuMemcpyDtoH(back.data(), a, 64), CUDA_SUCCESS);
+  EXPECT_EQ(back[15], 15.5f);
+  EXPECT_EQ(e_.cuMemcpyDtoH(host + 16, a, 64), CUDA_SUCCESS);
+  EXPECT_EQ(host[31], 15.5f);
+  CUdeviceptr b = allocate<float>(16);
+  EXPECT_EQ(e_.cuMemcpyHtoD(a, reinterpret_cast<const void*>(b), 64), CUDA_ERROR_INVALID_VALUE);
+  munmap(mapped, 4096);
 }
 
 TEST_F(CudaEmulatorTest, MemoryLimitComesFromTheEnvironment) {

@@ -90,9 +90,16 @@ CUresult withContext(F&& f, bool sticky = true) {
   return f(*d.context);
 }
 
-bool isDeviceAddress(const void* p) {
+/// Whether host pointer `p` is the address of a live device allocation of
+/// `c` (a device pointer passed where a host one belongs). Not merely
+/// whether it falls in the emulated device's address range: the host's own
+/// mappings can land there too (Linux's randomized mmap base reaches below
+/// 0x7f0000000000), and a pinned staging buffer there failed host-device
+/// copies with CUDA_ERROR_INVALID_VALUE now and then (onnx-conformance-cuda,
+/// CudaRowReductionTest).
+bool isDeviceAddress(Context& c, const void* p) {
   const auto a = reinterpret_cast<uint64_t>(p);
-  return a >= DeviceMemory::kFirstAddress && a < DeviceMemory::kLastAddress;
+  return a >= DeviceMemory::kFirstAddress && a < DeviceMemory::kLastAddress && c.memory().find(a, 1) != nullptr;
 }
 
 struct ErrorText {
@@ -475,8 +482,8 @@ CUresult copyAsync(CopyWork::Kind kind, CUdeviceptr dstDevice, void* dstHost, CU
     if (bytes == 0) return kSuccess;  // as the driver: nothing to copy, nothing checked
     if (kind != CopyWork::Kind::HostToDevice && !validRange(c, srcDevice, bytes)) return kErrorInvalidValue;
     if (kind != CopyWork::Kind::DeviceToHost && !validRange(c, dstDevice, bytes)) return kErrorInvalidValue;
-    if (kind == CopyWork::Kind::HostToDevice && (!srcHost || isDeviceAddress(srcHost))) return kErrorInvalidValue;
-    if (kind == CopyWork::Kind::DeviceToHost && (!dstHost || isDeviceAddress(dstHost))) return kErrorInvalidValue;
+    if (kind == CopyWork::Kind::HostToDevice && (!srcHost || isDeviceAddress(c, srcHost))) return kErrorInvalidValue;
+    if (kind == CopyWork::Kind::DeviceToHost && (!dstHost || isDeviceAddress(c, dstHost))) return kErrorInvalidValue;
     auto work = std::make_shared<CopyWork>(kind, dstDevice, dstHost, srcDevice, srcHost, bytes);
     if (synchronous) {
       if (c.prohibitsUnsafeCall()) return kErrorStreamCaptureUnsupported;
