@@ -467,7 +467,11 @@ Grads vjpPool(Grad& g, const Op& op, Value* dy, bool isMax) {
         any = true;
       }
       if (!any) continue;
-      Value* term = g.mul(spread(shifted(dy, m, 0.0)), g.constant(std::move(weight)));
+      // One op-emitting call per statement: C++ leaves the order of a call's
+      // arguments unspecified, and the printed IR must not depend on the
+      // compiler (GCC and Clang built these two in opposite orders).
+      Value* w = g.constant(std::move(weight));
+      Value* term = g.mul(spread(shifted(dy, m, 0.0)), w);
       dx = dx ? g.add(dx, term) : term;
     }
   }
