@@ -355,12 +355,8 @@ Value* addOfAdjacentZeroPads(Op& op, Builder& b) {
   if (!type.isStatic() || op.operand(0)->type() != type || op.operand(1)->type() != type) return nullptr;
   const size_t axis = first->axis;
   auto extent = [&](const ZeroPadAlongOneAxis& p) { return p.x->type().shape[axis].size; };
-  if (second->begin == first->begin + extent(*first)) {
-  } else if (first->begin == second->begin + extent(*second)) {
-    std::swap(first, second);
-  } else {
-    return nullptr;
-  }
+  if (first->begin == second->begin + extent(*second)) std::swap(first, second);  // b's range comes first
+  if (second->begin != first->begin + extent(*first)) return nullptr;
   Shape joined = first->x->type().shape;
   joined[axis] = Dim::fixed(extent(*first) + extent(*second));
   TensorType concatType = type;
