@@ -99,12 +99,14 @@ def relative_error(actual_path, expected_path):
 def bench_section(manifest_path, kiln_tsv, max_err):
     with open(manifest_path) as f:
         manifest = json.load(f)
-    kiln = {}
+    kiln, profiles = {}, {}
     with open(kiln_tsv) as f:
         for line in f:
             if line.strip():
-                model, batch, status, json_path, out_dir, log = line.rstrip("\n").split("\t")
+                model, batch, status, json_path, out_dir, log, *profile = line.rstrip("\n").split("\t")
                 kiln[(model, int(batch))] = (int(status), json_path, out_dir, log)
+                if profile:
+                    profiles[(model, int(batch))] = profile[0]
     card = manifest["device"]
     rows, failures, kiln_failed = [], [], False
     for config in manifest["configs"]:
@@ -162,8 +164,34 @@ def bench_section(manifest_path, kiln_tsv, max_err):
     ] + ["| " + " | ".join(r) + " |" for r in rows]
     if failures:
         lines += ["", "Failures:", ""] + [f"- {f.replace('|', '/')}" for f in failures]
+    lines += profile_lines(manifest["configs"], profiles)
     print("\n".join(lines))
     return 1 if kiln_failed else 0
+
+
+def profile_lines(configs, profiles, top=8):
+    """Each timed row's `kiln run --profile`: its total, its top steps and its time by kind."""
+    lines = []
+    for config in configs:
+        path = profiles.get((config["model"], config["batch"]))
+        if not path or not os.path.exists(path):
+            continue
+        with open(path, errors="replace") as f:
+            text = [line.rstrip() for line in f if not line.startswith("kiln run: note:")]
+        if not text or not text[0].startswith("total ms"):
+            continue
+        split = next((i for i, line in enumerate(text) if line.startswith("by kind:")), len(text))
+        steps = [line for line in text[:split] if line.strip()]
+        total = next((line.strip() for line in steps if " ms in " in line), "")
+        rows = [line for line in steps[1:] if line.startswith(" ") and " ms in " not in line][:top]
+        kinds = [line for line in text[split + 1:] if line.startswith(" ")][:top]
+        if not lines:
+            lines += ["", "Kiln's profile of each row (`kiln run --device cuda --profile`: every step launched and "
+                      "timed with CUDA events, no graph replay, so totals exceed the table's): the top steps, then "
+                      "the time by kind.", ""]
+        lines += [f"**{config['model']}, batch {config['batch']}**: {total}", "", "```", steps[0]] + rows + \
+                 (["by kind:"] + kinds if kinds else []) + ["```", ""]
+    return lines
 
 
 def split_sections(text):
