@@ -72,8 +72,10 @@ std::string StepProfile::format(size_t limit) const {
   // optimizer's updates, transposes) show up together.
   std::map<std::string, std::pair<double, int64_t>> byKind;
   for (const Entry& e : entries) {
+    // A library call's kind is its words before the first shape ("cudnn
+    // conv [2,16,14,14]*..." is a "cudnn conv").
     std::string kind = e.what.substr(0, e.what.find(" -> "));
-    if (kind.rfind("onednn ", 0) == 0 || kind.rfind("packed ", 0) == 0) kind = kind.substr(0, kind.find(' ', 7));
+    kind = kind.substr(0, kind.find(" ["));
     auto& [seconds, steps] = byKind[kind];
     seconds += e.seconds;
     ++steps;
