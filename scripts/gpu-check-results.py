@@ -187,8 +187,8 @@ def profile_lines(configs, profiles, top=8):
         kinds = [line for line in text[split + 1:] if line.startswith(" ")][:top]
         if not lines:
             lines += ["", "Kiln's profile of each row (`kiln run --device cuda --profile`: every step launched and "
-                      "timed with CUDA events, no graph replay, so totals exceed the table's): the top steps, then "
-                      "the time by kind.", ""]
+                      "timed with CUDA events, no graph replay; totals are over 5 runs, ms/call is per run): the top "
+                      "steps, then the time by kind.", ""]
         lines += [f"**{config['model']}, batch {config['batch']}**: {total}", "", "```", steps[0]] + rows + \
                  (["by kind:"] + kinds if kinds else []) + ["```", ""]
     return lines
