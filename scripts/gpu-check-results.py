@@ -111,7 +111,7 @@ def bench_section(manifest_path, kiln_tsv, max_err):
     rows, failures, kiln_failed = [], [], False
     for config in manifest["configs"]:
         key = (config["model"], config["batch"])
-        kiln_ms, error = None, None
+        kiln_ms, kiln_device_ms, error = None, None, None
         status, json_path, out_dir, log = kiln.get(key, (None, "", "", ""))
         if status is None:
             error = "not run"
@@ -121,7 +121,8 @@ def bench_section(manifest_path, kiln_tsv, max_err):
             error = f"kiln exit status {status}: " + (tail[-1] if tail else "no output")
         else:
             with open(json_path) as f:
-                kiln_ms = json.load(f)["median_ms"]
+                timing = json.load(f)
+            kiln_ms, kiln_device_ms = timing["median_ms"], timing.get("device_ms")
             errs = []
             for name in config["outputs"]:
                 err, problem = relative_error(os.path.join(out_dir, f"{name}.npy"),
@@ -140,6 +141,7 @@ def bench_section(manifest_path, kiln_tsv, max_err):
                      ("FAIL" if config.get("compile_error") else "—"),
                      fmt_ratio(kiln_ms, config.get("eager_ms")) if not error else "—",
                      fmt_ratio(kiln_ms, compile_ms) if not error else "—",
+                     fmt_ms(kiln_device_ms) if not error else "—",
                      fmt_ms(config.get("eager_device_ms")), fmt_ms(config.get("compile_device_ms")),
                      f"{config['kiln_rel_err']:.1e}" if "kiln_rel_err" in config else "—", card])
         if config.get("compile_error"):
@@ -154,13 +156,15 @@ def bench_section(manifest_path, kiln_tsv, max_err):
         f"`--allow-tf32`). Medians of {manifest['runs']} runs after {manifest['warmup']} warm-up runs. "
         "**Kiln**, **eager** and **compile** time the same thing: inputs from host memory to the GPU, the model, "
         "the outputs back to host memory (`kiln run MODEL --device cuda --bench N --json`, which replays a CUDA "
-        "graph; PyTorch synchronized around each run). *On device* is PyTorch with the input already on the "
-        "GPU (CUDA events), for scale. Ratios below 1 mean Kiln is faster. Kiln's outputs are checked first "
+        "graph; PyTorch synchronized around each run). *On device* is, for Kiln, the steps of its runs "
+        "between the copies to and from the device (CUDA events: the JSON's device_ms; the rest of a run is "
+        "copy_in_ms, copy_out_ms and the host's staging_ms), and for PyTorch the model with the input already "
+        "on the GPU (CUDA events). Ratios below 1 mean Kiln is faster. Kiln's outputs are checked first "
         f"against PyTorch eager's (‖kiln − torch‖ / ‖torch‖ ≤ {max_err:g}: *rel err*). "
         "A row of a model that a later run did not time stays from the run that did, with its card.", "",
-        "| model | batch | Kiln ms | eager ms | compile ms | Kiln/eager | Kiln/compile | eager on device ms "
-        "| compile on device ms | rel err | card |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| model | batch | Kiln ms | eager ms | compile ms | Kiln/eager | Kiln/compile | Kiln on device ms "
+        "| eager on device ms | compile on device ms | rel err | card |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ] + ["| " + " | ".join(r) + " |" for r in rows]
     if failures:
         lines += ["", "Failures:", ""] + [f"- {f.replace('|', '/')}" for f in failures]
@@ -217,7 +221,9 @@ def table_rows(section):
 def merge_rows(old, new):
     """`new` with the table rows of `old` whose (model, batch) it lacks, sorted by model then batch."""
     old_rows, new_rows = table_rows(old), table_rows(new)
-    kept = {k: v for k, v in old_rows.items() if k not in new_rows}
+    columns = {row.count("|") for row in new_rows.values()}
+    # Rows of an older table with other columns are dropped, not misaligned.
+    kept = {k: v for k, v in old_rows.items() if k not in new_rows and v.count("|") in columns}
     if not kept:
         return new
     rows = {**kept, **new_rows}

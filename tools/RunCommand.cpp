@@ -30,6 +30,7 @@
 #include "runtime/Interpreter.h"
 #include "runtime/KcFile.h"
 #include "runtime/Npy.h"
+#include "codegen/cuda/CudaExecutor.h"
 #include "runtime/cuda/CudaProgram.h"
 #include "runtime/openmp/OpenMpWaitPolicy.h"
 #include "tools/DeviceSelection.h"
@@ -49,7 +50,7 @@ constexpr OptionSpec kOptions[] = {
      "where to run (default: cpu); cuda never falls back to the CPU, auto takes CUDA when usable"},
     {"--bench", "N", "after warm-up runs, time N runs and print the median, min and max in ms"},
     {"--warmup", "N", "untimed runs before the timed ones of --bench (default: 1)"},
-    {"--json", "", "with --bench: print the timings as one JSON object"},
+    {"--json", "", "with --bench: print the timings as one JSON object (on CUDA with device_ms, copy_in_ms, copy_out_ms and staging_ms, medians of the parts of a run)"},
     {"--interpret", "", "run on the reference interpreter instead of the CPU JIT"},
     {"--threads", "N", "CPU JIT: threads that split each kernel (default: all cores)"},
     {"--no-fallback", "", "CPU JIT: fail when an op cannot be compiled instead of using the interpreter"},
@@ -212,13 +213,27 @@ std::string millis(double ms) {
 /// The inputs are taken by value because the interpreter consumes them.
 using Runner = std::function<Expected<std::vector<Tensor>>(std::vector<Tensor>)>;
 
+/// The median of `values` (sorted here); 0 when empty.
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+/// The last run's copies and device times on CUDA (cuda::CudaRunStats), or
+/// null (the CPU, or a CUDA model run in stages).
+using RunStats = std::function<const cuda::CudaRunStats*()>;
+
 /// Runs `runner` `warmup` times untimed, then `runs` times timed; prints the
 /// statistics. `last` receives the outputs of the final run; `profile`, when
-/// given, keeps the step times of the timed runs only.
+/// given, keeps the step times of the timed runs only. On CUDA (`stats`),
+/// each run's time is also split into the device's steps, its copies in and
+/// out, and the host's staging copies, each reported as a median.
 int bench(const Runner& runner, const std::vector<Tensor>& inputs, int64_t warmup, int64_t runs, bool json,
           const std::string& model, const std::string& device, std::vector<Tensor>& last,
-          codegen::StepProfile* profile) {
-  std::vector<double> times;
+          codegen::StepProfile* profile, const RunStats& stats) {
+  std::vector<double> times, deviceMs, copyInMs, copyOutMs, stagingMs;
   for (int64_t k = 0; k < warmup + runs; ++k) {
     if (k == warmup && profile) profile->entries.clear();  // only the timed runs
     std::vector<Tensor> copy = inputs;  // copying is not timed
@@ -229,19 +244,35 @@ int bench(const Runner& runner, const std::vector<Tensor>& inputs, int64_t warmu
       reportError(kName, outputs.takeError());
       return kExitError;
     }
-    if (k >= warmup) times.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
+    if (k >= warmup) {
+      times.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
+      if (const cuda::CudaRunStats* s = stats ? stats() : nullptr; s && s->timed) {
+        deviceMs.push_back(s->deviceMs);
+        copyInMs.push_back(s->copyInMs);
+        copyOutMs.push_back(s->copyOutMs);
+        stagingMs.push_back(s->stagingMs);
+      }
+    }
     last = std::move(*outputs);
   }
   std::sort(times.begin(), times.end());
   const size_t n = times.size();
-  const double median = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+  const bool split = deviceMs.size() == n;
   if (json) {
     std::cout << "{\"model\": " << jsonString(model) << ", \"device\": " << jsonString(device) << ", \"runs\": " << n
-              << ", \"median_ms\": " << millis(median) << ", \"min_ms\": " << millis(times.front())
-              << ", \"max_ms\": " << millis(times.back()) << "}\n";
+              << ", \"median_ms\": " << millis(median(times)) << ", \"min_ms\": " << millis(times.front())
+              << ", \"max_ms\": " << millis(times.back());
+    if (split)
+      std::cout << ", \"device_ms\": " << millis(median(deviceMs)) << ", \"copy_in_ms\": " << millis(median(copyInMs))
+                << ", \"copy_out_ms\": " << millis(median(copyOutMs)) << ", \"staging_ms\": " << millis(median(stagingMs));
+    std::cout << "}\n";
   } else {
-    std::cout << "median " << millis(median) << " ms, min " << millis(times.front()) << " ms, max "
+    std::cout << "median " << millis(median(times)) << " ms, min " << millis(times.front()) << " ms, max "
               << millis(times.back()) << " ms (" << n << " runs)\n";
+    if (split)
+      std::cout << "of which (medians): on the device " << millis(median(deviceMs)) << " ms, copies to it "
+                << millis(median(copyInMs)) << " ms and back " << millis(median(copyOutMs))
+                << " ms; host copies into and out of pinned staging " << millis(median(stagingMs)) << " ms\n";
   }
   return kExitOk;
 }
@@ -510,6 +541,7 @@ int run(const ParsedArgs& args) {
   sessionOptions.cuda.report = cpuOptions.report;
   sessionOptions.cuda.run.graphs = !args.has("--no-cuda-graph");
   sessionOptions.cuda.run.allowTf32 = args.has("--allow-tf32");
+  sessionOptions.cuda.run.timeRuns = benchRuns.has_value();
   sessionOptions.cudaMemoryLimit = memoryLimit;
   for (std::string_view cudaOnly : {"--no-cuda-graph", "--allow-tf32", "--cuda-memory-limit"})
     if (!onCuda && args.has(cudaOnly)) return usageError(kName, std::string(cudaOnly) + " applies to --device cuda");
@@ -603,7 +635,11 @@ int run(const ParsedArgs& args) {
   if (benchRuns) {
     if (int rc = bench(runner, *inputs, warmup, *benchRuns, args.has("--json"), modelPath,
                        onCuda ? "cuda:" + std::to_string(device.cuda.index) : "cpu", outputs,
-                       args.has("--profile") ? &profile : nullptr))
+                       args.has("--profile") ? &profile : nullptr, [&model]() -> const cuda::CudaRunStats* {
+                         const codegen::CudaExecutor* cuda = model->cudaExecutor();
+                         const cuda::CudaRunner* runner = cuda ? cuda->lastRunner() : nullptr;
+                         return runner ? &runner->lastRunStats() : nullptr;
+                       }))
       return rc;
     const std::string* dir = args.get("--output-dir");
     return dir ? writeOutputs(f, outputs, *dir) : kExitOk;

@@ -3,12 +3,15 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <thread>
 
 #include "runtime/Collectives.h"
 #include "runtime/HostCheck.h"
+#include "runtime/ThreadPool.h"
 #include "runtime/cuda/CublasLtMatmul.h"
 #include "runtime/cuda/NcclCollectives.h"
 #include "runtime/cuda/CudnnConvolution.h"
@@ -83,6 +86,30 @@ size_t byteSize(const TensorType& type) {
   return static_cast<size_t>(numElements(type.shape)) * static_cast<size_t>(dtypeSize(type.dtype));
 }
 
+/// Copies `bytes` between a host tensor and pinned staging. One core's
+/// memcpy runs at a fraction of what the copy engines take (a ResNet-50
+/// batch of 64 is 38.5 MB: several milliseconds on one core), so a large
+/// copy is shared by up to 8 threads, in blocks of 1 MiB.
+void stagingCopy(void* to, const void* from, size_t bytes) {
+  constexpr size_t kBlock = size_t{1} << 20;
+  if (bytes < 4 * kBlock) {
+    std::memcpy(to, from, bytes);
+    return;
+  }
+  static ThreadPool pool(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)));
+  const auto blocks = static_cast<int64_t>((bytes + kBlock - 1) / kBlock);
+  pool.parallelFor(blocks, [&](int64_t begin, int64_t end) {
+    const size_t first = static_cast<size_t>(begin) * kBlock;
+    const size_t last = std::min(bytes, static_cast<size_t>(end) * kBlock);
+    std::memcpy(static_cast<uint8_t*>(to) + first, static_cast<const uint8_t*>(from) + first, last - first);
+  });
+  pool.park();
+}
+
+double millisecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
 /// Device memory taken with cuMemAlloc for the life of a runner.
 struct DeviceBuffer {
   CUdeviceptr ptr = 0;
@@ -116,10 +143,10 @@ struct CudaRunner::Impl {
     /// previous run's `next`), or null; and the event after those copies.
     std::vector<const uint8_t*> staged;
     CUevent stagedEvent = nullptr;
-    /// The graph captured for this set, and which arguments it copies in.
+    /// The graph captured for this set: its steps, not the copies to and
+    /// from the host (which may differ between runs).
     CUgraph graph = nullptr;
     CUgraphExec graphExec = nullptr;
-    std::vector<bool> graphUploads;
   };
   std::array<ArgumentSet, 2> sets;
   int current = 0;   // the set the next run uses
@@ -130,6 +157,9 @@ struct CudaRunner::Impl {
   CUdeviceptr workspace = 0;
   size_t workspaceBytes = 0;
   CUevent copied = nullptr;
+  /// With CudaRunOptions::timeRuns: timed events before the copies in,
+  /// after them, after the steps and after the copies out.
+  std::array<CUevent, 4> runEvents{};
   /// With a profile: per step, the timed events recorded on the compute
   /// stream just before and just after it (CudaRunOptions::profile).
   std::vector<std::pair<CUevent, CUevent>> stepEvents;
@@ -217,6 +247,8 @@ struct CudaRunner::Impl {
       if (set.stagedEvent) api.cuEventDestroy(set.stagedEvent);
     }
     if (copied) api.cuEventDestroy(copied);
+    for (CUevent e : runEvents)
+      if (e) api.cuEventDestroy(e);
     for (const auto& [start, end] : stepEvents) {
       if (start) api.cuEventDestroy(start);
       if (end) api.cuEventDestroy(end);
@@ -362,6 +394,8 @@ Expected<std::unique_ptr<CudaRunner>> CudaRunner::create(std::shared_ptr<const C
   m.sets[0].staged.assign(p.arguments.size(), nullptr);
   KILN_TRY(m.check(api.cuEventCreate(&m.sets[0].stagedEvent, CU_EVENT_DISABLE_TIMING), "creating an event"));
   KILN_TRY(m.check(api.cuEventCreate(&m.copied, CU_EVENT_DISABLE_TIMING), "creating an event"));
+  if (options.timeRuns)
+    for (CUevent& e : m.runEvents) KILN_TRY(m.check(api.cuEventCreate(&e, 0), "creating a timing event"));
   if (options.profile) {
     // Timed events (flags 0): the device stamps each when the stream
     // reaches it, so a step's time excludes the host's launch overhead and
@@ -403,32 +437,19 @@ Status CudaRunner::syncDonated() {
 Expected<std::vector<Tensor>> CudaRunner::run(const std::vector<Tensor>& inputs) {
   // The device's copies of donated arguments are about to be overwritten.
   KILN_TRY(syncDonated());
-  std::vector<Tensor> copy;
-  copy.reserve(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const std::string name =
-        "a copy of input '" +
-        (i < program_->plan.arguments.size() ? program_->plan.arguments[i].name : std::to_string(i)) + "'";
-    auto c = Tensor::copyOf(inputs[i], name);
-    if (!c) return Error("program '" + program_->plan.name + "': " + c.error().message());
-    copy.push_back(std::move(*c));
-  }
-  auto results = execute(copy, false, nullptr);
-  if (!results) return results;
-  // Donated results come back as results here: run leaves inputs alone.
-  for (size_t r = 0; r < program_->plan.results.size(); ++r)
-    if (const int a = program_->plan.results[r].aliasedArgument; a >= 0) (*results)[r] = std::move(copy[static_cast<size_t>(a)]);
-  return results;
+  return execute(inputs, nullptr, nullptr);
 }
 
 Expected<std::vector<Tensor>> CudaRunner::runInPlace(std::vector<Tensor>& inputs,
                                                      const std::vector<const Tensor*>* next) {
-  return execute(inputs, true, next);
+  return execute(inputs, &inputs, next);
 }
 
-Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, bool writeDonated,
+Expected<std::vector<Tensor>> CudaRunner::execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* inPlace,
                                                   const std::vector<const Tensor*>* next) {
   Impl& m = *impl_;
+  const bool writeDonated = inPlace != nullptr;
+  stats_ = CudaRunStats{};
   Impl::ArgumentSet& S = m.sets[static_cast<size_t>(m.current)];
   const Program& p = program_->plan;
   const CudaExecApi& api = context_->api();
@@ -457,11 +478,9 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
   // device is replaced by the host's value.
   const bool keep = writeDonated && m.options.keepDonated;
   std::vector<bool> upload(inputs.size(), true);
-  bool allResident = keep;
   for (size_t a = 0; a < inputs.size(); ++a) {
     if (!m.donated[a]) continue;
     if (keep && m.resident[a] == inputs[a].raw()) upload[a] = false;
-    else allResident = false;
     m.resident[a] = nullptr;
   }
   // Copied in ahead by the previous run (its `next`): the same host memory.
@@ -473,8 +492,15 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
     }
     S.staged[a] = nullptr;
   }
+  // Each input copied once, from the caller's tensor into pinned staging.
+  const auto stagingStart = std::chrono::steady_clock::now();
   for (size_t a = 0; a < inputs.size(); ++a)
-    if (upload[a]) std::memcpy(S.argStage[a], inputs[a].raw(), inputs[a].numBytes());
+    if (upload[a]) {
+      stagingCopy(S.argStage[a], inputs[a].raw(), inputs[a].numBytes());
+      ++stats_.stagedInputs;
+      stats_.stagedInputBytes += inputs[a].numBytes();
+    }
+  stats_.stagingMs += millisecondsSince(stagingStart);
 
   StepProfile* profile = m.options.profile;
   if (profile && profile->entries.size() != p.steps.size()) {
@@ -492,19 +518,22 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
   const bool blocking = blockingEnv && std::string_view(blockingEnv) == "1";
   const bool graphs = m.options.graphs && m.capturable && !profile && !blocking;
 
-  // The device work of one run: with `eager`, host-to-device copies on the
-  // copy stream ordered before the steps by an event; captured, everything
-  // on the compute stream (a graph orders its nodes itself).
-  auto enqueue = [&](bool eager) -> Status {
-    const CUstream uploadStream = eager ? copy : compute;
+  // A run: the inputs to the device (on the copy stream, ordered before the
+  // steps by an event, or on the compute stream before a replayed graph),
+  // the steps (captured as a graph once, then replayed), the results back.
+  // The copies stay outside the graph: which inputs are copied may change
+  // from run to run, and they are timed apart from the steps.
+  auto uploadInputs = [&](CUstream stream) -> Status {
     for (size_t a = 0; a < inputs.size(); ++a)
-      if (upload[a])
-        KILN_TRY(m.check(api.cuMemcpyHtoDAsync(S.argPtr[a], S.argStage[a], inputs[a].numBytes(), uploadStream),
+      if (upload[a]) {
+        KILN_TRY(m.check(api.cuMemcpyHtoDAsync(S.argPtr[a], S.argStage[a], inputs[a].numBytes(), stream),
                          "copying input '" + p.arguments[a].name + "' to the device"));
-    if (eager) {
-      KILN_TRY(m.check(api.cuEventRecord(m.copied, copy), "recording the inputs' copy"));
-      KILN_TRY(m.check(api.cuStreamWaitEvent(compute, m.copied, 0), "ordering the steps after the inputs' copy"));
-    }
+        ++stats_.hostToDeviceCopies;
+        stats_.hostToDeviceBytes += inputs[a].numBytes();
+      }
+    return Status::success();
+  };
+  auto enqueueSteps = [&]() -> Status {
     for (size_t k = 0; k < p.steps.size(); ++k) {
       const Program::Step& step = p.steps[k];
       for (const Program::SlotCheck& c : step.checks) {
@@ -536,49 +565,68 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
       if (profile)
         KILN_TRY(m.check(api.cuEventRecord(m.stepEvents[k].second, compute), "recording a profiling event"));
     }
-    // Results copied into donated arguments after the last step; a source
-    // that another copy overwrites is read first into the result staging.
+    // Results copied into donated arguments after the last step.
     for (const auto& [source, argument] : p.finalCopies)
       KILN_TRY(m.check(api.cuMemcpyDtoDAsync(S.argPtr[static_cast<size_t>(argument)], S.slotPtr[static_cast<size_t>(source)],
                                              inputs[static_cast<size_t>(argument)].numBytes(), compute),
                        "copying a result into its donated input"));
+    return Status::success();
+  };
+  auto downloadResults = [&]() -> Status {
+    auto copyBack = [&](void* to, CUdeviceptr from, size_t bytes, const std::string& what) -> Status {
+      KILN_TRY(m.check(api.cuMemcpyDtoHAsync(to, from, bytes, compute), "copying " + what + " back to the host"));
+      ++stats_.deviceToHostCopies;
+      stats_.deviceToHostBytes += bytes;
+      return Status::success();
+    };
     for (size_t r = 0; r < p.results.size(); ++r) {
       const Program::Result& result = p.results[r];
       if (result.aliasedArgument >= 0) continue;
       const size_t s = static_cast<size_t>(result.slot);
-      KILN_TRY(m.check(api.cuMemcpyDtoHAsync(m.resultStage[r], S.slotPtr[s], byteSize(p.slots[s].type), compute),
-                       "copying result " + std::to_string(r) + " back to the host"));
+      KILN_TRY(copyBack(m.resultStage[r], S.slotPtr[s], byteSize(p.slots[s].type), "result " + std::to_string(r)));
     }
     for (size_t r = 0; r < p.results.size() && !keep; ++r)
       if (const int a = p.results[r].aliasedArgument; a >= 0)
-        KILN_TRY(m.check(api.cuMemcpyDtoHAsync(S.argStage[static_cast<size_t>(a)], S.argPtr[static_cast<size_t>(a)],
-                                               inputs[static_cast<size_t>(a)].numBytes(), compute),
-                         "copying donated input '" + p.arguments[static_cast<size_t>(a)].name + "' back to the host"));
+        KILN_TRY(copyBack(S.argStage[static_cast<size_t>(a)], S.argPtr[static_cast<size_t>(a)],
+                          inputs[static_cast<size_t>(a)].numBytes(),
+                          "donated input '" + p.arguments[static_cast<size_t>(a)].name + "'"));
     return Status::success();
   };
+  auto record = [&](size_t event, CUstream stream) -> Status {
+    if (!m.options.timeRuns) return Status::success();
+    return m.check(api.cuEventRecord(m.runEvents[event], stream), "recording a timing event");
+  };
 
-  // The steady state is captured once per argument set: in keepDonated
-  // mode the runs whose donated arguments are all on the device already,
-  // else every run; a graph replays only runs that copy in the same
-  // arguments it does.
-  const bool steady = keep ? allResident : true;
-  if (stagedUsed)
-    KILN_TRY(m.check(api.cuStreamWaitEvent(compute, S.stagedEvent, 0), "ordering the steps after the inputs copied ahead"));
-  if (graphs && steady && m.runs >= 1 && !S.graphExec) {
-    S.graphUploads = upload;
+  // The first run launches its steps one by one; from the second on, a
+  // graph captured once per argument set replays them.
+  const bool replay = graphs && m.runs >= 1;
+  if (replay && !S.graphExec) {
     KILN_TRY(m.check(api.cuStreamBeginCapture(compute, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "starting a graph capture"));
-    Status captured = enqueue(false);
+    Status captured = enqueueSteps();
     const CUresult ended = api.cuStreamEndCapture(compute, &S.graph);
     KILN_TRY(std::move(captured));
     KILN_TRY(m.check(ended, "ending the graph capture of '" + p.name + "'"));
     KILN_TRY(m.check(api.cuGraphInstantiateWithFlags(&S.graphExec, S.graph, 0), "instantiating the graph of '" + p.name + "'"));
   }
-  if (graphs && steady && S.graphExec && S.graphUploads == upload) {
+  const CUstream uploadStream = replay ? compute : copy;
+  KILN_TRY(record(0, uploadStream));
+  KILN_TRY(uploadInputs(uploadStream));
+  KILN_TRY(record(1, uploadStream));
+  if (!replay) {
+    KILN_TRY(m.check(api.cuEventRecord(m.copied, copy), "recording the inputs' copy"));
+    KILN_TRY(m.check(api.cuStreamWaitEvent(compute, m.copied, 0), "ordering the steps after the inputs' copy"));
+  }
+  if (stagedUsed)
+    KILN_TRY(m.check(api.cuStreamWaitEvent(compute, S.stagedEvent, 0), "ordering the steps after the inputs copied ahead"));
+  if (replay) {
     KILN_TRY(m.check(api.cuGraphLaunch(S.graphExec, compute), "replaying the graph of '" + p.name + "'"));
     ++replays_;
   } else {
-    KILN_TRY(enqueue(true));
+    KILN_TRY(enqueueSteps());
   }
+  KILN_TRY(record(2, compute));
+  KILN_TRY(downloadResults());
+  KILN_TRY(record(3, compute));
   // The next run's inputs (those not donated) go to the device on the copy
   // stream while this run computes, into the other argument set.
   if (next) {
@@ -615,27 +663,47 @@ Expected<std::vector<Tensor>> CudaRunner::execute(std::vector<Tensor>& inputs, b
     }
   }
 
+  if (m.options.timeRuns) {
+    float ms[3] = {0, 0, 0};
+    for (size_t e = 0; e < 3; ++e)
+      KILN_TRY(m.check(api.cuEventElapsedTime(&ms[e], m.runEvents[e], m.runEvents[e + 1]),
+                       "reading the time of a run's part (cuEventElapsedTime)"));
+    stats_.copyInMs = ms[0];
+    stats_.deviceMs = ms[1];
+    stats_.copyOutMs = ms[2];
+    stats_.timed = true;
+  }
+
+  // The results out of staging: each into a new tensor, or a donated
+  // argument's new value into the caller's tensor (runInPlace) or, left
+  // on the device (keepDonated), noted as resident there.
+  const auto unstagingStart = std::chrono::steady_clock::now();
+  auto unstage = [&](Tensor& to, const void* from) {
+    stagingCopy(to.raw(), from, to.numBytes());
+    ++stats_.stagedResults;
+    stats_.stagedResultBytes += to.numBytes();
+  };
   std::vector<Tensor> results;
   for (size_t r = 0; r < p.results.size(); ++r) {
     const Program::Result& result = p.results[r];
-    if (result.aliasedArgument >= 0) {
-      results.emplace_back();
-      continue;
-    }
-    const TensorType& type = p.slots[static_cast<size_t>(result.slot)].type;
-    auto t = Tensor::allocate(type.dtype, staticDims(type.shape), "a result");
-    if (!t) return slotAllocationError(p, result.slot);
-    std::memcpy(t->raw(), m.resultStage[r], t->numBytes());
-    results.push_back(std::move(*t));
-  }
-  for (size_t r = 0; r < p.results.size(); ++r)
-    if (const int a = p.results[r].aliasedArgument; a >= 0) {
-      Tensor& donated = inputs[static_cast<size_t>(a)];
+    const int a = result.aliasedArgument;
+    if (a >= 0 && inPlace) {
+      Tensor& donated = (*inPlace)[static_cast<size_t>(a)];
       if (keep)
         m.resident[static_cast<size_t>(a)] = donated.raw();
       else
-        std::memcpy(donated.raw(), S.argStage[static_cast<size_t>(a)], donated.numBytes());
+        unstage(donated, S.argStage[static_cast<size_t>(a)]);
+      results.emplace_back();
+      continue;
     }
+    const TensorType& type = a >= 0 ? p.arguments[static_cast<size_t>(a)].type
+                                    : p.slots[static_cast<size_t>(result.slot)].type;
+    auto t = Tensor::allocate(type.dtype, staticDims(type.shape), "a result");
+    if (!t) return slotAllocationError(p, result.slot);
+    unstage(*t, a >= 0 ? S.argStage[static_cast<size_t>(a)] : m.resultStage[r]);
+    results.push_back(std::move(*t));
+  }
+  stats_.stagingMs += millisecondsSince(unstagingStart);
   return results;
 }
 

@@ -55,6 +55,27 @@ struct CudaRunOptions {
   /// more. The host tensors are stale until syncDonated() — which run()
   /// calls itself — and must stay alive and untouched until then.
   bool keepDonated = false;
+  /// Time each run's copies and device work apart with CUDA events
+  /// (CudaRunStats' milliseconds; `kiln run --device cuda --bench`).
+  bool timeRuns = false;
+};
+
+/// What one run moved and, with CudaRunOptions::timeRuns, how long each part
+/// took: the host's copies into and out of pinned staging, the copies
+/// between the host and the device, and the device's work in between.
+struct CudaRunStats {
+  /// Host copies into pinned staging (each input copied in at most once)
+  /// and out of it (each result, and donated arguments' new values).
+  int64_t stagedInputs = 0, stagedResults = 0;
+  uint64_t stagedInputBytes = 0, stagedResultBytes = 0;
+  /// Copies between the host's staging and the device.
+  int64_t hostToDeviceCopies = 0, deviceToHostCopies = 0;
+  uint64_t hostToDeviceBytes = 0, deviceToHostBytes = 0;
+  /// The host's time in staging copies (steady clock); with timeRuns, the
+  /// device's (CUDA events): copies in, the steps, copies out.
+  double stagingMs = 0;
+  double copyInMs = 0, deviceMs = 0, copyOutMs = 0;
+  bool timed = false;  // the three device times were measured
 };
 
 /// CUDA's runner of a program: a LoadedProgram (runtime/ProgramLoaders.h),
@@ -67,7 +88,9 @@ class CudaRunner : public LoadedProgram {
   ~CudaRunner() override;
 
   /// Runs on `inputs` (host tensors, one per argument, of its type) and
-  /// returns the results on the host. Donated arguments are left alone.
+  /// returns the results on the host. Donated arguments are left alone:
+  /// their new values come back as results. The inputs are read where they
+  /// are, each copied once into pinned staging on its way to the device.
   Expected<std::vector<Tensor>> run(const std::vector<Tensor>& inputs) override;
   /// Runs and writes each donated argument's new value into `inputs`; those
   /// results come back as empty Tensors.
@@ -89,11 +112,15 @@ class CudaRunner : public LoadedProgram {
   const std::string& image() const { return image_; }
   /// Runs replayed from a captured CUDA graph so far.
   int64_t graphReplays() const { return replays_; }
+  /// The copies and times of the last run.
+  const CudaRunStats& lastRunStats() const { return stats_; }
 
  private:
   struct Impl;
   explicit CudaRunner(std::unique_ptr<Impl> impl);
-  Expected<std::vector<Tensor>> execute(std::vector<Tensor>& inputs, bool writeDonated,
+  /// One run on `inputs`; `inPlace` (the same tensors, writable) receives
+  /// the donated arguments' new values (runInPlace), else they are results.
+  Expected<std::vector<Tensor>> execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* inPlace,
                                         const std::vector<const Tensor*>* next);
 
   std::unique_ptr<Impl> impl_;
@@ -101,6 +128,7 @@ class CudaRunner : public LoadedProgram {
   std::shared_ptr<CudaContext> context_;
   std::string image_;
   int64_t replays_ = 0;
+  CudaRunStats stats_;
 };
 
 }  // namespace kiln::cuda

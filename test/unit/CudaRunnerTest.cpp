@@ -7,6 +7,7 @@
 // tests run in a fresh child process.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 #include "codegen/cuda/CudaExecutor.h"
@@ -417,6 +418,102 @@ TEST(CudaRunnerTest, NextInputsAreCopiedAheadAndUsedOnlyWhenTheSame) {
   }
   ASSERT_TRUE((*executor)->syncDonated());
   expectClose(inputs[0], want[0]);
+}
+
+/// Whether `a` and `b` hold the same bytes.
+bool sameBytes(const Tensor& a, const Tensor& b) {
+  return a.type() == b.type() && std::memcmp(a.raw(), b.raw(), a.numBytes()) == 0;
+}
+
+TEST(CudaRunnerTest, EachRunStagesEachInputOnceAndTimesTheCopiesApart) {
+  // `kiln run --device cuda --bench --json`: a run reads the caller's
+  // tensors where they are (no copy of its own), copies each input once
+  // into pinned staging and once to the device, each result once back and
+  // once out of staging; with timeRuns, the copies and the steps are timed
+  // apart. The same whether the steps launch (run 1) or replay (2 and 3).
+  KILN_REQUIRE_EMULATOR();
+  auto m = model();
+  const Function& f = *m->functions().front();
+  codegen::CudaOptions options;
+  options.run.timeRuns = true;
+  auto executor = codegen::CudaExecutor::create(f, emulatorContext(), options);
+  ASSERT_TRUE(executor) << executor.error().message();
+  const uint64_t inputBytes = (64 * 33 + 33 * 8 + 8) * 4, resultBytes = (64 * 8 + 64) * 4;
+  for (uint32_t run = 0; run < 3; ++run) {
+    const std::vector<Tensor> inputs{random({64, 33}, 1 + run), random({33, 8}, 2 + run), random({8}, 3 + run)};
+    const std::vector<Tensor> before = inputs;
+    auto got = (*executor)->run(inputs);
+    ASSERT_TRUE(got) << got.error().message();
+    auto want = interpret(f, before);
+    ASSERT_TRUE(want) << want.error().message();
+    for (size_t r = 0; r < got->size(); ++r) expectClose((*got)[r], (*want)[r]);
+    for (size_t i = 0; i < inputs.size(); ++i) EXPECT_TRUE(sameBytes(inputs[i], before[i])) << "input " << i;
+    const cuda::CudaRunStats& stats = (*executor)->lastRunner()->lastRunStats();
+    EXPECT_EQ(stats.stagedInputs, 3) << "run " << run;
+    EXPECT_EQ(stats.stagedInputBytes, inputBytes);
+    EXPECT_EQ(stats.hostToDeviceCopies, 3);
+    EXPECT_EQ(stats.hostToDeviceBytes, inputBytes);
+    EXPECT_EQ(stats.deviceToHostCopies, 2);
+    EXPECT_EQ(stats.deviceToHostBytes, resultBytes);
+    EXPECT_EQ(stats.stagedResults, 2);
+    EXPECT_EQ(stats.stagedResultBytes, resultBytes);
+    ASSERT_TRUE(stats.timed);
+    EXPECT_GT(stats.deviceMs, 0);
+    EXPECT_GE(stats.copyInMs, 0);
+    EXPECT_GE(stats.copyOutMs, 0);
+  }
+  EXPECT_EQ((*executor)->lastRunner()->graphReplays(), 2);
+}
+
+TEST(CudaRunnerTest, RunReturnsADonatedArgumentsNewValueAndLeavesTheInputAlone) {
+  // run() (not runInPlace) of a program with a donated argument: the new
+  // value comes back as a result, copied once out of staging, and the
+  // caller's tensor keeps its old value.
+  KILN_REQUIRE_EMULATOR();
+  auto m = parseModule(kStep, "step.kir");
+  ASSERT_TRUE(m) << m.error().message();
+  const Function& f = *(*m)->functions().front();
+  codegen::CudaOptions options;
+  options.aliases = {ResultAlias{1, 0}};
+  auto executor = codegen::CudaExecutor::create(f, emulatorContext(), options);
+  ASSERT_TRUE(executor) << executor.error().message();
+  const std::vector<Tensor> inputs{random({16}, 5), random({16}, 6)};
+  const std::vector<Tensor> before = inputs;
+  for (int run = 0; run < 2; ++run) {
+    auto got = (*executor)->run(inputs);
+    ASSERT_TRUE(got) << got.error().message();
+    auto want = interpret(f, before);
+    ASSERT_TRUE(want);
+    ASSERT_EQ(got->size(), 2u);
+    expectClose((*got)[0], (*want)[0]);
+    expectClose((*got)[1], (*want)[1]);
+    EXPECT_TRUE(sameBytes(inputs[0], before[0]));
+    const cuda::CudaRunStats& stats = (*executor)->lastRunner()->lastRunStats();
+    EXPECT_EQ(stats.stagedInputs, 2);
+    EXPECT_EQ(stats.stagedResults, 2);
+    EXPECT_EQ(stats.deviceToHostCopies, 2);
+    EXPECT_FALSE(stats.timed);  // timeRuns is off
+  }
+}
+
+TEST(CudaRunnerTest, LargeInputsAreStagedByThreadsInBlocks) {
+  // An input of 4 MiB or more is copied into staging by several threads,
+  // 1 MiB each: every byte arrives, the partial last block included.
+  KILN_REQUIRE_EMULATOR();
+  constexpr int64_t n = (int64_t{5} << 18) + 7;  // 5 MiB + 28 bytes of f32
+  const std::string text = "func @f(%x: f32[" + std::to_string(n) + "]) -> f32[" + std::to_string(n) +
+                           "] {\n  %y = neg(%x) : f32[" + std::to_string(n) + "]\n  return %y\n}\n";
+  auto m = parseModule(text, "large.kir");
+  ASSERT_TRUE(m) << m.error().message();
+  const Function& f = *(*m)->functions().front();
+  auto executor = codegen::CudaExecutor::create(f, emulatorContext());
+  ASSERT_TRUE(executor) << executor.error().message();
+  Tensor x(DType::F32, {n});
+  for (int64_t i = 0; i < n; ++i) x.data<float>()[i] = static_cast<float>(i % 1000003);
+  auto got = (*executor)->run({x});
+  ASSERT_TRUE(got) << got.error().message();
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ((*got)[0].data<float>()[i], -x.data<float>()[i]) << "at " << i;
+  EXPECT_EQ((*executor)->lastRunner()->lastRunStats().stagedInputBytes, static_cast<uint64_t>(n) * 4);
 }
 
 TEST(CudaRunnerTest, ProgramRefusesInputsOfOtherShapes) {
