@@ -126,7 +126,12 @@ void scheduleRows(kir::Kernel& kernel, const std::vector<const kir::Stmt*>& grid
       rows = rows && isContiguous(*r);
     }
     const int64_t repeats = lanes ? grid.back()->extent : 1;
-    if (!rows || longest == 0 || longest * repeats < options.warpRowMin) continue;
+    // Rows read across memory (a softmax over a transposed operand) are
+    // shared by the row's threads all the same when each of the row's
+    // elements would otherwise recompute a long reduction: strided loads
+    // by a warp cost less than the row's reductions once per element.
+    const bool recomputed = repeats > 16 && longest > 16;
+    if ((!rows && !recomputed) || longest == 0 || longest * repeats < options.warpRowMin) continue;
     kir::Schedule& schedule = kernel.schedule;
     schedule.loops.clear();
     for (int v : rowVars) schedule.loops.emplace_back(v, kir::LoopMapping::Grid);

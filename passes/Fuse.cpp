@@ -49,10 +49,10 @@ constexpr int kMaxReductionsPerGroup = 2;
 /// element that reads it, since a fused group lowers by composition
 /// (docs/codegen.md section 2): a row of extent E costs E^2, and E^3 where
 /// a second reduction reads the first. Up to this extent that beats
-/// materializing the reduced values between kernels; above it (a
-/// language model's cross-entropy over its vocabulary, a layer norm over a
-/// wide model) the reduction ends its group and the readers that broadcast
-/// it come in the next kernel.
+/// materializing the reduced values between kernels; above it the
+/// reduction ends its group and the readers that broadcast it come in the
+/// next kernel, unless the group reduces rows (reducesRows), whose
+/// reductions the emitters compute once per row.
 constexpr int64_t kMaxRecomputedExtent = 16;
 
 /// The number of elements one reduced value of a Reduction group combines;
@@ -66,6 +66,22 @@ int64_t reducedExtent(const Group& g) {
   }
   return extent;
 }
+
+/// Whether each reduced value of a Reduction group is one row's: the group
+/// reduces its static last axis alone (a softmax, a layer norm or an RMS
+/// norm over the features). Its kernel loops over the rows with the last
+/// axis innermost, and both emitters compute a row's reductions once before
+/// its elements (the CPU before its vector loop, CUDA by the row's warp or
+/// block together: rowInvariantReductions, codegen/Schedule.h), so readers
+/// that broadcast them back over the row, and a second reduction reading
+/// the first, recompute nothing: such a group takes them at any extent.
+bool reducesRows(const Group& g) {
+  return g.axes.size() == 1 && g.axes[0] + 1 == static_cast<int64_t>(g.space.size()) && g.space.back().isStatic();
+}
+
+/// Whether a group may recompute its reduced values where they are read
+/// back over its input space.
+bool recomputesCheaply(const Group& g) { return reducesRows(g) || reducedExtent(g) <= kMaxRecomputedExtent; }
 
 /// True when every dim is known, so that two spaces can be compared.
 bool isComparable(const Shape& s) {
@@ -148,12 +164,11 @@ Group mergedShape(const Group& producer, const Group& consumer, const std::vecto
     return producer.space == consumer.space || producer.space == consumer.reduced ? consumer : none;
   if (p == K::Reduction && c == K::Elementwise) {
     if (consumer.space == producer.reduced) return producer;
-    return consumer.space == producer.space && reducedExtent(producer) <= kMaxRecomputedExtent ? producer : none;
+    return consumer.space == producer.space && recomputesCheaply(producer) ? producer : none;
   }
   if (p == K::Reduction && c == K::Reduction) {
     if (producer.space != consumer.space || producer.reduced != consumer.reduced || producer.axes != consumer.axes ||
-        producer.reductions + consumer.reductions > kMaxReductionsPerGroup ||
-        reducedExtent(producer) > kMaxRecomputedExtent)
+        producer.reductions + consumer.reductions > kMaxReductionsPerGroup || !recomputesCheaply(producer))
       return none;
     Group g = producer;
     g.reductions += consumer.reductions;

@@ -212,10 +212,26 @@ class KernelEmitter {
       emitRegisterTile(s);
       return;
     }
+    // A row's reductions that do not depend on this loop, the innermost
+    // (a softmax's max and sum, a layer norm's mean and variance, which a
+    // fused group reads back over the row: rowInvariantReductions), are
+    // computed once before it instead of once per element of the row.
+    std::vector<std::string> hoisted;
+    if (s.body.size() == 1 && s.body[0]->kind == kir::Stmt::Kind::Store)
+      for (const kir::ExprPtr& r : rowInvariantReductions(*s.body[0], loopVars_)) {
+        std::string key = reductionKey(*r);
+        if (rowValues_.count(key)) continue;
+        llvm::Value* value = emitExpr(*r);
+        rowValues_.emplace(key, value);
+        hoisted.push_back(std::move(key));
+      }
+    loopVars_.push_back(s.var);
     emitLoop(lo, hi, mapping == kir::LoopMapping::Vector, [&](llvm::Value* iv) {
       vars_[s.var] = iv;
       for (const kir::StmtPtr& inner : s.body) emitStmt(*inner);
     });
+    loopVars_.pop_back();
+    for (const std::string& key : hoisted) rowValues_.erase(key);
   }
 
   /// A loop mapped Tile (codegen/Schedule.h): its body is the Vector
@@ -327,6 +343,8 @@ class KernelEmitter {
         return emitCast(emitExpr(*e.args[0]), e.args[0]->type, e.type);
       case ExprKind::Reduce:
         if (auto it = overrides_.find(&e); it != overrides_.end()) return it->second;
+        if (!rowValues_.empty())
+          if (auto it = rowValues_.find(reductionKey(e)); it != rowValues_.end()) return it->second;
         return e.reduce == ReduceKind::ArgMax || e.reduce == ReduceKind::ArgMin ? emitArgReduce(e) : emitReduce(e);
     }
     return nullptr;
@@ -974,6 +992,11 @@ class KernelEmitter {
   std::map<int, llvm::Value*> vars_;
   /// Reductions whose value is already computed (emitColumnReduction).
   std::map<const Expr*, llvm::Value*> overrides_;
+  /// The loop variables of the loops being emitted, outermost first, and
+  /// the row-invariant reductions computed before the innermost one, by
+  /// reductionKey.
+  std::vector<int> loopVars_;
+  std::map<std::string, llvm::Value*> rowValues_;
   /// Loads read from a tile transposed in registers (emitRegisterTile).
   struct TransposedTile {
     llvm::Value* memory;
