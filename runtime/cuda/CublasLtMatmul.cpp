@@ -71,28 +71,33 @@ uint32_t epilogueCode(CublasLtMatmulShape::Epilogue e) {
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
 
-/// The epilogue of `call`'s post-ops: an optional bias add (a vector of n
-/// elements along the result's last dim), then an optional ReLU or tanh GELU.
+/// The epilogue of `call`'s post-ops: adds first, at most one bias (a vector
+/// of n elements along the result's last dim, cuBLASLt's bias epilogue) and
+/// one residual (a tensor of the result's dims, added through cuBLASLt's C
+/// with beta = 1: a transformer block's `x + proj(y)`), in either order;
+/// then an optional ReLU or tanh GELU, which cuBLASLt applies after both.
 Status readEpilogue(const LibraryCall& call, const std::vector<int64_t>& resultDims, int64_t n,
                     CublasLtMatmulShape& shape) {
   size_t next = 0;
   bool bias = false;
-  if (next < call.postOps.size() && call.postOps[next].kind == PostOp::Kind::Add) {
+  for (; next < call.postOps.size() && call.postOps[next].kind == PostOp::Kind::Add; ++next) {
     const PostOp& p = call.postOps[next];
-    // A bias of n elements varying along the result's last dim only. With a
-    // 1-D b, n is 1 and the result's last dim is m: one value for all.
+    // With a 1-D b, n is 1 and the result's last dim is m: one value for all.
     std::vector<int64_t> dims = p.dims;
-    if (dims.size() > resultDims.size()) return Error("the bias add's operand has a higher rank than the result");
+    if (dims.size() > resultDims.size()) return Error("the add's operand has a higher rank than the result");
     dims.insert(dims.begin(), resultDims.size() - dims.size(), 1);
     const bool leadingOnes = dims.empty() || std::all_of(dims.begin(), dims.end() - 1, [](int64_t d) { return d == 1; });
     const int64_t last = dims.empty() ? 1 : dims.back();
-    if (!leadingOnes || last != n)
+    if (p.operand < 0) return Error("the add has no operand buffer");
+    if (leadingOnes && last == n && !bias) {
+      shape.biasBuffer = p.operand;
+      bias = true;
+    } else if (dims == resultDims && shape.residualBuffer < 0) {
+      shape.residualBuffer = p.operand;
+    } else {
       return Error("the add's operand " + dimsText(p.dims) + " is not a bias along the result's last dim (" +
-                   std::to_string(n) + " elements) of " + dimsText(resultDims));
-    if (p.operand < 0) return Error("the bias add has no operand buffer");
-    shape.biasBuffer = p.operand;
-    bias = true;
-    ++next;
+                   std::to_string(n) + " elements) of " + dimsText(resultDims) + ", nor a residual of its dims");
+    }
   }
   bool relu = false, gelu = false;
   if (next < call.postOps.size()) {
@@ -109,7 +114,8 @@ Status readEpilogue(const LibraryCall& call, const std::vector<int64_t>& resultD
     const PostOp& p = call.postOps[next];
     const std::string what = p.kind == PostOp::Kind::GeluErf ? "GELU in its erf form (cuBLASLt's GELU is the tanh form)"
                                                               : "'" + (p.name.empty() ? "a post-op" : p.name) + "'";
-    return Error(what + " is not a cuBLASLt epilogue here (it has a bias add first, then one ReLU or tanh GELU)");
+    return Error(what + " is not a cuBLASLt epilogue here (it has a bias add and a residual add first, then one ReLU "
+                        "or tanh GELU)");
   }
   using E = CublasLtMatmulShape::Epilogue;
   shape.epilogue = bias ? (relu ? E::BiasRelu : gelu ? E::BiasGeluTanh : E::Bias)
@@ -195,7 +201,7 @@ std::string describeCublasLtMatmul(const LibraryCall& call) {
   auto shape = cublasLtMatmulShape(call);
   if (!shape) return "a call cuBLASLt refuses: " + shape.error().message();
   return "cublasLt matmul " + dimsText(call.operandDims[0]) + "x" + dimsText(call.operandDims[1]) +
-         epilogueText(shape->epilogue) +
+         epilogueText(shape->epilogue) + (shape->residualBuffer >= 0 ? " + residual" : "") +
          (shape->transposedA && shape->transposedB ? " (a and b stored transposed)"
           : shape->transposedA                     ? " (a stored transposed)"
           : shape->transposedB                     ? " (b stored transposed)"
@@ -383,20 +389,21 @@ std::string CublasLtMatmul::describe() const { return impl_->description; }
 Status CublasLtMatmul::run(CUstream stream, const std::vector<CUdeviceptr>& buffers, CUdeviceptr workspace,
                            size_t workspaceBytes) const {
   const CublasLtMatmulShape& s = impl_->shape;
-  const int needed = std::max({s.aBuffer, s.bBuffer, s.biasBuffer, s.resultBuffer}) + 1;
+  const int needed = std::max({s.aBuffer, s.bBuffer, s.biasBuffer, s.residualBuffer, s.resultBuffer}) + 1;
   if (static_cast<int>(buffers.size()) < needed)
     return Error(impl_->description + " takes " + std::to_string(needed) + " buffers, got " +
                  std::to_string(buffers.size()));
   if (workspaceBytes < impl_->workspaceBytes || (impl_->workspaceBytes > 0 && workspace == 0))
     return Error(impl_->description + " needs a workspace of " + std::to_string(impl_->workspaceBytes) +
                  " bytes, got " + std::to_string(workspace ? workspaceBytes : 0));
-  for (int index : {s.aBuffer, s.bBuffer, s.biasBuffer, s.resultBuffer}) {
+  for (int index : {s.aBuffer, s.bBuffer, s.biasBuffer, s.residualBuffer, s.resultBuffer}) {
     if (index < 0) continue;
     if (buffers[static_cast<size_t>(index)] % kMinAlignment != 0)
       return Error(impl_->description + ": buffer " + std::to_string(index) + " is not aligned to " +
                    std::to_string(kMinAlignment) + " bytes");
   }
-  const float alpha = 1.0f, beta = 0.0f;
+  // The residual is cuBLASLt's C, added with beta = 1 (C may be D).
+  const float alpha = 1.0f, beta = s.residualBuffer >= 0 ? 1.0f : 0.0f;
   auto pointer = [&](int index) {
     return reinterpret_cast<void*>(static_cast<uintptr_t>(buffers[static_cast<size_t>(index)]));
   };
@@ -407,8 +414,9 @@ Status CublasLtMatmul::run(CUstream stream, const std::vector<CUdeviceptr>& buff
                             "cublasLtMatmulDescSetAttribute(BIAS_POINTER)"));
   }
   void* d = pointer(s.resultBuffer);
+  const void* c = s.residualBuffer >= 0 ? pointer(s.residualBuffer) : d;
   return impl_->check(impl_->matmul(impl_->handle, impl_->desc, &alpha, pointer(s.bBuffer), impl_->ltA,
-                                    pointer(s.aBuffer), impl_->ltB, &beta, d, impl_->ltD, d, impl_->ltD,
+                                    pointer(s.aBuffer), impl_->ltB, &beta, c, impl_->ltD, d, impl_->ltD,
                                     &impl_->algo, reinterpret_cast<void*>(static_cast<uintptr_t>(workspace)),
                                     workspaceBytes, stream),
                       "cublasLtMatmul");

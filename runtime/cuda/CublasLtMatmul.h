@@ -47,12 +47,15 @@ struct CublasLtMatmulShape {
   /// The call's buffers (indices into LibraryCall order): a, b, the bias
   /// vector of n elements (-1 without one), the result.
   int aBuffer = 0, bBuffer = 1, biasBuffer = -1, resultBuffer = 2;
+  /// A tensor of the result's dims added to it (cuBLASLt's C, beta = 1),
+  /// or -1.
+  int residualBuffer = -1;
 };
 
 /// cuBLASLt's plan for `call`, or an error saying what it cannot express
 /// (a convolution, an empty or too large dim, a batch broadcast over only
-/// some of the batch dims, a post-op other than a bias add first and one
-/// ReLU or tanh-GELU after it).
+/// some of the batch dims, a post-op other than a bias add and a residual
+/// add first and one ReLU or tanh-GELU after them).
 Expected<CublasLtMatmulShape> cublasLtMatmulShape(const LibraryCall& call);
 
 /// `call` in cuBLASLt's words, "cublasLt matmul [2,8,128]x[1,128,32] + bias,

@@ -507,6 +507,32 @@ TEST(CublasLtMatmulTest, TransposedConstantWeightIsReadInPlace) {
   EXPECT_FALSE(call->transposedA);
 }
 
+/// A transformer block's `x + (y w + b)`: the CUDA target keeps the
+/// residual add in the library group, and cuBLASLt adds it through C with
+/// beta = 1, the bias through its epilogue, in either order; a GELU after
+/// both is its epilogue too.
+TEST(CublasLtMatmulTest, ResidualAddIsCublasLtsC) {
+  REQUIRE_EMULATED_GPU(gpu);
+  std::mt19937 rng(23);
+  const char* texts[] = {
+      "func @f(%y: f32[2,8,64], %w: f32[64,24], %b: f32[24], %x: f32[2,8,24]) -> f32[2,8,24] {\n"
+      "  %m = matmul(%y, %w) : f32[2,8,24]\n  %s = add(%m, %b) : f32[2,8,24]\n"
+      "  %r = add(%x, %s) : f32[2,8,24]\n  return %r\n}\n",
+      "func @f(%y: f32[16,32], %w: f32[32,8], %b: f32[8], %x: f32[16,8]) -> f32[16,8] {\n"
+      "  %m = matmul(%y, %w) : f32[16,8]\n  %r = add(%m, %x) : f32[16,8]\n  %s = add(%r, %b) : f32[16,8]\n"
+      "  %g = gelu(%s) {approximate = \"tanh\"} : f32[16,8]\n  return %g\n}\n",
+  };
+  for (const char* text : texts) {
+    auto call = expectLibraryGroupMatches(*gpu, text, rng);
+    ASSERT_TRUE(call);
+    auto shape = cublasLtMatmulShape(*call);
+    ASSERT_TRUE(shape.ok()) << shape.error().str();
+    EXPECT_GE(shape->residualBuffer, 0);
+    EXPECT_GE(shape->biasBuffer, 0);
+    EXPECT_NE(describeCublasLtMatmul(*call).find(" + residual"), std::string::npos) << describeCublasLtMatmul(*call);
+  }
+}
+
 /// (transposed a, transposed b, batched): every combination.
 class CublasLtTransposedOperandsTest : public ::testing::TestWithParam<std::tuple<bool, bool, bool>> {};
 
