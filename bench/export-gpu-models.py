@@ -11,8 +11,17 @@ dimension (torch.onnx.export, the TorchScript exporter, opset 17, constant foldi
             GPT) and an MLP of width 3072 with tanh-GELU (as GPT-2), final LayerNorm and an untied LM head over
             the vocabulary (50257), applied to the last position only, as generating a token does; input idx
             i64[batch,seq] (seq 128), output logits f32[batch,vocab]
+  bert      BERT-base from the machine's `transformers` (BertModel built from BertConfig(): 12 layers, width
+            768, 12 heads, eager attention; random weights, nothing downloaded); input input_ids
+            i64[batch,seq] (seq 128), output the last hidden state f32[batch,seq,768]; without `transformers`,
+            the same shapes in plain PyTorch (post-LN nn.TransformerEncoderLayer, erf-GELU)
+  hf-gpt2   GPT-2 small from `transformers` (GPT2LMHeadModel built from GPT2Config(), eager attention, tied LM
+            head): input input_ids i64[batch,seq] (seq 128), output the last position's logits
+            f32[batch,50257]; without `transformers`, the gpt2 decoder above
+  vit_b_16  torchvision's ViT-B/16, input x f32[batch,3,224,224], output logits f32[batch,1000]
 
-For each configuration (model, batch; default batches 1 and 64 for resnet50, 1 and 16 for gpt2) it writes
+For each configuration (model, batch; default batches 1 and 64 for resnet50 and vit_b_16, 1 and 16 for gpt2
+and hf-gpt2, 1 and 32 for bert) it writes
 OUT/<model>-b<batch>/input_<name>.npy and expected_<name>.npy (PyTorch eager on the GPU), and times PyTorch
 with TF32 off (torch.backends.cuda.matmul.allow_tf32 = False, torch.backends.cudnn.allow_tf32 = False,
 float32 matmul precision "highest"), W warm-up runs then N timed ones, median:
@@ -22,15 +31,18 @@ float32 matmul precision "highest"), W warm-up runs then N timed ones, median:
   eager_device_ms, compile_device_ms  the model alone on inputs already on the GPU (CUDA events)
 
 torch.compile is the default mode (no CUDA graphs), dynamic=False, compiled afresh per configuration; its
-compilation time (the first call) is recorded, and a failure is recorded instead of its times.
+compilation time (the first call) is recorded, and a failure is recorded instead of its times. For the
+configurations --autotune names (such as resnet50:64,bert:32), torch.compile(mode="max-autotune")
+is timed too (autotune_ms, autotune_device_ms); the results compare Kiln with the faster of the two modes.
 OUT/manifest.json holds everything; OUT/manifest.tsv lists `model batch model.onnx config-dir` for the shell.
 
   python3 bench/export-gpu-models.py OUT [--models resnet50,gpt2] [--runs 50] [--warmup 10]
-          [--resnet50-batches 1,64] [--gpt2-batches 1,16] [--gpt2-layers 12] [--gpt2-vocab 50257]
-          [--gpt2-seq 128] [--image-size 224] [--no-compile] [--device cuda|cpu]
+          [--resnet50-batches 1,64] [--gpt2-batches 1,16] [--bert-batches 1,32] [--hf-gpt2-batches 1,16]
+          [--vit-batches 1,64] [--gpt2-layers 12] [--gpt2-vocab 50257] [--gpt2-seq 128] [--image-size 224]
+          [--autotune resnet50:64,bert:32] [--no-compile] [--device cuda|cpu]
 
---device cpu (and smaller --gpt2-layers/--gpt2-vocab/--image-size) only tests the export on a machine without
-a GPU: its times say nothing about a GPU.
+--device cpu (and smaller --gpt2-layers/--gpt2-vocab/--image-size; --gpt2-layers also sets the layers of bert
+and hf-gpt2) only tests the export on a machine without a GPU: its times say nothing about a GPU.
 """
 import argparse
 import inspect
@@ -103,6 +115,57 @@ class Decoder(nn.Module):
         return self.head(self.ln_f(x[:, -1, :]))
 
 
+class LastPositionLogits(nn.Module):
+    """A `transformers` causal LM's logits at the last position only, as one step of generation computes them."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        return self.model(input_ids=input_ids).logits[:, -1, :]
+
+
+class LastHiddenState(nn.Module):
+    """A `transformers` encoder's last hidden state, the tensor a fine-tuning head reads."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        return self.model(input_ids=input_ids).last_hidden_state
+
+
+class PlainBert(nn.Module):
+    """BERT-base's shapes without `transformers`: token, position and segment embeddings, LayerNorm, post-LN
+    encoder layers with erf-GELU."""
+
+    def __init__(self, vocab, d_model, n_head, n_layer, context):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d_model)
+        self.pos = nn.Embedding(context, d_model)
+        self.seg = nn.Embedding(2, d_model)
+        self.ln = nn.LayerNorm(d_model, eps=1e-12)
+        layer = nn.TransformerEncoderLayer(d_model, n_head, 4 * d_model, dropout=0.0, activation="gelu",
+                                           batch_first=True, layer_norm_eps=1e-12)
+        self.encoder = nn.TransformerEncoder(layer, n_layer, enable_nested_tensor=False)
+
+    def forward(self, input_ids):
+        t = input_ids.shape[1]
+        pos = torch.arange(t, dtype=torch.long, device=input_ids.device).unsqueeze(0)
+        x = self.tok(input_ids) + self.pos(pos) + self.seg(torch.zeros_like(input_ids))
+        return self.encoder(self.ln(x))
+
+
+def transformers_or_none():
+    try:
+        import transformers
+        return transformers
+    except ImportError:
+        return None
+
+
 def build_model(name, args):
     """(module, input name, output name, description, input maker(batch, generator) -> CPU tensor)."""
     torch.manual_seed(0)
@@ -119,13 +182,65 @@ def build_model(name, args):
                 f"GPT-2-small-shaped decoder: {args.gpt2_layers} layers, width 768, 12 heads, tanh-GELU, "
                 f"vocab {vocab}, idx i64[batch,{seq}], last-position logits",
                 lambda batch, gen: torch.randint(0, vocab, (batch, seq), generator=gen, dtype=torch.long))
-    raise ValueError(f"unknown model '{name}' (expected resnet50 or gpt2)")
+    if name == "vit_b_16":
+        import torchvision
+        module = torchvision.models.vit_b_16(weights=None, image_size=args.image_size)
+        # torchvision zeroes the classifier (for fine-tuning): logits of 0 would compare equal whatever the
+        # encoder computed, so it gets random weights too.
+        nn.init.normal_(module.heads.head.weight, std=0.02)
+        size = args.image_size
+        return (module, "x", "logits", f"torchvision ViT-B/16, x f32[batch,3,{size},{size}]",
+                lambda batch, gen: torch.randn(batch, 3, size, size, generator=gen))
+    seq = args.gpt2_seq
+    hf = transformers_or_none()
+    if name == "bert":
+        if hf:
+            config = hf.BertConfig(num_hidden_layers=args.gpt2_layers, attn_implementation="eager")
+            module, source = LastHiddenState(hf.BertModel(config, add_pooling_layer=False)), \
+                f"transformers {hf.__version__} BertModel(BertConfig()), eager attention"
+            vocab = config.vocab_size
+        else:
+            vocab = 30522
+            module, source = PlainBert(vocab, 768, 12, args.gpt2_layers, 512), "plain PyTorch (no transformers)"
+        return (module, "input_ids", "hidden",
+                f"BERT-base: {args.gpt2_layers} layers, width 768, 12 heads, input_ids i64[batch,{seq}], last "
+                f"hidden state; {source}",
+                lambda batch, gen: torch.randint(0, vocab, (batch, seq), generator=gen, dtype=torch.long))
+    if name == "hf-gpt2":
+        if hf:
+            config = hf.GPT2Config(n_layer=args.gpt2_layers, attn_implementation="eager")
+            module, source = LastPositionLogits(hf.GPT2LMHeadModel(config)), \
+                f"transformers {hf.__version__} GPT2LMHeadModel(GPT2Config()), eager attention"
+            vocab = config.vocab_size
+        else:
+            vocab = args.gpt2_vocab
+            module = Decoder(vocab, 768, 12, args.gpt2_layers, 1024)
+            source = "the gpt2 decoder (no transformers)"
+        return (module, "input_ids", "logits",
+                f"GPT-2 small: {args.gpt2_layers} layers, width 768, 12 heads, input_ids i64[batch,{seq}], "
+                f"last-position logits; {source}",
+                lambda batch, gen: torch.randint(0, vocab, (batch, seq), generator=gen, dtype=torch.long))
+    raise ValueError(f"unknown model '{name}' (expected resnet50, gpt2, bert, hf-gpt2 or vit_b_16)")
 
 
 def export_onnx(module, example, path, input_name, output_name):
     """Exports with the TorchScript exporter (opset 17, as the e2e models); newer PyTorch, whose default is the
     dynamo exporter, is asked for it explicitly, and where it no longer has it the dynamo exporter (opset 18,
     weights inside the file) is used. Returns a description of the exporter used."""
+    # nn.MultiheadAttention's inference fast path (ViT's attention under no_grad) is one fused aten op that
+    # the TorchScript exporter cannot write; exported through its composite ops instead. Timing keeps it.
+    mha = getattr(torch.backends, "mha", None)
+    fastpath = mha.get_fastpath_enabled() if mha else None
+    if mha:
+        mha.set_fastpath_enabled(False)
+    try:
+        return export_onnx_with(module, example, path, input_name, output_name)
+    finally:
+        if mha:
+            mha.set_fastpath_enabled(fastpath)
+
+
+def export_onnx_with(module, example, path, input_name, output_name):
     kwargs = dict(input_names=[input_name], output_names=[output_name],
                   dynamic_axes={input_name: {0: "batch"}, output_name: {0: "batch"}}, opset_version=OPSET)
     if "dynamo" not in inspect.signature(torch.onnx.export).parameters:
@@ -211,6 +326,12 @@ def main():
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--resnet50-batches", type=parse_batches, default=[1, 64])
     parser.add_argument("--gpt2-batches", type=parse_batches, default=[1, 16])
+    parser.add_argument("--bert-batches", type=parse_batches, default=[1, 32])
+    parser.add_argument("--hf-gpt2-batches", type=parse_batches, default=[1, 16])
+    parser.add_argument("--vit-batches", type=parse_batches, default=[1, 64])
+    parser.add_argument("--autotune", default="",
+                        help="model:batch configurations also timed with torch.compile(mode='max-autotune'), "
+                             "such as resnet50:64,bert:32 (minutes each on an H200)")
     parser.add_argument("--gpt2-layers", type=int, default=12)
     parser.add_argument("--gpt2-vocab", type=int, default=50257)
     parser.add_argument("--gpt2-seq", type=int, default=128)
@@ -244,6 +365,7 @@ def main():
         "configs": [],
     }
     tsv = []
+    autotuned = {c for c in args.autotune.split(",") if c}
     for name in [m for m in args.models.split(",") if m]:
         module, input_name, output_name, description, make_input = build_model(name, args)
         module.eval()
@@ -261,7 +383,8 @@ def main():
         manifest["models"][name] = {"onnx": os.path.abspath(path), "description": description,
                                     "exporter": exporter, "export_s": export_s, "parameters": params}
         module.to(device)
-        batches = args.resnet50_batches if name == "resnet50" else args.gpt2_batches
+        batches = {"resnet50": args.resnet50_batches, "gpt2": args.gpt2_batches, "bert": args.bert_batches,
+                   "hf-gpt2": args.hf_gpt2_batches, "vit_b_16": args.vit_batches}[name]
         for batch in batches:
             config_dir = os.path.join(args.out, f"{name}-b{batch}")
             os.makedirs(config_dir, exist_ok=True)
@@ -295,6 +418,24 @@ def main():
                     except Exception as error:  # a compiler failure is a result to report, not a stop
                         config["compile_error"] = first_line(error)
                         print(f"{name} batch {batch}: torch.compile failed: {config['compile_error']}", flush=True)
+                if can_compile and f"{name}:{batch}" in autotuned:
+                    try:
+                        torch._dynamo.reset()
+                        tuned = torch.compile(module, dynamic=False, mode="max-autotune")
+                        start = time.perf_counter()
+                        out = tuned(x_dev)
+                        if device.type == "cuda":
+                            torch.cuda.synchronize()
+                        config["autotune_s"] = time.perf_counter() - start
+                        config["autotune_rel_err"] = relative_error(out.cpu().numpy(), expected)
+                        config["autotune_ms"] = time_host(tuned, x_host, device, args.runs, args.warmup)
+                        config["autotune_device_ms"] = time_device(tuned, x_dev, device, args.runs, args.warmup)
+                        print(f"{name} batch {batch}: torch.compile max-autotune {config['autotune_ms']:.3f} ms "
+                              f"(on device {config['autotune_device_ms']:.3f} ms; compiled in "
+                              f"{config['autotune_s']:.0f} s)", flush=True)
+                    except Exception as error:  # a compiler failure is a result to report, not a stop
+                        config["autotune_error"] = first_line(error)
+                        print(f"{name} batch {batch}: max-autotune failed: {config['autotune_error']}", flush=True)
             manifest["configs"].append(config)
             tsv.append(f"{name}\t{batch}\t{os.path.abspath(path)}\t{os.path.abspath(config_dir)}")
         module.to("cpu")

@@ -40,7 +40,8 @@ std::string StepProfile::format(size_t limit) const {
   std::stable_sort(sorted.begin(), sorted.end(), [](const Entry* a, const Entry* b) { return a->seconds > b->seconds; });
   std::ostringstream out;
   char line[128];
-  std::snprintf(line, sizeof line, "%8s %6s %10s %8s  %s\n", "total ms", "share", "ms/call", "GFLOP/s", "step");
+  std::snprintf(line, sizeof line, "%8s %6s %10s %8s %8s  %s\n", "total ms", "share", "ms/call", "GFLOP/s", "GB/s",
+                "step");
   out << line;
   double flops = 0, flopSeconds = 0;
   for (const Entry& e : entries)
@@ -50,12 +51,14 @@ std::string StepProfile::format(size_t limit) const {
     }
   for (size_t i = 0; i < sorted.size() && i < limit; ++i) {
     const Entry& e = *sorted[i];
-    char rate[16] = "-";
+    char rate[16] = "-", bandwidth[16] = "-";
     if (e.flops > 0 && e.seconds > 0)
       std::snprintf(rate, sizeof rate, "%.1f", e.flops * static_cast<double>(e.calls) / e.seconds * 1e-9);
-    std::snprintf(line, sizeof line, "%8.2f %5.1f%% %10.4f %8s  ", e.seconds * 1e3,
+    if (e.bytes > 0 && e.seconds > 0)
+      std::snprintf(bandwidth, sizeof bandwidth, "%.1f", e.bytes * static_cast<double>(e.calls) / e.seconds * 1e-9);
+    std::snprintf(line, sizeof line, "%8.2f %5.1f%% %10.4f %8s %8s  ", e.seconds * 1e3,
                   total > 0 ? 100 * e.seconds / total : 0.0,
-                  e.calls ? e.seconds * 1e3 / static_cast<double>(e.calls) : 0.0, rate);
+                  e.calls ? e.seconds * 1e3 / static_cast<double>(e.calls) : 0.0, rate, bandwidth);
     out << line << e.name << " = " << e.what << "\n";
   }
   if (sorted.size() > limit) out << "(" << sorted.size() - limit << " more steps)\n";
@@ -330,6 +333,7 @@ Expected<std::vector<Tensor>> CpuRunner::execute(const std::vector<Tensor>& inpu
       profile->entries.push_back({"%" + p.steps[k].name, library || packed ? libraryDescription(k) : p.steps[k].what});
       if (library) profile->entries.back().flops = 2.0 * static_cast<double>(library->work());
       if (packed) profile->entries.back().flops = 2.0 * static_cast<double>(packed->work());
+      profile->entries.back().bytes = static_cast<double>(p.stepBytes(p.steps[k]));
     }
   }
   // All-reduces in flight, by result slot; each is waited for before the

@@ -47,11 +47,15 @@ struct StepProfile {
     /// Floating-point operations of one call (2 per multiply-add of a
     /// library call's matmul or convolution); 0 where not counted.
     double flops = 0;
+    /// Bytes of the buffers one call reads and writes (its operands' and
+    /// its result's sizes): the least memory traffic it can have, which
+    /// the table's GB/s divides by its time; 0 where not counted.
+    double bytes = 0;
   };
   std::vector<Entry> entries;
   /// The table sorted by time, largest first, with each step's share,
-  /// milliseconds per call and GFLOP/s (where counted); at most `limit`
-  /// rows, then the total.
+  /// milliseconds per call, GFLOP/s and GB/s (where counted); at most
+  /// `limit` rows, then the total.
   std::string format(size_t limit = 40) const;
 };
 

@@ -593,6 +593,18 @@ Status parseProgram(std::string_view bytes, const std::string& what, Program& p)
   return {};
 }
 
+uint64_t Program::stepBytes(const Step& step) const {
+  auto slotBytes = [&](int slot) -> uint64_t {
+    if (slot < 0 || static_cast<size_t>(slot) >= slots.size()) return 0;
+    const TensorType& t = slots[static_cast<size_t>(slot)].type;
+    const int64_t elements = numElements(t.shape);
+    return elements > 0 ? static_cast<uint64_t>(elements) * dtypeSize(t.dtype) : 0;
+  };
+  uint64_t bytes = slotBytes(step.result);
+  for (int s : step.operands) bytes += slotBytes(s);
+  return bytes;
+}
+
 Status Program::validate() const {
   auto bad = [&](const std::string& message) { return Error("program '" + name + "': " + message); };
   const int numSlots = static_cast<int>(slots.size());

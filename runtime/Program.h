@@ -124,6 +124,10 @@ struct Program {
   /// call buffers) is in range and every type static, so that a program
   /// read from a file can never make the runtime read out of bounds.
   Status validate() const;
+
+  /// The bytes of the slots `step` reads and writes: its operands' sizes
+  /// and its result's (a profile's least memory traffic of the step).
+  uint64_t stepBytes(const Step& step) const;
 };
 
 /// The program's bytes, without its shared object, and with the data of

@@ -510,6 +510,7 @@ Expected<std::vector<Tensor>> CudaRunner::execute(const std::vector<Tensor>& inp
       // As on the CPU: 2 flops per multiply-add of a matmul or convolution.
       if (p.steps[k].kind == Program::Step::Kind::Library)
         profile->entries.back().flops = 2.0 * static_cast<double>(libraryCallWork(p.steps[k].call));
+      profile->entries.back().bytes = static_cast<double>(p.stepBytes(p.steps[k]));
     }
   }
   // CUDA_LAUNCH_BLOCKING=1, as for PyTorch: each step is waited for, so

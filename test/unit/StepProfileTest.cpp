@@ -30,6 +30,11 @@ TEST(StepProfileTest, SumsEachKindOfStepOverItsShapesWhenTheTableIsCut) {
   EXPECT_LT(transposes, matmuls) << summary;
   // Library calls of one kind are summed over their shapes, as ops are.
   EXPECT_NE(summary.find("    1.00   9.1%      2 steps  cudnn conv\n"), std::string::npos) << summary;
+  // A step's GB/s: the bytes it reads and writes over its time.
+  StepProfile moved;
+  moved.entries.push_back({"%t", "transpose -> f32[1024,1024]", 0.002, 2, 0, 8.0 * 1024 * 1024});
+  const std::string rates = moved.format();
+  EXPECT_NE(rates.find("    2.00 100.0%     1.0000        -      8.4  %t = transpose"), std::string::npos) << rates;
   // A table that lists every step needs no summary.
   EXPECT_EQ(profile.format(10).find("by kind:"), std::string::npos);
 }
