@@ -296,6 +296,29 @@ def time_device(fn, x_dev, device, runs, warmup):
     return median(times)
 
 
+def time_compiled(module, options, key, label, config, x_host, x_dev, expected, device, args):
+    """torch.compile(module, dynamic=False, **options), compiled afresh: into `config`, under `key`, its
+    compilation time (the first call), its outputs' error against eager's and its times; or, when it fails,
+    the error (a compiler failure is a result to report, not a stop)."""
+    name, batch = config["model"], config["batch"]
+    try:
+        torch._dynamo.reset()
+        compiled = torch.compile(module, dynamic=False, **options)
+        start = time.perf_counter()
+        out = compiled(x_dev)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        config[f"{key}_s"] = time.perf_counter() - start
+        config[f"{key}_rel_err"] = relative_error(out.cpu().numpy(), expected)
+        config[f"{key}_ms"] = time_host(compiled, x_host, device, args.runs, args.warmup)
+        config[f"{key}_device_ms"] = time_device(compiled, x_dev, device, args.runs, args.warmup)
+        print(f"{name} batch {batch}: {label} {config[f'{key}_ms']:.3f} ms (on device "
+              f"{config[f'{key}_device_ms']:.3f} ms; compiled in {config[f'{key}_s']:.0f} s)", flush=True)
+    except Exception as error:  # noqa: BLE001
+        config[f"{key}_error"] = first_line(error)
+        print(f"{name} batch {batch}: {label} failed: {config[f'{key}_error']}", flush=True)
+
+
 def relative_error(actual, expected):
     """||actual - expected|| / ||expected|| in float64."""
     a, e = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
@@ -401,41 +424,11 @@ def main():
                 print(f"{name} batch {batch}: eager {config['eager_ms']:.3f} ms "
                       f"(on device {config['eager_device_ms']:.3f} ms)", flush=True)
                 if can_compile:
-                    try:
-                        torch._dynamo.reset()
-                        compiled = torch.compile(module, dynamic=False)
-                        start = time.perf_counter()
-                        out = compiled(x_dev)
-                        if device.type == "cuda":
-                            torch.cuda.synchronize()
-                        config["compile_s"] = time.perf_counter() - start
-                        config["compile_rel_err"] = relative_error(out.cpu().numpy(), expected)
-                        config["compile_ms"] = time_host(compiled, x_host, device, args.runs, args.warmup)
-                        config["compile_device_ms"] = time_device(compiled, x_dev, device, args.runs, args.warmup)
-                        print(f"{name} batch {batch}: torch.compile {config['compile_ms']:.3f} ms "
-                              f"(on device {config['compile_device_ms']:.3f} ms; compiled in "
-                              f"{config['compile_s']:.0f} s)", flush=True)
-                    except Exception as error:  # a compiler failure is a result to report, not a stop
-                        config["compile_error"] = first_line(error)
-                        print(f"{name} batch {batch}: torch.compile failed: {config['compile_error']}", flush=True)
+                    time_compiled(module, {}, "compile", "torch.compile", config, x_host, x_dev, expected, device,
+                                  args)
                 if can_compile and f"{name}:{batch}" in autotuned:
-                    try:
-                        torch._dynamo.reset()
-                        tuned = torch.compile(module, dynamic=False, mode="max-autotune")
-                        start = time.perf_counter()
-                        out = tuned(x_dev)
-                        if device.type == "cuda":
-                            torch.cuda.synchronize()
-                        config["autotune_s"] = time.perf_counter() - start
-                        config["autotune_rel_err"] = relative_error(out.cpu().numpy(), expected)
-                        config["autotune_ms"] = time_host(tuned, x_host, device, args.runs, args.warmup)
-                        config["autotune_device_ms"] = time_device(tuned, x_dev, device, args.runs, args.warmup)
-                        print(f"{name} batch {batch}: torch.compile max-autotune {config['autotune_ms']:.3f} ms "
-                              f"(on device {config['autotune_device_ms']:.3f} ms; compiled in "
-                              f"{config['autotune_s']:.0f} s)", flush=True)
-                    except Exception as error:  # a compiler failure is a result to report, not a stop
-                        config["autotune_error"] = first_line(error)
-                        print(f"{name} batch {batch}: max-autotune failed: {config['autotune_error']}", flush=True)
+                    time_compiled(module, {"mode": "max-autotune"}, "autotune", "torch.compile max-autotune", config,
+                                  x_host, x_dev, expected, device, args)
             manifest["configs"].append(config)
             tsv.append(f"{name}\t{batch}\t{os.path.abspath(path)}\t{os.path.abspath(config_dir)}")
         module.to("cpu")

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 namespace kiln::cli {
@@ -134,6 +135,19 @@ Expected<int64_t> parseByteSize(std::string_view text, std::string_view what) {
     return Error(std::string(what) + " expects a size such as 512MiB, 2GiB or a number of bytes, got '" +
                  std::string(text) + "'");
   return value * scale;
+}
+
+std::string millis(double ms) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.4f", ms);
+  return buf;
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 }  // namespace kiln::cli

@@ -62,4 +62,11 @@ Expected<double> parseNumber(const std::string& text, std::string_view what);
 /// `512MiB`, `2GiB`, `64KiB` or a number of bytes; an error naming `what`.
 Expected<int64_t> parseByteSize(std::string_view text, std::string_view what);
 
+/// Milliseconds as the timing outputs print them (`kiln run --bench`,
+/// kiln-train-bench): four decimals.
+std::string millis(double ms);
+/// The median of `values`: the middle one, or the mean of the two middle
+/// ones for an even count; 0 when empty.
+double median(std::vector<double> values);
+
 }  // namespace kiln::cli

@@ -203,23 +203,9 @@ void printOutputs(const Function& f, const std::vector<Tensor>& outputs) {
   }
 }
 
-std::string millis(double ms) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.4f", ms);
-  return buf;
-}
-
 /// Runs the model once on its inputs: the JIT's kernels or the interpreter.
 /// The inputs are taken by value because the interpreter consumes them.
 using Runner = std::function<Expected<std::vector<Tensor>>(std::vector<Tensor>)>;
-
-/// The median of `values` (sorted here); 0 when empty.
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
 
 /// The last run's copies and device times on CUDA (cuda::CudaRunStats), or
 /// null (the CPU, or a CUDA model run in stages).
@@ -255,24 +241,24 @@ int bench(const Runner& runner, const std::vector<Tensor>& inputs, int64_t warmu
     }
     last = std::move(*outputs);
   }
-  std::sort(times.begin(), times.end());
   const size_t n = times.size();
+  const auto [fastest, slowest] = std::minmax_element(times.begin(), times.end());
+  const std::string runMs = millis(median(times)), minMs = millis(*fastest), maxMs = millis(*slowest);
   const bool split = deviceMs.size() == n;
+  const std::string onDevice = split ? millis(median(deviceMs)) : "", copyIn = split ? millis(median(copyInMs)) : "",
+                    copyOut = split ? millis(median(copyOutMs)) : "", staging = split ? millis(median(stagingMs)) : "";
   if (json) {
     std::cout << "{\"model\": " << jsonString(model) << ", \"device\": " << jsonString(device) << ", \"runs\": " << n
-              << ", \"median_ms\": " << millis(median(times)) << ", \"min_ms\": " << millis(times.front())
-              << ", \"max_ms\": " << millis(times.back());
+              << ", \"median_ms\": " << runMs << ", \"min_ms\": " << minMs << ", \"max_ms\": " << maxMs;
     if (split)
-      std::cout << ", \"device_ms\": " << millis(median(deviceMs)) << ", \"copy_in_ms\": " << millis(median(copyInMs))
-                << ", \"copy_out_ms\": " << millis(median(copyOutMs)) << ", \"staging_ms\": " << millis(median(stagingMs));
+      std::cout << ", \"device_ms\": " << onDevice << ", \"copy_in_ms\": " << copyIn << ", \"copy_out_ms\": " << copyOut
+                << ", \"staging_ms\": " << staging;
     std::cout << "}\n";
   } else {
-    std::cout << "median " << millis(median(times)) << " ms, min " << millis(times.front()) << " ms, max "
-              << millis(times.back()) << " ms (" << n << " runs)\n";
+    std::cout << "median " << runMs << " ms, min " << minMs << " ms, max " << maxMs << " ms (" << n << " runs)\n";
     if (split)
-      std::cout << "of which (medians): on the device " << millis(median(deviceMs)) << " ms, copies to it "
-                << millis(median(copyInMs)) << " ms and back " << millis(median(copyOutMs))
-                << " ms; host copies into and out of pinned staging " << millis(median(stagingMs)) << " ms\n";
+      std::cout << "of which (medians): on the device " << onDevice << " ms, copies to it " << copyIn << " ms and back "
+                << copyOut << " ms; host copies into and out of pinned staging " << staging << " ms\n";
   }
   return kExitOk;
 }

@@ -45,6 +45,7 @@
 namespace kiln {
 namespace {
 
+using cli::millis;
 using cli::OptionSpec;
 
 constexpr std::string_view kTool = "kiln-train-bench";
@@ -91,12 +92,6 @@ Expected<double> parseNumber(const std::string& text, const std::string& what, d
     return Error(what + " is '" + text + "', expected a number in [" + std::to_string(lo) + ", " +
                  std::to_string(hi) + "]");
   return v;
-}
-
-std::string millis(double ms) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.4f", ms);
-  return buf;
 }
 
 /// Flattens a [B, T, V] model output to [B*T, V] (the language-model loss);
@@ -270,7 +265,7 @@ int runBench(int argc, char** argv) {
   std::vector<double> sorted = times;
   std::sort(sorted.begin(), sorted.end());
   const size_t n = sorted.size();
-  const double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+  const double median = cli::median(times);
   if (args.has("--json")) {
     std::cout << "{\"model\": " << jsonString(modelPath) << ", \"optimizer\": \"" << optimizer
               << "\", \"parameters\": " << numParams << ", \"steps\": " << n << ", \"median_ms\": " << millis(median)

@@ -46,6 +46,18 @@ void expectClose(const Tensor& got, const Tensor& want) {
     ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-5 + 1e-4 * std::abs(want.data<float>()[i])) << "at " << i;
 }
 
+/// Runs `executor` on `inputs` and expects each result to be the
+/// interpreter's on the same inputs.
+void expectRunMatchesTheInterpreter(codegen::CudaExecutor& executor, const Function& f,
+                                    const std::vector<Tensor>& inputs) {
+  auto got = executor.run(inputs);
+  ASSERT_TRUE(got) << got.error().message();
+  auto want = interpret(f, inputs);
+  ASSERT_TRUE(want) << want.error().message();
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t r = 0; r < got->size(); ++r) expectClose((*got)[r], (*want)[r]);
+}
+
 std::unique_ptr<Module> model() {
   auto m = parseModule(kModel, "cuda-runner-test.kir");
   EXPECT_TRUE(m) << m.error().message();
@@ -71,12 +83,8 @@ TEST(CudaRunnerTest, GraphReplayReadsEachRunsInputs) {
   // Run 1 runs eagerly, run 2 captures the graph and launches it, runs 3
   // and 4 replay it: every run must see its own inputs, not the captured ones.
   for (uint32_t run = 0; run < 4; ++run) {
-    std::vector<Tensor> inputs{random({64, 33}, 10 + run), random({33, 8}, 20 + run), random({8}, 30 + run)};
-    auto got = (*executor)->run(inputs);
-    ASSERT_TRUE(got) << got.error().message();
-    auto want = interpret(f, inputs);
-    ASSERT_TRUE(want) << want.error().message();
-    for (size_t r = 0; r < got->size(); ++r) expectClose((*got)[r], (*want)[r]);
+    expectRunMatchesTheInterpreter(**executor, f,
+                                   {random({64, 33}, 10 + run), random({33, 8}, 20 + run), random({8}, 30 + run)});
   }
   ASSERT_NE((*executor)->lastRunner(), nullptr);
   EXPECT_EQ((*executor)->lastRunner()->graphReplays(), 3);
@@ -120,12 +128,8 @@ TEST(CudaRunnerTest, WithoutGraphsEveryRunLaunches) {
   auto executor = codegen::CudaExecutor::create(f, emulatorContext(), options);
   ASSERT_TRUE(executor) << executor.error().message();
   for (uint32_t run = 0; run < 3; ++run) {
-    std::vector<Tensor> inputs{random({64, 33}, 40 + run), random({33, 8}, 50 + run), random({8}, 60 + run)};
-    auto got = (*executor)->run(inputs);
-    ASSERT_TRUE(got) << got.error().message();
-    auto want = interpret(f, inputs);
-    ASSERT_TRUE(want);
-    for (size_t r = 0; r < got->size(); ++r) expectClose((*got)[r], (*want)[r]);
+    expectRunMatchesTheInterpreter(**executor, f,
+                                   {random({64, 33}, 40 + run), random({33, 8}, 50 + run), random({8}, 60 + run)});
   }
   EXPECT_EQ((*executor)->lastRunner()->graphReplays(), 0);
 }
@@ -143,12 +147,8 @@ TEST(CudaRunnerTest, ProfileTimesEveryStepWithEventsAndReplaysNoGraph) {
   auto executor = codegen::CudaExecutor::create(f, emulatorContext(), options);
   ASSERT_TRUE(executor) << executor.error().message();
   for (uint32_t run = 0; run < 3; ++run) {
-    std::vector<Tensor> inputs{random({64, 33}, 70 + run), random({33, 8}, 80 + run), random({8}, 90 + run)};
-    auto got = (*executor)->run(inputs);
-    ASSERT_TRUE(got) << got.error().message();
-    auto want = interpret(f, inputs);
-    ASSERT_TRUE(want);
-    for (size_t r = 0; r < got->size(); ++r) expectClose((*got)[r], (*want)[r]);
+    expectRunMatchesTheInterpreter(**executor, f,
+                                   {random({64, 33}, 70 + run), random({33, 8}, 80 + run), random({8}, 90 + run)});
   }
   const cuda::CudaRunner* runner = (*executor)->lastRunner();
   ASSERT_NE(runner, nullptr);
@@ -442,11 +442,7 @@ TEST(CudaRunnerTest, EachRunStagesEachInputOnceAndTimesTheCopiesApart) {
   for (uint32_t run = 0; run < 3; ++run) {
     const std::vector<Tensor> inputs{random({64, 33}, 1 + run), random({33, 8}, 2 + run), random({8}, 3 + run)};
     const std::vector<Tensor> before = inputs;
-    auto got = (*executor)->run(inputs);
-    ASSERT_TRUE(got) << got.error().message();
-    auto want = interpret(f, before);
-    ASSERT_TRUE(want) << want.error().message();
-    for (size_t r = 0; r < got->size(); ++r) expectClose((*got)[r], (*want)[r]);
+    expectRunMatchesTheInterpreter(**executor, f, inputs);
     for (size_t i = 0; i < inputs.size(); ++i) EXPECT_TRUE(sameBytes(inputs[i], before[i])) << "input " << i;
     const cuda::CudaRunStats& stats = (*executor)->lastRunner()->lastRunStats();
     EXPECT_EQ(stats.stagedInputs, 3) << "run " << run;
@@ -480,13 +476,7 @@ TEST(CudaRunnerTest, RunReturnsADonatedArgumentsNewValueAndLeavesTheInputAlone) 
   const std::vector<Tensor> inputs{random({16}, 5), random({16}, 6)};
   const std::vector<Tensor> before = inputs;
   for (int run = 0; run < 2; ++run) {
-    auto got = (*executor)->run(inputs);
-    ASSERT_TRUE(got) << got.error().message();
-    auto want = interpret(f, before);
-    ASSERT_TRUE(want);
-    ASSERT_EQ(got->size(), 2u);
-    expectClose((*got)[0], (*want)[0]);
-    expectClose((*got)[1], (*want)[1]);
+    expectRunMatchesTheInterpreter(**executor, f, inputs);  // the loss and the new value
     EXPECT_TRUE(sameBytes(inputs[0], before[0]));
     const cuda::CudaRunStats& stats = (*executor)->lastRunner()->lastRunStats();
     EXPECT_EQ(stats.stagedInputs, 2);

@@ -27,12 +27,22 @@ std::string dims(const std::vector<int64_t>& shape) {
   return s;
 }
 
-/// softmax(x) over the last axis of `shape`, as exporters write it.
-std::string softmax(const std::vector<int64_t>& shape) {
+/// The types a function over rows of `shape` uses: the tensor, its reduced
+/// rows (keepdims), a vector along the last axis, and that axis.
+struct RowTypes {
+  std::string tensor, rows, vector, axis;
+};
+
+RowTypes rowTypes(const std::vector<int64_t>& shape) {
   std::vector<int64_t> reduced = shape;
   reduced.back() = 1;
-  const std::string t = "f32[" + dims(shape) + "]", r = "f32[" + dims(reduced) + "]";
-  const std::string axis = std::to_string(shape.size() - 1);
+  return {"f32[" + dims(shape) + "]", "f32[" + dims(reduced) + "]", "f32[" + std::to_string(shape.back()) + "]",
+          std::to_string(shape.size() - 1)};
+}
+
+/// softmax(x) over the last axis of `shape`, as exporters write it.
+std::string softmax(const std::vector<int64_t>& shape) {
+  const auto [t, r, w, axis] = rowTypes(shape);
   return "func @f(%x: " + t + ") -> " + t + " {\n" +
          "  %m = reduce_max(%x) {axes = [" + axis + "], keepdims = true} : " + r + "\n" +
          "  %d = sub(%x, %m) : " + t + "\n" +
@@ -44,11 +54,7 @@ std::string softmax(const std::vector<int64_t>& shape) {
 
 /// layer_norm(x) * g + b over the last axis of `shape`, decomposed.
 std::string layerNorm(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> reduced = shape;
-  reduced.back() = 1;
-  const std::string t = "f32[" + dims(shape) + "]", r = "f32[" + dims(reduced) + "]";
-  const std::string w = "f32[" + std::to_string(shape.back()) + "]";
-  const std::string axis = std::to_string(shape.size() - 1);
+  const auto [t, r, w, axis] = rowTypes(shape);
   return "func @f(%x: " + t + ", %g: " + w + ", %b: " + w + ") -> " + t + " {\n" +
          "  %mean = reduce_mean(%x) {axes = [" + axis + "], keepdims = true} : " + r + "\n" +
          "  %d = sub(%x, %mean) : " + t + "\n" +
@@ -65,11 +71,7 @@ std::string layerNorm(const std::vector<int64_t>& shape) {
 
 /// rms_norm(x) * g over the last axis of `shape`: one reduction.
 std::string rmsNorm(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> reduced = shape;
-  reduced.back() = 1;
-  const std::string t = "f32[" + dims(shape) + "]", r = "f32[" + dims(reduced) + "]";
-  const std::string w = "f32[" + std::to_string(shape.back()) + "]";
-  const std::string axis = std::to_string(shape.size() - 1);
+  const auto [t, r, w, axis] = rowTypes(shape);
   return "func @f(%x: " + t + ", %g: " + w + ") -> " + t + " {\n" +
          "  %sq = mul(%x, %x) : " + t + "\n" +
          "  %ms = reduce_mean(%sq) {axes = [" + axis + "], keepdims = true} : " + r + "\n" +
