@@ -14,6 +14,7 @@
 #include "codegen/Schedule.h"
 
 #include "codegen/LoweringSupport.h"
+#include "ir/ConstantValue.h"
 
 #include <algorithm>
 #include <functional>
@@ -363,12 +364,12 @@ Expected<ExprPtr> lowerFusedResult(const Op& op, int& nextVar, const Index& inde
 /// lowerScatterElements (which gathers every update along the axis for
 /// each result element: O(result x updates along the axis); an embedding's
 /// gradient, [4096,256] from 1024 tokens, took 1.1 s of a GPT's training
-/// step). Each iteration of the parallel loop owns one line of the result
-/// along the axis (every other coordinate fixed): it copies that line of
-/// data, then applies, in order, the updates whose other coordinates are
-/// the line's. Lines never share an element, so threads never write the
-/// same one, and the updates apply in the interpreter's order (the last
-/// write wins for reduction "none").
+/// step). Each iteration of the parallel loop owns a run of adjacent lines
+/// of the result along the axis (every other coordinate fixed): it copies
+/// those lines of data, then applies, in order, the updates whose other
+/// coordinates are a line's. Lines never share an element, so threads
+/// never write the same one, and the updates apply in the interpreter's
+/// order (the last write wins for reduction "none").
 void lowerScatterKernel(const Op& op, kir::Kernel& kernel) {
   const std::vector<int64_t> data = dimsOf(op.operand(0)), indices = dimsOf(op.operand(1));
   const size_t rank = data.size();
@@ -382,7 +383,28 @@ void lowerScatterKernel(const Op& op, kir::Kernel& kernel) {
   for (size_t d = 0; d < rank; ++d)
     if (d != axis) lineDims.push_back(data[d]);
   const int64_t lines = std::accumulate(lineDims.begin(), lineDims.end(), int64_t{1}, std::multiplies<>());
-  const Index line = unravel(kir::var(0), lineDims);
+  // Lines next to each other in memory (along the last dim, when it is not
+  // the axis) go to one iteration in runs of `run`, walked by an inner loop
+  // (variable 3) inside each loop over the axis, so that copying data and
+  // applying an update read and write consecutive elements: one line at a
+  // time strides by the last dim on every element (an embedding gradient's
+  // 256 features: 1 KiB).
+  const int64_t last = axis + 1 == rank ? 1 : data[rank - 1];
+  int64_t run = 1;
+  for (int64_t c = std::min<int64_t>(last, 64); c > 1; --c)
+    if (last % c == 0) {
+      run = c;
+      break;
+    }
+  Index line;
+  if (run == 1) {
+    line = unravel(kir::var(0), lineDims);
+  } else {
+    std::vector<int64_t> outerDims(lineDims.begin(), lineDims.end() - 1);
+    outerDims.push_back(last / run);
+    line = unravel(kir::var(0), outerDims);
+    line.back() = kir::add(kir::mul(line.back(), kir::index(run)), kir::var(3));
+  }
   // The index of the line's element `along` the axis, in a tensor of `dims`
   // (data's, or indices' with the line's other coordinates clamped to them).
   auto at = [&](const ExprPtr& along, const std::vector<int64_t>& dims) {
@@ -392,8 +414,13 @@ void lowerScatterKernel(const Op& op, kir::Kernel& kernel) {
     return linearize(ix, dims);
   };
   const ExprPtr copyAt = at(kir::var(1), data);
+  // Data that is one value (the zeros of a gather's gradient) is stored,
+  // not read.
+  const std::optional<double> splat = splatValue(op.operand(0));
+  const ExprPtr initial = splat ? kir::constant(t, *splat) : kir::load(0, t, copyAt);
+  auto alongRun = [&](std::vector<kir::StmtPtr> statements) { return kir::forLoop(3, run, false, false, std::move(statements)); };
   std::vector<kir::StmtPtr> body = {
-      kir::forLoop(1, data[axis], false, false, {kir::store(out, copyAt, kir::load(0, t, copyAt))})};
+      kir::forLoop(1, data[axis], false, false, {alongRun({kir::store(out, copyAt, initial)})})};
   bool empty = false;
   for (int64_t extent : indices) empty = empty || extent == 0;
   if (!empty) {
@@ -419,10 +446,10 @@ void lowerScatterKernel(const Op& op, kir::Kernel& kernel) {
     if (reduction == "max") value = kir::binary(kir::BinaryFn::Max, current, update);
     if (reduction == "min") value = kir::binary(kir::BinaryFn::Min, current, update);
     if (covered) value = kir::select(covered, value, current);
-    body.push_back(kir::forLoop(2, indices[axis], false, false, {kir::store(out, targetAt, value)}));
+    body.push_back(kir::forLoop(2, indices[axis], false, false, {alongRun({kir::store(out, targetAt, value)})}));
   }
-  kernel.body.push_back(kir::forLoop(0, lines, true, false, std::move(body)));
-  kernel.numVars = 3;
+  kernel.body.push_back(kir::forLoop(0, lines / run, true, false, std::move(body)));
+  kernel.numVars = 4;
 }
 
 Expected<kir::Kernel> lowerConcatKernel(const Op& op, std::string name, const std::vector<int>& copied,

@@ -258,41 +258,62 @@ Status ScatterElements(const KernelCall& c) {
     return c.op.emitError("indices " + indices.type().str() + " and updates " + updates.type().str() +
                           " must have one shape and the rank of data " + data.type().str());
   std::memcpy(out.raw(), data.raw(), out.numBytes());
+  if (indices.numElements() == 0) return {};
+  // Rows of indices' last dim, walked with an odometer over the dims before
+  // it: an embedding's gradient scatters a million elements, and unravelling
+  // each one's index took 20 ns of the 2 its add does.
+  const int64_t rank = data.rank();
   const std::vector<int64_t> dataStrides = data.strides();
-  std::vector<int64_t> index;
-  for (int64_t i = 0; i < indices.numElements(); ++i) {
-    unravel(i, indices.shape(), index);
-    int64_t dst = 0;
-    for (int64_t d = 0; d < data.rank(); ++d) {
-      int64_t coord = index[d];
-      if (d == *axis) {
-        auto idx = readIndex(c.op, indices, i, data.shape()[d], d);
-        if (!idx) return idx.takeError();
-        coord = *idx;
-      } else if (coord >= data.shape()[d]) {
+  const int64_t rowLength = indices.shape().back();
+  const int64_t rowStride = *axis == rank - 1 ? 0 : dataStrides[rank - 1];
+  if (*axis != rank - 1 && rowLength > data.shape()[rank - 1])
+    return c.op.emitError("indices " + indices.type().str() + " exceed data " + data.type().str() + " in dim " +
+                          std::to_string(rank - 1));
+  const bool f32Add = reduction == "add" && data.dtype() == DType::F32;
+  float* outF = f32Add ? out.data<float>() : nullptr;
+  const float* updatesF = f32Add ? updates.data<float>() : nullptr;
+  std::vector<int64_t> index(rank, 0);
+  for (int64_t row = 0; row < indices.numElements(); row += rowLength) {
+    int64_t base = 0;
+    for (int64_t d = 0; d + 1 < rank; ++d) {
+      if (d == *axis) continue;
+      if (index[d] >= data.shape()[d])
         return c.op.emitError("indices " + indices.type().str() + " exceed data " + data.type().str() + " in dim " +
                               std::to_string(d));
+      base += index[d] * dataStrides[d];
+    }
+    for (int64_t j = 0; j < rowLength; ++j) {
+      const int64_t i = row + j;
+      auto idx = readIndex(c.op, indices, i, data.shape()[*axis], *axis);
+      if (!idx) return idx.takeError();
+      const int64_t dst = base + *idx * dataStrides[*axis] + j * rowStride;
+      if (f32Add) {
+        outF[dst] += updatesF[i];
+        continue;
       }
-      dst += coord * dataStrides[d];
+      if (reduction == "none") {
+        copyElement(updates, i, out, dst);
+        continue;
+      }
+      withComputeType(data.dtype(), [&]<typename Acc>() {
+        const Acc cur = getElement<Acc>(out, dst);
+        const Acc upd = getElement<Acc>(updates, i);
+        Acc result;
+        if (reduction == "add")
+          result = addAcc(cur, upd);
+        else if (reduction == "mul")
+          result = mulAcc(cur, upd);
+        else if (reduction == "max")
+          result = (cur != cur || upd != upd) ? cur + upd : std::max(cur, upd);  // NaN propagates
+        else
+          result = (cur != cur || upd != upd) ? cur + upd : std::min(cur, upd);
+        setElement<Acc>(out, dst, result);
+      });
     }
-    if (reduction == "none") {
-      copyElement(updates, i, out, dst);
-      continue;
+    for (int64_t d = rank - 2; d >= 0; --d) {
+      if (++index[d] < indices.shape()[d]) break;
+      index[d] = 0;
     }
-    withComputeType(data.dtype(), [&]<typename Acc>() {
-      const Acc cur = getElement<Acc>(out, dst);
-      const Acc upd = getElement<Acc>(updates, i);
-      Acc result;
-      if (reduction == "add")
-        result = addAcc(cur, upd);
-      else if (reduction == "mul")
-        result = mulAcc(cur, upd);
-      else if (reduction == "max")
-        result = (cur != cur || upd != upd) ? cur + upd : std::max(cur, upd);  // NaN propagates
-      else
-        result = (cur != cur || upd != upd) ? cur + upd : std::min(cur, upd);
-      setElement<Acc>(out, dst, result);
-    });
   }
   return {};
 }

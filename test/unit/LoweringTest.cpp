@@ -99,7 +99,11 @@ TEST(LoweringTest, ScatterElementsEveryReduction) {
   };
   // Duplicate and negative indices (the index range covers both), indices
   // smaller than data in the other dims, a negative axis.
-  const Case cases[] = {{{4, 5}, {3, 5}, 0}, {{4, 5}, {2, 7}, 1}, {{3, 4, 2}, {3, 2, 2}, -2}, {{6}, {9}, 0}};
+  // The last cases walk runs of adjacent lines (the last dim when it is not
+  // the axis), some of them beyond indices' last dim.
+  const Case cases[] = {{{4, 5}, {3, 5}, 0},       {{4, 5}, {2, 7}, 1},       {{3, 4, 2}, {3, 2, 2}, -2},
+                        {{6}, {9}, 0},             {{4, 6}, {3, 4}, 0},       {{2, 3, 8}, {2, 2, 5}, 1},
+                        {{2, 5, 128}, {1, 7, 96}, 1}};
   auto dims = [](const std::vector<int64_t>& d) {
     std::string s = "[";
     for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
@@ -114,6 +118,21 @@ TEST(LoweringTest, ScatterElementsEveryReduction) {
                                 randomFloats(DType::F32, c.indices, rng)};
       expectJitMatchesInterpreter(scatterFunction(dims(c.data), dims(c.indices), c.axis, reduction), in);
     }
+}
+
+/// Data that is one repeated value (the zeros of a gather's gradient) is
+/// stored by the kernel, not read: the result still starts from that value.
+TEST(LoweringTest, ScatterElementsIntoASplatConstant) {
+  std::mt19937 rng(5);
+  std::string values;
+  for (int i = 0; i < 4 * 6; ++i) values += (i ? ", " : "") + std::string("1.5");
+  for (const char* reduction : {"none", "add", "max"}) {
+    const std::string text = std::string("func @main(%i: i64[3,6], %u: f32[3,6]) -> f32[4,6] {\n") +
+                             "  %z = constant() {value = dense<f32[4,6]>[" + values + "]} : f32[4,6]\n" +
+                             "  %y = scatter_elements(%z, %i, %u) {axis = 0, reduction = \"" + reduction +
+                             "\"} : f32[4,6]\n  return %y\n}\n";
+    expectJitMatchesInterpreter(text, {randomInts(DType::I64, {3, 6}, -4, 3, rng), randomFloats(DType::F32, {3, 6}, rng)});
+  }
 }
 
 TEST(LoweringTest, ScatterElementsNoneLastDuplicateWins) {
