@@ -7,6 +7,19 @@
 namespace kiln::shape_rules {
 namespace {
 
+/// The result dtype of a float contraction: its operands', or f32 where
+/// the operands are f16 or bf16 and the op declares an f32 result (a
+/// mixed-precision contraction, as the autocast pass makes: products of
+/// the half-precision operands accumulated and stored in f32, not rounded
+/// to the operands' type; docs/precision.md).
+DType contractionDType(const ShapeQuery& q) {
+  const DType operands = operand(q, 0).dtype;
+  if ((operands == DType::F16 || operands == DType::BF16) && !q.declared.empty() &&
+      q.declared[0].dtype == DType::F32)
+    return DType::F32;
+  return operands;
+}
+
 Result inferMatMul(const ShapeQuery& q) {
   KILN_TRY(expectDType(q, 0, DTypes::Numeric));
   KILN_TRY(expectSameDType(q, 0, 1));
@@ -25,7 +38,7 @@ Result inferMatMul(const ShapeQuery& q) {
   Shape shape = std::move(*batch);
   if (a.size() >= 2) shape.push_back(a[a.size() - 2]);
   if (b.size() >= 2) shape.push_back(b.back());
-  return Types{{operand(q, 0).dtype, std::move(shape)}};
+  return Types{{contractionDType(q), std::move(shape)}};
 }
 
 /// One spatial output dim of a sliding window: conv and pooling.
@@ -122,7 +135,7 @@ Result inferConv(const ShapeQuery& q) {
     shape.push_back(*out);
   }
   if (*channelsLast) std::rotate(shape.begin() + 1, shape.begin() + 2, shape.end());
-  return Types{{operand(q, 0).dtype, std::move(shape)}};
+  return Types{{contractionDType(q), std::move(shape)}};
 }
 
 /// conv_weight_grad(x[N, C, D...], dy[N, M, O...]) -> [M, C/groups, kernel...],
@@ -161,7 +174,7 @@ Result inferConvWeightGrad(const ShapeQuery& q) {
     KILN_TRY(expectDim(q, 1, i + 2, *out, "the convolution's output size"));
     shape.push_back(Dim::fixed((*kernel)[i]));
   }
-  return Types{{operand(q, 0).dtype, std::move(shape)}};
+  return Types{{contractionDType(q), std::move(shape)}};
 }
 
 Result inferConvTranspose(const ShapeQuery& q) {
@@ -212,7 +225,7 @@ Result inferConvTranspose(const ShapeQuery& q) {
     if (out > kInt64Max) return fail(q, "spatial dim " + std::to_string(i) + " of the output overflows int64");
     shape.push_back(Dim::fixed(static_cast<int64_t>(out)));
   }
-  return Types{{operand(q, 0).dtype, std::move(shape)}};
+  return Types{{contractionDType(q), std::move(shape)}};
 }
 
 Result inferPool(const ShapeQuery& q) {

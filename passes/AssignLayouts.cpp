@@ -274,7 +274,9 @@ class Assigner {
     b_.setInsertionPoint(&op);
     b_.setLocation(op.loc());
     std::vector<TensorType> declared;
-    if (op.info().opClass == OpClass::Cast) {
+    // A cast's result type, and a mixed-precision contraction's f32 result
+    // from bf16 or f16 operands, come from the declaration.
+    if (op.info().opClass == OpClass::Cast || op.info().opClass == OpClass::Contraction) {
       TensorType t = op.result()->type();
       t.shape = permuted(t.shape, kToChannelsLast);
       declared.push_back(t);

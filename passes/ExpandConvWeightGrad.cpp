@@ -74,8 +74,11 @@ Expected<Value*> expand(Builder& b, Op& op) {
     if (!xt) return xt.takeError();
     auto dyt = b.value(OpKind::Transpose, {dyg}, {{"perm", Attribute(perm)}});
     if (!dyt) return dyt.takeError();
+    // The declared dtype keeps a mixed-precision gradient's f32 result
+    // (bf16 or f16 x and dy; ir/ShapeRulesContraction.cpp).
     auto full = b.value(OpKind::Conv, {*xt, *dyt},
-                        {{"strides", Attribute(dilations)}, {"pads", Attribute(pads)}, {"dilations", Attribute(strides)}});
+                        {{"strides", Attribute(dilations)}, {"pads", Attribute(pads)}, {"dilations", Attribute(strides)}},
+                        {TensorType{op.result()->type().dtype, {}}});
     if (!full) return full.takeError();
     // [C/g, M/g, K'...] cropped to the kernel, then [M/g, C/g, K...].
     std::vector<int64_t> ends = staticDims((*full)->type().shape);

@@ -7,6 +7,7 @@
 
 #include "ir/Evaluator.h"
 #include "ir/IR.h"
+#include "ir/Precision.h"
 
 namespace kiln {
 
@@ -22,6 +23,9 @@ struct PassContext {
   /// data-parallel: the most bytes of gradients in one all-reduce bucket
   /// (DDP's bucket_cap_mb, 25 MB by default; `--bucket-cap-mb`).
   int64_t bucketCapBytes = int64_t{25} * 1024 * 1024;
+  /// autocast: the precision compiled for (`--precision`); fp32 and tf32
+  /// leave the graph alone.
+  Precision precision = Precision::FP32;
 };
 
 class Pass {

@@ -63,6 +63,8 @@ memory::data_type dnnlType(DType dtype) {
     case DType::U8: return memory::data_type::u8;
     case DType::I8: return memory::data_type::s8;
     case DType::I32: return memory::data_type::s32;
+    case DType::BF16: return memory::data_type::bf16;
+    case DType::F16: return memory::data_type::f16;
     default: return memory::data_type::f32;
   }
 }
@@ -177,7 +179,8 @@ bool passesBound(const PostOp& p) {
 
 /// Whether `call` is one a guard can bound: an f32 convolution or matmul.
 bool boundable(const LibraryCall& call) {
-  return !call.quantized() && (call.kind == LibraryCall::Kind::Conv || call.kind == LibraryCall::Kind::MatMul);
+  return !call.quantized() && !call.mixedPrecision() &&
+         (call.kind == LibraryCall::Kind::Conv || call.kind == LibraryCall::Kind::MatMul);
 }
 
 /// Whether a guard can bound `call`'s result: its post-ops all pass a bound on.
@@ -282,6 +285,8 @@ struct DnnlKernel::Impl {
     std::vector<int64_t> strides, dilations, padBegin;
     int64_t batch = 0;
     bool channelsLast = false;
+    /// The weights' type: f32, or bf16 or f16 (a mixed-precision call's).
+    DType weightType = DType::F32;
     int weightBuffer = 0, resultBuffer = 0;
     /// Constant weights (inference) are scanned once per address, as a
     /// constant reorder is made once: the first run found them all finite.
@@ -455,21 +460,28 @@ DnnlKernel::Impl::Guard::Range DnnlKernel::Impl::Guard::chainRange(const Library
 /// (all finite: nothing to do) unless one is not finite.
 void DnnlKernel::Impl::fixPaddedTaps(void* const* buffers) {
   PaddedTaps& p = *paddedTaps;
-  const float* w = static_cast<const float*>(buffers[p.weightBuffer]);
+  const void* w = buffers[p.weightBuffer];
   if (p.constantWeights && p.finiteAt == w) return;
+  // An exponent of all ones is an infinity or a NaN.
+  auto nonFiniteAt = [&](int64_t i) {
+    if (p.weightType == DType::F32) {
+      uint32_t bits;
+      std::memcpy(&bits, static_cast<const float*>(w) + i, sizeof bits);
+      return (bits & 0x7f800000u) == 0x7f800000u;
+    }
+    uint16_t bits;
+    std::memcpy(&bits, static_cast<const uint16_t*>(w) + i, sizeof bits);
+    const uint16_t exponent = p.weightType == DType::BF16 ? 0x7f80u : 0x7c00u;
+    return (bits & exponent) == exponent;
+  };
   const int64_t outChannels = p.weightDims[0], groupIn = p.weightDims[1];
   const size_t k = p.inDims.size();
   int64_t taps = 1;
   for (size_t d = 0; d < k; ++d) taps *= p.weightDims[2 + d];
-  // The common case in one pass over the weights in memory order: an
-  // exponent of all ones is an infinity or a NaN.
+  // The common case in one pass over the weights in memory order.
   const int64_t count = outChannels * groupIn * taps;
-  uint32_t nonFinite = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, w + i, sizeof bits);
-    nonFinite |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-  }
+  bool nonFinite = false;
+  for (int64_t i = 0; i < count; ++i) nonFinite = nonFiniteAt(i) || nonFinite;
   if (!nonFinite) {
     if (p.constantWeights) p.finiteAt = w;
     return;
@@ -480,7 +492,7 @@ void DnnlKernel::Impl::fixPaddedTaps(void* const* buffers) {
   for (int64_t m = 0; m < outChannels; ++m)
     for (int64_t t = 0; t < taps; ++t)
       for (int64_t c = 0; c < groupIn; ++c)
-        if (!std::isfinite(w[(m * groupIn + c) * taps + t])) {
+        if (nonFiniteAt((m * groupIn + c) * taps + t)) {
           bad[static_cast<size_t>(m)].push_back(t);
           break;
         }
@@ -715,12 +727,13 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
   if (call.transposedA && (call.kind != LibraryCall::Kind::MatMul || call.operandDims[0].size() < 2))
     return Error("only a matmul's a of 2 or more dims is stored transposed");
   if (call.transposedA && call.quantized()) return Error("a quantized matmul's a is not stored transposed");
-  // Element types: all f32, or an int8 call's u8/s8 x and result, s8
-  // weights and s32 bias.
+  // Element types: all f32; an int8 call's u8/s8 x and result, s8
+  // weights and s32 bias; or a mixed-precision call's bf16 or f16 operands
+  // (the bias too) and f32 result.
   const bool quantized = call.quantized();
   const memory::data_type xType = dnnlType(call.srcType), yType = dnnlType(call.dstType);
-  const memory::data_type wType = quantized ? memory::data_type::s8 : memory::data_type::f32;
-  const memory::data_type biasType = quantized ? memory::data_type::s32 : memory::data_type::f32;
+  const memory::data_type wType = quantized ? memory::data_type::s8 : xType;
+  const memory::data_type biasType = quantized ? memory::data_type::s32 : xType;
   if (quantized) {
     if (call.kind != LibraryCall::Kind::MatMul && call.kind != LibraryCall::Kind::Conv)
       return Error("only matmuls and convolutions are quantized");
@@ -730,8 +743,8 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       if (p.kind != PostOp::Kind::Relu) return Error("a quantized call takes relu as its only post-op");
   }
   // A tensor post-op operand is stored as the result is.
-  auto operandDesc = [&](const memory::dims& dims) {
-    return call.channelsLast ? channelsLastDesc(dims) : plainDesc(dims);
+  auto operandDesc = [&](const memory::dims& dims, memory::data_type type = memory::data_type::f32) {
+    return call.channelsLast ? channelsLastDesc(dims, type) : plainDesc(dims, type);
   };
   // A matmul whose b has no batch (every leading dim 1) multiplies each of
   // a's rows alike: [B..., M, K] x [K, N] is [B*M, K] x [K, N] on the same
@@ -946,7 +959,7 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
         wd.insert(wd.begin(), groups);
         wd[1] /= groups;
       }
-      const memory::desc xmd = plainDesc(x), dymd = plainDesc(dy), wmd = plainDesc(wd);
+      const memory::desc xmd = plainDesc(x, xType), dymd = plainDesc(dy, xType), wmd = plainDesc(wd, yType);
       const memory::dims strideDims(call.strides.begin(), call.strides.end());
       auto describe = [&](const memory::desc& src, const memory::desc& weights, const memory::desc& dst)
           -> dnnl::convolution_backward_weights::primitive_desc {
@@ -958,9 +971,9 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
       };
       std::optional<dnnl::convolution_backward_weights::primitive_desc> pd;
       try {
-        pd.emplace(describe(memory::desc(x, memory::data_type::f32, memory::format_tag::any),
-                            memory::desc(wd, memory::data_type::f32, memory::format_tag::any),
-                            memory::desc(dy, memory::data_type::f32, memory::format_tag::any)));
+        pd.emplace(describe(memory::desc(x, xType, memory::format_tag::any),
+                            memory::desc(wd, yType, memory::format_tag::any),
+                            memory::desc(dy, xType, memory::format_tag::any)));
       } catch (const dnnl::error&) {
         pd.reset();
       }
@@ -1034,11 +1047,12 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
         } else {
           wd[0] = outChannels;
         }
-        wmd = memory::desc(wd, memory::data_type::f32, wStrides);
+        wmd = memory::desc(wd, wType, wStrides);
       }
       if (quantized && (transposed || call.channelsLast)) return Error("a quantized convolution is a plain one");
-      const memory::desc xmd = quantized ? plainDesc(call.operandDims[0], xType) : operandDesc(call.operandDims[0]);
-      const memory::desc ymd = quantized ? plainDesc(dstDims, yType) : operandDesc(dstDims);
+      const memory::desc xmd =
+          quantized ? plainDesc(call.operandDims[0], xType) : operandDesc(call.operandDims[0], xType);
+      const memory::desc ymd = quantized ? plainDesc(dstDims, yType) : operandDesc(dstDims, yType);
       const bool hasBias = call.operands.size() > 2;
       const memory::desc bmd = hasBias ? plainDesc({outChannels}, biasType) : memory::desc();
       const memory::dims strideDims(strides.begin(), strides.end());
@@ -1122,6 +1136,7 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
         p.weightBuffer = operandBuffer[1];
         p.resultBuffer = resultBuffer;
         p.constantWeights = isConstant(1);
+        p.weightType = call.mixedPrecision() ? call.srcType : DType::F32;
         impl->paddedTaps = std::move(p);
       }
     }

@@ -72,15 +72,19 @@ struct LibraryCall {
   /// Quantized calls (qconv, qmatmul): x and the result are u8 or i8, w i8
   /// and the bias i32; `scales` (one per output channel) take the i32
   /// accumulator to the result's scale, where relu (a post-op) applies and
-  /// the result's zero point is added; padding holds x's zero point. F32
-  /// for every other call.
+  /// the result's zero point is added; padding holds x's zero point.
+  /// Mixed-precision calls (the autocast pass's): every operand (x, w, the
+  /// bias; a and b) bf16 or f16 as srcType says, accumulated in f32 and
+  /// stored as the f32 result, where the post-ops apply. F32 for every
+  /// other call (whose operands and result share one float type).
   DType srcType = DType::F32;
   DType dstType = DType::F32;
   int32_t srcZeroPoint = 0;
   int32_t dstZeroPoint = 0;
   std::vector<float> scales;
 
-  bool quantized() const { return srcType != DType::F32; }
+  bool quantized() const { return isInteger(srcType); }
+  bool mixedPrecision() const { return srcType == DType::BF16 || srcType == DType::F16; }
   bool operator==(const LibraryCall&) const = default;
 };
 

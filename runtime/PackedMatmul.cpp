@@ -312,6 +312,7 @@ bool operandStrides(const PostOp& p, const std::vector<int64_t>& result, int64_t
 Expected<Impl> plan(const LibraryCall& call) {
   if (call.kind != LibraryCall::Kind::MatMul || call.operands.size() != 2 || call.operandDims.size() != 2)
     return Error("not a matmul of two operands");
+  if (call.srcType != DType::F32 || call.dstType != DType::F32) return Error("not an f32 matmul");
   const std::vector<int64_t>& a = call.operandDims[0];
   const std::vector<int64_t>& b = call.operandDims[1];
   const std::vector<int64_t>& c = call.resultDims;

@@ -343,7 +343,8 @@ class ProgramReader {
       auto t = r_.uint(1, "a library call's element type");
       if (!t) return t.takeError();
       if (*t != static_cast<uint64_t>(DType::F32) && *t != static_cast<uint64_t>(DType::U8) &&
-          *t != static_cast<uint64_t>(DType::I8))
+          *t != static_cast<uint64_t>(DType::I8) && *t != static_cast<uint64_t>(DType::BF16) &&
+          *t != static_cast<uint64_t>(DType::F16))
         return r_.error("corrupt: a library call's element type");
       *type = static_cast<DType>(*t);
     }
@@ -709,6 +710,14 @@ Status Program::validate() const {
                                                                      : c.resultDims[1];
       if (!fits || static_cast<int64_t>(c.scales.size()) != channels)
         return bad(what + " has a quantized library call whose element types or scales do not fit its buffers");
+    } else if (c.mixedPrecision()) {
+      // Every operand of srcType, into an f32 result.
+      auto typeOfBuffer = [&](int b) {
+        return slots[static_cast<size_t>(b == buffers ? s.result : s.operands[b])].type.dtype;
+      };
+      bool fits = c.dstType == DType::F32 && c.scales.empty() && typeOfBuffer(buffers) == DType::F32;
+      for (int operand : c.operands) fits = fits && typeOfBuffer(operand) == c.srcType;
+      if (!fits) return bad(what + " has a mixed-precision library call whose element types do not fit its buffers");
     } else if (c.dstType != DType::F32 || !c.scales.empty()) {
       return bad(what + " has a library call of mixed element types");
     }

@@ -62,6 +62,8 @@ options:
   --time-passes          print per-pass wall times (to stderr)
   --bucket-cap-mb=N      data-parallel: the most MB of gradients in one
                          all-reduce bucket (default 25)
+  --precision=P          autocast: fp32 (default), tf32, bf16 or fp16
+                         (docs/precision.md)
   --print-memory-plan    after the IR, print each function's memory plan as
                          '//' comments (offsets, sizes, live kernels, peak)
   --list-passes          list the registered passes and exit
@@ -78,6 +80,7 @@ struct Options {
   bool printMemoryPlan = false;
   bool printKernels = false;
   int64_t bucketCapBytes = int64_t{25} * 1024 * 1024;
+  Precision precision = Precision::FP32;
   const codegen::Backend* backend = nullptr;
   PassManagerOptions pm;
 };
@@ -150,6 +153,14 @@ bool parseArgs(int argc, char** argv, Options& o, bool& exitEarly) {
         return false;
       }
       o.bucketCapBytes = static_cast<int64_t>(mb * 1024 * 1024);
+    } else if (a.rfind("--precision", 0) == 0) {
+      auto v = value("--precision");
+      auto p = v ? parsePrecision(*v) : Expected<Precision>(Error("--precision needs a value"));
+      if (!p) {
+        std::cerr << "kiln-opt: error: --precision: " << p.error().message() << "\n";
+        return false;
+      }
+      o.precision = *p;
     } else if (a == "--print-memory-plan") {
       o.printMemoryPlan = true;
     } else if (a == "--time-passes") {
@@ -278,6 +289,7 @@ std::optional<std::string> processChunk(const Chunk& chunk, const std::string& f
   ctx.evaluator = &Session::evaluator();
   ctx.target = o.backend ? &o.backend->target() : nullptr;
   ctx.bucketCapBytes = o.bucketCapBytes;
+  ctx.precision = o.precision;
   PassManager pm(o.pm, ctx);
   if (Status s = pm.addPipeline(o.pipeline); !s) {
     report(s.error());

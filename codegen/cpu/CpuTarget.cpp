@@ -237,10 +237,15 @@ Expected<LibraryCall> describe(const Op& anchor, std::span<const Op* const> epil
     return Error("library calls produce static f32, f16 or bf16 results");
   // A matmul's transposed a or b is read in place, through transposed strides.
   const Op* transposed[2] = {transposeReadInPlace(anchor, 0), transposeReadInPlace(anchor, 1)};
+  // A mixed-precision contraction (autocast's) reads bf16 or f16 operands
+  // into its f32 result.
+  const DType operandType = anchor.operand(0)->type().dtype;
+  const bool mixed = result.dtype == DType::F32 && (operandType == DType::BF16 || operandType == DType::F16);
+  if (mixed) call.srcType = operandType;
   for (size_t i = 0; i < anchor.numOperands(); ++i) {
     const Value* v = anchor.operand(i);
-    if (v->type().dtype != result.dtype || !v->type().isStatic())
-      return Error("library calls take static operands of their result's dtype");
+    if (v->type().dtype != (mixed ? operandType : result.dtype) || !v->type().isStatic())
+      return Error("library calls take static operands of their result's dtype, or all bf16 or f16 for an f32 result");
     call.operands.push_back(bufferOf(i < 2 && transposed[i] ? transposed[i]->operand(0) : v));
     call.operandDims.push_back(staticDims(v->type().shape));
   }
