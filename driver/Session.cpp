@@ -4,7 +4,10 @@
 #include "driver/Session.h"
 
 #include <optional>
+#include <sstream>
 
+#include "passes/PassManager.h"
+#include "runtime/HostCpu.h"
 #include "runtime/Interpreter.h"
 
 namespace kiln {
@@ -30,16 +33,64 @@ void Session::addNotice(std::string notice) {
   notices_.push_back(std::move(notice));
 }
 
+Status autocastModule(Module& m, Precision precision) {
+  if (!autocastDType(precision)) return Status::success();
+  PassContext ctx;
+  ctx.evaluator = &Session::evaluator();
+  ctx.precision = precision;
+  PassManager pm({}, ctx);
+  KILN_TRY(pm.addPipeline("autocast,canonicalize,cse,dce"));
+  std::ostringstream log;
+  return pm.run(m, log);
+}
+
+std::string cpuPrecisionNotice(Precision precision) {
+  if (precision == Precision::TF32) return "--precision tf32: the CPU has no TF32; it computes in f32";
+  // The CPU JIT's low precision is oneDNN's, which needs the instructions.
+  const std::set<std::string> cpu = hostCpuFeatures();
+  std::string missing;
+  if (precision == Precision::BF16 && !cpu.count("avx512bf16") && !cpu.count("amx-bf16"))
+    missing = "AVX-512 BF16 or AMX-BF16";
+  if (precision == Precision::FP16 && !cpu.count("avx512fp16") && !cpu.count("amx-fp16"))
+    missing = "AVX-512 FP16 or AMX-FP16";
+  if (missing.empty()) return "";
+  return "--precision " + std::string(precisionName(precision)) + ": this CPU has no " + missing +
+         " instructions, so it computes in f32";
+}
+
+Precision Session::effectivePrecision() {
+  std::call_once(precisionChecked_, [&] {
+    effectivePrecision_ = options_.precision;
+    // The interpreter computes any precision; CUDA's are the GPU's.
+    if (options_.interpret || device_.kind == DeviceChoice::Kind::Cuda) return;
+    if (std::string notice = cpuPrecisionNotice(options_.precision); !notice.empty()) {
+      addNotice(std::move(notice));
+      effectivePrecision_ = Precision::FP32;
+    }
+  });
+  return effectivePrecision_;
+}
+
 Expected<std::unique_ptr<CompiledModel>> Session::compile(const Function& f, const CompileOptions& options) {
   std::unique_ptr<CompiledModel> model(new CompiledModel(*this, f, options.aliases));
+  if (const Precision precision = effectivePrecision(); autocastDType(precision)) {
+    // One autocast for every backend and the interpreter: the same casts,
+    // so the interpreter stays the reference.
+    std::unique_ptr<Module> copy = codegen::cloneFunction(f);
+    KILN_TRY(autocastModule(*copy, precision));
+    model->function_ = copy->functions().front().get();
+    model->autocast_ = std::move(copy);
+  }
+  const Function& source = *model->function_;
   if (options_.interpret) return model;
   if (device_.kind == DeviceChoice::Kind::Cuda) {
     auto context = cudaContext();
     if (!context) return context.takeError();
     codegen::CudaOptions cuda = options_.cuda;
+    if (options_.precision == Precision::TF32) cuda.run.allowTf32 = true;
     cuda.aliases = options.aliases;
     cuda.run.keepDonated = options.keepDonatedOnDevice;
-    auto executor = codegen::CudaExecutor::create(f, std::move(*context), std::move(cuda));
+    auto executor = codegen::CudaExecutor::create(source, std::move(*context), std::move(cuda));
     if (!executor) return executor.takeError();
     model->cudaExecutor_ = std::move(*executor);
     return model;
@@ -47,7 +98,7 @@ Expected<std::unique_ptr<CompiledModel>> Session::compile(const Function& f, con
   codegen::CpuOptions cpu = options_.cpu;
   if (options.threads > 0) cpu.threads = options.threads;
   cpu.aliases = options.aliases;
-  auto executor = codegen::CpuExecutor::create(f, cpu);
+  auto executor = codegen::CpuExecutor::create(source, cpu);
   if (!executor) return executor.takeError();
   model->executor_ = std::move(*executor);
   return model;
@@ -73,7 +124,7 @@ Expected<std::shared_ptr<cuda::CudaContext>> Session::cudaContext() {
 }
 
 CompiledModel::CompiledModel(Session& session, const Function& f, std::vector<ResultAlias> aliases)
-    : session_(session), function_(f), aliases_(std::move(aliases)) {}
+    : session_(session), function_(&f), aliases_(std::move(aliases)) {}
 CompiledModel::~CompiledModel() = default;
 
 void CompiledModel::fallBack() {
@@ -118,7 +169,7 @@ Expected<std::vector<Tensor>> CompiledModel::run(const std::vector<Tensor>& inpu
     auto results = executor_->run(inputs);
     if (results || !fellBackInRun()) return results;
   }
-  return interpret(function_, inputs);
+  return interpret(*function_, inputs);
 }
 
 Expected<std::vector<Tensor>> CompiledModel::runInPlace(std::vector<Tensor>& inputs,
@@ -129,7 +180,7 @@ Expected<std::vector<Tensor>> CompiledModel::runInPlace(std::vector<Tensor>& inp
     auto results = executor_->runInPlace(inputs);
     if (results || !fellBackInRun()) return results;
   }
-  auto results = interpret(function_, inputs);
+  auto results = interpret(*function_, inputs);
   if (!results) return results;
   for (const ResultAlias& a : aliases_) inputs[a.argument] = std::exchange((*results)[a.result], Tensor());
   return results;

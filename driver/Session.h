@@ -32,6 +32,7 @@
 #include "driver/Device.h"
 #include "ir/Evaluator.h"
 #include "ir/IR.h"
+#include "ir/Precision.h"
 #include "passes/MemoryPlan.h"
 #include "runtime/Tensor.h"
 
@@ -53,7 +54,19 @@ struct SessionOptions {
   codegen::CudaOptions cuda = {};
   /// The most device memory Kiln's allocator may reserve (`--cuda-memory-limit`).
   std::optional<size_t> cudaMemoryLimit = std::nullopt;
+  /// `--precision` (docs/precision.md): bf16 and fp16 run every model
+  /// through the autocast pass, on every device and on the interpreter
+  /// alike; tf32 lets CUDA's libraries round f32 inputs to TF32 (the CPU
+  /// computes in f32 and says so once).
+  Precision precision = Precision::FP32;
 };
+
+/// Runs the autocast pass (with canonicalize, CSE and DCE after it) over
+/// `m` for `precision`: nothing to do for fp32 and tf32.
+Status autocastModule(Module& m, Precision precision);
+/// Why this CPU computes `precision` in f32 (it lacks the instructions, or
+/// it is tf32, which no CPU has), as a notice; empty when it need not.
+std::string cpuPrecisionNotice(Precision precision);
 
 /// Per-model options of Session::compile.
 struct CompileOptions {
@@ -110,7 +123,9 @@ class CompiledModel {
   codegen::CpuExecutor* executor() const { return executor_.get(); }
   /// The CUDA executor on a CUDA session, else null.
   codegen::CudaExecutor* cudaExecutor() const { return cudaExecutor_.get(); }
-  const Function& function() const { return function_; }
+  /// The function run: the one compiled, or its autocast copy under
+  /// `--precision bf16|fp16`.
+  const Function& function() const { return *function_; }
 
  private:
   friend class Session;
@@ -121,7 +136,9 @@ class CompiledModel {
   bool fellBackInRun();
 
   Session& session_;
-  const Function& function_;
+  /// The autocast copy of the function compiled, under bf16 or fp16.
+  std::unique_ptr<Module> autocast_;
+  const Function* function_;
   std::vector<ResultAlias> aliases_;
   std::unique_ptr<codegen::CpuExecutor> executor_;
   std::unique_ptr<codegen::CudaExecutor> cudaExecutor_;
@@ -156,6 +173,10 @@ class Session {
   std::vector<std::string> takeNotices();
   void addNotice(std::string notice);
 
+  /// The precision models compile for: options().precision, or fp32 where
+  /// the CPU lacks its instructions or has no TF32 (with one notice).
+  Precision effectivePrecision();
+
  private:
   Session(SessionOptions options, DeviceChoice device) : options_(std::move(options)), device_(std::move(device)) {}
 
@@ -163,6 +184,8 @@ class Session {
   DeviceChoice device_;
   std::mutex noticesMutex_;
   std::vector<std::string> notices_;
+  std::once_flag precisionChecked_;
+  Precision effectivePrecision_ = Precision::FP32;
 };
 
 }  // namespace kiln

@@ -194,8 +194,11 @@ std::string resultName(const Function& f, size_t i) {
 
 /// The session for `device`, or the exception `kiln` would exit with.
 std::unique_ptr<Session> makeSession(const std::string& device, int threads, const std::string& cacheDir,
-                                     bool allowFallback, bool interpret) {
+                                     bool allowFallback, bool interpret, const std::string& precision = "fp32") {
   SessionOptions options;
+  auto parsed = parsePrecision(precision);
+  if (!parsed) raise(PyExc_ValueError, "precision='" + precision + "': expected 'fp32', 'tf32', 'bf16' or 'fp16'");
+  options.precision = *parsed;
   options.device = device;
   options.interpret = interpret;
   options.allowFallback = allowFallback;
@@ -262,7 +265,7 @@ DeviceChoice cudaDeviceForArtifact(const std::string& path, const std::string& d
 class PyModel {
  public:
   PyModel(std::string path, const std::string& device, int threads, const std::string& cacheDir, bool allowFallback,
-          bool interpret)
+          bool interpret, const std::string& precision)
       : path_(std::move(path)) {
     if (path_.ends_with(".kc")) {
       if (interpret) raise(gError, "a .kc file holds compiled code; interpret=True needs the model file itself");
@@ -289,7 +292,7 @@ class PyModel {
       for (const Model::Port& p : kc_->outputs()) outputs_.push_back({p.name, p.type, false});
       return;
     }
-    session_ = makeSession(device, threads, cacheDir, allowFallback, interpret);
+    session_ = makeSession(device, threads, cacheDir, allowFallback, interpret, precision);
     Expected<std::unique_ptr<Module>> loaded = Error("");
     Status inferred;
     {
@@ -576,7 +579,8 @@ class PyTrainer {
   PyTrainer(const std::string& modelPath, const py::dict& o) {
     const std::string device = py::cast<std::string>(o["device"]);
     session_ = makeSession(device, py::cast<int>(o["threads"]), py::cast<std::string>(o["cache_dir"]),
-                           /*allowFallback=*/true, /*interpret=*/false);
+                           /*allowFallback=*/true, /*interpret=*/false,
+                           o.contains("precision") ? py::cast<std::string>(o["precision"]) : std::string("fp32"));
     training::TrainOptions options;
     options.modelPath = modelPath;
     options.batchSize = py::cast<int64_t>(o["batch_size"]);
@@ -765,9 +769,9 @@ PYBIND11_MODULE(_kiln, m) {
   m.attr("ModelError") = py::handle(gModelError);
 
   py::class_<PyModel>(m, "Model")
-      .def(py::init<std::string, const std::string&, int, const std::string&, bool, bool>(), py::arg("path"),
-           py::arg("device"), py::arg("threads"), py::arg("cache_dir"), py::arg("allow_fallback"),
-           py::arg("interpret"))
+      .def(py::init<std::string, const std::string&, int, const std::string&, bool, bool, const std::string&>(),
+           py::arg("path"), py::arg("device"), py::arg("threads"), py::arg("cache_dir"), py::arg("allow_fallback"),
+           py::arg("interpret"), py::arg("precision") = "fp32")
       .def_property_readonly("inputs", &PyModel::inputs)
       .def_property_readonly("outputs", &PyModel::outputs)
       .def_property_readonly("device", &PyModel::device)

@@ -117,6 +117,16 @@ Expected<double> parseNumber(const std::string& text, std::string_view what) {
   return v;
 }
 
+Expected<Precision> precisionOption(const ParsedArgs& args) {
+  const std::string* name = args.get("--precision");
+  if (!name) return args.has("--allow-tf32") ? Precision::TF32 : Precision::FP32;
+  auto precision = parsePrecision(*name);
+  if (!precision) return Error("--precision: " + precision.error().message());
+  if (args.has("--allow-tf32") && *precision != Precision::TF32)
+    return Error("--allow-tf32 means --precision tf32, not " + *name + "; give one of the two");
+  return precision;
+}
+
 Expected<int64_t> parseByteSize(std::string_view text, std::string_view what) {
   static constexpr std::pair<std::string_view, int64_t> kUnits[] = {
       {"GiB", int64_t{1} << 30}, {"MiB", int64_t{1} << 20}, {"KiB", int64_t{1} << 10}, {"B", 1}};

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ir/Precision.h"
 #include "ir/Support.h"
 
 namespace kiln::cli {
@@ -61,6 +62,17 @@ Expected<int64_t> parseInteger(std::string_view text, std::string_view what, int
 Expected<double> parseNumber(const std::string& text, std::string_view what);
 /// `512MiB`, `2GiB`, `64KiB` or a number of bytes; an error naming `what`.
 Expected<int64_t> parseByteSize(std::string_view text, std::string_view what);
+
+/// `--precision P` (docs/precision.md), with `--allow-tf32` its older
+/// spelling of tf32; fp32 when neither is given. Giving both, or an unknown
+/// name, is an error.
+Expected<Precision> precisionOption(const ParsedArgs& args);
+/// The table entries of the two options, for every command that takes them.
+#define KILN_PRECISION_OPTIONS                                                                                    \
+  {"--precision", "fp32|tf32|bf16|fp16",                                                                          \
+   "matmuls and convolutions in bf16 or fp16 with f32 accumulation, or TF32 on CUDA (default fp32; "             \
+   "docs/precision.md)"},                                                                                          \
+      {"--allow-tf32", "", "the same as --precision tf32 (CUDA: f32 matrix products may use TF32)"}
 
 /// Milliseconds as the timing outputs print them (`kiln run --bench`,
 /// kiln-train-bench): four decimals.

@@ -63,6 +63,7 @@ constexpr OptionSpec kOptions[] = {
     {"--time-passes", "", "print the time of each pass and code generation phase to stderr"},
     {"--cache-dir", "DIR", "the kernel cache folder (default: $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln)"},
     {"--no-cache", "", "neither read nor write the kernel cache"},
+    KILN_PRECISION_OPTIONS,
     {"--help", "", "show this help", false, "-h"},
 };
 
@@ -341,6 +342,16 @@ int compile(const ParsedArgs& args) {
     reportError(kName, Error(positionals[0] + ": the model holds no function to compile"));
     return kExitError;
   }
+  // --precision bf16|fp16: the autocast pass, before every pipeline (a
+  // CPU without the instructions computes in f32, as kiln run does).
+  auto precision = precisionOption(args);
+  if (!precision) return usageError(kName, precision.error().message());
+  if (!cuda)
+    if (std::string notice = cpuPrecisionNotice(*precision); !notice.empty()) {
+      std::cerr << "kiln " << kName << ": note: " << notice << "\n";
+      precision = Precision::FP32;
+    }
+  if (Status s = autocastModule(**module, *precision); !s) return reportError(kName, s.takeError()), kExitError;
   const Function& f = *(*module)->functions().front();
   auto inputs = compileInputs(f, args);
   if (!inputs) return kExitError;

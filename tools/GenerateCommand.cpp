@@ -44,6 +44,7 @@ constexpr OptionSpec kOptions[] = {
     {"--no-fallback", "", "CPU JIT: fail when an op cannot be compiled instead of using the interpreter"},
     {"--cache-dir", "DIR", "CPU JIT: the kernel cache folder (default: $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln)"},
     {"--no-cache", "", "CPU JIT: neither read nor write the kernel cache"},
+    KILN_PRECISION_OPTIONS,
     {"--help", "", "show this help", false, "-h"},
 };
 
@@ -164,6 +165,9 @@ int run(const ParsedArgs& args) {
   sessionOptions.interpret = interpretOnly;
   sessionOptions.allowFallback = !args.has("--no-fallback");
   sessionOptions.cpu = cpuOptions;
+  auto precision = precisionOption(args);
+  if (!precision) return usageError(kName, precision.error().message());
+  sessionOptions.precision = *precision;
   if (onCuda) sessionOptions.device = "cuda:" + std::to_string(device.cuda.index);
   auto created = Session::create(sessionOptions);
   if (auto* error = std::get_if<DeviceError>(&created)) return fail(error->error);

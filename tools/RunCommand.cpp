@@ -61,7 +61,7 @@ constexpr OptionSpec kOptions[] = {
     {"--no-cache", "", "CPU JIT: neither read nor write the kernel cache"},
     {"--recompile", "", ".kc: ignore its machine code and compile its stored program for this machine"},
     {"--no-cuda-graph", "", "CUDA: launch every step each run instead of replaying a captured CUDA graph"},
-    {"--allow-tf32", "", "CUDA: let f32 matrix products use TF32 (off: full f32, as PyTorch by default)"},
+    KILN_PRECISION_OPTIONS,
     {"--memory-stats", "", "print the memory statistics at the end: on CUDA the device's (allocated, reserved, peaks, cache hits), on the CPU the compiled programs' (arena, constants, results, peaks)"},
     {"--cuda-memory-limit", "BYTES", "CUDA: the most device memory Kiln may reserve, e.g. 2GiB or 512MiB"},
     {"--help", "", "show this help", false, "-h"},
@@ -526,10 +526,12 @@ int run(const ParsedArgs& args) {
   sessionOptions.cpu = cpuOptions;
   sessionOptions.cuda.report = cpuOptions.report;
   sessionOptions.cuda.run.graphs = !args.has("--no-cuda-graph");
-  sessionOptions.cuda.run.allowTf32 = args.has("--allow-tf32");
   sessionOptions.cuda.run.timeRuns = benchRuns.has_value();
   sessionOptions.cudaMemoryLimit = memoryLimit;
-  for (std::string_view cudaOnly : {"--no-cuda-graph", "--allow-tf32", "--cuda-memory-limit"})
+  auto precision = precisionOption(args);
+  if (!precision) return usageError(kName, precision.error().message());
+  sessionOptions.precision = *precision;
+  for (std::string_view cudaOnly : {"--no-cuda-graph", "--cuda-memory-limit"})
     if (!onCuda && args.has(cudaOnly)) return usageError(kName, std::string(cudaOnly) + " applies to --device cuda");
   if (onCuda && args.has("--profile")) {
     // Timed per step with CUDA events, which a replayed graph would not

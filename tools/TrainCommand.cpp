@@ -88,7 +88,7 @@ constexpr OptionSpec kOptions[] = {
     {"--drop-last", "", "drop each epoch's last batch when it is smaller than --batch-size"},
     {"--device", "cpu|cuda[:N]|auto", "where to train (default: cpu); cuda never falls back to the CPU"},
     {"--no-cuda-graph", "", "CUDA: launch every step each time instead of replaying a captured CUDA graph"},
-    {"--allow-tf32", "", "CUDA: let f32 matrix products use TF32 (off: full f32)"},
+    KILN_PRECISION_OPTIONS,
     {"--memory-stats", "", "CUDA: print the device memory statistics (allocated, reserved, peaks, cache hits) at the end"},
     {"--cuda-memory-limit", "BYTES", "CUDA: the most device memory Kiln may reserve, e.g. 2GiB or 512MiB"},
     {"--threads", "N|auto",
@@ -369,8 +369,10 @@ int run(const ParsedArgs& args) {
       device.kind == DeviceChoice::Kind::Cuda ? "cuda:" + std::to_string(device.cuda.index) : std::string("cpu");
   SessionOptions sessionOptions{.device = sessionDevice, .cpu = c.cpu};
   sessionOptions.cuda.run.graphs = !args.has("--no-cuda-graph");
-  sessionOptions.cuda.run.allowTf32 = args.has("--allow-tf32");
-  for (std::string_view cudaOnly : {"--no-cuda-graph", "--allow-tf32", "--memory-stats", "--cuda-memory-limit"})
+  auto precision = precisionOption(args);
+  if (!precision) return usageError(kName, precision.error().message());
+  sessionOptions.precision = *precision;
+  for (std::string_view cudaOnly : {"--no-cuda-graph", "--memory-stats", "--cuda-memory-limit"})
     if (device.kind != DeviceChoice::Kind::Cuda && args.has(cudaOnly))
       return usageError(kName, std::string(cudaOnly) + " applies to --device cuda");
   if (const std::string* limit = args.get("--cuda-memory-limit")) {

@@ -64,6 +64,7 @@ constexpr OptionSpec kOptions[] = {
     {"--profile", "", "print the time of each compiled step, largest first, on stderr"},
     {"--save-step", "FILE.kir", "also write the training-step function (before the pass pipeline) to FILE.kir"},
     {"--no-cache", "", "neither read nor write the kernel cache ($KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln)"},
+    KILN_PRECISION_OPTIONS,
     {"--help", "", "show this help", false, "-h"},
 };
 
@@ -241,7 +242,9 @@ int runBench(int argc, char** argv) {
   std::vector<Tensor>& inputs = *bound;
   // Parameters and optimizer state are donated: each step writes their new
   // values into `inputs` (runInPlace), as `kiln train` runs its step.
-  auto created = Session::create({.device = "cpu", .allowFallback = false, .cpu = cpu});
+  auto precision = cli::precisionOption(args);
+  if (!precision) return usage(precision.error().message());
+  auto created = Session::create({.device = "cpu", .allowFallback = false, .cpu = cpu, .precision = *precision});
   std::unique_ptr<Session> session = std::move(std::get<std::unique_ptr<Session>>(created));  // the CPU is always there
   auto model = session->compile(f, {.aliases = trainingStepAliases(f)});
   if (!model) return fail(model.takeError().message());

@@ -14,7 +14,14 @@ _Port = Tuple[str, str, Tuple[Union[int, str, None], ...], bool]
 
 class Model:
     def __init__(
-        self, path: str, device: str, threads: int, cache_dir: str, allow_fallback: bool, interpret: bool
+        self,
+        path: str,
+        device: str,
+        threads: int,
+        cache_dir: str,
+        allow_fallback: bool,
+        interpret: bool,
+        precision: str = "fp32",
     ) -> None: ...
     @property
     def inputs(self) -> List[_Port]: ...

@@ -212,6 +212,7 @@ def load(
     interpret: bool = False,
     allow_fallback: bool = True,
     cache_dir: Optional[str] = None,
+    precision: str = "fp32",
 ) -> CompiledModel:
     """Loads and compiles the model at ``path``.
 
@@ -229,10 +230,15 @@ def load(
     ``allow_fallback``: a model with ops the JIT cannot compile yet runs on
     the interpreter with a :class:`KilnWarning` naming them; False raises
     instead. ``cache_dir``: the compiled-kernel cache ("" for none).
+    ``precision``: ``"fp32"``, ``"tf32"``, ``"bf16"`` or ``"fp16"``, as
+    ``kiln run --precision`` (docs/precision.md): bf16 and fp16 give matmuls
+    and convolutions low-precision inputs with f32 accumulation.
     """
     cache = default_cache_dir() if cache_dir is None else cache_dir
     with python_errors():
-        handle = _kiln.Model(os.fspath(path), device, int(threads), cache, bool(allow_fallback), bool(interpret))
+        handle = _kiln.Model(
+            os.fspath(path), device, int(threads), cache, bool(allow_fallback), bool(interpret), str(precision)
+        )
     return CompiledModel(handle)
 
 

@@ -382,6 +382,7 @@ def compile(
     threads: int = 0,
     allow_fallback: bool = True,
     cache_dir: Optional[str] = None,
+    precision: str = "fp32",
 ) -> CompiledModule:
     """Compiles a ``torch.nn.Module`` with Kiln.
 
@@ -401,6 +402,8 @@ def compile(
       ``{"tokens": [1]}``. Other shapes compile on first use.
     - Outputs keep the module's structure: tensors in nested tuples, lists,
       dicts and named tuples.
+    - ``precision`` (``"fp32"``, ``"tf32"``, ``"bf16"``, ``"fp16"``) as for
+      :func:`load`: what ``torch.autocast`` does, as a graph transform.
     - float16 tensors are taken as they are; bfloat16 tensors (which NumPy
       lacks) go in and out as float32 with casts inside the graph, which is
       exact, and come back as torch.bfloat16.
@@ -508,7 +511,8 @@ def _compile_exported(wrapper, module, example, names, count, spec, device, dyna
         export_onnx(wrapper, example, path, names, outs, dynamic_batch, mode, constant_folding=True,
                     dynamic_axes=axes)
         try:
-            model = load(path, device, threads=threads, allow_fallback=allow_fallback, cache_dir=cache_dir)
+            model = load(path, device, threads=threads, allow_fallback=allow_fallback, cache_dir=cache_dir,
+                         precision=precision)
         except (_kiln.ModelError, _kiln.UnsupportedError) as e:
             # The file is the exporter's: what does not import is what Kiln
             # cannot compile.

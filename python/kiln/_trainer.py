@@ -115,6 +115,10 @@ class Trainer:
     the last dim). ``optimizer``: ``"sgd"``, ``"adam"`` or ``"adamw"`` (or
     ``torch.optim.SGD``, ``Adam`` or ``AdamW``, the class);
     ``weight_decay`` defaults to PyTorch's (0, and 0.01 for AdamW).
+    ``precision``: ``"bf16"`` (or ``"fp16"``) runs the step's matmuls and
+    convolutions, forward and backward, on low-precision inputs with f32
+    accumulation, keeping f32 master weights and optimizer state
+    (docs/precision.md); ``"tf32"`` lets CUDA round f32 products to TF32.
     """
 
     def __init__(
@@ -141,6 +145,7 @@ class Trainer:
         threads: int = 0,
         cache_dir: Optional[str] = None,
         check_numerics: bool = False,
+        precision: str = "fp32",
     ) -> None:
         loss, loss_options = _loss_name(loss)
         reduction = loss_options.get("reduction", reduction)
@@ -161,6 +166,8 @@ class Trainer:
             raise ValueError("momentum, dampening and nesterov apply to optimizer='sgd'")
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("nesterov=True needs momentum > 0 and dampening 0, as in torch.optim.SGD")
+        if precision not in ("fp32", "tf32", "bf16", "fp16"):
+            raise ValueError(f"precision='{precision}': expected 'fp32', 'tf32', 'bf16' or 'fp16'")
         if weight_decay is None:
             weight_decay = 0.01 if optimizer == "adamw" else 0.0
         check_device(device)
@@ -187,6 +194,7 @@ class Trainer:
             "cache_dir": default_cache_dir() if cache_dir is None else cache_dir,
             "zero_inputs": [],
             "check_numerics": bool(check_numerics),
+            "precision": precision,
             "first_batch_shape": None,
         }
         self._module = None
