@@ -467,7 +467,8 @@ def compile(
         wrapper = _exported_module(torch, module, sig, slots, bf16_outputs)
         wrapper.train(module.training)
         return _compile_exported(wrapper, module, tuple(example), names, len(leaves), spec, device, dynamic_batch,
-                                 output_names, threads, allow_fallback, cache_dir, axes, slots, sig, bf16_outputs)
+                                 output_names, threads, allow_fallback, cache_dir, axes, slots, sig, bf16_outputs,
+                                 precision)
     finally:
         if saved is not None:
             with torch.no_grad():
@@ -496,7 +497,7 @@ def _call_arguments(torch: Any, sig: Optional[inspect.Signature], slots: List[_S
 
 
 def _compile_exported(wrapper, module, example, names, count, spec, device, dynamic_batch, output_names, threads,
-                      allow_fallback, cache_dir, axes, slots, sig, bf16_outputs) -> "CompiledModule":
+                      allow_fallback, cache_dir, axes, slots, sig, bf16_outputs, precision) -> "CompiledModule":
     torch = _torch()
     if output_names:
         outs = list(output_names)

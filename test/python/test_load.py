@@ -6,6 +6,7 @@ import resource
 import subprocess
 import sys
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -371,3 +372,32 @@ def test_save_a_cuda_model_writes_a_kc_that_kiln_run_runs(e2e_dir, tmp_path, kil
     assert loaded.returncode == 0 and loaded.stdout.strip() == "ok", loaded.stdout + loaded.stderr
     with pytest.raises(kiln.DeviceError, match=r"holds a program compiled for CUDA; load it with device=\"cuda\""):
         kiln.load(kc, device="cpu")
+
+
+@pytest.mark.parametrize("model", ["cnn", "gpt-dynamic"])
+def test_bf16_precision_matches_the_interpreters_bf16(e2e_dir, model):
+    """precision="bf16": the JIT (oneDNN's bf16 kernels, or f32 with a
+    notice on a CPU without them) against the interpreter's bf16 and
+    PyTorch's f32 output (bf16's rounding, docs/precision.md)."""
+    folder = e2e_dir / model
+    f32 = kiln.load(folder / "model.onnx")
+    inputs = {p.name: np.load(folder / f"input_{p.name}.npy") for p in f32.inputs}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jit = kiln.load(folder / "model.onnx", precision="bf16")(**inputs)
+    notices = [str(w.message) for w in caught if issubclass(w.category, kiln.KilnWarning)]
+    with open("/proc/cpuinfo") as cpuinfo:
+        has_bf16 = "avx512_bf16" in cpuinfo.read()
+    assert notices == ([] if has_bf16 else notices[:1]) and (has_bf16 or "computes in f32" in notices[0]), notices
+    reference = kiln.load(folder / "model.onnx", precision="bf16", interpret=True)(**inputs)
+    expected = np.load(folder / f"expected_{f32.outputs[0].name}.npy")
+    jit = jit[0] if isinstance(jit, tuple) else jit
+    reference = reference[0] if isinstance(reference, tuple) else reference
+    np.testing.assert_allclose(jit, reference, rtol=1e-3, atol=1e-3)
+    error = np.linalg.norm(jit - expected) / np.linalg.norm(expected)
+    assert 1e-6 < error < 2e-2, error
+
+
+def test_unknown_precision_is_a_value_error(e2e_dir):
+    with pytest.raises(ValueError, match="precision='fp8': expected 'fp32', 'tf32', 'bf16' or 'fp16'"):
+        kiln.load(e2e_dir / "mlp" / "model.onnx", precision="fp8")

@@ -136,3 +136,39 @@ def test_trainer_on_cuda_without_a_gpu_raises():
         pytest.skip("a usable CUDA device is present")
     with pytest.raises(kiln.DeviceError):
         kiln.Trainer(Mlp(), device="cuda")
+
+
+def test_bf16_steps_track_pytorch_autocast_and_keep_f32_weights():
+    """precision="bf16": each step's GEMMs on bf16 inputs (forward and
+    backward), f32 master weights and optimizer state; the losses follow
+    PyTorch's f32 ones within bf16's rounding and the weights stay f32."""
+    torch.manual_seed(0)
+    module = BnCnn()
+    reference = copy.deepcopy(module).train()
+    x, y = data(64, 0)
+    trainer = kiln.Trainer(module, loss="cross_entropy", optimizer="sgd", lr=0.1, momentum=0.9, precision="bf16")
+    f32 = kiln.Trainer(copy.deepcopy(module), loss="cross_entropy", optimizer="sgd", lr=0.1, momentum=0.9)
+    opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    losses, f32_losses, expected = [], [], []
+    for step in range(10):
+        rows = slice((step % 4) * 16, (step % 4) * 16 + 16)
+        losses.append(trainer.step(x[rows], y[rows]))
+        f32_losses.append(f32.step(x[rows], y[rows]))
+        opt.zero_grad()
+        loss = F.cross_entropy(reference(x[rows]), y[rows])
+        loss.backward()
+        opt.step()
+        expected.append(loss.item())
+    assert losses == pytest.approx(expected, rel=3e-2)
+    assert losses[-1] < losses[0]
+    with open("/proc/cpuinfo") as cpuinfo:
+        if "avx512_bf16" in cpuinfo.read():  # else the CPU computes in f32 (with a warning)
+            assert losses != f32_losses
+    state = trainer.state_dict()
+    assert all(value.dtype == reference.state_dict()[key].dtype for key, value in state.items())
+    torch.testing.assert_close(state["fc.weight"], reference.state_dict()["fc.weight"], rtol=5e-2, atol=5e-3)
+
+
+def test_unknown_trainer_precision_is_a_value_error():
+    with pytest.raises(ValueError, match="precision='int8'"):
+        kiln.Trainer(BnCnn(), precision="int8")
