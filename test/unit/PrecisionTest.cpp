@@ -9,7 +9,9 @@
 #include <cstdlib>
 
 #include "driver/Session.h"
+#include "ir/Builder.h"
 #include "ir/Precision.h"
+#include "ir/Printer.h"
 #include "runtime/HostCpu.h"
 #include "test/unit/EmulatedGpu.h"
 #include "test/unit/TestSupport.h"
@@ -156,6 +158,37 @@ TEST(PrecisionTest, Bf16OnTheEmulatedGpuMatchesTheInterpreter) {
   unsetenv("KILN_CUDA_DRIVER");
   ASSERT_TRUE(got);
   expectBf16(*got, *want, "emulated GPU");
+}
+
+/// An inference model's weights are cast once, at compile time, however
+/// large (canonicalize's bound for casts): ViT-B/16's 51 weight casts took
+/// 19 ms of each 150 ms bf16 run before. The folded constant is bf16,
+/// rounded to nearest even.
+TEST(PrecisionTest, AutocastFoldsTheCastOfALargeWeight) {
+  Module m;
+  Function& f = *m.addFunction("main");
+  Value* x = f.addArgument(TensorType{DType::F32, staticShape({4, 2048})}, "x");
+  DenseTensor w = DenseTensor::zeros(TensorType{DType::F32, staticShape({2048, 1024})});
+  for (int64_t i = 0; i < w.numElements(); ++i) w.setDouble(i, 1.0 + static_cast<double>(i % 7) * 0x1p-9);
+  Builder b(f);
+  Value* weight = b.constant(std::move(w));
+  auto y = b.value(OpKind::MatMul, {x, weight});
+  ASSERT_TRUE(y.ok());
+  b.ret({*y});
+  ASSERT_TRUE(autocastModule(m, Precision::BF16).ok());
+  int casts = 0;
+  const DenseTensor* folded = nullptr;
+  for (const auto& op : f.ops()) {
+    casts += op->kind() == OpKind::Cast && op->operand(0) != x;
+    if (op->kind() == OpKind::Constant) folded = &op->getTensor("value");
+  }
+  EXPECT_EQ(casts, 0) << print(m);
+  ASSERT_NE(folded, nullptr);
+  EXPECT_EQ(folded->type.dtype, DType::BF16);
+  // bf16 steps by 2^-7 above 1: 1 + k 2^-9 rounds to the nearest step,
+  // the ties (k = 2 and 6) to the even one.
+  const double want[] = {1.0, 1.0, 1.0, 1.0 + 0x1p-7, 1.0 + 0x1p-7, 1.0 + 0x1p-7, 1.0 + 0x1p-6};
+  for (int64_t i = 0; i < 7; ++i) EXPECT_EQ(folded->getDouble(i), want[i]) << i;
 }
 
 /// tf32 is CUDA's: the CPU computes in f32, and says so once.
