@@ -45,6 +45,13 @@ machine's FMA peak, measured once per run by a timed loop of FMA instructions on
   .venv-bench/bin/python bench/real.py [--models resnet50,gpt2] [--batches 1] [--rounds 3] [--max-rounds 12]
                                        [--time-limit 3600] [--target-spread 0.1] [--runs 2] [--output F]
   .venv-bench/bin/python bench/real.py --models vgg11 --rounds 1 --max-rounds 1   # one model, once: a quick check
+  .venv-bench/bin/python bench/real.py --tables inference --models resnet50,vit_b_16,bert --batches 1 \
+      --precision bf16   # a bf16 row beside each f32 one (docs/precision.md)
+
+With --precision bf16 each inference row gains a twin timed in the same rounds: Kiln --precision bf16 against Kiln
+f32 (the speedup), PyTorch eager under torch.autocast("cpu", dtype=torch.bfloat16) and ONNX Runtime f32, with each
+output's relative L2 error against PyTorch's f32 output beside PyTorch autocast's own, and the share of a measured
+vdpbf16ps peak.
 
 A full run takes about an hour on a 2-core machine (more while the machine is busy: the rows then need more rounds).
 """
@@ -369,7 +376,22 @@ FMA_SOURCE = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-#if defined(__AVX512F__)
+#if defined(BF16_PEAK)
+#if !defined(__AVX512BF16__)
+#error "this CPU has no AVX-512 BF16 instructions"
+#endif
+/* vdpbf16ps: each f32 lane adds two bf16 products, 4 FLOPs a lane */
+typedef __m512 vec;
+#define LANES 16
+#define FLOPS_PER_LANE 4
+#define ISA "AVX-512 BF16"
+/* each 32-bit lane holds two bf16: 1.0 and 1e-7, so the sums stay finite */
+#define MUL_INIT _mm512_castsi512_ps(_mm512_set1_epi32(0x3f803f80))
+#define ADD_INIT _mm512_castsi512_ps(_mm512_set1_epi32(0x33d733d7))
+#define FMA(a, b, c) _mm512_dpbf16_ps(a, (__m512bh)_mm512_castps_si512(b), (__m512bh)_mm512_castps_si512(c))
+#define SET1(x) _mm512_set1_ps(x)
+#define STORE(p, v) _mm512_storeu_ps(p, v)
+#elif defined(__AVX512F__)
 typedef __m512 vec;
 #define LANES 16
 #define ISA "AVX-512"
@@ -386,6 +408,11 @@ typedef __m256 vec;
 #else
 #error "this CPU has no FMA instructions"
 #endif
+#ifndef FLOPS_PER_LANE
+#define FLOPS_PER_LANE 2
+#define MUL_INIT SET1(0.9999999f)
+#define ADD_INIT SET1(1e-7f)
+#endif
 static long iterations;
 struct result { double seconds; float sum; };
 static double now(clockid_t clock) {
@@ -395,7 +422,7 @@ static double now(clockid_t clock) {
 }
 static void* work(void* out) {
   /* 12 independent accumulators in registers: enough to cover the FMA latency on every FMA port */
-  const vec m = SET1(0.9999999f), a = SET1(1e-7f);
+  const vec m = MUL_INIT, a = ADD_INIT;
   vec c0 = SET1(0), c1 = SET1(1), c2 = SET1(2), c3 = SET1(3), c4 = SET1(4), c5 = SET1(5);
   vec c6 = SET1(6), c7 = SET1(7), c8 = SET1(8), c9 = SET1(9), c10 = SET1(10), c11 = SET1(11);
   /* The thread's own CPU time: the rate while it runs, whatever else the machine runs meanwhile */
@@ -426,7 +453,7 @@ int main(int argc, char** argv) {
   double start = now(CLOCK_MONOTONIC);
   for (int t = 0; t < threads; ++t) pthread_create(&tid[t], NULL, work, &results[t]);
   for (int t = 0; t < threads; ++t) pthread_join(tid[t], NULL);
-  double wall = now(CLOCK_MONOTONIC) - start, per_thread = 2.0 * LANES * 12 * (double)iterations, rate = 0;
+  double wall = now(CLOCK_MONOTONIC) - start, per_thread = (double)FLOPS_PER_LANE * LANES * 12 * (double)iterations, rate = 0;
   float check = 0;
   for (int t = 0; t < threads; ++t) {
     rate += per_thread / results[t].seconds;
@@ -440,18 +467,20 @@ int main(int argc, char** argv) {
 """
 
 
-def measure_fma_peak(work):
-    """The best of 5 timed FMA loops (single precision, the widest FMA the compiler targets with -march=native)
-    on 2 threads and on 1, each thread's rate over its own CPU time (so that other processes, which make the
-    loop wait, do not lower it): ({"gflops", "isa", "gflops_1", "wall_gflops"}, None) or (None, why not)."""
-    source, binary = os.path.join(work, "fma-peak.c"), os.path.join(work, "fma-peak")
+def measure_fma_peak(work, bf16=False):
+    """The best of 5 timed FMA loops (single precision, the widest FMA the compiler targets with -march=native;
+    with BF16, vdpbf16ps: two bf16 products into each f32 lane) on 2 threads and on 1, each thread's rate over
+    its own CPU time (so that other processes, which make the loop wait, do not lower it):
+    ({"gflops", "isa", "gflops_1", "wall_gflops"}, None) or (None, why not)."""
+    name = "bf16-peak" if bf16 else "fma-peak"
+    source, binary = os.path.join(work, name + ".c"), os.path.join(work, name)
     with open(source, "w") as f:
         f.write(FMA_SOURCE)
     compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if not compiler:
         return None, "no C compiler (cc) to build the FMA loop"
-    proc = subprocess.run([compiler, "-O2", "-march=native", "-pthread", source, "-o", binary], capture_output=True,
-                          text=True)
+    proc = subprocess.run([compiler, "-O2", "-march=native", "-pthread"] + (["-DBF16_PEAK"] if bf16 else []) +
+                          [source, "-o", binary], capture_output=True, text=True)
     if proc.returncode != 0:
         return None, f"the FMA loop did not compile: {(proc.stderr.strip().splitlines() or ['?'])[-1]}"
     best = {}
@@ -519,7 +548,53 @@ def steady(c, systems, target):
     return all(v is not None and v < target for v in row_spreads(c, systems).values())
 
 
-def time_until_steady(configs, train_configs, workers, kiln, train_bench, args, started, loads):
+# A --precision row's systems, in their first round's order: Kiln in the low precision, Kiln in f32 (the speedup
+# is Kiln's own), PyTorch under CPU autocast. ONNX Runtime's time is its f32 row's.
+PRECISION_ORDER = ("kiln", "kiln_f32", "torch")
+
+
+def relative_l2(outputs, reference):
+    """||outputs - reference|| / ||reference|| over every output together, or None when one is missing."""
+    num = den = 0.0
+    for name, want in reference.items():
+        got = outputs.get(name)
+        if got is None or got.shape != want.shape:
+            return None
+        num += float(np.sum((got.astype(np.float64) - want) ** 2))
+        den += float(np.sum(want.astype(np.float64) ** 2))
+    return math.sqrt(num / den) if den > 0 else None
+
+
+def check_precision(twins, workers, kiln, work, timeout):
+    """Runs each --precision row once on Kiln (--precision) and PyTorch (CPU autocast) and records each output's
+    relative L2 error against PyTorch's f32 output of the row's f32 twin (c["errors"]). An error above 0.5 (or a
+    failure) marks the system failed, and it is not timed."""
+    for c in twins:
+        reference = base.read_outputs(os.path.join(work, c["name"], f"out_{c['batch']}_torch"))
+        c["errors"] = {}
+        for system in ("kiln", "torch"):
+            out_dir = os.path.join(work, c["name"], f"out_{c['batch']}_{system}_{c['precision']}")
+            os.makedirs(out_dir)
+            if system == "kiln":
+                reply = base.kiln_load(kiln, c, out_dir, timeout)
+            else:
+                reply = workers["torch"].call(cmd="load", key=c["key"], model=c["model"], state=c["state"],
+                                              onnx=c["onnx"], inputs=c["inputs"], output_names=c["output_names"],
+                                              output_dir=out_dir, precision=c["precision"])
+            if not reply["ok"]:
+                c["failed"][system] = reply["error"]
+                continue
+            error = relative_l2(base.read_outputs(out_dir), reference)
+            if error is None or not error < 0.5:
+                c["failed"][system] = f"relative L2 error {error} against PyTorch's f32 output"
+            else:
+                c["errors"][system] = error
+        status = ", ".join(f"{s} FAILED ({e})" for s, e in c["failed"].items()) or \
+            ", ".join(f"{s} error {e:.2e}" for s, e in c["errors"].items())
+        print(f"[check] {c['key']}: {status}", file=sys.stderr, flush=True)
+
+
+def time_until_steady(configs, train_configs, workers, kiln, train_bench, args, started, loads, twins=()):
     """Times in rounds. Each round gives every unsteady row one turn per system, the systems one after another in a
     rotating order (inference: Kiln, ONNX Runtime, PyTorch; training: Kiln, PyTorch), each turn args.warmup warm-up
     runs and args.runs timed ones whose median is the round's sample. After args.rounds rounds a row whose ratios all
@@ -529,7 +604,8 @@ def time_until_steady(configs, train_configs, workers, kiln, train_bench, args, 
     inference_order = ("kiln", "ort", "torch")
     training_order = ("kiln", "torch")
     timing_started = time.time()
-    rows = [(c, inference_order) for c in configs] + [(c, training_order) for c in train_configs]
+    rows = ([(c, inference_order) for c in configs] + [(c, PRECISION_ORDER) for c in twins] +
+            [(c, training_order) for c in train_configs])
     for r in range(args.max_rounds):
         active = [(c, order) for c, order in rows if r < args.rounds or not steady(c, order, args.target_spread)]
         if not active:
@@ -548,9 +624,11 @@ def time_until_steady(configs, train_configs, workers, kiln, train_bench, args, 
                 # cores from this one.
                 time.sleep(args.pause)
                 base.take_turn(c, system, workers,
-                               lambda: (base.kiln_train(train_bench, c, args.runs, args.warmup, args.timeout)
-                                        if "labels" in c else
-                                        base.kiln_bench(kiln, c, args.runs, args.warmup, args.timeout)), args)
+                               lambda variant="kiln": (
+                                   base.kiln_train(train_bench, c, args.runs, args.warmup, args.timeout)
+                                   if "labels" in c else
+                                   base.kiln_bench(kiln, dict(c, precision=None) if variant == "kiln_f32" else c,
+                                                   args.runs, args.warmup, args.timeout)), args)
             # A system that failed this round leaves the others' samples of it unpaired: drop them.
             n = min((len(c["rounds"][s]) for s in order if s not in c["failed"]), default=0)
             for s in order:
@@ -607,6 +685,10 @@ def main():
                         help="the Python whose torch the PyTorch rows run (default: .venv-pypi/bin/python, PyPI's "
                         "current torch as users install it, made by scripts/install-deps, where it is complete; "
                         "else this one, Debian's torch 1.13)")
+    parser.add_argument("--precision", choices=("bf16",),
+                        help="add a bf16 row beside each inference row: Kiln --precision bf16 against Kiln f32, "
+                        "PyTorch's CPU autocast (bf16) and ONNX Runtime f32 (its f32 row's time), with each output's "
+                        "relative L2 error against PyTorch's f32 output and the share of a vdpbf16ps peak")
     parser.add_argument("--output", help="also write the report to this file")
     parser.add_argument("--keep", action="store_true",
                         help="keep the temporary folder of exported models, inputs and outputs (its path is printed)")
@@ -666,6 +748,9 @@ def benchmark(args, kiln, train_bench, inference, training, batches, work):
     loads = []  # the 1-minute load average after each timing round
     peak, peak_problem = measure_fma_peak(work)
     print(f"[peak] FMA loop: {peak or peak_problem}", file=sys.stderr, flush=True)
+    bf16_peak, bf16_peak_problem = measure_fma_peak(work, bf16=True) if args.precision else (None, None)
+    if args.precision:
+        print(f"[peak] vdpbf16ps loop: {bf16_peak or bf16_peak_problem}", file=sys.stderr, flush=True)
 
     def prepare(name, preserve_batch_norm=False):
         """Builds, initializes and exports NAME into work/NAME; (folder, onnx, state, module, example, outputs,
@@ -712,6 +797,9 @@ def benchmark(args, kiln, train_bench, inference, training, batches, work):
                             "bound": INFERENCE_MODELS[name][1]})
         del module
         gc.collect()
+    # --precision bf16: a twin of each inference row, timed in the same rounds.
+    twins = [dict(c, key=c["key"] + "/" + args.precision, precision=args.precision, failed={}, f32=c,
+                  rounds={s: [] for s in PRECISION_ORDER}) for c in configs] if args.precision else []
     train_configs = []
     for name, batch in training:
         if not (ready := prepared(name, preserve_batch_norm=True)):
@@ -742,7 +830,8 @@ def benchmark(args, kiln, train_bench, inference, training, batches, work):
     try:
         base.check_inference(configs, workers, kiln, work, args.timeout)
         base.check_training(train_configs, workers, train_bench, args.timeout)
-        time_until_steady(configs, train_configs, workers, kiln, train_bench, args, started, loads)
+        check_precision(twins, workers, kiln, work, args.timeout)
+        time_until_steady(configs, train_configs, workers, kiln, train_bench, args, started, loads, twins)
     finally:
         for w in workers.values():
             w.close()
@@ -806,6 +895,53 @@ def benchmark(args, kiln, train_bench, inference, training, batches, work):
                      "multiply-adds of the ONNX graph's Conv, Gemm, MatMul and LSTM nodes; % peak (GEMM- and "
                      "convolution-bound rows only): GFLOP/s over the FMA peak above. Spread: (p75 - p25) / median "
                      "of the ratio's per-round values; n/a under 3 rounds. Rounds: Kiln's samples.")
+    if twins:
+        lines += ["", f"{args.precision} (Kiln `--precision {args.precision}`: matmuls and convolutions on "
+                  f"{args.precision} inputs with f32 accumulation, docs/precision.md; PyTorch: eager under "
+                  f"`torch.autocast(\"cpu\", dtype=torch.bfloat16)`; ONNX Runtime: f32, its time from the row "
+                  "above), each row timed in the same rounds as its f32 row:", ""]
+        if bf16_peak:
+            lines.append(f"- bf16 peak (vdpbf16ps loop, two bf16 products into each f32 lane, best of 5, each "
+                         f"thread's FLOPs over its CPU time): {bf16_peak['gflops']:.0f} GFLOP/s on 2 threads "
+                         f"({bf16_peak['gflops_1']:.0f} on 1); % bf16 peak divides by it")
+        else:
+            lines.append(f"- bf16 peak not measured: {bf16_peak_problem}")
+        lines += ["", "| model | batch | Kiln bf16 ms | Kiln f32 ms | PyTorch autocast ms | ORT f32 ms | Kiln f32/bf16 | "
+                  "spread | Kiln bf16/PyTorch autocast | spread | Kiln bf16/ORT f32 | rel L2 err Kiln | "
+                  "rel L2 err PyTorch | err ratio | GFLOP/s Kiln bf16 | % bf16 peak Kiln | rounds |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        speedups, vs_autocast = [], []
+        for c in twins:
+            ms = {s: (statistics.median(c["rounds"][s]) if s not in c["failed"] and c["rounds"][s] else None)
+                  for s in PRECISION_ORDER}
+            f32 = c["f32"]
+            ort = statistics.median(f32["rounds"]["ort"]) if "ort" not in f32["failed"] and f32["rounds"]["ort"] \
+                else None
+            speedup = ms["kiln_f32"] / ms["kiln"] if ms["kiln"] and ms["kiln_f32"] else None
+            vs_torch = ms["kiln"] / ms["torch"] if ms["kiln"] and ms["torch"] else None
+            speedups.append(speedup)
+            vs_autocast.append(vs_torch)
+            ratios = row_ratios(c, PRECISION_ORDER)
+            speedup_spread = spread([1 / r for r in ratios["kiln_f32"]]) if "kiln_f32" in ratios else None
+            errors = c.get("errors", {})
+            err_ratio = errors["kiln"] / errors["torch"] if "kiln" in errors and errors.get("torch") else None
+            flops = c["flops"]
+            lines.append(f"| {c['name']} | {c['batch']} | {base.fmt_ms(ms['kiln'])} | {base.fmt_ms(ms['kiln_f32'])} | "
+                         f"{base.fmt_ms(ms['torch'])} | {base.fmt_ms(ort)} | {base.fmt(speedup, 2)} | "
+                         f"{fmt_spread(speedup_spread)} | {base.fmt(vs_torch, 2)} | "
+                         f"{fmt_spread(row_spreads(c, PRECISION_ORDER).get('torch'))} | "
+                         f"{base.fmt(ms['kiln'] / ort if ms['kiln'] and ort else None, 2)} | "
+                         f"{errors.get('kiln', float('nan')):.2e} | {errors.get('torch', float('nan')):.2e} | "
+                         f"{base.fmt(err_ratio, 2)} | {fmt_rate(flops, ms['kiln'])} | "
+                         f"{fmt_share(flops, ms['kiln'], bf16_peak['gflops'] if bf16_peak else None) if c['bound'] else ''} | "
+                         f"{len(c['rounds']['kiln'])} |")
+            for system, error in c["failed"].items():
+                notes.append(f"- {c['key']}: {system} failed: {error}")
+        lines.append(f"| **geometric mean** | | | | | | **{base.fmt(base.geomean(speedups), 2)}** | | "
+                     f"**{base.fmt(base.geomean(vs_autocast), 2)}** | | | | | | | | |")
+        lines += ["", "Kiln f32/bf16 above 1 means bf16 is faster; the other ratios below 1 mean Kiln bf16 is faster. "
+                  "rel L2 err: ||output - PyTorch f32 output|| / ||PyTorch f32 output|| over the row's outputs; "
+                  "err ratio: Kiln's over PyTorch autocast's."]
     if train_configs:
         if configs:
             lines.append("")
@@ -841,6 +977,7 @@ def benchmark(args, kiln, train_bench, inference, training, batches, work):
                      + "".join(f"; {m} {r}" for m, r in TRAIN_LOSS_RTOL.items()) + ", their drops rtol "
                      f"{base.TRAIN_DROP_RTOL}) before timing, or the row is listed under Failures.")
     unsteady = [c["key"] for c in configs if not steady(c, base.SYSTEMS, args.target_spread)]
+    unsteady += [c["key"] for c in twins if not steady(c, PRECISION_ORDER, args.target_spread)]
     unsteady += [c["key"] for c in train_configs if not steady(c, base.TRAIN_SYSTEMS, args.target_spread)]
     if unsteady:
         lines += ["", f"Not steady (a ratio's spread at or above {100 * args.target_spread:.0f}%, or under 3 rounds, "

@@ -153,11 +153,14 @@ def worker_main(system, module_for=None):
                     module.load_state_dict(torch.load(req["state"]))
                     module.eval()
                     args = tuple(torch.from_numpy(v) for v in inputs.values())
+                    # precision "bf16": PyTorch's CPU autocast (bench/real.py --precision bf16).
+                    autocast = req.get("precision") == "bf16"
 
-                    def run(module=module, args=args):
-                        with torch.inference_mode():
+                    def run(module=module, args=args, autocast=autocast):
+                        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                             result = module(*args)
-                        return result if isinstance(result, tuple) else (result,)
+                        result = result if isinstance(result, tuple) else (result,)
+                        return tuple(r.float() if r.dtype == torch.bfloat16 else r for r in result)
                 else:
                     options = ort.SessionOptions()
                     options.intra_op_num_threads = 2
@@ -278,6 +281,8 @@ def kiln_command(kiln, config):
     cmd = [kiln, "run", config["onnx"], "--threads", "2"]
     for name, path in config["inputs"].items():
         cmd += ["--input", f"{name}={path}"]
+    if config.get("precision"):
+        cmd += ["--precision", config["precision"]]
     return cmd
 
 
@@ -304,9 +309,13 @@ def kiln_load(kiln, config, output_dir, timeout=None):
 def take_turn(config, system, workers, kiln_reply, args):
     """One system's timed turn at `config`: Kiln's reply from `kiln_reply()` (a JSON reply with median_ms), the
     others' from their worker's bench command (args.runs timed runs after args.warmup). Appends the median to
-    config["rounds"][system], or records the failure in config["failed"][system]."""
+    config["rounds"][system], or records the failure in config["failed"][system]. A system named "kiln..." other
+    than "kiln" is a variant of Kiln whose reply kiln_reply(system) gives (bench/real.py's "kiln_f32")."""
     if system == "kiln":
         reply = kiln_reply()
+        median = reply.get("median_ms")
+    elif system.startswith("kiln"):
+        reply = kiln_reply(system)
         median = reply.get("median_ms")
     else:
         reply = workers[system].call(cmd="bench", key=config["key"], runs=args.runs, warmup=args.warmup)
