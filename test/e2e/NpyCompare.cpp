@@ -6,6 +6,12 @@
 // its index, so that a failing model says where it went wrong.
 //
 //   kiln-npy-compare ACTUAL.npy EXPECTED.npy [--rtol 1e-4] [--atol 1e-5]
+//   kiln-npy-compare ACTUAL.npy EXPECTED.npy --rel-l2 2e-2
+//
+// --rel-l2 E compares floats as a whole instead: ||actual - expected|| /
+// ||expected|| (L2 norms over every element, NaN and infinities equal only
+// to themselves) at most E, the measure of a reduced-precision run against
+// f32 (docs/precision.md).
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -29,7 +35,8 @@ std::string elementText(const Tensor& t, int64_t i) {
   return os.str();
 }
 
-constexpr const char* kUsage = "usage: kiln-npy-compare ACTUAL.npy EXPECTED.npy [--rtol R] [--atol A]\n";
+constexpr const char* kUsage =
+    "usage: kiln-npy-compare ACTUAL.npy EXPECTED.npy [--rtol R] [--atol A] | [--rel-l2 E]\n";
 
 std::string indexStr(const Tensor& t, int64_t flat) {
   std::string s = "[";
@@ -51,11 +58,11 @@ bool parseTolerance(const char* text, double& out) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> files;
-  double rtol = 1e-4, atol = 1e-5;
+  double rtol = 1e-4, atol = 1e-5, relL2 = -1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if ((a == "--rtol" || a == "--atol") && i + 1 < argc) {
-      if (!parseTolerance(argv[++i], a == "--rtol" ? rtol : atol)) {
+    if ((a == "--rtol" || a == "--atol" || a == "--rel-l2") && i + 1 < argc) {
+      if (!parseTolerance(argv[++i], a == "--rtol" ? rtol : a == "--atol" ? atol : relL2)) {
         std::cerr << "kiln-npy-compare: error: " << a << " expects a non-negative number, got '" << argv[i] << "'\n";
         return 2;
       }
@@ -63,7 +70,8 @@ int main(int argc, char** argv) {
       std::cout << kUsage;
       return 0;
     } else if (a.size() > 1 && a[0] == '-') {
-      std::cerr << "kiln-npy-compare: error: unknown option '" << a << "' (valid options: --rtol, --atol)\n" << kUsage;
+      std::cerr << "kiln-npy-compare: error: unknown option '" << a << "' (valid options: --rtol, --atol, --rel-l2)\n"
+                << kUsage;
       return 2;
     } else {
       files.push_back(a);
@@ -88,6 +96,27 @@ int main(int argc, char** argv) {
   }
 
   const bool exact = !isFloat(actual->dtype());
+  if (relL2 >= 0 && !exact) {
+    double diff = 0, norm = 0;
+    for (int64_t i = 0; i < actual->numElements(); ++i) {
+      const double a = actual->getDouble(i), e = expected->getDouble(i);
+      if (!std::isfinite(a) || !std::isfinite(e)) {
+        if (!(a == e || (std::isnan(a) && std::isnan(e)))) diff = INFINITY;
+        continue;
+      }
+      diff += (a - e) * (a - e);
+      norm += e * e;
+    }
+    const double error = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+    std::cout.precision(3);
+    if (!(error <= relL2)) {
+      std::cerr << "kiln-npy-compare: " << files[0] << ": relative L2 error " << error << " against " << files[1]
+                << ", more than " << relL2 << "\n";
+      return 1;
+    }
+    std::cout << files[0] << ": relative L2 error " << error << " (at most " << relL2 << ")\n";
+    return 0;
+  }
   int64_t mismatches = 0, worst = -1;
   double worstExcess = 0, maxAbs = 0;
   for (int64_t i = 0; i < actual->numElements(); ++i) {
