@@ -273,7 +273,7 @@ Status buildTrainingStep(Function& f, const TrainingStepOptions& options) {
   }
 
   // The new arguments' names must be free.
-  std::vector<std::string> newNames = {"labels", "lr", "step"};
+  std::vector<std::string> newNames = {"labels", "lr", "step", "loss_scale", "loss_scale_growth"};
   for (const std::string& p : paramNames)
     for (const char* suffix : {".momentum_buffer", ".exp_avg", ".exp_avg_sq"}) newNames.push_back(p + suffix);
   for (Value* a : f.arguments())
@@ -329,6 +329,16 @@ Status buildTrainingStep(Function& f, const TrainingStepOptions& options) {
     KILN_TRY_VALUE(share, b.value(OpKind::Div, {lossSum, atLeastOne}));
     lossOp = share;
   }
+  // Loss scaling: the backward pass starts from loss * scale.
+  Value* scale = nullptr;
+  if (options.lossScale) {
+    scale = f.addArgument(TensorType{outType.dtype, {}}, "loss_scale");
+    DenseTensor init = DenseTensor::zeros(scale->type());
+    init.setDouble(0, options.lossScale->initScale);
+    f.setArgumentDefault(f.numArguments() - 1, std::make_shared<const DenseTensor>(std::move(init)));
+    KILN_TRY_VALUE(scaled, b.value(OpKind::Mul, {lossOp, scale}));
+    lossOp = scaled;
+  }
   ret->setOperands({lossOp});
   f.setResultTypes({lossOp->type()});
   f.setResultName(0, "loss");
@@ -356,6 +366,32 @@ Status buildTrainingStep(Function& f, const TrainingStepOptions& options) {
   const OptimizerConfig& opt = options.optimizer;
   auto c = [&](double v) { return u.scalar(dt, v); };
   auto op2 = [&](OpKind k, Value* x, Value* y) { return u.value(k, {x, y}); };
+  // Loss scaling: the loss reported and the gradients the optimizer reads
+  // are unscaled, and every gradient must be finite for the step to count:
+  // sum(g * 0) is 0 for a finite g and NaN for one holding an infinity or
+  // a NaN, so their total is 0 exactly when all are finite.
+  Value* gradsFinite = nullptr;
+  if (scale) {
+    KILN_TRY_VALUE(inverse, op2(OpKind::Div, c(1.0), scale));
+    KILN_TRY_VALUE(unscaledLoss, op2(OpKind::Mul, loss, inverse));
+    loss = unscaledLoss;
+    Value* total = nullptr;
+    for (Value*& g : grads) {
+      KILN_TRY_VALUE(unscaled, op2(OpKind::Mul, g, inverse));
+      g = unscaled;
+      KILN_TRY_VALUE(zeros, op2(OpKind::Mul, g, c(0.0)));
+      KILN_TRY_VALUE(sum, u.value(OpKind::ReduceSum, {zeros}, {{"axes", Attribute(std::vector<int64_t>{})}},
+                                  {TensorType{dt, {}}}));
+      if (total) {
+        KILN_TRY_VALUE(both, op2(OpKind::Add, total, sum));
+        total = both;
+      } else {
+        total = sum;
+      }
+    }
+    KILN_TRY_VALUE(allFinite, op2(OpKind::Eq, total, c(0.0)));
+    gradsFinite = allFinite;
+  }
   std::vector<Value*> newParams, stateArgs, newState;
   std::vector<std::string> stateNames;
 
@@ -494,8 +530,14 @@ Status buildTrainingStep(Function& f, const TrainingStepOptions& options) {
   // |loss| < inf is false for NaN and for both infinities. Data-parallel,
   // `loss` is the job's, so every rank skips together.
   KILN_TRY_VALUE(lossMagnitude, u.value(OpKind::Abs, {loss}));
-  KILN_TRY_VALUE(finite, op2(OpKind::Lt, lossMagnitude, c(std::numeric_limits<double>::infinity())));
+  KILN_TRY_VALUE(lossFinite, op2(OpKind::Lt, lossMagnitude, c(std::numeric_limits<double>::infinity())));
+  Value* finite = lossFinite;
   finite->setName("loss_is_finite");
+  if (gradsFinite) {
+    KILN_TRY_VALUE(stepFinite, op2(OpKind::And, lossFinite, gradsFinite));
+    stepFinite->setName("step_is_finite");
+    finite = stepFinite;
+  }
   auto keepUnlessFinite = [&](Value* updated, Value* old) -> Expected<Value*> {
     return u.value(OpKind::Select, {finite, updated, old});
   };
@@ -510,6 +552,29 @@ Status buildTrainingStep(Function& f, const TrainingStepOptions& options) {
   for (size_t i = 0; i < newState.size(); ++i) {
     KILN_TRY_VALUE(guarded, keepUnlessFinite(newState[i], stateArgs[i]));
     newState[i] = guarded;
+  }
+  if (scale) {
+    // GradScaler.update(): back off on a skipped step; grow after
+    // growthInterval finite steps in a row. Not guarded: a skipped step is
+    // what changes them.
+    const LossScaleConfig& ls = *options.lossScale;
+    // The scale was added with the loss; it goes after the optimizer's
+    // state, as its result does.
+    scale = moveArgumentToEnd(f, scale);
+    Value* growth = stateArgument(f, TensorType{dt, {}}, "loss_scale_growth");
+    KILN_TRY_VALUE(counted, op2(OpKind::Add, growth, c(1.0)));
+    KILN_TRY_VALUE(grows, op2(OpKind::Ge, counted, c(static_cast<double>(ls.growthInterval))));
+    KILN_TRY_VALUE(grown, op2(OpKind::Mul, scale, c(ls.growthFactor)));
+    KILN_TRY_VALUE(backedOff, op2(OpKind::Mul, scale, c(ls.backoffFactor)));
+    KILN_TRY_VALUE(kept, u.value(OpKind::Select, {grows, grown, scale}));
+    KILN_TRY_VALUE(newScale, u.value(OpKind::Select, {finite, kept, backedOff}));
+    KILN_TRY_VALUE(restarted, u.value(OpKind::Select, {grows, c(0.0), counted}));
+    KILN_TRY_VALUE(newGrowth, u.value(OpKind::Select, {finite, restarted, c(0.0)}));
+    for (auto [arg, updated] : {std::pair{scale, newScale}, std::pair{growth, newGrowth}}) {
+      stateArgs.push_back(arg);
+      newState.push_back(updated);
+      stateNames.push_back(arg->name());
+    }
   }
 
   // Results: loss, new params, new state.

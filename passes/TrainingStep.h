@@ -108,6 +108,24 @@ struct BatchNormConfig {
   std::optional<double> momentum;
 };
 
+/// Dynamic loss scaling with torch.cuda.amp.GradScaler's semantics, for
+/// fp16 training (docs/precision.md): the backward pass starts from loss *
+/// scale, so that small gradients survive f16's range; the gradients are
+/// unscaled (times 1 / scale, exact for a power of two) before the
+/// optimizer. A step with a non-finite gradient (an f16 overflow) or loss
+/// is skipped — parameters and optimizer state kept — and the scale
+/// multiplied by backoffFactor; after growthInterval finite steps in a row
+/// it is multiplied by growthFactor. The scale and the count of finite
+/// steps are state: arguments "loss_scale" (default initScale) and
+/// "loss_scale_growth" (default 0), scalars of the output's float type,
+/// after the optimizer's state.
+struct LossScaleConfig {
+  double initScale = 65536.0;
+  double growthFactor = 2.0;
+  double backoffFactor = 0.5;
+  int64_t growthInterval = 2000;
+};
+
 struct TrainingStepOptions {
   LossConfig loss;
   OptimizerConfig optimizer;
@@ -124,6 +142,8 @@ struct TrainingStepOptions {
   /// loss returned is the job's mean, and batch norms' running statistics
   /// are rank 0's (broadcast from it at every step, as DDP does).
   std::optional<DataParallelOptions> dataParallel = {};
+  /// Dynamic loss scaling (fp16 training); none by default.
+  std::optional<LossScaleConfig> lossScale = {};
 };
 
 /// Rewrites `f` into its training step. Arguments, in order: the parameters

@@ -54,7 +54,8 @@ std::string ProgressLine::line(const StepReport& r) const {
   const int64_t done = r.step + 1;
   const double eta = done > first_ ? r.seconds / static_cast<double>(done - first_) * (total_ - done) : 0;
   return "step " + std::to_string(done) + "/" + std::to_string(total_) + " epoch " + std::to_string(r.epoch + 1) +
-         " loss " + formatFixed(lossSum_ / std::max(lossCount_, 1), 6) + " lr " + shortest(r.lr) + " samples/s " +
+         " loss " + formatFixed(lossSum_ / std::max(lossCount_, 1), 6) + " lr " + shortest(r.lr) +
+         (r.lossScale > 0 ? " loss scale " + shortest(r.lossScale) : std::string()) + " samples/s " +
          formatFixed(static_cast<double>(r.samples) / std::max(r.seconds, 1e-9), 1) + " eta " + formatFixed(eta, 1) +
          "s";
 }

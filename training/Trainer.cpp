@@ -61,6 +61,10 @@ Status Trainer::loadAndCheck() {
   rank_ = comm.rank();
   world_ = comm.size();
   if (world_ > 1) o.step.dataParallel = DataParallelOptions{.bucketCapBytes = o.bucketCapBytes};
+  // fp16 trains with dynamic loss scaling, as torch.cuda.amp does with a
+  // GradScaler (where the session computes in fp16: not on a CPU without
+  // f16 instructions, which computes in f32).
+  if (session_.effectivePrecision() == Precision::FP16 && !o.step.lossScale) o.step.lossScale = LossScaleConfig{};
   // Batches handed over one at a time (trainBatch) are checked as they come.
   if (o.dataPath.empty()) {
     totalSteps_ = o.steps.value_or(0);
@@ -492,9 +496,17 @@ Expected<TrainSummary> Trainer::train() {
     epochLoss += loss;
     ++epochSteps;
     const int64_t epoch = plan_.epochOf(k);
-    if (callbacks_.stepDone)
-      callbacks_.stepDone(StepReport{k, epoch, size, loss, scheduledLearningRate(o.step.schedule, o.lr, k), seconds(),
-                                     summary.samples});
+    if (callbacks_.stepDone) {
+      StepReport report{k, epoch, size, loss, scheduledLearningRate(o.step.schedule, o.lr, k), seconds(),
+                        summary.samples};
+      // The loss scale, where the state is in host memory (on CUDA it stays
+      // on the device between steps).
+      if (auto it = stateIndex_.find("loss_scale");
+          it != stateIndex_.end() && session_.device().kind != DeviceChoice::Kind::Cuda &&
+          state_.values[it->second].numElements() == 1)
+        report.lossScale = state_.values[it->second].getDouble(0);
+      callbacks_.stepDone(report);
+    }
 
     if (o.checkpointEvery && (k + 1) % o.checkpointEvery == 0 && rank_ == 0) {
       const std::string path =

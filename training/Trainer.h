@@ -122,6 +122,9 @@ struct StepReport {
   double lr = 0;        // the rate the schedule gave this step
   double seconds = 0;   // training time of this run so far (no compiling, no evaluation)
   int64_t samples = 0;  // samples trained by this run so far (by the whole job)
+  /// fp16's dynamic loss scale after this step (0: no loss scaling, or
+  /// not read back from the device).
+  double lossScale = 0;
 };
 
 /// An epoch done.

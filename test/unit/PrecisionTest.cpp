@@ -12,6 +12,7 @@
 #include "ir/Builder.h"
 #include "ir/Precision.h"
 #include "ir/Printer.h"
+#include "passes/TrainingStep.h"
 #include "runtime/HostCpu.h"
 #include "test/unit/EmulatedGpu.h"
 #include "test/unit/TestSupport.h"
@@ -204,6 +205,133 @@ TEST(PrecisionTest, Tf32OnTheCpuIsF32WithANotice) {
   ASSERT_EQ(notices.size(), 1u);
   EXPECT_NE(notices[0].find("no TF32"), std::string::npos) << notices[0];
   for (size_t i = 0; i < got->size(); ++i) test::expectClose((*got)[i], (*want)[i], "tf32 on the CPU");
+}
+
+// --- fp16 training: dynamic loss scaling -------------------------------------
+
+constexpr const char* kMlp = R"(
+func @mlp(%x: f32[8,16], %w1: f32[16,32], %w2: f32[32,4]) -> f32[8,4] {
+  %h = matmul(%x, %w1) : f32[8,32]
+  %r = relu(%h) : f32[8,32]
+  %y = matmul(%r, %w2) : f32[8,4]
+  return %y
+}
+)";
+
+/// The MLP's SGD-with-momentum step with loss scaling, and its inputs: the
+/// parameters random, the state at its defaults (the scale `initScale`).
+struct ScaledStep {
+  std::unique_ptr<Module> module;
+  std::vector<Tensor> inputs;
+  const Function& f() const { return *module->functions().front(); }
+  /// Argument (and, shifted by the loss, result) index of `name`.
+  size_t index(const std::string& name) const {
+    for (size_t i = 0; i < f().numArguments(); ++i)
+      if (f().argument(i)->name() == name) return i;
+    ADD_FAILURE() << "no argument " << name;
+    return 0;
+  }
+};
+
+std::optional<ScaledStep> scaledStep(LossScaleConfig lossScale) {
+  ScaledStep step{test::parseVerified(kMlp), {}};
+  if (!step.module) return std::nullopt;
+  Function& f = *step.module->functions().front();
+  TrainingStepOptions options{LossConfig{LossKind::CrossEntropy}, OptimizerConfig{.momentum = 0.9}, std::nullopt};
+  options.parameters = std::vector<std::string>{"w1", "w2"};
+  options.lossScale = lossScale;
+  if (Status built = buildTrainingStep(f, options); !built) {
+    ADD_FAILURE() << built.error().str();
+    return std::nullopt;
+  }
+  for (size_t i = 0; i < f.numArguments(); ++i) {
+    const std::string& name = f.argument(i)->name();
+    if (name == "w1" || name == "w2" || name == "x") {
+      step.inputs.push_back(test::randomF32(staticDims(f.argument(i)->type().shape), 10 + static_cast<int>(i)));
+    } else if (name == "labels") {
+      step.inputs.push_back(test::tensorOf(DType::I64, {8}, {0, 1, 2, 3, 3, 2, 1, 0}));
+    } else if (name == "lr") {
+      step.inputs.push_back(test::tensorOf(DType::F32, {}, {0.1}));
+    } else {
+      const DenseTensor* d = f.argumentDefault(i);
+      if (!d) {
+        ADD_FAILURE() << "argument " << name << " has no default";
+        return std::nullopt;
+      }
+      step.inputs.push_back(Tensor::fromDense(*d));
+    }
+  }
+  return step;
+}
+
+/// The step's arguments, results and their order: the scale and its count
+/// of finite steps are state after the optimizer's, donated like it.
+TEST(PrecisionTest, LossScaleIsStateOfTheStep) {
+  auto step = scaledStep({});
+  ASSERT_TRUE(step);
+  const Function& f = step->f();
+  const size_t scale = step->index("loss_scale"), growth = step->index("loss_scale_growth");
+  EXPECT_EQ(growth, scale + 1);
+  EXPECT_EQ(f.argumentDefault(scale)->getDouble(0), 65536.0);
+  EXPECT_EQ(f.resultName(scale + 1), "loss_scale");
+  EXPECT_EQ(f.resultName(growth + 1), "loss_scale_growth");
+  EXPECT_EQ(trainingStepAliases(f).size(), f.resultTypes().size() - 1) << "every state result is donated";
+}
+
+/// A scale so large that the backward pass's f16 casts overflow: the step
+/// is skipped (parameters and momentum kept bit for bit, the step counter
+/// not advanced), the loss reported is the unscaled finite one, the scale
+/// halves and the count of finite steps restarts. Then, at PyTorch's
+/// initial scale, the emulated GPU's fp16 step matches the interpreter's
+/// within 1e-2 on the loss and the weights, and the scale grows after
+/// growthInterval finite steps.
+TEST(PrecisionTest, Fp16LossScalingSkipsOverflowsAndMatchesTheInterpreter) {
+  auto overflowing = scaledStep({.initScale = 0x1p60, .growthInterval = 2});
+  ASSERT_TRUE(overflowing);
+  const ScaledStep& o = *overflowing;
+  auto skipped = sessionResults(o.f(), o.inputs, {.interpret = true, .precision = Precision::FP16});
+  ASSERT_TRUE(skipped);
+  const double loss = (*skipped)[0].getDouble(0);
+  EXPECT_TRUE(std::isfinite(loss)) << loss;
+  EXPECT_GT(loss, 0.1);
+  for (const char* name : {"w1", "w2", "w1.momentum_buffer", "step"}) {
+    const size_t i = o.index(name);
+    test::expectClose((*skipped)[i + 1], o.inputs[i], std::string(name) + " after a skipped step", 0, 0);
+  }
+  EXPECT_EQ((*skipped)[o.index("loss_scale") + 1].getDouble(0), 0x1p59);
+  EXPECT_EQ((*skipped)[o.index("loss_scale_growth") + 1].getDouble(0), 0.0);
+
+  auto normal = scaledStep({.growthInterval = 2});
+  ASSERT_TRUE(normal);
+  ScaledStep& n = *normal;
+  auto want = sessionResults(n.f(), n.inputs, {.interpret = true, .precision = Precision::FP16});
+  ASSERT_TRUE(want);
+  std::optional<std::vector<Tensor>> got;
+  if (test::emulatorBuilt()) {
+    ASSERT_EQ(setenv("KILN_CUDA_DRIVER", test::emulatorDriverPath(), 1), 0);
+    got = sessionResults(n.f(), n.inputs, {.device = "cuda", .allowFallback = false, .precision = Precision::FP16});
+    unsetenv("KILN_CUDA_DRIVER");
+    ASSERT_TRUE(got);
+    EXPECT_NEAR((*got)[0].getDouble(0), (*want)[0].getDouble(0), 1e-2 * std::abs((*want)[0].getDouble(0)));
+    for (const char* name : {"w1", "w2"})
+      test::expectClose((*got)[n.index(name) + 1], (*want)[n.index(name) + 1], std::string(name) + " on the GPU",
+                        1e-2, 1e-4);
+  }
+  // The step moved the weights, by about what f32 moves them.
+  auto f32 = sessionResults(n.f(), n.inputs, {.interpret = true});
+  ASSERT_TRUE(f32);
+  const size_t w2 = n.index("w2");
+  EXPECT_GT(relativeError((*want)[w2 + 1], n.inputs[w2]), 1e-4);
+  test::expectClose((*want)[w2 + 1], (*f32)[w2 + 1], "w2 against f32", 1e-2, 1e-3);
+  EXPECT_EQ((*want)[n.index("loss_scale") + 1].getDouble(0), 65536.0);
+  EXPECT_EQ((*want)[n.index("loss_scale_growth") + 1].getDouble(0), 1.0);
+  // A second finite step in a row: the scale doubles, the count restarts.
+  std::vector<Tensor> next = n.inputs;
+  for (size_t i = 0; i + 1 < want->size() && i < n.index("x"); ++i) next[i] = (*want)[i + 1];
+  auto second = sessionResults(n.f(), next, {.interpret = true, .precision = Precision::FP16});
+  ASSERT_TRUE(second);
+  EXPECT_EQ((*second)[n.index("loss_scale") + 1].getDouble(0), 131072.0);
+  EXPECT_EQ((*second)[n.index("loss_scale_growth") + 1].getDouble(0), 0.0);
 }
 
 }  // namespace
