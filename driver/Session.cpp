@@ -88,6 +88,7 @@ Expected<std::unique_ptr<CompiledModel>> Session::compile(const Function& f, con
     if (!context) return context.takeError();
     codegen::CudaOptions cuda = options_.cuda;
     if (options_.precision == Precision::TF32) cuda.run.allowTf32 = true;
+    cuda.precision = effectivePrecision();
     cuda.aliases = options.aliases;
     cuda.run.keepDonated = options.keepDonatedOnDevice;
     auto executor = codegen::CudaExecutor::create(source, std::move(*context), std::move(cuda));
@@ -98,6 +99,7 @@ Expected<std::unique_ptr<CompiledModel>> Session::compile(const Function& f, con
   codegen::CpuOptions cpu = options_.cpu;
   if (options.threads > 0) cpu.threads = options.threads;
   cpu.aliases = options.aliases;
+  cpu.precision = effectivePrecision();
   auto executor = codegen::CpuExecutor::create(source, cpu);
   if (!executor) return executor.takeError();
   model->executor_ = std::move(*executor);

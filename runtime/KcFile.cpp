@@ -139,11 +139,17 @@ bool isDeviceName(std::string_view name) {
 /// which must never write a file its reader refuses).
 Expected<CompiledArtifact> readArtifact(std::string_view bytes, const std::string& filename, bool copyWeights);
 
+/// The target section's line for `precision`: none for fp32, which older
+/// files (without the key) are.
+std::string precisionLine(Precision precision) {
+  return precision == Precision::FP32 ? "" : "precision=" + std::string(precisionName(precision)) + "\n";
+}
+
 }  // namespace
 
 Expected<std::string> serializeArtifact(const Function& optimized, const Program& program, int optLevel,
                                         const std::string& memoryPlan, std::string_view device,
-                                        std::string_view deviceCode) {
+                                        std::string_view deviceCode, Precision precision) {
   if (!isDeviceName(device))
     return Error("a .kc's device is a plain word naming a backend (letters, digits, '-', '_'), not '" +
                  std::string(device) + "'");
@@ -188,7 +194,8 @@ Expected<std::string> serializeArtifact(const Function& optimized, const Program
   const CpuMachine& m = program.machine;
   const std::string target = (host ? "triple=" + m.triple + "\ncpu=" + m.cpu + "\nfeatures=" + m.features
                                    : "device=" + std::string(device)) +
-                             "\ncodegen=" + program.codegenVersion + "\nopt-level=" + std::to_string(optLevel) + "\n";
+                             "\ncodegen=" + program.codegenVersion + "\nopt-level=" + std::to_string(optLevel) + "\n" +
+                             precisionLine(precision);
   std::string out(kArtifactMagic);
   putLE(out, kArtifactVersion, 4);
   putLE(out, std::size(kSectionOrder), 4);
@@ -217,7 +224,8 @@ Expected<std::string> serializeArtifact(const Function& optimized, const Program
 
 Expected<std::string> serializeStagedArtifact(const Function& source, const StagedProgram& staged, int optLevel,
                                               const std::string& plans, std::string_view device,
-                                              const CpuMachine& machine, const std::string& codegenVersion) {
+                                              const CpuMachine& machine, const std::string& codegenVersion,
+                                              Precision precision) {
   if (!isDeviceName(device))
     return Error("a .kc's device is a plain word naming a backend (letters, digits, '-', '_'), not '" +
                  std::string(device) + "'");
@@ -226,7 +234,8 @@ Expected<std::string> serializeStagedArtifact(const Function& source, const Stag
   const std::string target = (host ? "triple=" + machine.triple + "\ncpu=" + machine.cpu +
                                          "\nfeatures=" + machine.features
                                    : "device=" + std::string(device)) +
-                             "\ncodegen=" + codegenVersion + "\nopt-level=" + std::to_string(optLevel) + "\n";
+                             "\ncodegen=" + codegenVersion + "\nopt-level=" + std::to_string(optLevel) + "\n" +
+                             precisionLine(precision);
   std::string weights;
   putLE(weights, 0, 4);
   std::string out(kArtifactMagic);
@@ -338,6 +347,11 @@ Expected<CompiledArtifact> readArtifact(std::string_view bytes, const std::strin
   if (level.size() != 1 || level[0] < '0' || level[0] > '3')
     return file.error("the target section's opt-level '" + level + "' is not 0, 1, 2 or 3");
   artifact.optLevel = level[0] - '0';
+  if (target.count("precision")) {
+    auto precision = parsePrecision(target["precision"]);
+    if (!precision) return file.error("the target section's precision: " + precision.error().message());
+    artifact.precision = *precision;
+  }
 
   artifact.moduleText = std::string(sections[Section::Module]);
   artifact.memoryPlan = std::string(sections[Section::Plan]);

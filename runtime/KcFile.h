@@ -54,6 +54,7 @@
 #include <string_view>
 
 #include "ir/IR.h"
+#include "ir/Precision.h"
 #include "runtime/Program.h"
 
 namespace kiln {
@@ -75,6 +76,9 @@ inline constexpr std::string_view kArtifactMagic{"KILNKC\0\0", 8};
 
 struct CompiledArtifact {
   int optLevel = 3;
+  /// The precision it was compiled for (`--precision`, docs/precision.md):
+  /// the target section's `precision=`, fp32 when absent.
+  Precision precision = Precision::FP32;
   /// The backend that compiled it: kHostDevice ("cpu"), whose program
   /// holds its shared object; or another ("cuda"), whose `program` holds its
   /// steps, slots and plan without a shared object and `deviceCode` its code
@@ -99,9 +103,11 @@ struct CompiledArtifact {
 /// that device's program: `program` is its plan and `deviceCode` its code
 /// (CUDA's serializeCudaCode), stored in the code section, and the target
 /// section says `device=NAME` instead of naming a CPU.
+/// `precision` is recorded in the target section (`precision=bf16`) unless
+/// fp32.
 Expected<std::string> serializeArtifact(const Function& optimized, const Program& program, int optLevel,
                                         const std::string& memoryPlan, std::string_view device = kHostDevice,
-                                        std::string_view deviceCode = {});
+                                        std::string_view deviceCode = {}, Precision precision = Precision::FP32);
 
 /// The `.kc` bytes of `staged`, a function with host steps compiled from
 /// `source` (the function with its control flow, stored as the module) at
@@ -110,7 +116,8 @@ Expected<std::string> serializeArtifact(const Function& optimized, const Program
 /// does (another device's).
 Expected<std::string> serializeStagedArtifact(const Function& source, const StagedProgram& staged, int optLevel,
                                               const std::string& plans, std::string_view device,
-                                              const CpuMachine& machine, const std::string& codegenVersion);
+                                              const CpuMachine& machine, const std::string& codegenVersion,
+                                              Precision precision = Precision::FP32);
 
 /// A `.kc` program's signature: its name, arguments (names, static types,
 /// defaults) and results' names and types, whether staged or not.

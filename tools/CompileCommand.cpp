@@ -190,7 +190,7 @@ int compileForCuda(const Function& f, const std::vector<Tensor>& inputs, const s
 /// empty). No GPU is needed.
 int compileCudaArtifact(const Function& f, const std::vector<Tensor>& inputs,
                         const std::vector<int>& archs, const std::vector<int>& specificArchs, int ptxArch, int optLevel,
-                        const std::string& output, bool printPlan) {
+                        const std::string& output, bool printPlan, Precision precision) {
   std::vector<TensorType> types;
   for (const Tensor& t : inputs) types.push_back(t.type());
   const codegen::Backend& backend = codegen::cudaBackend();
@@ -202,7 +202,7 @@ int compileCudaArtifact(const Function& f, const std::vector<Tensor>& inputs,
     options.specificArchs = specificArchs;
     options.ptxArch = ptxArch;
     std::string plans;
-    auto bytes = codegen::stagedCudaArtifact(f, types, options, optLevel, nullptr, &plans);
+    auto bytes = codegen::stagedCudaArtifact(f, types, options, optLevel, nullptr, &plans, precision);
     if (!bytes) return reportError(kName, bytes.takeError()), kExitError;
     if (Status s = writeFileAtomically(output, *bytes); !s) return reportError(kName, s.takeError()), kExitError;
     std::cerr << "kiln " << kName << ": compiled '" << f.name() << "' for CUDA as a program with host steps\n";
@@ -225,7 +225,8 @@ int compileCudaArtifact(const Function& f, const std::vector<Tensor>& inputs,
   const auto printedNames = printedValueNames(g);
   for (MemoryPlan::Buffer& b : plan.buffers)
     if (auto it = printedNames.find(b.value); it != printedNames.end()) b.name = it->second;
-  auto bytes = serializeArtifact(g, *compiled->program, optLevel, plan.str(), compiled->device, compiled->code);
+  auto bytes =
+      serializeArtifact(g, *compiled->program, optLevel, plan.str(), compiled->device, compiled->code, precision);
   if (!bytes) return reportError(kName, bytes.takeError()), kExitError;
   cuda::CudaProgram program;
   program.plan = *compiled->program;
@@ -352,6 +353,7 @@ int compile(const ParsedArgs& args) {
       precision = Precision::FP32;
     }
   if (Status s = autocastModule(**module, *precision); !s) return reportError(kName, s.takeError()), kExitError;
+  options.precision = *precision;
   const Function& f = *(*module)->functions().front();
   auto inputs = compileInputs(f, args);
   if (!inputs) return kExitError;
@@ -364,7 +366,7 @@ int compile(const ParsedArgs& args) {
       cudaArchs = cudaDevice ? codegen::defaultCudaArchs(**nvrtc, cudaDevice->computeMajor, cudaDevice->computeMinor, &ptxArch)
                              : std::vector<int>{90};
     return compileCudaArtifact(f, *inputs, cudaArchs, specificArchs, ptxArch, optLevel.value_or(3), *output,
-                               args.has("--print-memory-plan"));
+                               args.has("--print-memory-plan"), *precision);
   }
   if (emit && *emit == "ir") {
     PassContext ctx;

@@ -415,6 +415,8 @@ int run(const ParsedArgs& args) {
     warmup = *value;
   }
   if (args.has("--json") && !benchRuns) return usageError(kName, "--json only applies with --bench N");
+  auto precision = precisionOption(args);
+  if (!precision) return usageError(kName, precision.error().message());
   const bool interpretOnly = args.has("--interpret");
   codegen::CpuOptions cpuOptions;
   if (const std::string* n = args.get("--threads")) {
@@ -528,9 +530,20 @@ int run(const ParsedArgs& args) {
   sessionOptions.cuda.run.graphs = !args.has("--no-cuda-graph");
   sessionOptions.cuda.run.timeRuns = benchRuns.has_value();
   sessionOptions.cudaMemoryLimit = memoryLimit;
-  auto precision = precisionOption(args);
-  if (!precision) return usageError(kName, precision.error().message());
+  if (artifact) {
+    // A .kc holds its precision's casts and weights: it runs as compiled.
+    const bool given = args.has("--precision") || args.has("--allow-tf32");
+    if (given && *precision != artifact->precision)
+      return usageError(kName, "'" + modelPath + "' was compiled with --precision " +
+                                   std::string(precisionName(artifact->precision)) +
+                                   "; run it without --precision, or compile the model again with --precision " +
+                                   std::string(precisionName(*precision)));
+    precision = artifact->precision;
+  }
   sessionOptions.precision = *precision;
+  // TF32 is the CUDA libraries' choice when a runner is made (also for a
+  // .kc's stored program, which no session compiles).
+  sessionOptions.cuda.run.allowTf32 = *precision == Precision::TF32;
   for (std::string_view cudaOnly : {"--no-cuda-graph", "--cuda-memory-limit"})
     if (!onCuda && args.has(cudaOnly)) return usageError(kName, std::string(cudaOnly) + " applies to --device cuda");
   if (onCuda && args.has("--profile")) {

@@ -363,7 +363,7 @@ Expected<std::string> CpuExecutor::stagedArtifact(const std::vector<Tensor>& inp
   if (!staged) return staged.takeError();
   if (planText) *planText = staged->plans;
   return serializeStagedArtifact(f, *staged->program, options_.optLevel, staged->plans, kHostDevice,
-                                 CpuJit::hostTarget(), std::string(kCpuCodegenVersion));
+                                 CpuJit::hostTarget(), std::string(kCpuCodegenVersion), options_.precision);
 }
 
 Expected<std::string> CpuExecutor::artifact(const std::vector<Tensor>& inputs, std::string* planText) {
@@ -381,7 +381,7 @@ Expected<std::string> CpuExecutor::artifact(const std::vector<Tensor>& inputs, s
   const std::string text = plan->str();
   if (planText)
     *planText = "memory plan @" + optimized.name() + ": " + std::to_string(plan->numKernels) + " kernels\n" + text;
-  return serializeArtifact(optimized, *compiled->second, options_.optLevel, text);
+  return serializeArtifact(optimized, *compiled->second, options_.optLevel, text, kHostDevice, {}, options_.precision);
 }
 
 }  // namespace kiln::codegen

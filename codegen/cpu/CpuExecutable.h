@@ -32,6 +32,7 @@
 
 #include "codegen/KernelIR.h"
 #include "ir/IR.h"
+#include "ir/Precision.h"
 #include "passes/MemoryPlan.h"
 #include "runtime/Program.h"
 #include "runtime/CpuRunner.h"
@@ -77,6 +78,10 @@ struct CpuOptions {
   /// (trainingStepAliases in passes/TrainingStep.h). They become the
   /// compiled function's result aliases (`-> (T aliases %arg)`).
   std::vector<ResultAlias> aliases = {};
+  /// The precision the function was compiled for (autocast already run on
+  /// it by the session or `kiln compile`): recorded in the `.kc` that
+  /// artifact() writes.
+  Precision precision = Precision::FP32;
 };
 
 class CpuExecutor {

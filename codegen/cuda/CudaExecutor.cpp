@@ -77,7 +77,7 @@ Expected<std::unique_ptr<CudaExecutor>> CudaExecutor::fromStaged(std::shared_ptr
 
 Expected<std::string> stagedCudaArtifact(const Function& f, const std::vector<TensorType>& types,
                                          const CudaCompilerOptions& options, int optLevel, CompileReport* report,
-                                         std::string* plans) {
+                                         std::string* plans, Precision precision) {
   const Backend& backend = cudaBackend();
   auto compiler = backend.createCompiler(&options);
   if (!compiler) return compiler.takeError();
@@ -92,7 +92,8 @@ Expected<std::string> stagedCudaArtifact(const Function& f, const std::vector<Te
   if (plans) *plans = staged->plans;
   return serializeStagedArtifact(f, *staged->program, optLevel, staged->plans, cuda::kCudaDevice, CpuMachine{},
                                  staged->program->programs.empty() ? std::string()
-                                                                   : staged->program->programs[0].codegenVersion);
+                                                                   : staged->program->programs[0].codegenVersion,
+                                 precision);
 }
 
 Expected<CudaExecutor::Compiled*> CudaExecutor::compiled(const std::vector<Tensor>& inputs) {
@@ -204,7 +205,7 @@ Expected<std::string> CudaExecutor::artifact(const std::vector<Tensor>& inputs) 
     compilerOptions.deviceMinor = context_->device().computeMinor;
     compilerOptions.search = context_->searchOptions();
     return stagedCudaArtifact(*module_->functions().front(), types, compilerOptions, options_.optLevel,
-                              options_.report);
+                              options_.report, nullptr, options_.precision);
   }
   if (stored_)
     return Error("this model runs a stored CUDA program (a .kc file), which keeps its own file; copy that file instead");
@@ -221,7 +222,7 @@ Expected<std::string> CudaExecutor::artifact(const std::vector<Tensor>& inputs) 
     if (auto it = printedNames.find(b.value); it != printedNames.end()) b.name = it->second;
   const cuda::CudaProgram& program = *(*c)->program;
   return serializeArtifact(optimized, program.plan, options_.optLevel, plan.str(), "cuda",
-                           cuda::serializeCudaCode(program));
+                           cuda::serializeCudaCode(program), options_.precision);
 }
 
 const cuda::CudaRunner* CudaExecutor::lastRunner() const {

@@ -44,6 +44,9 @@ struct CudaOptions {
   std::vector<ResultAlias> aliases = {};
   /// When given, compile times are added to it.
   CompileReport* report = nullptr;
+  /// The precision the function was compiled for (autocast already run on
+  /// it by the session): recorded in the `.kc` that artifact() writes.
+  Precision precision = Precision::FP32;
 };
 
 class CudaExecutor {
@@ -114,6 +117,6 @@ class CudaExecutor {
 /// given, receives the parts' memory plans as text. No GPU is needed.
 Expected<std::string> stagedCudaArtifact(const Function& f, const std::vector<TensorType>& types,
                                          const CudaCompilerOptions& options, int optLevel, CompileReport* report,
-                                         std::string* plans = nullptr);
+                                         std::string* plans = nullptr, Precision precision = Precision::FP32);
 
 }  // namespace kiln::codegen
