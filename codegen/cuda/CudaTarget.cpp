@@ -26,9 +26,11 @@ bool cudnnPresentForCompilation() {
 bool CudaTarget::acceptsLibraryCall(const Op& anchor, std::span<const Op* const> epilogue) const {
   const DType dtype = anchor.result()->type().dtype;
   if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) return false;
-  // A mixed-precision contraction (bf16 or f16 operands, f32 result) is a
-  // generated kernel until cuBLASLt and cuDNN calls take mixed types.
-  if (anchor.numOperands() > 0 && anchor.operand(0)->type().dtype != dtype) return false;
+  // A mixed-precision contraction (bf16 or f16 operands, f32 result):
+  // cuBLASLt takes it (A and B low precision, C and D f32); a convolution
+  // of one is a generated kernel until the cuDNN calls take mixed types.
+  const bool mixed = anchor.numOperands() > 0 && anchor.operand(0)->type().dtype != dtype;
+  if (mixed && anchor.kind() != OpKind::MatMul) return false;
   if (anchor.kind() == OpKind::MatMul) {
     auto call = describeLibraryCall(anchor, epilogue);
     if (!call) return false;

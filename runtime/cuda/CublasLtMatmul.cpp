@@ -227,6 +227,9 @@ struct CublasLtMatmul::Impl {
 
   CublasLtMatmulShape shape;
   DType dtype = DType::F32;
+  /// A and B's type: dtype's, or a mixed-precision call's bf16 or f16
+  /// (LibraryCall::srcType) into an f32 dtype.
+  DType inputType = DType::F32;
   cublasComputeType_t computeType = CUBLAS_COMPUTE_32F;
   std::string description;
   cublasLtHandle_t handle = nullptr;
@@ -323,13 +326,16 @@ struct CublasLtMatmul::Impl {
       KILN_TRY(setDesc(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &placeholder, sizeof(placeholder),
                        "cublasLtMatmulDescSetAttribute(BIAS_POINTER)"));
     }
-    const cudaDataType_t type = dtype == DType::F16 ? CUDA_R_16F : dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
-    auto a = shape.transposedB ? layout(type, shape.k, shape.n, shape.bBatchStride)
-                               : layout(type, shape.n, shape.k, shape.bBatchStride);
+    auto cudaType = [](DType t) {
+      return t == DType::F16 ? CUDA_R_16F : t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    };
+    const cudaDataType_t type = cudaType(dtype), input = cudaType(inputType);
+    auto a = shape.transposedB ? layout(input, shape.k, shape.n, shape.bBatchStride)
+                               : layout(input, shape.n, shape.k, shape.bBatchStride);
     if (!a) return a.takeError();
     ltA = *a;
-    auto b = shape.transposedA ? layout(type, shape.m, shape.k, shape.aBatchStride)
-                               : layout(type, shape.k, shape.m, shape.aBatchStride);
+    auto b = shape.transposedA ? layout(input, shape.m, shape.k, shape.aBatchStride)
+                               : layout(input, shape.k, shape.m, shape.aBatchStride);
     if (!b) return b.takeError();
     ltB = *b;
     auto d = layout(type, shape.n, shape.m, shape.n * shape.m);
@@ -374,8 +380,15 @@ Expected<std::unique_ptr<CublasLtMatmul>> CublasLtMatmul::create(const CudaMathL
   auto impl = std::make_unique<Impl>();
   impl->shape = *shape;
   impl->dtype = dtype;
-  impl->computeType = dtype == DType::F32 && allowTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  impl->description = describeCublasLtMatmul(call) + " (" + std::string(dtypeName(dtype)) + ", compute " +
+  impl->inputType = call.mixedPrecision() ? call.srcType : dtype;
+  if (call.mixedPrecision() && dtype != DType::F32)
+    return Error("a mixed-precision matmul writes f32, not " + std::string(dtypeName(dtype)));
+  const bool tf32 = impl->inputType == DType::F32 && allowTf32;
+  impl->computeType = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const std::string types = impl->inputType == dtype ? std::string(dtypeName(dtype))
+                                                      : std::string(dtypeName(impl->inputType)) + " into " +
+                                                            std::string(dtypeName(dtype));
+  impl->description = describeCublasLtMatmul(call) + " (" + types + ", compute " +
                       computeTypeText(impl->computeType) + ")";
   KILN_TRY(impl->resolveAll(cublasLt.library));
   KILN_TRY(impl->plan());

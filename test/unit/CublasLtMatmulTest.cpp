@@ -646,7 +646,8 @@ TEST(CublasLtMatmulTest, TargetRefusesErfGelu) {
 /// What the CUDA target puts in a library group, read back as a call and
 /// run by cuBLASLt, is what the interpreter computes for the ops: the
 /// target and the runtime agree on the layout (bias along the last dim,
-/// the weight broadcast over the batch).
+/// the weight broadcast over the batch) and on the types (a mixed-precision
+/// call's low-precision a and b).
 TEST(CublasLtMatmulTest, LibraryGroupsRunAsTheInterpreterComputes) {
   REQUIRE_EMULATED_GPU(gpu);
   const char* texts[] = {
@@ -654,6 +655,15 @@ TEST(CublasLtMatmulTest, LibraryGroupsRunAsTheInterpreterComputes) {
       "  %m = matmul(%x, %w) : f32[2,8,12]\n  %s = add(%b, %m) : f32[2,8,12]\n"
       "  %g = gelu(%s) {approximate = \"tanh\"} : f32[2,8,12]\n  return %g\n}\n",
       "func @f(%x: f32[3,5,16], %w: f32[3,16,9], %b: f32[1,9]) -> f32[3,5,9] {\n"
+      "  %m = matmul(%x, %w) : f32[3,5,9]\n  %s = add(%m, %b) : f32[3,5,9]\n"
+      "  %r = gelu(%s) {approximate = \"tanh\"} : f32[3,5,9]\n  return %r\n}\n",
+      // Mixed precision (autocast's): bf16 or f16 a and b into the f32 result
+      // the bias and activation apply to: cuBLASLt's A and B in the low
+      // precision, C and D f32.
+      "func @f(%x: bf16[2,8,64], %w: bf16[64,12], %b: f32[12]) -> f32[2,8,12] {\n"
+      "  %m = matmul(%x, %w) : f32[2,8,12]\n  %s = add(%b, %m) : f32[2,8,12]\n"
+      "  %g = gelu(%s) {approximate = \"tanh\"} : f32[2,8,12]\n  return %g\n}\n",
+      "func @f(%x: f16[3,5,16], %w: f16[3,16,9], %b: f32[1,9]) -> f32[3,5,9] {\n"
       "  %m = matmul(%x, %w) : f32[3,5,9]\n  %s = add(%m, %b) : f32[3,5,9]\n"
       "  %r = gelu(%s) {approximate = \"tanh\"} : f32[3,5,9]\n  return %r\n}\n",
   };
@@ -849,9 +859,14 @@ TEST(CublasLtMatmulTest, EmulatorRefusesWhatItDoesNotImplement) {
   EXPECT_EQ(heuristic(handle, desc, f32, f32, f32, f32, preference, 1, &result, &found), CUBLAS_STATUS_SUCCESS);
   EXPECT_EQ(found, 1);
   EXPECT_EQ(result.state, CUBLAS_STATUS_SUCCESS);
-  // f16 inputs with an f32 output, and a 64-bit compute type, are not implemented.
-  EXPECT_EQ(heuristic(handle, desc, f16, f16, f32, f32, preference, 1, &result, &found), CUBLAS_STATUS_NOT_SUPPORTED);
+  // f16 inputs into an f32 C and D (mixed precision) are implemented; an
+  // f16 A with an f32 B, f32 inputs into an f16 D, and a 64-bit compute
+  // type are not.
+  EXPECT_EQ(heuristic(handle, desc, f16, f16, f32, f32, preference, 1, &result, &found), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(found, 1);
+  EXPECT_EQ(heuristic(handle, desc, f16, f32, f32, f32, preference, 1, &result, &found), CUBLAS_STATUS_NOT_SUPPORTED);
   EXPECT_EQ(found, 0);
+  EXPECT_EQ(heuristic(handle, desc, f32, f32, f16, f16, preference, 1, &result, &found), CUBLAS_STATUS_NOT_SUPPORTED);
   const int32_t compute64 = 70;  // CUBLAS_COMPUTE_64F
   ASSERT_EQ(descSet(desc, CUBLASLT_MATMUL_DESC_COMPUTE_TYPE, &compute64, sizeof(compute64)), CUBLAS_STATUS_SUCCESS);
   EXPECT_EQ(heuristic(handle, desc, f32, f32, f32, f32, preference, 1, &result, &found), CUBLAS_STATUS_NOT_SUPPORTED);

@@ -174,13 +174,16 @@ cublasStatus_t plan(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLt
   if (!desc || desc->tag != kDescTag) return CUBLAS_STATUS_INVALID_VALUE;
   for (cublasLtMatrixLayout_t l : {aDesc, bDesc, cDesc, dDesc})
     if (!l || l->tag != kLayoutTag) return CUBLAS_STATUS_INVALID_VALUE;
-  // Types: one data type throughout, f32 compute and scale; TF32 for f32 data only.
-  const int32_t type = aDesc->type;
-  if (!isDataType(type) || bDesc->type != type || cDesc->type != type || dDesc->type != type)
+  // Types: one data type throughout, or f16/bf16 A and B into f32 C and D
+  // (mixed precision); f32 compute and scale; TF32 for f32 data only.
+  const int32_t type = dDesc->type;
+  const bool mixed = type == CUDA_R_32F && aDesc->type != CUDA_R_32F;
+  if (!isDataType(type) || !isDataType(aDesc->type) || bDesc->type != aDesc->type || cDesc->type != type ||
+      (aDesc->type != type && !mixed))
     return CUBLAS_STATUS_NOT_SUPPORTED;
   if (desc->scaleType != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
   if (desc->computeType == CUBLAS_COMPUTE_32F_FAST_TF32) {
-    if (type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (type != CUDA_R_32F || mixed) return CUBLAS_STATUS_NOT_SUPPORTED;
     work.tf32 = true;
   } else if (desc->computeType != CUBLAS_COMPUTE_32F && desc->computeType != CUBLAS_COMPUTE_32F_PEDANTIC) {
     return CUBLAS_STATUS_NOT_SUPPORTED;
