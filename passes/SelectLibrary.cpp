@@ -52,18 +52,31 @@ bool isElementwiseKernel(const Op& op) {
   }
 }
 
+/// Whether `op` casts an f32 `value` to bf16 or f16 of its shape: the
+/// cast before the next contraction of a mixed-precision model (the
+/// autocast pass's), which a library call makes by storing its result in
+/// the low precision.
+bool isNarrowingCast(const Op& op, const Value* value) {
+  const TensorType& to = op.result()->type();
+  return op.kind() == OpKind::Cast && value->type().dtype == DType::F32 &&
+         (to.dtype == DType::BF16 || to.dtype == DType::F16) && to.shape == value->type().shape;
+}
+
 /// The ops after `anchor` that could be its epilogue: each the only user of
-/// the previous value, reading it once, with the anchor's result type.
+/// the previous value, reading it once, with the anchor's result type; the
+/// last may be a cast of it to bf16 or f16 (isNarrowingCast).
 std::vector<const Op*> candidateEpilogue(const Op& anchor) {
   std::vector<const Op*> chain;
   const Value* current = anchor.result();
   while (chain.size() < kMaxEpilogue && current->users().size() == 1) {
     const Op* user = current->users().front();
-    if (user->kind() == OpKind::Return || user->region() || user->numResults() != 1 ||
-        user->result()->type() != anchor.result()->type() || user->info().hasSideEffects())
+    if (user->kind() == OpKind::Return || user->region() || user->numResults() != 1 || user->info().hasSideEffects())
       break;
+    const bool narrowing = isNarrowingCast(*user, anchor.result());
+    if (user->result()->type() != anchor.result()->type() && !narrowing) break;
     chain.push_back(user);
     current = user->result();
+    if (narrowing) break;
   }
   return chain;
 }

@@ -23,8 +23,9 @@ class Target {
   /// Whether one library call should compute `anchor` (a matmul, conv or
   /// conv_transpose with static shapes) followed by `epilogue`: ops each of
   /// which reads the previous one's result (the first reads the anchor's)
-  /// once, has the anchor's result type, and is its reader's only source of
-  /// that value. The answer covers the whole call — dtypes, shapes, sizes
+  /// once, has the anchor's result type (but for a last one that casts an
+  /// f32 result to bf16 or f16: the call stores its result so), and is its
+  /// reader's only source of that value. The answer covers the whole call — dtypes, shapes, sizes
   /// too small to pay for a library call, and post-ops the library has —
   /// so an empty epilogue asks whether the anchor alone goes to the library.
   virtual bool acceptsLibraryCall(const Op& anchor, std::span<const Op* const> epilogue) const = 0;

@@ -179,7 +179,7 @@ bool passesBound(const PostOp& p) {
 
 /// Whether `call` is one a guard can bound: an f32 convolution or matmul.
 bool boundable(const LibraryCall& call) {
-  return !call.quantized() && !call.mixedPrecision() &&
+  return !call.quantized() && !call.mixedPrecision() && call.dstType == DType::F32 &&
          (call.kind == LibraryCall::Kind::Conv || call.kind == LibraryCall::Kind::MatMul);
 }
 
@@ -285,8 +285,10 @@ struct DnnlKernel::Impl {
     std::vector<int64_t> strides, dilations, padBegin;
     int64_t batch = 0;
     bool channelsLast = false;
-    /// The weights' type: f32, or bf16 or f16 (a mixed-precision call's).
+    /// The weights' type: f32, or bf16 or f16 (a mixed-precision call's);
+    /// the result's: f32, or bf16 or f16 (stored so by the call).
     DType weightType = DType::F32;
+    DType resultType = DType::F32;
     int weightBuffer = 0, resultBuffer = 0;
     /// Constant weights (inference) are scanned once per address, as a
     /// constant reorder is made once: the first run found them all finite.
@@ -496,7 +498,14 @@ void DnnlKernel::Impl::fixPaddedTaps(void* const* buffers) {
           bad[static_cast<size_t>(m)].push_back(t);
           break;
         }
-  float* y = static_cast<float*>(buffers[p.resultBuffer]);
+  // The result element `i` set to NaN, in the result's type.
+  auto setNaN = [&](int64_t i) {
+    if (p.resultType == DType::F32) {
+      static_cast<float*>(buffers[p.resultBuffer])[i] = std::numeric_limits<float>::quiet_NaN();
+      return;
+    }
+    static_cast<uint16_t*>(buffers[p.resultBuffer])[i] = p.resultType == DType::BF16 ? 0x7fc0 : 0x7e00;
+  };
   int64_t outSize = 1;
   for (int64_t d : p.outDims) outSize *= d;
   std::vector<int64_t> outIndex(k), tapIndex(k);
@@ -520,8 +529,7 @@ void DnnlKernel::Impl::fixPaddedTaps(void* const* buffers) {
       }
       if (!padded) continue;
       for (int64_t n = 0; n < p.batch; ++n)
-        y[p.channelsLast ? (n * outSize + o) * outChannels + m : (n * outChannels + m) * outSize + o] =
-            std::numeric_limits<float>::quiet_NaN();
+        setNaN(p.channelsLast ? (n * outSize + o) * outChannels + m : (n * outChannels + m) * outSize + o);
     }
   }
 }
@@ -1122,7 +1130,7 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
         impl->bindings.push_back({DNNL_ARG_BIAS, operandBuffer[2]});
       }
       bindOutput(*impl, DNNL_ARG_DST, ymd, chosen.dst, resultBuffer);
-      if (!transposed && !quantized && call.dstType == DType::F32 &&
+      if (!transposed && !quantized &&
           std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p > 0; })) {
         Impl::PaddedTaps p;
         p.weightDims = w;
@@ -1137,6 +1145,7 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
         p.resultBuffer = resultBuffer;
         p.constantWeights = isConstant(1);
         p.weightType = call.mixedPrecision() ? call.srcType : DType::F32;
+        p.resultType = call.dstType;
         impl->paddedTaps = std::move(p);
       }
     }

@@ -74,9 +74,11 @@ struct LibraryCall {
   /// accumulator to the result's scale, where relu (a post-op) applies and
   /// the result's zero point is added; padding holds x's zero point.
   /// Mixed-precision calls (the autocast pass's): every operand (x, w, the
-  /// bias; a and b) bf16 or f16 as srcType says, accumulated in f32 and
-  /// stored as the f32 result, where the post-ops apply. F32 for every
-  /// other call (whose operands and result share one float type).
+  /// bias; a and b) bf16 or f16 as srcType says, accumulated in f32, where
+  /// the post-ops apply. A float call's dstType may be bf16 or f16: the
+  /// f32 value after the post-ops is stored rounded to it (an epilogue's
+  /// last cast). F32 for every other call (whose operands and result share
+  /// one float type).
   DType srcType = DType::F32;
   DType dstType = DType::F32;
   int32_t srcZeroPoint = 0;

@@ -710,12 +710,13 @@ Status Program::validate() const {
                                                                      : c.resultDims[1];
       if (!fits || static_cast<int64_t>(c.scales.size()) != channels)
         return bad(what + " has a quantized library call whose element types or scales do not fit its buffers");
-    } else if (c.mixedPrecision()) {
-      // Every operand of srcType, into an f32 result.
+    } else if (c.mixedPrecision() || c.dstType == DType::BF16 || c.dstType == DType::F16) {
+      // Every operand of srcType (f32, bf16 or f16), into a result of
+      // dstType (f32, bf16 or f16).
       auto typeOfBuffer = [&](int b) {
         return slots[static_cast<size_t>(b == buffers ? s.result : s.operands[b])].type.dtype;
       };
-      bool fits = c.dstType == DType::F32 && c.scales.empty() && typeOfBuffer(buffers) == DType::F32;
+      bool fits = c.scales.empty() && typeOfBuffer(buffers) == c.dstType;
       for (int operand : c.operands) fits = fits && typeOfBuffer(operand) == c.srcType;
       if (!fits) return bad(what + " has a mixed-precision library call whose element types do not fit its buffers");
     } else if (c.dstType != DType::F32 || !c.scales.empty()) {

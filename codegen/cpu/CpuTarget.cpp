@@ -263,6 +263,16 @@ Expected<LibraryCall> describe(const Op& anchor, std::span<const Op* const> epil
   }
   const Value* current = anchor.result();
   for (const Op* op : epilogue) {
+    // A cast to bf16 or f16 at the end: the call stores its result so
+    // (rounded to nearest even, as the cast).
+    if (op->kind() == OpKind::Cast) {
+      const DType to = op->result()->type().dtype;
+      if (op != epilogue.back() || current->type().dtype != DType::F32 || (to != DType::BF16 && to != DType::F16))
+        return Error("a library call casts its f32 result to bf16 or f16 as its last step only");
+      call.dstType = to;
+      current = op->result();
+      continue;
+    }
     auto p = postOpOf(*op, current, call.resultDims.size(), bufferOf);
     if (!p) return p.takeError();
     current = op->result();
@@ -306,7 +316,11 @@ bool CpuTarget::acceptsLibraryCall(const Op& anchor, std::span<const Op* const> 
   if (!DnnlKernel::exactCall(*call).ok()) return false;
   auto impl = DnnlKernel::implementation(*call);
   if (!impl) return false;
-  return call->postOps.empty() || impl->rfind("ref", 0) != 0;
+  // Low-precision data on oneDNN's reference kernels (a CPU without BF16
+  // instructions) is far slower than generated kernels.
+  const bool reference = impl->rfind("ref", 0) == 0;
+  if (reference && (call->mixedPrecision() || call->dstType != DType::F32)) return false;
+  return call->postOps.empty() || !reference;
 }
 
 bool CpuTarget::prefersChannelsLast(const Op& conv) const {

@@ -31,6 +31,9 @@ bool CudaTarget::acceptsLibraryCall(const Op& anchor, std::span<const Op* const>
   // of one is a generated kernel until the cuDNN calls take mixed types.
   const bool mixed = anchor.numOperands() > 0 && anchor.operand(0)->type().dtype != dtype;
   if (mixed && anchor.kind() != OpKind::MatMul) return false;
+  // A result stored in bf16 or f16 (an epilogue ending in a cast) is CPU
+  // only for now: the cast stays a generated kernel.
+  if (!epilogue.empty() && epilogue.back()->kind() == OpKind::Cast) return false;
   if (anchor.kind() == OpKind::MatMul) {
     auto call = describeLibraryCall(anchor, epilogue);
     if (!call) return false;

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "driver/Session.h"
 #include "ir/Builder.h"
@@ -159,6 +160,42 @@ TEST(PrecisionTest, Bf16OnTheEmulatedGpuMatchesTheInterpreter) {
   unsetenv("KILN_CUDA_DRIVER");
   ASSERT_TRUE(got);
   expectBf16(*got, *want, "emulated GPU");
+}
+
+/// Two convolutions in a row: the cast of the first one's relu'd result to
+/// bf16 (for the second) is the first library call's own store of its
+/// result in bf16, not a kernel of its own, and rounds as the cast does. A
+/// weight of infinity on a tap in the padding gives NaN there (0 * inf), in
+/// the bf16 result too.
+TEST(PrecisionTest, ALibraryCallStoresItsResultInBf16) {
+  if (const std::set<std::string> cpu = hostCpuFeatures(); !cpu.count("avx512bf16") && !cpu.count("amx-bf16"))
+    GTEST_SKIP() << "this CPU computes bf16 in f32 (no AVX-512 BF16 or AMX-BF16)";
+  constexpr const char* kStack = R"(
+func @stack(%c: f32[2,16,12,12], %k1: f32[16,16,3,3], %k2: f32[8,16,3,3]) -> f32[2,8,12,12] {
+  %a = conv(%c, %k1) {pads = [1, 1, 1, 1]} : f32[2,16,12,12]
+  %r = relu(%a) : f32[2,16,12,12]
+  %b = conv(%r, %k2) {pads = [1, 1, 1, 1]} : f32[2,8,12,12]
+  return %b
+}
+)";
+  auto m = test::parseVerified(kStack);
+  ASSERT_TRUE(m);
+  const Function& f = *m->functions().front();
+  for (bool infiniteTap : {false, true}) {
+    SCOPED_TRACE(infiniteTap ? "an infinite weight" : "finite weights");
+    std::vector<Tensor> inputs = {test::randomF32({2, 16, 12, 12}, 1), test::randomF32({16, 16, 3, 3}, 2),
+                                  test::randomF32({8, 16, 3, 3}, 3)};
+    if (infiniteTap) inputs[1].setDouble(0, std::numeric_limits<double>::infinity());  // k1[0,0,0,0]
+    auto want = sessionResults(f, inputs, {.interpret = true, .precision = Precision::BF16});
+    StepProfile profile;
+    SessionOptions options{.allowFallback = false, .precision = Precision::BF16};
+    options.cpu.profile = &profile;
+    auto got = sessionResults(f, inputs, options);
+    ASSERT_TRUE(want && got);
+    test::expectClose((*got)[0], (*want)[0], "the second convolution's result", 1e-4, 1e-4);
+    for (const StepProfile::Entry& e : profile.entries)
+      EXPECT_EQ(e.what.find("cast -> bf16[2,16,12,12]"), std::string::npos) << profile.format();
+  }
 }
 
 /// An inference model's weights are cast once, at compile time, however
