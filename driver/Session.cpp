@@ -13,6 +13,9 @@
 namespace kiln {
 
 std::variant<std::unique_ptr<Session>, DeviceError> Session::create(SessionOptions options) {
+  // TF32 is the CUDA libraries' choice when a runner is made: for the
+  // models this session compiles and for stored programs it adopts.
+  if (options.precision == Precision::TF32) options.cuda.run.allowTf32 = true;
   std::string notice;
   auto device = resolveDevice(options.device, &notice);
   if (auto* error = std::get_if<DeviceError>(&device)) return std::move(*error);
@@ -87,7 +90,6 @@ Expected<std::unique_ptr<CompiledModel>> Session::compile(const Function& f, con
     auto context = cudaContext();
     if (!context) return context.takeError();
     codegen::CudaOptions cuda = options_.cuda;
-    if (options_.precision == Precision::TF32) cuda.run.allowTf32 = true;
     cuda.precision = effectivePrecision();
     cuda.aliases = options.aliases;
     cuda.run.keepDonated = options.keepDonatedOnDevice;

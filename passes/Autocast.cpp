@@ -35,11 +35,6 @@ namespace kiln {
 
 namespace {
 
-bool isContraction(OpKind kind) {
-  return kind == OpKind::MatMul || kind == OpKind::Conv || kind == OpKind::ConvTranspose ||
-         kind == OpKind::ConvWeightGrad;
-}
-
 /// `v` in dtype `low`: a cast of the value above the chain of layout ops
 /// (transpose, reshape) that defines `v` and has no other user, with the
 /// chain retyped to `low`; else a cast of `v` itself, before `user`.
@@ -70,7 +65,12 @@ bool autocastFunction(Function& f, DType low) {
   for (const auto& op : f.ops()) ops.push_back(op.get());
   for (Op* op : ops) {
     for (size_t r = 0; r < op->numRegions(); ++r) changed = autocastFunction(*op->region(r), low) || changed;
-    if (!isContraction(op->kind()) || op->numResults() != 1 || op->result()->type().dtype != DType::F32) continue;
+    // The op table's contractions: matmul, conv, conv_transpose and
+    // conv_weight_grad (qconv and qmatmul, of int8 operands, fail the f32
+    // test below).
+    if (op->info().opClass != OpClass::Contraction || op->numResults() != 1 ||
+        op->result()->type().dtype != DType::F32)
+      continue;
     bool allF32 = true;
     for (size_t i = 0; i < op->numOperands(); ++i) allF32 = allF32 && op->operand(i)->type().dtype == DType::F32;
     if (!allF32) continue;

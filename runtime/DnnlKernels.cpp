@@ -1144,7 +1144,7 @@ Expected<std::string> build(const LibraryCall& call, const std::vector<bool>& co
         p.weightBuffer = operandBuffer[1];
         p.resultBuffer = resultBuffer;
         p.constantWeights = isConstant(1);
-        p.weightType = call.mixedPrecision() ? call.srcType : DType::F32;
+        p.weightType = call.srcType;
         p.resultType = call.dstType;
         impl->paddedTaps = std::move(p);
       }

@@ -139,10 +139,16 @@ bool isDeviceName(std::string_view name) {
 /// which must never write a file its reader refuses).
 Expected<CompiledArtifact> readArtifact(std::string_view bytes, const std::string& filename, bool copyWeights);
 
-/// The target section's line for `precision`: none for fp32, which older
-/// files (without the key) are.
-std::string precisionLine(Precision precision) {
-  return precision == Precision::FP32 ? "" : "precision=" + std::string(precisionName(precision)) + "\n";
+/// The target section: the host machine's triple, CPU and features, or
+/// another device's name; the code generator's version, the optimization
+/// level, and the precision unless fp32 (which older files, without the
+/// key, are).
+std::string targetSection(bool host, const CpuMachine& machine, std::string_view device,
+                          const std::string& codegenVersion, int optLevel, Precision precision) {
+  return (host ? "triple=" + machine.triple + "\ncpu=" + machine.cpu + "\nfeatures=" + machine.features
+               : "device=" + std::string(device)) +
+         "\ncodegen=" + codegenVersion + "\nopt-level=" + std::to_string(optLevel) + "\n" +
+         (precision == Precision::FP32 ? "" : "precision=" + std::string(precisionName(precision)) + "\n");
 }
 
 }  // namespace
@@ -191,11 +197,8 @@ Expected<std::string> serializeArtifact(const Function& optimized, const Program
   putLE(weights, numWeights, 4);
   weights += weightEntries;
 
-  const CpuMachine& m = program.machine;
-  const std::string target = (host ? "triple=" + m.triple + "\ncpu=" + m.cpu + "\nfeatures=" + m.features
-                                   : "device=" + std::string(device)) +
-                             "\ncodegen=" + program.codegenVersion + "\nopt-level=" + std::to_string(optLevel) + "\n" +
-                             precisionLine(precision);
+  const std::string target =
+      targetSection(host, program.machine, device, program.codegenVersion, optLevel, precision);
   std::string out(kArtifactMagic);
   putLE(out, kArtifactVersion, 4);
   putLE(out, std::size(kSectionOrder), 4);
@@ -231,11 +234,7 @@ Expected<std::string> serializeStagedArtifact(const Function& source, const Stag
                  std::string(device) + "'");
   KILN_TRY(staged.validate());
   const bool host = device == kHostDevice;
-  const std::string target = (host ? "triple=" + machine.triple + "\ncpu=" + machine.cpu +
-                                         "\nfeatures=" + machine.features
-                                   : "device=" + std::string(device)) +
-                             "\ncodegen=" + codegenVersion + "\nopt-level=" + std::to_string(optLevel) + "\n" +
-                             precisionLine(precision);
+  const std::string target = targetSection(host, machine, device, codegenVersion, optLevel, precision);
   std::string weights;
   putLE(weights, 0, 4);
   std::string out(kArtifactMagic);

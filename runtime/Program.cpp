@@ -698,10 +698,10 @@ Status Program::validate() const {
     // Element types: a quantized call reads x, w and the bias and writes the
     // result as the types it names (f32 calls, all f32, are checked as
     // ever by their slots' dims).
+    auto typeOfBuffer = [&](int b) {
+      return slots[static_cast<size_t>(b == buffers ? s.result : s.operands[b])].type.dtype;
+    };
     if (c.quantized()) {
-      auto typeOfBuffer = [&](int b) {
-        return slots[static_cast<size_t>(b == buffers ? s.result : s.operands[b])].type.dtype;
-      };
       const DType want[] = {c.srcType, DType::I8, DType::I32};
       bool fits = typeOfBuffer(buffers) == c.dstType && c.dstType != DType::F32;
       for (size_t k = 0; k < c.operands.size(); ++k) fits = fits && typeOfBuffer(c.operands[k]) == want[k];
@@ -713,9 +713,6 @@ Status Program::validate() const {
     } else if (c.mixedPrecision() || c.dstType == DType::BF16 || c.dstType == DType::F16) {
       // Every operand of srcType (f32, bf16 or f16), into a result of
       // dstType (f32, bf16 or f16).
-      auto typeOfBuffer = [&](int b) {
-        return slots[static_cast<size_t>(b == buffers ? s.result : s.operands[b])].type.dtype;
-      };
       bool fits = c.scales.empty() && typeOfBuffer(buffers) == c.dstType;
       for (int operand : c.operands) fits = fits && typeOfBuffer(operand) == c.srcType;
       if (!fits) return bad(what + " has a mixed-precision library call whose element types do not fit its buffers");

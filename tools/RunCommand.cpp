@@ -541,9 +541,6 @@ int run(const ParsedArgs& args) {
     precision = artifact->precision;
   }
   sessionOptions.precision = *precision;
-  // TF32 is the CUDA libraries' choice when a runner is made (also for a
-  // .kc's stored program, which no session compiles).
-  sessionOptions.cuda.run.allowTf32 = *precision == Precision::TF32;
   for (std::string_view cudaOnly : {"--no-cuda-graph", "--cuda-memory-limit"})
     if (!onCuda && args.has(cudaOnly)) return usageError(kName, std::string(cudaOnly) + " applies to --device cuda");
   if (onCuda && args.has("--profile")) {
@@ -566,7 +563,7 @@ int run(const ParsedArgs& args) {
   if (artifact && !interpretOnly && onCuda && artifact->staged) {
     // A program with host steps compiled for CUDA: its parts on the device.
     auto context = session->cudaContext();
-    auto executor = context ? codegen::CudaExecutor::fromStaged(artifact->staged, *context, sessionOptions.cuda)
+    auto executor = context ? codegen::CudaExecutor::fromStaged(artifact->staged, *context, session->options().cuda)
                             : Expected<std::unique_ptr<codegen::CudaExecutor>>(context.takeError());
     if (!executor) {
       reportError(kName, executor.takeError());
@@ -580,7 +577,7 @@ int run(const ParsedArgs& args) {
       reportError(kName, context.takeError());
       return kExitError;
     }
-    auto executor = codegen::CudaExecutor::fromProgram(*program, *context, sessionOptions.cuda);
+    auto executor = codegen::CudaExecutor::fromProgram(*program, *context, session->options().cuda);
     if (!executor) {
       reportError(kName, executor.takeError());
       return kExitError;

@@ -14,7 +14,6 @@
 #include "ir/Precision.h"
 #include "ir/Printer.h"
 #include "passes/TrainingStep.h"
-#include "runtime/HostCpu.h"
 #include "test/unit/EmulatedGpu.h"
 #include "test/unit/TestSupport.h"
 
@@ -80,6 +79,22 @@ std::optional<std::vector<Tensor>> sessionResults(const Function& f, const std::
   return std::move(*results);
 }
 
+/// `f` run on `inputs` by a session on the emulated GPU in `precision`.
+std::optional<std::vector<Tensor>> emulatedGpuResults(const Function& f, const std::vector<Tensor>& inputs,
+                                                      Precision precision) {
+  if (setenv("KILN_CUDA_DRIVER", test::emulatorDriverPath(), 1) != 0) {
+    ADD_FAILURE() << "cannot set KILN_CUDA_DRIVER";
+    return std::nullopt;
+  }
+  auto results = sessionResults(f, inputs, {.device = "cuda", .allowFallback = false, .precision = precision});
+  unsetenv("KILN_CUDA_DRIVER");
+  return results;
+}
+
+/// Whether this CPU computes bf16 (else the session computes in f32, with
+/// the notice cpuPrecisionNotice gives).
+bool cpuHasBf16() { return cpuPrecisionNotice(Precision::BF16).empty(); }
+
 /// The largest |a - b| / max|b| over the elements.
 double relativeError(const Tensor& a, const Tensor& b) {
   const std::vector<double> x = test::elementsOf(a), y = test::elementsOf(b);
@@ -130,8 +145,7 @@ TEST(PrecisionTest, Bf16OnTheCpuJitMatchesTheInterpreter) {
   std::vector<std::string> notices;
   auto got = sessionResults(f, inputs, options, &notices);
   ASSERT_TRUE(got);
-  const std::set<std::string> cpu = hostCpuFeatures();
-  if (!cpu.count("avx512bf16") && !cpu.count("amx-bf16")) {
+  if (!cpuHasBf16()) {
     // f32 compute, said once.
     ASSERT_EQ(notices.size(), 1u);
     EXPECT_NE(notices[0].find("computes in f32"), std::string::npos) << notices[0];
@@ -155,9 +169,7 @@ TEST(PrecisionTest, Bf16OnTheEmulatedGpuMatchesTheInterpreter) {
   const std::vector<Tensor> inputs = modelInputs();
   auto want = references(f, inputs);
   ASSERT_TRUE(want);
-  ASSERT_EQ(setenv("KILN_CUDA_DRIVER", test::emulatorDriverPath(), 1), 0);
-  auto got = sessionResults(f, inputs, {.device = "cuda", .allowFallback = false, .precision = Precision::BF16});
-  unsetenv("KILN_CUDA_DRIVER");
+  auto got = emulatedGpuResults(f, inputs, Precision::BF16);
   ASSERT_TRUE(got);
   expectBf16(*got, *want, "emulated GPU");
 }
@@ -168,7 +180,7 @@ TEST(PrecisionTest, Bf16OnTheEmulatedGpuMatchesTheInterpreter) {
 /// weight of infinity on a tap in the padding gives NaN there (0 * inf), in
 /// the bf16 result too.
 TEST(PrecisionTest, ALibraryCallStoresItsResultInBf16) {
-  if (const std::set<std::string> cpu = hostCpuFeatures(); !cpu.count("avx512bf16") && !cpu.count("amx-bf16"))
+  if (!cpuHasBf16())
     GTEST_SKIP() << "this CPU computes bf16 in f32 (no AVX-512 BF16 or AMX-BF16)";
   constexpr const char* kStack = R"(
 func @stack(%c: f32[2,16,12,12], %k1: f32[16,16,3,3], %k2: f32[8,16,3,3]) -> f32[2,8,12,12] {
@@ -345,9 +357,7 @@ TEST(PrecisionTest, Fp16LossScalingSkipsOverflowsAndMatchesTheInterpreter) {
   ASSERT_TRUE(want);
   std::optional<std::vector<Tensor>> got;
   if (test::emulatorBuilt()) {
-    ASSERT_EQ(setenv("KILN_CUDA_DRIVER", test::emulatorDriverPath(), 1), 0);
-    got = sessionResults(n.f(), n.inputs, {.device = "cuda", .allowFallback = false, .precision = Precision::FP16});
-    unsetenv("KILN_CUDA_DRIVER");
+    got = emulatedGpuResults(n.f(), n.inputs, Precision::FP16);
     ASSERT_TRUE(got);
     EXPECT_NEAR((*got)[0].getDouble(0), (*want)[0].getDouble(0), 1e-2 * std::abs((*want)[0].getDouble(0)));
     for (const char* name : {"w1", "w2"})
